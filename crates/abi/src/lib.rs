@@ -1,0 +1,72 @@
+//! The contract between the host library and the PTX kernels.
+//!
+//! Everything here is `#[repr(C)]` plain data or a `const fn`, compiled into
+//! both sides, so a field or a tile size can never be restated differently on
+//! one of them (the lesson of FlashAttention-2's `set_params_splitkv`).
+#![no_std]
+
+mod params;
+mod tile;
+
+pub use params::*;
+pub use tile::*;
+
+/// Element type of Q and O (and of the mma operands).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    Bf16 = 0,
+    F16 = 1,
+}
+
+impl Dtype {
+    pub const ALL: [Dtype; 2] = [Dtype::Bf16, Dtype::F16];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "bf16",
+            Dtype::F16 => "f16",
+        }
+    }
+    pub const fn size_bytes(self) -> u32 {
+        2
+    }
+}
+
+/// How K and V are stored in the cache.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvFormat {
+    /// bf16 values, D contiguous per (sequence, token, kv head) row.
+    Bf16 = 0,
+    /// fp16 values, same layout as `Bf16`.
+    F16 = 1,
+}
+
+impl KvFormat {
+    pub const ALL: [KvFormat; 2] = [KvFormat::Bf16, KvFormat::F16];
+    pub const fn name(self) -> &'static str {
+        match self {
+            KvFormat::Bf16 => "bf16",
+            KvFormat::F16 => "f16",
+        }
+    }
+    /// Bytes of one cached row (one token of one kv head), side data included.
+    pub const fn row_bytes(self, head_dim: u32) -> u32 {
+        match self {
+            KvFormat::Bf16 | KvFormat::F16 => head_dim * 2,
+        }
+    }
+    /// The Q/O dtype a cache of this format is computed with; `None` when any
+    /// dtype works (quantized formats dequantize to the query's type).
+    pub const fn required_dtype(self) -> Option<Dtype> {
+        match self {
+            KvFormat::Bf16 => Some(Dtype::Bf16),
+            KvFormat::F16 => Some(Dtype::F16),
+        }
+    }
+}
+
+/// Head dimensions the kernels are instantiated for.
+pub const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+/// Largest number of new query tokens per sequence.
+pub const MAX_Q_LEN: u32 = 8;

@@ -1,0 +1,95 @@
+//! Kernel launch parameters: each kernel takes exactly one of these by value.
+//! Device pointers are `u64`; KV strides are in bytes (format-independent).
+
+/// One block's share of one sequence: keys `[kv_start, kv_end)` of sequence
+/// `batch`, for every kv head (grid y) and row chunk (grid z).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct WorkItem {
+    pub batch: u32,
+    pub kv_start: u32,
+    pub kv_end: u32,
+    /// Where the block writes: [`DIRECT_OUTPUT`] for the final output,
+    /// otherwise the index of its fp32 partial slot (merged afterwards).
+    pub partial_slot: u32,
+}
+
+/// `WorkItem::partial_slot` value meaning "this block covers the whole
+/// sequence, normalize and write O directly".
+pub const DIRECT_OUTPUT: u32 = u32::MAX;
+
+/// One sequence that was split: its partials occupy slots
+/// `first_slot .. first_slot + num_slots`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MergeItem {
+    pub batch: u32,
+    pub first_slot: u32,
+    pub num_slots: u32,
+    pub _pad: u32,
+}
+
+/// Parameters of the attention kernel.
+///
+/// Grid: x = work item, y = kv head, z = row chunk.
+/// Block: `32 * warps_m * warps_k` threads.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct DecodeParams {
+    /// `[batch, q_len, num_q_heads, head_dim]`, dtype.
+    pub q: u64,
+    /// K cache base; row (b, t, h) starts at byte `b*k_stride_batch + t*k_stride_token + h*k_stride_head`.
+    pub k: u64,
+    pub v: u64,
+    /// `[batch, q_len, num_q_heads, head_dim]`, dtype.
+    pub o: u64,
+    /// fp32 `[slot, q_len, num_q_heads, head_dim]`, normalized partial outputs.
+    pub partial_o: u64,
+    /// fp32 `[slot, q_len, num_q_heads]`, base-2 log-sum-exp of each partial.
+    pub partial_lse: u64,
+    /// `[num_work_items]` [`WorkItem`].
+    pub work: u64,
+    /// `[batch]` u32: current length of each sequence, new tokens included.
+    pub seq_lens: u64,
+    pub k_stride_batch: u64,
+    pub k_stride_token: u64,
+    pub k_stride_head: u64,
+    pub v_stride_batch: u64,
+    pub v_stride_token: u64,
+    pub v_stride_head: u64,
+    pub num_q_heads: u32,
+    pub q_len: u32,
+    /// Query heads per kv head (`num_q_heads / num_kv_heads`).
+    pub group: u32,
+    /// Packed rows (token × head of the group) per block; a multiple of 16.
+    pub rows_per_block: u32,
+    pub warps_m: u32,
+    pub warps_k: u32,
+    /// softmax scale × log2(e): logits are computed in base 2.
+    pub scale_log2: f32,
+    pub _pad: u32,
+}
+
+/// Parameters of the split-merge kernel.
+///
+/// Grid: x = merge item, y = ceil(q_len * num_q_heads / MERGE_ROWS_PER_BLOCK).
+/// Block: 32 * MERGE_ROWS_PER_BLOCK threads, one warp per output row.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MergeParams {
+    pub partial_o: u64,
+    pub partial_lse: u64,
+    pub o: u64,
+    /// `[num_merge_items]` [`MergeItem`].
+    pub merge: u64,
+    pub num_q_heads: u32,
+    pub q_len: u32,
+}
+
+pub const MERGE_ROWS_PER_BLOCK: u32 = 4;
+
+const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
+const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 144);
+const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 112);
+const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);

@@ -1,0 +1,109 @@
+//! Tile geometry: one `const fn` used by the kernel (to lay out shared
+//! memory) and by the planner (to size it and the grid).
+
+use crate::{Dtype, KvFormat};
+
+/// Rows of one mma tile (m16n8k16).
+pub const MMA_M: u32 = 16;
+/// Keys one warp processes per step (two n8 tiles of S, one k16 step of PV).
+pub const KEYS_PER_WARP_STEP: u32 = 16;
+/// Most mma row tiles (warps along M) in one block; more rows go to more blocks.
+pub const MAX_WARPS_M: u32 = 4;
+/// Most warps in one block.
+pub const MAX_WARPS: u32 = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileConfig {
+    /// Keys staged in shared memory per pipeline stage.
+    pub keys_per_stage: u32,
+    /// Pipeline depth (cp.async groups in flight + the one being consumed).
+    pub stages: u32,
+    /// Bytes of one cached row in shared memory.
+    pub row_bytes: u32,
+}
+
+impl TileConfig {
+    /// Shared memory of one stage: K tile then V tile.
+    pub const fn stage_bytes(&self) -> u32 {
+        2 * self.keys_per_stage * self.row_bytes
+    }
+    pub const fn pipeline_bytes(&self) -> u32 {
+        self.stages * self.stage_bytes()
+    }
+}
+
+pub const fn tile_config(format: KvFormat, head_dim: u32) -> TileConfig {
+    let row_bytes = format.row_bytes(head_dim);
+    // ~32 KiB stages keep ≥ 2 blocks per SM (228 KiB) while one stage alone
+    // covers the per-SM bytes in flight that HBM latency asks for.
+    let keys_per_stage = match head_dim {
+        64 => 128,
+        128 => 64,
+        _ => 32,
+    };
+    TileConfig { keys_per_stage, stages: PIPELINE_STAGES, row_bytes }
+}
+
+/// Pipeline depth of every format (the kernel's `cp.async.wait_group`
+/// immediate is derived from it, so it is one constant, not per format).
+pub const PIPELINE_STAGES: u32 = 3;
+
+/// fp32 pitch (in floats) of one row of the block's output accumulator in
+/// shared memory; padded so the quad-strided fragment stores spread over banks.
+pub const fn acc_pitch(head_dim: u32) -> u32 {
+    head_dim + 8
+}
+
+/// Shared memory the epilogue needs: the fp32 accumulator rows, then
+/// `(max, sum)` per row for each warp along K, then `(1/l, lse)` per row.
+pub const fn epilogue_bytes(head_dim: u32, warps_m: u32, warps_k: u32) -> u32 {
+    let rows = warps_m * MMA_M;
+    4 * (rows * acc_pitch(head_dim) + 2 * warps_k * rows + 2 * rows)
+}
+
+/// Whether the kernel keeps Q in shared memory (after the pipeline buffers)
+/// rather than in registers: at D = 256, Q fragments (64 registers) and the
+/// O accumulator (128) would not fit in 255 registers together.
+pub const fn q_in_smem(head_dim: u32) -> bool {
+    head_dim > 128
+}
+
+/// Dynamic shared memory of one attention block.
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32) -> u32 {
+    let q_bytes = if q_in_smem(head_dim) { warps_m * MMA_M * head_dim * 2 } else { 0 };
+    let pipe = tile_config(format, head_dim).pipeline_bytes() + q_bytes;
+    let epi = epilogue_bytes(head_dim, warps_m, warps_k);
+    if pipe > epi {
+        pipe
+    } else {
+        epi
+    }
+}
+
+/// Name of the attention kernel for a (format, dtype, head_dim), or `None`
+/// when no such kernel is instantiated. `kernels-gpu/src/lib.rs` defines the
+/// entry points; a test checks every name here is in the PTX.
+pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32) -> Option<&'static str> {
+    Some(match (format, dtype, head_dim) {
+        (KvFormat::Bf16, Dtype::Bf16, 64) => "decode_kv_bf16_q_bf16_d64",
+        (KvFormat::Bf16, Dtype::Bf16, 128) => "decode_kv_bf16_q_bf16_d128",
+        (KvFormat::Bf16, Dtype::Bf16, 256) => "decode_kv_bf16_q_bf16_d256",
+        (KvFormat::F16, Dtype::F16, 64) => "decode_kv_f16_q_f16_d64",
+        (KvFormat::F16, Dtype::F16, 128) => "decode_kv_f16_q_f16_d128",
+        (KvFormat::F16, Dtype::F16, 256) => "decode_kv_f16_q_f16_d256",
+        _ => return None,
+    })
+}
+
+/// Name of the split-merge kernel for a (dtype, head_dim).
+pub const fn merge_kernel_name(dtype: Dtype, head_dim: u32) -> Option<&'static str> {
+    Some(match (dtype, head_dim) {
+        (Dtype::Bf16, 64) => "merge_bf16_d64",
+        (Dtype::Bf16, 128) => "merge_bf16_d128",
+        (Dtype::Bf16, 256) => "merge_bf16_d256",
+        (Dtype::F16, 64) => "merge_f16_d64",
+        (Dtype::F16, 128) => "merge_f16_d128",
+        (Dtype::F16, 256) => "merge_f16_d256",
+        _ => return None,
+    })
+}

@@ -1,0 +1,250 @@
+//! Builds `kernels-gpu` into a single `.ptx` file.
+//!
+//! This is the role `cuda_builder` plays for Rust-CUDA, with rustc's own
+//! NVPTX backend instead of `rustc_codegen_nvvm` (which needs LLVM 7):
+//! a nested `cargo build --target nvptx64-nvidia-cuda -Zbuild-std=core` in its
+//! own target directory (so it cannot deadlock on the outer build's lock),
+//! flags passed through `CARGO_ENCODED_RUSTFLAGS` so the rebuilt `core` gets
+//! the same `target-cpu`, linked by the project's own `ptx-linker`, and
+//! exactly one `.ptx` artifact read back from `--message-format=json`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub const TARGET: &str = "nvptx64-nvidia-cuda";
+/// Architectures the kernels are built for (`mma.sync` bf16 needs sm_80).
+pub const SUPPORTED_ARCHS: [&str; 2] = ["sm_90", "sm_80"];
+pub const DEFAULT_ARCH: &str = "sm_90";
+
+#[derive(Clone, Debug)]
+pub struct PtxBuild {
+    /// The `kernels-gpu` crate directory.
+    pub kernel_crate: PathBuf,
+    /// Target directory for the nested build (kept between builds).
+    pub target_dir: PathBuf,
+    /// `sm_90` (default) or `sm_80`.
+    pub arch: String,
+}
+
+impl PtxBuild {
+    /// The workspace's kernel crate, built under `<target_root>/ptx`.
+    pub fn for_workspace(workspace: &Path, target_root: &Path, arch: &str) -> Self {
+        PtxBuild {
+            kernel_crate: workspace.join("kernels-gpu"),
+            target_dir: target_root.join("ptx"),
+            arch: arch.to_owned(),
+        }
+    }
+
+    /// Runs the build and returns the path of the PTX file.
+    pub fn build(&self) -> Result<PathBuf, String> {
+        if !SUPPORTED_ARCHS.contains(&self.arch.as_str()) {
+            return Err(format!("arch: expected one of {SUPPORTED_ARCHS:?}, got `{}`", self.arch));
+        }
+        std::fs::create_dir_all(&self.target_dir).map_err(|e| format!("{}: {e}", self.target_dir.display()))?;
+        let toolchain = Toolchain::detect()?;
+        let linker = self.build_linker(&toolchain)?;
+        let ptx = self.build_kernels(&toolchain, &linker)?;
+        check_ptx(&std::fs::read_to_string(&ptx).map_err(|e| format!("{}: {e}", ptx.display()))?)?;
+        Ok(ptx)
+    }
+
+    fn build_linker(&self, tc: &Toolchain) -> Result<PathBuf, String> {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/ptx-linker.rs");
+        let exe = self.target_dir.join("ptx-linker");
+        if is_newer(&exe, &src) {
+            return Ok(exe);
+        }
+        let out = clean_env(Command::new(&tc.rustc))
+            .args(["-O", "--edition", "2021", "--crate-name", "ptx_linker"])
+            .arg(&src)
+            .arg("-o")
+            .arg(&exe)
+            .output()
+            .map_err(|e| format!("running rustc: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("building ptx-linker failed:\n{}", String::from_utf8_lossy(&out.stderr)));
+        }
+        Ok(exe)
+    }
+
+    fn build_kernels(&self, tc: &Toolchain, linker: &Path) -> Result<PathBuf, String> {
+        let rustflags = [
+            format!("-Ctarget-cpu={}", self.arch),
+            format!("-Clinker={}", linker.display()),
+            "-Zunstable-options".into(),
+            // A failed bounds check becomes `trap` instead of pulling in the
+            // panic formatting machinery.
+            "-Cpanic=immediate-abort".into(),
+            // Fragment arrays must stay in registers: fully unroll fixed-count
+            // loops (Rust has no `#pragma unroll`).
+            "-Cllvm-args=-unroll-threshold=4000".into(),
+        ]
+        .join("\u{1f}");
+        let mut cmd = clean_env(Command::new(&tc.cargo));
+        cmd.args(["build", "--release", "--message-format=json-render-diagnostics", "-Zbuild-std=core"])
+            .args(["--target", TARGET])
+            .arg("--manifest-path")
+            .arg(self.kernel_crate.join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(&self.target_dir)
+            .env("CARGO_ENCODED_RUSTFLAGS", rustflags)
+            .env("DECODE_ATTN_LLVM_BIN", &tc.llvm_bin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let out = cmd.output().map_err(|e| format!("running nested cargo: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("building kernels-gpu for {TARGET} failed (see the errors above)"));
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let ptx: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.contains("\"reason\":\"compiler-artifact\""))
+            .flat_map(json_string_array_items("filenames"))
+            .filter(|f| f.ends_with(".ptx"))
+            .collect();
+        match ptx.as_slice() {
+            [one] => Ok(PathBuf::from(one)),
+            other => Err(format!("expected exactly one .ptx artifact, got {other:?}")),
+        }
+    }
+}
+
+/// Rejects PTX that still calls something outside itself: every call must
+/// have been inlined or linked, or the module fails to load.
+pub fn check_ptx(ptx: &str) -> Result<(), String> {
+    if let Some(line) = ptx.lines().find(|l| l.contains(".extern .func")) {
+        return Err(format!("PTX has an unresolved external function: `{}`", line.trim()));
+    }
+    if !ptx.contains(".entry") {
+        return Err("PTX has no kernel entry point".into());
+    }
+    Ok(())
+}
+
+/// The `.entry` names in a PTX module.
+pub fn ptx_entries(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .filter_map(|l| l.trim().split_once(".entry "))
+        .map(|(_, rest)| rest.trim_end_matches(['(', ' ']).to_owned())
+        .collect()
+}
+
+struct Toolchain {
+    rustc: PathBuf,
+    cargo: PathBuf,
+    llvm_bin: PathBuf,
+}
+
+impl Toolchain {
+    fn detect() -> Result<Self, String> {
+        let rustc = PathBuf::from(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
+        let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        let sysroot = capture(clean_env(Command::new(&rustc)).args(["--print", "sysroot"]))?;
+        let vv = capture(clean_env(Command::new(&rustc)).arg("-vV"))?;
+        let host = vv
+            .lines()
+            .find_map(|l| l.strip_prefix("host: "))
+            .ok_or("rustc -vV printed no host line")?
+            .to_owned();
+        if !vv.contains("-nightly") {
+            return Err(format!("kernels need a nightly rustc (see rust-toolchain.toml), got: {}", vv.lines().next().unwrap_or("")));
+        }
+        let llvm_bin = Path::new(sysroot.trim()).join("lib/rustlib").join(&host).join("bin");
+        if !llvm_bin.join("llvm-link").exists() {
+            return Err(format!(
+                "{} has no llvm-link: run `rustup component add llvm-tools rust-src`",
+                llvm_bin.display()
+            ));
+        }
+        Ok(Toolchain { rustc, cargo, llvm_bin })
+    }
+}
+
+/// Drops what an outer cargo (or build script) exports that would leak into
+/// the nested build: its flags, target, profile and output directories.
+fn clean_env(mut cmd: Command) -> Command {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let leaks = key.starts_with("CARGO_CFG_")
+            || key.starts_with("CARGO_FEATURE_")
+            || key.starts_with("CARGO_PKG_")
+            || key.starts_with("CARGO_PROFILE_")
+            || key.starts_with("CARGO_BUILD_")
+            || key.starts_with("CARGO_TARGET_")
+            || key.starts_with("DEP_")
+            || matches!(
+                key,
+                "RUSTFLAGS"
+                    | "CARGO_ENCODED_RUSTFLAGS"
+                    | "RUSTDOCFLAGS"
+                    | "CARGO_ENCODED_RUSTDOCFLAGS"
+                    | "RUSTC_WRAPPER"
+                    | "RUSTC_WORKSPACE_WRAPPER"
+                    | "CARGO_MANIFEST_DIR"
+                    | "CARGO_MANIFEST_PATH"
+                    | "CARGO_PRIMARY_PACKAGE"
+                    | "CARGO_CRATE_NAME"
+                    | "CARGO_BIN_NAME"
+                    | "OUT_DIR"
+                    | "TARGET"
+                    | "HOST"
+                    | "PROFILE"
+                    | "OPT_LEVEL"
+                    | "DEBUG"
+                    | "NUM_JOBS"
+                    | "RUSTC_LINKER"
+                    | "CARGO_LLVM_COV"
+            );
+        if leaks {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+fn capture(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("running {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn is_newer(artifact: &Path, source: &Path) -> bool {
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    matches!((mtime(artifact), mtime(source)), (Some(a), Some(s)) if a >= s)
+}
+
+/// Items of a JSON string array field `"key":["a","b"]` in one line of
+/// cargo's JSON output (paths from cargo never contain `"` or `,`-escapes we
+/// would need to decode beyond `\\`).
+fn json_string_array_items(key: &'static str) -> impl Fn(&str) -> Vec<&str> {
+    move |line: &str| {
+        let needle = format!("\"{key}\":[");
+        let Some(start) = line.find(&needle) else { return Vec::new() };
+        let rest = &line[start + needle.len()..];
+        let Some(end) = rest.find(']') else { return Vec::new() };
+        rest[..end].split(',').map(|s| s.trim().trim_matches('"')).filter(|s| !s.is_empty()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_entries_and_rejects_externs() {
+        let ptx = ".visible .entry foo(\n.param .align 8 .b8 foo_param_0[16]\n)\n.visible .entry bar(\n";
+        assert_eq!(ptx_entries(ptx), vec!["foo", "bar"]);
+        assert!(check_ptx(ptx).is_ok());
+        let bad = format!("{ptx}\n.extern .func panic_bounds_check()\n");
+        assert!(check_ptx(&bad).unwrap_err().contains("panic_bounds_check"));
+    }
+
+    #[test]
+    fn reads_filenames_from_cargo_json() {
+        let line = r#"{"reason":"compiler-artifact","filenames":["/t/a.ptx","/t/b.d"],"x":1}"#;
+        assert_eq!(json_string_array_items("filenames")(line), vec!["/t/a.ptx", "/t/b.d"]);
+    }
+}

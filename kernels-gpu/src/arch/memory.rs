@@ -1,0 +1,116 @@
+//! Global memory: asynchronous copies into shared memory, vector loads/stores.
+
+/// `cp.async.cg.shared.global` of 16 bytes; when `src_bytes` is 0 nothing is
+/// read and the 16 destination bytes are zero-filled.
+///
+/// # Safety
+/// `dst` must be a 16-byte aligned shared address of the block; `src` a
+/// 16-byte aligned global address readable for `src_bytes` (0 or 16) bytes.
+#[inline(always)]
+pub unsafe fn cp_async_16(dst: u32, src: u64, src_bytes: u32) {
+    core::arch::asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
+        d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
+}
+
+/// `cp.async.commit_group`: closes the group of copies issued so far.
+#[inline(always)]
+pub fn cp_async_commit() {
+    // SAFETY: only bookkeeping of this thread's outstanding copies.
+    unsafe { core::arch::asm!("cp.async.commit_group;", options(nostack)) }
+}
+
+/// `cp.async.wait_group N`: waits until at most `N` groups are pending.
+#[inline(always)]
+pub fn cp_async_wait<const N: u32>() {
+    // SAFETY: waits on this thread's own copies; acts as a compiler barrier
+    // for the shared memory the copies write.
+    unsafe { core::arch::asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
+}
+
+/// `ld.global.nc.b32`: read-only load through the non-coherent cache.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned global address, readable and not written
+/// during the kernel.
+#[inline(always)]
+pub unsafe fn ld_global_nc_u32(addr: u64) -> u32 {
+    let r: u32;
+    core::arch::asm!("ld.global.nc.b32 {r}, [{a}];", r = out(reg32) r, a = in(reg64) addr,
+        options(readonly, nostack, pure));
+    r
+}
+
+/// `ld.global.nc.v4.f32`.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_nc_v4_f32(addr: u64) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    core::arch::asm!("ld.global.nc.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];", a = in(reg64) addr,
+        x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w,
+        options(readonly, nostack, pure));
+    [x, y, z, w]
+}
+
+/// `ld.global.nc.f32`.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_nc_f32(addr: u64) -> f32 {
+    let r: f32;
+    core::arch::asm!("ld.global.nc.f32 {r}, [{a}];", r = out(reg32) r, a = in(reg64) addr,
+        options(readonly, nostack, pure));
+    r
+}
+
+/// `st.global.v4.f32`.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_v4_f32(addr: u64, v: [f32; 4]) {
+    core::arch::asm!("st.global.v4.f32 [{a}], {{{x}, {y}, {z}, {w}}};", a = in(reg64) addr,
+        x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3],
+        options(nostack));
+}
+
+/// `st.global.f32`.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_f32(addr: u64, v: f32) {
+    core::arch::asm!("st.global.f32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack));
+}
+
+/// `st.global.v2.b32` (e.g. four packed 16-bit values).
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_v2_u32(addr: u64, v: [u32; 2]) {
+    core::arch::asm!("st.global.v2.b32 [{a}], {{{x}, {y}}};", a = in(reg64) addr,
+        x = in(reg32) v[0], y = in(reg32) v[1], options(nostack));
+}
+
+/// `st.global.v4.b32` (e.g. eight packed 16-bit values).
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_v4_u32(addr: u64, v: [u32; 4]) {
+    core::arch::asm!("st.global.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}};", a = in(reg64) addr,
+        x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3],
+        options(nostack));
+}
+
+/// `st.global.b32`.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_u32(addr: u64, v: u32) {
+    core::arch::asm!("st.global.b32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack));
+}

@@ -1,0 +1,74 @@
+//! Dynamic shared memory and `.shared` loads/stores.
+
+/// `.shared` window address of the block's dynamic shared memory (sized at
+/// launch; 16-byte aligned because it is requested as `[u32; 4]`).
+#[inline(always)]
+pub fn dynamic_smem_base() -> u32 {
+    let generic = core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<[u32; 4]>();
+    let r: u32;
+    // SAFETY: converts a generic pointer that points into shared memory.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .u64 t; cvta.to.shared.u64 t, {g}; cvt.u32.u64 {r}, t; }}",
+            r = out(reg32) r, g = in(reg64) generic as u64,
+            options(pure, nomem, nostack)
+        );
+    }
+    r
+}
+
+/// `st.shared.f32`.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned address inside the block's shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_f32(addr: u32, v: f32) {
+    core::arch::asm!("st.shared.f32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}
+
+/// `ld.shared.f32`.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned address inside the block's shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_f32(addr: u32) -> f32 {
+    let r: f32;
+    core::arch::asm!("ld.shared.f32 {r}, [{a}];", r = out(reg32) r, a = in(reg32) addr,
+        options(readonly, nostack));
+    r
+}
+
+/// `st.shared.v2.f32`.
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned address inside the block's shared memory.
+#[inline(always)]
+pub unsafe fn st_shared_v2_f32(addr: u32, v: [f32; 2]) {
+    core::arch::asm!("st.shared.v2.f32 [{a}], {{{x}, {y}}};", a = in(reg32) addr,
+        x = in(reg32) v[0], y = in(reg32) v[1], options(nostack));
+}
+
+/// `ld.shared.v2.f32`.
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned address inside the block's shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v2_f32(addr: u32) -> [f32; 2] {
+    let (x, y): (f32, f32);
+    core::arch::asm!("ld.shared.v2.f32 {{{x}, {y}}}, [{a}];", a = in(reg32) addr,
+        x = out(reg32) x, y = out(reg32) y, options(readonly, nostack));
+    [x, y]
+}
+
+/// `ld.shared.v4.f32`.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned address inside the block's shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v4_f32(addr: u32) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    core::arch::asm!("ld.shared.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];", a = in(reg32) addr,
+        x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w,
+        options(readonly, nostack));
+    [x, y, z, w]
+}

@@ -1,0 +1,52 @@
+//! Thread and block indices, barriers.
+use core::arch::nvptx;
+
+#[inline(always)]
+pub fn thread_idx_x() -> u32 {
+    // SAFETY: reads a special register; always valid inside a kernel.
+    unsafe { nvptx::_thread_idx_x() as u32 }
+}
+#[inline(always)]
+pub fn block_dim_x() -> u32 {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_dim_x() as u32 }
+}
+#[inline(always)]
+pub fn block_idx_x() -> u32 {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_x() as u32 }
+}
+#[inline(always)]
+pub fn block_idx_y() -> u32 {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_y() as u32 }
+}
+#[inline(always)]
+pub fn block_idx_z() -> u32 {
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_z() as u32 }
+}
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    thread_idx_x() % 32
+}
+#[inline(always)]
+pub fn warp_id() -> u32 {
+    thread_idx_x() / 32
+}
+
+/// `bar.sync 0`: every thread of the block must reach it (callers keep it
+/// out of divergent code).
+#[inline(always)]
+pub fn sync_threads() {
+    // SAFETY: a barrier has no memory-safety preconditions; reaching it from
+    // all threads is the caller's control-flow obligation (a deadlock, not UB).
+    unsafe { nvptx::_syncthreads() }
+}
+
+/// Stops the kernel with an error (the launch reports `IllegalInstruction`).
+#[inline(always)]
+pub fn trap() -> ! {
+    // SAFETY: `trap` aborts the grid.
+    unsafe { nvptx::trap() }
+}

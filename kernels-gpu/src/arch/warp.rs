@@ -1,0 +1,41 @@
+//! Warp shuffles.
+
+/// `shfl.sync.bfly.b32` over the full warp: value from lane `lane ^ mask`.
+#[inline(always)]
+pub fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
+    let r: f32;
+    // SAFETY: all 32 lanes are active where this is called (full-warp code paths).
+    unsafe {
+        core::arch::asm!(
+            "shfl.sync.bfly.b32 {r}, {v}, {m}, 0x1f, 0xffffffff;",
+            r = out(reg32) r, v = in(reg32) v, m = in(reg32) mask,
+            options(pure, nomem, nostack)
+        );
+    }
+    r
+}
+
+/// Max over the 4 lanes of a quad (lanes sharing `lane / 4`).
+#[inline(always)]
+pub fn quad_max(v: f32) -> f32 {
+    let v = v.max(shfl_xor_f32(v, 1));
+    v.max(shfl_xor_f32(v, 2))
+}
+
+/// Sum over the 4 lanes of a quad.
+#[inline(always)]
+pub fn quad_sum(v: f32) -> f32 {
+    let v = v + shfl_xor_f32(v, 1);
+    v + shfl_xor_f32(v, 2)
+}
+
+/// Max over the whole warp.
+#[inline(always)]
+pub fn warp_max(mut v: f32) -> f32 {
+    let mut m = 16;
+    while m > 0 {
+        v = v.max(shfl_xor_f32(v, m));
+        m /= 2;
+    }
+    v
+}

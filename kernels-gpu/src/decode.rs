@@ -1,0 +1,336 @@
+//! The decode-attention kernel body, generic over the KV format and head dim.
+//!
+//! One block computes, for one work item (a sequence's key range), one kv
+//! head (grid y) and one chunk of packed rows (grid z), every query row that
+//! shares the kv head: rows are `token * group + head_in_group`, so each K/V
+//! byte is read once for all `group × q_len` rows (GQA head packing).
+//!
+//! Warps form a `warps_m × warps_k` grid: warp (wm, wk) owns mma row tile
+//! `wm` (16 rows) and the 16-key steps `wk, wk + warps_k, …` of every stage.
+//! Stages of `keys_per_stage` K and V rows are copied global → shared with
+//! `cp.async` (`PIPELINE_STAGES` deep) and read with `ldmatrix`; S = Q·Kᵀ and
+//! O += P·V run on `mma.sync.m16n8k16` with fp32 accumulators and an online
+//! softmax in base 2. At the end the `warps_k` partial states of each row are
+//! merged in shared memory and the block writes either the final output or,
+//! for a split sequence, an fp32 partial plus its log-sum-exp.
+
+use decode_attn_abi::{acc_pitch, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M, PIPELINE_STAGES};
+
+use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
+use crate::format::{swizzled, Half, KvFormat, RowSource};
+use crate::state;
+
+/// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
+#[derive(Clone, Copy)]
+struct RowInfo {
+    /// Row within the block.
+    local: u32,
+    /// Whether the row exists (the last chunk's tile may be partly empty).
+    valid: bool,
+    token: u32,
+    head: u32,
+    /// Keys `< limit` are visible to this row (causal among new tokens, and
+    /// the work item's end).
+    limit: u32,
+}
+
+#[inline(always)]
+fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
+    let global = row0 + local;
+    let valid = local < p.rows_per_block && global < p.group * p.q_len;
+    let token = if valid { global / p.group } else { 0 };
+    let head = kvh * p.group + if valid { global % p.group } else { 0 };
+    // Token i (of q_len new ones) sees keys t < seq_len - q_len + 1 + i.
+    let causal = seq_len - p.q_len + 1 + token;
+    let limit = if valid && causal < item.kv_end { causal } else { item.kv_end };
+    RowInfo { local, valid, token, head, limit }
+}
+
+/// Byte address of element 0 of row (batch, token, head) of a
+/// `[batch, q_len, num_q_heads, D]` tensor of 2-byte values.
+#[inline(always)]
+fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u32, token: u32, head: u32) -> u64 {
+    base + (((batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64) * D as u64) * 2
+}
+
+/// # Safety
+/// Launched by the host with the grid, block and shared memory the planner
+/// computed for these params (see the module docs), on buffers it validated.
+#[inline(always)]
+pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize>(p: &DecodeParams) {
+    const { assert!(KC * 16 == D && NT * 8 == D && NT % 2 == 0) };
+    let cfg = const { tile_config(F::FORMAT, D as u32) };
+    let kt = cfg.keys_per_stage;
+
+    let tid = thread::thread_idx_x();
+    let nthreads = thread::block_dim_x();
+    let lane = tid % 32;
+    let warp = tid / 32;
+    let warp_m = warp % p.warps_m;
+    let warp_k = warp / p.warps_m;
+
+    let item = *(p.work as *const WorkItem).add(thread::block_idx_x() as usize);
+    let kvh = thread::block_idx_y();
+    let row0 = thread::block_idx_z() * p.rows_per_block;
+    let batch = item.batch;
+    let seq_len = *(p.seq_lens as *const u32).add(batch as usize);
+
+    let g = lane / 4;
+    let c2 = (lane % 4) * 2;
+    let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * MMA_M + g);
+    let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * MMA_M + g + 8);
+
+    let smem = shared::dynamic_smem_base();
+    // Q as mma A fragments: in registers, loaded once (missing rows are
+    // zeros); for large head dims staged in shared memory instead and read
+    // with ldmatrix at each step, leaving the registers to the O accumulator.
+    let q_smem = const { q_in_smem(D as u32) };
+    let q_tile = smem + cfg.pipeline_bytes();
+    let mut qf = [[0u32; 4]; KC];
+    if q_smem {
+        stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
+    } else {
+        let qa_addr = qo_row_addr::<D>(p.q, p, batch, ra.token, ra.head);
+        let qb_addr = qo_row_addr::<D>(p.q, p, batch, rb.token, rb.head);
+        let load_q = |valid: bool, addr: u64, dim: u32| if valid { memory::ld_global_nc_u32(addr + dim as u64 * 2) } else { 0 };
+        for (kc, f) in qf.iter_mut().enumerate() {
+            let d = kc as u32 * 16 + c2;
+            *f = [load_q(ra.valid, qa_addr, d), load_q(rb.valid, qb_addr, d), load_q(ra.valid, qa_addr, d + 8), load_q(rb.valid, qb_addr, d + 8)];
+        }
+    }
+
+    let k_src = RowSource { base: p.k + batch as u64 * p.k_stride_batch + kvh as u64 * p.k_stride_head, token_stride: p.k_stride_token };
+    let v_src = RowSource { base: p.v + batch as u64 * p.v_stride_batch + kvh as u64 * p.v_stride_head, token_stride: p.v_stride_token };
+    let k_tile = |stage: u32| smem + stage * cfg.stage_bytes();
+    let v_tile = |stage: u32| k_tile(stage) + kt * cfg.row_bytes;
+    let load_stage = |t: u32| {
+        let stage = t % PIPELINE_STAGES;
+        let first = item.kv_start + t * kt;
+        F::load_rows::<D>(k_src, k_tile(stage), first, item.kv_end, kt, tid, nthreads);
+        F::load_rows::<D>(v_src, v_tile(stage), first, item.kv_end, kt, tid, nthreads);
+    };
+
+    let n_tiles = (item.kv_end - item.kv_start).div_ceil(kt);
+    for t in 0..PIPELINE_STAGES - 1 {
+        if t < n_tiles {
+            load_stage(t);
+        }
+        memory::cp_async_commit();
+    }
+
+    // Keys at or past this may be masked for some row of the block.
+    let causal0 = seq_len - p.q_len + 1;
+    let mask_from = if causal0 < item.kv_end { causal0 } else { item.kv_end };
+
+    let mut o = [[0f32; 4]; NT];
+    let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    let (mut l_a, mut l_b) = (0f32, 0f32);
+
+    for t in 0..n_tiles {
+        memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
+        thread::sync_threads();
+        // The stage refilled here was consumed in step t - 1, which every
+        // warp finished before the barrier above.
+        if t + PIPELINE_STAGES - 1 < n_tiles {
+            load_stage(t + PIPELINE_STAGES - 1);
+        }
+        memory::cp_async_commit();
+
+        let stage = t % PIPELINE_STAGES;
+        let tile_first = item.kv_start + t * kt;
+        let mut sub = warp_k * KEYS_PER_WARP_STEP;
+        while sub < kt && tile_first + sub < item.kv_end {
+            let key0 = tile_first + sub;
+            // S = Q Kᵀ for 16 keys: two n8 tiles.
+            let mut s = [[0f32; 4]; 2];
+            for (kc, qk) in qf.iter().enumerate() {
+                let qk = if q_smem { q_fragment::<D>(q_tile, warp_m, kc as u32, lane) } else { *qk };
+                let b = F::k_fragment::<D>(k_tile(stage), sub, kc as u32, lane);
+                s[0] = F::Compute::mma(qk, [b[0], b[1]], s[0]);
+                s[1] = F::Compute::mma(qk, [b[2], b[3]], s[1]);
+            }
+            // Constant-index loops (not iterators) so `s` stays in registers.
+            let masked = key0 + KEYS_PER_WARP_STEP > mask_from;
+            #[allow(clippy::needless_range_loop)]
+            for n in 0..2 {
+                for e in 0..4 {
+                    let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
+                    let limit = if e < 2 { ra.limit } else { rb.limit };
+                    s[n][e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[n][e] * p.scale_log2 };
+                }
+            }
+
+            let mx_a = warp::quad_max(s[0][0].max(s[0][1]).max(s[1][0]).max(s[1][1]));
+            let mx_b = warp::quad_max(s[0][2].max(s[0][3]).max(s[1][2]).max(s[1][3]));
+            let new_a = m_a.max(mx_a);
+            let new_b = m_b.max(mx_b);
+            let alpha_a = state::rescale(m_a, new_a);
+            let alpha_b = state::rescale(m_b, new_b);
+            let (base_a, base_b) = (state::safe_max(new_a), state::safe_max(new_b));
+            m_a = new_a;
+            m_b = new_b;
+            for tile in s.iter_mut() {
+                tile[0] = ex2(tile[0] - base_a);
+                tile[1] = ex2(tile[1] - base_a);
+                tile[2] = ex2(tile[2] - base_b);
+                tile[3] = ex2(tile[3] - base_b);
+            }
+            l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
+            l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
+            for acc in o.iter_mut() {
+                acc[0] *= alpha_a;
+                acc[1] *= alpha_a;
+                acc[2] *= alpha_b;
+                acc[3] *= alpha_b;
+            }
+
+            // P (C layout of two n8 tiles) is exactly an A fragment of m16k16.
+            type H<F> = <F as KvFormat>::Compute;
+            let pa = [
+                H::<F>::pack(s[0][0], s[0][1]),
+                H::<F>::pack(s[0][2], s[0][3]),
+                H::<F>::pack(s[1][0], s[1][1]),
+                H::<F>::pack(s[1][2], s[1][3]),
+            ];
+            for np in 0..NT / 2 {
+                let b = F::v_fragment::<D>(v_tile(stage), sub, np as u32, lane);
+                o[2 * np] = F::Compute::mma(pa, [b[0], b[1]], o[2 * np]);
+                o[2 * np + 1] = F::Compute::mma(pa, [b[2], b[3]], o[2 * np + 1]);
+            }
+            sub += p.warps_k * KEYS_PER_WARP_STEP;
+        }
+    }
+    memory::cp_async_wait::<0>();
+    thread::sync_threads();
+
+    epilogue::<F, D, NT>(p, &item, kvh, row0, warp_k, lane, [ra, rb], [m_a, m_b], [warp::quad_sum(l_a), warp::quad_sum(l_b)], &o, smem);
+}
+
+/// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
+/// row) into the swizzled shared tile at `q_tile`, in the first cp.async
+/// group, which the first pipeline wait covers.
+#[inline(always)]
+unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, q_tile: u32, tid: u32, nthreads: u32) {
+    let chunks_per_row = (D / 8) as u32;
+    let rows_total = p.group * p.q_len;
+    let mut c = tid;
+    while c < p.warps_m * MMA_M * chunks_per_row {
+        let local = c / chunks_per_row;
+        let chunk = c % chunks_per_row;
+        let global = row0 + local;
+        let valid = local < p.rows_per_block && global < rows_total;
+        let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
+        let src = qo_row_addr::<D>(p.q, p, batch, token, head) + chunk as u64 * 16;
+        memory::cp_async_16(q_tile + swizzled(local, chunk, (D * 2) as u32), src, if valid { 16 } else { 0 });
+        c += nthreads;
+    }
+}
+
+/// A fragment of Q rows `16 * warp_m ..` and head dims `16 * kc ..` from the
+/// shared tile written by [`stage_q`].
+#[inline(always)]
+unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u32) -> [u32; 4] {
+    // Matrix j = lane / 8: rows (j % 2) * 8 .. +8, dims 16 kc + (j / 2) * 8 .. +8.
+    let j = lane / 8;
+    let row = warp_m * MMA_M + (j % 2) * 8 + lane % 8;
+    mma::ldmatrix_x4(q_tile + swizzled(row, kc * 2 + j / 2, (D * 2) as u32))
+}
+
+/// Merges the `warps_k` states of each row in shared memory (the pipeline's
+/// buffers are free now) and writes the block's rows.
+#[inline(always)]
+unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
+    p: &DecodeParams,
+    item: &WorkItem,
+    kvh: u32,
+    row0: u32,
+    warp_k: u32,
+    lane: u32,
+    rows: [RowInfo; 2],
+    m: [f32; 2],
+    l: [f32; 2],
+    o: &[[f32; 4]; NT],
+    smem: u32,
+) {
+    let tid = thread::thread_idx_x();
+    let nthreads = thread::block_dim_x();
+    let block_rows = p.warps_m * MMA_M;
+    let pitch = acc_pitch(D as u32);
+    let acc = smem;
+    let m_smem = acc + 4 * block_rows * pitch;
+    let l_smem = m_smem + 4 * p.warps_k * block_rows;
+    let fin_smem = l_smem + 4 * p.warps_k * block_rows;
+
+    if lane % 4 == 0 {
+        for (r, row) in rows.iter().enumerate() {
+            shared::st_shared_f32(m_smem + 4 * (warp_k * block_rows + row.local), m[r]);
+            shared::st_shared_f32(l_smem + 4 * (warp_k * block_rows + row.local), l[r]);
+        }
+    }
+    thread::sync_threads();
+
+    // Each thread merges its two rows' states over warps_k (cheap, no sync).
+    let mut my_scale = [0f32; 2];
+    for (r, row) in rows.iter().enumerate() {
+        let mut big_m = f32::NEG_INFINITY;
+        for k in 0..p.warps_k {
+            big_m = big_m.max(shared::ld_shared_f32(m_smem + 4 * (k * block_rows + row.local)));
+        }
+        let mut big_l = 0f32;
+        for k in 0..p.warps_k {
+            let mk = shared::ld_shared_f32(m_smem + 4 * (k * block_rows + row.local));
+            big_l += shared::ld_shared_f32(l_smem + 4 * (k * block_rows + row.local)) * state::rescale(mk, big_m);
+        }
+        my_scale[r] = state::rescale(m[r], big_m);
+        if warp_k == 0 && lane % 4 == 0 {
+            let (inv_l, lse) = state::finish(big_m, big_l);
+            shared::st_shared_v2_f32(fin_smem + 8 * row.local, [inv_l, lse]);
+        }
+    }
+
+    // Sum the rescaled accumulators, one warp_k at a time (deterministic).
+    for k in 0..p.warps_k {
+        if warp_k == k {
+            for (nt, frag) in o.iter().enumerate() {
+                for (r, row) in rows.iter().enumerate() {
+                    let addr = acc + 4 * (row.local * pitch + nt as u32 * 8 + (lane % 4) * 2);
+                    let mut v = [frag[2 * r] * my_scale[r], frag[2 * r + 1] * my_scale[r]];
+                    if k > 0 {
+                        let old = shared::ld_shared_v2_f32(addr);
+                        v[0] += old[0];
+                        v[1] += old[1];
+                    }
+                    shared::st_shared_v2_f32(addr, v);
+                }
+            }
+        }
+        thread::sync_threads();
+    }
+
+    let rows_total = p.group * p.q_len;
+    let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
+    let quads_per_row = (D / 4) as u32;
+    let mut idx = tid;
+    while idx < rows_here * quads_per_row {
+        let r = idx / quads_per_row;
+        let c = (idx % quads_per_row) * 4;
+        let v = shared::ld_shared_v4_f32(acc + 4 * (r * pitch + c));
+        let fin = shared::ld_shared_v2_f32(fin_smem + 8 * r);
+        let global = row0 + r;
+        let token = global / p.group;
+        let head = kvh * p.group + global % p.group;
+        let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
+        if item.partial_slot == DIRECT_OUTPUT {
+            let addr = qo_row_addr::<D>(p.o, p, item.batch, token, head) + c as u64 * 2;
+            type H<F> = <F as KvFormat>::Compute;
+            memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
+        } else {
+            let row = (item.partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+            memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
+            if c == 0 {
+                memory::st_global_f32(p.partial_lse + 4 * row, fin[1]);
+            }
+        }
+        idx += nthreads;
+    }
+}

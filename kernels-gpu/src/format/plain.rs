@@ -1,0 +1,60 @@
+//! bf16 / fp16 caches: rows of D 16-bit values, copied to shared memory as
+//! is and fed to the tensor cores through `ldmatrix`.
+
+use core::marker::PhantomData;
+
+use super::{swizzled, Bf16, Half, KvFormat, RowSource, F16};
+use crate::arch::{memory, mma};
+
+pub struct PlainKv<H>(PhantomData<H>);
+
+pub trait PlainFormatId {
+    const FORMAT: decode_attn_abi::KvFormat;
+}
+impl PlainFormatId for Bf16 {
+    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Bf16;
+}
+impl PlainFormatId for F16 {
+    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::F16;
+}
+
+impl<H: Half + PlainFormatId> KvFormat for PlainKv<H> {
+    const FORMAT: decode_attn_abi::KvFormat = H::FORMAT;
+    type Compute = H;
+
+    #[inline(always)]
+    unsafe fn load_rows<const D: usize>(src: RowSource, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        let chunks_per_row = (D / 8) as u32;
+        let row_bytes = (D * 2) as u32;
+        let mut c = tid;
+        while c < keys * chunks_per_row {
+            let row = c / chunks_per_row;
+            let chunk = c % chunks_per_row;
+            let key = first + row;
+            let in_range = key < end;
+            // Out-of-range rows read nothing; their address stays a valid one.
+            let src_key = if in_range { key } else { first };
+            let addr = src.base + src_key as u64 * src.token_stride + (chunk as u64) * 16;
+            memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if in_range { 16 } else { 0 });
+            c += nthreads;
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
+        // Matrix j = lane / 8: keys (j / 2) * 8 .. +8, dims 16 kc + (j % 2) * 8 .. +8.
+        let j = lane / 8;
+        let row = key + (j / 2) * 8 + lane % 8;
+        let chunk = kc * 2 + j % 2;
+        mma::ldmatrix_x4(tile + swizzled(row, chunk, (D * 2) as u32))
+    }
+
+    #[inline(always)]
+    unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
+        // Matrix j: keys (j % 2) * 8 .. +8, dims 16 np + (j / 2) * 8 .. +8, transposed.
+        let j = lane / 8;
+        let row = key + (j % 2) * 8 + lane % 8;
+        let chunk = np * 2 + j / 2;
+        mma::ldmatrix_x4_trans(tile + swizzled(row, chunk, (D * 2) as u32))
+    }
+}

@@ -1,0 +1,58 @@
+//! Split-KV merge: combines the normalized fp32 partials of a split sequence
+//! with log-sum-exp weights, `O = Σ 2^(lse_s - M) O_s / Σ 2^(lse_s - M)`,
+//! and writes the final 16-bit output. One warp per (token, head) row; an
+//! all-masked partial has lse = -inf and weight 0.
+
+use decode_attn_abi::{MergeItem, MergeParams, MERGE_ROWS_PER_BLOCK};
+
+use crate::arch::{math::{ex2, rcp}, memory, thread, warp};
+use crate::format::Half;
+use crate::state;
+
+/// # Safety
+/// Launched with the grid/block in `MergeParams`' docs, after the attention
+/// kernel wrote every slot named by the merge items.
+#[inline(always)]
+pub unsafe fn merge<H: Half, const D: usize>(p: &MergeParams) {
+    const { assert!(D % 64 == 0 || D == 64) };
+    let per_lane = D / 32;
+    let lane = thread::lane_id();
+    let item = *(p.merge as *const MergeItem).add(thread::block_idx_x() as usize);
+    let rows = p.q_len * p.num_q_heads;
+    let row = thread::block_idx_y() * MERGE_ROWS_PER_BLOCK + thread::warp_id();
+    if row >= rows {
+        return;
+    }
+    let slot_row = |s: u32| (item.first_slot + s) as u64 * rows as u64 + row as u64;
+
+    let mut big_m = f32::NEG_INFINITY;
+    let mut s = lane;
+    while s < item.num_slots {
+        big_m = big_m.max(memory::ld_global_nc_f32(p.partial_lse + 4 * slot_row(s)));
+        s += 32;
+    }
+    let base = state::safe_max(warp::warp_max(big_m));
+
+    let mut acc = [0f32; 8];
+    let mut weight_sum = 0f32;
+    for s in 0..item.num_slots {
+        let w = ex2(memory::ld_global_nc_f32(p.partial_lse + 4 * slot_row(s)) - base);
+        weight_sum += w;
+        let src = p.partial_o + 4 * (slot_row(s) * D as u64 + (lane as usize * per_lane) as u64);
+        for j in 0..per_lane {
+            acc[j] += w * memory::ld_global_nc_f32(src + 4 * j as u64);
+        }
+    }
+    // At least one slot holds key 0, visible to every row: weight_sum > 0.
+    let inv = rcp(weight_sum);
+    let token = row / p.num_q_heads;
+    let head = row % p.num_q_heads;
+    let dst = p.o
+        + 2 * (((item.batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64) * D as u64
+            + (lane as usize * per_lane) as u64);
+    let mut j = 0;
+    while j < per_lane {
+        memory::st_global_u32(dst + 2 * j as u64, H::pack(acc[j] * inv, acc[j + 1] * inv));
+        j += 2;
+    }
+}

@@ -1,0 +1,36 @@
+//! Online-softmax state algebra, in base 2. A state is `(m, l)` with `m` the
+//! running max of the (base-2) logits and `l = Σ 2^(s - m)`; the output
+//! accumulator is scaled alongside. Written once, used for the per-step
+//! update, the merge across warps of a block and (in `merge.rs`) across splits.
+
+use crate::arch::math::ex2;
+
+/// The value to subtract from logits when the max is `m`. An empty state has
+/// `m = -inf`; subtracting it would give `-inf - (-inf) = NaN`, so empty
+/// states use 0 instead (every term is then `2^-inf = 0`).
+#[inline(always)]
+pub fn safe_max(m: f32) -> f32 {
+    if m == f32::NEG_INFINITY {
+        0.0
+    } else {
+        m
+    }
+}
+
+/// Factor that rescales a state with max `m_old` to the new max `m_new`.
+#[inline(always)]
+pub fn rescale(m_old: f32, m_new: f32) -> f32 {
+    ex2(m_old - safe_max(m_new))
+}
+
+/// `1 / l` and the base-2 log-sum-exp `m + log2(l)` of a finished state;
+/// an empty state (`l == 0`: every key masked) gives `(0, -inf)`, so its
+/// output is 0 and its weight in a merge is 0.
+#[inline(always)]
+pub fn finish(m: f32, l: f32) -> (f32, f32) {
+    if l > 0.0 {
+        (crate::arch::math::rcp(l), m + crate::arch::math::lg2(l))
+    } else {
+        (0.0, f32::NEG_INFINITY)
+    }
+}
