@@ -12,11 +12,12 @@
 
 pub mod arch;
 pub mod decode;
+pub mod fill;
 pub mod format;
 pub mod merge;
 pub mod state;
 
-use decode_attn_abi::{DecodeParams, MergeParams};
+use decode_attn_abi::{DecodeParams, FillParams, MergeParams};
 use format::{Bf16, PlainKv, F16};
 
 #[panic_handler]
@@ -66,4 +67,22 @@ merge_kernels! {
     merge_f16_d64 => F16, 64;
     merge_f16_d128 => F16, 128;
     merge_f16_d256 => F16, 256;
+}
+
+/// Fills a bf16 buffer with `fill_value`s (test and benchmark inputs).
+///
+/// # Safety
+/// See `fill::fill`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn fill_random_bf16(p: FillParams) {
+    fill::fill::<Bf16>(&p)
+}
+
+/// Fills an f16 buffer with `fill_value`s.
+///
+/// # Safety
+/// See `fill::fill`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn fill_random_f16(p: FillParams) {
+    fill::fill::<F16>(&p)
 }

@@ -93,3 +93,27 @@ const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
 const _: () = assert!(core::mem::size_of::<DecodeParams>() == 144);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 112);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);
+
+/// Parameters of the random-fill kernels (test and benchmark inputs):
+/// element `i` gets `(hash(seed, i) % 255 - 127) / 64`, exact in bf16 and f16.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FillParams {
+    /// 4-byte aligned device address of `len` 16-bit elements.
+    pub ptr: u64,
+    /// Element count; must be even.
+    pub len: u64,
+    pub seed: u64,
+}
+
+/// The value the fill kernels write at `index` (also computed on the host).
+pub const fn fill_value(seed: u64, index: u64) -> f32 {
+    let mut z = seed.wrapping_add(index.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    ((z % 255) as i32 - 127) as f32 / 64.0
+}
+
+pub const FILL_KERNEL_BF16: &str = "fill_random_bf16";
+pub const FILL_KERNEL_F16: &str = "fill_random_f16";

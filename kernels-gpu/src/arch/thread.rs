@@ -50,3 +50,9 @@ pub fn trap() -> ! {
     // SAFETY: `trap` aborts the grid.
     unsafe { nvptx::trap() }
 }
+
+#[inline(always)]
+pub fn grid_dim_x() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_grid_dim_x() as u32 }
+}

@@ -1,0 +1,74 @@
+//! Validation of the buffers handed to `run` against a plan. Pure: takes
+//! addresses and lengths, so every rejection is tested without a GPU.
+
+use decode_attn_abi::{Dtype, KvFormat};
+
+use crate::error::{ensure, Result};
+use crate::plan::Plan;
+use crate::tensor::ElemType;
+
+/// Address, length (elements) and element type of one buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferDesc {
+    pub addr: u64,
+    pub len: usize,
+    pub elem: ElemType,
+}
+
+/// The buffers of one `run` call.
+#[derive(Clone, Copy, Debug)]
+pub struct RunBuffers {
+    pub q: BufferDesc,
+    pub k: BufferDesc,
+    pub v: BufferDesc,
+    pub o: BufferDesc,
+    pub workspace_bytes: usize,
+}
+
+pub fn dtype_elem(d: Dtype) -> ElemType {
+    match d {
+        Dtype::Bf16 => ElemType::Bf16,
+        Dtype::F16 => ElemType::F16,
+    }
+}
+
+/// Element type a cache of this format is stored in.
+pub fn kv_elem(f: KvFormat) -> ElemType {
+    match f {
+        KvFormat::Bf16 => ElemType::Bf16,
+        KvFormat::F16 => ElemType::F16,
+    }
+}
+
+fn check_buffer(name: &str, b: &BufferDesc, elem: ElemType, min_len: u64) -> Result<()> {
+    ensure(b.elem == elem, name, format!("{} elements", elem.name()), format!("{} elements", b.elem.name()))?;
+    ensure(b.addr != 0, name, "a non-null device pointer", "null")?;
+    ensure(b.addr % 16 == 0, name, "a 16-byte aligned device pointer", format!("{:#x}", b.addr))?;
+    ensure(b.len as u64 >= min_len, name, format!("at least {min_len} elements"), b.len)?;
+    Ok(())
+}
+
+/// Checks every buffer of a `run` call against the plan.
+pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
+    let shape = &plan.shape;
+    let qo_elem = dtype_elem(shape.dtype);
+    check_buffer("q", &bufs.q, qo_elem, shape.q_elems())?;
+    check_buffer("o", &bufs.o, qo_elem, shape.q_elems())?;
+    // validate() made sure the extent does not overflow.
+    let kv_len = shape.kv_elems_required().unwrap_or(u64::MAX);
+    let kv = kv_elem(shape.kv_format);
+    check_buffer("k", &bufs.k, kv, kv_len)?;
+    check_buffer("v", &bufs.v, kv, kv_len)?;
+    let o_end = bufs.o.addr + (shape.q_elems() * 2);
+    for (name, other) in [("q", &bufs.q), ("k", &bufs.k), ("v", &bufs.v)] {
+        let end = other.addr + (other.len * other.elem.size_bytes()) as u64;
+        ensure(o_end <= other.addr || end <= bufs.o.addr, "o", format!("a buffer that does not overlap `{name}`"), "an overlapping one")?;
+    }
+    ensure(
+        bufs.workspace_bytes >= plan.workspace_bytes(),
+        "workspace",
+        format!("at least {} bytes (Plan::workspace_bytes)", plan.workspace_bytes()),
+        bufs.workspace_bytes,
+    )?;
+    Ok(())
+}

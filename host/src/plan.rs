@@ -1,0 +1,353 @@
+//! Planning: shape + sequence lengths + device properties → launch
+//! configuration, work list and workspace layout. Pure CPU code with no CUDA
+//! types, so every decision here is unit-tested without a GPU.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use decode_attn_abi::{
+    decode_smem_bytes, tile_config, MergeItem, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M,
+    MERGE_ROWS_PER_BLOCK, MMA_M,
+};
+
+use crate::error::{ensure, Error, Result};
+use crate::shape::DecodeShape;
+
+/// What the planner needs to know about the GPU (read from the device by
+/// `DecodeAttention::new`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub sm_count: u32,
+    /// Dynamic + static shared memory one block may opt in to.
+    pub max_smem_per_block: u32,
+    pub max_smem_per_sm: u32,
+    pub max_threads_per_sm: u32,
+    pub regs_per_sm: u32,
+    pub l2_bytes: u32,
+}
+
+impl DeviceInfo {
+    /// An H100 SXM's figures, for tests and examples that run without a GPU.
+    pub const H100_SXM: DeviceInfo = DeviceInfo {
+        sm_count: 132,
+        max_smem_per_block: 227 * 1024,
+        max_smem_per_sm: 228 * 1024,
+        max_threads_per_sm: 2048,
+        regs_per_sm: 65536,
+        l2_bytes: 50 * 1024 * 1024,
+    };
+}
+
+/// What the compiled attention kernel allows (from `cuFuncGetAttribute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    pub max_threads_per_block: u32,
+    pub regs_per_thread: u32,
+}
+
+/// How a sequence's keys are divided among blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SplitPolicy {
+    /// Split only when one block per (sequence, kv head) would not fill the
+    /// GPU; then pick the chunk size that minimizes the estimated time.
+    #[default]
+    Auto,
+    /// One block per (sequence, kv head, row chunk); no merge.
+    Never,
+    /// Chunks of this many keys (rounded up to a whole pipeline stage).
+    ChunkKeys(u32),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PlanOptions {
+    pub split: SplitPolicy,
+}
+
+/// A launch plan for one shape and one set of sequence lengths.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub(crate) id: u64,
+    pub(crate) shape: DecodeShape,
+    pub(crate) seq_lens: Vec<u32>,
+    /// Attention blocks' work, longest chunks first.
+    pub(crate) work: Vec<WorkItem>,
+    /// Split sequences to merge.
+    pub(crate) merges: Vec<MergeItem>,
+    /// fp32 partial slots (one per chunk of a split sequence).
+    pub(crate) num_slots: u32,
+    /// Keys per chunk (`u32::MAX` when no sequence is split).
+    pub(crate) chunk_keys: u32,
+    pub(crate) warps_m: u32,
+    pub(crate) warps_k: u32,
+    /// Packed query rows per block (`16 * warps_m`).
+    pub(crate) rows_per_block: u32,
+    /// Blocks along grid z, covering `group * q_len` rows.
+    pub(crate) row_chunks: u32,
+    pub(crate) smem_bytes: u32,
+    /// Attention blocks resident per SM with this configuration.
+    pub(crate) blocks_per_sm: u32,
+    pub(crate) layout: WorkspaceLayout,
+}
+
+/// Byte offsets inside the workspace buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkspaceLayout {
+    pub work: usize,
+    pub seq_lens: usize,
+    pub merges: usize,
+    /// Bytes of the metadata region (work, seq_lens, merges) uploaded per plan.
+    pub metadata_bytes: usize,
+    pub partial_o: usize,
+    pub partial_lse: usize,
+    pub total_bytes: usize,
+}
+
+impl Plan {
+    pub fn shape(&self) -> &DecodeShape {
+        &self.shape
+    }
+    pub fn seq_lens(&self) -> &[u32] {
+        &self.seq_lens
+    }
+    pub fn work(&self) -> &[WorkItem] {
+        &self.work
+    }
+    pub fn merges(&self) -> &[MergeItem] {
+        &self.merges
+    }
+    pub fn num_slots(&self) -> u32 {
+        self.num_slots
+    }
+    pub fn chunk_keys(&self) -> u32 {
+        self.chunk_keys
+    }
+    pub fn warps_m(&self) -> u32 {
+        self.warps_m
+    }
+    pub fn warps_k(&self) -> u32 {
+        self.warps_k
+    }
+    pub fn rows_per_block(&self) -> u32 {
+        self.rows_per_block
+    }
+    pub fn row_chunks(&self) -> u32 {
+        self.row_chunks
+    }
+    pub fn smem_bytes(&self) -> u32 {
+        self.smem_bytes
+    }
+    pub fn blocks_per_sm(&self) -> u32 {
+        self.blocks_per_sm
+    }
+    pub fn layout(&self) -> &WorkspaceLayout {
+        &self.layout
+    }
+    /// Threads per attention block.
+    pub fn block_threads(&self) -> u32 {
+        32 * self.warps_m * self.warps_k
+    }
+    /// Attention grid: (work items, kv heads, row chunks).
+    pub fn grid(&self) -> (u32, u32, u32) {
+        (self.work.len() as u32, self.shape.num_kv_heads, self.row_chunks)
+    }
+    /// Merge grid: (merge items, row groups).
+    pub fn merge_grid(&self) -> (u32, u32, u32) {
+        let rows = self.shape.q_len * self.shape.num_q_heads;
+        (self.merges.len() as u32, rows.div_ceil(MERGE_ROWS_PER_BLOCK), 1)
+    }
+    /// Device workspace this plan needs (metadata + fp32 partials).
+    pub fn workspace_bytes(&self) -> usize {
+        self.layout.total_bytes
+    }
+    /// Largest number of chunks any sequence was split into.
+    pub fn max_splits(&self) -> u32 {
+        self.merges.iter().map(|m| m.num_slots).max().unwrap_or(1)
+    }
+    /// The metadata region's bytes, as the kernels read them.
+    pub fn metadata(&self) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.layout.metadata_bytes];
+        let put = |bytes: &mut [u8], at: usize, src: &[u8]| bytes[at..at + src.len()].copy_from_slice(src);
+        put(&mut bytes, self.layout.work, bytemuck::cast_slice(&work_words(&self.work)));
+        put(&mut bytes, self.layout.seq_lens, bytemuck::cast_slice(&self.seq_lens));
+        put(&mut bytes, self.layout.merges, bytemuck::cast_slice(&merge_words(&self.merges)));
+        bytes
+    }
+}
+
+fn work_words(work: &[WorkItem]) -> Vec<u32> {
+    work.iter().flat_map(|w| [w.batch, w.kv_start, w.kv_end, w.partial_slot]).collect()
+}
+fn merge_words(merges: &[MergeItem]) -> Vec<u32> {
+    merges.iter().flat_map(|m| [m.batch, m.first_slot, m.num_slots, 0]).collect()
+}
+
+const ALIGN: usize = 256;
+fn align_up(x: usize) -> usize {
+    x.div_ceil(ALIGN) * ALIGN
+}
+
+static NEXT_PLAN_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Block shape for `rows` packed rows: warps along M cover up to
+/// `MAX_WARPS_M * 16` rows, warps along K take the rest of the warp budget.
+pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32, u32) {
+    let warps_m = rows.div_ceil(MMA_M).clamp(1, MAX_WARPS_M);
+    let max_warps = MAX_WARPS.min(kernel.max_threads_per_block / 32).max(warps_m);
+    let max_k = (keys_per_stage / KEYS_PER_WARP_STEP).max(1);
+    let mut warps_k = 4.min(max_k);
+    while warps_k > 1 && warps_m * warps_k > max_warps {
+        warps_k /= 2;
+    }
+    (warps_m, warps_k)
+}
+
+/// Blocks of `threads` threads using `smem` bytes that fit on one SM.
+pub fn blocks_per_sm(dev: &DeviceInfo, kernel: &KernelInfo, threads: u32, smem: u32) -> u32 {
+    // The driver reserves 1 KiB of shared memory per block.
+    let by_smem = dev.max_smem_per_sm / (smem + 1024);
+    // Registers are allocated per warp in units of 256.
+    let regs_per_warp = (kernel.regs_per_thread.max(1) * 32).div_ceil(256) * 256;
+    let by_regs = dev.regs_per_sm / (regs_per_warp * threads.div_ceil(32));
+    let by_threads = dev.max_threads_per_sm / threads;
+    by_smem.min(by_regs).min(by_threads).min(32)
+}
+
+/// Chunk size (keys) for `Auto`: the smallest estimated time, where a block
+/// costs its keys plus a fixed overhead (pipeline fill and epilogue, about
+/// two stages of keys), and the kernel takes at least its longest block and
+/// at least the total work spread over one wave of resident blocks.
+pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u32, wave: u64) -> u32 {
+    let max_len = seq_lens.iter().copied().max().unwrap_or(1).max(1);
+    let unsplit_blocks = seq_lens.len() as u64 * blocks_per_len;
+    if unsplit_blocks >= wave {
+        return u32::MAX;
+    }
+    let overhead = 2 * keys_per_stage as u64;
+    let cost = |chunk: u64| -> u64 {
+        let mut total = 0u64;
+        for &len in seq_lens {
+            let len = len as u64;
+            let n = len.div_ceil(chunk);
+            total += (len + n * overhead) * blocks_per_len;
+        }
+        let longest = chunk.min(max_len as u64) + overhead;
+        longest.max(total.div_ceil(wave))
+    };
+    // Candidates ascend geometrically (planning stays O(batch · log len));
+    // `<=` lets the larger chunk (fewer partials to merge) win ties.
+    let mut best = (u64::MAX, u32::MAX);
+    let stages_max = max_len.div_ceil(keys_per_stage);
+    let mut stages = 1u32;
+    loop {
+        let chunk = stages.saturating_mul(keys_per_stage).min(max_len);
+        let c = cost(chunk as u64);
+        if c <= best.0 {
+            best = (c, chunk);
+        }
+        if stages >= stages_max {
+            break;
+        }
+        stages = (stages + 1).max(stages + stages / 8).min(stages_max);
+    }
+    if best.1 >= max_len {
+        u32::MAX
+    } else {
+        best.1
+    }
+}
+
+/// Makes the plan. `kernel` describes the attention kernel that will run it.
+pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
+    shape.validate()?;
+    shape.validate_seq_lens(seq_lens)?;
+    let tile = tile_config(shape.kv_format, shape.head_dim);
+    let rows = shape.group_size() * shape.q_len;
+    let (warps_m, warps_k) = block_shape(rows, tile.keys_per_stage, kernel);
+    let rows_per_block = warps_m * MMA_M;
+    let row_chunks = rows.div_ceil(rows_per_block);
+    let smem_bytes = decode_smem_bytes(shape.kv_format, shape.head_dim, warps_m, warps_k);
+    if smem_bytes > dev.max_smem_per_block {
+        return Err(Error::Unsupported(format!(
+            "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
+            shape.head_dim, dev.max_smem_per_block
+        )));
+    }
+    let threads = 32 * warps_m * warps_k;
+    let blocks_per_sm = blocks_per_sm(dev, kernel, threads, smem_bytes);
+    if blocks_per_sm == 0 {
+        return Err(Error::Unsupported(format!(
+            "a block of {threads} threads x {} registers and {smem_bytes} B shared memory does not fit on one SM",
+            kernel.regs_per_thread
+        )));
+    }
+    let blocks_per_len = shape.num_kv_heads as u64 * row_chunks as u64;
+    let chunk_keys = match opts.split {
+        SplitPolicy::Never => u32::MAX,
+        SplitPolicy::ChunkKeys(keys) => {
+            ensure(keys >= 1, "split.chunk_keys", "at least 1", keys)?;
+            keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage)
+        }
+        SplitPolicy::Auto => {
+            auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * blocks_per_sm as u64)
+        }
+    };
+
+    let mut work = Vec::new();
+    let mut merges = Vec::new();
+    let mut num_slots = 0u32;
+    for (b, &len) in seq_lens.iter().enumerate() {
+        let chunks = len.div_ceil(chunk_keys.min(len));
+        if chunks == 1 {
+            work.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: len, partial_slot: DIRECT_OUTPUT });
+            continue;
+        }
+        merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: chunks, _pad: 0 });
+        for c in 0..chunks {
+            let start = c * chunk_keys;
+            let end = (start + chunk_keys).min(len);
+            work.push(WorkItem { batch: b as u32, kv_start: start, kv_end: end, partial_slot: num_slots + c });
+        }
+        num_slots += chunks;
+    }
+    // Longest blocks first, so the tail of the grid is short ones.
+    work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
+    ensure(work.len() < i32::MAX as usize, "seq_lens", "fewer than 2^31 work items", work.len())?;
+
+    let work_at = 0;
+    let seq_lens_at = work_at + work.len() * 16;
+    let merges_at = align_up(seq_lens_at + seq_lens.len() * 4);
+    let metadata_bytes = merges_at + merges.len() * 16;
+    let rows_per_slot = shape.q_len as usize * shape.num_q_heads as usize;
+    let partial_o = align_up(metadata_bytes);
+    let partial_lse = align_up(partial_o + num_slots as usize * rows_per_slot * shape.head_dim as usize * 4);
+    let total_bytes = align_up(partial_lse + num_slots as usize * rows_per_slot * 4);
+
+    Ok(Plan {
+        id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
+        shape: shape.clone(),
+        seq_lens: seq_lens.to_vec(),
+        work,
+        merges,
+        num_slots,
+        chunk_keys,
+        warps_m,
+        warps_k,
+        rows_per_block,
+        row_chunks,
+        smem_bytes,
+        blocks_per_sm,
+        layout: WorkspaceLayout {
+            work: work_at,
+            seq_lens: seq_lens_at,
+            merges: merges_at,
+            metadata_bytes,
+            partial_o,
+            partial_lse,
+            total_bytes,
+        },
+    })
+}
+
+/// Keys per pipeline stage for a format and head dim (chunks are multiples of it).
+pub fn stage_keys(format: decode_attn_abi::KvFormat, head_dim: u32) -> u32 {
+    tile_config(format, head_dim).keys_per_stage
+}

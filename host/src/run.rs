@@ -1,0 +1,277 @@
+//! The run step: load the module once per context, fill params from a plan,
+//! enqueue the attention kernel and (for split sequences) the merge kernel.
+//! No heuristics and no allocation here.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use cust::device::DeviceAttribute;
+use cust::function::{BlockSize, FunctionAttribute, GridSize};
+use cust::memory::DeviceBuffer;
+use cust::module::Module;
+use cust::prelude::Stream;
+use cust::sys as cuda;
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, DecodeParams, Dtype, KvFormat, MergeParams, HEAD_DIMS, MERGE_ROWS_PER_BLOCK};
+
+use crate::check::{check_buffers, BufferDesc, RunBuffers};
+use crate::error::{ensure, Error, Result};
+use crate::plan::{self, DeviceInfo, KernelInfo, Plan, PlanOptions};
+use crate::shape::DecodeShape;
+use crate::tensor::{TensorMut, TensorRef};
+
+/// Device memory for one plan's metadata and split partials. Reusable across
+/// plans; the metadata upload is skipped when the last plan run in it is the
+/// same plan.
+pub struct Workspace {
+    buf: DeviceBuffer<u8>,
+    loaded_plan: Option<u64>,
+}
+
+impl Workspace {
+    pub fn new(bytes: usize) -> Result<Self> {
+        // SAFETY: the kernels read only what `run` uploads first.
+        let buf = unsafe { DeviceBuffer::uninitialized(bytes.max(256))? };
+        Ok(Workspace { buf, loaded_plan: None })
+    }
+    /// A workspace sized for `plan`.
+    pub fn for_plan(plan: &Plan) -> Result<Self> {
+        Self::new(plan.workspace_bytes())
+    }
+    pub fn bytes(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// The library's entry point: the loaded kernels and the device they run on.
+/// Create one per CUDA context (it must be current when calling `new`).
+pub struct DecodeAttention {
+    module: Module,
+    device: DeviceInfo,
+    kernels: HashMap<(KvFormat, Dtype, u32), KernelInfo>,
+}
+
+/// Maps a raw driver status (cust keeps its own mapping private).
+fn driver(call: &'static str, status: cuda::CUresult) -> Result<()> {
+    if status == cuda::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Driver { call, code: status as u32 })
+    }
+}
+
+fn device_attr(dev: &cust::device::Device, attr: DeviceAttribute) -> Result<u32> {
+    Ok(dev.get_attribute(attr)? as u32)
+}
+
+impl DecodeAttention {
+    /// Loads the PTX into the current context and reads the device's limits.
+    pub fn new() -> Result<Self> {
+        let module = Module::from_ptx(crate::PTX, &[])?;
+        let dev = cust::context::CurrentContext::get_device()?;
+        let mut optin = 0i32;
+        // SAFETY: plain attribute query on a valid device handle.
+        unsafe {
+            driver("cuDeviceGetAttribute", cuda::cuDeviceGetAttribute(
+                &mut optin,
+                cuda::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                dev.as_raw(),
+            ))?;
+        }
+        let device = DeviceInfo {
+            sm_count: device_attr(&dev, DeviceAttribute::MultiprocessorCount)?,
+            max_smem_per_block: optin as u32,
+            max_smem_per_sm: device_attr(&dev, DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
+            max_threads_per_sm: device_attr(&dev, DeviceAttribute::MaxThreadsPerMultiprocessor)?,
+            regs_per_sm: device_attr(&dev, DeviceAttribute::MaxRegistersPerMultiprocessor)?,
+            l2_bytes: device_attr(&dev, DeviceAttribute::L2CacheSize)?,
+        };
+        let mut kernels = HashMap::new();
+        for format in KvFormat::ALL {
+            for dtype in Dtype::ALL {
+                for d in HEAD_DIMS {
+                    let Some(name) = decode_kernel_name(format, dtype, d) else { continue };
+                    let f = module.get_function(name)?;
+                    // SAFETY: sets a launch limit on a function of this module.
+                    unsafe {
+                        driver("cuFuncSetAttribute", cuda::cuFuncSetAttribute(
+                            f.to_raw(),
+                            cuda::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            optin,
+                        ))?;
+                    }
+                    let info = KernelInfo {
+                        max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
+                        regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
+                    };
+                    kernels.insert((format, dtype, d), info);
+                }
+            }
+        }
+        Ok(DecodeAttention { module, device, kernels })
+    }
+
+    pub fn device_info(&self) -> &DeviceInfo {
+        &self.device
+    }
+
+    fn kernel_info(&self, shape: &DecodeShape) -> Result<KernelInfo> {
+        shape.validate()?;
+        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim)).copied().ok_or_else(|| {
+            Error::Unsupported(format!(
+                "no kernel for a {} cache with {} queries at head_dim {}",
+                shape.kv_format.name(),
+                shape.dtype.name(),
+                shape.head_dim
+            ))
+        })
+    }
+
+    /// Plans one decode step (CPU only; see [`plan::plan`]).
+    pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
+        plan::plan(shape, seq_lens, &self.device, &self.kernel_info(shape)?, opts)
+    }
+
+    /// Enqueues the attention (and merge) kernels on `stream`.
+    ///
+    /// `q`, `o`: `[batch, q_len, num_q_heads, head_dim]` of the plan's dtype;
+    /// `k`, `v`: the cache in the plan's format and layout. The call returns
+    /// once the work is queued; buffers must stay alive until the stream has
+    /// executed it.
+    pub fn run<'a>(
+        &self,
+        plan: &Plan,
+        q: impl Into<TensorRef<'a>>,
+        k: impl Into<TensorRef<'a>>,
+        v: impl Into<TensorRef<'a>>,
+        o: impl Into<TensorMut<'a>>,
+        workspace: &mut Workspace,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (q, k, v, o) = (q.into(), k.into(), v.into(), o.into());
+        let desc = |addr, len, elem| BufferDesc { addr, len, elem };
+        check_buffers(
+            plan,
+            &RunBuffers {
+                q: desc(q.addr, q.len, q.elem),
+                k: desc(k.addr, k.len, k.elem),
+                v: desc(v.addr, v.len, v.elem),
+                o: desc(o.addr, o.len, o.elem),
+                workspace_bytes: workspace.bytes(),
+            },
+        )?;
+        let shape = &plan.shape;
+        let kernel = self.kernel_info(shape)?;
+        ensure(
+            plan.block_threads() <= kernel.max_threads_per_block && plan.smem_bytes <= self.device.max_smem_per_block,
+            "plan",
+            "a plan made by this DecodeAttention (for this device)",
+            "one whose block does not fit this device",
+        )?;
+
+        let ws = workspace.buf.as_device_ptr().as_raw();
+        if workspace.loaded_plan != Some(plan.id) {
+            let meta = plan.metadata();
+            // SAFETY: the workspace holds at least `metadata_bytes` (checked);
+            // a pageable source is staged before this call returns.
+            unsafe {
+                driver(
+                    "cuMemcpyHtoDAsync",
+                    cuda::cuMemcpyHtoDAsync_v2(ws, meta.as_ptr() as *const c_void, meta.len(), stream.as_inner()),
+                )?;
+            }
+            workspace.loaded_plan = Some(plan.id);
+        }
+
+        let strides = shape.kv_strides();
+        let elem = crate::check::kv_elem(shape.kv_format).size_bytes() as u64;
+        let params = DecodeParams {
+            q: q.addr,
+            k: k.addr,
+            v: v.addr,
+            o: o.addr,
+            partial_o: ws + plan.layout.partial_o as u64,
+            partial_lse: ws + plan.layout.partial_lse as u64,
+            work: ws + plan.layout.work as u64,
+            seq_lens: ws + plan.layout.seq_lens as u64,
+            k_stride_batch: strides.batch * elem,
+            k_stride_token: strides.token * elem,
+            k_stride_head: strides.head * elem,
+            v_stride_batch: strides.batch * elem,
+            v_stride_token: strides.token * elem,
+            v_stride_head: strides.head * elem,
+            num_q_heads: shape.num_q_heads,
+            q_len: shape.q_len,
+            group: shape.group_size(),
+            rows_per_block: plan.rows_per_block,
+            warps_m: plan.warps_m,
+            warps_k: plan.warps_k,
+            scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
+            _pad: 0,
+        };
+        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim).expect("kernel_info checked it");
+        let func = self.module.get_function(name)?;
+        let (gx, gy, gz) = plan.grid();
+        // SAFETY: the grid, block and shared memory are the plan's; every
+        // buffer was checked against the plan's shape above.
+        unsafe {
+            stream.launch(
+                &func,
+                GridSize::xyz(gx, gy, gz),
+                BlockSize::x(plan.block_threads()),
+                plan.smem_bytes,
+                &[&params as *const DecodeParams as *mut c_void],
+            )?;
+        }
+
+        if !plan.merges.is_empty() {
+            let merge = MergeParams {
+                partial_o: params.partial_o,
+                partial_lse: params.partial_lse,
+                o: o.addr,
+                merge: ws + plan.layout.merges as u64,
+                num_q_heads: shape.num_q_heads,
+                q_len: shape.q_len,
+            };
+            let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");
+            let func = self.module.get_function(name)?;
+            let (gx, gy, gz) = plan.merge_grid();
+            // SAFETY: reads the slots the attention kernel wrote (same
+            // stream, so ordered after it) and writes rows of `o`.
+            unsafe {
+                stream.launch(
+                    &func,
+                    GridSize::xyz(gx, gy, gz),
+                    BlockSize::x(32 * MERGE_ROWS_PER_BLOCK),
+                    0,
+                    &[&merge as *const MergeParams as *mut c_void],
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl DecodeAttention {
+    /// Fills a bf16/f16 buffer with deterministic pseudo-random values
+    /// (`decode_attn_abi::fill_value(seed, index)`, never all zero), on the
+    /// device. For tests and benchmarks with caches too large to generate on
+    /// the host.
+    pub fn fill_random<'a>(&self, buf: impl Into<TensorMut<'a>>, seed: u64, stream: &Stream) -> Result<()> {
+        let buf = buf.into();
+        let name = match buf.elem {
+            crate::tensor::ElemType::Bf16 => decode_attn_abi::FILL_KERNEL_BF16,
+            crate::tensor::ElemType::F16 => decode_attn_abi::FILL_KERNEL_F16,
+            other => return Err(Error::invalid("buf", "bf16 or f16 elements", other.name())),
+        };
+        ensure(buf.len % 2 == 0, "buf", "an even number of elements", buf.len)?;
+        ensure(buf.addr % 4 == 0, "buf", "a 4-byte aligned pointer", format!("{:#x}", buf.addr))?;
+        let params = decode_attn_abi::FillParams { ptr: buf.addr, len: buf.len as u64, seed };
+        let func = self.module.get_function(name)?;
+        let blocks = (self.device.sm_count * 8).max(1);
+        // SAFETY: writes `len` elements of the checked buffer.
+        unsafe {
+            stream.launch(&func, GridSize::x(blocks), BlockSize::x(256), 0, &[&params as *const _ as *mut c_void])?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,160 @@
+//! The problem description a plan is made for, and its validation.
+
+use decode_attn_abi::{Dtype, KvFormat, HEAD_DIMS, MAX_Q_LEN};
+
+use crate::error::{ensure, Result};
+
+/// How one sequence/token/head row of K (and of V) is addressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvLayout {
+    /// `[batch, max_seq_len, num_kv_heads, head_dim]` (token-major, "NHD").
+    Nhd,
+    /// `[batch, num_kv_heads, max_seq_len, head_dim]` (head-major, "HND").
+    Hnd,
+    /// Explicit strides, in elements of the cache (2-byte values for
+    /// bf16/f16); `head_dim` values of a row are contiguous. Each stride must
+    /// be a multiple of 8 elements (16 bytes), for 16-byte vector loads.
+    Strided { batch: u64, token: u64, head: u64 },
+}
+
+/// Strides of a KV layout, in elements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvStrides {
+    pub batch: u64,
+    pub token: u64,
+    pub head: u64,
+}
+
+/// One decode step's attention problem.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DecodeShape {
+    /// Sequences in the batch.
+    pub batch: u32,
+    pub num_q_heads: u32,
+    /// Must divide `num_q_heads` (MHA: equal; GQA; MQA: 1).
+    pub num_kv_heads: u32,
+    /// 64, 128 or 256.
+    pub head_dim: u32,
+    /// New query tokens per sequence, 1..=8 (causal among themselves).
+    pub q_len: u32,
+    /// Capacity of the KV cache per sequence, in tokens.
+    pub max_seq_len: u32,
+    /// Element type of Q and O.
+    pub dtype: Dtype,
+    pub kv_format: KvFormat,
+    pub kv_layout: KvLayout,
+    /// Softmax scale; `None` means `1/sqrt(head_dim)`.
+    pub scale: Option<f32>,
+}
+
+impl DecodeShape {
+    /// A bf16 problem with an NHD cache and the default scale.
+    pub fn bf16(batch: u32, num_q_heads: u32, num_kv_heads: u32, head_dim: u32, q_len: u32, max_seq_len: u32) -> Self {
+        DecodeShape {
+            batch,
+            num_q_heads,
+            num_kv_heads,
+            head_dim,
+            q_len,
+            max_seq_len,
+            dtype: Dtype::Bf16,
+            kv_format: KvFormat::Bf16,
+            kv_layout: KvLayout::Nhd,
+            scale: None,
+        }
+    }
+
+    pub fn group_size(&self) -> u32 {
+        self.num_q_heads / self.num_kv_heads.max(1)
+    }
+
+    pub fn softmax_scale(&self) -> f32 {
+        self.scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
+    }
+
+    /// Elements of Q (and of O): `batch * q_len * num_q_heads * head_dim`.
+    pub fn q_elems(&self) -> u64 {
+        self.batch as u64 * self.q_len as u64 * self.num_q_heads as u64 * self.head_dim as u64
+    }
+
+    pub fn kv_strides(&self) -> KvStrides {
+        let d = self.head_dim as u64;
+        let h = self.num_kv_heads as u64;
+        let n = self.max_seq_len as u64;
+        match self.kv_layout {
+            KvLayout::Nhd => KvStrides { batch: n * h * d, token: h * d, head: d },
+            KvLayout::Hnd => KvStrides { batch: h * n * d, token: d, head: n * d },
+            KvLayout::Strided { batch, token, head } => KvStrides { batch, token, head },
+        }
+    }
+
+    /// Elements a K (or V) buffer must hold: one past the last element of the
+    /// last row the layout addresses. `None` on overflow.
+    pub fn kv_elems_required(&self) -> Option<u64> {
+        let s = self.kv_strides();
+        let last = (self.batch as u64 - 1)
+            .checked_mul(s.batch)?
+            .checked_add((self.max_seq_len as u64 - 1).checked_mul(s.token)?)?
+            .checked_add((self.num_kv_heads as u64 - 1).checked_mul(s.head)?)?;
+        last.checked_add(self.head_dim as u64)
+    }
+
+    /// Checks every field; the error names the first bad one.
+    pub fn validate(&self) -> Result<()> {
+        ensure(self.batch >= 1, "batch", "at least 1", self.batch)?;
+        ensure(self.num_kv_heads >= 1, "num_kv_heads", "at least 1", self.num_kv_heads)?;
+        ensure(self.num_kv_heads <= 65535, "num_kv_heads", "at most 65535", self.num_kv_heads)?;
+        ensure(
+            self.num_q_heads >= 1 && self.num_q_heads % self.num_kv_heads == 0,
+            "num_q_heads",
+            format!("a positive multiple of num_kv_heads ({})", self.num_kv_heads),
+            self.num_q_heads,
+        )?;
+        ensure(HEAD_DIMS.contains(&self.head_dim), "head_dim", format!("one of {HEAD_DIMS:?}"), self.head_dim)?;
+        ensure((1..=MAX_Q_LEN).contains(&self.q_len), "q_len", format!("1..={MAX_Q_LEN}"), self.q_len)?;
+        ensure(
+            self.max_seq_len >= self.q_len,
+            "max_seq_len",
+            format!("at least q_len ({})", self.q_len),
+            self.max_seq_len,
+        )?;
+        if let Some(required) = self.kv_format.required_dtype() {
+            ensure(
+                self.dtype == required,
+                "dtype",
+                format!("{} (a {} KV cache is computed in its own type)", required.name(), self.kv_format.name()),
+                self.dtype.name(),
+            )?;
+        }
+        if let Some(scale) = self.scale {
+            ensure(scale.is_finite() && scale > 0.0, "scale", "a finite positive number", scale)?;
+        }
+        if let KvLayout::Strided { batch, token, head } = self.kv_layout {
+            for (name, stride) in [("kv_layout.batch", batch), ("kv_layout.token", token), ("kv_layout.head", head)] {
+                ensure(stride % 8 == 0, name, "a multiple of 8 elements (16-byte aligned rows)", stride)?;
+            }
+        }
+        ensure(self.kv_elems_required().is_some(), "kv_layout", "strides whose extent fits in 64 bits", "an overflow")?;
+        Ok(())
+    }
+
+    /// Checks `seq_lens` against the shape: one per sequence, each in
+    /// `q_len..=max_seq_len` (a length counts the new tokens).
+    pub fn validate_seq_lens(&self, seq_lens: &[u32]) -> Result<()> {
+        ensure(
+            seq_lens.len() == self.batch as usize,
+            "seq_lens",
+            format!("{} lengths (one per sequence)", self.batch),
+            format!("{}", seq_lens.len()),
+        )?;
+        for (b, &len) in seq_lens.iter().enumerate() {
+            ensure(
+                len >= self.q_len && len <= self.max_seq_len,
+                format!("seq_lens[{b}]"),
+                format!("q_len..=max_seq_len ({}..={})", self.q_len, self.max_seq_len),
+                len,
+            )?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,126 @@
+//! Shared by the GPU tests and the benchmark: random inputs for a shape,
+//! uploaded to the device, run through the library, checked against the f64
+//! reference.
+#![allow(dead_code)]
+
+use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
+use decode_attn::cust::stream::Stream;
+use decode_attn::half::{bf16, f16};
+use decode_attn::reference;
+use decode_attn::testing::{random_values, round_bf16, round_f16, to_bf16, to_f16, Distribution, Rng};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, Plan, Result, Workspace};
+
+/// Device buffers of one problem, in either 16-bit type.
+pub enum Buffers {
+    Bf16 { q: DeviceBuffer<bf16>, k: DeviceBuffer<bf16>, v: DeviceBuffer<bf16>, o: DeviceBuffer<bf16> },
+    F16 { q: DeviceBuffer<f16>, k: DeviceBuffer<f16>, v: DeviceBuffer<f16>, o: DeviceBuffer<f16> },
+}
+
+/// A problem's inputs: host copies (as the GPU sees them) and device buffers.
+pub struct Problem {
+    pub shape: DecodeShape,
+    pub seq_lens: Vec<u32>,
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub bufs: Buffers,
+}
+
+/// Bit pattern that is NaN in both bf16 and f16.
+const NAN16: u16 = 0x7FFF;
+
+impl Problem {
+    pub fn new(shape: &DecodeShape, seq_lens: &[u32], dist: Distribution, seed: u64) -> Result<Problem> {
+        let mut rng = Rng::new(seed);
+        let d = shape.head_dim as usize;
+        let q = random_values(&mut rng, shape.q_elems() as usize, d, Distribution::Normal);
+        let kv_len = shape.kv_elems_required().expect("validated shape") as usize;
+        let k = random_values(&mut rng, kv_len, d, dist);
+        let v = random_values(&mut rng, kv_len, d, Distribution::Normal);
+        let n_o = shape.q_elems() as usize;
+        let (q, k, v, bufs) = match shape.dtype {
+            Dtype::Bf16 => {
+                let bufs = Buffers::Bf16 {
+                    q: DeviceBuffer::from_slice(&to_bf16(&q))?,
+                    k: DeviceBuffer::from_slice(&to_bf16(&k))?,
+                    v: DeviceBuffer::from_slice(&to_bf16(&v))?,
+                    o: DeviceBuffer::from_slice(&vec![bf16::from_bits(NAN16); n_o])?,
+                };
+                (round_bf16(&q), round_bf16(&k), round_bf16(&v), bufs)
+            }
+            Dtype::F16 => {
+                let bufs = Buffers::F16 {
+                    q: DeviceBuffer::from_slice(&to_f16(&q))?,
+                    k: DeviceBuffer::from_slice(&to_f16(&k))?,
+                    v: DeviceBuffer::from_slice(&to_f16(&v))?,
+                    o: DeviceBuffer::from_slice(&vec![f16::from_bits(NAN16); n_o])?,
+                };
+                (round_f16(&q), round_f16(&k), round_f16(&v), bufs)
+            }
+        };
+        Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs })
+    }
+
+    /// Fills O with NaN so an unwritten element cannot pass.
+    pub fn poison_output(&mut self) -> Result<()> {
+        let n = self.shape.q_elems() as usize;
+        match &mut self.bufs {
+            Buffers::Bf16 { o, .. } => o.copy_from(&vec![bf16::from_bits(NAN16); n])?,
+            Buffers::F16 { o, .. } => o.copy_from(&vec![f16::from_bits(NAN16); n])?,
+        }
+        Ok(())
+    }
+
+    pub fn run(&mut self, attn: &DecodeAttention, plan: &Plan, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+        match &mut self.bufs {
+            Buffers::Bf16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),
+            Buffers::F16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),
+        }
+    }
+
+    pub fn output(&self) -> Result<Vec<f32>> {
+        let n = self.shape.q_elems() as usize;
+        Ok(match &self.bufs {
+            Buffers::Bf16 { o, .. } => {
+                let mut h = vec![bf16::ZERO; n];
+                o.copy_to(&mut h)?;
+                h.iter().map(|x| x.to_f32()).collect()
+            }
+            Buffers::F16 { o, .. } => {
+                let mut h = vec![f16::ZERO; n];
+                o.copy_to(&mut h)?;
+                h.iter().map(|x| x.to_f32()).collect()
+            }
+        })
+    }
+
+    /// Reference output for the listed sequences (all when `None`).
+    pub fn reference(&self, batches: Option<&[usize]>) -> Vec<f64> {
+        match batches {
+            None => reference::decode_attention(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v),
+            Some(b) => reference::decode_attention_batches(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v, b),
+        }
+    }
+
+    /// K and V bytes the kernel must read (every visible row once) plus Q and O.
+    pub fn bytes_moved(&self) -> u64 {
+        let row = self.shape.kv_format.row_bytes(self.shape.head_dim) as u64;
+        let kv: u64 = self.seq_lens.iter().map(|&l| l as u64).sum::<u64>() * self.shape.num_kv_heads as u64 * row * 2;
+        kv + 2 * self.shape.q_elems() * 2
+    }
+}
+
+/// A CUDA context on device `ordinal`, or why there is none.
+pub fn init_cuda(ordinal: u32) -> std::result::Result<decode_attn::cust::context::Context, String> {
+    use decode_attn::cust;
+    cust::init(cust::CudaFlags::empty()).map_err(|e| format!("no CUDA driver/device ({e})"))?;
+    let n = cust::device::Device::num_devices().map_err(|e| format!("{e}"))?;
+    if n == 0 {
+        return Err("no CUDA device found".into());
+    }
+    if ordinal >= n {
+        return Err(format!("device {ordinal} requested, {n} present"));
+    }
+    let dev = cust::device::Device::get_device(ordinal).map_err(|e| format!("{e}"))?;
+    cust::context::Context::new(dev).map_err(|e| format!("creating a context: {e}"))
+}

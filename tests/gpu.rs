@@ -1,0 +1,150 @@
+//! GPU tests: the kernels against the f64 reference on random inputs, with
+//! outputs poisoned with NaN before every run. A test harness of its own, so
+//! that without a GPU every case is reported as skipped, not passed.
+//!
+//! Run: `cargo xtask test` (or `cargo test -p decode-attn --test gpu`);
+//! `--filter SUBSTRING` runs a subset.
+
+mod common;
+
+use common::{init_cuda, Problem};
+use decode_attn::cust::stream::{Stream, StreamFlags};
+use decode_attn::testing::Distribution;
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, SplitPolicy, Workspace};
+
+const TOLERANCE: f64 = 1e-2;
+
+struct Case {
+    name: String,
+    shape: DecodeShape,
+    seq_lens: Vec<u32>,
+    split: SplitPolicy,
+    dist: Distribution,
+}
+
+fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u32, layout: KvLayout) -> DecodeShape {
+    let kv_format = match dtype {
+        Dtype::Bf16 => KvFormat::Bf16,
+        Dtype::F16 => KvFormat::F16,
+    };
+    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None }
+}
+
+/// The specification, as cases: every head ratio, head dim, q_len, length
+/// regime (1, 17, chunk±1, 4096+, ragged), split policy, layout and dtype.
+fn cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    let mut add = |name: &str, shape: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution| {
+        let tag = format!(
+            "{}/{}/hq{}-hkv{}/d{}/q{}/{}/{:?}",
+            shape.dtype.name(),
+            name,
+            shape.num_q_heads,
+            shape.num_kv_heads,
+            shape.head_dim,
+            shape.q_len,
+            match split {
+                SplitPolicy::Auto => "auto".to_string(),
+                SplitPolicy::Never => "nosplit".to_string(),
+                SplitPolicy::ChunkKeys(k) => format!("chunk{k}"),
+            },
+            dist
+        );
+        out.push(Case { name: tag, shape, seq_lens, split, dist });
+    };
+    use Distribution::{HeavyTailed as Heavy, Normal};
+    use SplitPolicy::{Auto, ChunkKeys, Never};
+    for dtype in Dtype::ALL {
+        for d in [64u32, 128, 256] {
+            let stage = decode_attn::plan::stage_keys(KvFormat::Bf16, d);
+            // MHA, lengths 1 and 17, single block per sequence.
+            add("mha-short", shape(dtype, 3, 4, 4, d, 1, 64, KvLayout::Nhd), vec![1, 17, 64], Never, Normal);
+            // GQA, chunk boundaries: chunk-1, chunk, chunk+1, forced splits.
+            add("gqa-chunk-edges", shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd), vec![stage - 1, stage, stage + 1, 3 * stage + 5], ChunkKeys(stage), Heavy);
+            // Long ragged batch, automatic splitting.
+            add("gqa-ragged-long", shape(dtype, 3, 8, 2, d, 8, 4200, KvLayout::Nhd), vec![4103, 17, 2500], Auto, Normal);
+        }
+        // Grid B-like MQA packing: 16 heads x 3 tokens = 48 rows per block.
+        add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Auto, Heavy);
+        add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Never, Normal);
+        // 32 heads x 8 tokens = 256 rows: several row chunks per kv head.
+        add("mqa-256rows", shape(dtype, 2, 32, 1, 64, 8, 700, KvLayout::Hnd), vec![650, 9], ChunkKeys(128), Normal);
+        // Grid A-like GQA g=8, q_len 1, split three ways.
+        add("gqa8-split", shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd), vec![8192, 6000], ChunkKeys(3000), Heavy);
+        // Padded strides (rows not contiguous across heads or tokens).
+        let padded = KvLayout::Strided { batch: 40 * 2 * 136, token: 2 * 136, head: 136 };
+        add("strided", shape(dtype, 2, 4, 2, 128, 2, 40, padded), vec![40, 2], ChunkKeys(16), Normal);
+        // Many sequences with random lengths and the automatic planner.
+        let mut rng = decode_attn::testing::Rng::new(7);
+        let lens: Vec<u32> = (0..24).map(|_| 1 + rng.below(3000) as u32).collect();
+        add("mha-ragged-batch", shape(dtype, 24, 4, 4, 128, 1, 3000, KvLayout::Nhd), lens, Auto, Normal);
+    }
+    out
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let filter = args.iter().position(|a| a == "--filter").and_then(|i| args.get(i + 1)).cloned();
+    let cases: Vec<Case> = cases().into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
+
+    let _ctx = match init_cuda(0) {
+        Ok(ctx) => ctx,
+        Err(why) => {
+            println!("gpu tests: {} skipped ({why})", cases.len());
+            println!("gpu tests SKIPPED: 0 run, {} skipped", cases.len());
+            return;
+        }
+    };
+    let attn = DecodeAttention::new().expect("loading the PTX module");
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
+    let (mut passed, mut failed) = (0, 0);
+    let mut worst: std::collections::BTreeMap<&'static str, f64> = Default::default();
+    for (i, case) in cases.iter().enumerate() {
+        match run_case(&attn, &stream, case, 1000 + i as u64) {
+            Ok((err, splits)) => {
+                let ok = err <= TOLERANCE;
+                let w = worst.entry(case.shape.kv_format.name()).or_insert(0.0);
+                *w = w.max(err);
+                println!("{} {:<60} rel_l2={err:.2e} max_splits={splits}", if ok { "ok  " } else { "FAIL" }, case.name);
+                if ok { passed += 1 } else { failed += 1 }
+            }
+            Err(e) => {
+                println!("FAIL {:<60} {e}", case.name);
+                failed += 1;
+            }
+        }
+    }
+    for (format, err) in &worst {
+        println!("worst relative L2 error, {format} KV: {err:.3e} (bound {TOLERANCE:.0e})");
+    }
+    println!("gpu tests: {passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// Runs a case twice (fresh NaN poison each time): the error against the
+/// reference, and the two outputs must be bit-identical (a difference is a race).
+fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
+    let opts = PlanOptions { split: case.split };
+    let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
+    let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
+    let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        p.poison_output().map_err(|e| e.to_string())?;
+        p.run(attn, &plan, &mut ws, stream).map_err(|e| e.to_string())?;
+        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+        outs.push(p.output().map_err(|e| e.to_string())?);
+    }
+    let reference = p.reference(None);
+    let (err, nonfinite) = decode_attn::reference::relative_l2_error(&outs[0], &reference);
+    if nonfinite {
+        let first = outs[0].iter().position(|x| !x.is_finite()).unwrap_or(0);
+        return Err(format!("non-finite output (first at element {first}); rel_l2={err:.2e}"));
+    }
+    if outs[0].iter().zip(&outs[1]).any(|(a, b)| a.to_bits() != b.to_bits()) {
+        return Err("two runs on the same inputs differ (a race?)".into());
+    }
+    Ok((err, plan.max_splits()))
+}
