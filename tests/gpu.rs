@@ -95,11 +95,19 @@ fn main() {
             return;
         }
     };
+    let verbose = std::env::var_os("GPU_TESTS_VERBOSE").is_some();
+    let t = std::time::Instant::now();
     let attn = DecodeAttention::new().expect("loading the PTX module");
+    if verbose {
+        eprintln!("module loaded in {:.1} s: {:?}", t.elapsed().as_secs_f64(), attn.device_info());
+    }
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
     let (mut passed, mut failed) = (0, 0);
     let mut worst: std::collections::BTreeMap<&'static str, f64> = Default::default();
     for (i, case) in cases.iter().enumerate() {
+        if verbose {
+            eprintln!("running {}", case.name);
+        }
         match run_case(&attn, &stream, case, 1000 + i as u64) {
             Ok((err, splits)) => {
                 let ok = err <= TOLERANCE;
@@ -128,16 +136,27 @@ fn main() {
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let opts = PlanOptions { split: case.split };
     let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
+    if std::env::var_os("GPU_TESTS_VERBOSE").is_some() {
+        eprintln!("  plan: grid {:?} block {} smem {} work {:?}", plan.grid(), plan.block_threads(), plan.smem_bytes(), &plan.work()[..plan.work().len().min(4)]);
+    }
+    let verbose = std::env::var_os("GPU_TESTS_VERBOSE").is_some();
+    let step = |what: &str| if verbose { eprintln!("  {what}") };
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
+    step("workspace");
     let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
+    step("inputs uploaded");
     let mut outs = Vec::new();
     for _ in 0..2 {
         p.poison_output().map_err(|e| e.to_string())?;
+        step("poisoned");
         p.run(attn, &plan, &mut ws, stream).map_err(|e| e.to_string())?;
+        step("launched");
         stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+        step("synchronized");
         outs.push(p.output().map_err(|e| e.to_string())?);
     }
     let reference = p.reference(None);
+    step("reference");
     let (err, nonfinite) = decode_attn::reference::relative_l2_error(&outs[0], &reference);
     if nonfinite {
         let first = outs[0].iter().position(|x| !x.is_finite()).unwrap_or(0);

@@ -55,7 +55,9 @@ macro_rules! mma_m16n8k16 {
                     a0 = in(reg32) a[0], a1 = in(reg32) a[1], a2 = in(reg32) a[2], a3 = in(reg32) a[3],
                     b0 = in(reg32) b[0], b1 = in(reg32) b[1],
                     c0 = in(reg32) c[0], c1 = in(reg32) c[1], c2 = in(reg32) c[2], c3 = in(reg32) c[3],
-                    options(pure, nomem, nostack)
+                    // Not `pure`: a warp-collective must not be moved into
+                    // lane-divergent code (see `arch/mod.rs`).
+                    options(nomem, nostack)
                 );
             }
             [d0, d1, d2, d3]

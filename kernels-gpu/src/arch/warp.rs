@@ -9,7 +9,10 @@ pub fn shfl_xor_f32(v: f32, mask: u32) -> f32 {
         core::arch::asm!(
             "shfl.sync.bfly.b32 {r}, {v}, {m}, 0x1f, 0xffffffff;",
             r = out(reg32) r, v = in(reg32) v, m = in(reg32) mask,
-            options(pure, nomem, nostack)
+            // Not `pure`: LLVM would then be free to sink the shuffle into a
+            // branch that uses its result (e.g. `if lane % 4 == 0`), where a
+            // full-mask shuffle by 8 lanes deadlocks the warp.
+            options(nomem, nostack)
         );
     }
     r
