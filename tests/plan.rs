@@ -1,1 +1,131 @@
-fn main(){}
+//! Planner invariants (CPU only).
+
+use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys};
+use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, PlanOptions, SplitPolicy};
+use decode_attn_abi::{DIRECT_OUTPUT, MAX_WARPS};
+use proptest::prelude::*;
+
+const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
+
+fn opts(split: SplitPolicy) -> PlanOptions {
+    PlanOptions { split }
+}
+
+/// Every sequence's keys [0, len) are covered by its work items exactly once,
+/// and split sequences own exactly the partial slots their merge item names.
+fn assert_covers(p: &decode_attn::Plan) {
+    let mut slots_seen = vec![false; p.num_slots() as usize];
+    for (b, &len) in p.seq_lens().iter().enumerate() {
+        let mut items: Vec<_> = p.work().iter().filter(|w| w.batch == b as u32).collect();
+        items.sort_by_key(|w| w.kv_start);
+        let mut next = 0;
+        for w in &items {
+            assert_eq!(w.kv_start, next, "gap or overlap in sequence {b}");
+            assert!(w.kv_end > w.kv_start, "empty chunk in sequence {b}");
+            next = w.kv_end;
+        }
+        assert_eq!(next, len, "sequence {b} not covered to its length");
+        let merge = p.merges().iter().find(|m| m.batch == b as u32);
+        if items.len() == 1 {
+            assert_eq!(items[0].partial_slot, DIRECT_OUTPUT);
+            assert!(merge.is_none());
+        } else {
+            let m = merge.expect("split sequence without a merge item");
+            assert_eq!(m.num_slots as usize, items.len());
+            for w in &items {
+                assert!((m.first_slot..m.first_slot + m.num_slots).contains(&w.partial_slot));
+                assert!(!std::mem::replace(&mut slots_seen[w.partial_slot as usize], true), "slot used twice");
+            }
+        }
+    }
+    assert!(slots_seen.iter().all(|&s| s), "unused partial slot");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #[test]
+    fn chunks_cover_each_sequence_exactly_once(
+        lens in prop::collection::vec(1u32..20_000, 1..40),
+        g_log in 0u32..6,
+        hkv in 1u32..9,
+        q_len in 1u32..9,
+        d_idx in 0usize..3,
+        policy in prop_oneof![Just(SplitPolicy::Auto), Just(SplitPolicy::Never), (1u32..5000).prop_map(SplitPolicy::ChunkKeys)],
+    ) {
+        let lens: Vec<u32> = lens.into_iter().map(|l| l.max(q_len)).collect();
+        let d = [64, 128, 256][d_idx];
+        let shape = DecodeShape::bf16(lens.len() as u32, hkv << g_log, hkv, d, q_len, 20_000);
+        let p = plan(&shape, &lens, &DeviceInfo::H100_SXM, &KERNEL, &opts(policy)).unwrap();
+        assert_covers(&p);
+        // Row chunks cover every packed row; the block fits the kernel.
+        prop_assert!(p.rows_per_block() * p.row_chunks() >= (1 << g_log) * q_len);
+        prop_assert!(p.block_threads() <= KERNEL.max_threads_per_block.max(32 * p.warps_m()));
+        prop_assert!(p.warps_m() * p.warps_k() <= MAX_WARPS);
+        prop_assert!(p.smem_bytes() <= DeviceInfo::H100_SXM.max_smem_per_block);
+        // Work is ordered longest first.
+        prop_assert!(p.work().windows(2).all(|w| w[0].kv_end - w[0].kv_start >= w[1].kv_end - w[1].kv_start));
+        // Forced chunks are whole pipeline stages.
+        if let SplitPolicy::ChunkKeys(_) = policy {
+            prop_assert_eq!(p.chunk_keys() % stage_keys(KvFormat::Bf16, d), 0);
+        }
+    }
+}
+
+#[test]
+fn no_split_when_one_wave_is_already_full() {
+    // Grid A at B=512: 512 blocks of 1 kv head >= 132 SMs x 2 blocks.
+    let shape = DecodeShape::bf16(512, 8, 1, 128, 1, 8192);
+    let p = plan(&shape, &vec![8192; 512], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions::default()).unwrap();
+    assert_eq!(p.max_splits(), 1);
+    assert!(p.merges().is_empty());
+    assert_eq!(p.work().len(), 512);
+}
+
+#[test]
+fn long_single_sequence_is_split_to_fill_the_gpu() {
+    // Grid C: one sequence, 8 kv heads: 8 blocks unsplit; the planner must split.
+    let shape = DecodeShape::bf16(1, 32, 8, 128, 1, 131072);
+    let p = plan(&shape, &[131072], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions::default()).unwrap();
+    let blocks = p.work().len() as u32 * 8;
+    assert!(blocks >= DeviceInfo::H100_SXM.sm_count, "only {blocks} blocks");
+    assert!(p.max_splits() > 1);
+}
+
+#[test]
+fn never_policy_gives_one_chunk_per_sequence() {
+    let shape = DecodeShape::bf16(2, 8, 1, 128, 1, 100_000);
+    let p = plan(&shape, &[100_000, 5], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Never)).unwrap();
+    assert_eq!(p.work().len(), 2);
+    assert_eq!(p.num_slots(), 0);
+    assert_eq!(p.workspace_bytes() % 256, 0);
+}
+
+#[test]
+fn head_packing_puts_a_whole_group_in_one_block() {
+    // 16 heads x 3 tokens = 48 rows: three mma row tiles in one block.
+    let (warps_m, warps_k) = block_shape(48, 64, &KERNEL);
+    assert_eq!((warps_m, warps_k), (3, 2));
+    let shape = DecodeShape::bf16(4, 16, 1, 128, 3, 4096);
+    let p = plan(&shape, &[4096; 4], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Never)).unwrap();
+    assert_eq!(p.row_chunks(), 1);
+    assert_eq!(p.grid(), (4, 1, 1));
+}
+
+#[test]
+fn auto_chunk_prefers_fewer_splits_on_ties_and_never_exceeds_length() {
+    assert_eq!(auto_chunk_keys(&[100], 1, 64, 1), u32::MAX);
+    let c = auto_chunk_keys(&[8192; 128], 1, 64, 264);
+    assert!(c < 8192 && c % 64 == 0, "chunk {c}");
+}
+
+#[test]
+fn metadata_bytes_match_the_layout() {
+    let shape = DecodeShape::bf16(3, 8, 2, 64, 2, 1000);
+    let p = plan(&shape, &[1000, 10, 500], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::ChunkKeys(128))).unwrap();
+    let meta = p.metadata();
+    assert_eq!(meta.len(), p.layout().metadata_bytes);
+    let lens: &[u32] = bytemuck::cast_slice(&meta[p.layout().seq_lens..p.layout().seq_lens + 12]);
+    assert_eq!(lens, &[1000, 10, 500]);
+    assert!(p.layout().partial_o >= p.layout().metadata_bytes);
+    assert!(p.layout().partial_lse >= p.layout().partial_o + p.num_slots() as usize * 2 * 8 * 64 * 4);
+}

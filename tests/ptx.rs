@@ -1,1 +1,57 @@
-fn main(){}
+//! The embedded PTX: every kernel the host names is in it, nothing is left
+//! unresolved, and (when a ptxas is available) it assembles for sm_90 with
+//! no local memory in the attention kernels.
+
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, FILL_KERNEL_BF16, FILL_KERNEL_F16, HEAD_DIMS};
+
+fn host_names() -> Vec<&'static str> {
+    let mut names = vec![FILL_KERNEL_BF16, FILL_KERNEL_F16];
+    for d in HEAD_DIMS {
+        for dtype in Dtype::ALL {
+            names.extend(merge_kernel_name(dtype, d));
+            for f in KvFormat::ALL {
+                names.extend(decode_kernel_name(f, dtype, d));
+            }
+        }
+    }
+    names
+}
+
+#[test]
+fn every_kernel_the_host_names_is_an_entry() {
+    let entries = ptx_builder::ptx_entries(decode_attn::PTX);
+    for name in host_names() {
+        assert!(entries.iter().any(|e| e == name), "{name} missing from PTX entries {entries:?}");
+    }
+    assert_eq!(entries.len(), host_names().len(), "PTX has entries the host does not know: {entries:?}");
+}
+
+#[test]
+fn no_unresolved_external_functions() {
+    ptx_builder::check_ptx(decode_attn::PTX).unwrap();
+}
+
+#[test]
+fn ptxas_accepts_it_without_spills() {
+    let Some(ptxas) = std::env::var_os("PTXAS") else {
+        eprintln!("SKIPPED: ptxas_accepts_it_without_spills (set PTXAS, or run `cargo xtask test`)");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ptx = dir.join("k.ptx");
+    std::fs::write(&ptx, decode_attn::PTX).unwrap();
+    let arch = format!("-arch={}", decode_attn::PTX_ARCH);
+    let out = std::process::Command::new(ptxas).args([arch.as_str(), "-v"]).arg(&ptx).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ptxas rejected the PTX:\n{log}");
+    let mut kernel = "";
+    for line in log.lines() {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            kernel = rest.trim();
+        } else if line.contains("bytes stack frame") {
+            assert!(line.trim_start().starts_with("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), "{kernel}: {line}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,1 +1,104 @@
-fn main(){}
+//! Every bad input is an `Err` naming the parameter (CPU only: planning and
+//! buffer checks are pure functions).
+
+use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
+use decode_attn::plan::plan;
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, PlanOptions, SplitPolicy};
+
+const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
+
+fn good() -> DecodeShape {
+    DecodeShape::bf16(2, 8, 2, 128, 3, 1024)
+}
+
+fn plan_err(shape: &DecodeShape, lens: &[u32]) -> Error {
+    plan(shape, lens, &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions::default()).expect_err("must be rejected")
+}
+
+fn names(e: &Error, param: &str) {
+    assert_eq!(e.param(), Some(param), "{e}");
+    let text = e.to_string();
+    assert!(text.contains("expected"), "{text}");
+}
+
+#[test]
+fn shape_errors_name_the_parameter() {
+    let lens = [100, 200];
+    let cases: Vec<(fn(&mut DecodeShape), &str)> = vec![
+        (|s| s.batch = 0, "batch"),
+        (|s| s.num_kv_heads = 0, "num_kv_heads"),
+        (|s| s.num_q_heads = 7, "num_q_heads"), // not a multiple of num_kv_heads
+        (|s| s.head_dim = 96, "head_dim"),
+        (|s| s.q_len = 0, "q_len"),
+        (|s| s.q_len = 9, "q_len"),
+        (|s| s.max_seq_len = 2, "max_seq_len"),
+        (|s| s.dtype = Dtype::F16, "dtype"),
+        (|s| s.scale = Some(f32::NAN), "scale"),
+        (|s| s.scale = Some(-1.0), "scale"),
+        (|s| s.kv_layout = KvLayout::Strided { batch: 1024 * 256, token: 260, head: 128 }, "kv_layout.token"),
+        (|s| s.kv_layout = KvLayout::Strided { batch: u64::MAX & !7, token: 256, head: 128 }, "kv_layout"),
+    ];
+    for (mutate, param) in cases {
+        let mut s = good();
+        mutate(&mut s);
+        names(&plan_err(&s, &lens), param);
+    }
+}
+
+#[test]
+fn a_cache_format_needs_its_own_query_dtype() {
+    let mut s = good();
+    s.kv_format = KvFormat::F16;
+    let e = plan_err(&s, &[100, 200]);
+    names(&e, "dtype");
+    assert!(e.to_string().contains("f16"), "{e}");
+}
+
+#[test]
+fn sequence_length_errors_name_the_sequence() {
+    names(&plan_err(&good(), &[100]), "seq_lens");
+    names(&plan_err(&good(), &[100, 2]), "seq_lens[1]"); // shorter than q_len
+    names(&plan_err(&good(), &[1025, 100]), "seq_lens[0]"); // beyond capacity
+    let e = plan(&good(), &[100, 100], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions { split: SplitPolicy::ChunkKeys(0) }).unwrap_err();
+    names(&e, "split.chunk_keys");
+}
+
+fn buffers(shape: &DecodeShape) -> RunBuffers {
+    let q = shape.q_elems() as usize;
+    let kv = shape.kv_elems_required().unwrap() as usize;
+    let d = |addr, len| BufferDesc { addr, len, elem: ElemType::Bf16 };
+    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace_bytes: 1 << 20 }
+}
+
+#[test]
+fn buffer_errors_name_the_buffer() {
+    let shape = good();
+    let p = plan(&shape, &[100, 200], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions::default()).unwrap();
+    assert!(check_buffers(&p, &buffers(&shape)).is_ok());
+    let cases: Vec<(fn(&mut RunBuffers), &str)> = vec![
+        (|b| b.q.len -= 1, "q"),
+        (|b| b.o.len -= 1, "o"),
+        (|b| b.k.len -= 1, "k"),
+        (|b| b.v.len -= 1, "v"),
+        (|b| b.k.addr += 8, "k"),
+        (|b| b.q.addr = 0, "q"),
+        (|b| b.v.elem = ElemType::F16, "v"),
+        (|b| b.q.elem = ElemType::U8, "q"),
+        (|b| b.o.addr = b.q.addr, "o"),
+        (|b| b.workspace_bytes = 0, "workspace"),
+    ];
+    for (mutate, param) in cases {
+        let mut b = buffers(&shape);
+        mutate(&mut b);
+        names(&check_buffers(&p, &b).expect_err(param), param);
+    }
+}
+
+#[test]
+fn strided_extent_counts_the_last_row() {
+    let mut s = good();
+    s.kv_layout = KvLayout::Strided { batch: 4096 * 300, token: 300 + 4, head: 136 };
+    assert!(s.validate().is_ok());
+    let st = s.kv_strides();
+    assert_eq!(s.kv_elems_required(), Some(st.batch + 1023 * st.token + st.head + 128));
+}
