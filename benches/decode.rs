@@ -140,8 +140,8 @@ fn main() {
     }
 }
 
-fn device_name() -> String {
-    decode_attn::cust::device::Device::get_device(0).and_then(|d| d.name()).unwrap_or_else(|_| "unknown".into())
+fn device_name(ordinal: u32) -> String {
+    decode_attn::cust::device::Device::get_device(ordinal).and_then(|d| d.name()).unwrap_or_else(|_| "unknown".into())
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -188,7 +188,7 @@ fn run(args: &Args) -> Result<(), String> {
     let t0 = Instant::now();
     let attn = DecodeAttention::new().map_err(|e| e.to_string())?;
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| e.to_string())?;
-    let dev = device_name();
+    let dev = device_name(args.device);
     let info = *attn.device_info();
     eprintln!("device: {dev} ({} SMs, L2 {} MiB); PTX {}", info.sm_count, info.l2_bytes >> 20, decode_attn::PTX_ARCH);
     let roof = roofline(&stream)?;
@@ -376,12 +376,12 @@ fn today() -> String {
 fn render_table(dev: &str, roof: f64, rows: &[RowResult]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "\n{dev}: copy roofline {roof:.0} GB/s");
-    let _ = writeln!(s, "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:<5} {:>6} {:<26} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}  status", "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "med µs", "min µs", "max µs", "GB/s", "%roof", "rel err");
+    let _ = writeln!(s, "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:<5} {:>6} {:<26} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}  status", "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "rel err");
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:<5} {:>6} {:<26} {:>9.1} {:>9.1} {:>9.1} {:>8.0} {:>6.1}% {:>8.1e}  {}",
-            r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.rel_err, if r.key.is_empty() { "" } else { &r.status }
+            "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:<5} {:>6} {:<26} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8.0} {:>6.1}% {:>8.1e}  {}",
+            r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.bytes as f64 / 1e6, r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.rel_err, if r.key.is_empty() { "" } else { &r.status }
         );
     }
     s
