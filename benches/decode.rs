@@ -253,8 +253,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, iters: usize,
         Dtype::Bf16 => measure::<bf16>(attn, stream, &plan, &mut ws, q_len, kv_len, iters, flush)?,
         Dtype::F16 => measure::<f16>(attn, stream, &plan, &mut ws, q_len, kv_len, iters, flush)?,
     };
-    let row = shape.kv_format.row_bytes(shape.head_dim) as u64;
-    let bytes = seq_lens.iter().map(|&l| l as u64).sum::<u64>() * shape.num_kv_heads as u64 * row * 2 + 2 * shape.q_elems() * 2;
+    let bytes = plan.bytes_moved();
     let med = median(&mut times);
     let gbps = bytes as f64 / (med * 1e-6) / 1e9;
     Ok(RowResult {

@@ -129,3 +129,14 @@ fn metadata_bytes_match_the_layout() {
     assert!(p.layout().partial_o >= p.layout().metadata_bytes);
     assert!(p.layout().partial_lse >= p.layout().partial_o + p.num_slots() as usize * 2 * 8 * 64 * 4);
 }
+
+#[test]
+fn auto_split_fills_whole_waves() {
+    // One sequence, 8 kv heads, 264 resident blocks: never a nearly empty second wave.
+    let wave = 132 * 2;
+    let c = auto_chunk_keys(&[32768], 8, 64, wave);
+    let blocks = 32768u64.div_ceil(c as u64) * 8;
+    assert!(blocks <= wave, "chunk {c} gives {blocks} blocks for a wave of {wave}");
+    let c = auto_chunk_keys(&[131072; 2], 1, 64, wave);
+    assert!(2 * 131072u64.div_ceil(c as u64) <= wave, "chunk {c}");
+}

@@ -158,6 +158,13 @@ impl Plan {
     pub fn workspace_bytes(&self) -> usize {
         self.layout.total_bytes
     }
+    /// Bytes a run must move at least: every visible K and V row once, plus
+    /// Q and O (the benchmark's GB/s numerator).
+    pub fn bytes_moved(&self) -> u64 {
+        let row = self.shape.kv_format.row_bytes(self.shape.head_dim) as u64;
+        let keys: u64 = self.seq_lens.iter().map(|&l| l as u64).sum();
+        keys * self.shape.num_kv_heads as u64 * row * 2 + 2 * self.shape.q_elems() * self.shape.dtype.size_bytes() as u64
+    }
     /// Largest number of chunks any sequence was split into.
     pub fn max_splits(&self) -> u32 {
         self.merges.iter().map(|m| m.num_slots).max().unwrap_or(1)
@@ -214,7 +221,8 @@ pub fn blocks_per_sm(dev: &DeviceInfo, kernel: &KernelInfo, threads: u32, smem: 
 /// Chunk size (keys) for `Auto`: the smallest estimated time, where a block
 /// costs its keys plus a fixed overhead (pipeline fill and epilogue, about
 /// two stages of keys), and the kernel takes at least its longest block and
-/// at least the total work spread over one wave of resident blocks.
+/// at least the total work in *whole* waves of chunk-long blocks (a grid one
+/// block over a wave takes two waves; a fluid estimate misses that).
 pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u32, wave: u64) -> u32 {
     let max_len = seq_lens.iter().copied().max().unwrap_or(1).max(1);
     let unsplit_blocks = seq_lens.len() as u64 * blocks_per_len;
@@ -230,7 +238,8 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
             total += (len + n * overhead) * blocks_per_len;
         }
         let longest = chunk.min(max_len as u64) + overhead;
-        longest.max(total.div_ceil(wave))
+        let waves = total.div_ceil(wave * longest);
+        longest.max(waves * longest)
     };
     // Candidates ascend geometrically (planning stays O(batch · log len));
     // `<=` lets the larger chunk (fewer partials to merge) win ties.

@@ -101,13 +101,6 @@ impl Problem {
             Some(b) => reference::decode_attention_batches(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v, b),
         }
     }
-
-    /// K and V bytes the kernel must read (every visible row once) plus Q and O.
-    pub fn bytes_moved(&self) -> u64 {
-        let row = self.shape.kv_format.row_bytes(self.shape.head_dim) as u64;
-        let kv: u64 = self.seq_lens.iter().map(|&l| l as u64).sum::<u64>() * self.shape.num_kv_heads as u64 * row * 2;
-        kv + 2 * self.shape.q_elems() * 2
-    }
 }
 
 /// A CUDA context on device `ordinal`, or why there is none.
