@@ -211,7 +211,8 @@ fn run(args: &Args) -> Result<(), String> {
     }
     let mut results = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
-        eprint!("\r[{:>3}/{:<3}] {:<48}", i + 1, specs.len(), row_key(spec));
+        let done = 30 * i / specs.len().max(1);
+        eprint!("\r[{}{}] {:>3}/{:<3} {:<48}", "#".repeat(done), ".".repeat(30 - done), i + 1, specs.len(), row_key(spec));
         let r = bench_row(&attn, &stream, spec, args.iters, roof, &flush).unwrap_or_else(|e| RowResult { key: row_key(spec), status: format!("error: {e}"), ..Default::default() });
         results.push(r);
     }
@@ -375,12 +376,12 @@ fn today() -> String {
 fn render_table(dev: &str, roof: f64, rows: &[RowResult]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "\n{dev}: copy roofline {roof:.0} GB/s");
-    let _ = writeln!(s, "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:<5} {:>6} {:<26} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}  status", "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "rel err");
+    let _ = writeln!(s, "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:>3} {:<5} {:>6} {:<26} {:>8} {:>9} {:>9} {:>9} {:>8} {:>7} {:>8}  status", "grid", "B", "ctx", "Hq", "Hkv", "q", "D", "kv", "splits", "block", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "rel err");
     for r in rows {
         let _ = writeln!(
             s,
-            "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:<5} {:>6} {:<26} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8.0} {:>6.1}% {:>8.1e}  {}",
-            r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.bytes as f64 / 1e6, r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.rel_err, if r.key.is_empty() { "" } else { &r.status }
+            "{:<4} {:>5} {:>7} {:>3} {:>3} {:>2} {:>3} {:<5} {:>6} {:<26} {:>8.1} {:>9.1} {:>9.1} {:>9.1} {:>8.0} {:>6.1}% {:>8.1e}  {}",
+            r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.d, r.format, r.splits, r.block, r.bytes as f64 / 1e6, r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.rel_err, if r.key.is_empty() { "" } else { &r.status }
         );
     }
     s
