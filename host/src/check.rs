@@ -59,7 +59,7 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     let kv = kv_elem(shape.kv_format);
     check_buffer("k", &bufs.k, kv, kv_len)?;
     check_buffer("v", &bufs.v, kv, kv_len)?;
-    let o_end = bufs.o.addr + (shape.q_elems() * 2);
+    let o_end = bufs.o.addr + shape.q_elems() * shape.dtype.size_bytes() as u64;
     for (name, other) in [("q", &bufs.q), ("k", &bufs.k), ("v", &bufs.v)] {
         let end = other.addr + (other.len * other.elem.size_bytes()) as u64;
         ensure(o_end <= other.addr || end <= bufs.o.addr, "o", format!("a buffer that does not overlap `{name}`"), "an overlapping one")?;

@@ -273,6 +273,12 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
     let (warps_m, warps_k) = block_shape(rows, tile.keys_per_stage, kernel);
     let rows_per_block = warps_m * MMA_M;
     let row_chunks = rows.div_ceil(rows_per_block);
+    ensure(
+        row_chunks <= 65535,
+        "num_q_heads",
+        format!("at most {} query rows per kv head (group × q_len), the grid's z limit", 65535 * rows_per_block),
+        rows,
+    )?;
     let smem_bytes = decode_smem_bytes(shape.kv_format, shape.head_dim, warps_m, warps_k);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
