@@ -29,7 +29,7 @@ fn shape_errors_name_the_parameter() {
         (|s| s.num_kv_heads = 0, "num_kv_heads"),
         (|s| s.num_q_heads = 7, "num_q_heads"), // not a multiple of num_kv_heads
         (|s| s.head_dim = 96, "head_dim"),
-        (|s| s.num_q_heads = 2 * 600_000, "num_q_heads"), // more row chunks than grid z allows
+        (|s| s.num_q_heads = 2 * 2_000_000, "num_q_heads"), // 6M rows: more row chunks than grid z allows
         (|s| s.q_len = 0, "q_len"),
         (|s| s.q_len = 9, "q_len"),
         (|s| s.max_seq_len = 2, "max_seq_len"),
