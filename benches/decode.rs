@@ -240,10 +240,8 @@ fn row_key(s: &RowSpec) -> String {
 }
 
 fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, iters: usize, roof: f64, flush: &DeviceBuffer<u32>) -> Result<RowResult, String> {
-    let dtype = match s.format {
-        KvFormat::Bf16 => Dtype::Bf16,
-        KvFormat::F16 => Dtype::F16,
-    };
+    // Plain formats compute in their own type; quantized ones will name one here.
+    let dtype = s.format.required_dtype().unwrap_or(Dtype::Bf16);
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.d, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: KvLayout::Nhd, scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let plan = attn.plan(&shape, &seq_lens, &PlanOptions::default()).map_err(|e| e.to_string())?;

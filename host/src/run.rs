@@ -126,6 +126,18 @@ impl DecodeAttention {
         })
     }
 
+    /// Launches kernel `name` with `params` as its single by-value argument.
+    ///
+    /// # Safety
+    /// `P` must be the kernel's `#[repr(C)]` params type, and the launch shape
+    /// and every address in `params` must be valid for that kernel.
+    unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: &Stream) -> Result<()> {
+        let func = self.module.get_function(name)?;
+        let (gx, gy, gz) = grid;
+        stream.launch(&func, GridSize::xyz(gx, gy, gz), BlockSize::x(threads), smem, &[params as *const P as *mut c_void])?;
+        Ok(())
+    }
+
     /// Plans one decode step (CPU only; see [`plan::plan`]).
     pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
         plan::plan(shape, seq_lens, &self.device, &self.kernel_info(shape)?, opts)
@@ -160,7 +172,10 @@ impl DecodeAttention {
             },
         )?;
         let shape = &plan.shape;
-        let kernel = self.kernel_info(shape)?;
+        // The plan's shape was validated by `plan()`; only the lookup is needed.
+        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim)).copied().ok_or_else(|| {
+            Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
+        })?;
         ensure(
             plan.block_threads() <= kernel.max_threads_per_block && plan.smem_bytes <= self.device.max_smem_per_block,
             "plan",
@@ -208,20 +223,10 @@ impl DecodeAttention {
             scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
             _pad: 0,
         };
-        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim).expect("kernel_info checked it");
-        let func = self.module.get_function(name)?;
-        let (gx, gy, gz) = plan.grid();
+        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
-        unsafe {
-            stream.launch(
-                &func,
-                GridSize::xyz(gx, gy, gz),
-                BlockSize::x(plan.block_threads()),
-                plan.smem_bytes,
-                &[&params as *const DecodeParams as *mut c_void],
-            )?;
-        }
+        unsafe { self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)? };
 
         if !plan.merges.is_empty() {
             let merge = MergeParams {
@@ -233,19 +238,9 @@ impl DecodeAttention {
                 q_len: shape.q_len,
             };
             let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");
-            let func = self.module.get_function(name)?;
-            let (gx, gy, gz) = plan.merge_grid();
             // SAFETY: reads the slots the attention kernel wrote (same
             // stream, so ordered after it) and writes rows of `o`.
-            unsafe {
-                stream.launch(
-                    &func,
-                    GridSize::xyz(gx, gy, gz),
-                    BlockSize::x(32 * MERGE_ROWS_PER_BLOCK),
-                    0,
-                    &[&merge as *const MergeParams as *mut c_void],
-                )?;
-            }
+            unsafe { self.launch(name, plan.merge_grid(), 32 * MERGE_ROWS_PER_BLOCK, 0, &merge, stream)? };
         }
         Ok(())
     }
@@ -266,12 +261,8 @@ impl DecodeAttention {
         ensure(buf.len % 2 == 0, "buf", "an even number of elements", buf.len)?;
         ensure(buf.addr % 4 == 0, "buf", "a 4-byte aligned pointer", format!("{:#x}", buf.addr))?;
         let params = decode_attn_abi::FillParams { ptr: buf.addr, len: buf.len as u64, seed };
-        let func = self.module.get_function(name)?;
         let blocks = (self.device.sm_count * 8).max(1);
         // SAFETY: writes `len` elements of the checked buffer.
-        unsafe {
-            stream.launch(&func, GridSize::x(blocks), BlockSize::x(256), 0, &[&params as *const _ as *mut c_void])?;
-        }
-        Ok(())
+        unsafe { self.launch(name, (blocks, 1, 1), 256, 0, &params, stream) }
     }
 }
