@@ -1,8 +1,13 @@
 //! Builds `kernels-gpu` into PTX and hands it to the crate (`include_str!`),
 //! the way `cuda_builder` does for Rust-CUDA. `DECODE_ATTN_ARCH` selects the
-//! SM (`sm_90` default, `sm_80`).
+//! SM (`sm_90` default, `sm_80`). Also builds the stand-in `libcuda.so` that
+//! binaries link against (see `build/cuda_stub.rs`), so no CUDA package has
+//! to be installed to build or to run the CPU tests.
 
 use std::path::PathBuf;
+
+#[path = "build/cuda_stub.rs"]
+mod cuda_stub;
 
 fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
@@ -23,4 +28,6 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap()).join("decode_attn.ptx");
     std::fs::copy(&ptx, &out).expect("copy PTX into OUT_DIR");
     println!("cargo:rustc-env=DECODE_ATTN_PTX_ARCH={arch}");
+    println!("cargo:rerun-if-changed={}", manifest.join("build").display());
+    cuda_stub::build(&PathBuf::from(std::env::var_os("OUT_DIR").unwrap()));
 }
