@@ -154,9 +154,10 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
         step("synchronized");
         outs.push(p.output().map_err(|e| e.to_string())?);
     }
-    let reference = p.reference(None);
+    let reference = p.reference(None).map_err(|e| e.to_string())?;
     step("reference");
-    let (err, nonfinite) = decode_attn::reference::relative_l2_error(&outs[0], &reference);
+    let cmp = decode_attn::reference::relative_l2_error(&outs[0], &reference).map_err(|e| e.to_string())?;
+    let (err, nonfinite) = (cmp.rel_l2, cmp.nonfinite);
     if nonfinite {
         let first = outs[0].iter().position(|x| !x.is_finite()).unwrap_or(0);
         return Err(format!("non-finite output (first at element {first}); rel_l2={err:.2e}"));

@@ -22,7 +22,7 @@ fn matches_naive_softmax_with_causal_gqa_and_ragged_lengths() {
         let kv = shape.kv_elems_required().unwrap() as usize;
         let k = random_values(&mut rng, kv, 64, Distribution::HeavyTailed);
         let v = random_values(&mut rng, kv, 64, Distribution::Normal);
-        let out = decode_attention(&shape, &lens, &q, &k, &v);
+        let out = decode_attention(&shape, &lens, &q, &k, &v).unwrap();
         let st = shape.kv_strides();
         for b in 0..2usize {
             for i in 0..3usize {
@@ -52,15 +52,33 @@ fn one_visible_key_returns_its_value() {
     let q = vec![1.0f32; 64];
     let k = vec![0.5f32; 4 * 64];
     let v: Vec<f32> = (0..4 * 64).map(|i| i as f32).collect();
-    let out = decode_attention(&shape, &[1], &q, &k, &v);
+    let out = decode_attention(&shape, &[1], &q, &k, &v).unwrap();
     assert!(out.iter().zip(&v[..64]).all(|(&o, &x)| (o - x as f64).abs() < 1e-12));
 }
 
 #[test]
 fn relative_error_flags_nan_and_measures_l2() {
-    let (err, bad) = relative_l2_error(&[1.0, 2.0], &[1.0, 2.0]);
-    assert_eq!((err, bad), (0.0, false));
-    let (err, _) = relative_l2_error(&[1.0, 0.0], &[0.0, 1.0]);
-    assert!((err - 2f64.sqrt()).abs() < 1e-12);
-    assert!(relative_l2_error(&[f32::NAN, 1.0], &[1.0, 1.0]).1);
+    let c = relative_l2_error(&[1.0, 2.0], &[1.0, 2.0]).unwrap();
+    assert_eq!((c.rel_l2, c.nonfinite, c.compared), (0.0, false, 2));
+    let c = relative_l2_error(&[1.0, 0.0], &[0.0, 1.0]).unwrap();
+    assert!((c.rel_l2 - 2f64.sqrt()).abs() < 1e-12);
+    let c = relative_l2_error(&[f32::NAN, 1.0], &[1.0, 1.0]).unwrap();
+    assert!(c.nonfinite && !c.passes(1e-2));
+    // Elements whose reference is NaN (not computed) are left out.
+    assert_eq!(relative_l2_error(&[5.0, 1.0], &[f64::NAN, 1.0]).unwrap().rel_l2, 0.0);
+}
+
+#[test]
+fn parallel_reference_equals_the_serial_one() {
+    let shape = DecodeShape::bf16(5, 4, 2, 64, 2, 50);
+    let lens = [50u32, 2, 17, 33, 49];
+    let mut rng = Rng::new(9);
+    let q = random_values(&mut rng, shape.q_elems() as usize, 64, Distribution::Normal);
+    let kv = shape.kv_elems_required().unwrap() as usize;
+    let k = random_values(&mut rng, kv, 64, Distribution::Normal);
+    let v = random_values(&mut rng, kv, 64, Distribution::Normal);
+    let serial = decode_attention(&shape, &lens, &q, &k, &v).unwrap();
+    let all: Vec<usize> = (0..5).collect();
+    let par = decode_attn::reference::decode_attention_threads(&shape, &lens, &q, &k, &v, &all, 3).unwrap();
+    assert!(serial.iter().zip(&par).all(|(a, b)| a.to_bits() == b.to_bits()));
 }

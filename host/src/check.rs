@@ -40,28 +40,44 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
     }
 }
 
-fn check_buffer(name: &str, b: &BufferDesc, elem: ElemType, min_len: u64) -> Result<()> {
+/// First byte past the buffer, or `None` if its extent wraps past 2^64.
+fn end_of(b: &BufferDesc) -> Option<u64> {
+    (b.len as u64).checked_mul(b.elem.size_bytes() as u64)?.checked_add(b.addr)
+}
+
+fn check_buffer(name: &str, b: &BufferDesc, elem: ElemType, min_bytes: u64) -> Result<()> {
     ensure(b.elem == elem, name, format!("{} elements", elem.name()), format!("{} elements", b.elem.name()))?;
     ensure(b.addr != 0, name, "a non-null device pointer", "null")?;
     ensure(b.addr % 16 == 0, name, "a 16-byte aligned device pointer", format!("{:#x}", b.addr))?;
-    ensure(b.len as u64 >= min_len, name, format!("at least {min_len} elements"), b.len)?;
+    let bytes = (b.len as u64).checked_mul(b.elem.size_bytes() as u64);
+    ensure(end_of(b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
+    ensure(
+        bytes.is_some_and(|n| n >= min_bytes),
+        name,
+        format!("at least {min_bytes} bytes ({} elements)", min_bytes / elem.size_bytes() as u64),
+        format!("{} elements", b.len),
+    )?;
     Ok(())
 }
 
-/// Checks every buffer of a `run` call against the plan.
+/// Checks every buffer of a `run` call against the plan: element types,
+/// alignment, sizes in bytes, no wrap-around, and `o` disjoint from the inputs.
 pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     let shape = &plan.shape;
     let qo_elem = dtype_elem(shape.dtype);
-    check_buffer("q", &bufs.q, qo_elem, shape.q_elems())?;
-    check_buffer("o", &bufs.o, qo_elem, shape.q_elems())?;
-    // validate() made sure the extent does not overflow.
-    let kv_len = shape.kv_elems_required().unwrap_or(u64::MAX);
+    // `plan()` validated the shape; a failed size computation still rejects
+    // (u64::MAX bytes fit no buffer) rather than wraps.
+    let q_bytes = shape.q_bytes().unwrap_or(u64::MAX);
+    check_buffer("q", &bufs.q, qo_elem, q_bytes)?;
+    check_buffer("o", &bufs.o, qo_elem, q_bytes)?;
+    let kv_bytes = shape.kv_bytes_required().unwrap_or(u64::MAX);
     let kv = kv_elem(shape.kv_format);
-    check_buffer("k", &bufs.k, kv, kv_len)?;
-    check_buffer("v", &bufs.v, kv, kv_len)?;
-    let o_end = bufs.o.addr + shape.q_elems() * shape.dtype.size_bytes() as u64;
+    check_buffer("k", &bufs.k, kv, kv_bytes)?;
+    check_buffer("v", &bufs.v, kv, kv_bytes)?;
+    // The range the kernels write (checked above not to wrap).
+    let o_end = bufs.o.addr + q_bytes;
     for (name, other) in [("q", &bufs.q), ("k", &bufs.k), ("v", &bufs.v)] {
-        let end = other.addr + (other.len * other.elem.size_bytes()) as u64;
+        let end = end_of(other).unwrap_or(u64::MAX);
         ensure(o_end <= other.addr || end <= bufs.o.addr, "o", format!("a buffer that does not overlap `{name}`"), "an overlapping one")?;
     }
     ensure(

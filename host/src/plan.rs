@@ -26,6 +26,17 @@ pub struct DeviceInfo {
 }
 
 impl DeviceInfo {
+    /// Rejects figures the planner cannot work with (zero SMs, no shared
+    /// memory, ...), naming the field.
+    pub fn validate(&self) -> Result<()> {
+        ensure(self.sm_count >= 1, "device.sm_count", "at least 1", self.sm_count)?;
+        ensure(self.max_smem_per_block >= 1, "device.max_smem_per_block", "at least 1 byte", self.max_smem_per_block)?;
+        ensure(self.max_smem_per_sm >= 1, "device.max_smem_per_sm", "at least 1 byte", self.max_smem_per_sm)?;
+        ensure(self.max_threads_per_sm >= 32, "device.max_threads_per_sm", "at least 32", self.max_threads_per_sm)?;
+        ensure(self.regs_per_sm >= 256, "device.regs_per_sm", "at least 256", self.regs_per_sm)?;
+        Ok(())
+    }
+
     /// An H100 SXM's figures, for tests and examples that run without a GPU.
     pub const H100_SXM: DeviceInfo = DeviceInfo {
         sm_count: 132,
@@ -43,6 +54,27 @@ pub struct KernelInfo {
     pub max_threads_per_block: u32,
     pub regs_per_thread: u32,
 }
+
+impl KernelInfo {
+    pub fn validate(&self) -> Result<()> {
+        ensure(
+            (32..=1024).contains(&self.max_threads_per_block),
+            "kernel.max_threads_per_block",
+            "32..=1024",
+            self.max_threads_per_block,
+        )?;
+        ensure((1..=255).contains(&self.regs_per_thread), "kernel.regs_per_thread", "1..=255", self.regs_per_thread)?;
+        Ok(())
+    }
+}
+
+/// Most attention work items (blocks along grid x) one plan may have; far
+/// above any real batch, it keeps the work list's host and device memory
+/// bounded (256 MiB).
+pub const MAX_WORK_ITEMS: u64 = 1 << 24;
+
+/// CUDA's limit on grid y and z.
+pub const MAX_GRID_YZ: u32 = 65535;
 
 /// How a sequence's keys are divided among blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -149,10 +181,12 @@ impl Plan {
     pub fn grid(&self) -> (u32, u32, u32) {
         (self.work.len() as u32, self.shape.num_kv_heads, self.row_chunks)
     }
-    /// Merge grid: (merge items, row groups).
+    /// Merge grid: (merge items, row groups). Row groups beyond grid y's
+    /// limit are covered by the kernel's grid-stride loop over y.
     pub fn merge_grid(&self) -> (u32, u32, u32) {
-        let rows = self.shape.q_len * self.shape.num_q_heads;
-        (self.merges.len() as u32, rows.div_ceil(MERGE_ROWS_PER_BLOCK), 1)
+        // validate() bounds q_len × num_q_heads to 32 bits.
+        let rows = self.shape.q_len.saturating_mul(self.shape.num_q_heads);
+        (self.merges.len() as u32, rows.div_ceil(MERGE_ROWS_PER_BLOCK).min(MAX_GRID_YZ), 1)
     }
     /// Device workspace this plan needs (metadata + fp32 partials).
     pub fn workspace_bytes(&self) -> usize {
@@ -160,10 +194,12 @@ impl Plan {
     }
     /// Bytes a run must move at least: every visible K and V row once, plus
     /// Q and O (the benchmark's GB/s numerator).
+    /// Saturates at `u64::MAX`.
     pub fn bytes_moved(&self) -> u64 {
         let row = self.shape.kv_format.row_bytes(self.shape.head_dim) as u64;
-        let keys: u64 = self.seq_lens.iter().map(|&l| l as u64).sum();
-        keys * self.shape.num_kv_heads as u64 * row * 2 + 2 * self.shape.q_elems() * self.shape.dtype.size_bytes() as u64
+        let keys: u64 = self.seq_lens.iter().map(|&l| l as u64).fold(0, u64::saturating_add);
+        let kv = keys.saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(2);
+        kv.saturating_add(self.shape.q_bytes().unwrap_or(u64::MAX).saturating_mul(2))
     }
     /// Largest number of chunks any sequence was split into.
     pub fn max_splits(&self) -> u32 {
@@ -188,15 +224,13 @@ fn merge_words(merges: &[MergeItem]) -> Vec<u32> {
 }
 
 const ALIGN: usize = 256;
-fn align_up(x: usize) -> usize {
-    x.div_ceil(ALIGN) * ALIGN
-}
 
 static NEXT_PLAN_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Block shape for `rows` packed rows: warps along M cover up to
 /// `MAX_WARPS_M * 16` rows, warps along K take the rest of the warp budget.
 pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32, u32) {
+    let rows = rows.max(1);
     let warps_m = rows.div_ceil(MMA_M).clamp(1, MAX_WARPS_M);
     let max_warps = MAX_WARPS.min(kernel.max_threads_per_block / 32).max(warps_m);
     let max_k = (keys_per_stage / KEYS_PER_WARP_STEP).max(1);
@@ -210,12 +244,12 @@ pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32,
 /// Blocks of `threads` threads using `smem` bytes that fit on one SM.
 pub fn blocks_per_sm(dev: &DeviceInfo, kernel: &KernelInfo, threads: u32, smem: u32) -> u32 {
     // The driver reserves 1 KiB of shared memory per block.
-    let by_smem = dev.max_smem_per_sm / (smem + 1024);
+    let by_smem = dev.max_smem_per_sm as u64 / (smem as u64 + 1024);
     // Registers are allocated per warp in units of 256.
-    let regs_per_warp = (kernel.regs_per_thread.max(1) * 32).div_ceil(256) * 256;
-    let by_regs = dev.regs_per_sm / (regs_per_warp * threads.div_ceil(32));
-    let by_threads = dev.max_threads_per_sm / threads;
-    by_smem.min(by_regs).min(by_threads).min(32)
+    let regs_per_warp = (kernel.regs_per_thread.max(1) as u64 * 32).div_ceil(256) * 256;
+    let by_regs = dev.regs_per_sm as u64 / (regs_per_warp * threads.div_ceil(32).max(1) as u64);
+    let by_threads = dev.max_threads_per_sm as u64 / threads.max(1) as u64;
+    by_smem.min(by_regs).min(by_threads).min(32) as u32
 }
 
 /// Chunk size (keys) for `Auto`: the smallest estimated time, where a block
@@ -224,6 +258,7 @@ pub fn blocks_per_sm(dev: &DeviceInfo, kernel: &KernelInfo, threads: u32, smem: 
 /// at least the total work in *whole* waves of chunk-long blocks (a grid one
 /// block over a wave takes two waves; a fluid estimate misses that).
 pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u32, wave: u64) -> u32 {
+    let (keys_per_stage, wave, blocks_per_len) = (keys_per_stage.max(1), wave.max(1), blocks_per_len.max(1));
     let max_len = seq_lens.iter().copied().max().unwrap_or(1).max(1);
     let unsplit_blocks = seq_lens.len() as u64 * blocks_per_len;
     if unsplit_blocks >= wave {
@@ -235,11 +270,11 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
         for &len in seq_lens {
             let len = len as u64;
             let n = len.div_ceil(chunk);
-            total += (len + n * overhead) * blocks_per_len;
+            total = total.saturating_add((len + n * overhead).saturating_mul(blocks_per_len));
         }
         let longest = chunk.min(max_len as u64) + overhead;
-        let waves = total.div_ceil(wave * longest);
-        longest.max(waves * longest)
+        let waves = total.div_ceil(wave.saturating_mul(longest));
+        longest.max(waves.saturating_mul(longest))
     };
     // Candidates ascend geometrically (planning stays O(batch · log len));
     // `<=` lets the larger chunk (fewer partials to merge) win ties.
@@ -268,15 +303,18 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
 pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     shape.validate_seq_lens(seq_lens)?;
+    dev.validate()?;
+    kernel.validate()?;
     let tile = tile_config(shape.kv_format, shape.head_dim);
-    let rows = shape.group_size() * shape.q_len;
+    // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
+    let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
     let (warps_m, warps_k) = block_shape(rows, tile.keys_per_stage, kernel);
     let rows_per_block = warps_m * MMA_M;
     let row_chunks = rows.div_ceil(rows_per_block);
     ensure(
-        row_chunks <= 65535,
+        row_chunks <= MAX_GRID_YZ,
         "num_q_heads",
-        format!("at most {} query rows per kv head (group × q_len), the grid's z limit", 65535 * rows_per_block),
+        format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
     let smem_bytes = decode_smem_bytes(shape.kv_format, shape.head_dim, warps_m, warps_k);
@@ -306,35 +344,40 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
         }
     };
 
-    let mut work = Vec::new();
+    // Count before building: a tiny chunk over long sequences must be an
+    // `Err`, not an allocation failure.
+    let chunks_of = |len: u32| (len as u64).div_ceil(chunk_keys.min(len).max(1) as u64);
+    let total_items = seq_lens.iter().map(|&l| chunks_of(l)).fold(0u64, u64::saturating_add);
+    ensure(
+        total_items <= MAX_WORK_ITEMS,
+        if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" },
+        format!("at most {MAX_WORK_ITEMS} attention blocks per kv head (Σ ⌈len / chunk⌉)"),
+        total_items,
+    )?;
+
+    let mut work = Vec::with_capacity(total_items as usize);
     let mut merges = Vec::new();
     let mut num_slots = 0u32;
     for (b, &len) in seq_lens.iter().enumerate() {
-        let chunks = len.div_ceil(chunk_keys.min(len));
+        let chunks = chunks_of(len) as u32;
         if chunks == 1 {
             work.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: len, partial_slot: DIRECT_OUTPUT });
             continue;
         }
         merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: chunks, _pad: 0 });
         for c in 0..chunks {
-            let start = c * chunk_keys;
-            let end = (start + chunk_keys).min(len);
-            work.push(WorkItem { batch: b as u32, kv_start: start, kv_end: end, partial_slot: num_slots + c });
+            // In u64: near MAX_SEQ_LEN, start + chunk_keys passes u32::MAX.
+            let start = c as u64 * chunk_keys as u64;
+            let end = (start + chunk_keys as u64).min(len as u64);
+            work.push(WorkItem { batch: b as u32, kv_start: start as u32, kv_end: end as u32, partial_slot: num_slots + c });
         }
         num_slots += chunks;
     }
     // Longest blocks first, so the tail of the grid is short ones.
     work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
-    ensure(work.len() < i32::MAX as usize, "seq_lens", "fewer than 2^31 work items", work.len())?;
 
-    let work_at = 0;
-    let seq_lens_at = work_at + work.len() * 16;
-    let merges_at = align_up(seq_lens_at + seq_lens.len() * 4);
-    let metadata_bytes = merges_at + merges.len() * 16;
-    let rows_per_slot = shape.q_len as usize * shape.num_q_heads as usize;
-    let partial_o = align_up(metadata_bytes);
-    let partial_lse = align_up(partial_o + num_slots as usize * rows_per_slot * shape.head_dim as usize * 4);
-    let total_bytes = align_up(partial_lse + num_slots as usize * rows_per_slot * 4);
+    let layout = workspace_layout(work.len(), seq_lens.len(), merges.len(), num_slots, shape)
+        .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
@@ -350,15 +393,30 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
         row_chunks,
         smem_bytes,
         blocks_per_sm,
-        layout: WorkspaceLayout {
-            work: work_at,
-            seq_lens: seq_lens_at,
-            merges: merges_at,
-            metadata_bytes,
-            partial_o,
-            partial_lse,
-            total_bytes,
-        },
+        layout,
+    })
+}
+
+/// Byte offsets of the workspace regions; `None` when they overflow or
+/// exceed `isize::MAX`.
+fn workspace_layout(work: usize, seqs: usize, merges: usize, num_slots: u32, shape: &DecodeShape) -> Option<WorkspaceLayout> {
+    let align_up = |x: usize| x.checked_next_multiple_of(ALIGN);
+    let work_at = 0usize;
+    let seq_lens_at = work.checked_mul(16)?;
+    let merges_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
+    let metadata_bytes = merges_at.checked_add(merges.checked_mul(16)?)?;
+    let rows = (num_slots as usize).checked_mul(shape.q_len as usize)?.checked_mul(shape.num_q_heads as usize)?;
+    let partial_o = align_up(metadata_bytes)?;
+    let partial_lse = align_up(partial_o.checked_add(rows.checked_mul(shape.head_dim as usize)?.checked_mul(4)?)?)?;
+    let total_bytes = align_up(partial_lse.checked_add(rows.checked_mul(4)?)?)?;
+    (total_bytes <= isize::MAX as usize).then_some(WorkspaceLayout {
+        work: work_at,
+        seq_lens: seq_lens_at,
+        merges: merges_at,
+        metadata_bytes,
+        partial_o,
+        partial_lse,
+        total_bytes,
     })
 }
 

@@ -1,6 +1,9 @@
 //! The f64 CPU reference, with exactly the kernel's semantics (causal among
 //! the q_len new tokens, ragged lengths, GQA head mapping, KV strides).
+//! Public and validated like the GPU path: bad input is an `Err`, never a
+//! panic or a silently truncated comparison.
 
+use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
 
 /// Attention output `[batch, q_len, num_q_heads, head_dim]` in f64.
@@ -8,64 +11,148 @@ use crate::shape::DecodeShape;
 /// `q` is `[batch, q_len, num_q_heads, head_dim]`; `k` and `v` are addressed
 /// with `shape.kv_strides()` (in elements) and hold the values the kernel
 /// sees (dequantized, if the cache is quantized).
-pub fn decode_attention(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: &[f32]) -> Vec<f64> {
+pub fn decode_attention(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: &[f32]) -> Result<Vec<f64>> {
     let batches: Vec<usize> = (0..shape.batch as usize).collect();
     decode_attention_batches(shape, seq_lens, q, k, v, &batches)
 }
 
 /// As [`decode_attention`], for the listed sequences only; rows of other
 /// sequences are NaN (for sampled checks of large shapes).
-pub fn decode_attention_batches(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: &[f32], batches: &[usize]) -> Vec<f64> {
+pub fn decode_attention_batches(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: &[f32], batches: &[usize]) -> Result<Vec<f64>> {
+    decode_attention_threads(shape, seq_lens, q, k, v, batches, 1)
+}
+
+/// As [`decode_attention_batches`], on up to `threads` CPU threads (the
+/// sequences are divided among them; the result does not depend on it).
+pub fn decode_attention_threads(
+    shape: &DecodeShape,
+    seq_lens: &[u32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    batches: &[usize],
+    threads: usize,
+) -> Result<Vec<f64>> {
+    check_inputs(shape, seq_lens, q, k, v, batches)?;
+    let row = shape.q_len as usize * shape.num_q_heads as usize * shape.head_dim as usize;
+    let mut out = vec![f64::NAN; shape.q_elems() as usize];
+    // Each sequence's output rows are one contiguous slice: hand them out.
+    let mut per_seq: Vec<Option<&mut [f64]>> = out.chunks_mut(row).map(Some).collect();
+    let mut jobs: Vec<(usize, &mut [f64])> = Vec::new();
+    for &b in batches {
+        if let Some(slice) = per_seq[b].take() {
+            jobs.push((b, slice));
+        }
+    }
+    let threads = threads.clamp(1, jobs.len().max(1));
+    let per_thread = jobs.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let mut rest = jobs.as_mut_slice();
+        while !rest.is_empty() {
+            let (mine, tail) = rest.split_at_mut(per_thread.min(rest.len()));
+            rest = tail;
+            s.spawn(move || {
+                for (b, out) in mine.iter_mut() {
+                    sequence(shape, seq_lens[*b] as usize, *b, q, k, v, out);
+                }
+            });
+        }
+    });
+    Ok(out)
+}
+
+fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: &[f32], batches: &[usize]) -> Result<()> {
+    shape.validate()?;
+    shape.validate_seq_lens(seq_lens)?;
+    let q_elems = shape.q_elems();
+    ensure(q.len() as u64 == q_elems, "q", format!("{q_elems} values"), q.len())?;
+    let kv = shape.kv_elems_required().unwrap_or(u64::MAX);
+    ensure(k.len() as u64 >= kv, "k", format!("at least {kv} values"), k.len())?;
+    ensure(v.len() as u64 >= kv, "v", format!("at least {kv} values"), v.len())?;
+    if let Some(&b) = batches.iter().find(|&&b| b >= shape.batch as usize) {
+        return Err(Error::invalid("batches", format!("sequence indices below {}", shape.batch), b));
+    }
+    Ok(())
+}
+
+/// All rows of sequence `b` (length `len`) into `out` (`[q_len, Hq, D]`).
+fn sequence(shape: &DecodeShape, len: usize, b: usize, q: &[f32], k: &[f32], v: &[f32], out: &mut [f64]) {
     let d = shape.head_dim as usize;
     let hq = shape.num_q_heads as usize;
     let ql = shape.q_len as usize;
     let g = shape.group_size() as usize;
     let st = shape.kv_strides();
     let scale = shape.softmax_scale() as f64;
-    let mut out = vec![f64::NAN; shape.q_elems() as usize];
-    let mut logits = Vec::new();
-    for &b in batches {
-        let len = seq_lens[b] as usize;
-        for i in 0..ql {
-            let visible = len - ql + 1 + i;
-            for h in 0..hq {
-                let kvh = h / g;
-                let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
-                let row_at = |t: usize| (b as u64 * st.batch + t as u64 * st.token + kvh as u64 * st.head) as usize;
-                logits.clear();
-                logits.extend((0..visible).map(|t| {
-                    let krow = &k[row_at(t)..][..d];
-                    scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
-                }));
-                let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let mut denom = 0.0;
-                let orow = &mut out[((b * ql + i) * hq + h) * d..][..d];
-                orow.fill(0.0);
-                for (t, &s) in logits.iter().enumerate() {
-                    let p = (s - max).exp();
-                    denom += p;
-                    for (o, &x) in orow.iter_mut().zip(&v[row_at(t)..][..d]) {
-                        *o += p * x as f64;
-                    }
+    let mut logits = Vec::with_capacity(len);
+    for i in 0..ql {
+        let visible = len - ql + 1 + i;
+        for h in 0..hq {
+            let kvh = h / g;
+            let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
+            let row_at = |t: usize| (b as u64 * st.batch + t as u64 * st.token + kvh as u64 * st.head) as usize;
+            logits.clear();
+            logits.extend((0..visible).map(|t| {
+                let krow = &k[row_at(t)..][..d];
+                scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
+            }));
+            let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let mut denom = 0.0;
+            let orow = &mut out[(i * hq + h) * d..][..d];
+            orow.fill(0.0);
+            for (t, &s) in logits.iter().enumerate() {
+                let p = (s - max).exp();
+                denom += p;
+                for (o, &x) in orow.iter_mut().zip(&v[row_at(t)..][..d]) {
+                    *o += p * x as f64;
                 }
-                orow.iter_mut().for_each(|o| *o /= denom);
             }
+            orow.iter_mut().for_each(|o| *o /= denom);
         }
     }
-    out
 }
 
-/// ‖out − ref‖₂ / ‖ref‖₂ over the elements where `reference` is not NaN,
-/// and whether `out` has a NaN or infinity at any of them.
-pub fn relative_l2_error(out: &[f32], reference: &[f64]) -> (f64, bool) {
-    let (mut num, mut den, mut bad) = (0.0, 0.0, false);
+/// How far an output is from the reference.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Comparison {
+    /// ‖out − ref‖₂ / ‖ref‖₂ over the compared elements.
+    pub rel_l2: f64,
+    /// Whether `out` has a NaN or infinity at a compared element.
+    pub nonfinite: bool,
+    /// Elements compared (those where the reference is not NaN).
+    pub compared: usize,
+}
+
+impl Comparison {
+    /// Within `bound` and free of NaN/Inf.
+    pub fn passes(&self, bound: f64) -> bool {
+        !self.nonfinite && self.rel_l2 <= bound
+    }
+}
+
+/// Compares `out` with `reference` over the elements where the reference is
+/// not NaN (sampled references mark the rest NaN). Errors when the slices
+/// differ in length, when the reference holds an infinity, or when nothing
+/// is compared (an all-NaN reference proves nothing).
+pub fn relative_l2_error(out: &[f32], reference: &[f64]) -> Result<Comparison> {
+    ensure(out.len() == reference.len(), "out", format!("{} values, as many as the reference", reference.len()), out.len())?;
+    let (mut num, mut den, mut nonfinite, mut compared) = (0.0, 0.0, false, 0usize);
     for (&o, &r) in out.iter().zip(reference) {
         if r.is_nan() {
             continue;
         }
-        bad |= !o.is_finite();
+        ensure(r.is_finite(), "reference", "finite values (or NaN for rows not computed)", r)?;
+        compared += 1;
+        nonfinite |= !o.is_finite();
         num += (o as f64 - r).powi(2);
         den += r * r;
     }
-    ((num / den.max(f64::MIN_POSITIVE)).sqrt(), bad)
+    ensure(compared > 0, "reference", "at least one computed (non-NaN) value", "none")?;
+    let rel_l2 = if den > 0.0 {
+        (num / den).sqrt()
+    } else if num == 0.0 {
+        0.0
+    } else {
+        f64::INFINITY
+    };
+    Ok(Comparison { rel_l2: if nonfinite { f64::NAN } else { rel_l2 }, nonfinite, compared })
 }

@@ -4,6 +4,10 @@ use decode_attn_abi::{Dtype, KvFormat, HEAD_DIMS, MAX_Q_LEN};
 
 use crate::error::{ensure, Result};
 
+/// Longest sequence (and cache capacity) a shape may have, in tokens: the
+/// kernels index keys in 32-bit arithmetic with headroom for one stage.
+pub const MAX_SEQ_LEN: u32 = i32::MAX as u32;
+
 /// How one sequence/token/head row of K (and of V) is addressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvLayout {
@@ -72,31 +76,62 @@ impl DecodeShape {
         self.scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
     }
 
-    /// Elements of Q (and of O): `batch * q_len * num_q_heads * head_dim`.
-    pub fn q_elems(&self) -> u64 {
-        self.batch as u64 * self.q_len as u64 * self.num_q_heads as u64 * self.head_dim as u64
+    /// Elements of Q (and of O): `batch * q_len * num_q_heads * head_dim`;
+    /// `None` on overflow. [`DecodeShape::validate`] rejects shapes where it
+    /// overflows or its bytes exceed `isize::MAX`.
+    pub fn q_elems_checked(&self) -> Option<u64> {
+        (self.batch as u64).checked_mul(self.q_len as u64)?.checked_mul(self.num_q_heads as u64)?.checked_mul(self.head_dim as u64)
     }
 
-    pub fn kv_strides(&self) -> KvStrides {
+    /// [`DecodeShape::q_elems_checked`], saturating at `u64::MAX` (which no
+    /// buffer can hold, so a check against it fails rather than wraps).
+    pub fn q_elems(&self) -> u64 {
+        self.q_elems_checked().unwrap_or(u64::MAX)
+    }
+
+    /// The layout's strides in elements; `None` when one overflows u64.
+    pub fn kv_strides_checked(&self) -> Option<KvStrides> {
         let d = self.head_dim as u64;
         let h = self.num_kv_heads as u64;
         let n = self.max_seq_len as u64;
-        match self.kv_layout {
-            KvLayout::Nhd => KvStrides { batch: n * h * d, token: h * d, head: d },
-            KvLayout::Hnd => KvStrides { batch: h * n * d, token: d, head: n * d },
+        Some(match self.kv_layout {
+            KvLayout::Nhd => KvStrides { batch: n.checked_mul(h)?.checked_mul(d)?, token: h * d, head: d },
+            KvLayout::Hnd => KvStrides { batch: h.checked_mul(n)?.checked_mul(d)?, token: d, head: n * d },
             KvLayout::Strided { batch, token, head } => KvStrides { batch, token, head },
-        }
+        })
+    }
+
+    /// [`DecodeShape::kv_strides_checked`] for a validated shape (saturating
+    /// otherwise).
+    pub fn kv_strides(&self) -> KvStrides {
+        self.kv_strides_checked().unwrap_or(KvStrides { batch: u64::MAX, token: u64::MAX, head: u64::MAX })
     }
 
     /// Elements a K (or V) buffer must hold: one past the last element of the
-    /// last row the layout addresses. `None` on overflow.
+    /// last row the layout addresses. `None` on overflow or when a dimension
+    /// is zero.
     pub fn kv_elems_required(&self) -> Option<u64> {
-        let s = self.kv_strides();
-        let last = (self.batch as u64 - 1)
-            .checked_mul(s.batch)?
-            .checked_add((self.max_seq_len as u64 - 1).checked_mul(s.token)?)?
-            .checked_add((self.num_kv_heads as u64 - 1).checked_mul(s.head)?)?;
+        let s = self.kv_strides_checked()?;
+        let last = (self.batch as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(
+            (self.max_seq_len as u64).checked_sub(1)?.checked_mul(s.token)?,
+        )?;
+        let last = last.checked_add((self.num_kv_heads as u64).checked_sub(1)?.checked_mul(s.head)?)?;
         last.checked_add(self.head_dim as u64)
+    }
+
+    /// Bytes a K (or V) buffer must hold (`kv_elems_required` × element size).
+    pub fn kv_bytes_required(&self) -> Option<u64> {
+        self.kv_elems_required()?.checked_mul(crate::check::kv_elem(self.kv_format).size_bytes() as u64)
+    }
+
+    /// Bytes of Q (and of O).
+    pub fn q_bytes(&self) -> Option<u64> {
+        self.q_elems_checked()?.checked_mul(self.dtype.size_bytes() as u64)
+    }
+
+    /// Packed query rows per kv head (`group × q_len`); `None` on overflow.
+    pub fn rows_per_kv_head(&self) -> Option<u32> {
+        self.group_size().checked_mul(self.q_len)
     }
 
     /// Checks every field; the error names the first bad one.
@@ -113,10 +148,22 @@ impl DecodeShape {
         ensure(HEAD_DIMS.contains(&self.head_dim), "head_dim", format!("one of {HEAD_DIMS:?}"), self.head_dim)?;
         ensure((1..=MAX_Q_LEN).contains(&self.q_len), "q_len", format!("1..={MAX_Q_LEN}"), self.q_len)?;
         ensure(
-            self.max_seq_len >= self.q_len,
+            self.max_seq_len >= self.q_len && self.max_seq_len <= MAX_SEQ_LEN,
             "max_seq_len",
-            format!("at least q_len ({})", self.q_len),
+            format!("q_len..={MAX_SEQ_LEN} (q_len = {})", self.q_len),
             self.max_seq_len,
+        )?;
+        ensure(
+            self.num_q_heads.checked_mul(self.q_len).is_some(),
+            "num_q_heads",
+            format!("at most {} query heads at q_len {} (num_q_heads × q_len fits in 32 bits)", u32::MAX / self.q_len, self.q_len),
+            self.num_q_heads,
+        )?;
+        ensure(
+            self.q_bytes().is_some_and(|b| b <= isize::MAX as u64),
+            "num_q_heads",
+            "a query tensor (batch × q_len × num_q_heads × head_dim × 2 B) that fits in memory",
+            format!("{} x {} x {} x {}", self.batch, self.q_len, self.num_q_heads, self.head_dim),
         )?;
         if let Some(required) = self.kv_format.required_dtype() {
             ensure(
@@ -127,14 +174,26 @@ impl DecodeShape {
             )?;
         }
         if let Some(scale) = self.scale {
-            ensure(scale.is_finite() && scale > 0.0, "scale", "a finite positive number", scale)?;
+            // The kernels compute in base 2: scale · log2(e) must be finite too.
+            let scale_log2 = scale * std::f32::consts::LOG2_E;
+            ensure(
+                scale.is_finite() && scale > 0.0 && scale_log2.is_finite(),
+                "scale",
+                format!("a positive number whose product with log2(e) is finite (at most {:e})", f32::MAX / std::f32::consts::LOG2_E),
+                scale,
+            )?;
         }
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {
             for (name, stride) in [("kv_layout.batch", batch), ("kv_layout.token", token), ("kv_layout.head", head)] {
                 ensure(stride % 8 == 0, name, "a multiple of 8 elements (16-byte aligned rows)", stride)?;
             }
         }
-        ensure(self.kv_elems_required().is_some(), "kv_layout", "strides whose extent fits in 64 bits", "an overflow")?;
+        ensure(
+            self.kv_bytes_required().is_some_and(|b| b <= isize::MAX as u64),
+            "kv_layout",
+            "strides whose extent in bytes fits in memory (below 2^63)",
+            "an overflow",
+        )?;
         Ok(())
     }
 

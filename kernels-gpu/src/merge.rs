@@ -14,15 +14,22 @@ use crate::state;
 /// kernel wrote every slot named by the merge items.
 #[inline(always)]
 pub unsafe fn merge<H: Half, const D: usize>(p: &MergeParams) {
+    let item = *(p.merge as *const MergeItem).add(thread::block_idx_x() as usize);
+    let rows = p.q_len * p.num_q_heads;
+    // Grid y is capped at CUDA's 65535; larger row counts stride over it.
+    let mut row = thread::block_idx_y() * MERGE_ROWS_PER_BLOCK + thread::warp_id();
+    while row < rows {
+        merge_row::<H, D>(p, &item, rows, row);
+        row += thread::grid_dim_y() * MERGE_ROWS_PER_BLOCK;
+    }
+}
+
+/// One warp merges one (token, head) row of one split sequence.
+#[inline(always)]
+unsafe fn merge_row<H: Half, const D: usize>(p: &MergeParams, item: &MergeItem, rows: u32, row: u32) {
     const { assert!(D % 64 == 0 || D == 64) };
     let per_lane = D / 32;
     let lane = thread::lane_id();
-    let item = *(p.merge as *const MergeItem).add(thread::block_idx_x() as usize);
-    let rows = p.q_len * p.num_q_heads;
-    let row = thread::block_idx_y() * MERGE_ROWS_PER_BLOCK + thread::warp_id();
-    if row >= rows {
-        return;
-    }
     let slot_row = |s: u32| (item.first_slot + s) as u64 * rows as u64 + row as u64;
 
     let mut big_m = f32::NEG_INFINITY;

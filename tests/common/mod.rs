@@ -95,11 +95,10 @@ impl Problem {
     }
 
     /// Reference output for the listed sequences (all when `None`).
-    pub fn reference(&self, batches: Option<&[usize]>) -> Vec<f64> {
-        match batches {
-            None => reference::decode_attention(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v),
-            Some(b) => reference::decode_attention_batches(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v, b),
-        }
+    pub fn reference(&self, batches: Option<&[usize]>) -> Result<Vec<f64>> {
+        let all: Vec<usize> = (0..self.shape.batch as usize).collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        reference::decode_attention_threads(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v, batches.unwrap_or(&all), threads)
     }
 }
 

@@ -72,7 +72,8 @@ pub struct DecodeParams {
 
 /// Parameters of the split-merge kernel.
 ///
-/// Grid: x = merge item, y = ceil(q_len * num_q_heads / MERGE_ROWS_PER_BLOCK).
+/// Grid: x = merge item, y = min(ceil(q_len * num_q_heads / MERGE_ROWS_PER_BLOCK), 65535);
+/// rows past grid y's reach are covered by a grid-stride loop.
 /// Block: 32 * MERGE_ROWS_PER_BLOCK threads, one warp per output row.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

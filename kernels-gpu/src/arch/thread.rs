@@ -52,6 +52,12 @@ pub fn trap() -> ! {
 }
 
 #[inline(always)]
+pub fn grid_dim_y() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_grid_dim_y() as u32 }
+}
+
+#[inline(always)]
 pub fn grid_dim_x() -> u32 {
     // SAFETY: reads a special register.
     unsafe { nvptx::_grid_dim_x() as u32 }

@@ -1,0 +1,396 @@
+//! The host side under adversarial input (CPU only). One test per finding of
+//! the "no panic, overflow or under-check" audit, then a proptest that drives
+//! random and extreme shapes, lengths, strides, scales, devices and buffer
+//! addresses through validate → plan → check_buffers and asserts: never a
+//! panic; every Ok plan covers each key exactly once; grids within CUDA's
+//! limits; workspace regions large enough for what the kernels write; every
+//! accepted buffer large enough and not wrapping.
+//!
+//! CI runs this file in debug and in release (`cargo xtask test`), so
+//! overflow that only wraps silently in release is caught by the assertions.
+
+use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
+use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
+use decode_attn::reference::{decode_attention, relative_l2_error};
+use decode_attn::shape::MAX_SEQ_LEN;
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, Plan, PlanOptions, SplitPolicy};
+use decode_attn_abi::{DIRECT_OUTPUT, MERGE_ROWS_PER_BLOCK};
+use proptest::prelude::*;
+
+const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
+const DEV: DeviceInfo = DeviceInfo::H100_SXM;
+
+fn plan_with(shape: &DecodeShape, lens: &[u32], split: SplitPolicy) -> decode_attn::Result<Plan> {
+    plan(shape, lens, &DEV, &KERNEL, &PlanOptions { split })
+}
+
+fn rejects(r: decode_attn::Result<impl std::fmt::Debug>, param: &str) {
+    match r {
+        Err(e @ Error::InvalidArgument { .. }) => assert_eq!(e.param(), Some(param), "{e}"),
+        other => panic!("expected InvalidArgument naming `{param}`, got {other:?}"),
+    }
+}
+
+fn bufs_for(shape: &DecodeShape, q_len: usize, kv_len: usize, ws: usize) -> RunBuffers {
+    let elem = match shape.dtype {
+        Dtype::Bf16 => ElemType::Bf16,
+        Dtype::F16 => ElemType::F16,
+    };
+    let d = |addr, len| BufferDesc { addr, len, elem };
+    RunBuffers { q: d(1 << 40, q_len), k: d(2 << 40, kv_len), v: d(3 << 40, kv_len), o: d(4 << 40, q_len), workspace_bytes: ws }
+}
+
+/// Finding 1: `q_elems()` wrapped in u64 and `check_buffers` trusted it: 2^31
+/// query heads over 2^15 kv heads with zero strides planned Ok, then a
+/// 16-element O passed the check.
+#[test]
+fn f1_query_size_overflow_is_rejected_and_never_trusted() {
+    let mut s = DecodeShape::bf16(1 << 20, 1 << 31, 1 << 15, 256, 8, 8);
+    s.kv_layout = KvLayout::Strided { batch: 0, token: 0, head: 0 };
+    assert!(s.q_bytes().is_none_or(|b| b > isize::MAX as u64));
+    assert_eq!(DecodeShape::bf16(u32::MAX, u32::MAX, 1, 256, 8, 8).q_elems_checked(), None);
+    rejects(s.validate(), "num_q_heads");
+    rejects(plan_with(&s, &vec![8; 1 << 20], SplitPolicy::Never), "num_q_heads");
+    // Even for a shape that fits, a short O is caught in bytes.
+    let s = DecodeShape::bf16(2, 8, 2, 128, 3, 64);
+    let p = plan_with(&s, &[64, 64], SplitPolicy::Never).unwrap();
+    let mut b = bufs_for(&s, s.q_elems() as usize, s.kv_elems_required().unwrap() as usize, p.workspace_bytes());
+    b.o.len = 16;
+    rejects(check_buffers(&p, &b), "o");
+}
+
+/// Finding 2: `kv_strides()`, `kv_elems_required()` (zero fields),
+/// `Plan::bytes_moved()` and `merge_grid()` overflowed or panicked.
+#[test]
+fn f2_size_helpers_are_total() {
+    let mut s = DecodeShape::bf16(0, 0, 0, 0, 0, 0);
+    assert_eq!(s.kv_elems_required(), None);
+    let _ = s.kv_strides();
+    s = DecodeShape::bf16(u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX, u32::MAX);
+    assert_eq!(s.kv_strides_checked(), None);
+    assert_eq!(s.kv_elems_required(), None);
+    assert_eq!(s.q_elems(), u64::MAX);
+    // The largest plannable problem: bytes_moved saturates instead of wrapping.
+    let s = DecodeShape::bf16(4, 4, 4, 256, 1, MAX_SEQ_LEN);
+    let mut hnd = s.clone();
+    hnd.kv_layout = KvLayout::Strided { batch: 0, token: 256, head: 0 };
+    let p = plan_with(&hnd, &[MAX_SEQ_LEN; 4], SplitPolicy::Auto).unwrap();
+    assert!(p.bytes_moved() >= 4 * MAX_SEQ_LEN as u64 * 4 * 512 * 2);
+    let (x, y, z) = p.merge_grid();
+    assert!(x as usize == p.merges().len() && y >= 1 && y <= MAX_GRID_YZ && z == 1);
+}
+
+/// Finding 3: the merge grid's y exceeded 65535 (32768 query heads × q_len 8,
+/// split), so the merge launch failed after the attention kernel had run.
+#[test]
+fn f3_merge_grid_stays_within_cuda_limits() {
+    let mut s = DecodeShape::bf16(1, 32768, 32768, 64, 8, 4096);
+    s.kv_layout = KvLayout::Strided { batch: 0, token: 64, head: 0 };
+    let p = plan_with(&s, &[4096], SplitPolicy::ChunkKeys(1024)).unwrap();
+    assert!(!p.merges().is_empty());
+    let rows = 8u64 * 32768;
+    let (_, y, _) = p.merge_grid();
+    assert!(y <= MAX_GRID_YZ);
+    // The kernel strides over y, so y blocks of MERGE_ROWS_PER_BLOCK rows
+    // repeated ceil(rows / (y * rows_per_block)) times cover every row.
+    assert!(rows.div_ceil(MERGE_ROWS_PER_BLOCK as u64) > y as u64);
+}
+
+/// Finding 4: lengths within ~100k of u32::MAX overflowed `start + chunk`,
+/// so a work item ended before it started and the tail keys were lost.
+#[test]
+fn f4_lengths_near_the_limit_are_covered_or_rejected() {
+    let mut s = DecodeShape::bf16(1, 8, 1, 128, 1, u32::MAX);
+    rejects(s.validate(), "max_seq_len");
+    s.max_seq_len = MAX_SEQ_LEN;
+    s.kv_layout = KvLayout::Strided { batch: 0, token: 128, head: 0 };
+    let p = plan_with(&s, &[MAX_SEQ_LEN], SplitPolicy::ChunkKeys(MAX_SEQ_LEN - 100_000)).unwrap();
+    assert_covers(&p);
+    rejects(plan_with(&s.clone(), &[u32::MAX - 5], SplitPolicy::Auto), "seq_lens[0]");
+}
+
+/// Finding 5: the work list was built before its size was checked, so 16
+/// sequences of u32::MAX keys with ChunkKeys(1) aborted in the allocator.
+#[test]
+fn f5_huge_work_lists_are_an_error_not_an_abort() {
+    let mut s = DecodeShape::bf16(16, 8, 1, 64, 1, MAX_SEQ_LEN);
+    s.kv_layout = KvLayout::Strided { batch: 0, token: 64, head: 0 };
+    rejects(plan_with(&s, &[MAX_SEQ_LEN; 16], SplitPolicy::ChunkKeys(1)), "split.chunk_keys");
+    let ok = plan_with(&s, &[MAX_SEQ_LEN; 16], SplitPolicy::Auto).unwrap();
+    assert!(ok.work().len() as u64 <= MAX_WORK_ITEMS);
+}
+
+/// Finding 6: a finite scale whose product with log2(e) is infinite was
+/// accepted.
+#[test]
+fn f6_scale_must_stay_finite_in_base_2() {
+    let mut s = DecodeShape::bf16(1, 1, 1, 64, 1, 16);
+    s.scale = Some(f32::MAX);
+    rejects(s.validate(), "scale");
+    s.scale = Some(f32::MAX / 1.2); // finite, but × log2(e) = 1.44 is not
+    rejects(s.validate(), "scale");
+    s.scale = Some(1e30);
+    assert!(s.validate().is_ok());
+}
+
+/// Finding 7: address + bytes could wrap past 2^64, and K/V extents were
+/// checked in elements rather than bytes.
+#[test]
+fn f7_buffer_extents_are_checked_in_bytes_without_wrapping() {
+    let s = DecodeShape::bf16(2, 8, 2, 128, 3, 64);
+    let p = plan_with(&s, &[64, 64], SplitPolicy::Never).unwrap();
+    let kv = s.kv_elems_required().unwrap() as usize;
+    let mut b = bufs_for(&s, s.q_elems() as usize, kv, p.workspace_bytes());
+    b.k.addr = u64::MAX - 15; // 16-byte aligned, but the extent wraps
+    rejects(check_buffers(&p, &b), "k");
+    let mut b = bufs_for(&s, s.q_elems() as usize, kv, p.workspace_bytes());
+    b.o.addr = u64::MAX & !15;
+    rejects(check_buffers(&p, &b), "o");
+    // A u8 buffer of the right element count is half the bytes: rejected by type and size.
+    let mut b = bufs_for(&s, s.q_elems() as usize, kv, p.workspace_bytes());
+    b.v.elem = ElemType::U8;
+    rejects(check_buffers(&p, &b), "v");
+    assert_eq!(s.kv_bytes_required(), Some(2 * kv as u64));
+}
+
+/// Finding 8: `group × q_len` overflowed u32.
+#[test]
+fn f8_rows_per_kv_head_cannot_overflow() {
+    let s = DecodeShape::bf16(1, 1 << 30, 1, 64, 8, 16);
+    rejects(s.validate(), "num_q_heads");
+    assert_eq!(s.rows_per_kv_head(), None);
+}
+
+/// Finding 9: odd `DeviceInfo` / `KernelInfo` values divided by zero.
+#[test]
+fn f9_device_and_kernel_figures_are_validated() {
+    let s = DecodeShape::bf16(1, 8, 1, 128, 1, 1024);
+    let zero_sms = DeviceInfo { sm_count: 0, ..DEV };
+    rejects(plan(&s, &[1024], &zero_sms, &KERNEL, &PlanOptions::default()), "device.sm_count");
+    let no_smem = DeviceInfo { max_smem_per_sm: 0, ..DEV };
+    rejects(plan(&s, &[1024], &no_smem, &KERNEL, &PlanOptions::default()), "device.max_smem_per_sm");
+    let bad_kernel = KernelInfo { max_threads_per_block: 0, regs_per_thread: 0 };
+    rejects(plan(&s, &[1024], &DEV, &bad_kernel, &PlanOptions::default()), "kernel.max_threads_per_block");
+    let bad_regs = KernelInfo { max_threads_per_block: 1024, regs_per_thread: u32::MAX };
+    rejects(plan(&s, &[1024], &DEV, &bad_regs, &PlanOptions::default()), "kernel.regs_per_thread");
+}
+
+/// Finding 10: the public reference and `relative_l2_error` panicked or
+/// misled on unvalidated input.
+#[test]
+fn f10_reference_and_comparison_reject_bad_input() {
+    let s = DecodeShape::bf16(1, 2, 1, 64, 4, 16);
+    let q = vec![1.0; s.q_elems() as usize];
+    let kv = vec![0.5; s.kv_elems_required().unwrap() as usize];
+    rejects(decode_attention(&s, &[2], &q, &kv, &kv), "seq_lens[0]"); // below q_len
+    rejects(decode_attention(&s, &[16], &q[1..], &kv, &kv), "q");
+    rejects(decode_attention(&s, &[16], &q, &kv[1..], &kv), "k");
+    rejects(relative_l2_error(&[1.0], &[1.0, 2.0]), "out");
+    rejects(relative_l2_error(&[1.0, 2.0], &[f64::NAN, f64::NAN]), "reference");
+    rejects(relative_l2_error(&[1.0], &[f64::INFINITY]), "reference");
+}
+
+/// Every sequence's keys are covered by its work items exactly once, and
+/// split sequences own exactly the partial slots their merge item names.
+fn assert_covers(p: &Plan) {
+    let mut by_seq: Vec<Vec<_>> = vec![Vec::new(); p.seq_lens().len()];
+    for w in p.work() {
+        by_seq[w.batch as usize].push(*w);
+    }
+    let mut slots_seen = vec![false; p.num_slots() as usize];
+    for (b, items) in by_seq.iter_mut().enumerate() {
+        items.sort_by_key(|w| w.kv_start);
+        let mut next = 0u32;
+        for w in items.iter() {
+            assert_eq!(w.kv_start, next, "gap or overlap in sequence {b}");
+            assert!(w.kv_end > w.kv_start, "empty chunk in sequence {b}");
+            next = w.kv_end;
+        }
+        assert_eq!(next, p.seq_lens()[b], "sequence {b} not covered to its length");
+        if items.len() == 1 {
+            assert_eq!(items[0].partial_slot, DIRECT_OUTPUT);
+        } else {
+            for w in items.iter() {
+                assert!(!std::mem::replace(&mut slots_seen[w.partial_slot as usize], true), "slot used twice");
+            }
+        }
+    }
+    assert!(slots_seen.iter().all(|&s| s), "unused partial slot");
+}
+
+/// What an Ok plan promises the kernels: launchable grids and a workspace
+/// with room for every region they read or write.
+fn assert_launchable(p: &Plan) {
+    let s = p.shape();
+    let (x, y, z) = p.grid();
+    assert!(x >= 1 && (x as u64) < (1 << 31) && (1..=MAX_GRID_YZ).contains(&y) && (1..=MAX_GRID_YZ).contains(&z));
+    assert!(p.block_threads() <= 1024 && p.smem_bytes() <= DEV.max_smem_per_block);
+    if !p.merges().is_empty() {
+        let (mx, my, mz) = p.merge_grid();
+        assert!(mx >= 1 && (1..=MAX_GRID_YZ).contains(&my) && mz == 1);
+    }
+    let l = p.layout();
+    let rows = p.num_slots() as u128 * s.q_len as u128 * s.num_q_heads as u128;
+    assert!(l.work as u128 + p.work().len() as u128 * 16 <= l.seq_lens as u128);
+    assert!(l.seq_lens as u128 + p.seq_lens().len() as u128 * 4 <= l.merges as u128);
+    assert!(l.merges as u128 + p.merges().len() as u128 * 16 <= l.metadata_bytes as u128);
+    assert!(l.metadata_bytes <= l.partial_o);
+    assert!(l.partial_o as u128 + rows * s.head_dim as u128 * 4 <= l.partial_lse as u128);
+    assert!(l.partial_lse as u128 + rows * 4 <= l.total_bytes as u128);
+    assert_eq!(p.workspace_bytes(), l.total_bytes);
+}
+
+fn extreme_u32() -> impl Strategy<Value = u32> {
+    prop_oneof![0u32..20, 20u32..70_000, Just(u32::MAX), Just(u32::MAX - 1), Just(1 << 31), Just(MAX_SEQ_LEN), any::<u32>()]
+}
+
+fn extreme_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0u64), (0u64..1 << 20).prop_map(|x| x * 8), Just(u64::MAX), Just(u64::MAX & !7), any::<u64>()]
+}
+
+fn layout() -> impl Strategy<Value = KvLayout> {
+    prop_oneof![
+        4 => Just(KvLayout::Nhd),
+        4 => Just(KvLayout::Hnd),
+        1 => (extreme_u64(), extreme_u64(), extreme_u64()).prop_map(|(batch, token, head)| KvLayout::Strided { batch, token, head }),
+    ]
+}
+
+fn scale() -> impl Strategy<Value = Option<f32>> {
+    prop_oneof![
+        12 => Just(None),
+        2 => (0.01f32..10.0).prop_map(Some),
+        1 => Just(Some(f32::MAX)),
+        1 => Just(Some(f32::MIN_POSITIVE)),
+        1 => Just(Some(f32::INFINITY)),
+        1 => Just(Some(0.0)),
+        1 => any::<f32>().prop_map(Some),
+    ]
+}
+
+fn shape() -> impl Strategy<Value = DecodeShape> {
+    let dims = (prop_oneof![4 => 1u32..8, 4 => 8u32..200, 1 => extreme_u32()], prop_oneof![9 => 1u32..70, 1 => extreme_u32()], prop_oneof![9 => 1u32..20, 1 => extreme_u32()]);
+    let d = prop_oneof![3 => Just(64u32), 3 => Just(128), 3 => Just(256), 1 => extreme_u32()];
+    let cap = prop_oneof![3 => 1u32..300, 3 => 300u32..300_000, 1 => 300_000..=MAX_SEQ_LEN, 1 => extreme_u32()];
+    let rest = (d, prop_oneof![9 => 1u32..=8, 1 => extreme_u32()], cap);
+    let kinds = (any::<bool>(), prop::bool::weighted(0.1), layout(), scale());
+    (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, scale))| {
+        let dtype = if f16 { Dtype::F16 } else { Dtype::Bf16 };
+        let same = if f16 { KvFormat::F16 } else { KvFormat::Bf16 };
+        let other = if f16 { KvFormat::Bf16 } else { KvFormat::F16 };
+        DecodeShape {
+            batch,
+            num_q_heads: group.saturating_mul(hkv),
+            num_kv_heads: hkv,
+            head_dim: d,
+            q_len,
+            max_seq_len: cap,
+            dtype,
+            kv_format: if mismatch { other } else { same },
+            kv_layout,
+            scale,
+        }
+    })
+}
+
+/// One length per sequence (sometimes one too many), mostly clamped into
+/// the valid range so that most draws reach the planner's split logic.
+fn lens(batch: u32, q_len: u32, cap: u32) -> impl Strategy<Value = Vec<u32>> {
+    let n = (batch as usize).min(200);
+    let extra = prop_oneof![8 => Just(0usize), 1 => Just(1usize)];
+    let each = prop_oneof![0u32..20, Just(cap), Just(cap.saturating_sub(1)), extreme_u32(), 0..=cap];
+    (prop::collection::vec(each, n), extra, prop::bool::weighted(0.8)).prop_map(move |(mut v, extra, clamp)| {
+        if clamp {
+            v.iter_mut().for_each(|l| *l = (*l).clamp(q_len.min(cap), cap));
+        }
+        v.extend(std::iter::repeat_n(1, extra));
+        v
+    })
+}
+
+fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
+    prop_oneof![
+        4 => Just((DEV, KERNEL)),
+        1 => (extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32()).prop_map(
+            |(sm, smem_b, smem_sm, thr, regs, mtpb, rpt)| (
+                DeviceInfo { sm_count: sm, max_smem_per_block: smem_b, max_smem_per_sm: smem_sm, max_threads_per_sm: thr, regs_per_sm: regs, l2_bytes: 0 },
+                KernelInfo { max_threads_per_block: mtpb, regs_per_thread: rpt },
+            )
+        ),
+    ]
+}
+
+fn split() -> impl Strategy<Value = SplitPolicy> {
+    prop_oneof![
+        3 => Just(SplitPolicy::Auto),
+        1 => Just(SplitPolicy::Never),
+        3 => (1u32..5000).prop_map(SplitPolicy::ChunkKeys),
+        1 => extreme_u32().prop_map(SplitPolicy::ChunkKeys),
+    ]
+}
+
+fn inputs() -> impl Strategy<Value = (DecodeShape, Vec<u32>)> {
+    shape().prop_flat_map(|s| {
+        let l = lens(s.batch, s.q_len, s.max_seq_len);
+        (Just(s), l)
+    })
+}
+
+/// The generator is only useful if many draws get through validation to the
+/// planner's split logic and the buffer checks.
+#[test]
+fn most_random_draws_reach_the_planner() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = (inputs(), split());
+    let (mut ok, mut split_plans) = (0, 0);
+    for _ in 0..1000 {
+        let ((shape, lens), split) = strategy.new_tree(&mut runner).unwrap().current();
+        match plan(&shape, &lens, &DEV, &KERNEL, &PlanOptions { split }) {
+            Ok(p) => {
+                ok += 1;
+                split_plans += !p.merges().is_empty() as u32;
+            }
+            Err(e) => if std::env::var_os("WHY").is_some() { eprintln!("{:?}", e.param()) },
+        }
+    }
+    assert!(ok >= 200 && split_plans >= 50, "{ok} Ok plans, {split_plans} with splits, of 1000 draws");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plan_and_check_never_panic_and_keep_their_promises(
+        (shape, lens) in shape().prop_flat_map(|s| { let l = lens(s.batch, s.q_len, s.max_seq_len); (Just(s), l) }),
+        (dev, kernel) in device(),
+        split in split(),
+        addrs in (extreme_u64(), extreme_u64(), extreme_u64(), extreme_u64()),
+        sizes in (0usize..1 << 20, 0usize..1 << 20, any::<usize>(), 0usize..1 << 30),
+    ) {
+        let _ = shape.validate();
+        let _ = (shape.q_elems(), shape.kv_strides(), shape.kv_elems_required(), shape.kv_bytes_required());
+        let Ok(p) = plan(&shape, &lens, &dev, &kernel, &PlanOptions { split }) else { return Ok(()) };
+        assert_covers(&p);
+        assert_launchable(&p);
+        let _ = (p.bytes_moved(), p.max_splits(), p.metadata().len());
+
+        // Correctly sized buffers at the drawn addresses are accepted only if
+        // each range is aligned, non-null, non-wrapping and disjoint from O.
+        let q_elems = shape.q_elems() as usize;
+        let kv_elems = shape.kv_elems_required().unwrap() as usize;
+        for (qn, kvn) in [(q_elems, kv_elems), (sizes.0, sizes.1), (q_elems, sizes.2)] {
+            let mut b = bufs_for(&shape, qn, kvn, sizes.3);
+            b.q.addr = addrs.0; b.k.addr = addrs.1; b.v.addr = addrs.2; b.o.addr = addrs.3;
+            if check_buffers(&p, &b).is_ok() {
+                let elem = b.q.elem.size_bytes() as u128;
+                for (buf, need) in [(&b.q, shape.q_elems()), (&b.o, shape.q_elems()), (&b.k, kv_elems as u64), (&b.v, kv_elems as u64)] {
+                    prop_assert!(buf.addr % 16 == 0 && buf.addr != 0);
+                    prop_assert!(buf.len as u128 * elem >= need as u128 * elem);
+                    prop_assert!(buf.addr as u128 + buf.len as u128 * elem <= u64::MAX as u128);
+                }
+                prop_assert!(b.workspace_bytes >= p.workspace_bytes());
+            }
+        }
+    }
+}
