@@ -2,10 +2,10 @@
 //! unresolved, and (when a ptxas is available) it assembles for sm_90 with
 //! no local memory in the attention kernels.
 
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, FILL_KERNEL_BF16, FILL_KERNEL_F16, HEAD_DIMS};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, FILL_KERNEL_BF16, FILL_KERNEL_F16, HEAD_DIMS, SLEEP_KERNEL};
 
 fn host_names() -> Vec<&'static str> {
-    let mut names = vec![FILL_KERNEL_BF16, FILL_KERNEL_F16];
+    let mut names = vec![FILL_KERNEL_BF16, FILL_KERNEL_F16, SLEEP_KERNEL];
     for d in HEAD_DIMS {
         for dtype in Dtype::ALL {
             names.extend(merge_kernel_name(dtype, d));

@@ -149,6 +149,7 @@ impl DecodeAttention {
     /// `k`, `v`: the cache in the plan's format and layout. The call returns
     /// once the work is queued; buffers must stay alive until the stream has
     /// executed it.
+    #[allow(clippy::too_many_arguments)]
     pub fn run<'a>(
         &self,
         plan: &Plan,
@@ -158,6 +159,24 @@ impl DecodeAttention {
         o: impl Into<TensorMut<'a>>,
         workspace: &mut Workspace,
         stream: &Stream,
+    ) -> Result<()> {
+        self.run_marked(plan, q, k, v, o, workspace, stream, None)
+    }
+
+    /// As [`DecodeAttention::run`], recording `between` on the stream after
+    /// the attention kernel and before the split merge (if the plan has one),
+    /// so a benchmark can tell the two kernels' times apart.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_marked<'a>(
+        &self,
+        plan: &Plan,
+        q: impl Into<TensorRef<'a>>,
+        k: impl Into<TensorRef<'a>>,
+        v: impl Into<TensorRef<'a>>,
+        o: impl Into<TensorMut<'a>>,
+        workspace: &mut Workspace,
+        stream: &Stream,
+        between: Option<&cust::event::Event>,
     ) -> Result<()> {
         let (q, k, v, o) = (q.into(), k.into(), v.into(), o.into());
         let desc = |addr, len, elem| BufferDesc { addr, len, elem };
@@ -227,6 +246,9 @@ impl DecodeAttention {
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe { self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)? };
+        if let Some(event) = between {
+            event.record(stream)?;
+        }
 
         if !plan.merges.is_empty() {
             let merge = MergeParams {
@@ -264,5 +286,15 @@ impl DecodeAttention {
         let blocks = (self.device.sm_count * 8).max(1);
         // SAFETY: writes `len` elements of the checked buffer.
         unsafe { self.launch(name, (blocks, 1, 1), 256, 0, &params, stream) }
+    }
+
+    /// Enqueues a one-thread kernel that keeps the GPU busy for `duration`
+    /// (benchmarks put it ahead of timed launches so they run back to back
+    /// on the device, not at the pace the host enqueues them).
+    pub fn gpu_sleep(&self, duration: std::time::Duration, stream: &Stream) -> Result<()> {
+        let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+        let params = decode_attn_abi::SleepParams { ns };
+        // SAFETY: the kernel touches no memory.
+        unsafe { self.launch(decode_attn_abi::SLEEP_KERNEL, (1, 1, 1), 32, 0, &params, stream) }
     }
 }

@@ -15,9 +15,10 @@ pub mod decode;
 pub mod fill;
 pub mod format;
 pub mod merge;
+pub mod sleep;
 pub mod state;
 
-use decode_attn_abi::{DecodeParams, FillParams, MergeParams};
+use decode_attn_abi::{DecodeParams, FillParams, MergeParams, SleepParams};
 use format::{Bf16, PlainKv, F16};
 
 #[panic_handler]
@@ -85,4 +86,13 @@ pub unsafe extern "ptx-kernel" fn fill_random_bf16(p: FillParams) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn fill_random_f16(p: FillParams) {
     fill::fill::<F16>(&p)
+}
+
+/// Busy-waits `p.ns` nanoseconds (benchmark queue filler).
+///
+/// # Safety
+/// See `sleep::sleep`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gpu_sleep(p: SleepParams) {
+    sleep::sleep(&p)
 }

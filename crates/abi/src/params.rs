@@ -118,3 +118,13 @@ pub const fn fill_value(seed: u64, index: u64) -> f32 {
 
 pub const FILL_KERNEL_BF16: &str = "fill_random_bf16";
 pub const FILL_KERNEL_F16: &str = "fill_random_f16";
+
+/// Parameters of the busy-wait kernel (benchmarks keep the GPU busy with it
+/// while they enqueue timed launches).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SleepParams {
+    pub ns: u64,
+}
+
+pub const SLEEP_KERNEL: &str = "gpu_sleep";

@@ -62,3 +62,12 @@ pub fn grid_dim_x() -> u32 {
     // SAFETY: reads a special register.
     unsafe { nvptx::_grid_dim_x() as u32 }
 }
+
+/// `mov.u64 %globaltimer`: the GPU's nanosecond clock (updated every ~µs).
+#[inline(always)]
+pub fn global_timer_ns() -> u64 {
+    let t: u64;
+    // SAFETY: reads a special register; not `pure`, so every call re-reads it.
+    unsafe { core::arch::asm!("mov.u64 {t}, %globaltimer;", t = out(reg64) t, options(nostack)) };
+    t
+}

@@ -1,0 +1,84 @@
+//! Device buffers of one benchmark problem, untyped (bytes) so every dtype
+//! and KV format shares the code; views carry the element type.
+
+use decode_attn::cust::memory::{DeviceBuffer, DeviceCopy};
+use decode_attn::cust::stream::Stream;
+use decode_attn::cust::sys as cuda;
+use decode_attn::{DecodeAttention, DecodeShape, ElemType, TensorMut, TensorRef};
+
+use crate::check;
+
+pub fn qo_elem(shape: &DecodeShape) -> ElemType {
+    decode_attn::check::dtype_elem(shape.dtype)
+}
+
+pub fn kv_elem(shape: &DecodeShape) -> ElemType {
+    decode_attn::check::kv_elem(shape.kv_format)
+}
+
+/// Q, K, V and O of one problem.
+pub struct BufferSet {
+    pub q: DeviceBuffer<u8>,
+    pub k: DeviceBuffer<u8>,
+    pub v: DeviceBuffer<u8>,
+    pub o: DeviceBuffer<u8>,
+    qo: ElemType,
+    kv: ElemType,
+}
+
+/// Bytes one set occupies on the device.
+pub fn set_bytes(shape: &DecodeShape) -> u64 {
+    2 * shape.q_bytes().unwrap_or(u64::MAX) + 2 * shape.kv_bytes_required().unwrap_or(u64::MAX)
+}
+
+fn alloc(bytes: u64) -> Result<DeviceBuffer<u8>, String> {
+    // SAFETY: u8 has no invalid bit patterns; every byte is written (filled
+    // or poisoned) before the kernels read it.
+    unsafe { DeviceBuffer::uninitialized(bytes as usize) }.map_err(|e| format!("allocating {bytes} B: {e}"))
+}
+
+impl BufferSet {
+    /// Allocates a set and fills Q, K and V with device-generated random
+    /// values (seeded by `seed`; never zeros) and O with NaN.
+    pub fn new(attn: &DecodeAttention, shape: &DecodeShape, seed: u64, stream: &Stream) -> Result<Self, String> {
+        let q_bytes = shape.q_bytes().ok_or("q size overflows")?;
+        let kv_bytes = shape.kv_bytes_required().ok_or("kv size overflows")?;
+        let set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, qo: qo_elem(shape), kv: kv_elem(shape) };
+        let e = |e: decode_attn::Error| e.to_string();
+        for (buf, elem, s) in [(&set.q, set.qo, 1), (&set.k, set.kv, 2), (&set.v, set.kv, 3)] {
+            // SAFETY: the buffer is alive and written only by this fill.
+            let view = unsafe { TensorMut::from_raw(buf.as_device_ptr().as_raw(), buf.len() / elem.size_bytes(), elem) };
+            attn.fill_random(view, seed * 16 + s, stream).map_err(e)?;
+        }
+        set.poison_output(stream)?;
+        Ok(set)
+    }
+
+    /// Fills O with NaN (0x7FFF in bf16 and f16).
+    pub fn poison_output(&self, stream: &Stream) -> Result<(), String> {
+        // SAFETY: a memset of the buffer's own bytes.
+        let status = unsafe { cuda::cuMemsetD16Async(self.o.as_device_ptr().as_raw(), 0x7FFF, self.o.len() / 2, stream.as_inner()) };
+        check::cuda(status, "cuMemsetD16Async")
+    }
+
+    fn view(buf: &DeviceBuffer<u8>, elem: ElemType) -> TensorRef<'_> {
+        // SAFETY: the view borrows the buffer.
+        unsafe { TensorRef::from_raw(buf.as_device_ptr().as_raw(), buf.len() / elem.size_bytes(), elem) }
+    }
+    /// Q, K, V and O as the library takes them.
+    pub fn views(&mut self) -> (TensorRef<'_>, TensorRef<'_>, TensorRef<'_>, TensorMut<'_>) {
+        let o = &mut self.o;
+        // SAFETY: the view borrows `o` mutably for its lifetime.
+        let o = unsafe { TensorMut::from_raw(o.as_device_ptr().as_raw(), o.len() / self.qo.size_bytes(), self.qo) };
+        (Self::view(&self.q, self.qo), Self::view(&self.k, self.kv), Self::view(&self.v, self.kv), o)
+    }
+}
+
+/// Copies `n` values of type `T` from device address `addr`.
+pub fn download<T: DeviceCopy + Default + Clone>(addr: u64, n: usize) -> Result<Vec<T>, String> {
+    let mut h = vec![T::default(); n];
+    // SAFETY: `h` has room for `n` values; the caller names a live range.
+    let status = unsafe { cuda::cuMemcpyDtoH_v2(h.as_mut_ptr() as *mut std::ffi::c_void, addr, n * std::mem::size_of::<T>()) };
+    check::cuda(status, "cuMemcpyDtoH")?;
+    Ok(h)
+}

@@ -1,0 +1,57 @@
+//! Each row is checked against the f64 reference before it is timed.
+
+use decode_attn::cust::sys as cuda;
+use decode_attn::{Dtype, Plan};
+
+use crate::buffers::{download, BufferSet};
+
+pub const TOLERANCE: f64 = 1e-2;
+
+pub fn cuda(status: cuda::CUresult, what: &str) -> Result<(), String> {
+    if status == cuda::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {status:?}"))
+    }
+}
+
+fn to_f32(bits: &[u16], dtype: Dtype) -> Vec<f32> {
+    match dtype {
+        Dtype::Bf16 => bits.iter().map(|&b| decode_attn::half::bf16::from_bits(b).to_f32()).collect(),
+        Dtype::F16 => bits.iter().map(|&b| decode_attn::half::f16::from_bits(b).to_f32()).collect(),
+    }
+}
+
+/// Relative L2 error of the first and last sequences against the f64
+/// reference (NHD: each sequence's rows are contiguous, so only they are
+/// downloaded). Non-finite output counts as infinitely wrong.
+pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
+    let shape = plan.shape();
+    let kv_dtype = shape.kv_format.required_dtype().ok_or("sampled check: quantized formats not handled yet")?;
+    let mut one = shape.clone();
+    one.batch = 1;
+    let q_seq = one.q_elems() as usize;
+    let kv_seq = shape.kv_strides().batch as usize;
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    let mut samples = vec![0usize, shape.batch as usize - 1];
+    samples.dedup();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for b in samples {
+        let at = |buf: &decode_attn::cust::memory::DeviceBuffer<u8>, elems: usize| buf.as_device_ptr().as_raw() + (b * elems * 2) as u64;
+        let q = to_f32(&download::<u16>(at(&set.q, q_seq), q_seq)?, shape.dtype);
+        let k = to_f32(&download::<u16>(at(&set.k, kv_seq), kv_seq)?, kv_dtype);
+        let v = to_f32(&download::<u16>(at(&set.v, kv_seq), kv_seq)?, kv_dtype);
+        let o = to_f32(&download::<u16>(at(&set.o, q_seq), q_seq)?, shape.dtype);
+        let lens = [plan.seq_lens()[b]];
+        let r = decode_attn::reference::decode_attention_threads(&one, &lens, &q, &k, &v, &[0], threads).map_err(|e| e.to_string())?;
+        let c = decode_attn::reference::relative_l2_error(&o, &r).map_err(|e| e.to_string())?;
+        if c.nonfinite {
+            return Ok(f64::INFINITY);
+        }
+        for (&x, &y) in o.iter().zip(&r) {
+            num += (x as f64 - y).powi(2);
+            den += y * y;
+        }
+    }
+    Ok((num / den).sqrt())
+}

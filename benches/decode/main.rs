@@ -1,0 +1,223 @@
+//! `cargo xtask bench`: the SPEC.md benchmark grids against the HBM roofline.
+//!
+//! Per row: inputs generated on the device (random, never zeros), one run
+//! checked against the f64 reference on sampled sequences, then `--iters`
+//! timed launches (`timing.rs` says how L2 is kept cold and the queue full),
+//! median / min / max, the merge kernel's share, GB/s and % of the copy
+//! roofline measured in the same run. Writes
+//! `<out>/<date>-<device>[-flush].{json,csv,svg}`; the table is printed last.
+
+mod buffers;
+mod check;
+mod grids;
+mod report;
+mod timing;
+
+use clap::Parser;
+use decode_attn::cust::memory::DeviceBuffer;
+use decode_attn::cust::stream::{Stream, StreamFlags};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, Workspace};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use buffers::BufferSet;
+use grids::RowSpec;
+use report::{Report, RowResult};
+use timing::{median, L2Mode, TimedRun};
+
+#[derive(Parser, Debug)]
+#[command(name = "bench", bin_name = "cargo xtask bench", about = "decode-attn benchmark: SPEC.md grids A-D vs the copy roofline (needs a GPU)")]
+struct Args {
+    /// Grids to run, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values_t = grids::GRIDS)]
+    grid: Vec<char>,
+    /// KV formats to run, comma-separated (bf16, f16).
+    #[arg(long, value_delimiter = ',', value_parser = parse_format, default_values = ["bf16", "f16"])]
+    format: Vec<KvFormat>,
+    /// One row per grid.
+    #[arg(long)]
+    quick: bool,
+    /// CUDA device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: u32,
+    /// Timed launches per row (the median is reported; at least 50).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u32).range(50..))]
+    iters: u32,
+    /// How L2 is kept cold between timed launches.
+    #[arg(long, value_enum, default_value_t = L2Mode::Rotate)]
+    l2: L2Mode,
+    /// Output directory for JSON / CSV / SVG.
+    #[arg(long, default_value = "target/bench")]
+    out: String,
+    /// An earlier run's JSON: print per-row speedups against it.
+    #[arg(long)]
+    compare: Option<String>,
+    /// Re-render an earlier run's JSON (table, CSV, SVG beside it) without a GPU.
+    #[arg(long, value_name = "JSON")]
+    from_json: Option<String>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn parse_format(s: &str) -> Result<KvFormat, String> {
+    KvFormat::ALL.into_iter().find(|k| k.name() == s.trim()).ok_or_else(|| {
+        let names: Vec<&str> = KvFormat::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown format `{s}` (have: {})", names.join(", "))
+    })
+}
+
+#[path = "../../tests/common/cuda.rs"]
+mod cuda_init;
+
+fn main() {
+    let args = Args::parse();
+    if let Some(g) = args.grid.iter().find(|g| !grids::GRIDS.contains(&g.to_ascii_uppercase())) {
+        eprintln!("bench: --grid: unknown grid `{g}` (have: A, B, C, D)");
+        std::process::exit(2);
+    }
+    if let Some(path) = &args.from_json {
+        let result = Report::read_json(path).and_then(|r| {
+            let stem = path.trim_end_matches(".json");
+            r.write_csv(&format!("{stem}.csv"))?;
+            r.write_svg(&format!("{stem}.svg"))?;
+            print!("{}", r.table());
+            Ok(())
+        });
+        if let Err(e) = result {
+            eprintln!("bench: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let _ctx = match cuda_init::init_cuda(args.device) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!("bench: no CUDA device ({why})");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = run(&args) {
+        eprintln!("bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let attn = DecodeAttention::new().map_err(|e| e.to_string())?;
+    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| e.to_string())?;
+    let device = decode_attn::cust::device::Device::get_device(args.device).and_then(|d| d.name()).unwrap_or_else(|_| "unknown".into());
+    let info = *attn.device_info();
+    eprintln!("device: {device} ({} SMs, L2 {} MiB); PTX {}", info.sm_count, info.l2_bytes >> 20, decode_attn::PTX_ARCH);
+    let roofline = timing::roofline(&attn, &stream)?;
+    eprintln!("roofline: device-to-device copy of 4 GiB = {roofline:.0} GB/s (read + write)");
+
+    let grids: Vec<char> = args.grid.iter().map(|g| g.to_ascii_uppercase()).collect();
+    let specs = grids::rows(&grids, &args.format, args.quick);
+    let flush = match args.l2 {
+        L2Mode::Flush => Some(DeviceBuffer::<u32>::zeroed(info.l2_bytes as usize).map_err(|e| e.to_string())?),
+        L2Mode::Rotate => None,
+    };
+    let bar = ProgressBar::new(specs.len() as u64).with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").map_err(|e| e.to_string())?);
+    let t0 = std::time::Instant::now();
+    let mut rows = Vec::new();
+    for spec in &specs {
+        bar.set_message(spec.key());
+        let r = bench_row(&attn, &stream, spec, args, roofline, flush.as_ref()).unwrap_or_else(|e| RowResult { key: spec.key(), status: format!("error: {e}"), ..Default::default() });
+        rows.push(r);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    eprintln!("{} rows in {:.0} s", rows.len(), t0.elapsed().as_secs_f64());
+
+    let date = time::OffsetDateTime::now_utc().date().to_string();
+    let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, rows };
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out))?;
+    let suffix = if args.l2 == L2Mode::Flush { "-flush" } else { "" };
+    let stem = format!("{}/{date}-{}{suffix}", args.out, device.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+    report.write_json(&format!("{stem}.json"))?;
+    report.write_csv(&format!("{stem}.csv"))?;
+    report.write_svg(&format!("{stem}.svg"))?;
+    eprintln!("wrote {stem}.json, .csv, .svg");
+    if let Some(old_path) = &args.compare {
+        print!("{}", report.compare(&Report::read_json(old_path)?, old_path));
+    }
+    print!("{}", report.table());
+    if report.rows.iter().any(|r| r.status != "ok") {
+        return Err("some rows failed (see the status column)".into());
+    }
+    Ok(())
+}
+
+fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, roofline: f64, flush: Option<&DeviceBuffer<u32>>) -> Result<RowResult, String> {
+    let dtype = s.format.required_dtype().unwrap_or(Dtype::Bf16);
+    let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: KvLayout::Nhd, scale: None };
+    let seq_lens = vec![s.ctx; s.batch as usize];
+    let plan = attn.plan(&shape, &seq_lens, &PlanOptions::default()).map_err(|e| e.to_string())?;
+    let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
+
+    // Enough copies that their total is ≥ 4× L2 (at least two), within 60 %
+    // of free device memory.
+    let per_set = buffers::set_bytes(&shape);
+    let l2 = attn.device_info().l2_bytes as u64;
+    let (free, _) = decode_attn::cust::memory::mem_get_info().map_err(|e| e.to_string())?;
+    let wanted = match args.l2 {
+        L2Mode::Rotate => (4 * l2).div_ceil(per_set).max(2),
+        L2Mode::Flush => 1,
+    };
+    let fits = (free as u64 * 6 / 10 / per_set).max(1);
+    let n_sets = wanted.min(fits);
+    let mut sets: Vec<BufferSet> = (0..n_sets).map(|i| BufferSet::new(attn, &shape, i + 1, stream)).collect::<Result<_, _>>()?;
+
+    // Correctness first, on the first copy.
+    {
+        let (q, k, v, o) = sets[0].views();
+        attn.run(&plan, q, k, v, o, &mut ws, stream).map_err(|e| e.to_string())?;
+    }
+    stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+    let rel_err = check::sampled_error(&plan, &sets[0])?;
+
+    let mut run = TimedRun { attn, stream, plan: &plan, ws: &mut ws, iters: args.iters as usize };
+    let t = match (args.l2, flush) {
+        (L2Mode::Flush, Some(f)) => run.flush(&mut sets[0], f)?,
+        _ => run.rotate(&mut sets)?,
+    };
+    let med = median(&t.total);
+    let merge_us = if t.merge.is_empty() { 0.0 } else { median(&t.merge) };
+    let bytes = plan.bytes_moved();
+    let gbps = bytes as f64 / (med * 1e-6) / 1e9;
+    let cold = n_sets * per_set >= 4 * l2 || args.l2 == L2Mode::Flush;
+    let status = if rel_err <= check::TOLERANCE { "ok".to_string() } else { format!("WRONG (rel err {rel_err:.2e})") };
+    let mut notes = Vec::new();
+    if !cold {
+        notes.push(format!("only {n_sets} copies fit: L2 may be warm"));
+    }
+    if !t.queued_ahead {
+        notes.push("queue ran dry: host latency timed".to_string());
+    }
+    let (gx, gy, gz) = plan.grid();
+    Ok(RowResult {
+        key: s.key(),
+        grid: s.grid.to_string(),
+        batch: s.batch,
+        ctx: s.ctx,
+        hq: s.hq,
+        hkv: s.hkv,
+        q_len: s.q_len,
+        head_dim: s.head_dim,
+        format: s.format.name().into(),
+        splits: plan.max_splits(),
+        block: format!("{}x{}w {gx}x{gy}x{gz}", plan.warps_m(), plan.warps_k()),
+        buffer_sets: n_sets as u32,
+        median_us: med,
+        min_us: t.total.iter().copied().fold(f64::INFINITY, f64::min),
+        max_us: t.total.iter().copied().fold(0.0, f64::max),
+        merge_us,
+        merge_pct: 100.0 * merge_us / med,
+        bytes,
+        gbps,
+        pct_roofline: 100.0 * gbps / roofline,
+        rel_err,
+        status,
+        note: notes.join("; "),
+    })
+}
