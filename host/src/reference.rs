@@ -34,26 +34,36 @@ pub fn decode_attention_threads(
     threads: usize,
 ) -> Result<Vec<f64>> {
     check_inputs(shape, seq_lens, q, k, v, batches)?;
-    let row = shape.q_len as usize * shape.num_q_heads as usize * shape.head_dim as usize;
+    let d = shape.head_dim as usize;
+    let rows_per_seq = shape.q_len as usize * shape.num_q_heads as usize;
     let mut out = vec![f64::NAN; shape.q_elems() as usize];
-    // Each sequence's output rows are one contiguous slice: hand them out.
-    let mut per_seq: Vec<Option<&mut [f64]>> = out.chunks_mut(row).map(Some).collect();
-    let mut jobs: Vec<(usize, &mut [f64])> = Vec::new();
+    // Each output row (sequence, token, head) is its own D-long slice: hand
+    // them out to the threads, balanced by the keys each row visits.
+    let mut rows: Vec<Option<&mut [f64]>> = out.chunks_mut(d).map(Some).collect();
+    let mut jobs: Vec<(usize, usize, usize, &mut [f64])> = Vec::new();
     for &b in batches {
-        if let Some(slice) = per_seq[b].take() {
-            jobs.push((b, slice));
+        for r in 0..rows_per_seq {
+            if let Some(slice) = rows[b * rows_per_seq + r].take() {
+                jobs.push((b, r / shape.num_q_heads as usize, r % shape.num_q_heads as usize, slice));
+            }
         }
     }
-    let threads = threads.clamp(1, jobs.len().max(1));
-    let per_thread = jobs.len().div_ceil(threads);
+    let total: u64 = jobs.iter().map(|j| seq_lens[j.0] as u64).sum();
+    let per_thread = total.div_ceil(threads.max(1) as u64).max(1);
     std::thread::scope(|s| {
         let mut rest = jobs.as_mut_slice();
         while !rest.is_empty() {
-            let (mine, tail) = rest.split_at_mut(per_thread.min(rest.len()));
+            let (mut take, mut cost) = (0, 0u64);
+            while take < rest.len() && cost < per_thread {
+                cost += seq_lens[rest[take].0] as u64;
+                take += 1;
+            }
+            let (mine, tail) = rest.split_at_mut(take);
             rest = tail;
             s.spawn(move || {
-                for (b, out) in mine.iter_mut() {
-                    sequence(shape, seq_lens[*b] as usize, *b, q, k, v, out);
+                let mut logits = Vec::new();
+                for (b, i, h, out) in mine.iter_mut() {
+                    row(shape, seq_lens[*b] as usize, *b, *i, *h, q, k, v, &mut logits, out);
                 }
             });
         }
@@ -75,40 +85,34 @@ fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: 
     Ok(())
 }
 
-/// All rows of sequence `b` (length `len`) into `out` (`[q_len, Hq, D]`).
-fn sequence(shape: &DecodeShape, len: usize, b: usize, q: &[f32], k: &[f32], v: &[f32], out: &mut [f64]) {
+/// Output row (sequence `b` of length `len`, new token `i`, query head `h`).
+#[allow(clippy::too_many_arguments)]
+fn row(shape: &DecodeShape, len: usize, b: usize, i: usize, h: usize, q: &[f32], k: &[f32], v: &[f32], logits: &mut Vec<f64>, out: &mut [f64]) {
     let d = shape.head_dim as usize;
     let hq = shape.num_q_heads as usize;
     let ql = shape.q_len as usize;
-    let g = shape.group_size() as usize;
+    let kvh = h / shape.group_size() as usize;
     let st = shape.kv_strides();
     let scale = shape.softmax_scale() as f64;
-    let mut logits = Vec::with_capacity(len);
-    for i in 0..ql {
-        let visible = len - ql + 1 + i;
-        for h in 0..hq {
-            let kvh = h / g;
-            let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
-            let row_at = |t: usize| (b as u64 * st.batch + t as u64 * st.token + kvh as u64 * st.head) as usize;
-            logits.clear();
-            logits.extend((0..visible).map(|t| {
-                let krow = &k[row_at(t)..][..d];
-                scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
-            }));
-            let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let mut denom = 0.0;
-            let orow = &mut out[(i * hq + h) * d..][..d];
-            orow.fill(0.0);
-            for (t, &s) in logits.iter().enumerate() {
-                let p = (s - max).exp();
-                denom += p;
-                for (o, &x) in orow.iter_mut().zip(&v[row_at(t)..][..d]) {
-                    *o += p * x as f64;
-                }
-            }
-            orow.iter_mut().for_each(|o| *o /= denom);
+    let visible = len - ql + 1 + i;
+    let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
+    let row_at = |t: usize| (b as u64 * st.batch + t as u64 * st.token + kvh as u64 * st.head) as usize;
+    logits.clear();
+    logits.extend((0..visible).map(|t| {
+        let krow = &k[row_at(t)..][..d];
+        scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
+    }));
+    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mut denom = 0.0;
+    out.fill(0.0);
+    for (t, &s) in logits.iter().enumerate() {
+        let p = (s - max).exp();
+        denom += p;
+        for (o, &x) in out.iter_mut().zip(&v[row_at(t)..][..d]) {
+            *o += p * x as f64;
         }
     }
+    out.iter_mut().for_each(|o| *o /= denom);
 }
 
 /// How far an output is from the reference.

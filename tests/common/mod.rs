@@ -7,7 +7,7 @@ use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::half::{bf16, f16};
 use decode_attn::reference;
-use decode_attn::testing::{random_values, round_bf16, round_f16, to_bf16, to_f16, Distribution, Rng};
+use decode_attn::testing::{problem_inputs, round_bf16, round_f16, to_bf16, to_f16, Distribution};
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, Plan, Result, Workspace};
 
 /// Device buffers of one problem, in either 16-bit type.
@@ -30,13 +30,15 @@ pub struct Problem {
 const NAN16: u16 = 0x7FFF;
 
 impl Problem {
+    /// Random inputs from `dist` (rows past each sequence's length are NaN).
     pub fn new(shape: &DecodeShape, seq_lens: &[u32], dist: Distribution, seed: u64) -> Result<Problem> {
-        let mut rng = Rng::new(seed);
-        let d = shape.head_dim as usize;
-        let q = random_values(&mut rng, shape.q_elems() as usize, d, Distribution::Normal);
-        let kv_len = shape.kv_elems_required().expect("validated shape") as usize;
-        let k = random_values(&mut rng, kv_len, d, dist);
-        let v = random_values(&mut rng, kv_len, d, Distribution::Normal);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let (q, k, v) = problem_inputs(shape, seq_lens, dist, seed, threads)?;
+        Problem::from_inputs(shape, seq_lens, q, k, v)
+    }
+
+    /// Uploads f32 inputs rounded to the shape's types; O starts as NaN.
+    pub fn from_inputs(shape: &DecodeShape, seq_lens: &[u32], q: Vec<f32>, k: Vec<f32>, v: Vec<f32>) -> Result<Problem> {
         let n_o = shape.q_elems() as usize;
         let (q, k, v, bufs) = match shape.dtype {
             Dtype::Bf16 => {

@@ -1,0 +1,448 @@
+//! GPU fuzzing with proptest: random shapes × KV formats × value
+//! distributions × layouts × split policies, each checked against the f64
+//! reference with NaN-poisoned outputs, run twice and required to be
+//! bit-identical. Failing cases shrink; their seeds are persisted to
+//! `tests/fuzz-regressions.txt` (commit them) and replayed first on every run.
+//!
+//! `cargo xtask fuzz` runs 10^4 cases per format; under `cargo test` (and
+//! `cargo xtask test`) a short run replays the regressions. Without a GPU
+//! every case is reported skipped. `--soak N` instead makes N random plan +
+//! run calls and checks that device memory in use is unchanged.
+//! `--cpu-only` generates cases and computes references without a GPU
+//! (to size the generator on a CPU machine).
+
+mod common;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use clap::Parser;
+use common::{init_cuda, Problem};
+use decode_attn::cust::stream::{Stream, StreamFlags};
+use decode_attn::plan::stage_keys;
+use decode_attn::reference::relative_l2_error;
+use decode_attn::testing::{problem_inputs, Distribution};
+use decode_attn::{DecodeAttention, DecodeShape, KvFormat, KvLayout, PlanOptions, SplitPolicy, Workspace};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestError, TestRunner};
+
+const TOLERANCE: f64 = 1e-2;
+/// Elements of one K (or V) buffer at most: bounds host generation and
+/// upload, and still admits one sequence of 2^17 keys at D = 64.
+const KV_BUDGET: u64 = 9 << 20;
+/// Multiply-adds of one Q·K pass of the reference at most.
+const REF_BUDGET: u64 = 1 << 25;
+
+#[derive(Parser, Debug)]
+#[command(name = "fuzz", bin_name = "cargo xtask fuzz", about = "GPU fuzzing of decode-attn against the f64 reference (proptest)")]
+struct Args {
+    /// Random cases per KV format (persisted regressions are replayed first).
+    #[arg(long, default_value_t = 24)]
+    cases: u32,
+    /// Seed of the case generator (a run is reproducible from it).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// KV formats to fuzz, comma-separated.
+    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16"])]
+    format: Vec<String>,
+    /// The regressions file (read first; new failures are appended).
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fuzz-regressions.txt"))]
+    regressions: String,
+    /// Instead of fuzzing: N random plan + run calls, then compare device memory in use.
+    #[arg(long, value_name = "N")]
+    soak: Option<u32>,
+    /// Generate cases and references on the CPU only (no GPU needed).
+    #[arg(long)]
+    cpu_only: bool,
+    /// Print every case.
+    #[arg(long)]
+    verbose: bool,
+    /// Passed by the test harness; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// One fuzz case, as the strategy draws it (before fitting to the budgets).
+#[derive(Clone, Debug)]
+struct Draw {
+    head_dim: u32,
+    q_len: u32,
+    num_kv_heads: u32,
+    group: u32,
+    lens: Vec<LenKind>,
+    extra_capacity: u32,
+    layout: LayoutKind,
+    split: SplitKind,
+    dist: Distribution,
+    seed: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum LenKind {
+    /// Exactly q_len: only the new tokens.
+    QLen,
+    Short(u32),
+    /// `stages * keys_per_stage + delta` (delta in -1..=1): pipeline and chunk edges.
+    StageEdge(u32, i32),
+    /// `2^(e-1) < len <= 2^e` for e up to 17.
+    Long(u32, u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum LayoutKind {
+    Nhd,
+    Hnd,
+    /// Padded rows, tokens and sequences (in 8-element steps).
+    Padded(u32, u32, u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum SplitKind {
+    Auto,
+    Never,
+    Chunk(u32),
+}
+
+/// A runnable case: the shape, lengths and policy after fitting.
+#[derive(Clone, Debug)]
+struct Case {
+    shape: DecodeShape,
+    seq_lens: Vec<u32>,
+    split: SplitPolicy,
+    dist: Distribution,
+    seed: u64,
+}
+
+fn draw() -> impl Strategy<Value = Draw> {
+    let head_dim = prop_oneof![Just(64u32), Just(128), Just(256)];
+    let group = prop_oneof![4 => prop_oneof![Just(1u32), Just(2), Just(4), Just(8)], 1 => 1u32..=64];
+    let hkv = prop_oneof![4 => 1u32..=4, 1 => 1u32..=16];
+    let len = prop_oneof![
+        3 => Just(LenKind::QLen),
+        3 => (1u32..300).prop_map(LenKind::Short),
+        2 => (1u32..40, -1i32..=1).prop_map(|(s, d)| LenKind::StageEdge(s, d)),
+        2 => (9u32..=17, any::<u32>()).prop_map(|(e, f)| LenKind::Long(e, f)),
+    ];
+    let batch = prop_oneof![4 => 1usize..4, 3 => 4usize..32, 1 => 32usize..=300];
+    let lens = batch.prop_flat_map(move |n| prop::collection::vec(len.clone(), n));
+    let layout = prop_oneof![
+        2 => Just(LayoutKind::Nhd),
+        2 => Just(LayoutKind::Hnd),
+        1 => (0u32..3, 0u32..3, 0u32..3).prop_map(|(a, b, c)| LayoutKind::Padded(a, b, c)),
+    ];
+    let split = prop_oneof![2 => Just(SplitKind::Auto), 1 => Just(SplitKind::Never), 2 => (1u32..600).prop_map(SplitKind::Chunk)];
+    let dist = prop::sample::select(Distribution::ALL.to_vec());
+    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, layout, split, dist, any::<u64>()).prop_map(
+        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, layout, split, dist, seed)| Draw {
+            head_dim,
+            q_len,
+            num_kv_heads,
+            group,
+            lens,
+            extra_capacity,
+            layout,
+            split,
+            dist,
+            seed,
+        },
+    )
+}
+
+/// Turns a draw into a valid case within the budgets: halves the batch, then
+/// the longest lengths, until K/V and the reference's work fit.
+fn fit(d: &Draw, format: KvFormat) -> Case {
+    let stage = stage_keys(format, d.head_dim);
+    let q_len = d.q_len;
+    let mut lens: Vec<u32> = d
+        .lens
+        .iter()
+        .map(|&k| match k {
+            LenKind::QLen => q_len,
+            LenKind::Short(n) => n,
+            LenKind::StageEdge(s, delta) => (s * stage).saturating_add_signed(delta),
+            LenKind::Long(e, f) => (1 << (e - 1)) + 1 + f % (1 << (e - 1)),
+        })
+        .map(|l| l.max(q_len))
+        .collect();
+    let hq = d.num_kv_heads * d.group;
+    let row = match d.layout {
+        LayoutKind::Padded(a, b, _) => d.num_kv_heads as u64 * (d.head_dim + 8 * a) as u64 + 8 * b as u64,
+        _ => d.num_kv_heads as u64 * d.head_dim as u64,
+    };
+    loop {
+        let cap = *lens.iter().max().unwrap() as u64 + d.extra_capacity as u64;
+        let kv = lens.len() as u64 * (cap * row + 16);
+        let work: u64 = lens.iter().map(|&l| l as u64).sum::<u64>() * hq as u64 * q_len as u64 * d.head_dim as u64;
+        if kv <= KV_BUDGET && work <= REF_BUDGET {
+            break;
+        }
+        if lens.len() > 1 {
+            // Keep the longest sequence: long lengths are the rare draws.
+            let longest = (0..lens.len()).max_by_key(|&i| lens[i]).unwrap();
+            lens.swap(0, longest);
+            lens.truncate(lens.len() / 2);
+        } else {
+            lens[0] = (lens[0] / 2).max(q_len);
+        }
+    }
+    let cap = *lens.iter().max().unwrap() + d.extra_capacity;
+    let kv_layout = match d.layout {
+        LayoutKind::Nhd => KvLayout::Nhd,
+        LayoutKind::Hnd => KvLayout::Hnd,
+        LayoutKind::Padded(a, b, c) => {
+            let head = (d.head_dim + 8 * a) as u64;
+            let token = d.num_kv_heads as u64 * head + 8 * b as u64;
+            KvLayout::Strided { batch: cap as u64 * token + 8 * c as u64, token, head }
+        }
+    };
+    let shape = DecodeShape {
+        batch: lens.len() as u32,
+        num_q_heads: hq,
+        num_kv_heads: d.num_kv_heads,
+        head_dim: d.head_dim,
+        q_len,
+        max_seq_len: cap,
+        dtype: format.required_dtype().unwrap_or(decode_attn::Dtype::Bf16),
+        kv_format: format,
+        kv_layout,
+        // Large magnitudes need a scale of 1 for logits of 100 and more.
+        scale: (d.dist == Distribution::LargeMagnitude).then_some(1.0),
+    };
+    let split = match d.split {
+        SplitKind::Auto => SplitPolicy::Auto,
+        SplitKind::Never => SplitPolicy::Never,
+        SplitKind::Chunk(k) => SplitPolicy::ChunkKeys(k),
+    };
+    Case { shape, seq_lens: lens, split, dist: d.dist, seed: d.seed }
+}
+
+/// Per-format tallies.
+#[derive(Default, Debug)]
+struct Tally {
+    passed: u64,
+    worst: BTreeMap<Distribution, f64>,
+    splits: u64,
+    longest: u32,
+    /// Largest group × q_len (packed rows per kv head).
+    most_rows: u32,
+}
+
+struct Gpu {
+    attn: DecodeAttention,
+    stream: Stream,
+}
+
+fn threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs one case; `Err` describes the failure.
+fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<(), String> {
+    let (q, k, v) = problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, threads()).map_err(|e| e.to_string())?;
+    {
+        let mut t = tally.borrow_mut();
+        t.longest = t.longest.max(*case.seq_lens.iter().max().unwrap());
+        t.most_rows = t.most_rows.max(case.shape.rows_per_kv_head().unwrap_or(0));
+    }
+    let Some(gpu) = gpu else {
+        let r = decode_attn::reference::decode_attention_threads(&case.shape, &case.seq_lens, &q, &k, &v, &(0..case.shape.batch as usize).collect::<Vec<_>>(), threads());
+        r.map_err(|e| e.to_string())?;
+        tally.borrow_mut().passed += 1;
+        return Ok(());
+    };
+    let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split }).map_err(|e| format!("plan: {e}"))?;
+    let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
+    let mut p = Problem::from_inputs(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        p.poison_output().map_err(|e| e.to_string())?;
+        p.run(&gpu.attn, &plan, &mut ws, &gpu.stream).map_err(|e| format!("run: {e}"))?;
+        gpu.stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+        outs.push(p.output().map_err(|e| e.to_string())?);
+    }
+    let reference = p.reference(None).map_err(|e| e.to_string())?;
+    let cmp = relative_l2_error(&outs[0], &reference).map_err(|e| e.to_string())?;
+    if cmp.nonfinite {
+        let first = outs[0].iter().position(|x| !x.is_finite()).unwrap_or(0);
+        return Err(format!("non-finite output (first at element {first})"));
+    }
+    if cmp.rel_l2 > TOLERANCE {
+        return Err(format!("relative L2 error {:.3e} > {TOLERANCE:e}", cmp.rel_l2));
+    }
+    if outs[0].iter().zip(&outs[1]).any(|(a, b)| a.to_bits() != b.to_bits()) {
+        return Err("two runs on the same inputs differ (a race?)".into());
+    }
+    let mut t = tally.borrow_mut();
+    t.passed += 1;
+    t.splits += !plan.merges().is_empty() as u64;
+    let w = t.worst.entry(case.dist).or_insert(0.0);
+    *w = w.max(cmp.rel_l2);
+    Ok(())
+}
+
+fn describe(c: &Case) -> String {
+    let s = &c.shape;
+    format!(
+        "{} b{} hq{} hkv{} d{} q{} cap{} {:?} {:?} {:?} lens[..4]={:?}",
+        s.kv_format.name(),
+        s.batch,
+        s.num_q_heads,
+        s.num_kv_heads,
+        s.head_dim,
+        s.q_len,
+        s.max_seq_len,
+        s.kv_layout,
+        c.split,
+        c.dist,
+        &c.seq_lens[..c.seq_lens.len().min(4)]
+    )
+}
+
+fn fuzz_format(gpu: Option<&Gpu>, args: &Args, format: KvFormat, regressions: &'static str) -> Result<Tally, String> {
+    let tally = RefCell::new(Tally::default());
+    let config = Config {
+        cases: args.cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(regressions))),
+        max_shrink_iters: 400,
+        rng_seed: match args.seed {
+            Some(s) => RngSeed::Fixed(s ^ format as u64),
+            None => RngSeed::Random,
+        },
+        ..Config::default()
+    };
+    let mut runner = TestRunner::new(config);
+    let result = runner.run(&draw(), |d| {
+        let case = fit(&d, format);
+        if args.verbose {
+            eprintln!("case {}", describe(&case));
+        }
+        check_case(gpu, &case, &tally).map_err(|e| TestCaseError::fail(format!("{e}\n  case: {}", describe(&case))))
+    });
+    match result {
+        Ok(()) => Ok(tally.into_inner()),
+        Err(TestError::Fail(why, draw)) => Err(format!("{why}\n  minimal draw: {draw:?}\n  (seed persisted in {regressions})")),
+        Err(TestError::Abort(why)) => Err(format!("aborted: {why}")),
+    }
+}
+
+fn main() {
+    let args = Args::parse();
+    let formats: Vec<KvFormat> = match args.format.iter().map(|f| KvFormat::ALL.into_iter().find(|k| k.name() == f.trim()).ok_or(f.clone())).collect() {
+        Ok(f) => f,
+        Err(bad) => {
+            eprintln!("fuzz: unknown format `{bad}`");
+            std::process::exit(2);
+        }
+    };
+    let _ctx;
+    let gpu = if args.cpu_only {
+        None
+    } else {
+        match init_cuda(0) {
+            Ok(ctx) => {
+                _ctx = ctx;
+                let attn = DecodeAttention::new().expect("loading the PTX module");
+                let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
+                Some(Gpu { attn, stream })
+            }
+            Err(why) => {
+                let n = args.soak.unwrap_or(args.cases * formats.len() as u32);
+                println!("fuzz: {n} skipped ({why})");
+                return;
+            }
+        }
+    };
+    if let Some(n) = args.soak {
+        let gpu = gpu.as_ref().expect("--soak needs a GPU");
+        std::process::exit(soak(gpu, n, args.seed.unwrap_or(1)));
+    }
+    let regressions: &'static str = Box::leak(args.regressions.clone().into_boxed_str());
+    let t0 = Instant::now();
+    let (mut passed, mut failed) = (0u64, 0u64);
+    let mut per_format = Vec::new();
+    for format in formats {
+        let t = Instant::now();
+        match fuzz_format(gpu.as_ref(), &args, format, regressions) {
+            Ok(tally) => {
+                for (dist, err) in &tally.worst {
+                    println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
+                }
+                println!(
+                    "fuzz {}: {} cases passed ({} split; longest sequence {}, most rows per kv head {}) in {:.0} s",
+                    format.name(),
+                    tally.passed,
+                    tally.splits,
+                    tally.longest,
+                    tally.most_rows,
+                    t.elapsed().as_secs_f64()
+                );
+                passed += tally.passed;
+                per_format.push(format!("{} {}", format.name(), tally.passed));
+            }
+            Err(e) => {
+                println!("FAIL fuzz {}: {e}", format.name());
+                failed += 1;
+                per_format.push(format!("{} FAILED", format.name()));
+            }
+        }
+    }
+    println!("fuzz ({}, {:.0} s{}):", per_format.join(", "), t0.elapsed().as_secs_f64(), if gpu.is_none() { ", CPU only" } else { "" });
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
+/// `n` random plan + run calls on small random cases; device memory in use
+/// must be the same before and after (after one warm-up call).
+fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
+    use proptest::strategy::ValueTree;
+    let mut runner = TestRunner::new(Config { rng_seed: RngSeed::Fixed(seed), ..Config::default() });
+    let strategy = (draw(), prop::sample::select(KvFormat::ALL.to_vec()));
+    let tally = RefCell::new(Tally::default());
+    let mut one = |i: u32| -> Result<(), String> {
+        let (mut d, format) = strategy.new_tree(&mut runner).map_err(|e| e.to_string())?.current();
+        d.lens.truncate(8);
+        let mut case = fit(&d, format);
+        // Small cases: the soak is about allocation and launch, not size.
+        case.seq_lens.iter_mut().for_each(|l| *l = (*l).min(2048).max(case.shape.q_len));
+        case.shape.max_seq_len = *case.seq_lens.iter().max().unwrap();
+        if let KvLayout::Strided { .. } = case.shape.kv_layout {
+            case.shape.kv_layout = KvLayout::Nhd;
+        }
+        // Every 50th call is checked against the reference; the rest only run.
+        if i % 50 == 0 {
+            return check_case(Some(gpu), &case, &tally);
+        }
+        let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split }).map_err(|e| e.to_string())?;
+        let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
+        let (q, k, v) = problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, 1).map_err(|e| e.to_string())?;
+        let mut p = Problem::from_inputs(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;
+        p.run(&gpu.attn, &plan, &mut ws, &gpu.stream).map_err(|e| e.to_string())?;
+        gpu.stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+        Ok(())
+    };
+    if let Err(e) = one(0) {
+        println!("FAIL soak warm-up: {e}");
+        return 1;
+    }
+    let used = || decode_attn::cust::memory::mem_get_info().map(|(free, total)| total - free).unwrap_or(0);
+    let before = used();
+    let t = Instant::now();
+    let mut failures = 0;
+    for i in 1..=n {
+        if let Err(e) = one(i) {
+            println!("FAIL soak call {i}: {e}");
+            failures += 1;
+        }
+    }
+    let after = used();
+    println!("soak: {n} plan + run calls in {:.0} s; device memory in use before {before} B, after {after} B", t.elapsed().as_secs_f64());
+    let leaked = after != before;
+    if leaked {
+        println!("FAIL soak: device memory in use changed by {} B", after as i64 - before as i64);
+    }
+    println!("{} passed, {} failed", if failures == 0 && !leaked { 1 } else { 0 }, if failures == 0 && !leaked { 0 } else { 1 });
+    i32::from(failures > 0 || leaked)
+}
