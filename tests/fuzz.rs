@@ -55,6 +55,9 @@ struct Args {
     /// Generate cases and references on the CPU only (no GPU needed).
     #[arg(long)]
     cpu_only: bool,
+    /// Exit with an error (instead of reporting skipped) when there is no GPU.
+    #[arg(long)]
+    require_gpu: bool,
     /// Print every case.
     #[arg(long)]
     verbose: bool,
@@ -345,6 +348,10 @@ fn main() {
                 let attn = DecodeAttention::new().expect("loading the PTX module");
                 let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
                 Some(Gpu { attn, stream })
+            }
+            Err(why) if args.require_gpu => {
+                eprintln!("fuzz: needs a GPU ({why})");
+                std::process::exit(1);
             }
             Err(why) => {
                 let n = args.soak.unwrap_or(args.cases * formats.len() as u32);

@@ -82,10 +82,34 @@ fn cases() -> Vec<Case> {
     out
 }
 
+/// A small set for compute-sanitizer (every kernel: each dtype × head dim,
+/// split and unsplit, lengths on stage and chunk edges, and the most packed
+/// rows per kv head); racecheck slows kernels ~100×, so the sizes are small.
+fn sanitize_cases() -> Vec<Case> {
+    let mut out = Vec::new();
+    for dtype in Dtype::ALL {
+        for d in [64u32, 128, 256] {
+            let stage = decode_attn::plan::stage_keys(KvFormat::Bf16, d);
+            let lens = vec![stage - 1, stage, stage + 1, 2 * stage + 1];
+            for split in [SplitPolicy::ChunkKeys(stage), SplitPolicy::Never] {
+                let s = shape(dtype, 4, 8, 2, d, 3, 2 * stage + 1, KvLayout::Nhd);
+                let name = format!("{}/sanitize/d{d}/{split:?}", dtype.name());
+                out.push(Case { name, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal });
+            }
+        }
+        // The largest group × q_len: 64 heads × 8 tokens = 512 rows, 8 row chunks.
+        let s = shape(dtype, 2, 64, 1, 128, 8, 200, KvLayout::Hnd);
+        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed });
+    }
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let filter = args.iter().position(|a| a == "--filter").and_then(|i| args.get(i + 1)).cloned();
-    let cases: Vec<Case> = cases().into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
+    let sanitize = args.iter().any(|a| a == "--sanitize");
+    let all = if sanitize { sanitize_cases() } else { cases() };
+    let cases: Vec<Case> = all.into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
 
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
@@ -102,6 +126,14 @@ fn main() {
     }
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
     let (mut passed, mut failed) = (0, 0);
+    if sanitize {
+        // The utility kernels too: the random fill and the busy-wait.
+        let mut buf = decode_attn::cust::memory::DeviceBuffer::<decode_attn::half::bf16>::zeroed(1000).expect("alloc");
+        let ok = attn.fill_random(&mut buf, 1, &stream).and_then(|_| attn.gpu_sleep(std::time::Duration::from_micros(5), &stream)).is_ok()
+            && stream.synchronize().is_ok();
+        println!("{} utility kernels (fill_random_bf16, gpu_sleep)", if ok { "ok  " } else { "FAIL" });
+        if ok { passed += 1 } else { failed += 1 }
+    }
     let mut worst: std::collections::BTreeMap<&'static str, f64> = Default::default();
     for (i, case) in cases.iter().enumerate() {
         if verbose {

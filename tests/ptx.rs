@@ -55,3 +55,28 @@ fn ptxas_accepts_it_without_spills() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Binaries link against the libcuda stub `host/build.rs` builds on machines
+/// without a driver: it must define every driver function `cust_raw`
+/// declares (a superset of what any binary imports).
+#[test]
+fn libcuda_stub_defines_every_driver_function_cust_raw_declares() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["metadata", "--format-version", "1", "--manifest-path", concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml")])
+        .output()
+        .expect("running cargo metadata");
+    assert!(out.status.success(), "cargo metadata: {}", String::from_utf8_lossy(&out.stderr));
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let manifest = meta["packages"].as_array().unwrap().iter().find(|p| p["name"] == "cust_raw").expect("cust_raw in the dependency graph")["manifest_path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let bindings = std::fs::read_to_string(std::path::Path::new(&manifest).with_file_name("src/cuda.rs")).expect("cust_raw's bindings");
+    let declared: std::collections::BTreeSet<&str> =
+        bindings.split("pub fn ").skip(1).filter_map(|rest| rest.split('(').next()).filter(|n| n.starts_with("cu")).collect();
+    let stub: std::collections::BTreeSet<&str> = include_str!("../host/build/cuda-driver-symbols.txt").lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    assert!(declared.len() > 300, "found only {} declarations", declared.len());
+    let missing: Vec<_> = declared.difference(&stub).collect();
+    assert!(missing.is_empty(), "the libcuda stub lacks {missing:?}");
+}

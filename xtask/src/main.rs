@@ -1,40 +1,91 @@
-//! `cargo xtask <command>`:
+//! `cargo xtask <command>`: build the PTX, run the tests, the GPU fuzzer and
+//! the benchmark, make the GPU bundle. Every command answers `--help`.
 //!
-//! - `ptx [--arch sm_90|sm_80] [--report]`: build the kernels' PTX, print its
-//!   path; `--report` adds ptxas's registers / shared memory / spills.
-//! - `test`: set up (libcuda to link against, ptxas if pip can get it), then
-//!   every test; GPU tests run when a GPU is present, else report skipped.
-//! - `bench [flags]`: the benchmark grids (`--quick`, `--grid A,C`,
-//!   `--format bf16`, `--compare OLD.json`, `--device N`).
-//! - `bundle`: release test + bench binaries, PTX and `run.sh` in
-//!   `target/bundle/`, for GPU machines without Rust.
+//! Nothing outside the repository is touched: binaries link against the
+//! libcuda stub `host/build.rs` builds (the real driver is loaded at run
+//! time where one is installed), and ptxas, when it is not on the machine,
+//! is installed from PyPI into `target/tools/`.
+
+mod bundle;
+mod counts;
 
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
 
-fn workspace() -> PathBuf {
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "decode-attn developer commands")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the kernels' PTX and print its path.
+    Ptx {
+        /// SM architecture: sm_90 (default) or sm_80.
+        #[arg(long, default_value = ptx_builder::DEFAULT_ARCH)]
+        arch: String,
+        /// Also print ptxas's registers / stack / spills per kernel.
+        #[arg(long)]
+        report: bool,
+    },
+    /// Every test: CPU tests (the hardening proptest in debug and release),
+    /// and, when a GPU is present, the GPU tests and a short fuzz run that
+    /// replays the committed regressions; otherwise those report "skipped".
+    Test {
+        /// Extra arguments for `cargo test`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        cargo_args: Vec<String>,
+    },
+    /// The benchmark grids against the copy roofline (needs a GPU); every
+    /// flag goes to the benchmark (`cargo xtask bench --help` lists them).
+    #[command(disable_help_flag = true)]
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        bench_args: Vec<String>,
+    },
+    /// GPU fuzzing against the f64 reference (needs a GPU); every flag goes
+    /// to the fuzzer (`cargo xtask fuzz --help` lists them; `--cases`
+    /// defaults to 10000 per format here).
+    #[command(disable_help_flag = true)]
+    Fuzz {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        fuzz_args: Vec<String>,
+    },
+    /// Release test, fuzz and bench binaries, the PTX and `run.sh` in
+    /// `target/bundle/`, for GPU machines without Rust.
+    Bundle,
+}
+
+pub fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     c.current_dir(workspace());
     c
 }
 
-fn run(cmd: &mut Command) -> Result<(), String> {
+pub fn run(cmd: &mut Command) -> Result<(), String> {
     let status = cmd.status().map_err(|e| format!("running {cmd:?}: {e}"))?;
-    if status.success() { Ok(()) } else { Err(format!("{cmd:?} failed with {status}")) }
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("ptx") => ptx(&args[1..]),
-        Some("test") => test(&args[1..]),
-        Some("bench") => bench(&args[1..]),
-        Some("bundle") => bundle(),
-        _ => Err("usage: cargo xtask <ptx [--arch sm_90|sm_80] [--report] | test | bench [flags] | bundle>".into()),
+    let result = match Cli::parse().command {
+        Cmd::Ptx { arch, report } => ptx(&arch, report),
+        Cmd::Test { cargo_args } => test(&cargo_args),
+        Cmd::Bench { bench_args } => run(cargo().args(["bench", "-p", "decode-attn", "--bench", "decode", "--"]).args(bench_args)),
+        Cmd::Fuzz { fuzz_args } => fuzz(&fuzz_args),
+        Cmd::Bundle => bundle::bundle(),
     };
     if let Err(e) = result {
         eprintln!("xtask: {e}");
@@ -42,192 +93,92 @@ fn main() {
     }
 }
 
-fn ptx(args: &[String]) -> Result<(), String> {
-    let arch = args.iter().position(|a| a == "--arch").and_then(|i| args.get(i + 1)).map(String::as_str).unwrap_or(ptx_builder::DEFAULT_ARCH);
+fn ptx(arch: &str, report: bool) -> Result<(), String> {
     let ws = workspace();
     let path = ptx_builder::PtxBuild::for_workspace(&ws, &ws.join("target"), arch).build()?;
     println!("{}", path.display());
-    if args.iter().any(|a| a == "--report") {
-        let Some(ptxas) = find_ptxas() else {
-            return Err("--report needs ptxas: pip install nvidia-cuda-nvcc==13.0.88, or set PTXAS".into());
-        };
-        let out = Command::new(&ptxas).args([&format!("-arch={arch}"), "-v"]).arg(&path).args(["-o", "/dev/null"]).output().map_err(|e| e.to_string())?;
-        let text = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() {
-            return Err(format!("ptxas rejected the PTX:\n{text}"));
-        }
-        println!("{:<32} {:>5} {:>10} {:>7} {:>12}", "kernel", "regs", "stack (B)", "spills", "static smem");
-        let mut name = String::new();
-        let (mut stack, mut spills) = (String::new(), String::new());
-        for line in text.lines() {
-            if let Some(rest) = line.split("Compiling entry function '").nth(1) {
-                name = rest.split('\'').next().unwrap_or("").to_owned();
-            } else if line.contains("bytes stack frame") {
-                let w: Vec<&str> = line.split_whitespace().collect();
-                stack = w[0].to_owned();
-                spills = format!("{}+{}", w[4], w[8]);
-            } else if let Some(rest) = line.split("Used ").nth(1) {
-                let regs = rest.split_whitespace().next().unwrap_or("?");
-                let smem = line.split(", ").find(|p| p.contains("smem")).map(|p| p.split_whitespace().next().unwrap_or("0")).unwrap_or("0");
-                println!("{name:<32} {regs:>5} {stack:>10} {spills:>7} {smem:>12}");
-            }
+    if !report {
+        return Ok(());
+    }
+    let ptxas = ensure_ptxas().ok_or("--report needs ptxas: pip could not install nvidia-cuda-nvcc==13.0.88; set PTXAS")?;
+    let out = Command::new(&ptxas).args([&format!("-arch={arch}"), "-v"]).arg(&path).args(["-o", "/dev/null"]).output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        return Err(format!("ptxas rejected the PTX:\n{text}"));
+    }
+    println!("{:<32} {:>5} {:>10} {:>7} {:>12}", "kernel", "regs", "stack (B)", "spills", "static smem");
+    let mut name = String::new();
+    let (mut stack, mut spills) = (String::new(), String::new());
+    for line in text.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            name = rest.split('\'').next().unwrap_or("").to_owned();
+        } else if line.contains("bytes stack frame") {
+            let w: Vec<&str> = line.split_whitespace().collect();
+            stack = w[0].to_owned();
+            spills = format!("{}+{}", w.get(4).unwrap_or(&"?"), w.get(8).unwrap_or(&"?"));
+        } else if let Some(rest) = line.split("Used ").nth(1) {
+            let regs = rest.split_whitespace().next().unwrap_or("?");
+            let smem = line.split(", ").find(|p| p.contains("smem")).map(|p| p.split_whitespace().next().unwrap_or("0")).unwrap_or("0");
+            println!("{name:<32} {regs:>5} {stack:>10} {spills:>7} {smem:>12}");
         }
     }
     Ok(())
 }
 
-/// ptxas from $PTXAS, PATH, or the PyPI nvidia-cuda-nvcc package.
-fn find_ptxas() -> Option<PathBuf> {
+/// Where `ensure_ptxas` installs ptxas when the machine has none.
+fn tools_dir() -> PathBuf {
+    workspace().join("target/tools/nvcc")
+}
+
+/// ptxas from $PTXAS, PATH, `target/tools/`, or installed from PyPI into
+/// `target/tools/` (never into the user's Python environment).
+pub fn ensure_ptxas() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PTXAS") {
         return Some(PathBuf::from(p));
     }
     if Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success()) {
         return Some(PathBuf::from("ptxas"));
     }
-    let out = Command::new("python3")
-        .args(["-c", "import nvidia, os; print(os.path.join(list(nvidia.__path__)[0], 'cu13', 'bin', 'ptxas'))"])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    p.is_file().then_some(p)
+    let local = tools_dir().join("nvidia/cu13/bin/ptxas");
+    if local.is_file() {
+        return Some(local);
+    }
+    eprintln!("xtask: installing ptxas (PyPI nvidia-cuda-nvcc==13.0.88) into {}", tools_dir().display());
+    let _ = Command::new("python3")
+        .args(["-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps", "--target"])
+        .arg(tools_dir())
+        .arg("nvidia-cuda-nvcc==13.0.88")
+        .status();
+    local.is_file().then_some(local)
 }
 
-/// Makes sure `-lcuda` links: the NVIDIA driver's libcuda, or on machines
-/// without one Debian's non-free `libcuda1` (needs contrib + non-free).
-fn ensure_libcuda() -> Result<(), String> {
-    let have = |p: &str| Path::new(p).exists();
-    if ["/usr/lib/x86_64-linux-gnu/libcuda.so", "/usr/lib64/libcuda.so", "/usr/local/cuda/lib64/stubs/libcuda.so"].iter().any(|p| have(p)) {
-        return Ok(());
-    }
-    let ldconfig = Command::new("ldconfig").arg("-p").output().map(|o| String::from_utf8_lossy(&o.stdout).contains("libcuda.so ")).unwrap_or(false);
-    if ldconfig {
-        return Ok(());
-    }
-    eprintln!("xtask: no libcuda.so to link against; installing Debian's libcuda1 (contrib, non-free)");
-    let sources = "/etc/apt/sources.list.d/debian.sources";
-    if let Ok(text) = std::fs::read_to_string(sources) {
-        if !text.contains("non-free") {
-            std::fs::write(sources, text.replace("Components: main\n", "Components: main contrib non-free\n")).map_err(|e| format!("{sources}: {e}"))?;
-        }
-    }
-    run(Command::new("apt-get").args(["update", "-qq"]))?;
-    run(Command::new("apt-get").args(["install", "-y", "-qq", "--no-install-recommends", "libcuda1"]).env("DEBIAN_FRONTEND", "noninteractive"))
-        .map_err(|e| format!("{e}\ninstall the NVIDIA driver or a libcuda.so (Debian: libcuda1 from non-free) and retry"))
-}
-
-fn test(args: &[String]) -> Result<(), String> {
-    ensure_libcuda()?;
-    let mut ptxas = find_ptxas();
-    if ptxas.is_none() {
-        eprintln!("xtask: installing ptxas (pip nvidia-cuda-nvcc==13.0.88) for the PTX check");
-        let _ = Command::new("python3").args(["-m", "pip", "install", "-q", "nvidia-cuda-nvcc==13.0.88"]).status();
-        ptxas = find_ptxas();
-    }
+fn test(extra: &[String]) -> Result<(), String> {
+    let mut total = counts::Counts::default();
+    let ptxas = ensure_ptxas();
     let mut cmd = cargo();
-    cmd.args(["test", "--workspace"]).args(args);
-    let mut skipped_here = 0;
-    if let Some(p) = ptxas {
+    cmd.args(["test", "--workspace"]).args(extra);
+    if let Some(p) = &ptxas {
         cmd.env("PTXAS", p);
     } else {
-        eprintln!("xtask: no ptxas available; skipping the ptxas acceptance test");
+        eprintln!("xtask: no ptxas available; the ptxas acceptance test is skipped");
         cmd.args(["--", "--skip", "ptxas_accepts_it_without_spills"]);
-        skipped_here = 1;
+        total.skipped += 1;
     }
-    let summary = run_counting(&mut cmd)?;
-    println!(
-        "cargo xtask test: {} passed, {} failed, {} skipped",
-        summary.passed,
-        summary.failed,
-        summary.skipped + skipped_here
-    );
-    if summary.failed > 0 || !summary.success {
+    total.add(&counts::run_counting(&mut cmd)?);
+    // Overflow wraps silently in release builds: the hardening proptest runs there too.
+    total.add(&counts::run_counting(cargo().args(["test", "--release", "-p", "decode-attn", "--test", "hardening"]))?);
+    println!("cargo xtask test: {} passed, {} failed, {} skipped", total.passed, total.failed, total.skipped);
+    if total.failed > 0 || !total.success {
         return Err("tests failed".into());
     }
     Ok(())
 }
 
-#[derive(Default)]
-struct Counts {
-    passed: u64,
-    failed: u64,
-    skipped: u64,
-    success: bool,
-}
-
-/// Runs cargo test, echoing its output, and adds up the counts of every
-/// libtest summary and of the GPU harness's own line (whose skipped cases
-/// must be reported as skipped, not passed).
-fn run_counting(cmd: &mut Command) -> Result<Counts, String> {
-    use std::io::{BufRead, BufReader};
-    let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().map_err(|e| format!("running {cmd:?}: {e}"))?;
-    let mut counts = Counts::default();
-    let number_before = |line: &str, word: &str| -> u64 {
-        line.split([';', ',']).find(|p| p.trim_end().ends_with(word)).and_then(|p| p.split_whitespace().rev().nth(1)).and_then(|n| n.parse().ok()).unwrap_or(0)
-    };
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.map_err(|e| e.to_string())?;
-        println!("{line}");
-        if line.starts_with("test result:") || line.starts_with("gpu tests:") {
-            counts.passed += number_before(&line, "passed");
-            counts.failed += number_before(&line, "failed");
-            counts.skipped += number_before(&line, "ignored");
-            if let Some(n) = line.strip_prefix("gpu tests: ").and_then(|r| r.split_whitespace().next()).filter(|_| line.contains(" skipped")) {
-                counts.skipped += n.parse::<u64>().unwrap_or(0);
-            }
-        }
+fn fuzz(args: &[String]) -> Result<(), String> {
+    let mut fuzz_args = args.to_vec();
+    if !fuzz_args.iter().any(|a| a == "--cases" || a.starts_with("--cases=") || a == "--help" || a == "-h") {
+        fuzz_args.extend(["--cases".to_string(), "10000".to_string()]);
     }
-    counts.success = child.wait().map_err(|e| e.to_string())?.success();
-    Ok(counts)
-}
-
-fn bench(args: &[String]) -> Result<(), String> {
-    ensure_libcuda()?;
-    run(cargo().args(["bench", "-p", "decode-attn", "--bench", "decode", "--"]).args(args))
-}
-
-/// Executables cargo built, from its JSON messages.
-fn built_executables(cmd: &mut Command) -> Result<Vec<PathBuf>, String> {
-    let out = cmd.arg("--message-format=json-render-diagnostics").stderr(std::process::Stdio::inherit()).output().map_err(|e| e.to_string())?;
-    if !out.status.success() {
-        return Err(format!("{cmd:?} failed"));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split("\"executable\":\"").nth(1))
-        .filter_map(|rest| rest.split('"').next())
-        .map(PathBuf::from)
-        .collect())
-}
-
-fn bundle() -> Result<(), String> {
-    ensure_libcuda()?;
-    let dir = workspace().join("target/bundle");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let tests = built_executables(cargo().args(["test", "--release", "--no-run", "-p", "decode-attn", "--test", "gpu"]))?;
-    let benches = built_executables(cargo().args(["bench", "--no-run", "-p", "decode-attn", "--bench", "decode"]))?;
-    let copy = |src: &Path, name: &str| std::fs::copy(src, dir.join(name)).map(|_| ()).map_err(|e| format!("{}: {e}", src.display()));
-    copy(tests.first().ok_or("no gpu test executable built")?, "gpu-tests")?;
-    copy(benches.first().ok_or("no bench executable built")?, "bench")?;
-    let ws = workspace();
-    let ptx = ptx_builder::PtxBuild::for_workspace(&ws, &ws.join("target"), ptx_builder::DEFAULT_ARCH).build()?;
-    copy(&ptx, "decode_attn.ptx")?;
-    let script = r#"#!/usr/bin/env bash
-# Runs every GPU test and the benchmark; needs only the NVIDIA driver.
-# Usage: run.sh [--quick] [more bench flags]   Logs: $OUT or ./logs
-set -u
-here=$(cd "$(dirname "$0")" && pwd)
-logs=${OUT:-$here/logs}; mkdir -p "$logs"
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader > "$logs/device.txt" 2>&1
-"$here/gpu-tests" > "$logs/gpu-tests.log" 2>&1; t=$?
-(cd "$logs" && "$here/bench" --out "$logs" "$@") > "$logs/bench.log" 2>&1; b=$?
-echo "== device"; cat "$logs/device.txt"
-echo "== gpu tests (exit $t)"; grep -E "^(FAIL|worst)|gpu tests" "$logs/gpu-tests.log"
-echo "== bench (exit $b)"; grep -vE "^\[" "$logs/bench.log" | tail -n 60
-exit $(( t != 0 || b != 0 ))
-"#;
-    std::fs::write(dir.join("run.sh"), script).map_err(|e| e.to_string())?;
-    run(Command::new("chmod").args(["+x"]).arg(dir.join("run.sh")))?;
-    println!("{}", dir.display());
-    Ok(())
+    fuzz_args.push("--require-gpu".into());
+    run(cargo().args(["test", "--release", "-p", "decode-attn", "--test", "fuzz", "--"]).args(fuzz_args))
 }
