@@ -229,10 +229,25 @@ struct Tally {
     longest: u32,
     /// Largest group × q_len (packed rows per kv head).
     most_rows: u32,
+    /// Wall time per phase of a case (where a run's minutes go).
+    phases: BTreeMap<&'static str, std::time::Duration>,
 }
 
-struct Gpu {
-    attn: DecodeAttention,
+impl Tally {
+    fn time<T>(tally: &RefCell<Tally>, phase: &'static str, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        *tally.borrow_mut().phases.entry(phase).or_default() += t.elapsed();
+        out
+    }
+
+    fn phases(&self) -> String {
+        self.phases.iter().map(|(k, v)| format!("{k} {:.1} s", v.as_secs_f64())).collect::<Vec<_>>().join(", ")
+    }
+}
+
+struct Gpu<'a> {
+    attn: &'a DecodeAttention,
     stream: Stream,
 }
 
@@ -242,7 +257,7 @@ fn threads() -> usize {
 
 /// Runs one case; `Err` describes the failure.
 fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<(), String> {
-    let (q, k, v) = problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, threads()).map_err(|e| e.to_string())?;
+    let (q, k, v) = Tally::time(tally, "inputs", || problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, threads())).map_err(|e| e.to_string())?;
     {
         let mut t = tally.borrow_mut();
         t.longest = t.longest.max(*case.seq_lens.iter().max().unwrap());
@@ -254,17 +269,20 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         tally.borrow_mut().passed += 1;
         return Ok(());
     };
-    let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split }).map_err(|e| format!("plan: {e}"))?;
-    let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
-    let mut p = Problem::from_inputs(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;
+    let plan = Tally::time(tally, "plan", || gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split })).map_err(|e| format!("plan: {e}"))?;
+    let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;
+    let mut p = Tally::time(tally, "upload", || Problem::from_inputs(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
     let mut outs = Vec::new();
     for _ in 0..2 {
-        p.poison_output().map_err(|e| e.to_string())?;
-        p.run(&gpu.attn, &plan, &mut ws, &gpu.stream).map_err(|e| format!("run: {e}"))?;
-        gpu.stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-        outs.push(p.output().map_err(|e| e.to_string())?);
+        Tally::time(tally, "run", || -> Result<(), String> {
+            p.poison_output().map_err(|e| e.to_string())?;
+            p.run(&gpu.attn, &plan, &mut ws, &gpu.stream).map_err(|e| format!("run: {e}"))?;
+            gpu.stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+            outs.push(p.output().map_err(|e| e.to_string())?);
+            Ok(())
+        })?;
     }
-    let reference = p.reference(None).map_err(|e| e.to_string())?;
+    let reference = Tally::time(tally, "reference", || p.reference(None)).map_err(|e| e.to_string())?;
     let cmp = relative_l2_error(&outs[0], &reference).map_err(|e| e.to_string())?;
     if cmp.nonfinite {
         let first = outs[0].iter().position(|x| !x.is_finite()).unwrap_or(0);
@@ -276,6 +294,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     if outs[0].iter().zip(&outs[1]).any(|(a, b)| a.to_bits() != b.to_bits()) {
         return Err("two runs on the same inputs differ (a race?)".into());
     }
+    Tally::time(tally, "free", || drop((p, ws)));
     let mut t = tally.borrow_mut();
     t.passed += 1;
     t.splits += !plan.merges().is_empty() as u64;
@@ -338,16 +357,16 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let _ctx;
+    let ctx;
+    let attn;
     let gpu = if args.cpu_only {
         None
     } else {
         match init_cuda(0) {
-            Ok(ctx) => {
-                _ctx = ctx;
-                let attn = DecodeAttention::new().expect("loading the PTX module");
-                let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
-                Some(Gpu { attn, stream })
+            Ok(c) => {
+                ctx = c;
+                attn = DecodeAttention::new().expect("loading the PTX module");
+                Some((&ctx, &attn))
             }
             Err(why) if args.require_gpu => {
                 eprintln!("fuzz: needs a GPU ({why})");
@@ -360,17 +379,36 @@ fn main() {
             }
         }
     };
+    let stream = || Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
     if let Some(n) = args.soak {
-        let gpu = gpu.as_ref().expect("--soak needs a GPU");
-        std::process::exit(soak(gpu, n, args.seed.unwrap_or(1)));
+        let (_, attn) = gpu.expect("--soak needs a GPU");
+        std::process::exit(soak(&Gpu { attn, stream: stream() }, n, args.seed.unwrap_or(1)));
     }
     let regressions: &'static str = Box::leak(args.regressions.clone().into_boxed_str());
     let t0 = Instant::now();
+    // One thread per format (each with its own stream): the host side of a
+    // case (inputs, reference) overlaps the other format's GPU work.
+    let results: Vec<(KvFormat, Result<Tally, String>, f64)> = std::thread::scope(|s| {
+        let handles: Vec<_> = formats
+            .iter()
+            .map(|&format| {
+                let args = &args;
+                s.spawn(move || {
+                    let t = Instant::now();
+                    let gpu = gpu.map(|(ctx, attn)| {
+                        decode_attn::cust::context::CurrentContext::set_current(ctx).expect("making the context current");
+                        Gpu { attn, stream: stream() }
+                    });
+                    (format, fuzz_format(gpu.as_ref(), args, format, regressions), t.elapsed().as_secs_f64())
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("fuzz thread panicked")).collect()
+    });
     let (mut passed, mut failed) = (0u64, 0u64);
     let mut per_format = Vec::new();
-    for format in formats {
-        let t = Instant::now();
-        match fuzz_format(gpu.as_ref(), &args, format, regressions) {
+    for (format, result, secs) in results {
+        match result {
             Ok(tally) => {
                 for (dist, err) in &tally.worst {
                     println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
@@ -382,8 +420,9 @@ fn main() {
                     tally.splits,
                     tally.longest,
                     tally.most_rows,
-                    t.elapsed().as_secs_f64()
+                    secs
                 );
+                println!("  time by phase: {}", tally.phases());
                 passed += tally.passed;
                 per_format.push(format!("{} {}", format.name(), tally.passed));
             }

@@ -109,11 +109,14 @@ impl Report {
             .build_cartesian_2d(0f64..115f64, (0..n).into_segmented())
             .map_err(|e| err(&e))?;
         let keys: Vec<String> = self.rows.iter().map(|r| r.key.clone()).collect();
+        // Row i is drawn in segment n-1-i, so the first row is on top.
+        let seg = |i: usize| n - 1 - i;
         chart
             .configure_mesh()
+            .disable_y_mesh()
             .y_labels(n)
             .y_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) => keys.get(*i).cloned().unwrap_or_default(),
+                SegmentValue::CenterOf(i) if *i < n => keys.get(seg(*i)).cloned().unwrap_or_default(),
                 _ => String::new(),
             })
             .x_desc("% of roofline")
@@ -129,14 +132,14 @@ impl Report {
         chart
             .draw_series(self.rows.iter().enumerate().map(|(i, r)| {
                 let pct = r.pct_roofline.clamp(0.0, 115.0);
-                let mut bar = Rectangle::new([(0.0, SegmentValue::Exact(i)), (pct, SegmentValue::Exact(i + 1))], colour(&r.format).filled());
+                let mut bar = Rectangle::new([(0.0, SegmentValue::Exact(seg(i))), (pct, SegmentValue::Exact(seg(i) + 1))], colour(&r.format).filled());
                 bar.set_margin(3, 3, 0, 0);
                 bar
             }))
             .map_err(|e| err(&e))?;
         chart
             .draw_series(self.rows.iter().enumerate().map(|(i, r)| {
-                Text::new(format!("{:.1}%", r.pct_roofline), (r.pct_roofline.clamp(0.0, 105.0) + 0.5, SegmentValue::CenterOf(i)), ("monospace", 11))
+                Text::new(format!("{:.1}%", r.pct_roofline), (r.pct_roofline.clamp(0.0, 105.0) + 0.5, SegmentValue::CenterOf(seg(i))), ("monospace", 11))
             }))
             .map_err(|e| err(&e))?;
         root.present().map_err(|e| err(&e))

@@ -122,7 +122,7 @@ pub fn problem_inputs(
     let mut rng = Rng::new(seed);
     let q: Vec<f32> = (0..shape.q_elems() as usize).map(|_| (rng.normal() * q_scale) as f32).collect();
     let n = shape.kv_elems_required().unwrap_or(0) as usize;
-    let (mut k, mut v) = (vec![f32::NAN; n], vec![f32::NAN; n]);
+    let (mut k, mut v) = (nan_vec(n, threads), nan_vec(n, threads));
     let st = shape.kv_strides();
     let cap = shape.max_seq_len as u64;
     let seq_extent = (cap - 1) * st.token + (shape.num_kv_heads as u64 - 1) * st.head + d as u64;
@@ -188,4 +188,20 @@ fn fill_row(rng: &mut Rng, dist: Distribution, k: &mut [f32], v: &mut [f32]) {
             v.fill(rng.fast_normal());
         }
     }
+}
+
+/// `n` NaNs, written by up to `threads` threads (multi-MB buffers per case).
+fn nan_vec(n: usize, threads: usize) -> Vec<f32> {
+    let mut v: Vec<f32> = Vec::with_capacity(n);
+    let chunk = n.div_ceil(threads.max(1)).max(1 << 16);
+    std::thread::scope(|s| {
+        for part in v.spare_capacity_mut().chunks_mut(chunk) {
+            s.spawn(move || part.iter_mut().for_each(|x| {
+                x.write(f32::NAN);
+            }));
+        }
+    });
+    // SAFETY: every element of the first `n` was written above.
+    unsafe { v.set_len(n) };
+    v
 }

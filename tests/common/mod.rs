@@ -7,7 +7,7 @@ use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::half::{bf16, f16};
 use decode_attn::reference;
-use decode_attn::testing::{problem_inputs, round_bf16, round_f16, to_bf16, to_f16, Distribution};
+use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, Plan, Result, Workspace};
 
 /// Device buffers of one problem, in either 16-bit type.
@@ -29,6 +29,105 @@ pub struct Problem {
 /// Bit pattern that is NaN in both bf16 and f16.
 const NAN16: u16 = 0x7FFF;
 
+/// The 16-bit types inputs are uploaded in.
+pub trait Half16: decode_attn::Element + Copy + Default + Send {
+    fn from_f32(x: f32) -> Self;
+    fn to_f32(self) -> f32;
+}
+impl Half16 for bf16 {
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+}
+impl Half16 for f16 {
+    fn from_f32(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+}
+
+/// Element ranges `[start, end)` of a K/V buffer that hold every visible row
+/// (`t < seq_lens[b]`), with the padding between those rows, merged.
+pub fn visible_spans(shape: &DecodeShape, seq_lens: &[u32]) -> Vec<(usize, usize)> {
+    let st = shape.kv_strides();
+    let d = shape.head_dim as u64;
+    let hkv = shape.num_kv_heads as u64;
+    let mut spans = Vec::new();
+    for (b, &len) in seq_lens.iter().enumerate() {
+        let base = b as u64 * st.batch;
+        let last_row = (len as u64 - 1) * st.token;
+        if st.token >= st.head {
+            // Token-major: one run per sequence.
+            spans.push((base, base + last_row + (hkv - 1) * st.head + d));
+        } else {
+            for h in 0..hkv {
+                let start = base + h * st.head;
+                spans.push((start, start + last_row + d));
+            }
+        }
+    }
+    spans.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (s, e) in spans {
+        let (s, e) = (s as usize, e as usize);
+        match merged.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    merged
+}
+
+/// Rounds `host[span]` to `T` in place and copies those spans into a new
+/// device buffer of `host.len()` elements whose other elements are NaN.
+fn upload<T: Half16>(host: &mut [f32], spans: &[(usize, usize)]) -> Result<DeviceBuffer<T>> {
+    use decode_attn::cust::sys as cuda;
+    let covered: usize = spans.iter().map(|(s, e)| e - s).sum();
+    let whole = [(0, host.len())];
+    // Mostly visible: one conversion and one copy beat many small ones.
+    let spans = if covered * 2 >= host.len() { &whole[..] } else { spans };
+    // SAFETY: every element is written below (NaN memset, then the spans).
+    let buf = unsafe { DeviceBuffer::<T>::uninitialized(host.len().max(1))? };
+    let base = buf.as_device_ptr().as_raw();
+    let check = |status: cuda::CUresult| -> Result<()> {
+        if status == cuda::CUresult::CUDA_SUCCESS {
+            Ok(())
+        } else {
+            Err(decode_attn::Error::Driver { call: "upload", code: status as u32 })
+        }
+    };
+    if spans.len() != 1 || spans[0] != (0, host.len()) {
+        // SAFETY: a memset of the buffer's own elements.
+        check(unsafe { cuda::cuMemsetD16_v2(base, NAN16, host.len()) })?;
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut bits: Vec<T> = Vec::new();
+    for &(s, e) in spans {
+        bits.clear();
+        bits.resize(e - s, T::default());
+        // Software 16-bit conversion is slow: spread large spans over threads.
+        let chunk = (e - s).div_ceil(threads).max(1 << 14);
+        std::thread::scope(|sc| {
+            for (src, dst) in host[s..e].chunks_mut(chunk).zip(bits.chunks_mut(chunk)) {
+                sc.spawn(move || {
+                    for (x, h) in src.iter_mut().zip(dst.iter_mut()) {
+                        *h = T::from_f32(*x);
+                        *x = h.to_f32();
+                    }
+                });
+            }
+        });
+        // SAFETY: `s..e` lies inside the buffer; `bits` holds `e - s` values.
+        check(unsafe { cuda::cuMemcpyHtoD_v2(base + (s * 2) as u64, bits.as_ptr() as *const std::ffi::c_void, (e - s) * 2) })?;
+    }
+    Ok(buf)
+}
+
 impl Problem {
     /// Random inputs from `dist` (rows past each sequence's length are NaN).
     pub fn new(shape: &DecodeShape, seq_lens: &[u32], dist: Distribution, seed: u64) -> Result<Problem> {
@@ -37,28 +136,27 @@ impl Problem {
         Problem::from_inputs(shape, seq_lens, q, k, v)
     }
 
-    /// Uploads f32 inputs rounded to the shape's types; O starts as NaN.
-    pub fn from_inputs(shape: &DecodeShape, seq_lens: &[u32], q: Vec<f32>, k: Vec<f32>, v: Vec<f32>) -> Result<Problem> {
+    /// Rounds the f32 inputs to the shape's types (in place: the host copies
+    /// are what the GPU sees) and uploads them; O starts as NaN. Of K and V
+    /// only the spans holding visible rows are converted and copied; the
+    /// rest of each device buffer is set to NaN on the device.
+    pub fn from_inputs(shape: &DecodeShape, seq_lens: &[u32], mut q: Vec<f32>, mut k: Vec<f32>, mut v: Vec<f32>) -> Result<Problem> {
         let n_o = shape.q_elems() as usize;
-        let (q, k, v, bufs) = match shape.dtype {
-            Dtype::Bf16 => {
-                let bufs = Buffers::Bf16 {
-                    q: DeviceBuffer::from_slice(&to_bf16(&q))?,
-                    k: DeviceBuffer::from_slice(&to_bf16(&k))?,
-                    v: DeviceBuffer::from_slice(&to_bf16(&v))?,
-                    o: DeviceBuffer::from_slice(&vec![bf16::from_bits(NAN16); n_o])?,
-                };
-                (round_bf16(&q), round_bf16(&k), round_bf16(&v), bufs)
-            }
-            Dtype::F16 => {
-                let bufs = Buffers::F16 {
-                    q: DeviceBuffer::from_slice(&to_f16(&q))?,
-                    k: DeviceBuffer::from_slice(&to_f16(&k))?,
-                    v: DeviceBuffer::from_slice(&to_f16(&v))?,
-                    o: DeviceBuffer::from_slice(&vec![f16::from_bits(NAN16); n_o])?,
-                };
-                (round_f16(&q), round_f16(&k), round_f16(&v), bufs)
-            }
+        let spans = visible_spans(shape, seq_lens);
+        let whole = [(0, q.len())];
+        let bufs = match shape.dtype {
+            Dtype::Bf16 => Buffers::Bf16 {
+                q: upload::<bf16>(&mut q, &whole)?,
+                k: upload::<bf16>(&mut k, &spans)?,
+                v: upload::<bf16>(&mut v, &spans)?,
+                o: DeviceBuffer::from_slice(&vec![bf16::from_bits(NAN16); n_o])?,
+            },
+            Dtype::F16 => Buffers::F16 {
+                q: upload::<f16>(&mut q, &whole)?,
+                k: upload::<f16>(&mut k, &spans)?,
+                v: upload::<f16>(&mut v, &spans)?,
+                o: DeviceBuffer::from_slice(&vec![f16::from_bits(NAN16); n_o])?,
+            },
         };
         Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs })
     }

@@ -29,10 +29,11 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 #   run.sh [tests] [bench] [flush] [fuzz] [soak] [sanitize]   (default: tests bench)
 # Environment: FUZZ_CASES (per format, default 10000), FUZZ_SEED,
 # SOAK_CALLS (default 10000), BENCH_ARGS (e.g. "--quick").
-# Full logs go to $OUT (or ./logs); a summary is printed last.
+# Full logs and result files go to ./logs (or $LOGS), and when $OUT is set
+# also into $OUT/results.tgz as one file; a summary is printed last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-logs=${OUT:-$here/logs}; mkdir -p "$logs"
+logs=${LOGS:-$here/logs}; mkdir -p "$logs"
 steps=${*:-tests bench}
 summary=()
 status=0
@@ -67,6 +68,7 @@ for f in "$logs"/sanitize-*.log; do [ -e "$f" ] && { echo "== $(basename "$f")";
 [ -e "$logs/bench-flush.log" ] && { echo "== bench, --l2 flush"; grep -vE "^\[" "$logs/bench-flush.log" | tail -n 45; }
 [ -e "$logs/bench.log" ] && { echo "== bench"; grep -vE "^\[" "$logs/bench.log" | tail -n 45; }
 echo "== summary"; printf '%s\n' "${summary[@]}"
+[ -n "${OUT:-}" ] && tar czf "$OUT/results.tgz" -C "$logs" .
 exit $status
 "#;
 
