@@ -20,6 +20,8 @@ struct Case {
     seq_lens: Vec<u32>,
     split: SplitPolicy,
     dist: Distribution,
+    /// Input seed (default: derived from the case's index).
+    seed: Option<u64>,
 }
 
 fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u32, layout: KvLayout) -> DecodeShape {
@@ -34,7 +36,7 @@ fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u
 /// regime (1, 17, chunk±1, 4096+, ragged), split policy, layout and dtype.
 fn cases() -> Vec<Case> {
     let mut out = Vec::new();
-    let mut add = |name: &str, shape: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution| {
+    let mut add = |name: &str, shape: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, seed: Option<u64>| {
         let tag = format!(
             "{}/{}/hq{}-hkv{}/d{}/q{}/{}/{:?}",
             shape.dtype.name(),
@@ -50,7 +52,7 @@ fn cases() -> Vec<Case> {
             },
             dist
         );
-        out.push(Case { name: tag, shape, seq_lens, split, dist });
+        out.push(Case { name: tag, shape, seq_lens, split, dist, seed });
     };
     use Distribution::{HeavyTailed as Heavy, Normal};
     use SplitPolicy::{Auto, ChunkKeys, Never};
@@ -58,26 +60,29 @@ fn cases() -> Vec<Case> {
         for d in [64u32, 128, 256] {
             let stage = decode_attn::plan::stage_keys(KvFormat::Bf16, d);
             // MHA, lengths 1 and 17, single block per sequence.
-            add("mha-short", shape(dtype, 3, 4, 4, d, 1, 64, KvLayout::Nhd), vec![1, 17, 64], Never, Normal);
+            add("mha-short", shape(dtype, 3, 4, 4, d, 1, 64, KvLayout::Nhd), vec![1, 17, 64], Never, Normal, None);
             // GQA, chunk boundaries: chunk-1, chunk, chunk+1, forced splits.
-            add("gqa-chunk-edges", shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd), vec![stage - 1, stage, stage + 1, 3 * stage + 5], ChunkKeys(stage), Heavy);
+            add("gqa-chunk-edges", shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd), vec![stage - 1, stage, stage + 1, 3 * stage + 5], ChunkKeys(stage), Heavy, None);
             // Long ragged batch, automatic splitting.
-            add("gqa-ragged-long", shape(dtype, 3, 8, 2, d, 8, 4200, KvLayout::Nhd), vec![4103, 17, 2500], Auto, Normal);
+            add("gqa-ragged-long", shape(dtype, 3, 8, 2, d, 8, 4200, KvLayout::Nhd), vec![4103, 17, 2500], Auto, Normal, None);
         }
         // Grid B-like MQA packing: 16 heads x 3 tokens = 48 rows per block.
-        add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Auto, Heavy);
-        add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Never, Normal);
+        add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Auto, Heavy, None);
+        add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Never, Normal, None);
         // 32 heads x 8 tokens = 256 rows: several row chunks per kv head.
-        add("mqa-256rows", shape(dtype, 2, 32, 1, 64, 8, 700, KvLayout::Hnd), vec![650, 9], ChunkKeys(128), Normal);
+        add("mqa-256rows", shape(dtype, 2, 32, 1, 64, 8, 700, KvLayout::Hnd), vec![650, 9], ChunkKeys(128), Normal, None);
         // Grid A-like GQA g=8, q_len 1, split three ways.
-        add("gqa8-split", shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd), vec![8192, 6000], ChunkKeys(3000), Heavy);
+        add("gqa8-split", shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
         // Padded strides (rows not contiguous across heads or tokens).
         let padded = KvLayout::Strided { batch: 40 * 2 * 136, token: 2 * 136, head: 136 };
-        add("strided", shape(dtype, 2, 4, 2, 128, 2, 40, padded), vec![40, 2], ChunkKeys(16), Normal);
+        add("strided", shape(dtype, 2, 4, 2, 128, 2, 40, padded), vec![40, 2], ChunkKeys(16), Normal, None);
+        // Found by the fuzzer (zero-mean constant V rows cancelled; see
+        // Distribution::ConstantRows): one row of 320 constant keys.
+        add("fuzz-constant-rows", shape(dtype, 1, 1, 1, 128, 1, 320, KvLayout::Nhd), vec![320], Auto, Distribution::ConstantRows, Some(2802738965915679055));
         // Many sequences with random lengths and the automatic planner.
         let mut rng = decode_attn::testing::Rng::new(7);
         let lens: Vec<u32> = (0..24).map(|_| 1 + rng.below(3000) as u32).collect();
-        add("mha-ragged-batch", shape(dtype, 24, 4, 4, 128, 1, 3000, KvLayout::Nhd), lens, Auto, Normal);
+        add("mha-ragged-batch", shape(dtype, 24, 4, 4, 128, 1, 3000, KvLayout::Nhd), lens, Auto, Normal, None);
     }
     out
 }
@@ -94,12 +99,12 @@ fn sanitize_cases() -> Vec<Case> {
             for split in [SplitPolicy::ChunkKeys(stage), SplitPolicy::Never] {
                 let s = shape(dtype, 4, 8, 2, d, 3, 2 * stage + 1, KvLayout::Nhd);
                 let name = format!("{}/sanitize/d{d}/{split:?}", dtype.name());
-                out.push(Case { name, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal });
+                out.push(Case { name, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None });
             }
         }
         // The largest group × q_len: 64 heads × 8 tokens = 512 rows, 8 row chunks.
         let s = shape(dtype, 2, 64, 1, 128, 8, 200, KvLayout::Hnd);
-        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed });
+        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None });
     }
     out
 }
@@ -139,7 +144,7 @@ fn main() {
         if verbose {
             eprintln!("running {}", case.name);
         }
-        match run_case(&attn, &stream, case, 1000 + i as u64) {
+        match run_case(&attn, &stream, case, case.seed.unwrap_or(1000 + i as u64)) {
             Ok((err, splits)) => {
                 let ok = err <= TOLERANCE;
                 let w = worst.entry(case.shape.kv_format.name()).or_insert(0.0);
