@@ -69,8 +69,20 @@ fn parse_format(s: &str) -> Result<KvFormat, String> {
 #[path = "../../tests/common/cuda.rs"]
 mod cuda_init;
 
+/// Relative paths are taken from where the user ran `cargo xtask bench`
+/// (cargo runs benchmarks inside the package directory).
+fn user_path(path: &str) -> String {
+    match std::env::var_os("DECODE_ATTN_CALLER_DIR") {
+        Some(dir) if std::path::Path::new(path).is_relative() => std::path::Path::new(&dir).join(path).to_string_lossy().into_owned(),
+        _ => path.to_owned(),
+    }
+}
+
 fn main() {
-    let args = Args::parse();
+    let mut args = Args::parse();
+    args.out = user_path(&args.out);
+    args.compare = args.compare.as_deref().map(user_path);
+    args.from_json = args.from_json.as_deref().map(user_path);
     if let Some(g) = args.grid.iter().find(|g| !grids::GRIDS.contains(&g.to_ascii_uppercase())) {
         eprintln!("bench: --grid: unknown grid `{g}` (have: A, B, C, D)");
         std::process::exit(2);
@@ -80,6 +92,9 @@ fn main() {
             let stem = path.trim_end_matches(".json");
             r.write_csv(&format!("{stem}.csv"))?;
             r.write_svg(&format!("{stem}.svg"))?;
+            if let Some(old_path) = &args.compare {
+                print!("{}", r.compare(&Report::read_json(old_path)?, old_path));
+            }
             print!("{}", r.table());
             Ok(())
         });

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::timing::L2Mode;
 
-/// One measured row (also one JSON object and one CSV line).
+/// One measured row (also one JSON object and one CSV line). Fields added
+/// since the first runs default, so older JSON still loads for `--compare`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct RowResult {
     pub key: String,
     pub grid: String,
@@ -45,10 +47,17 @@ pub struct RowResult {
 pub struct Report {
     pub device: String,
     pub date: String,
+    /// Runs before this field existed flushed L2 with a memset.
+    #[serde(default = "flush")]
     pub l2: L2Mode,
+    #[serde(default)]
     pub iters: usize,
     pub roofline_gbps: f64,
     pub rows: Vec<RowResult>,
+}
+
+fn flush() -> L2Mode {
+    L2Mode::Flush
 }
 
 impl Report {

@@ -83,7 +83,7 @@ fn main() {
     let result = match Cli::parse().command {
         Cmd::Ptx { arch, report } => ptx(&arch, report),
         Cmd::Test { cargo_args } => test(&cargo_args),
-        Cmd::Bench { bench_args } => run(cargo().args(["bench", "-p", "decode-attn", "--bench", "decode", "--"]).args(bench_args)),
+        Cmd::Bench { bench_args } => bench(&bench_args),
         Cmd::Fuzz { fuzz_args } => fuzz(&fuzz_args),
         Cmd::Bundle => bundle::bundle(),
     };
@@ -172,6 +172,11 @@ fn test(extra: &[String]) -> Result<(), String> {
         return Err("tests failed".into());
     }
     Ok(())
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let here = std::env::current_dir().map_err(|e| e.to_string())?;
+    run(cargo().args(["bench", "-p", "decode-attn", "--bench", "decode", "--"]).args(args).env("DECODE_ATTN_CALLER_DIR", here))
 }
 
 fn fuzz(args: &[String]) -> Result<(), String> {
