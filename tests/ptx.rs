@@ -2,19 +2,33 @@
 //! unresolved, and (when a ptxas is available) it assembles for sm_90 with
 //! no local memory in the attention kernels.
 
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, FILL_KERNEL_BF16, FILL_KERNEL_F16, HEAD_DIMS, SLEEP_KERNEL};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, UTILITY_KERNELS};
 
 fn host_names() -> Vec<&'static str> {
-    let mut names = vec![FILL_KERNEL_BF16, FILL_KERNEL_F16, SLEEP_KERNEL];
+    let mut names = UTILITY_KERNELS.to_vec();
+    names.extend(DECODE_KERNELS.iter().map(|k| k.name));
+    names.extend(MERGE_KERNELS.iter().map(|k| k.name));
+    names
+}
+
+/// Every format the library accepts has a kernel for its dtype at every
+/// head dim, and a merge kernel exists for every dtype and head dim.
+#[test]
+fn the_kernel_table_covers_every_supported_combination() {
     for d in HEAD_DIMS {
         for dtype in Dtype::ALL {
-            names.extend(merge_kernel_name(dtype, d));
-            for f in KvFormat::ALL {
-                names.extend(decode_kernel_name(f, dtype, d));
+            assert!(merge_kernel_name(dtype, d).is_some(), "no merge kernel for {dtype:?} d{d}");
+        }
+        for f in KvFormat::ALL {
+            let dtypes: Vec<Dtype> = match f.required_dtype() {
+                Some(q) => vec![q],
+                None => Dtype::ALL.to_vec(),
+            };
+            for q in dtypes {
+                assert!(decode_kernel_name(f, q, d).is_some(), "no kernel for {f:?} / {q:?} / d{d}");
             }
         }
     }
-    names
 }
 
 #[test]

@@ -11,7 +11,7 @@ use cust::memory::DeviceBuffer;
 use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, DecodeParams, Dtype, KvFormat, MergeParams, HEAD_DIMS, MERGE_ROWS_PER_BLOCK};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, DecodeParams, Dtype, KvFormat, MergeParams, DECODE_KERNELS, MERGE_ROWS_PER_BLOCK};
 
 use crate::check::{check_buffers, BufferDesc, RunBuffers};
 use crate::error::{ensure, Error, Result};
@@ -86,26 +86,20 @@ impl DecodeAttention {
             l2_bytes: device_attr(&dev, DeviceAttribute::L2CacheSize)?,
         };
         let mut kernels = HashMap::new();
-        for format in KvFormat::ALL {
-            for dtype in Dtype::ALL {
-                for d in HEAD_DIMS {
-                    let Some(name) = decode_kernel_name(format, dtype, d) else { continue };
-                    let f = module.get_function(name)?;
-                    // SAFETY: sets a launch limit on a function of this module.
-                    unsafe {
-                        driver("cuFuncSetAttribute", cuda::cuFuncSetAttribute(
-                            f.to_raw(),
-                            cuda::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                            optin,
-                        ))?;
-                    }
-                    let info = KernelInfo {
-                        max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
-                        regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
-                    };
-                    kernels.insert((format, dtype, d), info);
-                }
+        for k in DECODE_KERNELS {
+            let f = module.get_function(k.name)?;
+            // SAFETY: sets a launch limit on a function of this module.
+            unsafe {
+                driver(
+                    "cuFuncSetAttribute",
+                    cuda::cuFuncSetAttribute(f.to_raw(), cuda::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin),
+                )?;
             }
+            let info = KernelInfo {
+                max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
+                regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
+            };
+            kernels.insert((k.format, k.dtype, k.head_dim), info);
         }
         Ok(DecodeAttention { module, device, kernels })
     }

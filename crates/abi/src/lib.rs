@@ -5,9 +5,11 @@
 //! one of them (the lesson of FlashAttention-2's `set_params_splitkv`).
 #![no_std]
 
+mod kernels;
 mod params;
 mod tile;
 
+pub use kernels::*;
 pub use params::*;
 pub use tile::*;
 

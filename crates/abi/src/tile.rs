@@ -1,7 +1,7 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::{Dtype, KvFormat};
+use crate::KvFormat;
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
@@ -80,30 +80,3 @@ pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, wa
     }
 }
 
-/// Name of the attention kernel for a (format, dtype, head_dim), or `None`
-/// when no such kernel is instantiated. `kernels-gpu/src/lib.rs` defines the
-/// entry points; a test checks every name here is in the PTX.
-pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32) -> Option<&'static str> {
-    Some(match (format, dtype, head_dim) {
-        (KvFormat::Bf16, Dtype::Bf16, 64) => "decode_kv_bf16_q_bf16_d64",
-        (KvFormat::Bf16, Dtype::Bf16, 128) => "decode_kv_bf16_q_bf16_d128",
-        (KvFormat::Bf16, Dtype::Bf16, 256) => "decode_kv_bf16_q_bf16_d256",
-        (KvFormat::F16, Dtype::F16, 64) => "decode_kv_f16_q_f16_d64",
-        (KvFormat::F16, Dtype::F16, 128) => "decode_kv_f16_q_f16_d128",
-        (KvFormat::F16, Dtype::F16, 256) => "decode_kv_f16_q_f16_d256",
-        _ => return None,
-    })
-}
-
-/// Name of the split-merge kernel for a (dtype, head_dim).
-pub const fn merge_kernel_name(dtype: Dtype, head_dim: u32) -> Option<&'static str> {
-    Some(match (dtype, head_dim) {
-        (Dtype::Bf16, 64) => "merge_bf16_d64",
-        (Dtype::Bf16, 128) => "merge_bf16_d128",
-        (Dtype::Bf16, 256) => "merge_bf16_d256",
-        (Dtype::F16, 64) => "merge_f16_d64",
-        (Dtype::F16, 128) => "merge_f16_d128",
-        (Dtype::F16, 256) => "merge_f16_d256",
-        _ => return None,
-    })
-}

@@ -1,0 +1,103 @@
+//! The one table of kernel identities. Each entry point exists once here;
+//! `kernels-gpu` expands the tables into its `extern "ptx-kernel"` functions
+//! and this crate expands them into the name look-ups the host uses, so a
+//! kernel cannot be named on one side and missing on the other.
+//!
+//! A table macro takes the name of a macro and calls it with every entry:
+//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim); ... }`.
+
+use crate::{Dtype, KvFormat};
+
+/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim)`.
+#[macro_export]
+macro_rules! decode_kernel_table {
+    ($m:ident) => {
+        $m! {
+            decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64);
+            decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128);
+            decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256);
+            decode_kv_f16_q_f16_d64 => (F16, F16, 64);
+            decode_kv_f16_q_f16_d128 => (F16, F16, 128);
+            decode_kv_f16_q_f16_d256 => (F16, F16, 256);
+        }
+    };
+}
+
+/// Split-merge kernels: `name => (Dtype variant of O, head_dim)`.
+#[macro_export]
+macro_rules! merge_kernel_table {
+    ($m:ident) => {
+        $m! {
+            merge_bf16_d64 => (Bf16, 64);
+            merge_bf16_d128 => (Bf16, 128);
+            merge_bf16_d256 => (Bf16, 256);
+            merge_f16_d64 => (F16, 64);
+            merge_f16_d128 => (F16, 128);
+            merge_f16_d256 => (F16, 256);
+        }
+    };
+}
+
+/// One attention kernel of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodeKernel {
+    pub format: KvFormat,
+    pub dtype: Dtype,
+    pub head_dim: u32,
+    pub name: &'static str,
+}
+
+/// One split-merge kernel of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MergeKernel {
+    pub dtype: Dtype,
+    pub head_dim: u32,
+    pub name: &'static str,
+}
+
+macro_rules! decode_list {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal);)*) => {
+        /// Every attention kernel in the PTX module.
+        pub const DECODE_KERNELS: &[DecodeKernel] =
+            &[$(DecodeKernel { format: KvFormat::$f, dtype: Dtype::$q, head_dim: $d, name: stringify!($name) },)*];
+    };
+}
+decode_kernel_table!(decode_list);
+
+macro_rules! merge_list {
+    ($($name:ident => ($q:ident, $d:literal);)*) => {
+        /// Every split-merge kernel in the PTX module.
+        pub const MERGE_KERNELS: &[MergeKernel] = &[$(MergeKernel { dtype: Dtype::$q, head_dim: $d, name: stringify!($name) },)*];
+    };
+}
+merge_kernel_table!(merge_list);
+
+/// Utility kernels (random fill, busy-wait), by the names their params use.
+pub const UTILITY_KERNELS: [&str; 3] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL];
+
+/// Name of the attention kernel for a (format, dtype, head_dim), or `None`
+/// when the table has no such kernel.
+pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32) -> Option<&'static str> {
+    let mut i = 0;
+    while i < DECODE_KERNELS.len() {
+        let k = &DECODE_KERNELS[i];
+        if k.format as u32 == format as u32 && k.dtype as u32 == dtype as u32 && k.head_dim == head_dim {
+            return Some(k.name);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Name of the split-merge kernel for a (dtype, head_dim).
+pub const fn merge_kernel_name(dtype: Dtype, head_dim: u32) -> Option<&'static str> {
+    let mut i = 0;
+    while i < MERGE_KERNELS.len() {
+        let k = &MERGE_KERNELS[i];
+        if k.dtype as u32 == dtype as u32 && k.head_dim == head_dim {
+            return Some(k.name);
+        }
+        i += 1;
+    }
+    None
+}
