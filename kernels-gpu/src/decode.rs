@@ -17,7 +17,8 @@
 use decode_attn_abi::{acc_pitch, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M, PIPELINE_STAGES};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
-use crate::format::{swizzled, Half, KvFormat, RowSource};
+use crate::addressing::Strided;
+use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
 
 /// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
@@ -99,15 +100,15 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     }
 
-    let k_src = RowSource { base: p.k + batch as u64 * p.k_stride_batch + kvh as u64 * p.k_stride_head, token_stride: p.k_stride_token };
-    let v_src = RowSource { base: p.v + batch as u64 * p.v_stride_batch + kvh as u64 * p.v_stride_head, token_stride: p.v_stride_token };
+    let k_src = Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
+    let v_src = Strided::new(p.v, batch, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head);
     let k_tile = |stage: u32| smem + stage * cfg.stage_bytes();
     let v_tile = |stage: u32| k_tile(stage) + kt * cfg.row_bytes;
     let load_stage = |t: u32| {
         let stage = t % PIPELINE_STAGES;
         let first = item.kv_start + t * kt;
-        F::load_rows::<D>(k_src, k_tile(stage), first, item.kv_end, kt, tid, nthreads);
-        F::load_rows::<D>(v_src, v_tile(stage), first, item.kv_end, kt, tid, nthreads);
+        F::load_rows::<D, _>(k_src, k_tile(stage), first, item.kv_end, kt, tid, nthreads);
+        F::load_rows::<D, _>(v_src, v_tile(stage), first, item.kv_end, kt, tid, nthreads);
     };
 
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(kt);

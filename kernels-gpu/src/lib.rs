@@ -9,6 +9,7 @@
 #![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, gpu_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics)]
 #![allow(internal_features)]
 
+pub mod addressing;
 pub mod arch;
 pub mod decode;
 pub mod fill;

@@ -1,12 +1,15 @@
 //! KV cache formats. The attention kernel body is generic over [`KvFormat`]:
-//! a format says how its rows reach shared memory and how mma B-fragments
-//! of K (non-transposed) and V (transposed) are produced from there, so
-//! quantized formats dequantize at that point and reuse everything else.
+//! a format owns storage only — how its rows (found by a
+//! `crate::addressing::RowAddressing`) reach shared memory and how mma
+//! B-fragments of K (non-transposed) and V (transposed) are produced from
+//! there, so quantized formats dequantize at that point and reuse
+//! everything else.
 
 mod plain;
 
 pub use plain::PlainKv;
 
+use crate::addressing::RowAddressing;
 use crate::arch::{math, mma};
 use decode_attn_abi::Dtype;
 
@@ -46,15 +49,6 @@ impl Half for F16 {
     }
 }
 
-/// Where one (sequence, kv head)'s rows of K or V live in global memory.
-#[derive(Clone, Copy)]
-pub struct RowSource {
-    /// Byte address of token 0's row.
-    pub base: u64,
-    /// Bytes between consecutive tokens' rows.
-    pub token_stride: u64,
-}
-
 pub trait KvFormat {
     const FORMAT: decode_attn_abi::KvFormat;
     /// The type K/V are fed to the tensor cores in (the query's dtype).
@@ -66,8 +60,8 @@ pub trait KvFormat {
     ///
     /// # Safety
     /// `tile` must have room for `keys` rows of this format; rows
-    /// `first .. end` of `src` must be readable; `first < end`.
-    unsafe fn load_rows<const D: usize>(src: RowSource, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32);
+    /// `first .. end` of `rows` must be readable; `first < end`.
+    unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32);
 
     /// B fragments of K for keys `key .. key + 16` of the tile and head dims
     /// `16 * kc .. 16 * kc + 16`: `[b0, b1]` of keys 0..8, then of keys 8..16.

@@ -3,7 +3,8 @@
 
 use core::marker::PhantomData;
 
-use super::{swizzled, Bf16, Half, KvFormat, RowSource, F16};
+use super::{swizzled, Bf16, Half, KvFormat, F16};
+use crate::addressing::RowAddressing;
 use crate::arch::{memory, mma};
 
 pub struct PlainKv<H>(PhantomData<H>);
@@ -23,7 +24,7 @@ impl<H: Half + PlainFormatId> KvFormat for PlainKv<H> {
     type Compute = H;
 
     #[inline(always)]
-    unsafe fn load_rows<const D: usize>(src: RowSource, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+    unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
         let chunks_per_row = (D / 8) as u32;
         let row_bytes = (D * 2) as u32;
         let mut c = tid;
@@ -34,7 +35,7 @@ impl<H: Half + PlainFormatId> KvFormat for PlainKv<H> {
             let in_range = key < end;
             // Out-of-range rows read nothing; their address stays a valid one.
             let src_key = if in_range { key } else { first };
-            let addr = src.base + src_key as u64 * src.token_stride + (chunk as u64) * 16;
+            let addr = rows.row(src_key) + (chunk as u64) * 16;
             memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if in_range { 16 } else { 0 });
             c += nthreads;
         }
