@@ -61,9 +61,6 @@ struct Args {
     /// Print every case.
     #[arg(long)]
     verbose: bool,
-    /// Passed by the test harness; ignored.
-    #[arg(long, hide = true)]
-    bench: bool,
 }
 
 /// One fuzz case, as the strategy draws it (before fitting to the budgets).
@@ -348,8 +345,11 @@ fn fuzz_format(gpu: Option<&Gpu>, args: &Args, format: KvFormat, regressions: &'
     }
 }
 
+/// Flags `cargo test` passes to every test binary; this harness has no use for them.
+const LIBTEST_FLAGS: [&str; 6] = ["--include-ignored", "--ignored", "--nocapture", "--quiet", "-q", "--bench"];
+
 fn main() {
-    let args = Args::parse();
+    let args = Args::parse_from(std::env::args().filter(|a| !LIBTEST_FLAGS.contains(&a.as_str())));
     let formats: Vec<KvFormat> = match args.format.iter().map(|f| KvFormat::ALL.into_iter().find(|k| k.name() == f.trim()).ok_or(f.clone())).collect() {
         Ok(f) => f,
         Err(bad) => {

@@ -45,12 +45,12 @@ fn no_unresolved_external_functions() {
     ptx_builder::check_ptx(decode_attn::PTX).unwrap();
 }
 
+/// Needs ptxas: `cargo xtask test` provides it (PATH, or PyPI into
+/// `target/tools/`) and runs this; a plain `cargo test` reports it ignored.
 #[test]
+#[ignore = "needs ptxas (PTXAS=...); `cargo xtask test` runs it"]
 fn ptxas_accepts_it_without_spills() {
-    let Some(ptxas) = std::env::var_os("PTXAS") else {
-        eprintln!("SKIPPED: ptxas_accepts_it_without_spills (set PTXAS, or run `cargo xtask test`)");
-        return;
-    };
+    let ptxas = std::env::var_os("PTXAS").expect("set PTXAS to a ptxas binary (cargo xtask test does)");
     let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ptx = dir.join("k.ptx");
