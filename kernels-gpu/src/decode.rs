@@ -102,13 +102,21 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
     let k_src = Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
     let v_src = Strided::new(p.v, batch, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head);
+    let k_side_src = Strided::new(p.k_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
+    let v_side_src = Strided::new(p.v_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
     let k_tile = |stage: u32| smem + stage * cfg.stage_bytes();
-    let v_tile = |stage: u32| k_tile(stage) + kt * cfg.row_bytes;
+    let v_tile = |stage: u32| k_tile(stage) + cfg.v_offset();
+    let k_side = |stage: u32| k_tile(stage) + cfg.side_offset();
+    let v_side = |stage: u32| k_side(stage) + 4 * kt;
     let load_stage = |t: u32| {
         let stage = t % PIPELINE_STAGES;
         let first = item.kv_start + t * kt;
         F::load_rows::<D, _>(k_src, k_tile(stage), first, item.kv_end, kt, tid, nthreads);
         F::load_rows::<D, _>(v_src, v_tile(stage), first, item.kv_end, kt, tid, nthreads);
+        if F::SCALED {
+            F::load_side(k_side_src, k_side(stage), first, item.kv_end, kt, tid, nthreads);
+            F::load_side(v_side_src, v_side(stage), first, item.kv_end, kt, tid, nthreads);
+        }
     };
 
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(kt);
@@ -150,6 +158,14 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                 s[0] = F::Compute::mma(qk, [b[0], b[1]], s[0]);
                 s[1] = F::Compute::mma(qk, [b[2], b[3]], s[1]);
             }
+            // Per-key scales of this thread's keys sub + c2 + {0, 1, 8, 9}
+            // (quantized formats): K's multiply the scores, V's multiply P.
+            let (kscale, vscale) = if F::SCALED {
+                let at = |side: u32, n: u32| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2));
+                ([at(k_side(stage), 0), at(k_side(stage), 1)], [at(v_side(stage), 0), at(v_side(stage), 1)])
+            } else {
+                ([[1.0; 2]; 2], [[1.0; 2]; 2])
+            };
             // Constant-index loops (not iterators) so `s` stays in registers.
             let masked = key0 + KEYS_PER_WARP_STEP > mask_from;
             #[allow(clippy::needless_range_loop)]
@@ -157,7 +173,8 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                 for e in 0..4 {
                     let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
                     let limit = if e < 2 { ra.limit } else { rb.limit };
-                    s[n][e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[n][e] * p.scale_log2 };
+                    let scale = if F::SCALED { p.scale_log2 * kscale[n][e & 1] } else { p.scale_log2 };
+                    s[n][e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[n][e] * scale };
                 }
             }
 
@@ -183,6 +200,14 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                 acc[1] *= alpha_a;
                 acc[2] *= alpha_b;
                 acc[3] *= alpha_b;
+            }
+            if F::SCALED {
+                #[allow(clippy::needless_range_loop)]
+                for n in 0..2 {
+                    for e in 0..4 {
+                        s[n][e] *= vscale[n][e & 1];
+                    }
+                }
             }
 
             // P (C layout of two n8 tiles) is exactly an A fragment of m16k16.
@@ -292,16 +317,34 @@ unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
     // Sum the rescaled accumulators, one warp_k at a time (deterministic).
     for k in 0..p.warps_k {
         if warp_k == k {
-            for (nt, frag) in o.iter().enumerate() {
-                for (r, row) in rows.iter().enumerate() {
-                    let addr = acc + 4 * (row.local * pitch + nt as u32 * 8 + (lane % 4) * 2);
-                    let mut v = [frag[2 * r] * my_scale[r], frag[2 * r + 1] * my_scale[r]];
-                    if k > 0 {
-                        let old = shared::ld_shared_v2_f32(addr);
-                        v[0] += old[0];
-                        v[1] += old[1];
+            if F::V_DIMS_INTERLEAVED {
+                // Tiles 2m / 2m+1 hold the even / odd dims of 16m..16m+16:
+                // this thread's four are the consecutive dims 16m + 4c ..+4.
+                for m in 0..NT / 2 {
+                    let (even, odd) = (&o[2 * m], &o[2 * m + 1]);
+                    for (r, row) in rows.iter().enumerate() {
+                        let addr = acc + 4 * (row.local * pitch + 16 * m as u32 + 4 * (lane % 4));
+                        let sc = my_scale[r];
+                        let mut v = [even[2 * r] * sc, odd[2 * r] * sc, even[2 * r + 1] * sc, odd[2 * r + 1] * sc];
+                        if k > 0 {
+                            let old = shared::ld_shared_v4_f32(addr);
+                            v = [v[0] + old[0], v[1] + old[1], v[2] + old[2], v[3] + old[3]];
+                        }
+                        shared::st_shared_v4_f32(addr, v);
                     }
-                    shared::st_shared_v2_f32(addr, v);
+                }
+            } else {
+                for (nt, frag) in o.iter().enumerate() {
+                    for (r, row) in rows.iter().enumerate() {
+                        let addr = acc + 4 * (row.local * pitch + nt as u32 * 8 + (lane % 4) * 2);
+                        let mut v = [frag[2 * r] * my_scale[r], frag[2 * r + 1] * my_scale[r]];
+                        if k > 0 {
+                            let old = shared::ld_shared_v2_f32(addr);
+                            v[0] += old[0];
+                            v[1] += old[1];
+                        }
+                        shared::st_shared_v2_f32(addr, v);
+                    }
                 }
             }
         }

@@ -15,11 +15,12 @@ pub mod decode;
 pub mod fill;
 pub mod format;
 pub mod merge;
+pub mod quant;
 pub mod sleep;
 pub mod state;
 
-use decode_attn_abi::{DecodeParams, FillParams, MergeParams, SleepParams};
-use format::{Bf16, PlainKv, F16};
+use decode_attn_abi::{DecodeParams, FillParams, MergeParams, QuantParams, SleepParams};
+use format::{Bf16, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
@@ -30,6 +31,8 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 macro_rules! kv_type {
     (Bf16, Bf16) => { PlainKv<Bf16> };
     (F16, F16) => { PlainKv<F16> };
+    (Int8, Bf16) => { Int8Kv<Bf16> };
+    (Int8, F16) => { Int8Kv<F16> };
 }
 
 macro_rules! decode_kernels {
@@ -58,7 +61,27 @@ macro_rules! merge_kernels {
     )*};
 }
 
+macro_rules! quant_kernels {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident);)*) => {$(
+        /// Cache quantize / dequantize for one format / dtype / head dim; see `quant`.
+        ///
+        /// # Safety
+        /// Launched only by the host library, on buffers it checked.
+        #[no_mangle]
+        pub unsafe extern "ptx-kernel" fn $name(p: QuantParams) {
+            quant_kernel!($f, $dir, $q, $d, &p)
+        }
+    )*};
+}
+
+/// The quant function of a (format, direction).
+macro_rules! quant_kernel {
+    (Int8, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int8::<$q, $d, { $d / 32 }>($p) };
+    (Int8, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int8::<$q, $d, { $d / 32 }>($p) };
+}
+
 decode_attn_abi::decode_kernel_table!(decode_kernels);
+decode_attn_abi::quant_kernel_table!(quant_kernels);
 decode_attn_abi::merge_kernel_table!(merge_kernels);
 
 /// Fills a bf16 buffer with `fill_value`s (test and benchmark inputs).

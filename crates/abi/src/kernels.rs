@@ -19,6 +19,12 @@ macro_rules! decode_kernel_table {
             decode_kv_f16_q_f16_d64 => (F16, F16, 64);
             decode_kv_f16_q_f16_d128 => (F16, F16, 128);
             decode_kv_f16_q_f16_d256 => (F16, F16, 256);
+            decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64);
+            decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128);
+            decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256);
+            decode_kv_int8_q_f16_d64 => (Int8, F16, 64);
+            decode_kv_int8_q_f16_d128 => (Int8, F16, 128);
+            decode_kv_int8_q_f16_d256 => (Int8, F16, 256);
         }
     };
 }
@@ -36,6 +42,73 @@ macro_rules! merge_kernel_table {
             merge_f16_d256 => (F16, 256);
         }
     };
+}
+
+/// Cache quantize / dequantize kernels: `name => (quantized KvFormat, 16-bit Dtype, head_dim, direction)`.
+#[macro_export]
+macro_rules! quant_kernel_table {
+    ($m:ident) => {
+        $m! {
+            quantize_int8_from_bf16_d64 => (Int8, Bf16, 64, Quantize);
+            quantize_int8_from_bf16_d128 => (Int8, Bf16, 128, Quantize);
+            quantize_int8_from_bf16_d256 => (Int8, Bf16, 256, Quantize);
+            quantize_int8_from_f16_d64 => (Int8, F16, 64, Quantize);
+            quantize_int8_from_f16_d128 => (Int8, F16, 128, Quantize);
+            quantize_int8_from_f16_d256 => (Int8, F16, 256, Quantize);
+            dequantize_int8_to_bf16_d64 => (Int8, Bf16, 64, Dequantize);
+            dequantize_int8_to_bf16_d128 => (Int8, Bf16, 128, Dequantize);
+            dequantize_int8_to_bf16_d256 => (Int8, Bf16, 256, Dequantize);
+            dequantize_int8_to_f16_d64 => (Int8, F16, 64, Dequantize);
+            dequantize_int8_to_f16_d128 => (Int8, F16, 128, Dequantize);
+            dequantize_int8_to_f16_d256 => (Int8, F16, 256, Dequantize);
+        }
+    };
+}
+
+/// Which way a quant kernel converts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantDirection {
+    /// 16-bit rows → quantized rows + side data.
+    Quantize,
+    /// Quantized rows + side data → 16-bit rows.
+    Dequantize,
+}
+
+/// One quantize / dequantize kernel of the table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuantKernel {
+    pub format: KvFormat,
+    pub dtype: Dtype,
+    pub head_dim: u32,
+    pub direction: QuantDirection,
+    pub name: &'static str,
+}
+
+macro_rules! quant_list {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident);)*) => {
+        /// Every quantize / dequantize kernel in the PTX module.
+        pub const QUANT_KERNELS: &[QuantKernel] = &[$(QuantKernel {
+            format: KvFormat::$f,
+            dtype: Dtype::$q,
+            head_dim: $d,
+            direction: QuantDirection::$dir,
+            name: stringify!($name),
+        },)*];
+    };
+}
+quant_kernel_table!(quant_list);
+
+/// Name of the quant kernel for a (format, 16-bit dtype, head_dim, direction).
+pub const fn quant_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, direction: QuantDirection) -> Option<&'static str> {
+    let mut i = 0;
+    while i < QUANT_KERNELS.len() {
+        let k = &QUANT_KERNELS[i];
+        if k.format as u32 == format as u32 && k.dtype as u32 == dtype as u32 && k.head_dim == head_dim && k.direction as u32 == direction as u32 {
+            return Some(k.name);
+        }
+        i += 1;
+    }
+    None
 }
 
 /// One attention kernel of the table.

@@ -34,7 +34,7 @@ impl Dtype {
     }
 }
 
-/// How K and V are stored in the cache.
+/// How K and V are stored in the cache (`docs/formats.md`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KvFormat {
@@ -42,21 +42,38 @@ pub enum KvFormat {
     Bf16 = 0,
     /// fp16 values, same layout as `Bf16`.
     F16 = 1,
+    /// int8 per head: D signed bytes per row (symmetric, -127..=127) and, in
+    /// a separate side array, one f32 scale per (sequence, token, kv head),
+    /// for K and V each: `x ≈ q · scale`.
+    Int8 = 2,
 }
 
 impl KvFormat {
-    pub const ALL: [KvFormat; 2] = [KvFormat::Bf16, KvFormat::F16];
+    pub const ALL: [KvFormat; 3] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8];
     pub const fn name(self) -> &'static str {
         match self {
             KvFormat::Bf16 => "bf16",
             KvFormat::F16 => "f16",
+            KvFormat::Int8 => "int8",
         }
     }
-    /// Bytes of one cached row (one token of one kv head), side data included.
+    /// Bytes of one cached row's values (one token of one kv head).
     pub const fn row_bytes(self, head_dim: u32) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 => head_dim * 2,
+            KvFormat::Int8 => head_dim,
         }
+    }
+    /// Bytes of one row's side data (scales), stored apart from the values.
+    pub const fn side_bytes(self, _head_dim: u32) -> u32 {
+        match self {
+            KvFormat::Bf16 | KvFormat::F16 => 0,
+            KvFormat::Int8 => 4,
+        }
+    }
+    /// Whether rows are quantized (values + side data).
+    pub const fn is_quantized(self) -> bool {
+        self.side_bytes(128) > 0
     }
     /// The Q/O dtype a cache of this format is computed with; `None` when any
     /// dtype works (quantized formats dequantize to the query's type).
@@ -64,6 +81,7 @@ impl KvFormat {
         match self {
             KvFormat::Bf16 => Some(Dtype::Bf16),
             KvFormat::F16 => Some(Dtype::F16),
+            KvFormat::Int8 => None,
         }
     }
 }

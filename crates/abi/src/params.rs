@@ -57,6 +57,13 @@ pub struct DecodeParams {
     pub v_stride_batch: u64,
     pub v_stride_token: u64,
     pub v_stride_head: u64,
+    /// Side data (quantized formats; 0 otherwise): K's and V's per-row
+    /// scales, entry (b, t, h) at byte `b*side_stride_batch + t*side_stride_token + h*side_stride_head`.
+    pub k_side: u64,
+    pub v_side: u64,
+    pub side_stride_batch: u64,
+    pub side_stride_token: u64,
+    pub side_stride_head: u64,
     pub num_q_heads: u32,
     pub q_len: u32,
     /// Query heads per kv head (`num_q_heads / num_kv_heads`).
@@ -91,8 +98,9 @@ pub const MERGE_ROWS_PER_BLOCK: u32 = 4;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 144);
-const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 112);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 184);
+const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
+const _: () = assert!(core::mem::size_of::<QuantParams>() == 120);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):
@@ -128,3 +136,42 @@ pub struct SleepParams {
 }
 
 pub const SLEEP_KERNEL: &str = "gpu_sleep";
+
+/// Parameters of the quantize / dequantize kernels. One warp per row
+/// (sequence b, row t of the source, kv head h): grid x covers
+/// `batch * rows_per_seq * num_kv_heads` rows, `QUANT_WARPS` warps a block.
+///
+/// Quantize: reads 16-bit row (b, t, h) of `plain` and writes it into the
+/// quantized cache at token `t` (`append == 0`: the whole cache; rows with
+/// `t >= seq_lens[b]` are skipped) or at token `seq_lens[b] - rows_per_seq + t`
+/// (`append == 1`: a decode step's new tokens, `plain` being
+/// `[batch, rows_per_seq, Hkv, D]`). Dequantize: the reverse of the
+/// whole-cache case.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct QuantParams {
+    /// 16-bit rows; row (b, t, h) at byte `b*plain_stride_batch + t*plain_stride_token + h*plain_stride_head`.
+    pub plain: u64,
+    pub plain_stride_batch: u64,
+    pub plain_stride_token: u64,
+    pub plain_stride_head: u64,
+    /// Quantized rows, addressed like `plain` with these strides.
+    pub data: u64,
+    pub data_stride_batch: u64,
+    pub data_stride_token: u64,
+    pub data_stride_head: u64,
+    /// Side data, addressed by (b, token, h) with the side strides.
+    pub side: u64,
+    pub side_stride_batch: u64,
+    pub side_stride_token: u64,
+    pub side_stride_head: u64,
+    /// `[batch]` u32 sequence lengths (new tokens included).
+    pub seq_lens: u64,
+    pub batch: u32,
+    pub rows_per_seq: u32,
+    pub num_kv_heads: u32,
+    pub append: u32,
+}
+
+/// Warps (rows) per block of the quant kernels.
+pub const QUANT_WARPS: u32 = 8;

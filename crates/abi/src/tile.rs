@@ -20,11 +20,21 @@ pub struct TileConfig {
     pub stages: u32,
     /// Bytes of one cached row in shared memory.
     pub row_bytes: u32,
+    /// Bytes of one row's side data (0 for unquantized formats).
+    pub side_bytes: u32,
 }
 
 impl TileConfig {
-    /// Shared memory of one stage: K tile then V tile.
+    /// Shared memory of one stage: K rows, V rows, K side data, V side data.
     pub const fn stage_bytes(&self) -> u32 {
+        2 * self.keys_per_stage * (self.row_bytes + self.side_bytes)
+    }
+    /// Offset of the V rows in a stage.
+    pub const fn v_offset(&self) -> u32 {
+        self.keys_per_stage * self.row_bytes
+    }
+    /// Offset of the K side data in a stage (V's follows it).
+    pub const fn side_offset(&self) -> u32 {
         2 * self.keys_per_stage * self.row_bytes
     }
     pub const fn pipeline_bytes(&self) -> u32 {
@@ -35,13 +45,14 @@ impl TileConfig {
 pub const fn tile_config(format: KvFormat, head_dim: u32) -> TileConfig {
     let row_bytes = format.row_bytes(head_dim);
     // ~32 KiB stages keep ≥ 2 blocks per SM (228 KiB) while one stage alone
-    // covers the per-SM bytes in flight that HBM latency asks for.
+    // covers the per-SM bytes in flight that HBM latency asks for; 1-byte
+    // rows take twice the keys for the same bytes.
     let keys_per_stage = match head_dim {
         64 => 128,
         128 => 64,
         _ => 32,
-    };
-    TileConfig { keys_per_stage, stages: PIPELINE_STAGES, row_bytes }
+    } * (2 * head_dim / row_bytes);
+    TileConfig { keys_per_stage, stages: PIPELINE_STAGES, row_bytes, side_bytes: format.side_bytes(head_dim) }
 }
 
 /// Pipeline depth of every format (the kernel's `cp.async.wait_group`

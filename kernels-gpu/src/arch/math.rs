@@ -59,3 +59,58 @@ pub fn pack_f16x2(lo: f32, hi: f32) -> u32 {
     }
     r
 }
+
+/// `prmt.b32`: byte `i` of the result is byte `sel.nibble[i]` of `{b, a}`
+/// (0..4 select `a`'s bytes, 4..8 `b`'s).
+#[inline(always)]
+pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("prmt.b32 {r}, {a}, {b}, {s};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, s = in(reg32) sel,
+            options(pure, nomem, nostack));
+    }
+    r
+}
+
+/// `sub.rn.f16x2`.
+#[inline(always)]
+pub fn sub_f16x2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("sub.rn.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+            options(pure, nomem, nostack));
+    }
+    r
+}
+
+/// `cvt.rni.s32.f32`: round to the nearest integer, ties to even.
+#[inline(always)]
+pub fn rint_i32(x: f32) -> i32 {
+    let r: i32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("cvt.rni.s32.f32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(pure, nomem, nostack));
+    }
+    r
+}
+
+/// The two bf16 values of a packed pair as f32 (`lo` half first): exact.
+#[inline(always)]
+pub fn unpack_bf16x2(x: u32) -> (f32, f32) {
+    (f32::from_bits(x << 16), f32::from_bits(x & 0xFFFF_0000))
+}
+
+/// `cvt.f32.f16` of both halves of a packed pair (`lo` half first); exact.
+#[inline(always)]
+pub fn unpack_f16x2(x: u32) -> (f32, f32) {
+    let (lo, hi): (f32, f32);
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .b16 l, h; mov.b32 {{l, h}}, {x}; cvt.f32.f16 {lo}, l; cvt.f32.f16 {hi}, h; }}",
+            x = in(reg32) x, lo = out(reg32) lo, hi = out(reg32) hi, options(pure, nomem, nostack));
+    }
+    (lo, hi)
+}

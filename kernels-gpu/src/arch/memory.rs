@@ -12,6 +12,18 @@ pub unsafe fn cp_async_16(dst: u32, src: u64, src_bytes: u32) {
         d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
 }
 
+/// `cp.async.ca.shared.global` of 4 bytes (side data); when `src_bytes` is
+/// 0 nothing is read and the destination is zero-filled.
+///
+/// # Safety
+/// `dst` a 4-byte aligned shared address; `src` a 4-byte aligned global
+/// address readable for `src_bytes` (0 or 4) bytes.
+#[inline(always)]
+pub unsafe fn cp_async_4(dst: u32, src: u64, src_bytes: u32) {
+    core::arch::asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {n};",
+        d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
+}
+
 /// `cp.async.commit_group`: closes the group of copies issued so far.
 #[inline(always)]
 pub fn cp_async_commit() {
@@ -113,4 +125,46 @@ pub unsafe fn st_global_v4_u32(addr: u64, v: [u32; 4]) {
 #[inline(always)]
 pub unsafe fn st_global_u32(addr: u64, v: u32) {
     core::arch::asm!("st.global.b32 [{a}], {v};", a = in(reg64) addr, v = in(reg32) v, options(nostack));
+}
+
+/// `ld.global.nc.v2.b32`: 8 bytes.
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_nc_v2_u32(addr: u64) -> [u32; 2] {
+    let (a, b): (u32, u32);
+    core::arch::asm!("ld.global.nc.v2.b32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr,
+        options(readonly, nostack));
+    [a, b]
+}
+
+/// `st.global.b8`.
+///
+/// # Safety
+/// `addr` must be a writable global address.
+#[inline(always)]
+pub unsafe fn st_global_u8(addr: u64, v: u32) {
+    core::arch::asm!("st.global.b8 [{p}], {v};", p = in(reg64) addr, v = in(reg32) v, options(nostack));
+}
+
+/// `st.global.b16`.
+///
+/// # Safety
+/// `addr` must be a 2-byte aligned writable global address.
+#[inline(always)]
+pub unsafe fn st_global_u16(addr: u64, v: u32) {
+    core::arch::asm!("{{ .reg .b16 h; cvt.u16.u32 h, {v}; st.global.b16 [{p}], h; }}", p = in(reg64) addr, v = in(reg32) v, options(nostack));
+}
+
+/// `ld.global.nc.b16`, zero-extended.
+///
+/// # Safety
+/// `addr` must be a 2-byte aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_nc_u16(addr: u64) -> u32 {
+    let r: u32;
+    core::arch::asm!("{{ .reg .b16 h; ld.global.nc.b16 h, [{a}]; cvt.u32.u16 {r}, h; }}", r = out(reg32) r, a = in(reg64) addr,
+        options(readonly, nostack, pure));
+    r
 }

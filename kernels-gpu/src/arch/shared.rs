@@ -72,3 +72,24 @@ pub unsafe fn ld_shared_v4_f32(addr: u32) -> [f32; 4] {
         options(readonly, nostack));
     [x, y, z, w]
 }
+
+/// `ld.shared.b32`.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn ld_shared_u32(addr: u32) -> u32 {
+    let v: u32;
+    core::arch::asm!("ld.shared.b32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(readonly, nostack));
+    v
+}
+
+/// `st.shared.v4.f32`.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn st_shared_v4_f32(addr: u32, v: [f32; 4]) {
+    core::arch::asm!("st.shared.v4.f32 [{a}], {{{x}, {y}, {z}, {w}}};", a = in(reg32) addr,
+        x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3], options(nostack));
+}

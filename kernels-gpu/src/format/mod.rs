@@ -5,8 +5,10 @@
 //! there, so quantized formats dequantize at that point and reuse
 //! everything else.
 
+mod int8;
 mod plain;
 
+pub use int8::Int8Kv;
 pub use plain::PlainKv;
 
 use crate::addressing::RowAddressing;
@@ -20,6 +22,8 @@ pub trait Half {
     fn mma(a: [u32; 4], b: [u32; 2], c: [f32; 4]) -> [f32; 4];
     /// Two f32 → one packed pair, `lo` in the low half.
     fn pack(lo: f32, hi: f32) -> u32;
+    /// A packed pair back to two f32 (exact).
+    fn unpack(x: u32) -> (f32, f32);
 }
 
 pub struct Bf16;
@@ -35,6 +39,10 @@ impl Half for Bf16 {
     fn pack(lo: f32, hi: f32) -> u32 {
         math::pack_bf16x2(lo, hi)
     }
+    #[inline(always)]
+    fn unpack(x: u32) -> (f32, f32) {
+        math::unpack_bf16x2(x)
+    }
 }
 
 impl Half for F16 {
@@ -47,12 +55,31 @@ impl Half for F16 {
     fn pack(lo: f32, hi: f32) -> u32 {
         math::pack_f16x2(lo, hi)
     }
+    #[inline(always)]
+    fn unpack(x: u32) -> (f32, f32) {
+        math::unpack_f16x2(x)
+    }
 }
 
 pub trait KvFormat {
     const FORMAT: decode_attn_abi::KvFormat;
     /// The type K/V are fed to the tensor cores in (the query's dtype).
     type Compute: Half;
+    /// Rows carry a per-row scale in side data (staged after a stage's rows):
+    /// the body multiplies score columns by K's scales and P by V's.
+    const SCALED: bool = false;
+    /// [`KvFormat::v_fragment`] yields, for each 16 head dims `16·np ..`, the
+    /// even dims as the first n8 tile and the odd dims as the second (instead
+    /// of dims `16np..+8` then `+8..+16`); the epilogue puts them back.
+    const V_DIMS_INTERLEAVED: bool = false;
+
+    /// Copies this thread's share of the side data (one `u32` per row) of
+    /// rows `first .. first + keys` to `tile`; rows at or past `end` read 0.
+    ///
+    /// # Safety
+    /// As [`KvFormat::load_rows`], for side entries of 4 bytes.
+    #[inline(always)]
+    unsafe fn load_side<A: RowAddressing>(_side: A, _tile: u32, _first: u32, _end: u32, _keys: u32, _tid: u32, _nthreads: u32) {}
 
     /// Issues this thread's share of asynchronous copies of rows
     /// `first .. first + keys` into the shared tile at `tile`; rows at or past
@@ -79,9 +106,16 @@ pub trait KvFormat {
 }
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows are
-/// `row_bytes` long. The chunk index is XOR-swizzled with the row so the 8
-/// row addresses of one `ldmatrix` matrix fall in 8 different bank groups.
+/// `row_bytes` long (a multiple of 16, at least 32). The chunk index is
+/// XOR-swizzled so that one chunk of 8 consecutive rows (an `ldmatrix`
+/// matrix) lands in 8 different 16-byte bank groups: with `U` chunks per row
+/// and `R = max(1, 8 / U)` rows per 128 bytes, rows `r` and `r + R·k` differ
+/// in `(r / R) mod min(U, 8)`, which is XORed into the chunk (never past the
+/// row's end).
 #[inline(always)]
 pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
-    row * row_bytes + ((chunk ^ (row & 7)) << 4)
+    let chunks = row_bytes / 16;
+    let rows_per_line = if chunks >= 8 { 1 } else { 8 / chunks };
+    let mask = if chunks >= 8 { 7 } else { chunks - 1 };
+    row * row_bytes + ((chunk ^ ((row / rows_per_line) & mask)) << 4)
 }

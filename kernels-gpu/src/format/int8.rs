@@ -1,0 +1,124 @@
+//! int8 per-head caches: rows of D signed bytes (symmetric, `x ≈ q·scale`)
+//! and one f32 scale per row in side data, for K and V each.
+//!
+//! Integers are converted to the query's 16-bit type in registers, straight
+//! into mma B fragments (exact: |q| ≤ 127); the scales are applied by the
+//! body to score columns (K) and to P (V). sm_90 has no 8-bit `ldmatrix`:
+//! - K (B fragment `K[key][2c, 2c+1 | 2c+8, 2c+9]` of k-chunk kc): two
+//!   32-bit shared loads per row and a `prmt` pick the four bytes;
+//! - V (B fragment `V[2c, 2c+1 | 2c+8, 2c+9][d]`, keys along k): a 16-bit
+//!   `ldmatrix .trans` over byte rows hands each thread two keys × two
+//!   adjacent dims; a `prmt` splits them into an even-dim and an odd-dim
+//!   fragment (`V_DIMS_INTERLEAVED`).
+
+use core::marker::PhantomData;
+
+use super::{swizzled, Half, KvFormat};
+use crate::addressing::RowAddressing;
+use crate::arch::{math, memory, mma, shared};
+
+pub struct Int8Kv<H>(PhantomData<H>);
+
+/// 16-bit types that signed bytes convert to exactly.
+pub trait FromI8: Half {
+    /// Bytes `lo` and `hi` (0..4) of `w`, as signed integers, packed as a
+    /// pair of this type (`lo` in the low half).
+    fn pair(w: u32, lo: u32, hi: u32) -> u32;
+}
+
+impl FromI8 for super::F16 {
+    #[inline(always)]
+    fn pair(w: u32, lo: u32, hi: u32) -> u32 {
+        // f16 0x64XX = 1024 + XX: bias the bytes to unsigned, drop them into
+        // the mantissa, subtract 1024 + 128.
+        let h = math::prmt(w ^ 0x8080_8080, 0x6464_6464, lo | (4 << 4) | (hi << 8) | (4 << 12));
+        math::sub_f16x2(h, 0x6480_6480)
+    }
+}
+
+impl FromI8 for super::Bf16 {
+    #[inline(always)]
+    fn pair(w: u32, lo: u32, hi: u32) -> u32 {
+        // bf16 has 7 mantissa bits: go through f32 0x4B0000XX = 2^23 + XX.
+        let u = w ^ 0x8080_8080;
+        let f = |b: u32| f32::from_bits(math::prmt(u, 0x4B00_0000, b | (4 << 4) | (5 << 8) | (7 << 12))) - 8_388_736.0;
+        math::pack_bf16x2(f(lo), f(hi))
+    }
+}
+
+/// The storage methods, the same for both compute types.
+macro_rules! int8_methods {
+    () => {
+        #[inline(always)]
+        unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+            let chunks_per_row = (D / 16) as u32;
+            let mut c = tid;
+            while c < keys * chunks_per_row {
+                let row = c / chunks_per_row;
+                let chunk = c % chunks_per_row;
+                let key = first + row;
+                let in_range = key < end;
+                let src_key = if in_range { key } else { first };
+                memory::cp_async_16(tile + swizzled(row, chunk, D as u32), rows.row(src_key) + chunk as u64 * 16, if in_range { 16 } else { 0 });
+                c += nthreads;
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn load_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+            let mut r = tid;
+            while r < keys {
+                let key = first + r;
+                let in_range = key < end;
+                memory::cp_async_4(tile + 4 * r, side.row(if in_range { key } else { first }), if in_range { 4 } else { 0 });
+                r += nthreads;
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
+            let (g, c) = (lane / 4, lane % 4);
+            // Bytes 2c, 2c+1 sit in word c/2 of the chunk, 2c+8, 2c+9 two words on.
+            let word = 4 * (c / 2);
+            let s = 2 * (c % 2);
+            let sel = s | ((s + 1) << 4) | ((4 + s) << 8) | ((5 + s) << 12);
+            let mut out = [0u32; 4];
+            for half in 0..2u32 {
+                let at = tile + swizzled(key + 8 * half + g, kc, D as u32) + word;
+                let w = math::prmt(shared::ld_shared_u32(at), shared::ld_shared_u32(at + 8), sel);
+                out[2 * half as usize] = <Self as KvFormat>::Compute::pair(w, 0, 1);
+                out[2 * half as usize + 1] = <Self as KvFormat>::Compute::pair(w, 2, 3);
+            }
+            out
+        }
+
+        #[inline(always)]
+        unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
+            // Lanes 0..8 address keys 0..8 of chunk np, lanes 8..16 keys 8..16.
+            let row = key + (lane % 16);
+            let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(row, np, D as u32));
+            // w = [v(2c, 2g), v(2c, 2g+1), v(2c+1, 2g), v(2c+1, 2g+1)] (dims
+            // relative to 16·np): bytes 0, 2 are dim 2g, bytes 1, 3 dim 2g+1.
+            type H<T> = <T as KvFormat>::Compute;
+            [H::<Self>::pair(w0, 0, 2), H::<Self>::pair(w1, 0, 2), H::<Self>::pair(w0, 1, 3), H::<Self>::pair(w1, 1, 3)]
+        }
+    };
+}
+
+impl KvFormat for Int8Kv<super::Bf16> {
+    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Int8;
+    type Compute = super::Bf16;
+    const SCALED: bool = true;
+    const V_DIMS_INTERLEAVED: bool = true;
+    int8_methods!();
+}
+
+impl KvFormat for Int8Kv<super::F16> {
+    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Int8;
+    type Compute = super::F16;
+    const SCALED: bool = true;
+    const V_DIMS_INTERLEAVED: bool = true;
+    int8_methods!();
+}
+
+

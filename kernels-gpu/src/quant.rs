@@ -1,0 +1,103 @@
+//! Cache quantization on the GPU (int8 per head): a whole 16-bit cache, or a
+//! decode step's new tokens appended at each sequence's position, and the
+//! reverse for tests and users. One warp per (sequence, token, kv head) row;
+//! lane `l` owns head dims `l·E .. l·E + E` (E = D / 32).
+//!
+//! The arithmetic is the CPU quantizer's (`decode_attn::quant`), operation
+//! for operation in IEEE f32, so both give the same bits: `amax = max |x|`,
+//! `inv = 127 / amax`, `q = rint(x · inv)` (ties to even), scale `amax / 127`
+//! (all zero for an all-zero row).
+
+use decode_attn_abi::{QuantParams, QUANT_WARPS};
+
+use crate::arch::{math, memory, thread, warp};
+use crate::format::Half;
+
+/// Row (b, t, h) of this warp and its destination token, or `None` when the
+/// warp has no row (past the grid's end, or past the sequence).
+#[inline(always)]
+unsafe fn this_row(p: &QuantParams) -> Option<(u32, u32, u32, u32)> {
+    let id = thread::block_idx_x() as u64 * QUANT_WARPS as u64 + thread::warp_id() as u64;
+    let per_seq = p.rows_per_seq as u64 * p.num_kv_heads as u64;
+    if id >= p.batch as u64 * per_seq {
+        return None;
+    }
+    let b = (id / per_seq) as u32;
+    let t = ((id / p.num_kv_heads as u64) % p.rows_per_seq as u64) as u32;
+    let h = (id % p.num_kv_heads as u64) as u32;
+    let len = *(p.seq_lens as *const u32).add(b as usize);
+    if p.append != 0 {
+        // New tokens sit at the end of the sequence.
+        if len < p.rows_per_seq {
+            return None;
+        }
+        Some((b, t, h, len - p.rows_per_seq + t))
+    } else if t < len {
+        Some((b, t, h, t))
+    } else {
+        None
+    }
+}
+
+/// 16-bit rows → int8 rows + f32 scales.
+///
+/// # Safety
+/// Launched by the host with buffers it checked against `p`.
+#[inline(always)]
+pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let lane = thread::lane_id();
+    let src = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (lane as usize * E * 2) as u64;
+    let mut x = [0f32; E];
+    for w in 0..E / 2 {
+        let (lo, hi) = H::unpack(memory::ld_global_nc_u32(src + 4 * w as u64));
+        x[2 * w] = lo;
+        x[2 * w + 1] = hi;
+    }
+    let mut amax = 0f32;
+    #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
+    for i in 0..E {
+        amax = amax.max(x[i].abs());
+    }
+    let amax = warp::warp_max(amax);
+    let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+    let dst = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head + (lane as usize * E) as u64;
+    let mut bytes = [0u32; E];
+    #[allow(clippy::needless_range_loop)]
+    for i in 0..E {
+        bytes[i] = (math::rint_i32(x[i] * inv).clamp(-127, 127) as u32) & 0xFF;
+    }
+    if E == 2 {
+        memory::st_global_u16(dst, bytes[0] | (bytes[1] << 8));
+    } else {
+        for w in 0..E / 4 {
+            let word = bytes[4 * w] | (bytes[4 * w + 1] << 8) | (bytes[4 * w + 2] << 16) | (bytes[4 * w + 3] << 24);
+            memory::st_global_u32(dst + 4 * w as u64, word);
+        }
+    }
+    if lane == 0 {
+        let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
+        memory::st_global_f32(side, amax / 127.0);
+    }
+}
+
+/// int8 rows + scales → 16-bit rows (the whole cache, rows `t < seq_len`).
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let lane = thread::lane_id();
+    let src = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head + (lane as usize * E) as u64;
+    let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
+    let scale = memory::ld_global_nc_f32(side);
+    let dst = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (lane as usize * E * 2) as u64;
+    for w in 0..E / 2 {
+        // Two bytes per output pair; E = 2 reads the lane's only 2 bytes.
+        let pair = memory::ld_global_nc_u16(src + 2 * w as u64);
+        let lo = ((pair & 0xFF) as u8 as i8) as f32 * scale;
+        let hi = ((pair >> 8) as u8 as i8) as f32 * scale;
+        memory::st_global_u32(dst + 4 * w as u64, H::pack(lo, hi));
+    }
+}
