@@ -44,7 +44,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// KV formats to fuzz, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16"])]
+    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16", "int8"])]
     format: Vec<String>,
     /// The regressions file (read first; new failures are appended).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fuzz-regressions.txt"))]
@@ -75,6 +75,8 @@ struct Draw {
     layout: LayoutKind,
     split: SplitKind,
     dist: Distribution,
+    /// Query dtype f16 (else bf16), where the format allows either.
+    q_f16: bool,
     seed: u64,
 }
 
@@ -133,8 +135,8 @@ fn draw() -> impl Strategy<Value = Draw> {
     ];
     let split = prop_oneof![2 => Just(SplitKind::Auto), 1 => Just(SplitKind::Never), 2 => (1u32..600).prop_map(SplitKind::Chunk)];
     let dist = prop::sample::select(Distribution::ALL.to_vec());
-    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, layout, split, dist, any::<u64>()).prop_map(
-        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, layout, split, dist, seed)| Draw {
+    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, layout, split, dist, (any::<bool>(), any::<u64>())).prop_map(
+        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, layout, split, dist, (q_f16, seed))| Draw {
             head_dim,
             q_len,
             num_kv_heads,
@@ -144,6 +146,7 @@ fn draw() -> impl Strategy<Value = Draw> {
             layout,
             split,
             dist,
+            q_f16,
             seed,
         },
     )
@@ -191,9 +194,11 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         LayoutKind::Nhd => KvLayout::Nhd,
         LayoutKind::Hnd => KvLayout::Hnd,
         LayoutKind::Padded(a, b, c) => {
-            let head = (d.head_dim + 8 * a) as u64;
-            let token = d.num_kv_heads as u64 * head + 8 * b as u64;
-            KvLayout::Strided { batch: cap as u64 * token + 8 * c as u64, token, head }
+            // Padding in 16-byte steps, in the cache's elements.
+            let step = 16 / format.row_bytes(1).max(1) as u64;
+            let head = d.head_dim as u64 + step * a as u64;
+            let token = d.num_kv_heads as u64 * head + step * b as u64;
+            KvLayout::Strided { batch: cap as u64 * token + step * c as u64, token, head }
         }
     };
     let shape = DecodeShape {
@@ -203,7 +208,7 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         head_dim: d.head_dim,
         q_len,
         max_seq_len: cap,
-        dtype: format.required_dtype().unwrap_or(decode_attn::Dtype::Bf16),
+        dtype: format.required_dtype().unwrap_or(if d.q_f16 { decode_attn::Dtype::F16 } else { decode_attn::Dtype::Bf16 }),
         kv_format: format,
         kv_layout,
         // Large magnitudes need a scale of 1 for logits of 100 and more.

@@ -6,6 +6,8 @@
 //! `--filter SUBSTRING` runs a subset.
 
 mod common;
+#[path = "gpu/quant.rs"]
+mod quant;
 
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
@@ -38,7 +40,8 @@ fn cases() -> Vec<Case> {
     let mut out = Vec::new();
     let mut add = |name: &str, shape: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, seed: Option<u64>| {
         let tag = format!(
-            "{}/{}/hq{}-hkv{}/d{}/q{}/{}/{:?}",
+            "{}/{}/{}/hq{}-hkv{}/d{}/q{}/{}/{:?}",
+            shape.kv_format.name(),
             shape.dtype.name(),
             name,
             shape.num_q_heads,
@@ -84,6 +87,22 @@ fn cases() -> Vec<Case> {
         let lens: Vec<u32> = (0..24).map(|_| 1 + rng.below(3000) as u32).collect();
         add("mha-ragged-batch", shape(dtype, 24, 4, 4, 128, 1, 3000, KvLayout::Nhd), lens, Auto, Normal, None);
     }
+    // int8 per-head caches, computed in either query dtype: the same regimes.
+    for dtype in Dtype::ALL {
+        let int8 = |s: DecodeShape| DecodeShape { kv_format: KvFormat::Int8, ..s };
+        for d in [64u32, 128, 256] {
+            let stage = decode_attn::plan::stage_keys(KvFormat::Int8, d);
+            add("mha-short", int8(shape(dtype, 3, 4, 4, d, 1, 64, KvLayout::Nhd)), vec![1, 17, 64], Never, Normal, None);
+            add("gqa-chunk-edges", int8(shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd)), vec![stage - 1, stage, stage + 1, 3 * stage + 5], ChunkKeys(stage), Heavy, None);
+            add("gqa-ragged-long", int8(shape(dtype, 3, 8, 2, d, 8, 4200, KvLayout::Nhd)), vec![4103, 17, 2500], Auto, Normal, None);
+        }
+        add("mqa-48rows", int8(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Auto, Heavy, None);
+        add("mqa-48rows", int8(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Never, Normal, None);
+        add("mqa-256rows", int8(shape(dtype, 2, 32, 1, 64, 8, 700, KvLayout::Hnd)), vec![650, 9], ChunkKeys(128), Normal, None);
+        add("gqa8-split", int8(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+        let padded = KvLayout::Strided { batch: 40 * 2 * 144, token: 2 * 144, head: 144 };
+        add("strided", int8(shape(dtype, 2, 4, 2, 128, 2, 40, padded)), vec![40, 2], ChunkKeys(16), Normal, None);
+    }
     out
 }
 
@@ -100,6 +119,13 @@ fn sanitize_cases() -> Vec<Case> {
                 let s = shape(dtype, 4, 8, 2, d, 3, 2 * stage + 1, KvLayout::Nhd);
                 let name = format!("{}/sanitize/d{d}/{split:?}", dtype.name());
                 out.push(Case { name, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None });
+            }
+            let stage8 = decode_attn::plan::stage_keys(KvFormat::Int8, d);
+            let lens8 = vec![stage8 - 1, stage8, stage8 + 1, 2 * stage8 + 1];
+            for split in [SplitPolicy::ChunkKeys(stage8), SplitPolicy::Never] {
+                let s = DecodeShape { kv_format: KvFormat::Int8, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Hnd) };
+                let name = format!("int8/{}/sanitize/d{d}/{split:?}", dtype.name());
+                out.push(Case { name, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None });
             }
         }
         // The largest group × q_len: 64 heads × 8 tokens = 512 rows, 8 row chunks.
@@ -155,6 +181,28 @@ fn main() {
             Err(e) => {
                 println!("FAIL {:<60} {e}", case.name);
                 failed += 1;
+            }
+        }
+    }
+    if filter.is_none() {
+        for dtype in Dtype::ALL {
+            for d in [64u32, 128, 256] {
+                for layout in [KvLayout::Nhd, KvLayout::Hnd] {
+                    if sanitize && layout == KvLayout::Hnd {
+                        continue;
+                    }
+                    let name = format!("int8/{}/quantize-append-dequantize/d{d}/{layout:?}", dtype.name());
+                    match quant::round_trips(&attn, &stream, dtype, d, layout) {
+                        Ok(()) => {
+                            println!("ok   {name:<60} GPU bits == CPU bits");
+                            passed += 1;
+                        }
+                        Err(e) => {
+                            println!("FAIL {name:<60} {e}");
+                            failed += 1;
+                        }
+                    }
+                }
             }
         }
     }

@@ -32,12 +32,20 @@ fn rejects(r: decode_attn::Result<impl std::fmt::Debug>, param: &str) {
 }
 
 fn bufs_for(shape: &DecodeShape, q_len: usize, kv_len: usize, ws: usize) -> RunBuffers {
-    let elem = match shape.dtype {
-        Dtype::Bf16 => ElemType::Bf16,
-        Dtype::F16 => ElemType::F16,
-    };
-    let d = |addr, len| BufferDesc { addr, len, elem };
-    RunBuffers { q: d(1 << 40, q_len), k: d(2 << 40, kv_len), v: d(3 << 40, kv_len), o: d(4 << 40, q_len), workspace_bytes: ws }
+    let elem = decode_attn::check::dtype_elem(shape.dtype);
+    let kv_elem = decode_attn::check::kv_elem(shape.kv_format);
+    let d = |addr, len, elem| BufferDesc { addr, len, elem };
+    let side_len = (shape.side_bytes_required().unwrap_or(0) / 4) as usize;
+    let side = |addr| shape.kv_format.is_quantized().then(|| d(addr, side_len, ElemType::F32));
+    RunBuffers {
+        q: d(1 << 40, q_len, elem),
+        k: d(2 << 40, kv_len, kv_elem),
+        v: d(3 << 40, kv_len, kv_elem),
+        o: d(4 << 40, q_len, elem),
+        workspace_bytes: ws,
+        k_side: side(5 << 40),
+        v_side: side(6 << 40),
+    }
 }
 
 /// Finding 1: `q_elems()` wrapped in u64 and `check_buffers` trusted it: 2^31
@@ -273,10 +281,10 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
     let d = prop_oneof![3 => Just(64u32), 3 => Just(128), 3 => Just(256), 1 => extreme_u32()];
     let cap = prop_oneof![3 => 1u32..300, 3 => 300u32..300_000, 1 => 300_000..=MAX_SEQ_LEN, 1 => extreme_u32()];
     let rest = (d, prop_oneof![9 => 1u32..=8, 1 => extreme_u32()], cap);
-    let kinds = (any::<bool>(), prop::bool::weighted(0.1), layout(), scale());
-    (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, scale))| {
+    let kinds = (any::<bool>(), prop::bool::weighted(0.1), layout(), scale(), prop::bool::weighted(0.3));
+    (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, scale, int8))| {
         let dtype = if f16 { Dtype::F16 } else { Dtype::Bf16 };
-        let same = if f16 { KvFormat::F16 } else { KvFormat::Bf16 };
+        let same = if int8 { KvFormat::Int8 } else if f16 { KvFormat::F16 } else { KvFormat::Bf16 };
         let other = if f16 { KvFormat::Bf16 } else { KvFormat::F16 };
         DecodeShape {
             batch,
@@ -383,13 +391,16 @@ proptest! {
             let mut b = bufs_for(&shape, qn, kvn, sizes.3);
             b.q.addr = addrs.0; b.k.addr = addrs.1; b.v.addr = addrs.2; b.o.addr = addrs.3;
             if check_buffers(&p, &b).is_ok() {
-                let elem = b.q.elem.size_bytes() as u128;
                 for (buf, need) in [(&b.q, shape.q_elems()), (&b.o, shape.q_elems()), (&b.k, kv_elems as u64), (&b.v, kv_elems as u64)] {
+                    let elem = buf.elem.size_bytes() as u128;
                     prop_assert!(buf.addr % 16 == 0 && buf.addr != 0);
                     prop_assert!(buf.len as u128 * elem >= need as u128 * elem);
                     prop_assert!(buf.addr as u128 + buf.len as u128 * elem <= u64::MAX as u128);
                 }
                 prop_assert!(b.workspace_bytes >= p.workspace_bytes());
+                for side in [b.k_side, b.v_side].into_iter().flatten() {
+                    prop_assert!(side.len as u64 * 4 >= shape.side_bytes_required().unwrap());
+                }
             }
         }
     }

@@ -2,12 +2,13 @@
 //! unresolved, and (when a ptxas is available) it assembles for sm_90 with
 //! no local memory in the attention kernels.
 
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, UTILITY_KERNELS};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
 
 fn host_names() -> Vec<&'static str> {
     let mut names = UTILITY_KERNELS.to_vec();
     names.extend(DECODE_KERNELS.iter().map(|k| k.name));
     names.extend(MERGE_KERNELS.iter().map(|k| k.name));
+    names.extend(QUANT_KERNELS.iter().map(|k| k.name));
     names
 }
 

@@ -68,7 +68,7 @@ fn buffers(shape: &DecodeShape) -> RunBuffers {
     let q = shape.q_elems() as usize;
     let kv = shape.kv_elems_required().unwrap() as usize;
     let d = |addr, len| BufferDesc { addr, len, elem: ElemType::Bf16 };
-    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace_bytes: 1 << 20 }
+    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace_bytes: 1 << 20, k_side: None, v_side: None }
 }
 
 #[test]

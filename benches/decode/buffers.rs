@@ -4,7 +4,7 @@
 use decode_attn::cust::memory::{DeviceBuffer, DeviceCopy};
 use decode_attn::cust::stream::Stream;
 use decode_attn::cust::sys as cuda;
-use decode_attn::{DecodeAttention, DecodeShape, ElemType, TensorMut, TensorRef};
+use decode_attn::{DecodeAttention, DecodeShape, ElemType, KvCache, TensorMut, TensorRef};
 
 use crate::check;
 
@@ -16,19 +16,20 @@ pub fn kv_elem(shape: &DecodeShape) -> ElemType {
     decode_attn::check::kv_elem(shape.kv_format)
 }
 
-/// Q, K, V and O of one problem.
+/// Q, K, V and O of one problem (and K's and V's scales for quantized caches).
 pub struct BufferSet {
     pub q: DeviceBuffer<u8>,
     pub k: DeviceBuffer<u8>,
     pub v: DeviceBuffer<u8>,
     pub o: DeviceBuffer<u8>,
+    pub scales: Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>,
     qo: ElemType,
     kv: ElemType,
 }
 
 /// Bytes one set occupies on the device.
 pub fn set_bytes(shape: &DecodeShape) -> u64 {
-    2 * shape.q_bytes().unwrap_or(u64::MAX) + 2 * shape.kv_bytes_required().unwrap_or(u64::MAX)
+    2 * shape.q_bytes().unwrap_or(u64::MAX) + 2 * shape.kv_bytes_required().unwrap_or(u64::MAX) + 2 * shape.side_bytes_required().unwrap_or(u64::MAX)
 }
 
 fn alloc(bytes: u64) -> Result<DeviceBuffer<u8>, String> {
@@ -43,12 +44,39 @@ impl BufferSet {
     pub fn new(attn: &DecodeAttention, shape: &DecodeShape, seed: u64, stream: &Stream) -> Result<Self, String> {
         let q_bytes = shape.q_bytes().ok_or("q size overflows")?;
         let kv_bytes = shape.kv_bytes_required().ok_or("kv size overflows")?;
-        let set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, qo: qo_elem(shape), kv: kv_elem(shape) };
+        let mut set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, scales: None, qo: qo_elem(shape), kv: kv_elem(shape) };
         let e = |e: decode_attn::Error| e.to_string();
-        for (buf, elem, s) in [(&set.q, set.qo, 1), (&set.k, set.kv, 2), (&set.v, set.kv, 3)] {
+        let fill = |buf: &DeviceBuffer<u8>, elem: ElemType, s: u64| {
             // SAFETY: the buffer is alive and written only by this fill.
             let view = unsafe { TensorMut::from_raw(buf.as_device_ptr().as_raw(), buf.len() / elem.size_bytes(), elem) };
-            attn.fill_random(view, seed * 16 + s, stream).map_err(e)?;
+            attn.fill_random(view, seed * 16 + s, stream).map_err(e)
+        };
+        fill(&set.q, set.qo, 1)?;
+        if shape.kv_format.is_quantized() {
+            // Random 16-bit K and V, quantized on the GPU (every token).
+            let lens = DeviceBuffer::from_slice(&vec![shape.max_seq_len; shape.batch as usize]).map_err(|e| e.to_string())?;
+            let plain = alloc(shape.kv_elems_required().unwrap_or(0) * 2)?;
+            let n_side = (shape.side_bytes_required().unwrap_or(0) / 4) as usize;
+            // SAFETY: every scale is written by the quantize kernel.
+            let mut scales = unsafe { (DeviceBuffer::<f32>::uninitialized(n_side), DeviceBuffer::<f32>::uninitialized(n_side)) };
+            let (ks, vs) = (scales.0.as_mut().map_err(|e| e.to_string())?, scales.1.as_mut().map_err(|e| e.to_string())?);
+            for (data, side, s) in [(&set.k, ks, 2), (&set.v, vs, 3)] {
+                fill(&plain, set.qo, s)?;
+                // SAFETY: views of this set's live buffers.
+                let (plain_v, data_v, side_v) = unsafe {
+                    (
+                        TensorRef::from_raw(plain.as_device_ptr().as_raw(), plain.len() / 2, set.qo),
+                        TensorMut::from_raw(data.as_device_ptr().as_raw(), data.len(), ElemType::U8),
+                        TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), ElemType::F32),
+                    )
+                };
+                attn.quantize(shape, &lens, plain_v, decode_attn::QuantizedMut { data: data_v, scales: side_v }, stream).map_err(e)?;
+            }
+            stream.synchronize().map_err(|e| e.to_string())?;
+            set.scales = Some((scales.0.map_err(|e| e.to_string())?, scales.1.map_err(|e| e.to_string())?));
+        } else {
+            fill(&set.k, set.kv, 2)?;
+            fill(&set.v, set.kv, 3)?;
         }
         set.poison_output(stream)?;
         Ok(set)
@@ -65,12 +93,17 @@ impl BufferSet {
         // SAFETY: the view borrows the buffer.
         unsafe { TensorRef::from_raw(buf.as_device_ptr().as_raw(), buf.len() / elem.size_bytes(), elem) }
     }
-    /// Q, K, V and O as the library takes them.
-    pub fn views(&mut self) -> (TensorRef<'_>, TensorRef<'_>, TensorRef<'_>, TensorMut<'_>) {
+    /// Q, the cache and O as the library takes them.
+    pub fn views(&mut self) -> (TensorRef<'_>, KvCache<'_>, TensorMut<'_>) {
         let o = &mut self.o;
         // SAFETY: the view borrows `o` mutably for its lifetime.
         let o = unsafe { TensorMut::from_raw(o.as_device_ptr().as_raw(), o.len() / self.qo.size_bytes(), self.qo) };
-        (Self::view(&self.q, self.qo), Self::view(&self.k, self.kv), Self::view(&self.v, self.kv), o)
+        let (k, v) = (Self::view(&self.k, self.kv), Self::view(&self.v, self.kv));
+        let cache = match &self.scales {
+            Some((ks, vs)) => KvCache::quantized(k, v, ks, vs),
+            None => KvCache::plain(k, v),
+        };
+        (Self::view(&self.q, self.qo), cache, o)
     }
 }
 

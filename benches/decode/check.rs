@@ -27,11 +27,11 @@ fn to_f32(bits: &[u16], dtype: Dtype) -> Vec<f32> {
 /// downloaded). Non-finite output counts as infinitely wrong.
 pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
     let shape = plan.shape();
-    let kv_dtype = shape.kv_format.required_dtype().ok_or("sampled check: quantized formats not handled yet")?;
     let mut one = shape.clone();
     one.batch = 1;
     let q_seq = one.q_elems() as usize;
     let kv_seq = shape.kv_strides().batch as usize;
+    let side_seq = shape.side_strides().batch as usize;
     let (mut num, mut den) = (0.0f64, 0.0f64);
     let mut samples = vec![0usize, shape.batch as usize - 1];
     samples.dedup();
@@ -39,8 +39,23 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
     for b in samples {
         let at = |buf: &decode_attn::cust::memory::DeviceBuffer<u8>, elems: usize| buf.as_device_ptr().as_raw() + (b * elems * 2) as u64;
         let q = to_f32(&download::<u16>(at(&set.q, q_seq), q_seq)?, shape.dtype);
-        let k = to_f32(&download::<u16>(at(&set.k, kv_seq), kv_seq)?, kv_dtype);
-        let v = to_f32(&download::<u16>(at(&set.v, kv_seq), kv_seq)?, kv_dtype);
+        let (k, v) = match (&set.scales, shape.kv_format.required_dtype()) {
+            (Some((ks, vs)), _) => {
+                // One sequence's int8 rows and scales, dequantized as the kernel sees them.
+                let lens = [plan.seq_lens()[b]];
+                let load = |data: &decode_attn::cust::memory::DeviceBuffer<u8>, side: &decode_attn::cust::memory::DeviceBuffer<f32>| -> Result<Vec<f32>, String> {
+                    let bytes = download::<u8>(data.as_device_ptr().as_raw() + (b * kv_seq) as u64, kv_seq)?;
+                    let scales = download::<f32>(side.as_device_ptr().as_raw() + (b * side_seq * 4) as u64, side_seq)?;
+                    decode_attn::quant::dequantize_cache_int8(&one, &lens, &bytes, &scales).map_err(|e| e.to_string())
+                };
+                (load(&set.k, ks)?, load(&set.v, vs)?)
+            }
+            (None, Some(kv_dtype)) => (
+                to_f32(&download::<u16>(at(&set.k, kv_seq), kv_seq)?, kv_dtype),
+                to_f32(&download::<u16>(at(&set.v, kv_seq), kv_seq)?, kv_dtype),
+            ),
+            (None, None) => return Err("a quantized row without scales".into()),
+        };
         let o = to_f32(&download::<u16>(at(&set.o, q_seq), q_seq)?, shape.dtype);
         let lens = [plan.seq_lens()[b]];
         let r = decode_attn::reference::decode_attention_threads(&one, &lens, &q, &k, &v, &[0], threads).map_err(|e| e.to_string())?;

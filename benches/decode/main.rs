@@ -30,8 +30,8 @@ struct Args {
     /// Grids to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = grids::GRIDS)]
     grid: Vec<char>,
-    /// KV formats to run, comma-separated (bf16, f16).
-    #[arg(long, value_delimiter = ',', value_parser = parse_format, default_values = ["bf16", "f16"])]
+    /// KV formats to run, comma-separated (bf16, f16, int8).
+    #[arg(long, value_delimiter = ',', value_parser = parse_format, default_values = ["bf16", "f16", "int8"])]
     format: Vec<KvFormat>,
     /// One row per grid.
     #[arg(long)]
@@ -142,6 +142,15 @@ fn run(args: &Args) -> Result<(), String> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    // Wall-time speedup of each row over the bf16 row of the same shape.
+    let bf16: std::collections::HashMap<String, f64> =
+        rows.iter().filter(|r| r.format == "bf16" && r.median_us > 0.0).map(|r| (r.key.replace(" bf16", ""), r.median_us)).collect();
+    for r in rows.iter_mut() {
+        let base = r.key.trim_end_matches(&format!(" {}", r.format)).to_string();
+        if let Some(&t) = bf16.get(&base) {
+            r.speedup_vs_bf16 = t / r.median_us;
+        }
+    }
     eprintln!("{} rows in {:.0} s", rows.len(), t0.elapsed().as_secs_f64());
 
     let date = time::OffsetDateTime::now_utc().date().to_string();
@@ -185,8 +194,8 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
 
     // Correctness first, on the first copy.
     {
-        let (q, k, v, o) = sets[0].views();
-        attn.run(&plan, q, k, v, o, &mut ws, stream).map_err(|e| e.to_string())?;
+        let (q, cache, o) = sets[0].views();
+        attn.run_cache(&plan, q, &cache, o, &mut ws, stream).map_err(|e| e.to_string())?;
     }
     stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
     let rel_err = check::sampled_error(&plan, &sets[0])?;
@@ -231,6 +240,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         bytes,
         gbps,
         pct_roofline: 100.0 * gbps / roofline,
+        speedup_vs_bf16: 0.0,
         rel_err,
         status,
         note: notes.join("; "),

@@ -36,6 +36,8 @@ pub struct RowResult {
     pub bytes: u64,
     pub gbps: f64,
     pub pct_roofline: f64,
+    /// Median time of the bf16 row of the same shape over this row's (0 if none).
+    pub speedup_vs_bf16: f64,
     pub rel_err: f64,
     pub status: String,
     /// Anything that makes the number less trustworthy (warm L2, host latency).
@@ -70,15 +72,15 @@ impl Report {
         let _ = writeln!(s, "\n{}: copy roofline {:.0} GB/s; median of {} launches, {method}", self.device, self.roofline_gbps, self.iters);
         let _ = writeln!(
             s,
-            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>8}  status",
-            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "merge%", "GB/s", "%roof", "rel err"
+            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>6} {:>8}  status",
+            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "merge%", "GB/s", "%roof", "vs16", "rel err"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.0} {:>6.1}% {:>8.1e}  {} {}",
+                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e}  {} {}",
                 r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.buffer_sets, r.bytes as f64 / 1e6,
-                r.median_us, r.min_us, r.max_us, r.merge_pct, r.gbps, r.pct_roofline, r.rel_err, r.status, r.note
+                r.median_us, r.min_us, r.max_us, r.merge_pct, r.gbps, r.pct_roofline, r.speedup_vs_bf16, r.rel_err, r.status, r.note
             );
         }
         s

@@ -100,8 +100,8 @@ pub struct TimedRun<'a> {
 
 impl TimedRun<'_> {
     fn launch(&mut self, set: &mut BufferSet, mid: Option<&Event>) -> Result<(), String> {
-        let (q, k, v, o) = set.views();
-        self.attn.run_marked(self.plan, q, k, v, o, self.ws, self.stream, mid).map_err(|e| e.to_string())
+        let (q, cache, o) = set.views();
+        self.attn.run_marked(self.plan, q, &cache, o, self.ws, self.stream, mid).map_err(|e| e.to_string())
     }
 
     /// Times `iters` launches over `sets` in turn (see the module docs).

@@ -23,6 +23,10 @@ pub struct RunBuffers {
     pub v: BufferDesc,
     pub o: BufferDesc,
     pub workspace_bytes: usize,
+    /// Side data (scales) of K and V: required for quantized formats,
+    /// rejected for plain ones.
+    pub k_side: Option<BufferDesc>,
+    pub v_side: Option<BufferDesc>,
 }
 
 pub fn dtype_elem(d: Dtype) -> ElemType {
@@ -37,7 +41,13 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
     match f {
         KvFormat::Bf16 => ElemType::Bf16,
         KvFormat::F16 => ElemType::F16,
+        KvFormat::Int8 => ElemType::U8,
     }
+}
+
+/// Element type of a quantized format's side data (`None`: no side data).
+pub fn side_elem(f: KvFormat) -> Option<ElemType> {
+    f.is_quantized().then_some(ElemType::F32)
 }
 
 /// First byte past the buffer, or `None` if its extent wraps past 2^64.
@@ -45,7 +55,7 @@ fn end_of(b: &BufferDesc) -> Option<u64> {
     (b.len as u64).checked_mul(b.elem.size_bytes() as u64)?.checked_add(b.addr)
 }
 
-fn check_buffer(name: &str, b: &BufferDesc, elem: ElemType, min_bytes: u64) -> Result<()> {
+pub(crate) fn check_buffer(name: &str, b: &BufferDesc, elem: ElemType, min_bytes: u64) -> Result<()> {
     ensure(b.elem == elem, name, format!("{} elements", elem.name()), format!("{} elements", b.elem.name()))?;
     ensure(b.addr != 0, name, "a non-null device pointer", "null")?;
     ensure(b.addr % 16 == 0, name, "a 16-byte aligned device pointer", format!("{:#x}", b.addr))?;
@@ -74,9 +84,25 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     let kv = kv_elem(shape.kv_format);
     check_buffer("k", &bufs.k, kv, kv_bytes)?;
     check_buffer("v", &bufs.v, kv, kv_bytes)?;
+    let mut inputs = vec![("q", bufs.q), ("k", bufs.k), ("v", bufs.v)];
+    match side_elem(shape.kv_format) {
+        Some(elem) => {
+            let side_bytes = shape.side_bytes_required().unwrap_or(u64::MAX);
+            for (name, side) in [("k_scales", bufs.k_side), ("v_scales", bufs.v_side)] {
+                let side = side.ok_or_else(|| crate::error::Error::invalid(name, format!("the {} cache's scales (f32)", shape.kv_format.name()), "none"))?;
+                check_buffer(name, &side, elem, side_bytes)?;
+                inputs.push((name, side));
+            }
+        }
+        None => {
+            for (name, side) in [("k_scales", bufs.k_side), ("v_scales", bufs.v_side)] {
+                ensure(side.is_none(), name, format!("none (a {} cache has no scales)", shape.kv_format.name()), "a buffer")?;
+            }
+        }
+    }
     // The range the kernels write (checked above not to wrap).
     let o_end = bufs.o.addr + q_bytes;
-    for (name, other) in [("q", &bufs.q), ("k", &bufs.k), ("v", &bufs.v)] {
+    for (name, other) in &inputs {
         let end = end_of(other).unwrap_or(u64::MAX);
         ensure(o_end <= other.addr || end <= bufs.o.addr, "o", format!("a buffer that does not overlap `{name}`"), "an overlapping one")?;
     }

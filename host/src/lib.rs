@@ -23,6 +23,7 @@
 pub mod check;
 pub mod error;
 pub mod plan;
+pub mod quant;
 pub mod reference;
 pub mod run;
 pub mod shape;
@@ -32,7 +33,8 @@ pub mod testing;
 pub use decode_attn_abi::{Dtype, KvFormat};
 pub use error::{Error, Result};
 pub use plan::{DeviceInfo, KernelInfo, Plan, PlanOptions, SplitPolicy};
-pub use run::{DecodeAttention, Workspace};
+pub use run::{DecodeAttention, KvCache, Workspace};
+pub use quant::QuantizedMut;
 pub use shape::{DecodeShape, KvLayout, KvStrides};
 pub use tensor::{ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};

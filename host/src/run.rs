@@ -42,6 +42,32 @@ impl Workspace {
     }
 }
 
+/// A KV cache as the kernels read it: K and V values in the shape's layout
+/// and, for quantized formats, their per-row scales (`docs/formats.md`).
+#[derive(Clone, Copy, Debug)]
+pub struct KvCache<'a> {
+    pub k: TensorRef<'a>,
+    pub v: TensorRef<'a>,
+    pub k_scales: Option<TensorRef<'a>>,
+    pub v_scales: Option<TensorRef<'a>>,
+}
+
+impl<'a> KvCache<'a> {
+    /// A bf16 / fp16 cache.
+    pub fn plain(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>) -> Self {
+        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None }
+    }
+    /// A quantized cache: int8 values (`u8` buffers) and f32 scales.
+    pub fn quantized(
+        k: impl Into<TensorRef<'a>>,
+        v: impl Into<TensorRef<'a>>,
+        k_scales: impl Into<TensorRef<'a>>,
+        v_scales: impl Into<TensorRef<'a>>,
+    ) -> Self {
+        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()) }
+    }
+}
+
 /// The library's entry point: the loaded kernels and the device they run on.
 /// Create one per CUDA context (it must be current when calling `new`).
 pub struct DecodeAttention {
@@ -125,7 +151,7 @@ impl DecodeAttention {
     /// # Safety
     /// `P` must be the kernel's `#[repr(C)]` params type, and the launch shape
     /// and every address in `params` must be valid for that kernel.
-    unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: &Stream) -> Result<()> {
+    pub(crate) unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: &Stream) -> Result<()> {
         let func = self.module.get_function(name)?;
         let (gx, gy, gz) = grid;
         stream.launch(&func, GridSize::xyz(gx, gy, gz), BlockSize::x(threads), smem, &[params as *const P as *mut c_void])?;
@@ -137,7 +163,8 @@ impl DecodeAttention {
         plan::plan(shape, seq_lens, &self.device, &self.kernel_info(shape)?, opts)
     }
 
-    /// Enqueues the attention (and merge) kernels on `stream`.
+    /// Enqueues the attention (and merge) kernels on `stream`, for a bf16 or
+    /// fp16 cache (quantized caches: [`DecodeAttention::run_cache`]).
     ///
     /// `q`, `o`: `[batch, q_len, num_q_heads, head_dim]` of the plan's dtype;
     /// `k`, `v`: the cache in the plan's format and layout. The call returns
@@ -154,34 +181,50 @@ impl DecodeAttention {
         workspace: &mut Workspace,
         stream: &Stream,
     ) -> Result<()> {
-        self.run_marked(plan, q, k, v, o, workspace, stream, None)
+        self.run_marked(plan, q, &KvCache::plain(k, v), o, workspace, stream, None)
     }
 
-    /// As [`DecodeAttention::run`], recording `between` on the stream after
-    /// the attention kernel and before the split merge (if the plan has one),
-    /// so a benchmark can tell the two kernels' times apart.
+    /// Enqueues the attention (and merge) kernels for any cache format: the
+    /// cache is one value (values, and scales for quantized formats).
+    pub fn run_cache<'a>(
+        &self,
+        plan: &Plan,
+        q: impl Into<TensorRef<'a>>,
+        cache: &KvCache<'a>,
+        o: impl Into<TensorMut<'a>>,
+        workspace: &mut Workspace,
+        stream: &Stream,
+    ) -> Result<()> {
+        self.run_marked(plan, q, cache, o, workspace, stream, None)
+    }
+
+    /// As [`DecodeAttention::run_cache`], recording `between` on the stream
+    /// after the attention kernel and before the split merge (if the plan has
+    /// one), so a benchmark can tell the two kernels' times apart.
     #[allow(clippy::too_many_arguments)]
     pub fn run_marked<'a>(
         &self,
         plan: &Plan,
         q: impl Into<TensorRef<'a>>,
-        k: impl Into<TensorRef<'a>>,
-        v: impl Into<TensorRef<'a>>,
+        cache: &KvCache<'a>,
         o: impl Into<TensorMut<'a>>,
         workspace: &mut Workspace,
         stream: &Stream,
         between: Option<&cust::event::Event>,
     ) -> Result<()> {
-        let (q, k, v, o) = (q.into(), k.into(), v.into(), o.into());
-        let desc = |addr, len, elem| BufferDesc { addr, len, elem };
+        let (q, o) = (q.into(), o.into());
+        let (k, v) = (cache.k, cache.v);
+        let desc = |t: &TensorRef| BufferDesc { addr: t.addr, len: t.len, elem: t.elem };
         check_buffers(
             plan,
             &RunBuffers {
-                q: desc(q.addr, q.len, q.elem),
-                k: desc(k.addr, k.len, k.elem),
-                v: desc(v.addr, v.len, v.elem),
-                o: desc(o.addr, o.len, o.elem),
+                q: desc(&q),
+                k: desc(&k),
+                v: desc(&v),
+                o: BufferDesc { addr: o.addr, len: o.len, elem: o.elem },
                 workspace_bytes: workspace.bytes(),
+                k_side: cache.k_scales.as_ref().map(desc),
+                v_side: cache.v_scales.as_ref().map(desc),
             },
         )?;
         let shape = &plan.shape;
@@ -212,6 +255,8 @@ impl DecodeAttention {
 
         let strides = shape.kv_strides();
         let elem = crate::check::kv_elem(shape.kv_format).size_bytes() as u64;
+        let side = shape.side_strides();
+        let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
         let params = DecodeParams {
             q: q.addr,
             k: k.addr,
@@ -227,6 +272,11 @@ impl DecodeAttention {
             v_stride_batch: strides.batch * elem,
             v_stride_token: strides.token * elem,
             v_stride_head: strides.head * elem,
+            k_side: cache.k_scales.map_or(0, |t| t.addr),
+            v_side: cache.v_scales.map_or(0, |t| t.addr),
+            side_stride_batch: side.batch * side_entry,
+            side_stride_token: side.token * side_entry,
+            side_stride_head: side.head * side_entry,
             num_q_heads: shape.num_q_heads,
             q_len: shape.q_len,
             group: shape.group_size(),

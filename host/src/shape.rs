@@ -16,8 +16,9 @@ pub enum KvLayout {
     /// `[batch, num_kv_heads, max_seq_len, head_dim]` (head-major, "HND").
     Hnd,
     /// Explicit strides, in elements of the cache (2-byte values for
-    /// bf16/f16); `head_dim` values of a row are contiguous. Each stride must
-    /// be a multiple of 8 elements (16 bytes), for 16-byte vector loads.
+    /// bf16/f16, bytes for int8); `head_dim` values of a row are contiguous.
+    /// Each stride must be a multiple of 16 bytes, for 16-byte vector loads.
+    /// A quantized cache's scales are then packed `[batch, max_seq_len, Hkv]`.
     Strided { batch: u64, token: u64, head: u64 },
 }
 
@@ -124,6 +125,27 @@ impl DecodeShape {
         self.kv_elems_required()?.checked_mul(crate::check::kv_elem(self.kv_format).size_bytes() as u64)
     }
 
+    /// Strides of the side data (scales) of a quantized cache, in entries:
+    /// `[batch, max_seq_len, Hkv]` for NHD and strided layouts,
+    /// `[batch, Hkv, max_seq_len]` for HND (`docs/formats.md`).
+    pub fn side_strides(&self) -> KvStrides {
+        let (h, n) = (self.num_kv_heads as u64, self.max_seq_len as u64);
+        match self.kv_layout {
+            KvLayout::Hnd => KvStrides { batch: h.saturating_mul(n), token: 1, head: n },
+            KvLayout::Nhd | KvLayout::Strided { .. } => KvStrides { batch: n.saturating_mul(h), token: h, head: 1 },
+        }
+    }
+
+    /// Bytes a side-data buffer (K's or V's scales) must hold; 0 for
+    /// unquantized formats, `None` on overflow.
+    pub fn side_bytes_required(&self) -> Option<u64> {
+        let entry = self.kv_format.side_bytes(self.head_dim) as u64;
+        if entry == 0 {
+            return Some(0);
+        }
+        (self.batch as u64).checked_mul(self.max_seq_len as u64)?.checked_mul(self.num_kv_heads as u64)?.checked_mul(entry)
+    }
+
     /// Bytes of Q (and of O).
     pub fn q_bytes(&self) -> Option<u64> {
         self.q_elems_checked()?.checked_mul(self.dtype.size_bytes() as u64)
@@ -184,10 +206,18 @@ impl DecodeShape {
             )?;
         }
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {
+            // Rows must start 16-byte aligned for the kernels' vector loads.
+            let per16 = 16 / crate::check::kv_elem(self.kv_format).size_bytes() as u64;
             for (name, stride) in [("kv_layout.batch", batch), ("kv_layout.token", token), ("kv_layout.head", head)] {
-                ensure(stride % 8 == 0, name, "a multiple of 8 elements (16-byte aligned rows)", stride)?;
+                ensure(stride % per16 == 0, name, format!("a multiple of {per16} elements (16-byte aligned rows)"), stride)?;
             }
         }
+        ensure(
+            self.side_bytes_required().is_some_and(|b| b <= isize::MAX as u64),
+            "max_seq_len",
+            "side data (batch × max_seq_len × num_kv_heads scales) that fits in memory",
+            self.max_seq_len,
+        )?;
         ensure(
             self.kv_bytes_required().is_some_and(|b| b <= isize::MAX as u64),
             "kv_layout",

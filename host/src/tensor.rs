@@ -10,7 +10,12 @@ use cust::memory::{DeviceCopy, DeviceSlice};
 pub enum ElemType {
     Bf16,
     F16,
+    /// Bytes (int8 cache rows).
     U8,
+    /// f32 (scales of quantized caches).
+    F32,
+    /// u32 (sequence lengths on the device).
+    U32,
 }
 
 impl ElemType {
@@ -18,6 +23,7 @@ impl ElemType {
         match self {
             ElemType::Bf16 | ElemType::F16 => 2,
             ElemType::U8 => 1,
+            ElemType::F32 | ElemType::U32 => 4,
         }
     }
     pub fn name(self) -> &'static str {
@@ -25,6 +31,8 @@ impl ElemType {
             ElemType::Bf16 => "bf16",
             ElemType::F16 => "f16",
             ElemType::U8 => "u8",
+            ElemType::F32 => "f32",
+            ElemType::U32 => "u32",
         }
     }
 }
@@ -41,6 +49,12 @@ impl Element for half::f16 {
 }
 impl Element for u8 {
     const ELEM: ElemType = ElemType::U8;
+}
+impl Element for f32 {
+    const ELEM: ElemType = ElemType::F32;
+}
+impl Element for u32 {
+    const ELEM: ElemType = ElemType::U32;
 }
 
 /// A read-only device buffer: address, length and element type.

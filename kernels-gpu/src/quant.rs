@@ -28,11 +28,11 @@ unsafe fn this_row(p: &QuantParams) -> Option<(u32, u32, u32, u32)> {
     let len = *(p.seq_lens as *const u32).add(b as usize);
     if p.append != 0 {
         // New tokens sit at the end of the sequence.
-        if len < p.rows_per_seq {
+        if len < p.rows_per_seq || len > p.capacity {
             return None;
         }
         Some((b, t, h, len - p.rows_per_seq + t))
-    } else if t < len {
+    } else if t < len && t < p.capacity {
         Some((b, t, h, t))
     } else {
         None

@@ -8,7 +8,8 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::half::{bf16, f16};
 use decode_attn::reference;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, Plan, Result, Workspace};
+use decode_attn::quant::{dequantize_cache_int8, quantize_cache_int8};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvCache, KvFormat, Plan, Result, Workspace};
 
 /// Device buffers of one problem, in either 16-bit type.
 pub enum Buffers {
@@ -16,14 +17,28 @@ pub enum Buffers {
     F16 { q: DeviceBuffer<f16>, k: DeviceBuffer<f16>, v: DeviceBuffer<f16>, o: DeviceBuffer<f16> },
 }
 
+/// A quantized cache on the device (the attention kernels read these).
+pub struct QuantBufs {
+    pub k: DeviceBuffer<u8>,
+    pub v: DeviceBuffer<u8>,
+    pub k_scales: DeviceBuffer<f32>,
+    pub v_scales: DeviceBuffer<f32>,
+    /// What the CPU quantizer produced, for comparing the GPU quantizer.
+    pub host_k: (Vec<u8>, Vec<f32>),
+    pub host_v: (Vec<u8>, Vec<f32>),
+}
+
 /// A problem's inputs: host copies (as the GPU sees them) and device buffers.
 pub struct Problem {
     pub shape: DecodeShape,
     pub seq_lens: Vec<u32>,
     pub q: Vec<f32>,
+    /// K and V values the kernels compute with (dequantized, for quantized formats).
     pub k: Vec<f32>,
     pub v: Vec<f32>,
+    /// Q, O and the 16-bit K/V (for quantized formats: the unquantized cache).
     pub bufs: Buffers,
+    pub quant: Option<QuantBufs>,
 }
 
 /// Bit pattern that is NaN in both bf16 and f16.
@@ -158,7 +173,24 @@ impl Problem {
                 o: DeviceBuffer::from_slice(&vec![f16::from_bits(NAN16); n_o])?,
             },
         };
-        Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs })
+        let quant = match shape.kv_format {
+            KvFormat::Int8 => {
+                let host_k = quantize_cache_int8(shape, seq_lens, &k)?;
+                let host_v = quantize_cache_int8(shape, seq_lens, &v)?;
+                k = dequantize_cache_int8(shape, seq_lens, &host_k.0, &host_k.1)?;
+                v = dequantize_cache_int8(shape, seq_lens, &host_v.0, &host_v.1)?;
+                Some(QuantBufs {
+                    k: DeviceBuffer::from_slice(&host_k.0)?,
+                    v: DeviceBuffer::from_slice(&host_v.0)?,
+                    k_scales: DeviceBuffer::from_slice(&host_k.1)?,
+                    v_scales: DeviceBuffer::from_slice(&host_v.1)?,
+                    host_k,
+                    host_v,
+                })
+            }
+            _ => None,
+        };
+        Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs, quant })
     }
 
     /// Fills O with NaN so an unwritten element cannot pass.
@@ -172,6 +204,13 @@ impl Problem {
     }
 
     pub fn run(&mut self, attn: &DecodeAttention, plan: &Plan, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+        if let Some(qb) = &self.quant {
+            let cache = KvCache::quantized(&qb.k, &qb.v, &qb.k_scales, &qb.v_scales);
+            return match &mut self.bufs {
+                Buffers::Bf16 { q, o, .. } => attn.run_cache(plan, &*q, &cache, &mut *o, ws, stream),
+                Buffers::F16 { q, o, .. } => attn.run_cache(plan, &*q, &cache, &mut *o, ws, stream),
+            };
+        }
         match &mut self.bufs {
             Buffers::Bf16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),
             Buffers::F16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),

@@ -100,7 +100,7 @@ const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
 const _: () = assert!(core::mem::size_of::<DecodeParams>() == 184);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
-const _: () = assert!(core::mem::size_of::<QuantParams>() == 120);
+const _: () = assert!(core::mem::size_of::<QuantParams>() == 128);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):
@@ -171,6 +171,11 @@ pub struct QuantParams {
     pub rows_per_seq: u32,
     pub num_kv_heads: u32,
     pub append: u32,
+    /// Tokens the quantized cache holds per sequence: rows whose destination
+    /// token would be at or past it (a device length beyond the capacity)
+    /// are skipped, never written out of bounds.
+    pub capacity: u32,
+    pub _pad: u32,
 }
 
 /// Warps (rows) per block of the quant kernels.

@@ -1,0 +1,212 @@
+//! int8 per-head quantization of KV caches: the CPU quantizer, whose
+//! arithmetic the GPU kernels (`kernels-gpu/src/quant.rs`) repeat operation
+//! for operation in IEEE f32 so both give the same bits, and the GPU entry
+//! points (whole cache, append a decode step's tokens, dequantize).
+//!
+//! Per (sequence, token, kv head) row of D values: `amax = max |x|`,
+//! `inv = 127 / amax`, `q = round_ties_even(x · inv)`, stored scale
+//! `amax / 127`; an all-zero row stores zeros. Dequantized: `q · scale`.
+
+use cust::prelude::Stream;
+use decode_attn_abi::{quant_kernel_name, KvFormat, QuantDirection, QuantParams, QUANT_WARPS};
+
+use crate::check::{check_buffer, dtype_elem, BufferDesc};
+use crate::error::{ensure, Error, Result};
+use crate::run::DecodeAttention;
+use crate::shape::DecodeShape;
+use crate::tensor::{ElemType, TensorMut, TensorRef};
+
+/// Quantizes one row; returns its scale.
+pub fn quantize_int8_row(x: &[f32], q: &mut [i8]) -> f32 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = ((v * inv).round_ties_even() as i32).clamp(-127, 127) as i8;
+    }
+    amax / 127.0
+}
+
+/// The values a quantized row stands for.
+pub fn dequantize_int8_row(q: &[i8], scale: f32, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(q) {
+        *o = v as f32 * scale;
+    }
+}
+
+/// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
+/// the shape's layout (`shape.kv_strides()`, elements): int8 bytes in the
+/// same layout (other bytes 0) and scales in `shape.side_strides()` (other
+/// entries NaN, so a kernel that reads a row past a length cannot pass).
+pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<f32>)> {
+    check_cache_shape(shape, seq_lens, plain.len())?;
+    let d = shape.head_dim as usize;
+    let mut data = vec![0u8; shape.kv_elems_required().unwrap_or(0) as usize];
+    let mut scales = vec![f32::NAN; (shape.side_bytes_required().unwrap_or(0) / 4) as usize];
+    let mut q = vec![0i8; d];
+    for_each_row(shape, seq_lens, |at, side_at| {
+        scales[side_at] = quantize_int8_row(&plain[at..at + d], &mut q);
+        for (o, &v) in data[at..at + d].iter_mut().zip(&q) {
+            *o = v as u8;
+        }
+    });
+    Ok((data, scales))
+}
+
+/// The f32 values of a quantized cache's rows `t < seq_lens[b]`, in the
+/// shape's layout (other elements NaN): what the attention kernels compute with.
+pub fn dequantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[f32]) -> Result<Vec<f32>> {
+    check_cache_shape(shape, seq_lens, data.len())?;
+    ensure((scales.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), "scales", "one scale per row of the cache", scales.len())?;
+    let d = shape.head_dim as usize;
+    let mut out = vec![f32::NAN; data.len()];
+    for_each_row(shape, seq_lens, |at, side_at| {
+        let q: Vec<i8> = data[at..at + d].iter().map(|&b| b as i8).collect();
+        dequantize_int8_row(&q, scales[side_at], &mut out[at..at + d]);
+    });
+    Ok(out)
+}
+
+fn check_cache_shape(shape: &DecodeShape, seq_lens: &[u32], len: usize) -> Result<()> {
+    shape.validate()?;
+    shape.validate_seq_lens(seq_lens)?;
+    ensure(shape.kv_format == KvFormat::Int8, "kv_format", "int8", shape.kv_format.name())?;
+    let need = shape.kv_elems_required().unwrap_or(u64::MAX);
+    ensure(len as u64 >= need, "plain", format!("at least {need} values"), len)
+}
+
+/// Calls `f(element offset of the row, index of its scale)` for every row
+/// `t < seq_lens[b]` of every kv head.
+fn for_each_row(shape: &DecodeShape, seq_lens: &[u32], mut f: impl FnMut(usize, usize)) {
+    let (st, side) = (shape.kv_strides(), shape.side_strides());
+    for (b, &len) in seq_lens.iter().enumerate() {
+        for t in 0..len as u64 {
+            for h in 0..shape.num_kv_heads as u64 {
+                let at = b as u64 * st.batch + t * st.token + h * st.head;
+                let side_at = b as u64 * side.batch + t * side.token + h * side.head;
+                f(at as usize, side_at as usize);
+            }
+        }
+    }
+}
+
+/// The device buffers of one quantized tensor (K's or V's values and scales).
+pub struct QuantizedMut<'a> {
+    pub data: TensorMut<'a>,
+    pub scales: TensorMut<'a>,
+}
+
+impl DecodeAttention {
+    /// Quantizes a whole 16-bit cache (K or V; rows `t < seq_lens[b]`) into
+    /// `out`. `plain` has the shape's dtype and layout (strides in its own
+    /// elements); `seq_lens` is `[batch]` u32 on the device. Asynchronous.
+    pub fn quantize<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, plain: impl Into<TensorRef<'a>>, out: QuantizedMut<'a>, stream: &Stream) -> Result<()> {
+        let (lens, plain) = (seq_lens.into(), plain.into());
+        let elems = shape.kv_elems_required().unwrap_or(u64::MAX);
+        self.quant_launch(shape, QuantDirection::Quantize, &lens, desc(&plain), "plain", elems, &out.data, &out.scales, shape.kv_strides_checked(), shape.max_seq_len, false, stream)
+    }
+
+    /// Appends a decode step's `q_len` new tokens of K or V: `new_rows` is
+    /// `[batch, q_len, Hkv, D]` of the shape's dtype; sequence b's tokens go
+    /// to positions `seq_lens[b] - q_len ..` (lengths read on the device,
+    /// new tokens included; sequences whose length is below q_len or above
+    /// the capacity are left alone).
+    pub fn append<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, new_rows: impl Into<TensorRef<'a>>, out: QuantizedMut<'a>, stream: &Stream) -> Result<()> {
+        let (lens, rows) = (seq_lens.into(), new_rows.into());
+        let (d, h, ql) = (shape.head_dim as u64, shape.num_kv_heads as u64, shape.q_len as u64);
+        let strides = crate::shape::KvStrides { batch: ql * h * d, token: h * d, head: d };
+        let elems = shape.batch as u64 * ql * h * d;
+        self.quant_launch(shape, QuantDirection::Quantize, &lens, desc(&rows), "new_rows", elems, &out.data, &out.scales, Some(strides), shape.q_len, true, stream)
+    }
+
+    /// Dequantizes a cache (rows `t < seq_lens[b]`) into a 16-bit buffer of
+    /// the shape's dtype and layout (other elements are left untouched).
+    pub fn dequantize<'a>(
+        &self,
+        shape: &DecodeShape,
+        seq_lens: impl Into<TensorRef<'a>>,
+        data: impl Into<TensorRef<'a>>,
+        scales: impl Into<TensorRef<'a>>,
+        plain: impl Into<TensorMut<'a>>,
+        stream: &Stream,
+    ) -> Result<()> {
+        let (lens, data, scales, plain) = (seq_lens.into(), data.into(), scales.into(), plain.into());
+        let elems = shape.kv_elems_required().unwrap_or(u64::MAX);
+        // SAFETY (of the views): the kernel reads `data`/`scales` and writes `plain`.
+        let (data_mut, scales_mut) = unsafe { (TensorMut::from_raw(data.addr, data.len, data.elem), TensorMut::from_raw(scales.addr, scales.len, scales.elem)) };
+        let plain_desc = BufferDesc { addr: plain.addr, len: plain.len, elem: plain.elem };
+        self.quant_launch(shape, QuantDirection::Dequantize, &lens, plain_desc, "plain", elems, &data_mut, &scales_mut, shape.kv_strides_checked(), shape.max_seq_len, false, stream)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn quant_launch(
+        &self,
+        shape: &DecodeShape,
+        direction: QuantDirection,
+        lens: &TensorRef,
+        plain: BufferDesc,
+        plain_name: &str,
+        plain_elems: u64,
+        data: &TensorMut,
+        scales: &TensorMut,
+        plain_strides: Option<crate::shape::KvStrides>,
+        rows_per_seq: u32,
+        append: bool,
+        stream: &Stream,
+    ) -> Result<()> {
+        shape.validate()?;
+        ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8)", shape.kv_format.name())?;
+        let name = quant_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, direction)
+            .ok_or_else(|| Error::Unsupported(format!("no {direction:?} kernel for {} / {}", shape.kv_format.name(), shape.dtype.name())))?;
+        check_buffer("seq_lens", &desc(lens), ElemType::U32, shape.batch as u64 * 4)?;
+        let plain_bytes = plain_elems.checked_mul(2).unwrap_or(u64::MAX);
+        check_buffer(plain_name, &plain, dtype_elem(shape.dtype), plain_bytes)?;
+        let data_d = BufferDesc { addr: data.addr, len: data.len, elem: data.elem };
+        let scales_d = BufferDesc { addr: scales.addr, len: scales.len, elem: scales.elem };
+        check_buffer("data", &data_d, ElemType::U8, shape.kv_bytes_required().unwrap_or(u64::MAX))?;
+        check_buffer("scales", &scales_d, ElemType::F32, shape.side_bytes_required().unwrap_or(u64::MAX))?;
+        let written = if direction == QuantDirection::Quantize { [&data_d, &scales_d] } else { [&plain, &plain] };
+        for w in written {
+            let w_end = w.addr + (w.len * w.elem.size_bytes()) as u64;
+            for (n, other) in [(plain_name, &plain), ("data", &data_d), ("scales", &scales_d), ("seq_lens", &desc(lens))] {
+                if std::ptr::eq(w, other) || (w.addr == other.addr && w.len == other.len) {
+                    continue;
+                }
+                let o_end = other.addr + (other.len * other.elem.size_bytes()) as u64;
+                ensure(w_end <= other.addr || o_end <= w.addr, n, "a buffer that does not overlap the one written", "an overlapping one")?;
+            }
+        }
+        let ps = plain_strides.ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;
+        let (ds, ss) = (shape.kv_strides(), shape.side_strides());
+        let rows = shape.batch as u64 * rows_per_seq as u64 * shape.num_kv_heads as u64;
+        let blocks = rows.div_ceil(QUANT_WARPS as u64);
+        ensure(blocks < (1 << 31), "max_seq_len", "fewer than 2^34 rows to convert per launch", rows)?;
+        let params = QuantParams {
+            plain: plain.addr,
+            plain_stride_batch: ps.batch * 2,
+            plain_stride_token: ps.token * 2,
+            plain_stride_head: ps.head * 2,
+            data: data.addr,
+            data_stride_batch: ds.batch,
+            data_stride_token: ds.token,
+            data_stride_head: ds.head,
+            side: scales.addr,
+            side_stride_batch: ss.batch * 4,
+            side_stride_token: ss.token * 4,
+            side_stride_head: ss.head * 4,
+            seq_lens: lens.addr,
+            batch: shape.batch,
+            rows_per_seq,
+            num_kv_heads: shape.num_kv_heads,
+            append: append as u32,
+            capacity: shape.max_seq_len,
+            _pad: 0,
+        };
+        // SAFETY: every buffer was checked against the shape above; the
+        // kernel bounds its rows by the grid, the lengths and the capacity.
+        unsafe { self.launch(name, (blocks as u32, 1, 1), 32 * QUANT_WARPS, 0, &params, stream) }
+    }
+}
+
+fn desc(t: &TensorRef) -> BufferDesc {
+    BufferDesc { addr: t.addr, len: t.len, elem: t.elem }
+}

@@ -1,0 +1,48 @@
+//! The int8 per-head quantizer on the CPU (the GPU kernels reproduce its
+//! bits; `tests/gpu/quant.rs` checks that on a GPU).
+
+use decode_attn::quant::{dequantize_cache_int8, dequantize_int8_row, quantize_cache_int8, quantize_int8_row};
+use decode_attn::testing::{problem_inputs, Distribution};
+use decode_attn::{DecodeShape, KvFormat, KvLayout};
+use proptest::prelude::*;
+
+#[test]
+fn the_largest_magnitude_maps_to_127_and_zero_rows_stay_zero() {
+    let mut q = [0i8; 4];
+    let s = quantize_int8_row(&[0.5, -2.0, 1.0, 0.0], &mut q);
+    assert_eq!(q, [32, -127, 64, 0]);
+    assert_eq!(s, 2.0 / 127.0);
+    let s = quantize_int8_row(&[0.0; 4], &mut q);
+    assert_eq!((s, q), (0.0, [0; 4]));
+}
+
+proptest! {
+    #[test]
+    fn round_trip_error_is_at_most_half_a_step(x in prop::collection::vec(-1e4f32..1e4, 64)) {
+        let mut q = vec![0i8; 64];
+        let s = quantize_int8_row(&x, &mut q);
+        let mut back = vec![0f32; 64];
+        dequantize_int8_row(&q, s, &mut back);
+        for (a, b) in x.iter().zip(&back) {
+            prop_assert!((a - b).abs() <= 0.5 * s * (1.0 + 1e-5) + 1e-30, "{a} -> {b} (scale {s})");
+        }
+        prop_assert!(q.iter().all(|&v| v != -128));
+    }
+}
+
+#[test]
+fn a_cache_quantizes_only_its_rows_in_either_layout() {
+    for layout in [KvLayout::Nhd, KvLayout::Hnd] {
+        let shape = DecodeShape { kv_format: KvFormat::Int8, kv_layout: layout, ..DecodeShape::bf16(2, 4, 2, 64, 1, 10) };
+        let lens = [10u32, 3];
+        let (_, k, _) = problem_inputs(&shape, &lens, Distribution::Normal, 1, 1).unwrap();
+        let (data, scales) = quantize_cache_int8(&shape, &lens, &k).unwrap();
+        // Sequence 1 holds 3 of 10 tokens: 7 rows per kv head have no scale.
+        let missing = scales.iter().filter(|s| s.is_nan()).count();
+        assert_eq!(missing, 2 * 7, "{layout:?}");
+        let back = dequantize_cache_int8(&shape, &lens, &data, &scales).unwrap();
+        for (a, b) in k.iter().zip(&back) {
+            assert_eq!(a.is_nan(), b.is_nan(), "{layout:?}: a row and its dequantized copy disagree on being a row");
+        }
+    }
+}
