@@ -14,7 +14,7 @@
 //! merged in shared memory and the block writes either the final output or,
 //! for a split sequence, an fp32 partial plus its log-sum-exp.
 
-use decode_attn_abi::{acc_pitch, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M, PIPELINE_STAGES};
+use decode_attn_abi::{acc_pitch, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M, PIPELINE_STAGES};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::addressing::Strided;
@@ -85,10 +85,16 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // Q as mma A fragments: in registers, loaded once (missing rows are
     // zeros); for large head dims staged in shared memory instead and read
     // with ldmatrix at each step, leaving the registers to the O accumulator.
+    // Formats that compute in another type convert Q into the shared tile
+    // first (after the pipeline's first loads are in flight).
+    let q_conv = const { q_converted(F::FORMAT) };
     let q_smem = const { q_in_smem(D as u32) };
     let q_tile = smem + cfg.pipeline_bytes();
+    let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
     let mut qf = [[0u32; 4]; KC];
-    if q_smem {
+    if q_conv {
+        // Filled below.
+    } else if q_smem {
         stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
     } else {
         let qa_addr = qo_row_addr::<D>(p.q, p, batch, ra.token, ra.head);
@@ -125,6 +131,21 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
             load_stage(t);
         }
         memory::cp_async_commit();
+    }
+
+    // Per-row factors of the scores: the softmax scale (base 2), times the
+    // power of two a converted Q row was scaled down by.
+    let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
+    if q_conv {
+        convert_q::<F, D>(p, batch, kvh, row0, q_tile, q_scales, warp, nthreads / 32, lane);
+        thread::sync_threads();
+        scale_a *= shared::ld_shared_f32(q_scales + 4 * (warp_m * MMA_M + g));
+        scale_b *= shared::ld_shared_f32(q_scales + 4 * (warp_m * MMA_M + g + 8));
+        if !q_smem {
+            for (kc, f) in qf.iter_mut().enumerate() {
+                *f = q_fragment::<D>(q_tile, warp_m, kc as u32, lane);
+            }
+        }
     }
 
     // Keys at or past this may be masked for some row of the block.
@@ -173,7 +194,8 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                 for e in 0..4 {
                     let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
                     let limit = if e < 2 { ra.limit } else { rb.limit };
-                    let scale = if F::SCALED { p.scale_log2 * kscale[n][e & 1] } else { p.scale_log2 };
+                    let row_scale = if e < 2 { scale_a } else { scale_b };
+                    let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
                     s[n][e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[n][e] * scale };
                 }
             }
@@ -252,8 +274,57 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
     }
 }
 
+/// Converts the block's Q rows (`warps_m * 16`, zeros past the last row)
+/// from the query's type to the compute type into the shared tile, one warp
+/// per row: each row is scaled by `2^(13 - ⌊log2 max|q|⌋)` (exact, and
+/// below fp16's 65504), its inverse goes to `q_scales[row]`, and head dims
+/// are stored in the order `F::k_fragment` reads K in.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, q_tile: u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {
+    const { assert!(D / 32 >= 2 && D % 32 == 0) };
+    let per_lane = (D / 32) as u32;
+    let rows_total = p.group * p.q_len;
+    let mut r = warp;
+    while r < p.warps_m * MMA_M {
+        let global = row0 + r;
+        let valid = r < p.rows_per_block && global < rows_total;
+        let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
+        let src = qo_row_addr::<D>(p.q, p, batch, token, head) + (lane * per_lane * 2) as u64;
+        let mut x = [0f32; 8];
+        let mut amax = 0f32;
+        for w in 0..(D / 64) {
+            let (a, b) = if valid { F::Query::unpack(memory::ld_global_nc_u32(src + 4 * w as u64)) } else { (0.0, 0.0) };
+            x[2 * w] = a;
+            x[2 * w + 1] = b;
+            amax = amax.max(a.abs()).max(b.abs());
+        }
+        let amax = warp::warp_max(amax);
+        let (inv, scale) = if amax > 0.0 {
+            let e = (amax.to_bits() >> 23) & 0xFF;
+            let inv = f32::from_bits((267u32.saturating_sub(e)).clamp(1, 254) << 23);
+            (inv, 1.0 / inv)
+        } else {
+            (1.0, 1.0)
+        };
+        #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
+        for j in 0..D / 32 {
+            let v = x[j];
+            let dim = lane * per_lane + j as u32;
+            let (kc, pos) = (dim / 16, dim % 16);
+            let logical = if F::K_DIMS_PERMUTED { 2 * (pos / 4) + (pos & 1) + 8 * ((pos / 2) & 1) } else { pos };
+            let at = q_tile + swizzled(r, 2 * kc + logical / 8, (D * 2) as u32) + 2 * (logical % 8);
+            shared::st_shared_u16(at, F::Compute::pack(v * inv, 0.0));
+        }
+        if lane == 0 {
+            shared::st_shared_f32(q_scales + 4 * r, scale);
+        }
+        r += nwarps;
+    }
+}
+
 /// A fragment of Q rows `16 * warp_m ..` and head dims `16 * kc ..` from the
-/// shared tile written by [`stage_q`].
+/// shared tile written by [`stage_q`] or [`convert_q`].
 #[inline(always)]
 unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u32) -> [u32; 4] {
     // Matrix j = lane / 8: rows (j % 2) * 8 .. +8, dims 16 kc + (j / 2) * 8 .. +8.
@@ -366,7 +437,7 @@ unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
         let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
         if item.partial_slot == DIRECT_OUTPUT {
             let addr = qo_row_addr::<D>(p.o, p, item.batch, token, head) + c as u64 * 2;
-            type H<F> = <F as KvFormat>::Compute;
+            type H<F> = <F as KvFormat>::Query;
             memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
         } else {
             let row = (item.partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;

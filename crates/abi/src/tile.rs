@@ -79,9 +79,28 @@ pub const fn q_in_smem(head_dim: u32) -> bool {
     head_dim > 128
 }
 
+/// Whether the kernel converts Q into a shared tile (with a power-of-two
+/// scale per row, in `q_scales_bytes` after it) before the main loop: the
+/// quantized formats compute in fp16 whatever the query's dtype.
+pub const fn q_converted(format: KvFormat) -> bool {
+    format.is_quantized()
+}
+
+/// Bytes of the Q tile (after the pipeline buffers), per-row Q scales included.
+pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32) -> u32 {
+    let rows = warps_m * MMA_M;
+    if q_converted(format) {
+        rows * head_dim * 2 + 4 * rows
+    } else if q_in_smem(head_dim) {
+        rows * head_dim * 2
+    } else {
+        0
+    }
+}
+
 /// Dynamic shared memory of one attention block.
 pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32) -> u32 {
-    let q_bytes = if q_in_smem(head_dim) { warps_m * MMA_M * head_dim * 2 } else { 0 };
+    let q_bytes = q_tile_bytes(format, head_dim, warps_m);
     let pipe = tile_config(format, head_dim).pipeline_bytes() + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     if pipe > epi {

@@ -93,3 +93,12 @@ pub unsafe fn st_shared_v4_f32(addr: u32, v: [f32; 4]) {
     core::arch::asm!("st.shared.v4.f32 [{a}], {{{x}, {y}, {z}, {w}}};", a = in(reg32) addr,
         x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3], options(nostack));
 }
+
+/// `st.shared.b16` (the low half of `v`).
+///
+/// # Safety
+/// `addr` must be a 2-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn st_shared_u16(addr: u32, v: u32) {
+    core::arch::asm!("{{ .reg .b16 h; cvt.u16.u32 h, {v}; st.shared.b16 [{a}], h; }}", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}

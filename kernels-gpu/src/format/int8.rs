@@ -1,11 +1,14 @@
 //! int8 per-head caches: rows of D signed bytes (symmetric, `x ≈ q·scale`)
 //! and one f32 scale per row in side data, for K and V each.
 //!
-//! Integers are converted to the query's 16-bit type in registers, straight
-//! into mma B fragments (exact: |q| ≤ 127); the scales are applied by the
-//! body to score columns (K) and to P (V). sm_90 has no 8-bit `ldmatrix`:
-//! - K (B fragment `K[key][2c, 2c+1 | 2c+8, 2c+9]` of k-chunk kc): two
-//!   32-bit shared loads per row and a `prmt` pick the four bytes;
+//! Integers are converted to fp16 in registers, straight into mma B
+//! fragments (exact: |q| ≤ 127; two instructions per pair); the body
+//! converts Q to fp16 once (exactly, scaled by a power of two per row) and
+//! applies the scales to score columns (K) and to P (V). sm_90 has no 8-bit
+//! `ldmatrix`:
+//! - K: one 32-bit shared load per row and chunk gives bytes `4c .. 4c+4`,
+//!   used as the logical dims `2c, 2c+1 | 2c+8, 2c+9` of the B fragment;
+//!   Q is stored in that order (`K_DIMS_PERMUTED`);
 //! - V (B fragment `V[2c, 2c+1 | 2c+8, 2c+9][d]`, keys along k): a 16-bit
 //!   `ldmatrix .trans` over byte rows hands each thread two keys × two
 //!   adjacent dims; a `prmt` splits them into an even-dim and an odd-dim
@@ -36,15 +39,6 @@ impl FromI8 for super::F16 {
     }
 }
 
-impl FromI8 for super::Bf16 {
-    #[inline(always)]
-    fn pair(w: u32, lo: u32, hi: u32) -> u32 {
-        // bf16 has 7 mantissa bits: go through f32 0x4B0000XX = 2^23 + XX.
-        let u = w ^ 0x8080_8080;
-        let f = |b: u32| f32::from_bits(math::prmt(u, 0x4B00_0000, b | (4 << 4) | (5 << 8) | (7 << 12))) - 8_388_736.0;
-        math::pack_bf16x2(f(lo), f(hi))
-    }
-}
 
 /// The storage methods, the same for both compute types.
 macro_rules! int8_methods {
@@ -77,19 +71,13 @@ macro_rules! int8_methods {
 
         #[inline(always)]
         unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
+            // K_DIMS_PERMUTED: bytes 4c .. 4c+4 of the chunk are this thread's
+            // logical dims 2c, 2c+1 (b0) and 2c+8, 2c+9 (b1).
             let (g, c) = (lane / 4, lane % 4);
-            // Bytes 2c, 2c+1 sit in word c/2 of the chunk, 2c+8, 2c+9 two words on.
-            let word = 4 * (c / 2);
-            let s = 2 * (c % 2);
-            let sel = s | ((s + 1) << 4) | ((4 + s) << 8) | ((5 + s) << 12);
-            let mut out = [0u32; 4];
-            for half in 0..2u32 {
-                let at = tile + swizzled(key + 8 * half + g, kc, D as u32) + word;
-                let w = math::prmt(shared::ld_shared_u32(at), shared::ld_shared_u32(at + 8), sel);
-                out[2 * half as usize] = <Self as KvFormat>::Compute::pair(w, 0, 1);
-                out[2 * half as usize + 1] = <Self as KvFormat>::Compute::pair(w, 2, 3);
-            }
-            out
+            let w0 = shared::ld_shared_u32(tile + swizzled(key + g, kc, D as u32) + 4 * c);
+            let w1 = shared::ld_shared_u32(tile + swizzled(key + 8 + g, kc, D as u32) + 4 * c);
+            type H<T> = <T as KvFormat>::Compute;
+            [H::<Self>::pair(w0, 0, 1), H::<Self>::pair(w0, 2, 3), H::<Self>::pair(w1, 0, 1), H::<Self>::pair(w1, 2, 3)]
         }
 
         #[inline(always)]
@@ -105,19 +93,15 @@ macro_rules! int8_methods {
     };
 }
 
-impl KvFormat for Int8Kv<super::Bf16> {
-    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Int8;
-    type Compute = super::Bf16;
-    const SCALED: bool = true;
-    const V_DIMS_INTERLEAVED: bool = true;
-    int8_methods!();
-}
-
-impl KvFormat for Int8Kv<super::F16> {
+// Both query dtypes compute in fp16: bytes become fp16 with two
+// instructions per pair (`FromI8`), and Q is converted exactly.
+impl<Q: Half> KvFormat for Int8Kv<Q> {
     const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Int8;
     type Compute = super::F16;
+    type Query = Q;
     const SCALED: bool = true;
     const V_DIMS_INTERLEAVED: bool = true;
+    const K_DIMS_PERMUTED: bool = true;
     int8_methods!();
 }
 

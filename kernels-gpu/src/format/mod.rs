@@ -63,8 +63,16 @@ impl Half for F16 {
 
 pub trait KvFormat {
     const FORMAT: decode_attn_abi::KvFormat;
-    /// The type K/V are fed to the tensor cores in (the query's dtype).
+    /// The type K/V are fed to the tensor cores in.
     type Compute: Half;
+    /// The query's and output's dtype. When it differs from `Compute`, the
+    /// kernel converts Q rows into a shared tile first (exactly, with a
+    /// power-of-two scale per row), in the head-dim order `k_fragment` uses.
+    type Query: Half;
+    /// `k_fragment` takes the four bytes `4c .. 4c+4` of each 16-dim chunk as
+    /// logical dims `2c, 2c+1, 2c+8, 2c+9` (c = lane % 4); converted Q rows
+    /// are stored in the same order, so Q·K is unchanged.
+    const K_DIMS_PERMUTED: bool = false;
     /// Rows carry a per-row scale in side data (staged after a stage's rows):
     /// the body multiplies score columns by K's scales and P by V's.
     const SCALED: bool = false;

@@ -22,6 +22,7 @@ impl PlainFormatId for F16 {
 impl<H: Half + PlainFormatId> KvFormat for PlainKv<H> {
     const FORMAT: decode_attn_abi::KvFormat = H::FORMAT;
     type Compute = H;
+    type Query = H;
 
     #[inline(always)]
     unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
