@@ -141,11 +141,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         thread::sync_threads();
         scale_a *= shared::ld_shared_f32(q_scales + 4 * (warp_m * MMA_M + g));
         scale_b *= shared::ld_shared_f32(q_scales + 4 * (warp_m * MMA_M + g + 8));
-        if !q_smem {
-            for (kc, f) in qf.iter_mut().enumerate() {
-                *f = q_fragment::<D>(q_tile, warp_m, kc as u32, lane);
-            }
-        }
+
     }
 
     // Keys at or past this may be masked for some row of the block.
@@ -174,7 +170,9 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
             // S = Q Kᵀ for 16 keys: two n8 tiles.
             let mut s = [[0f32; 4]; 2];
             for (kc, qk) in qf.iter().enumerate() {
-                let qk = if q_smem { q_fragment::<D>(q_tile, warp_m, kc as u32, lane) } else { *qk };
+                // Converted Q stays in shared memory too: its registers go to
+                // the dequantization instead.
+                let qk = if q_smem || q_conv { q_fragment::<D>(q_tile, warp_m, kc as u32, lane) } else { *qk };
                 let b = F::k_fragment::<D>(k_tile(stage), sub, kc as u32, lane);
                 s[0] = F::Compute::mma(qk, [b[0], b[1]], s[0]);
                 s[1] = F::Compute::mma(qk, [b[2], b[3]], s[1]);
