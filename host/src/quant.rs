@@ -5,7 +5,9 @@
 //!
 //! Per (sequence, token, kv head) row of D values: `amax = max |x|`,
 //! `inv = 127 / amax`, `q = round_ties_even(x · inv)`, stored scale
-//! `amax / 127`; an all-zero row stores zeros. Dequantized: `q · scale`.
+//! `amax / 127`; an all-zero row stores q = 0. Dequantized: `q · scale`.
+//! Cache bytes hold `q + 128` (offset binary, 1..=255), which the kernels
+//! turn into fp16 with one `prmt` and one subtraction.
 
 use cust::prelude::Stream;
 use decode_attn_abi::{quant_kernel_name, KvFormat, QuantDirection, QuantParams, QUANT_WARPS};
@@ -34,8 +36,8 @@ pub fn dequantize_int8_row(q: &[i8], scale: f32, out: &mut [f32]) {
 }
 
 /// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
-/// the shape's layout (`shape.kv_strides()`, elements): int8 bytes in the
-/// same layout (other bytes 0) and scales in `shape.side_strides()` (other
+/// the shape's layout (`shape.kv_strides()`, elements): bytes `q + 128` in
+/// the same layout (other bytes 0) and scales in `shape.side_strides()` (other
 /// entries NaN, so a kernel that reads a row past a length cannot pass).
 pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<f32>)> {
     check_cache_shape(shape, seq_lens, plain.len())?;
@@ -46,7 +48,7 @@ pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32])
     for_each_row(shape, seq_lens, |at, side_at| {
         scales[side_at] = quantize_int8_row(&plain[at..at + d], &mut q);
         for (o, &v) in data[at..at + d].iter_mut().zip(&q) {
-            *o = v as u8;
+            *o = (v as i32 + 128) as u8;
         }
     });
     Ok((data, scales))
@@ -60,7 +62,7 @@ pub fn dequantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], data: &[u8],
     let d = shape.head_dim as usize;
     let mut out = vec![f32::NAN; data.len()];
     for_each_row(shape, seq_lens, |at, side_at| {
-        let q: Vec<i8> = data[at..at + d].iter().map(|&b| b as i8).collect();
+        let q: Vec<i8> = data[at..at + d].iter().map(|&b| (b as i32 - 128) as i8).collect();
         dequantize_int8_row(&q, scales[side_at], &mut out[at..at + d]);
     });
     Ok(out)

@@ -65,7 +65,8 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
     let mut bytes = [0u32; E];
     #[allow(clippy::needless_range_loop)]
     for i in 0..E {
-        bytes[i] = (math::rint_i32(x[i] * inv).clamp(-127, 127) as u32) & 0xFF;
+        // Stored offset by 128 (offset binary): 1..=255.
+        bytes[i] = (math::rint_i32(x[i] * inv).clamp(-127, 127) + 128) as u32;
     }
     if E == 2 {
         memory::st_global_u16(dst, bytes[0] | (bytes[1] << 8));
@@ -96,8 +97,8 @@ pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &Quant
     for w in 0..E / 2 {
         // Two bytes per output pair; E = 2 reads the lane's only 2 bytes.
         let pair = memory::ld_global_nc_u16(src + 2 * w as u64);
-        let lo = ((pair & 0xFF) as u8 as i8) as f32 * scale;
-        let hi = ((pair >> 8) as u8 as i8) as f32 * scale;
+        let lo = ((pair & 0xFF) as i32 - 128) as f32 * scale;
+        let hi = ((pair >> 8) as i32 - 128) as f32 * scale;
         memory::st_global_u32(dst + 4 * w as u64, H::pack(lo, hi));
     }
 }

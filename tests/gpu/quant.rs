@@ -78,7 +78,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, d: u32
     scales.copy_to(&mut got_scales).map_err(err)?;
     if got_data != qb.host_k.0 {
         let i = got_data.iter().zip(&qb.host_k.0).position(|(a, b)| a != b).unwrap();
-        return Err(format!("quantize: byte {i} is {} on the GPU, {} on the CPU", got_data[i] as i8, qb.host_k.0[i] as i8));
+        return Err(format!("quantize: byte {i} is {} on the GPU, {} on the CPU", got_data[i], qb.host_k.0[i]));
     }
     if got_scales.iter().zip(&qb.host_k.1).any(|(a, b)| a.to_bits() != b.to_bits()) {
         return Err("quantize: scales differ from the CPU quantizer's".into());

@@ -42,3 +42,4 @@ pub fn warp_max(mut v: f32) -> f32 {
     }
     v
 }
+

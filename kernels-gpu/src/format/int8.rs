@@ -1,5 +1,6 @@
-//! int8 per-head caches: rows of D signed bytes (symmetric, `x ≈ q·scale`)
-//! and one f32 scale per row in side data, for K and V each.
+//! int8 per-head caches: rows of D bytes `q + 128` (symmetric, q in
+//! -127..=127, `x ≈ q·scale`) and one f32 scale per row in side data, for K
+//! and V each.
 //!
 //! Integers are converted to fp16 in registers, straight into mma B
 //! fragments (exact: |q| ≤ 127; two instructions per pair); the body
@@ -22,19 +23,19 @@ use crate::arch::{math, memory, mma, shared};
 
 pub struct Int8Kv<H>(PhantomData<H>);
 
-/// 16-bit types that signed bytes convert to exactly.
+/// 16-bit types that cache bytes convert to exactly.
 pub trait FromI8: Half {
-    /// Bytes `lo` and `hi` (0..4) of `w`, as signed integers, packed as a
-    /// pair of this type (`lo` in the low half).
+    /// Bytes `lo` and `hi` (0..4) of `w`, each `q + 128` for a q in
+    /// -127..=127, as the pair (q_lo, q_hi) of this type.
     fn pair(w: u32, lo: u32, hi: u32) -> u32;
 }
 
 impl FromI8 for super::F16 {
     #[inline(always)]
     fn pair(w: u32, lo: u32, hi: u32) -> u32 {
-        // f16 0x64XX = 1024 + XX: bias the bytes to unsigned, drop them into
-        // the mantissa, subtract 1024 + 128.
-        let h = math::prmt(w ^ 0x8080_8080, 0x6464_6464, lo | (4 << 4) | (hi << 8) | (4 << 12));
+        // Bytes are stored offset by 128 (`docs/formats.md`): f16 0x64XX is
+        // 1024 + XX, so one prmt and one subtraction of 1024 + 128 give q.
+        let h = math::prmt(w, 0x6464_6464, lo | (4 << 4) | (hi << 8) | (4 << 12));
         math::sub_f16x2(h, 0x6480_6480)
     }
 }
