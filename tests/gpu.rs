@@ -142,10 +142,12 @@ fn main() {
     let all = if sanitize { sanitize_cases() } else { cases() };
     let cases: Vec<Case> = all.into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
 
+    // Quantize / append / dequantize round trips: dtype × D × layout (NHD only under sanitizers).
+    let quant_cases = if filter.is_some() { 0 } else if sanitize { 2 * 3 } else { 2 * 3 * 2 };
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
         Err(why) => {
-            println!("gpu tests: {} skipped ({why})", cases.len());
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_cases);
             return;
         }
     };
