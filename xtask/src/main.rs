@@ -55,6 +55,9 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         fuzz_args: Vec<String>,
     },
+    /// Quantization error of the quantized formats against the bf16 cache
+    /// (K, V and the attention output; CPU only).
+    QuantError,
     /// Release test, fuzz and bench binaries, the PTX and `run.sh` in
     /// `target/bundle/`, for GPU machines without Rust.
     Bundle,
@@ -85,6 +88,7 @@ fn main() {
         Cmd::Test { cargo_args } => test(&cargo_args),
         Cmd::Bench { bench_args } => bench(&bench_args),
         Cmd::Fuzz { fuzz_args } => fuzz(&fuzz_args),
+        Cmd::QuantError => run(cargo().args(["run", "--quiet", "--release", "-p", "decode-attn", "--example", "quant_error"])),
         Cmd::Bundle => bundle::bundle(),
     };
     if let Err(e) = result {
