@@ -18,7 +18,7 @@ pub enum KvLayout {
     /// Explicit strides, in elements of the cache (2-byte values for
     /// bf16/f16, bytes for int8); `head_dim` values of a row are contiguous.
     /// Each stride must be a multiple of 16 bytes, for 16-byte vector loads.
-    /// A quantized cache's scales are then packed `[batch, max_seq_len, Hkv]`.
+    /// A quantized cache's scales have their own layout (`side_strides`).
     Strided { batch: u64, token: u64, head: u64 },
 }
 
@@ -126,14 +126,16 @@ impl DecodeShape {
     }
 
     /// Strides of the side data (scales) of a quantized cache, in entries:
-    /// `[batch, max_seq_len, Hkv]` for NHD and strided layouts,
-    /// `[batch, Hkv, max_seq_len]` for HND (`docs/formats.md`).
+    /// `[batch, Hkv, padded_len]` whatever the value layout, with
+    /// `padded_len = max_seq_len` rounded up to a multiple of 4, so that one
+    /// kv head's scales of consecutive tokens are contiguous and 16-byte
+    /// aligned in groups of 4 (a block reads only its own head's scales, in
+    /// 16-byte copies; interleaved heads would waste most of each 32-byte
+    /// sector).
     pub fn side_strides(&self) -> KvStrides {
-        let (h, n) = (self.num_kv_heads as u64, self.max_seq_len as u64);
-        match self.kv_layout {
-            KvLayout::Hnd => KvStrides { batch: h.saturating_mul(n), token: 1, head: n },
-            KvLayout::Nhd | KvLayout::Strided { .. } => KvStrides { batch: n.saturating_mul(h), token: h, head: 1 },
-        }
+        let padded = (self.max_seq_len as u64).next_multiple_of(4);
+        let h = self.num_kv_heads as u64;
+        KvStrides { batch: h.saturating_mul(padded), token: 1, head: padded }
     }
 
     /// Bytes a side-data buffer (K's or V's scales) must hold; 0 for
@@ -143,7 +145,8 @@ impl DecodeShape {
         if entry == 0 {
             return Some(0);
         }
-        (self.batch as u64).checked_mul(self.max_seq_len as u64)?.checked_mul(self.num_kv_heads as u64)?.checked_mul(entry)
+        let s = self.side_strides();
+        (self.batch as u64).checked_mul(s.batch)?.checked_mul(entry)
     }
 
     /// Bytes of Q (and of O).

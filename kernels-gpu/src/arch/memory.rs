@@ -5,22 +5,11 @@
 ///
 /// # Safety
 /// `dst` must be a 16-byte aligned shared address of the block; `src` a
-/// 16-byte aligned global address readable for `src_bytes` (0 or 16) bytes.
+/// 16-byte aligned global address readable for `src_bytes` (0..=16) bytes;
+/// the destination bytes past `src_bytes` are zero-filled.
 #[inline(always)]
 pub unsafe fn cp_async_16(dst: u32, src: u64, src_bytes: u32) {
     core::arch::asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
-        d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
-}
-
-/// `cp.async.ca.shared.global` of 4 bytes (side data); when `src_bytes` is
-/// 0 nothing is read and the destination is zero-filled.
-///
-/// # Safety
-/// `dst` a 4-byte aligned shared address; `src` a 4-byte aligned global
-/// address readable for `src_bytes` (0 or 4) bytes.
-#[inline(always)]
-pub unsafe fn cp_async_4(dst: u32, src: u64, src_bytes: u32) {
-    core::arch::asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {n};",
         d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
 }
 

@@ -61,12 +61,15 @@ macro_rules! int8_methods {
 
         #[inline(always)]
         unsafe fn load_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-            let mut r = tid;
-            while r < keys {
-                let key = first + r;
-                let in_range = key < end;
-                memory::cp_async_4(tile + 4 * r, side.row(if in_range { key } else { first }), if in_range { 4 } else { 0 });
-                r += nthreads;
+            // A head's scales of consecutive tokens are contiguous and
+            // 16-byte aligned per 4 tokens (`first` is a multiple of 4):
+            // 16-byte copies, the tail zero-filled.
+            let mut j = tid;
+            while 4 * j < keys {
+                let key = first + 4 * j;
+                let valid = if key < end { (end - key).min(4) } else { 0 };
+                memory::cp_async_16(tile + 16 * j, side.row(if valid > 0 { key } else { first }), 4 * valid);
+                j += nthreads;
             }
         }
 
