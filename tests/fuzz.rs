@@ -273,7 +273,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     };
     let plan = Tally::time(tally, "plan", || gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split })).map_err(|e| format!("plan: {e}"))?;
     let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;
-    let mut p = Tally::time(tally, "upload", || Problem::from_inputs(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
+    let mut p = Tally::time(tally, "upload", || Problem::for_attention(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
     let mut outs = Vec::new();
     for _ in 0..2 {
         Tally::time(tally, "run", || -> Result<(), String> {
@@ -469,7 +469,7 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
         let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split }).map_err(|e| e.to_string())?;
         let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
         let (q, k, v) = problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, 1).map_err(|e| e.to_string())?;
-        let mut p = Problem::from_inputs(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;
+        let mut p = Problem::for_attention(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;
         p.run(&gpu.attn, &plan, &mut ws, &gpu.stream).map_err(|e| e.to_string())?;
         gpu.stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
         Ok(())

@@ -48,3 +48,19 @@ fn a_cache_quantizes_only_its_rows_in_either_layout() {
         }
     }
 }
+
+#[test]
+fn overlapping_sequence_regions_are_quantized_serially_with_the_same_bits() {
+    // One sequence: NHD (own region, threaded path) vs the same rows through
+    // strides with a zero batch stride (serial path).
+    let nhd = DecodeShape { kv_format: KvFormat::Int8, ..DecodeShape::bf16(1, 2, 2, 64, 1, 12) };
+    let strided = DecodeShape { kv_layout: KvLayout::Strided { batch: 0, token: 128, head: 64 }, ..nhd.clone() };
+    let lens = [9u32];
+    let (_, k, _) = problem_inputs(&nhd, &lens, Distribution::HeavyTailed, 3, 1).unwrap();
+    let a = quantize_cache_int8(&nhd, &lens, &k).unwrap();
+    let b = quantize_cache_int8(&strided, &lens, &k).unwrap();
+    assert_eq!(a.0, b.0);
+    assert!(a.1.iter().zip(&b.1).all(|(x, y)| x.to_bits() == y.to_bits()));
+    let (da, db) = (dequantize_cache_int8(&nhd, &lens, &a.0, &a.1).unwrap(), dequantize_cache_int8(&strided, &lens, &b.0, &b.1).unwrap());
+    assert!(da.iter().zip(&db).all(|(x, y)| x.to_bits() == y.to_bits()));
+}

@@ -98,6 +98,19 @@ pub fn visible_spans(shape: &DecodeShape, seq_lens: &[u32]) -> Vec<(usize, usize
     merged
 }
 
+/// Rounds `host[span]` to `T` in place (on all threads).
+fn round_in_place<T: Half16>(host: &mut [f32], spans: &[(usize, usize)]) {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for &(s, e) in spans {
+        let chunk = (e - s).div_ceil(threads).max(1 << 14);
+        std::thread::scope(|sc| {
+            for part in host[s..e].chunks_mut(chunk) {
+                sc.spawn(move || part.iter_mut().for_each(|x| *x = T::from_f32(*x).to_f32()));
+            }
+        });
+    }
+}
+
 /// Rounds `host[span]` to `T` in place and copies those spans into a new
 /// device buffer of `host.len()` elements whose other elements are NaN.
 fn upload<T: Half16>(host: &mut [f32], spans: &[(usize, usize)]) -> Result<DeviceBuffer<T>> {
@@ -154,22 +167,42 @@ impl Problem {
     /// Rounds the f32 inputs to the shape's types (in place: the host copies
     /// are what the GPU sees) and uploads them; O starts as NaN. Of K and V
     /// only the spans holding visible rows are converted and copied; the
-    /// rest of each device buffer is set to NaN on the device.
-    pub fn from_inputs(shape: &DecodeShape, seq_lens: &[u32], mut q: Vec<f32>, mut k: Vec<f32>, mut v: Vec<f32>) -> Result<Problem> {
+    /// rest of each device buffer is set to NaN on the device. Quantized
+    /// formats also keep the unquantized 16-bit cache on the device.
+    pub fn from_inputs(shape: &DecodeShape, seq_lens: &[u32], q: Vec<f32>, k: Vec<f32>, v: Vec<f32>) -> Result<Problem> {
+        Self::build(shape, seq_lens, q, k, v, true)
+    }
+
+    /// As [`Problem::from_inputs`], without the unquantized 16-bit cache of
+    /// a quantized format (what attention alone needs: half the uploads).
+    pub fn for_attention(shape: &DecodeShape, seq_lens: &[u32], q: Vec<f32>, k: Vec<f32>, v: Vec<f32>) -> Result<Problem> {
+        Self::build(shape, seq_lens, q, k, v, false)
+    }
+
+    fn build(shape: &DecodeShape, seq_lens: &[u32], mut q: Vec<f32>, mut k: Vec<f32>, mut v: Vec<f32>, keep_plain: bool) -> Result<Problem> {
         let n_o = shape.q_elems() as usize;
         let spans = visible_spans(shape, seq_lens);
         let whole = [(0, q.len())];
+        let plain = keep_plain || !shape.kv_format.is_quantized();
+        fn kv<T: Half16>(host: &mut [f32], spans: &[(usize, usize)], plain: bool) -> Result<DeviceBuffer<T>> {
+            if plain {
+                upload::<T>(host, spans)
+            } else {
+                round_in_place::<T>(host, spans);
+                Ok(DeviceBuffer::from_slice(&[T::default()])?)
+            }
+        }
         let bufs = match shape.dtype {
             Dtype::Bf16 => Buffers::Bf16 {
                 q: upload::<bf16>(&mut q, &whole)?,
-                k: upload::<bf16>(&mut k, &spans)?,
-                v: upload::<bf16>(&mut v, &spans)?,
+                k: kv::<bf16>(&mut k, &spans, plain)?,
+                v: kv::<bf16>(&mut v, &spans, plain)?,
                 o: DeviceBuffer::from_slice(&vec![bf16::from_bits(NAN16); n_o])?,
             },
             Dtype::F16 => Buffers::F16 {
                 q: upload::<f16>(&mut q, &whole)?,
-                k: upload::<f16>(&mut k, &spans)?,
-                v: upload::<f16>(&mut v, &spans)?,
+                k: kv::<f16>(&mut k, &spans, plain)?,
+                v: kv::<f16>(&mut v, &spans, plain)?,
                 o: DeviceBuffer::from_slice(&vec![f16::from_bits(NAN16); n_o])?,
             },
         };
