@@ -39,16 +39,19 @@ pub fn dequantize_int8_row(q: &[i8], scale: f32, out: &mut [f32]) {
 /// the shape's layout (`shape.kv_strides()`, elements): bytes `q + 128` in
 /// the same layout (other bytes 0) and scales in `shape.side_strides()` (other
 /// entries NaN, so a kernel that reads a row past a length cannot pass).
-/// Sequences are quantized in parallel.
+/// Rows are quantized in parallel.
 pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<f32>)> {
     check_cache_shape(shape, seq_lens, plain.len())?;
     let d = shape.head_dim as usize;
     let mut data = vec![0u8; shape.kv_elems_required().unwrap_or(0) as usize];
     let mut scales = vec![f32::NAN; (shape.side_bytes_required().unwrap_or(0) / 4) as usize];
-    per_sequence(shape, seq_lens, &mut data, &mut scales, |row: Row, data, scales| {
+    let (out, side) = (Shared::new(&mut data), Shared::new(&mut scales));
+    for_each_row(shape, seq_lens, |at, s| {
         let mut q = [0i8; 256];
-        scales[row.side] = quantize_int8_row(&plain[row.abs..][..d], &mut q[..d]);
-        for (o, &v) in data[row.at..row.at + d].iter_mut().zip(&q[..d]) {
+        // SAFETY: each row and scale goes to one thread (`for_each_row`).
+        let (row, scale) = unsafe { (out.slice(at, d), side.slice(s, 1)) };
+        scale[0] = quantize_int8_row(&plain[at..at + d], &mut q[..d]);
+        for (o, &v) in row.iter_mut().zip(&q[..d]) {
             *o = (v as i32 + 128) as u8;
         }
     });
@@ -62,66 +65,47 @@ pub fn dequantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], data: &[u8],
     ensure((scales.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), "scales", "one scale per row of the cache", scales.len())?;
     let d = shape.head_dim as usize;
     let mut out = vec![f32::NAN; data.len()];
-    let mut scales_copy = scales.to_vec();
-    per_sequence(shape, seq_lens, &mut out, &mut scales_copy, |row: Row, out, scales| {
-        let s = scales[row.side];
-        for (o, &byte) in out[row.at..row.at + d].iter_mut().zip(&data[row.abs..][..d]) {
+    let shared = Shared::new(&mut out);
+    for_each_row(shape, seq_lens, |at, si| {
+        // SAFETY: each row goes to one thread (`for_each_row`).
+        let row = unsafe { shared.slice(at, d) };
+        let s = scales[si];
+        for (o, &byte) in row.iter_mut().zip(&data[at..at + d]) {
             *o = (byte as i32 - 128) as f32 * s;
         }
     });
     Ok(out)
 }
 
-/// One row as `per_sequence` hands it out.
-#[derive(Clone, Copy)]
-struct Row {
-    /// Element offset of the row in the whole cache.
-    abs: usize,
-    /// Element offset of the row in the region handed out with it.
-    at: usize,
-    /// Index of its scale in the side region handed out with it.
-    side: usize,
-}
-
-/// Calls `f(row, region of values, region of side data)` for every row
-/// `t < seq_lens[b]` of every kv head: one thread per group of sequences
-/// when sequences own disjoint regions (every built-in layout), else
-/// serially with the whole buffers as the regions.
-fn per_sequence<T: Send, S: Send>(shape: &DecodeShape, seq_lens: &[u32], values: &mut [T], side: &mut [S], f: impl Fn(Row, &mut [T], &mut [S]) + Sync) {
+/// Calls `f(element offset of the row, index of its scale)` for every row
+/// `t < seq_lens[b]` of every kv head. When the layout keeps rows (and
+/// sequences) disjoint, as every built-in layout does, rows are spread over
+/// all threads; otherwise they run in order on one.
+fn for_each_row(shape: &DecodeShape, seq_lens: &[u32], f: impl Fn(usize, usize) + Sync) {
     let (st, ss) = (shape.kv_strides(), shape.side_strides());
-    let d = shape.head_dim as u64;
-    let extent = (shape.max_seq_len as u64 - 1) * st.token + (shape.num_kv_heads as u64 - 1) * st.head + d;
-    let rows = |b: usize, values: &mut [T], side: &mut [S], rel: bool| {
-        let (vb, sb) = (b as u64 * st.batch, b as u64 * ss.batch);
-        for t in 0..seq_lens[b] as u64 {
-            for h in 0..shape.num_kv_heads as u64 {
-                let (v, s) = (t * st.token + h * st.head, t * ss.token + h * ss.head);
-                let row = if rel { Row { abs: (vb + v) as usize, at: v as usize, side: s as usize } } else { Row { abs: (vb + v) as usize, at: (vb + v) as usize, side: (sb + s) as usize } };
-                f(row, values, side);
-            }
+    let (d, hkv, n) = (shape.head_dim as u64, shape.num_kv_heads as u64, shape.max_seq_len as u64);
+    let extent = (n - 1) * st.token + (hkv - 1) * st.head + d;
+    let token_major = st.head >= d && st.token >= hkv * st.head;
+    let head_major = st.token >= d && st.head >= n * st.token;
+    let disjoint = (token_major || head_major) && (shape.batch == 1 || st.batch >= extent);
+    let rows: Vec<(u32, u32, u32)> =
+        seq_lens.iter().enumerate().flat_map(|(b, &len)| (0..len).flat_map(move |t| (0..hkv as u32).map(move |h| (b as u32, t, h)))).collect();
+    let run = |rows: &[(u32, u32, u32)]| {
+        for &(b, t, h) in rows {
+            let at = b as u64 * st.batch + t as u64 * st.token + h as u64 * st.head;
+            let side = b as u64 * ss.batch + t as u64 * ss.token + h as u64 * ss.head;
+            f(at as usize, side as usize);
         }
     };
-    if st.batch >= extent && st.batch > 0 && ss.batch > 0 {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mut jobs: Vec<(usize, &mut [T], &mut [S])> =
-            values.chunks_mut(st.batch as usize).zip(side.chunks_mut(ss.batch as usize)).enumerate().map(|(b, (v, s))| (b, v, s)).collect();
-        jobs.truncate(seq_lens.len());
-        let per = jobs.len().div_ceil(threads).max(1);
-        std::thread::scope(|scope| {
-            for group in jobs.chunks_mut(per) {
-                let rows = &rows;
-                scope.spawn(move || {
-                    for (b, v, s) in group.iter_mut() {
-                        rows(*b, v, s, true);
-                    }
-                });
-            }
-        });
-    } else {
-        for b in 0..seq_lens.len() {
-            rows(b, values, side, false);
-        }
+    if !disjoint {
+        return run(&rows);
     }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|s| {
+        for part in rows.chunks(rows.len().div_ceil(threads).max(256)) {
+            s.spawn(|| run(part));
+        }
+    });
 }
 
 fn check_cache_shape(shape: &DecodeShape, seq_lens: &[u32], len: usize) -> Result<()> {
@@ -130,6 +114,22 @@ fn check_cache_shape(shape: &DecodeShape, seq_lens: &[u32], len: usize) -> Resul
     ensure(shape.kv_format == KvFormat::Int8, "kv_format", "int8", shape.kv_format.name())?;
     let need = shape.kv_elems_required().unwrap_or(u64::MAX);
     ensure(len as u64 >= need, "plain", format!("at least {need} values"), len)
+}
+
+/// A buffer that threads write at disjoint places (`for_each_row` hands
+/// each row, and each scale, to exactly one thread).
+struct Shared<T>(*mut T, usize);
+unsafe impl<T: Send> Sync for Shared<T> {}
+impl<T> Shared<T> {
+    fn new(v: &mut [T]) -> Self {
+        Shared(v.as_mut_ptr(), v.len())
+    }
+    /// # Safety
+    /// No other thread accesses `at .. at + len` meanwhile.
+    unsafe fn slice(&self, at: usize, len: usize) -> &mut [T] {
+        assert!(at + len <= self.1, "row past the buffer");
+        std::slice::from_raw_parts_mut(self.0.add(at), len)
+    }
 }
 
 /// The device buffers of one quantized tensor (K's or V's values and scales).
