@@ -17,7 +17,7 @@
 
 use core::marker::PhantomData;
 
-use super::{swizzled, Half, KvFormat};
+use super::{copy_rows, swizzled, Half, KvFormat};
 use crate::addressing::RowAddressing;
 use crate::arch::{math, memory, mma, shared};
 
@@ -40,63 +40,6 @@ impl FromI8 for super::F16 {
     }
 }
 
-
-/// The storage methods, the same for both compute types.
-macro_rules! int8_methods {
-    () => {
-        #[inline(always)]
-        unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-            let chunks_per_row = (D / 16) as u32;
-            let mut c = tid;
-            while c < keys * chunks_per_row {
-                let row = c / chunks_per_row;
-                let chunk = c % chunks_per_row;
-                let key = first + row;
-                let in_range = key < end;
-                let src_key = if in_range { key } else { first };
-                memory::cp_async_16(tile + swizzled(row, chunk, D as u32), rows.row(src_key) + chunk as u64 * 16, if in_range { 16 } else { 0 });
-                c += nthreads;
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn load_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-            // A head's scales of consecutive tokens are contiguous and
-            // 16-byte aligned per 4 tokens (`first` is a multiple of 4):
-            // 16-byte copies, the tail zero-filled.
-            let mut j = tid;
-            while 4 * j < keys {
-                let key = first + 4 * j;
-                let valid = if key < end { (end - key).min(4) } else { 0 };
-                memory::cp_async_16(tile + 16 * j, side.row(if valid > 0 { key } else { first }), 4 * valid);
-                j += nthreads;
-            }
-        }
-
-        #[inline(always)]
-        unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
-            // K_DIMS_PERMUTED: bytes 4c .. 4c+4 of the chunk are this thread's
-            // logical dims 2c, 2c+1 (b0) and 2c+8, 2c+9 (b1).
-            let (g, c) = (lane / 4, lane % 4);
-            let w0 = shared::ld_shared_u32(tile + swizzled(key + g, kc, D as u32) + 4 * c);
-            let w1 = shared::ld_shared_u32(tile + swizzled(key + 8 + g, kc, D as u32) + 4 * c);
-            type H<T> = <T as KvFormat>::Compute;
-            [H::<Self>::pair(w0, 0, 1), H::<Self>::pair(w0, 2, 3), H::<Self>::pair(w1, 0, 1), H::<Self>::pair(w1, 2, 3)]
-        }
-
-        #[inline(always)]
-        unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
-            // Lanes 0..8 address keys 0..8 of chunk np, lanes 8..16 keys 8..16.
-            let row = key + (lane % 16);
-            let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(row, np, D as u32));
-            // w = [v(2c, 2g), v(2c, 2g+1), v(2c+1, 2g), v(2c+1, 2g+1)] (dims
-            // relative to 16·np): bytes 0, 2 are dim 2g, bytes 1, 3 dim 2g+1.
-            type H<T> = <T as KvFormat>::Compute;
-            [H::<Self>::pair(w0, 0, 2), H::<Self>::pair(w1, 0, 2), H::<Self>::pair(w0, 1, 3), H::<Self>::pair(w1, 1, 3)]
-        }
-    };
-}
-
 // Both query dtypes compute in fp16: bytes become fp16 with two
 // instructions per pair (`FromI8`), and Q is converted exactly.
 impl<Q: Half> KvFormat for Int8Kv<Q> {
@@ -106,7 +49,45 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
     const SCALED: bool = true;
     const V_DIMS_INTERLEAVED: bool = true;
     const K_DIMS_PERMUTED: bool = true;
-    int8_methods!();
-}
+    #[inline(always)]
+    unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        copy_rows(rows, tile, first, end, keys, D as u32, tid, nthreads)
+    }
 
+    #[inline(always)]
+    unsafe fn load_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        // A head's scales of consecutive tokens are contiguous and
+        // 16-byte aligned per 4 tokens (`first` is a multiple of 4):
+        // 16-byte copies, the tail zero-filled.
+        let mut j = tid;
+        while 4 * j < keys {
+            let key = first + 4 * j;
+            let valid = if key < end { (end - key).min(4) } else { 0 };
+            memory::cp_async_16(tile + 16 * j, side.row(if valid > 0 { key } else { first }), 4 * valid);
+            j += nthreads;
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
+        // K_DIMS_PERMUTED: bytes 4c .. 4c+4 of the chunk are this thread's
+        // logical dims 2c, 2c+1 (b0) and 2c+8, 2c+9 (b1).
+        let (g, c) = (lane / 4, lane % 4);
+        let w0 = shared::ld_shared_u32(tile + swizzled(key + g, kc, D as u32) + 4 * c);
+        let w1 = shared::ld_shared_u32(tile + swizzled(key + 8 + g, kc, D as u32) + 4 * c);
+        type H<T> = <T as KvFormat>::Compute;
+        [H::<Self>::pair(w0, 0, 1), H::<Self>::pair(w0, 2, 3), H::<Self>::pair(w1, 0, 1), H::<Self>::pair(w1, 2, 3)]
+    }
+
+    #[inline(always)]
+    unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
+        // Lanes 0..8 address keys 0..8 of chunk np, lanes 8..16 keys 8..16.
+        let row = key + (lane % 16);
+        let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(row, np, D as u32));
+        // w = [v(2c, 2g), v(2c, 2g+1), v(2c+1, 2g), v(2c+1, 2g+1)] (dims
+        // relative to 16·np): bytes 0, 2 are dim 2g, bytes 1, 3 dim 2g+1.
+        type H<T> = <T as KvFormat>::Compute;
+        [H::<Self>::pair(w0, 0, 2), H::<Self>::pair(w1, 0, 2), H::<Self>::pair(w0, 1, 3), H::<Self>::pair(w1, 1, 3)]
+    }
+}
 

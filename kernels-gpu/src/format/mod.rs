@@ -127,3 +127,27 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
     let mask = if chunks >= 8 { 7 } else { chunks - 1 };
     row * row_bytes + ((chunk ^ ((row / rows_per_line) & mask)) << 4)
 }
+
+/// Issues this thread's share of 16-byte `cp.async` copies of rows
+/// `first .. first + keys` (each `row_bytes` long) into the swizzled tile;
+/// rows at or past `end` read nothing and are zero-filled, their source
+/// address staying a valid one. The row copy every format shares.
+///
+/// # Safety
+/// As [`KvFormat::load_rows`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
+    let chunks_per_row = row_bytes / 16;
+    let mut c = tid;
+    while c < keys * chunks_per_row {
+        let row = c / chunks_per_row;
+        let chunk = c % chunks_per_row;
+        let key = first + row;
+        let in_range = key < end;
+        let src_key = if in_range { key } else { first };
+        let addr = rows.row(src_key) + (chunk as u64) * 16;
+        crate::arch::memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if in_range { 16 } else { 0 });
+        c += nthreads;
+    }
+}

@@ -3,9 +3,9 @@
 
 use core::marker::PhantomData;
 
-use super::{swizzled, Bf16, Half, KvFormat, F16};
+use super::{copy_rows, swizzled, Bf16, Half, KvFormat, F16};
 use crate::addressing::RowAddressing;
-use crate::arch::{memory, mma};
+use crate::arch::mma;
 
 pub struct PlainKv<H>(PhantomData<H>);
 
@@ -26,20 +26,7 @@ impl<H: Half + PlainFormatId> KvFormat for PlainKv<H> {
 
     #[inline(always)]
     unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        let chunks_per_row = (D / 8) as u32;
-        let row_bytes = (D * 2) as u32;
-        let mut c = tid;
-        while c < keys * chunks_per_row {
-            let row = c / chunks_per_row;
-            let chunk = c % chunks_per_row;
-            let key = first + row;
-            let in_range = key < end;
-            // Out-of-range rows read nothing; their address stays a valid one.
-            let src_key = if in_range { key } else { first };
-            let addr = rows.row(src_key) + (chunk as u64) * 16;
-            memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if in_range { 16 } else { 0 });
-            c += nthreads;
-        }
+        copy_rows(rows, tile, first, end, keys, (D * 2) as u32, tid, nthreads)
     }
 
     #[inline(always)]
