@@ -44,7 +44,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// KV formats to fuzz, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16", "int8"])]
+    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16", "int8", "int4-g32", "int4-g64", "int4-g128"])]
     format: Vec<String>,
     /// The regressions file (read first; new failures are appended).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fuzz-regressions.txt"))]
@@ -155,6 +155,12 @@ fn draw() -> impl Strategy<Value = Draw> {
 /// Turns a draw into a valid case within the budgets: halves the batch, then
 /// the longest lengths, until K/V and the reference's work fit.
 fn fit(d: &Draw, format: KvFormat) -> Case {
+    // A group cannot be wider than a row: int4-g128 takes head_dim ≥ 128.
+    let mut d = d.clone();
+    if !format.supports_head_dim(d.head_dim) {
+        d.head_dim = 128;
+    }
+    let d = &d;
     let stage = stage_keys(format, d.head_dim);
     let q_len = d.q_len;
     let mut lens: Vec<u32> = d
@@ -195,7 +201,7 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         LayoutKind::Hnd => KvLayout::Hnd,
         LayoutKind::Padded(a, b, c) => {
             // Padding in 16-byte steps, in the cache's elements.
-            let step = 16 / format.row_bytes(1).max(1) as u64;
+            let step = 128 / format.bits() as u64;
             let head = d.head_dim as u64 + step * a as u64;
             let token = d.num_kv_heads as u64 * head + step * b as u64;
             KvLayout::Strided { batch: cap as u64 * token + step * c as u64, token, head }

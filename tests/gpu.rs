@@ -87,21 +87,26 @@ fn cases() -> Vec<Case> {
         let lens: Vec<u32> = (0..24).map(|_| 1 + rng.below(3000) as u32).collect();
         add("mha-ragged-batch", shape(dtype, 24, 4, 4, 128, 1, 3000, KvLayout::Nhd), lens, Auto, Normal, None);
     }
-    // int8 per-head caches, computed in either query dtype: the same regimes.
-    for dtype in Dtype::ALL {
-        let int8 = |s: DecodeShape| DecodeShape { kv_format: KvFormat::Int8, ..s };
-        for d in [64u32, 128, 256] {
-            let stage = decode_attn::plan::stage_keys(KvFormat::Int8, d);
-            add("mha-short", int8(shape(dtype, 3, 4, 4, d, 1, 64, KvLayout::Nhd)), vec![1, 17, 64], Never, Normal, None);
-            add("gqa-chunk-edges", int8(shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd)), vec![stage - 1, stage, stage + 1, 3 * stage + 5], ChunkKeys(stage), Heavy, None);
-            add("gqa-ragged-long", int8(shape(dtype, 3, 8, 2, d, 8, 4200, KvLayout::Nhd)), vec![4103, 17, 2500], Auto, Normal, None);
+    // Quantized caches (int8 per head, int4 per group), computed in either
+    // query dtype: the same regimes.
+    for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
+        for dtype in Dtype::ALL {
+            let q = |s: DecodeShape| DecodeShape { kv_format: format, ..s };
+            for d in [64u32, 128, 256].into_iter().filter(|&d| format.supports_head_dim(d)) {
+                let stage = decode_attn::plan::stage_keys(format, d);
+                add("mha-short", q(shape(dtype, 3, 4, 4, d, 1, 64, KvLayout::Nhd)), vec![1, 17, 64], Never, Normal, None);
+                add("gqa-chunk-edges", q(shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd)), vec![stage - 1, stage, stage + 1, 3 * stage + 5], ChunkKeys(stage), Heavy, None);
+                add("gqa-ragged-long", q(shape(dtype, 3, 8, 2, d, 8, 4200, KvLayout::Nhd)), vec![4103, 17, 2500], Auto, Normal, None);
+            }
+            add("mqa-48rows", q(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Auto, Heavy, None);
+            add("mqa-48rows", q(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Never, Normal, None);
+            add("mqa-256rows", q(shape(dtype, 2, 32, 1, 128, 8, 700, KvLayout::Hnd)), vec![650, 9], ChunkKeys(128), Normal, None);
+            add("gqa8-split", q(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+            // Padded strides (in the cache's values): 16 bytes of padding per row, 2 rows per token.
+            let pad = 128 / format.bits();
+            let padded = KvLayout::Strided { batch: 40 * 2 * (128 + pad) as u64, token: 2 * (128 + pad) as u64, head: (128 + pad) as u64 };
+            add("strided", q(shape(dtype, 2, 4, 2, 128, 2, 40, padded)), vec![40, 2], ChunkKeys(16), Normal, None);
         }
-        add("mqa-48rows", int8(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Auto, Heavy, None);
-        add("mqa-48rows", int8(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Never, Normal, None);
-        add("mqa-256rows", int8(shape(dtype, 2, 32, 1, 64, 8, 700, KvLayout::Hnd)), vec![650, 9], ChunkKeys(128), Normal, None);
-        add("gqa8-split", int8(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
-        let padded = KvLayout::Strided { batch: 40 * 2 * 144, token: 2 * 144, head: 144 };
-        add("strided", int8(shape(dtype, 2, 4, 2, 128, 2, 40, padded)), vec![40, 2], ChunkKeys(16), Normal, None);
     }
     out
 }
@@ -120,17 +125,37 @@ fn sanitize_cases() -> Vec<Case> {
                 let name = format!("{}/sanitize/d{d}/{split:?}", dtype.name());
                 out.push(Case { name, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None });
             }
-            let stage8 = decode_attn::plan::stage_keys(KvFormat::Int8, d);
-            let lens8 = vec![stage8 - 1, stage8, stage8 + 1, 2 * stage8 + 1];
-            for split in [SplitPolicy::ChunkKeys(stage8), SplitPolicy::Never] {
-                let s = DecodeShape { kv_format: KvFormat::Int8, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Hnd) };
-                let name = format!("int8/{}/sanitize/d{d}/{split:?}", dtype.name());
-                out.push(Case { name, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None });
+            for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized() && f.supports_head_dim(d)) {
+                let stage8 = decode_attn::plan::stage_keys(format, d);
+                let lens8 = vec![stage8 - 1, stage8, stage8 + 1, 2 * stage8 + 1];
+                for split in [SplitPolicy::ChunkKeys(stage8), SplitPolicy::Never] {
+                    let s = DecodeShape { kv_format: format, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Hnd) };
+                    let name = format!("{}/{}/sanitize/d{d}/{split:?}", format.name(), dtype.name());
+                    out.push(Case { name, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None });
+                }
             }
         }
         // The largest group × q_len: 64 heads × 8 tokens = 512 rows, 8 row chunks.
         let s = shape(dtype, 2, 64, 1, 128, 8, 200, KvLayout::Hnd);
         out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None });
+    }
+    out
+}
+
+/// Quantize / append / dequantize round trips: every quantized format ×
+/// dtype × head dim × layout (NHD only under the sanitizers).
+fn quant_cases(sanitize: bool) -> Vec<(KvFormat, Dtype, u32, KvLayout)> {
+    let mut out = Vec::new();
+    for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
+        for dtype in Dtype::ALL {
+            for d in [64u32, 128, 256].into_iter().filter(|&d| format.supports_head_dim(d)) {
+                for layout in [KvLayout::Nhd, KvLayout::Hnd] {
+                    if !(sanitize && layout == KvLayout::Hnd) {
+                        out.push((format, dtype, d, layout));
+                    }
+                }
+            }
+        }
     }
     out
 }
@@ -142,12 +167,11 @@ fn main() {
     let all = if sanitize { sanitize_cases() } else { cases() };
     let cases: Vec<Case> = all.into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
 
-    // Quantize / append / dequantize round trips: dtype × D × layout (NHD only under sanitizers).
-    let quant_cases = if filter.is_some() { 0 } else if sanitize { 2 * 3 } else { 2 * 3 * 2 };
+    let quant_count = if filter.is_some() { 0 } else { quant_cases(sanitize).len() };
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
         Err(why) => {
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_cases);
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count);
             return;
         }
     };
@@ -187,14 +211,11 @@ fn main() {
         }
     }
     if filter.is_none() {
-        for dtype in Dtype::ALL {
-            for d in [64u32, 128, 256] {
-                for layout in [KvLayout::Nhd, KvLayout::Hnd] {
-                    if sanitize && layout == KvLayout::Hnd {
-                        continue;
-                    }
-                    let name = format!("int8/{}/quantize-append-dequantize/d{d}/{layout:?}", dtype.name());
-                    match quant::round_trips(&attn, &stream, dtype, d, layout) {
+        for (format, dtype, d, layout) in quant_cases(sanitize) {
+            {
+                {
+                    let name = format!("{}/{}/quantize-append-dequantize/d{d}/{layout:?}", format.name(), dtype.name());
+                    match quant::round_trips(&attn, &stream, format, dtype, d, layout) {
                         Ok(()) => {
                             println!("ok   {name:<60} GPU bits == CPU bits");
                             passed += 1;

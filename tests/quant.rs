@@ -64,3 +64,27 @@ fn overlapping_sequence_regions_are_quantized_serially_with_the_same_bits() {
     let (da, db) = (dequantize_cache_int8(&nhd, &lens, &a.0, &a.1).unwrap(), dequantize_cache_int8(&strided, &lens, &b.0, &b.1).unwrap());
     assert!(da.iter().zip(&db).all(|(x, y)| x.to_bits() == y.to_bits()));
 }
+
+#[test]
+fn int4_groups_round_trip_within_half_a_step_and_use_the_kernel_nibble_order() {
+    use decode_attn::quant::{dequantize_int4_row, int4_slot, quantize_int4_row};
+    // Dims 0..8 of a word go to slots 0 4 1 5 2 6 3 7.
+    assert_eq!((0..8).map(int4_slot).collect::<Vec<_>>(), [0, 4, 1, 5, 2, 6, 3, 7]);
+    let x: Vec<f32> = (0..64).map(|i| ((i * 37 % 64) as f32 - 20.0) * 0.25).collect();
+    let (mut bytes, mut side) = (vec![0u8; 32], vec![0u32; 2]);
+    quantize_int4_row(&x, 32, &mut bytes, &mut side);
+    let mut back = vec![0f32; 64];
+    dequantize_int4_row(&bytes, &side, 32, &mut back);
+    for (g, xs) in x.chunks(32).enumerate() {
+        let s = decode_attn::half::f16::from_bits(side[g] as u16).to_f32();
+        for (i, &v) in xs.iter().enumerate() {
+            let err = (v - back[g * 32 + i]).abs();
+            assert!(err <= 0.5 * s + 0.01 * v.abs().max(1.0), "group {g} dim {i}: {v} -> {} (scale {s})", back[g * 32 + i]);
+        }
+    }
+    // A constant group has scale 0 and comes back exactly (its zero).
+    let mut side1 = vec![0u32; 1];
+    quantize_int4_row(&[1.5; 32], 32, &mut bytes[..16], &mut side1);
+    dequantize_int4_row(&bytes[..16], &side1, 32, &mut back[..32]);
+    assert!(back[..32].iter().all(|&v| v == 1.5));
+}

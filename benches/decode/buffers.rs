@@ -22,7 +22,9 @@ pub struct BufferSet {
     pub k: DeviceBuffer<u8>,
     pub v: DeviceBuffer<u8>,
     pub o: DeviceBuffer<u8>,
-    pub scales: Option<(DeviceBuffer<f32>, DeviceBuffer<f32>)>,
+    /// Side data of K and V as 32-bit words (int8 scales, int4 scale/zero pairs).
+    pub scales: Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>,
+    side: Option<ElemType>,
     qo: ElemType,
     kv: ElemType,
 }
@@ -44,7 +46,7 @@ impl BufferSet {
     pub fn new(attn: &DecodeAttention, shape: &DecodeShape, seed: u64, stream: &Stream) -> Result<Self, String> {
         let q_bytes = shape.q_bytes().ok_or("q size overflows")?;
         let kv_bytes = shape.kv_bytes_required().ok_or("kv size overflows")?;
-        let mut set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, scales: None, qo: qo_elem(shape), kv: kv_elem(shape) };
+        let mut set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, scales: None, side: decode_attn::check::side_elem(shape.kv_format), qo: qo_elem(shape), kv: kv_elem(shape) };
         let e = |e: decode_attn::Error| e.to_string();
         let fill = |buf: &DeviceBuffer<u8>, elem: ElemType, s: u64| {
             // SAFETY: the buffer is alive and written only by this fill.
@@ -58,7 +60,8 @@ impl BufferSet {
             let plain = alloc(shape.kv_elems_required().unwrap_or(0) * 2)?;
             let n_side = (shape.side_bytes_required().unwrap_or(0) / 4) as usize;
             // SAFETY: every scale is written by the quantize kernel.
-            let mut scales = unsafe { (DeviceBuffer::<f32>::uninitialized(n_side), DeviceBuffer::<f32>::uninitialized(n_side)) };
+            let mut scales = unsafe { (DeviceBuffer::<u32>::uninitialized(n_side), DeviceBuffer::<u32>::uninitialized(n_side)) };
+            let side_elem = set.side.ok_or("a quantized format without side data")?;
             let (ks, vs) = (scales.0.as_mut().map_err(|e| e.to_string())?, scales.1.as_mut().map_err(|e| e.to_string())?);
             for (data, side, s) in [(&set.k, ks, 2), (&set.v, vs, 3)] {
                 fill(&plain, set.qo, s)?;
@@ -67,7 +70,7 @@ impl BufferSet {
                     (
                         TensorRef::from_raw(plain.as_device_ptr().as_raw(), plain.len() / 2, set.qo),
                         TensorMut::from_raw(data.as_device_ptr().as_raw(), data.len(), ElemType::U8),
-                        TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), ElemType::F32),
+                        TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), side_elem),
                     )
                 };
                 attn.quantize(shape, &lens, plain_v, decode_attn::QuantizedMut { data: data_v, scales: side_v }, stream).map_err(e)?;
@@ -99,9 +102,13 @@ impl BufferSet {
         // SAFETY: the view borrows `o` mutably for its lifetime.
         let o = unsafe { TensorMut::from_raw(o.as_device_ptr().as_raw(), o.len() / self.qo.size_bytes(), self.qo) };
         let (k, v) = (Self::view(&self.k, self.kv), Self::view(&self.v, self.kv));
-        let cache = match &self.scales {
-            Some((ks, vs)) => KvCache::quantized(k, v, ks, vs),
-            None => KvCache::plain(k, v),
+        let cache = match (&self.scales, self.side) {
+            (Some((ks, vs)), Some(elem)) => {
+                // SAFETY: views of this set's live side buffers.
+                let side = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len(), elem) };
+                KvCache::quantized(k, v, side(ks), side(vs))
+            }
+            _ => KvCache::plain(k, v),
         };
         (Self::view(&self.q, self.qo), cache, o)
     }

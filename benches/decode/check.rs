@@ -41,12 +41,14 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
         let q = to_f32(&download::<u16>(at(&set.q, q_seq), q_seq)?, shape.dtype);
         let (k, v) = match (&set.scales, shape.kv_format.required_dtype()) {
             (Some((ks, vs)), _) => {
-                // One sequence's int8 rows and scales, dequantized as the kernel sees them.
+                // One sequence's quantized rows and side data, dequantized as the kernel sees them.
                 let lens = [plan.seq_lens()[b]];
-                let load = |data: &decode_attn::cust::memory::DeviceBuffer<u8>, side: &decode_attn::cust::memory::DeviceBuffer<f32>| -> Result<Vec<f32>, String> {
-                    let bytes = download::<u8>(data.as_device_ptr().as_raw() + (b * kv_seq) as u64, kv_seq)?;
-                    let scales = download::<f32>(side.as_device_ptr().as_raw() + (b * side_seq * 4) as u64, side_seq)?;
-                    decode_attn::quant::dequantize_cache_int8(&one, &lens, &bytes, &scales).map_err(|e| e.to_string())
+                let bytes_seq = kv_seq * shape.kv_format.bits() as usize / 8;
+                let words_seq = side_seq * shape.kv_format.side_bytes(shape.head_dim) as usize / 4;
+                let load = |data: &decode_attn::cust::memory::DeviceBuffer<u8>, side: &decode_attn::cust::memory::DeviceBuffer<u32>| -> Result<Vec<f32>, String> {
+                    let bytes = download::<u8>(data.as_device_ptr().as_raw() + (b * bytes_seq) as u64, bytes_seq)?;
+                    let words = download::<u32>(side.as_device_ptr().as_raw() + (b * words_seq * 4) as u64, words_seq)?;
+                    decode_attn::quant::dequantize_cache(&one, &lens, &bytes, &words).map_err(|e| e.to_string())
                 };
                 (load(&set.k, ks)?, load(&set.v, vs)?)
             }

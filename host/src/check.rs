@@ -41,13 +41,18 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
     match f {
         KvFormat::Bf16 => ElemType::Bf16,
         KvFormat::F16 => ElemType::F16,
-        KvFormat::Int8 => ElemType::U8,
+        KvFormat::Int8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => ElemType::U8,
     }
 }
 
 /// Element type of a quantized format's side data (`None`: no side data).
+/// int8: f32 scales; int4: (fp16 scale, fp16 zero) pairs as u32 words.
 pub fn side_elem(f: KvFormat) -> Option<ElemType> {
-    f.is_quantized().then_some(ElemType::F32)
+    match f {
+        KvFormat::Bf16 | KvFormat::F16 => None,
+        KvFormat::Int8 => Some(ElemType::F32),
+        _ => Some(ElemType::U32),
+    }
 }
 
 /// First byte past the buffer, or `None` if its extent wraps past 2^64.
@@ -89,7 +94,7 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
         Some(elem) => {
             let side_bytes = shape.side_bytes_required().unwrap_or(u64::MAX);
             for (name, side) in [("k_scales", bufs.k_side), ("v_scales", bufs.v_side)] {
-                let side = side.ok_or_else(|| crate::error::Error::invalid(name, format!("the {} cache's scales (f32)", shape.kv_format.name()), "none"))?;
+                let side = side.ok_or_else(|| crate::error::Error::invalid(name, format!("the {} cache's side data ({})", shape.kv_format.name(), elem.name()), "none"))?;
                 check_buffer(name, &side, elem, side_bytes)?;
                 inputs.push((name, side));
             }

@@ -12,7 +12,7 @@
 use cust::prelude::Stream;
 use decode_attn_abi::{quant_kernel_name, KvFormat, QuantDirection, QuantParams, QUANT_WARPS};
 
-use crate::check::{check_buffer, dtype_elem, BufferDesc};
+use crate::check::{check_buffer, dtype_elem, side_elem, BufferDesc};
 use crate::error::{ensure, Error, Result};
 use crate::run::DecodeAttention;
 use crate::shape::DecodeShape;
@@ -33,6 +33,112 @@ pub fn dequantize_int8_row(q: &[i8], scale: f32, out: &mut [f32]) {
     for (o, &v) in out.iter_mut().zip(q) {
         *o = v as f32 * scale;
     }
+}
+
+/// Slot of dim `p` (0..8) of a 32-bit word: nibbles are stored in the order
+/// `p0 p2 p4 p6 p1 p3 p5 p7` (the kernels' magic-number extraction order).
+pub fn int4_slot(p: usize) -> usize {
+    if p % 2 == 0 {
+        p / 2
+    } else {
+        4 + p / 2
+    }
+}
+
+/// Quantizes one row group-wise to int4: `bytes` gets D/2 bytes (nibbles in
+/// `int4_slot` order), `side` one word per group: fp16 scale (low half) and
+/// fp16 zero (high half). Per group: `lo = min`, `scale = f16((max - lo) / 15)`,
+/// `zero = f16(lo)`, `q = clamp(round_ties_even((x - zero) / scale), 0, 15)`
+/// with the rounded scale and zero (q = 0 where the scale is 0).
+pub fn quantize_int4_row(x: &[f32], group: usize, bytes: &mut [u8], side: &mut [u32]) {
+    for (gi, (xs, sz)) in x.chunks(group).zip(side.iter_mut()).enumerate() {
+        let lo = xs.iter().copied().fold(f32::INFINITY, f32::min);
+        let hi = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let (s16, z16) = (half::f16::from_f32((hi - lo) / 15.0), half::f16::from_f32(lo));
+        *sz = s16.to_bits() as u32 | ((z16.to_bits() as u32) << 16);
+        let (s, z) = (s16.to_f32(), z16.to_f32());
+        for (i, &v) in xs.iter().enumerate() {
+            let q = if s > 0.0 { (((v - z) / s).round_ties_even() as i32).clamp(0, 15) as u8 } else { 0 };
+            let dim = gi * group + i;
+            let (word, slot) = (dim / 8, int4_slot(dim % 8));
+            let byte = &mut bytes[word * 4 + slot / 2];
+            *byte = if slot % 2 == 0 { (*byte & 0xF0) | q } else { (*byte & 0x0F) | (q << 4) };
+        }
+    }
+}
+
+/// The values an int4 row stands for: `q · scale + zero` in f32.
+pub fn dequantize_int4_row(bytes: &[u8], side: &[u32], group: usize, out: &mut [f32]) {
+    for (dim, o) in out.iter_mut().enumerate() {
+        let slot = int4_slot(dim % 8);
+        let byte = bytes[dim / 8 * 4 + slot / 2];
+        let q = if slot % 2 == 0 { byte & 0xF } else { byte >> 4 };
+        let sz = side[dim / group];
+        let (s, z) = (half::f16::from_bits(sz as u16).to_f32(), half::f16::from_bits((sz >> 16) as u16).to_f32());
+        *o = q as f32 * s + z;
+    }
+}
+
+/// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
+/// the shape's layout, for any quantized format: value bytes in the cache's
+/// byte layout (other bytes 0) and side data as 32-bit words in
+/// `shape.side_strides()` order (int8: f32 bits of the scale; int4: one word
+/// per group; entries of missing rows are NaN bits, `0x7FC0_0000`).
+pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<u32>)> {
+    match shape.kv_format {
+        KvFormat::Int8 => {
+            let (d, s) = quantize_cache_int8(shape, seq_lens, plain)?;
+            Ok((d, s.into_iter().map(f32::to_bits).collect()))
+        }
+        f => {
+            let group = f.group().ok_or_else(|| Error::invalid("kv_format", "a quantized format", f.name()))? as usize;
+            check_quantized(shape, seq_lens, plain.len())?;
+            let d = shape.head_dim as usize;
+            let words = d / group;
+            let mut data = vec![0u8; shape.kv_bytes_required().unwrap_or(0) as usize];
+            let mut side = vec![f32::NAN.to_bits(); (shape.side_bytes_required().unwrap_or(0) / 4) as usize];
+            let (out, sides) = (Shared::new(&mut data), Shared::new(&mut side));
+            for_each_row(shape, seq_lens, |at, si| {
+                // SAFETY: each row and its side words go to one thread.
+                let (bytes, sz) = unsafe { (out.slice(at / 2, d / 2), sides.slice(si * words, words)) };
+                quantize_int4_row(&plain[at..at + d], group, bytes, sz);
+            });
+            Ok((data, side))
+        }
+    }
+}
+
+/// The f32 values of a quantized cache's rows `t < seq_lens[b]`, in the
+/// shape's layout (other elements NaN), for any quantized format.
+pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side: &[u32]) -> Result<Vec<f32>> {
+    match shape.kv_format {
+        KvFormat::Int8 => {
+            let scales: Vec<f32> = side.iter().map(|&w| f32::from_bits(w)).collect();
+            dequantize_cache_int8(shape, seq_lens, data, &scales)
+        }
+        f => {
+            let group = f.group().ok_or_else(|| Error::invalid("kv_format", "a quantized format", f.name()))? as usize;
+            check_quantized(shape, seq_lens, data.len() * 2)?;
+            let d = shape.head_dim as usize;
+            let words = d / group;
+            ensure((side.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), "side", "the side data of every row", side.len())?;
+            let mut out = vec![f32::NAN; shape.kv_elems_required().unwrap_or(0) as usize];
+            let shared = Shared::new(&mut out);
+            for_each_row(shape, seq_lens, |at, si| {
+                // SAFETY: each row goes to one thread.
+                let row = unsafe { shared.slice(at, d) };
+                dequantize_int4_row(&data[at / 2..at / 2 + d / 2], &side[si * words..][..words], group, row);
+            });
+            Ok(out)
+        }
+    }
+}
+
+fn check_quantized(shape: &DecodeShape, seq_lens: &[u32], values: usize) -> Result<()> {
+    shape.validate()?;
+    shape.validate_seq_lens(seq_lens)?;
+    let need = shape.kv_elems_required().unwrap_or(u64::MAX);
+    ensure(values as u64 >= need, "plain", format!("at least {need} values"), values)
 }
 
 /// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
@@ -206,7 +312,8 @@ impl DecodeAttention {
         let data_d = BufferDesc { addr: data.addr, len: data.len, elem: data.elem };
         let scales_d = BufferDesc { addr: scales.addr, len: scales.len, elem: scales.elem };
         check_buffer("data", &data_d, ElemType::U8, shape.kv_bytes_required().unwrap_or(u64::MAX))?;
-        check_buffer("scales", &scales_d, ElemType::F32, shape.side_bytes_required().unwrap_or(u64::MAX))?;
+        let side_type = side_elem(shape.kv_format).unwrap_or(ElemType::F32);
+        check_buffer("scales", &scales_d, side_type, shape.side_bytes_required().unwrap_or(u64::MAX))?;
         let written = if direction == QuantDirection::Quantize { [&data_d, &scales_d] } else { [&plain, &plain] };
         for w in written {
             let w_end = w.addr + (w.len * w.elem.size_bytes()) as u64;
@@ -220,6 +327,8 @@ impl DecodeAttention {
         }
         let ps = plain_strides.ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;
         let (ds, ss) = (shape.kv_strides(), shape.side_strides());
+        let bits = shape.kv_format.bits() as u64;
+        let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
         let rows = shape.batch as u64 * rows_per_seq as u64 * shape.num_kv_heads as u64;
         let blocks = rows.div_ceil(QUANT_WARPS as u64);
         ensure(blocks < (1 << 31), "max_seq_len", "fewer than 2^34 rows to convert per launch", rows)?;
@@ -229,13 +338,13 @@ impl DecodeAttention {
             plain_stride_token: ps.token * 2,
             plain_stride_head: ps.head * 2,
             data: data.addr,
-            data_stride_batch: ds.batch,
-            data_stride_token: ds.token,
-            data_stride_head: ds.head,
+            data_stride_batch: ds.batch * bits / 8,
+            data_stride_token: ds.token * bits / 8,
+            data_stride_head: ds.head * bits / 8,
             side: scales.addr,
-            side_stride_batch: ss.batch * 4,
-            side_stride_token: ss.token * 4,
-            side_stride_head: ss.head * 4,
+            side_stride_batch: ss.batch * side_entry,
+            side_stride_token: ss.token * side_entry,
+            side_stride_head: ss.head * side_entry,
             seq_lens: lens.addr,
             batch: shape.batch,
             rows_per_seq,

@@ -254,7 +254,7 @@ impl DecodeAttention {
         }
 
         let strides = shape.kv_strides();
-        let elem = crate::check::kv_elem(shape.kv_format).size_bytes() as u64;
+        let bits = shape.kv_format.bits() as u64;
         let side = shape.side_strides();
         let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
         let params = DecodeParams {
@@ -266,12 +266,12 @@ impl DecodeAttention {
             partial_lse: ws + plan.layout.partial_lse as u64,
             work: ws + plan.layout.work as u64,
             seq_lens: ws + plan.layout.seq_lens as u64,
-            k_stride_batch: strides.batch * elem,
-            k_stride_token: strides.token * elem,
-            k_stride_head: strides.head * elem,
-            v_stride_batch: strides.batch * elem,
-            v_stride_token: strides.token * elem,
-            v_stride_head: strides.head * elem,
+            k_stride_batch: strides.batch * bits / 8,
+            k_stride_token: strides.token * bits / 8,
+            k_stride_head: strides.head * bits / 8,
+            v_stride_batch: strides.batch * bits / 8,
+            v_stride_token: strides.token * bits / 8,
+            v_stride_head: strides.head * bits / 8,
             k_side: cache.k_scales.map_or(0, |t| t.addr),
             v_side: cache.v_scales.map_or(0, |t| t.addr),
             side_stride_batch: side.batch * side_entry,

@@ -15,8 +15,9 @@ pub enum KvLayout {
     Nhd,
     /// `[batch, num_kv_heads, max_seq_len, head_dim]` (head-major, "HND").
     Hnd,
-    /// Explicit strides, in elements of the cache (2-byte values for
-    /// bf16/f16, bytes for int8); `head_dim` values of a row are contiguous.
+    /// Explicit strides, in values of the cache (2-byte values for bf16/f16,
+    /// bytes for int8, nibbles for int4); `head_dim` values of a row are
+    /// contiguous.
     /// Each stride must be a multiple of 16 bytes, for 16-byte vector loads.
     /// A quantized cache's scales have their own layout (`side_strides`).
     Strided { batch: u64, token: u64, head: u64 },
@@ -120,9 +121,10 @@ impl DecodeShape {
         last.checked_add(self.head_dim as u64)
     }
 
-    /// Bytes a K (or V) buffer must hold (`kv_elems_required` × element size).
+    /// Bytes a K (or V) buffer must hold (`kv_elems_required` values of the
+    /// format's bits; strides count values, so int4 rows start on bytes).
     pub fn kv_bytes_required(&self) -> Option<u64> {
-        self.kv_elems_required()?.checked_mul(crate::check::kv_elem(self.kv_format).size_bytes() as u64)
+        Some(self.kv_elems_required()?.checked_mul(self.kv_format.bits() as u64)?.div_ceil(8))
     }
 
     /// Strides of the side data (scales) of a quantized cache, in entries:
@@ -171,6 +173,12 @@ impl DecodeShape {
             self.num_q_heads,
         )?;
         ensure(HEAD_DIMS.contains(&self.head_dim), "head_dim", format!("one of {HEAD_DIMS:?}"), self.head_dim)?;
+        ensure(
+            self.kv_format.supports_head_dim(self.head_dim),
+            "head_dim",
+            format!("at least the {} group size ({})", self.kv_format.name(), self.kv_format.group().unwrap_or(0)),
+            self.head_dim,
+        )?;
         ensure((1..=MAX_Q_LEN).contains(&self.q_len), "q_len", format!("1..={MAX_Q_LEN}"), self.q_len)?;
         ensure(
             self.max_seq_len >= self.q_len && self.max_seq_len <= MAX_SEQ_LEN,
@@ -210,7 +218,7 @@ impl DecodeShape {
         }
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {
             // Rows must start 16-byte aligned for the kernels' vector loads.
-            let per16 = 16 / crate::check::kv_elem(self.kv_format).size_bytes() as u64;
+            let per16 = 128 / self.kv_format.bits() as u64;
             for (name, stride) in [("kv_layout.batch", batch), ("kv_layout.token", token), ("kv_layout.head", head)] {
                 ensure(stride % per16 == 0, name, format!("a multiple of {per16} elements (16-byte aligned rows)"), stride)?;
             }

@@ -113,15 +113,15 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let k_tile = |stage: u32| smem + stage * cfg.stage_bytes();
     let v_tile = |stage: u32| k_tile(stage) + cfg.v_offset();
     let k_side = |stage: u32| k_tile(stage) + cfg.side_offset();
-    let v_side = |stage: u32| k_side(stage) + 4 * kt;
+    let v_side = |stage: u32| k_side(stage) + cfg.side_bytes * kt;
     let load_stage = |t: u32| {
         let stage = t % PIPELINE_STAGES;
         let first = item.kv_start + t * kt;
         F::load_rows::<D, _>(k_src, k_tile(stage), first, item.kv_end, kt, tid, nthreads);
         F::load_rows::<D, _>(v_src, v_tile(stage), first, item.kv_end, kt, tid, nthreads);
-        if F::SCALED {
-            F::load_side(k_side_src, k_side(stage), first, item.kv_end, kt, tid, nthreads);
-            F::load_side(v_side_src, v_side(stage), first, item.kv_end, kt, tid, nthreads);
+        if cfg.side_bytes > 0 {
+            F::load_side::<D, _>(k_side_src, k_side(stage), first, item.kv_end, kt, tid, nthreads);
+            F::load_side::<D, _>(v_side_src, v_side(stage), first, item.kv_end, kt, tid, nthreads);
         }
     };
 
@@ -309,8 +309,7 @@ unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, k
         for j in 0..D / 32 {
             let v = x[j];
             let dim = lane * per_lane + j as u32;
-            let (kc, pos) = (dim / 16, dim % 16);
-            let logical = if F::K_DIMS_PERMUTED { 2 * (pos / 4) + (pos & 1) + 8 * ((pos / 2) & 1) } else { pos };
+            let (kc, logical) = F::q_position(dim);
             let at = q_tile + swizzled(r, 2 * kc + logical / 8, (D * 2) as u32) + 2 * (logical % 8);
             shared::st_shared_u16(at, F::Compute::pack(v * inv, 0.0));
         }
@@ -405,7 +404,7 @@ unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
             } else {
                 for (nt, frag) in o.iter().enumerate() {
                     for (r, row) in rows.iter().enumerate() {
-                        let addr = acc + 4 * (row.local * pitch + nt as u32 * 8 + (lane % 4) * 2);
+                        let addr = acc + 4 * (row.local * pitch + F::o_pair(nt as u32, lane % 4));
                         let mut v = [frag[2 * r] * my_scale[r], frag[2 * r + 1] * my_scale[r]];
                         if k > 0 {
                             let old = shared::ld_shared_v2_f32(addr);

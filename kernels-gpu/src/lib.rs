@@ -20,7 +20,7 @@ pub mod sleep;
 pub mod state;
 
 use decode_attn_abi::{DecodeParams, FillParams, MergeParams, QuantParams, SleepParams};
-use format::{Bf16, Int8Kv, PlainKv, F16};
+use format::{Bf16, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
@@ -33,6 +33,9 @@ macro_rules! kv_type {
     (F16, F16) => { PlainKv<F16> };
     (Int8, Bf16) => { Int8Kv<Bf16> };
     (Int8, F16) => { Int8Kv<F16> };
+    (Int4G32, $q:ident) => { Int4Kv<$q, 32> };
+    (Int4G64, $q:ident) => { Int4Kv<$q, 64> };
+    (Int4G128, $q:ident) => { Int4Kv<$q, 128> };
 }
 
 macro_rules! decode_kernels {
@@ -78,6 +81,12 @@ macro_rules! quant_kernels {
 macro_rules! quant_kernel {
     (Int8, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int8::<$q, $d, { $d / 32 }>($p) };
     (Int8, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int8::<$q, $d, { $d / 32 }>($p) };
+    (Int4G32, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 32>($p) };
+    (Int4G64, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 64>($p) };
+    (Int4G128, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 128>($p) };
+    (Int4G32, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int4::<$q, $d, { $d / 32 }, 32>($p) };
+    (Int4G64, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int4::<$q, $d, { $d / 32 }, 64>($p) };
+    (Int4G128, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int4::<$q, $d, { $d / 32 }, 128>($p) };
 }
 
 decode_attn_abi::decode_kernel_table!(decode_kernels);

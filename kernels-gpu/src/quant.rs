@@ -102,3 +102,109 @@ pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &Quant
         memory::st_global_u32(dst + 4 * w as u64, H::pack(lo, hi));
     }
 }
+
+/// Nibble slot of dim `p` (0..8) within its 32-bit word: `p0 p2 p4 p6 p1 p3 p5 p7`.
+#[inline(always)]
+fn nibble_slot(p: u32) -> u32 {
+    if p % 2 == 0 {
+        p / 2
+    } else {
+        4 + p / 2
+    }
+}
+
+#[inline(always)]
+fn shfl_xor_u32(v: u32, m: u32) -> u32 {
+    warp::shfl_xor_f32(f32::from_bits(v), m).to_bits()
+}
+
+/// 16-bit rows → int4 rows + (fp16 scale, fp16 zero) per group of `G` dims:
+/// `lo = min`, `scale = f16((max - lo) / 15)`, `zero = f16(lo)`,
+/// `q = clamp(rint((x - zero) / scale), 0, 15)` with the rounded scale and
+/// zero (q = 0 where the scale is 0).
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u32>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let lane = thread::lane_id();
+    let src = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (lane as usize * E * 2) as u64;
+    let mut x = [0f32; E];
+    for w in 0..E / 2 {
+        let (lo, hi) = H::unpack(memory::ld_global_nc_u32(src + 4 * w as u64));
+        x[2 * w] = lo;
+        x[2 * w + 1] = hi;
+    }
+    let (mut lo, mut hi) = (x[0], x[0]);
+    #[allow(clippy::needless_range_loop)]
+    for i in 1..E {
+        lo = lo.min(x[i]);
+        hi = hi.max(x[i]);
+    }
+    // Lanes of one group: G / E consecutive lanes.
+    let mut m = 1;
+    while m < G / E as u32 {
+        lo = lo.min(warp::shfl_xor_f32(lo, m));
+        hi = hi.max(warp::shfl_xor_f32(hi, m));
+        m *= 2;
+    }
+    let s_bits = math::f16_bits((hi - lo) / 15.0);
+    let z_bits = math::f16_bits(lo);
+    let (scale, zero) = F16Pair::to_f32(s_bits | (z_bits << 16));
+    let mut word = 0u32;
+    #[allow(clippy::needless_range_loop)]
+    for i in 0..E {
+        let q = if scale > 0.0 { math::rint_i32((x[i] - zero) / scale).clamp(0, 15) as u32 } else { 0 };
+        let dim = lane * E as u32 + i as u32;
+        word |= q << (4 * nibble_slot(dim % 8) + if E == 8 { 0 } else { 0 });
+    }
+    // Lanes sharing a word (8 / E of them) combine their nibbles.
+    let mut m = 1;
+    while m < 8 / E as u32 {
+        word |= shfl_xor_u32(word, m);
+        m *= 2;
+    }
+    let row = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head;
+    let first_dim = lane * E as u32;
+    if first_dim % 8 == 0 {
+        memory::st_global_u32(row + (first_dim / 8 * 4) as u64, word);
+    }
+    if lane % (G / E as u32) == 0 {
+        let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
+        memory::st_global_u32(side + 4 * (first_dim / G) as u64, s_bits | (z_bits << 16));
+    }
+}
+
+/// int4 rows + scales and zeros → 16-bit rows: `q·scale + zero` in f32.
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn dequantize_int4<H: Half, const D: usize, const E: usize, const G: u32>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let lane = thread::lane_id();
+    let first_dim = lane * E as u32;
+    let row = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head;
+    let word = memory::ld_global_nc_u32(row + (first_dim / 8 * 4) as u64);
+    let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
+    let (scale, zero) = F16Pair::to_f32(memory::ld_global_nc_u32(side + 4 * (first_dim / G) as u64));
+    let dst = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (first_dim * 2) as u64;
+    for w in 0..E / 2 {
+        let value = |i: u32| {
+            let dim = first_dim + i;
+            let q = (word >> (4 * nibble_slot(dim % 8))) & 0xF;
+            q as f32 * scale + zero
+        };
+        memory::st_global_u32(dst + 4 * w as u64, H::pack(value(2 * w as u32), value(2 * w as u32 + 1)));
+    }
+}
+
+/// A packed (fp16 scale, fp16 zero) pair.
+struct F16Pair;
+impl F16Pair {
+    #[inline(always)]
+    fn to_f32(sz: u32) -> (f32, f32) {
+        math::unpack_f16x2(sz)
+    }
+}

@@ -8,8 +8,8 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::half::{bf16, f16};
 use decode_attn::reference;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::quant::{dequantize_cache_int8, quantize_cache_int8};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvCache, KvFormat, Plan, Result, Workspace};
+use decode_attn::quant::{dequantize_cache, quantize_cache};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvCache, KvFormat, Plan, Result, TensorRef, Workspace};
 
 /// Device buffers of one problem, in either 16-bit type.
 pub enum Buffers {
@@ -21,11 +21,22 @@ pub enum Buffers {
 pub struct QuantBufs {
     pub k: DeviceBuffer<u8>,
     pub v: DeviceBuffer<u8>,
-    pub k_scales: DeviceBuffer<f32>,
-    pub v_scales: DeviceBuffer<f32>,
+    /// Side data as 32-bit words (int8: f32 scales; int4: fp16 scale/zero pairs).
+    pub k_side: DeviceBuffer<u32>,
+    pub v_side: DeviceBuffer<u32>,
     /// What the CPU quantizer produced, for comparing the GPU quantizer.
-    pub host_k: (Vec<u8>, Vec<f32>),
-    pub host_v: (Vec<u8>, Vec<f32>),
+    pub host_k: (Vec<u8>, Vec<u32>),
+    pub host_v: (Vec<u8>, Vec<u32>),
+}
+
+impl QuantBufs {
+    /// The cache as `run_cache` takes it (side buffers typed for the format).
+    pub fn cache(&self, format: KvFormat) -> KvCache<'_> {
+        let elem = decode_attn::check::side_elem(format).expect("a quantized format");
+        // SAFETY: views of this struct's live buffers.
+        let side = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len() * 4 / elem.size_bytes(), elem) };
+        KvCache::quantized(&self.k, &self.v, side(&self.k_side), side(&self.v_side))
+    }
 }
 
 /// A problem's inputs: host copies (as the GPU sees them) and device buffers.
@@ -206,22 +217,21 @@ impl Problem {
                 o: DeviceBuffer::from_slice(&vec![f16::from_bits(NAN16); n_o])?,
             },
         };
-        let quant = match shape.kv_format {
-            KvFormat::Int8 => {
-                let host_k = quantize_cache_int8(shape, seq_lens, &k)?;
-                let host_v = quantize_cache_int8(shape, seq_lens, &v)?;
-                k = dequantize_cache_int8(shape, seq_lens, &host_k.0, &host_k.1)?;
-                v = dequantize_cache_int8(shape, seq_lens, &host_v.0, &host_v.1)?;
-                Some(QuantBufs {
-                    k: DeviceBuffer::from_slice(&host_k.0)?,
-                    v: DeviceBuffer::from_slice(&host_v.0)?,
-                    k_scales: DeviceBuffer::from_slice(&host_k.1)?,
-                    v_scales: DeviceBuffer::from_slice(&host_v.1)?,
-                    host_k,
-                    host_v,
-                })
-            }
-            _ => None,
+        let quant = if shape.kv_format.is_quantized() {
+            let host_k = quantize_cache(shape, seq_lens, &k)?;
+            let host_v = quantize_cache(shape, seq_lens, &v)?;
+            k = dequantize_cache(shape, seq_lens, &host_k.0, &host_k.1)?;
+            v = dequantize_cache(shape, seq_lens, &host_v.0, &host_v.1)?;
+            Some(QuantBufs {
+                k: DeviceBuffer::from_slice(&host_k.0)?,
+                v: DeviceBuffer::from_slice(&host_v.0)?,
+                k_side: DeviceBuffer::from_slice(&host_k.1)?,
+                v_side: DeviceBuffer::from_slice(&host_v.1)?,
+                host_k,
+                host_v,
+            })
+        } else {
+            None
         };
         Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs, quant })
     }
@@ -238,7 +248,7 @@ impl Problem {
 
     pub fn run(&mut self, attn: &DecodeAttention, plan: &Plan, ws: &mut Workspace, stream: &Stream) -> Result<()> {
         if let Some(qb) = &self.quant {
-            let cache = KvCache::quantized(&qb.k, &qb.v, &qb.k_scales, &qb.v_scales);
+            let cache = qb.cache(self.shape.kv_format);
             return match &mut self.bufs {
                 Buffers::Bf16 { q, o, .. } => attn.run_cache(plan, &*q, &cache, &mut *o, ws, stream),
                 Buffers::F16 { q, o, .. } => attn.run_cache(plan, &*q, &cache, &mut *o, ws, stream),

@@ -4,7 +4,7 @@
 
 use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
-use decode_attn::quant::{dequantize_cache_int8, quantize_cache_int8};
+use decode_attn::quant::{dequantize_cache, quantize_cache};
 use decode_attn::testing::Distribution;
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, QuantizedMut, TensorMut, TensorRef};
 
@@ -45,7 +45,7 @@ fn plain_k(p: &Problem) -> Result<(u64, usize, Vec<u16>), String> {
     Ok((addr, n, bits))
 }
 
-pub fn round_trips(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, d: u32, layout: KvLayout) -> Result<(), String> {
+pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dtype: Dtype, d: u32, layout: KvLayout) -> Result<(), String> {
     let shape = DecodeShape {
         batch: 3,
         num_q_heads: 4,
@@ -54,7 +54,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, d: u32
         q_len: 2,
         max_seq_len: 300,
         dtype,
-        kv_format: KvFormat::Int8,
+        kv_format: format,
         kv_layout: layout,
         scale: None,
     };
@@ -63,25 +63,32 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, d: u32
     let qb = p.quant.as_ref().ok_or("no quantized buffers")?;
     let (plain_addr, n, plain_bits) = plain_k(&p)?;
     let n_side = (shape.side_bytes_required().unwrap() / 4) as usize;
+    let n_bytes = shape.kv_bytes_required().unwrap() as usize;
+    let side_elem = decode_attn::check::side_elem(format).ok_or("not a quantized format")?;
+    // SAFETY (of the views below): each names a live buffer of this function.
+    let side_mut = |b: &mut DeviceBuffer<u32>| unsafe { TensorMut::from_raw(b.as_device_ptr().as_raw(), b.len(), side_elem) };
+    let side_ref = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len(), side_elem) };
+    let nan = f32::NAN.to_bits();
     let lens_dev = DeviceBuffer::from_slice(&lens).map_err(err)?;
     let elem16 = decode_attn::check::dtype_elem(dtype);
     // SAFETY: views of live buffers of this function.
     let plain = unsafe { TensorRef::from_raw(plain_addr, n, elem16) };
 
     // Whole cache: every byte and scale as the CPU quantizer wrote them.
-    let mut data = DeviceBuffer::<u8>::zeroed(n).map_err(err)?;
-    let mut scales = DeviceBuffer::from_slice(&vec![f32::NAN; n_side]).map_err(err)?;
-    attn.quantize(&shape, &lens_dev, plain, QuantizedMut { data: (&mut data).into(), scales: (&mut scales).into() }, stream).map_err(err)?;
+    let mut data = DeviceBuffer::<u8>::zeroed(n_bytes).map_err(err)?;
+    let mut scales = DeviceBuffer::from_slice(&vec![nan; n_side]).map_err(err)?;
+    attn.quantize(&shape, &lens_dev, plain, QuantizedMut { data: (&mut data).into(), scales: side_mut(&mut scales) }, stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
-    let (mut got_data, mut got_scales) = (vec![0u8; n], vec![0f32; n_side]);
+    let (mut got_data, mut got_scales) = (vec![0u8; n_bytes], vec![0u32; n_side]);
     data.copy_to(&mut got_data).map_err(err)?;
     scales.copy_to(&mut got_scales).map_err(err)?;
     if got_data != qb.host_k.0 {
         let i = got_data.iter().zip(&qb.host_k.0).position(|(a, b)| a != b).unwrap();
         return Err(format!("quantize: byte {i} is {} on the GPU, {} on the CPU", got_data[i], qb.host_k.0[i]));
     }
-    if got_scales.iter().zip(&qb.host_k.1).any(|(a, b)| a.to_bits() != b.to_bits()) {
-        return Err("quantize: scales differ from the CPU quantizer's".into());
+    if got_scales != qb.host_k.1 {
+        let i = got_scales.iter().zip(&qb.host_k.1).position(|(a, b)| a != b).unwrap();
+        return Err(format!("quantize: side word {i} is {:#x} on the GPU, {:#x} on the CPU", got_scales[i], qb.host_k.1[i]));
     }
 
     // Append: the last q_len tokens of each sequence, from [batch, q_len, Hkv, D].
@@ -100,26 +107,28 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, d: u32
     let rows_dev = DeviceBuffer::from_slice(&new_rows).map_err(err)?;
     // SAFETY: a view of `rows_dev`.
     let rows = unsafe { TensorRef::from_raw(rows_dev.as_device_ptr().as_raw(), new_rows.len(), elem16) };
-    let mut data2 = DeviceBuffer::<u8>::zeroed(n).map_err(err)?;
-    let mut scales2 = DeviceBuffer::from_slice(&vec![f32::NAN; n_side]).map_err(err)?;
-    attn.append(&shape, &lens_dev, rows, QuantizedMut { data: (&mut data2).into(), scales: (&mut scales2).into() }, stream).map_err(err)?;
+    let mut data2 = DeviceBuffer::<u8>::zeroed(n_bytes).map_err(err)?;
+    let mut scales2 = DeviceBuffer::from_slice(&vec![nan; n_side]).map_err(err)?;
+    attn.append(&shape, &lens_dev, rows, QuantizedMut { data: (&mut data2).into(), scales: side_mut(&mut scales2) }, stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     data2.copy_to(&mut got_data).map_err(err)?;
     scales2.copy_to(&mut got_scales).map_err(err)?;
     let side = shape.side_strides();
-    let mut expect_data = vec![0u8; n];
-    let mut expect_scales = vec![f32::NAN; n_side];
+    let (row_bytes, words) = (format.row_bytes(d) as usize, format.side_bytes(d) as usize / 4);
+    let bits = format.bits() as u64;
+    let mut expect_data = vec![0u8; n_bytes];
+    let mut expect_scales = vec![nan; n_side];
     for (b, &len) in lens.iter().enumerate() {
         for t in len as usize - ql..len as usize {
             for hh in 0..h {
-                let at = (b as u64 * st.batch + t as u64 * st.token + hh as u64 * st.head) as usize;
-                let s_at = (b as u64 * side.batch + t as u64 * side.token + hh as u64 * side.head) as usize;
-                expect_data[at..at + dd].copy_from_slice(&qb.host_k.0[at..at + dd]);
-                expect_scales[s_at] = qb.host_k.1[s_at];
+                let at = ((b as u64 * st.batch + t as u64 * st.token + hh as u64 * st.head) * bits / 8) as usize;
+                let s_at = (b as u64 * side.batch + t as u64 * side.token + hh as u64 * side.head) as usize * words;
+                expect_data[at..at + row_bytes].copy_from_slice(&qb.host_k.0[at..at + row_bytes]);
+                expect_scales[s_at..s_at + words].copy_from_slice(&qb.host_k.1[s_at..s_at + words]);
             }
         }
     }
-    if got_data != expect_data || got_scales.iter().zip(&expect_scales).any(|(a, b)| a.to_bits() != b.to_bits()) {
+    if got_data != expect_data || got_scales != expect_scales {
         return Err("append: rows differ from the CPU quantizer's, or other rows were written".into());
     }
 
@@ -127,41 +136,31 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, d: u32
     let out = DeviceBuffer::from_slice(&vec![0x7FFFu16; n]).map_err(err)?;
     // SAFETY: a view of `out`.
     let out_view = unsafe { TensorMut::from_raw(out.as_device_ptr().as_raw(), n, elem16) };
-    attn.dequantize(&shape, &lens_dev, &qb.k, &qb.k_scales, out_view, stream).map_err(err)?;
+    attn.dequantize(&shape, &lens_dev, &qb.k, side_ref(&qb.k_side), out_view, stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     let mut got16 = vec![0u16; n];
     out.copy_to(&mut got16).map_err(err)?;
-    let host = dequantize_cache_int8(&shape, &lens, &qb.host_k.0, &qb.host_k.1).map_err(err)?;
+    let host = dequantize_cache(&shape, &lens, &qb.host_k.0, &qb.host_k.1).map_err(err)?;
     for (i, (&g, &x)) in got16.iter().zip(&host).enumerate() {
         let want = if x.is_nan() { 0x7FFF } else { to16(x, dtype) };
         if g != want {
             return Err(format!("dequantize: element {i} is {} on the GPU, {} on the CPU", from16(g, dtype), x));
         }
     }
-    // And the CPU round trip itself: within half a step of every value.
+    // And the CPU round trip itself: deterministic, and within half a step
+    // (int8: scale / 2) or a step's rounding (int4: scale / 2 plus the fp16
+    // rounding of scale and zero) of every value.
     let plain_f: Vec<f32> = plain_bits.iter().map(|&b| from16(b, dtype)).collect();
-    let (cd, cs) = quantize_cache_int8(&shape, &lens, &plain_f).map_err(err)?;
+    let (cd, cs) = quantize_cache(&shape, &lens, &plain_f).map_err(err)?;
     if cd != qb.host_k.0 {
         return Err("CPU quantizer is not deterministic".into());
     }
-    let back = dequantize_cache_int8(&shape, &lens, &cd, &cs).map_err(err)?;
-    for (i, (&x, &y)) in plain_f.iter().zip(&back).enumerate() {
-        if y.is_nan() {
-            continue;
-        }
-        let s_step = cs[side_index(&shape, i)];
-        if (x - y).abs() > 0.5 * s_step * 1.0001 + f32::EPSILON {
-            return Err(format!("round trip of element {i}: {x} -> {y} (scale {s_step})"));
-        }
+    let back = dequantize_cache(&shape, &lens, &cd, &cs).map_err(err)?;
+    let (num, den) = plain_f.iter().zip(&back).filter(|(_, y)| !y.is_nan()).fold((0f64, 0f64), |(n, d), (&x, &y)| (n + (x - y) as f64 * (x - y) as f64, d + x as f64 * x as f64));
+    let rel = (num / den).sqrt();
+    let bound = if format == KvFormat::Int8 { 0.02 } else { 0.25 };
+    if !(rel <= bound) {
+        return Err(format!("CPU round trip: relative L2 error {rel:.3e} > {bound}"));
     }
     Ok(())
-}
-
-/// The scale index of element `i` of the cache (by its row).
-fn side_index(shape: &DecodeShape, i: usize) -> usize {
-    let st = shape.kv_strides();
-    let side = shape.side_strides();
-    let (b, rest) = (i as u64 / st.batch, i as u64 % st.batch);
-    let (t, h) = if st.token >= st.head { (rest / st.token, (rest % st.token) / st.head) } else { ((rest % st.head) / st.token, rest / st.head) };
-    (b * side.batch + t * side.token + h * side.head) as usize
 }

@@ -25,6 +25,22 @@ macro_rules! decode_kernel_table {
             decode_kv_int8_q_f16_d64 => (Int8, F16, 64);
             decode_kv_int8_q_f16_d128 => (Int8, F16, 128);
             decode_kv_int8_q_f16_d256 => (Int8, F16, 256);
+            decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64);
+            decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128);
+            decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256);
+            decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64);
+            decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128);
+            decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256);
+            decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64);
+            decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128);
+            decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256);
+            decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64);
+            decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128);
+            decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256);
+            decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128);
+            decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256);
+            decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128);
+            decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256);
         }
     };
 }
@@ -61,6 +77,38 @@ macro_rules! quant_kernel_table {
             dequantize_int8_to_f16_d64 => (Int8, F16, 64, Dequantize);
             dequantize_int8_to_f16_d128 => (Int8, F16, 128, Dequantize);
             dequantize_int8_to_f16_d256 => (Int8, F16, 256, Dequantize);
+            quantize_int4g32_from_bf16_d64 => (Int4G32, Bf16, 64, Quantize);
+            dequantize_int4g32_to_bf16_d64 => (Int4G32, Bf16, 64, Dequantize);
+            quantize_int4g32_from_bf16_d128 => (Int4G32, Bf16, 128, Quantize);
+            dequantize_int4g32_to_bf16_d128 => (Int4G32, Bf16, 128, Dequantize);
+            quantize_int4g32_from_bf16_d256 => (Int4G32, Bf16, 256, Quantize);
+            dequantize_int4g32_to_bf16_d256 => (Int4G32, Bf16, 256, Dequantize);
+            quantize_int4g32_from_f16_d64 => (Int4G32, F16, 64, Quantize);
+            dequantize_int4g32_to_f16_d64 => (Int4G32, F16, 64, Dequantize);
+            quantize_int4g32_from_f16_d128 => (Int4G32, F16, 128, Quantize);
+            dequantize_int4g32_to_f16_d128 => (Int4G32, F16, 128, Dequantize);
+            quantize_int4g32_from_f16_d256 => (Int4G32, F16, 256, Quantize);
+            dequantize_int4g32_to_f16_d256 => (Int4G32, F16, 256, Dequantize);
+            quantize_int4g64_from_bf16_d64 => (Int4G64, Bf16, 64, Quantize);
+            dequantize_int4g64_to_bf16_d64 => (Int4G64, Bf16, 64, Dequantize);
+            quantize_int4g64_from_bf16_d128 => (Int4G64, Bf16, 128, Quantize);
+            dequantize_int4g64_to_bf16_d128 => (Int4G64, Bf16, 128, Dequantize);
+            quantize_int4g64_from_bf16_d256 => (Int4G64, Bf16, 256, Quantize);
+            dequantize_int4g64_to_bf16_d256 => (Int4G64, Bf16, 256, Dequantize);
+            quantize_int4g64_from_f16_d64 => (Int4G64, F16, 64, Quantize);
+            dequantize_int4g64_to_f16_d64 => (Int4G64, F16, 64, Dequantize);
+            quantize_int4g64_from_f16_d128 => (Int4G64, F16, 128, Quantize);
+            dequantize_int4g64_to_f16_d128 => (Int4G64, F16, 128, Dequantize);
+            quantize_int4g64_from_f16_d256 => (Int4G64, F16, 256, Quantize);
+            dequantize_int4g64_to_f16_d256 => (Int4G64, F16, 256, Dequantize);
+            quantize_int4g128_from_bf16_d128 => (Int4G128, Bf16, 128, Quantize);
+            dequantize_int4g128_to_bf16_d128 => (Int4G128, Bf16, 128, Dequantize);
+            quantize_int4g128_from_bf16_d256 => (Int4G128, Bf16, 256, Quantize);
+            dequantize_int4g128_to_bf16_d256 => (Int4G128, Bf16, 256, Dequantize);
+            quantize_int4g128_from_f16_d128 => (Int4G128, F16, 128, Quantize);
+            dequantize_int4g128_to_f16_d128 => (Int4G128, F16, 128, Dequantize);
+            quantize_int4g128_from_f16_d256 => (Int4G128, F16, 256, Quantize);
+            dequantize_int4g128_to_f16_d256 => (Int4G128, F16, 256, Dequantize);
         }
     };
 }

@@ -42,38 +42,75 @@ pub enum KvFormat {
     Bf16 = 0,
     /// fp16 values, same layout as `Bf16`.
     F16 = 1,
-    /// int8 per head: D signed bytes per row (symmetric, -127..=127) and, in
-    /// a separate side array, one f32 scale per (sequence, token, kv head),
-    /// for K and V each: `x ≈ q · scale`.
+    /// int8 per head: D bytes per row (`q + 128`, symmetric, q in -127..=127)
+    /// and, in a separate side array, one f32 scale per (sequence, token, kv
+    /// head), for K and V each: `x ≈ q · scale`.
     Int8 = 2,
+    /// int4 group-wise, G = 32: D/2 bytes per row (nibbles in the order of
+    /// `docs/formats.md`), and per group of G head dims an fp16 scale and
+    /// zero in side data: `x ≈ q · scale + zero`, q in 0..=15.
+    Int4G32 = 3,
+    /// int4 group-wise, G = 64.
+    Int4G64 = 4,
+    /// int4 group-wise, G = 128 (head_dim ≥ 128).
+    Int4G128 = 5,
 }
 
 impl KvFormat {
-    pub const ALL: [KvFormat; 3] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8];
+    pub const ALL: [KvFormat; 6] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128];
     pub const fn name(self) -> &'static str {
         match self {
             KvFormat::Bf16 => "bf16",
             KvFormat::F16 => "f16",
             KvFormat::Int8 => "int8",
+            KvFormat::Int4G32 => "int4-g32",
+            KvFormat::Int4G64 => "int4-g64",
+            KvFormat::Int4G128 => "int4-g128",
+        }
+    }
+    /// Bits per cached value (16, 8 or 4). Cache strides count values.
+    pub const fn bits(self) -> u32 {
+        match self {
+            KvFormat::Bf16 | KvFormat::F16 => 16,
+            KvFormat::Int8 => 8,
+            KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 4,
+        }
+    }
+    /// Head dims per scale/zero group (int4), `None` otherwise.
+    pub const fn group(self) -> Option<u32> {
+        match self {
+            KvFormat::Int4G32 => Some(32),
+            KvFormat::Int4G64 => Some(64),
+            KvFormat::Int4G128 => Some(128),
+            _ => None,
+        }
+    }
+    /// Whether rows of `head_dim` values exist in this format (a group
+    /// cannot be wider than a row).
+    pub const fn supports_head_dim(self, head_dim: u32) -> bool {
+        match self.group() {
+            Some(g) => g <= head_dim,
+            None => true,
         }
     }
     /// Bytes of one cached row's values (one token of one kv head).
     pub const fn row_bytes(self, head_dim: u32) -> u32 {
-        match self {
-            KvFormat::Bf16 | KvFormat::F16 => head_dim * 2,
-            KvFormat::Int8 => head_dim,
-        }
+        head_dim * self.bits() / 8
     }
     /// Bytes of one row's side data (scales), stored apart from the values.
-    pub const fn side_bytes(self, _head_dim: u32) -> u32 {
+    pub const fn side_bytes(self, head_dim: u32) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 => 0,
             KvFormat::Int8 => 4,
+            KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => match self.group() {
+                Some(g) => 4 * head_dim / g,
+                None => 0,
+            },
         }
     }
     /// Whether rows are quantized (values + side data).
     pub const fn is_quantized(self) -> bool {
-        self.side_bytes(128) > 0
+        self.bits() < 16
     }
     /// The Q/O dtype a cache of this format is computed with; `None` when any
     /// dtype works (quantized formats dequantize to the query's type).
@@ -81,7 +118,7 @@ impl KvFormat {
         match self {
             KvFormat::Bf16 => Some(Dtype::Bf16),
             KvFormat::F16 => Some(Dtype::F16),
-            KvFormat::Int8 => None,
+            _ => None,
         }
     }
 }

@@ -45,14 +45,14 @@ impl TileConfig {
 pub const fn tile_config(format: KvFormat, head_dim: u32) -> TileConfig {
     let row_bytes = format.row_bytes(head_dim);
     // ~32 KiB stages keep ≥ 2 blocks per SM (228 KiB) while one stage alone
-    // covers the per-SM bytes in flight that HBM latency asks for; 1-byte
-    // rows take twice the keys for the same bytes (measured: int8 stages of
-    // bf16's key count lost 7-24 % on grid A, docs/perf.md).
+    // covers the per-SM bytes in flight that HBM latency asks for; quantized
+    // rows take twice the keys (measured: int8 stages of bf16's key count
+    // lost 7-24 % on grid A, docs/perf.md).
     let keys_per_stage = match head_dim {
         64 => 128,
         128 => 64,
         _ => 32,
-    } * (2 * head_dim / row_bytes);
+    } * if format.is_quantized() { 2 } else { 1 };
     TileConfig { keys_per_stage, stages: PIPELINE_STAGES, row_bytes, side_bytes: format.side_bytes(head_dim) }
 }
 

@@ -114,3 +114,27 @@ pub fn unpack_f16x2(x: u32) -> (f32, f32) {
     }
     (lo, hi)
 }
+
+/// `fma.rn.f16x2`: `a·b + c` on packed pairs.
+#[inline(always)]
+pub fn fma_f16x2(a: u32, b: u32, c: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("fma.rn.f16x2 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c,
+            options(pure, nomem, nostack));
+    }
+    r
+}
+
+/// `cvt.rn.f16.f32`, as the 16 bits of the half.
+#[inline(always)]
+pub fn f16_bits(x: f32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("{{ .reg .b16 h; cvt.rn.f16.f32 h, {x}; cvt.u32.u16 {r}, h; }}", r = out(reg32) r, x = in(reg32) x,
+            options(pure, nomem, nostack));
+    }
+    r
+}

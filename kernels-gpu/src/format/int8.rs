@@ -9,7 +9,7 @@
 //! `ldmatrix`:
 //! - K: one 32-bit shared load per row and chunk gives bytes `4c .. 4c+4`,
 //!   used as the logical dims `2c, 2c+1 | 2c+8, 2c+9` of the B fragment;
-//!   Q is stored in that order (`K_DIMS_PERMUTED`);
+//!   Q is stored in that order (`q_position`);
 //! - V (B fragment `V[2c, 2c+1 | 2c+8, 2c+9][d]`, keys along k): a 16-bit
 //!   `ldmatrix .trans` over byte rows hands each thread two keys × two
 //!   adjacent dims; a `prmt` splits them into an even-dim and an odd-dim
@@ -17,9 +17,9 @@
 
 use core::marker::PhantomData;
 
-use super::{copy_rows, swizzled, Half, KvFormat};
+use super::{copy_rows, copy_side, swizzled, Half, KvFormat};
 use crate::addressing::RowAddressing;
-use crate::arch::{math, memory, mma, shared};
+use crate::arch::{math, mma, shared};
 
 pub struct Int8Kv<H>(PhantomData<H>);
 
@@ -48,29 +48,25 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
     type Query = Q;
     const SCALED: bool = true;
     const V_DIMS_INTERLEAVED: bool = true;
-    const K_DIMS_PERMUTED: bool = true;
+    /// `k_fragment` reads bytes `4c .. 4c+4` as logical dims 2c, 2c+1, 2c+8, 2c+9.
+    #[inline(always)]
+    fn q_position(dim: u32) -> (u32, u32) {
+        let pos = dim % 16;
+        (dim / 16, 2 * (pos / 4) + (pos & 1) + 8 * ((pos / 2) & 1))
+    }
     #[inline(always)]
     unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
         copy_rows(rows, tile, first, end, keys, D as u32, tid, nthreads)
     }
 
     #[inline(always)]
-    unsafe fn load_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        // A head's scales of consecutive tokens are contiguous and
-        // 16-byte aligned per 4 tokens (`first` is a multiple of 4):
-        // 16-byte copies, the tail zero-filled.
-        let mut j = tid;
-        while 4 * j < keys {
-            let key = first + 4 * j;
-            let valid = if key < end { (end - key).min(4) } else { 0 };
-            memory::cp_async_16(tile + 16 * j, side.row(if valid > 0 { key } else { first }), 4 * valid);
-            j += nthreads;
-        }
+    unsafe fn load_side<const D: usize, A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        copy_side(side, tile, first, end, keys, 4, tid, nthreads)
     }
 
     #[inline(always)]
     unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
-        // K_DIMS_PERMUTED: bytes 4c .. 4c+4 of the chunk are this thread's
+        // `q_position`: bytes 4c .. 4c+4 of the chunk are this thread's
         // logical dims 2c, 2c+1 (b0) and 2c+8, 2c+9 (b1).
         let (g, c) = (lane / 4, lane % 4);
         let w0 = shared::ld_shared_u32(tile + swizzled(key + g, kc, D as u32) + 4 * c);

@@ -5,9 +5,11 @@
 //! there, so quantized formats dequantize at that point and reuse
 //! everything else.
 
+mod int4;
 mod int8;
 mod plain;
 
+pub use int4::Int4Kv;
 pub use int8::Int8Kv;
 pub use plain::PlainKv;
 
@@ -69,10 +71,20 @@ pub trait KvFormat {
     /// kernel converts Q rows into a shared tile first (exactly, with a
     /// power-of-two scale per row), in the head-dim order `k_fragment` uses.
     type Query: Half;
-    /// `k_fragment` takes the four bytes `4c .. 4c+4` of each 16-dim chunk as
-    /// logical dims `2c, 2c+1, 2c+8, 2c+9` (c = lane % 4); converted Q rows
-    /// are stored in the same order, so Q·K is unchanged.
-    const K_DIMS_PERMUTED: bool = false;
+    /// Where head dim `dim` of a converted Q row goes: (16-dim k-chunk,
+    /// position 0..16 in it). Formats whose `k_fragment` reads K's dims in
+    /// another order store Q in that order, so Q·K is unchanged.
+    #[inline(always)]
+    fn q_position(dim: u32) -> (u32, u32) {
+        (dim / 16, dim % 16)
+    }
+    /// The first of the two adjacent output dims a thread holds in column
+    /// pair `2c, 2c+1` of P·V's n8 tile `nt` (formats whose `v_fragment`
+    /// permutes dims in adjacent pairs; `V_DIMS_INTERLEAVED` ones differ).
+    #[inline(always)]
+    fn o_pair(nt: u32, c: u32) -> u32 {
+        8 * nt + 2 * c
+    }
     /// Rows carry a per-row scale in side data (staged after a stage's rows):
     /// the body multiplies score columns by K's scales and P by V's.
     const SCALED: bool = false;
@@ -81,13 +93,13 @@ pub trait KvFormat {
     /// of dims `16np..+8` then `+8..+16`); the epilogue puts them back.
     const V_DIMS_INTERLEAVED: bool = false;
 
-    /// Copies this thread's share of the side data (one `u32` per row) of
-    /// rows `first .. first + keys` to `tile`; rows at or past `end` read 0.
+    /// Copies this thread's share of the side data of rows
+    /// `first .. first + keys` to `tile`; rows at or past `end` read 0.
     ///
     /// # Safety
     /// As [`KvFormat::load_rows`], for side entries of 4 bytes.
     #[inline(always)]
-    unsafe fn load_side<A: RowAddressing>(_side: A, _tile: u32, _first: u32, _end: u32, _keys: u32, _tid: u32, _nthreads: u32) {}
+    unsafe fn load_side<const D: usize, A: RowAddressing>(_side: A, _tile: u32, _first: u32, _end: u32, _keys: u32, _tid: u32, _nthreads: u32) {}
 
     /// Issues this thread's share of asynchronous copies of rows
     /// `first .. first + keys` into the shared tile at `tile`; rows at or past
@@ -149,5 +161,25 @@ pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u
         let addr = rows.row(src_key) + (chunk as u64) * 16;
         crate::arch::memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if in_range { 16 } else { 0 });
         c += nthreads;
+    }
+}
+
+/// Issues this thread's share of 16-byte copies of the side data of rows
+/// `first .. first + keys` (`row_side` bytes each, contiguous over tokens and
+/// 16-byte aligned at `first`, a multiple of 4) into `tile`; bytes of rows
+/// at or past `end` are zero-filled.
+///
+/// # Safety
+/// As [`KvFormat::load_side`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, row_side: u32, tid: u32, nthreads: u32) {
+    let valid = if end > first { (end - first).min(keys) * row_side } else { 0 };
+    let base = side.row(first);
+    let mut j = tid;
+    while 16 * j < keys * row_side {
+        let bytes = if valid > 16 * j { (valid - 16 * j).min(16) } else { 0 };
+        crate::arch::memory::cp_async_16(tile + 16 * j, if bytes > 0 { base + 16 * j as u64 } else { base }, bytes);
+        j += nthreads;
     }
 }

@@ -1,0 +1,120 @@
+//! int4 group-wise caches: rows of D/2 bytes of 4-bit values (asymmetric,
+//! q in 0..=15) and, per group of G head dims, an fp16 scale and zero in
+//! side data (`x ≈ q·scale + zero`), for K and V each.
+//!
+//! Within each 32-bit word of a row (8 consecutive dims p0..p7) the nibbles
+//! are stored in the slot order `p0 p2 p4 p6 p1 p3 p5 p7`, so that the
+//! magic-number extractions `(w & 0x000f000f) | 0x64006400` (fp16 1024 + n)
+//! and `(w & 0x00f000f0) | 0x54005400` (64 + n), on `w` and on `w >> 8`,
+//! yield the pairs (p0,p1), (p2,p3), (p4,p5), (p6,p7). A pair then costs one
+//! `sub.f16x2` and one `fma.rn.f16x2` with the group's scale and zero.
+//! - K: a thread reads word c of a 32-dim chunk and uses its 8 dims as the
+//!   logical dims {2c, 2c+1, 2c+8, 2c+9} of two k-chunks (`q_position`).
+//! - V: a 16-bit `ldmatrix .trans` over the nibble rows gives each thread 4
+//!   nibbles of two keys; the same extractions give key pairs per dim, in
+//!   the output-dim order `o_pair` describes.
+
+use core::marker::PhantomData;
+
+use decode_attn_abi::tile_config;
+
+use super::{copy_rows, copy_side, swizzled, Half, KvFormat};
+use crate::addressing::RowAddressing;
+use crate::arch::{math, mma, shared};
+
+pub struct Int4Kv<Q, const G: u32>(PhantomData<Q>);
+
+/// 1024 + n for nibble slots (0, 4) of each half-word pair.
+#[inline(always)]
+fn magic_a(w: u32) -> u32 {
+    (w & 0x000F_000F) | 0x6400_6400
+}
+
+/// 64 + n for nibble slots (1, 5).
+#[inline(always)]
+fn magic_b(w: u32) -> u32 {
+    (w & 0x00F0_00F0) | 0x5400_5400
+}
+
+/// `(h - magic)·s + z` on a pair: exact integers, then one rounding.
+#[inline(always)]
+fn dequant(h: u32, magic: u32, s: u32, z: u32) -> u32 {
+    math::fma_f16x2(math::sub_f16x2(h, magic), s, z)
+}
+
+const A: u32 = 0x6400_6400;
+const B: u32 = 0x5400_5400;
+
+impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
+    const FORMAT: decode_attn_abi::KvFormat = match G {
+        32 => decode_attn_abi::KvFormat::Int4G32,
+        64 => decode_attn_abi::KvFormat::Int4G64,
+        _ => decode_attn_abi::KvFormat::Int4G128,
+    };
+    type Compute = super::F16;
+    type Query = Q;
+
+    #[inline(always)]
+    fn q_position(dim: u32) -> (u32, u32) {
+        let (m, c, j) = (dim / 32, (dim % 32) / 8, dim % 8);
+        (2 * m + j / 4, 2 * c + (j & 1) + 8 * ((j / 2) & 1))
+    }
+
+    #[inline(always)]
+    fn o_pair(nt: u32, c: u32) -> u32 {
+        32 * (nt / 4) + 8 * c + 2 * (nt % 4)
+    }
+
+    #[inline(always)]
+    unsafe fn load_rows<const D: usize, R: RowAddressing>(rows: R, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        copy_rows(rows, tile, first, end, keys, (D / 2) as u32, tid, nthreads)
+    }
+
+    #[inline(always)]
+    unsafe fn load_side<const D: usize, R: RowAddressing>(side: R, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        copy_side(side, tile, first, end, keys, 4 * D as u32 / G, tid, nthreads)
+    }
+
+    #[inline(always)]
+    unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32) };
+        let sr = cfg.side_bytes;
+        let side = tile + cfg.side_offset();
+        let (g, c) = (lane / 4, lane % 4);
+        let (m, shift) = (kc / 2, 8 * (kc % 2));
+        let group = (32 * m + 8 * c) / G;
+        let mut out = [0u32; 4];
+        for half in 0..2u32 {
+            let row = key + 8 * half + g;
+            let w = shared::ld_shared_u32(tile + swizzled(row, m, (D / 2) as u32) + 4 * c) >> shift;
+            let sz = shared::ld_shared_u32(side + row * sr + 4 * group);
+            let (s, z) = (math::prmt(sz, 0, 0x1010), math::prmt(sz, 0, 0x3232));
+            out[2 * half as usize] = dequant(magic_a(w), A, s, z);
+            out[2 * half as usize + 1] = dequant(magic_b(w), B, s, z);
+        }
+        out
+    }
+
+    #[inline(always)]
+    unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32) };
+        let sr = cfg.side_bytes;
+        let side = tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * sr;
+        let (m, shift) = (np / 2, 8 * (np % 2));
+        let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(key + lane % 16, m, (D / 2) as u32));
+        let (w0, w1) = (w0 >> shift, w1 >> shift);
+        let group = 32 * m / G;
+        let c2 = 2 * (lane % 4);
+        let sz = |k: u32| shared::ld_shared_u32(side + (key + k) * sr + 4 * group);
+        let (sz0, sz1, sz8, sz9) = (sz(c2), sz(c2 + 1), sz(c2 + 8), sz(c2 + 9));
+        // (scale, scale) and (zero, zero) of keys 2c, 2c+1 and 2c+8, 2c+9.
+        let (s01, z01) = (math::prmt(sz0, sz1, 0x5410), math::prmt(sz0, sz1, 0x7632));
+        let (s89, z89) = (math::prmt(sz8, sz9, 0x5410), math::prmt(sz8, sz9, 0x7632));
+        [
+            dequant(magic_a(w0), A, s01, z01),
+            dequant(magic_a(w1), A, s89, z89),
+            dequant(magic_b(w0), B, s01, z01),
+            dequant(magic_b(w1), B, s89, z89),
+        ]
+    }
+}
