@@ -158,7 +158,8 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     let back = dequantize_cache(&shape, &lens, &cd, &cs).map_err(err)?;
     let (num, den) = plain_f.iter().zip(&back).filter(|(_, y)| !y.is_nan()).fold((0f64, 0f64), |(n, d), (&x, &y)| (n + (x - y) as f64 * (x - y) as f64, d + x as f64 * x as f64));
     let rel = (num / den).sqrt();
-    let bound = if format == KvFormat::Int8 { 0.02 } else { 0.25 };
+    // Sanity bounds for heavy-tailed inputs (`cargo xtask quant-error` measures the real figures).
+    let bound = if format == KvFormat::Int8 { 0.05 } else { 0.25 };
     if !(rel <= bound) {
         return Err(format!("CPU round trip: relative L2 error {rel:.3e} > {bound}"));
     }
