@@ -281,10 +281,11 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
     let d = prop_oneof![3 => Just(64u32), 3 => Just(128), 3 => Just(256), 1 => extreme_u32()];
     let cap = prop_oneof![3 => 1u32..300, 3 => 300u32..300_000, 1 => 300_000..=MAX_SEQ_LEN, 1 => extreme_u32()];
     let rest = (d, prop_oneof![9 => 1u32..=8, 1 => extreme_u32()], cap);
-    let kinds = (any::<bool>(), prop::bool::weighted(0.1), layout(), scale(), prop::bool::weighted(0.3));
-    (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, scale, int8))| {
+    let quantized = prop_oneof![7 => Just(None), 3 => prop::sample::select(vec![KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128]).prop_map(Some)];
+    let kinds = (any::<bool>(), prop::bool::weighted(0.1), layout(), scale(), quantized);
+    (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, scale, quantized))| {
         let dtype = if f16 { Dtype::F16 } else { Dtype::Bf16 };
-        let same = if int8 { KvFormat::Int8 } else if f16 { KvFormat::F16 } else { KvFormat::Bf16 };
+        let same = quantized.unwrap_or(if f16 { KvFormat::F16 } else { KvFormat::Bf16 });
         let other = if f16 { KvFormat::Bf16 } else { KvFormat::F16 };
         DecodeShape {
             batch,
