@@ -55,6 +55,10 @@ pub fn rows(grids: &[char], formats: &[KvFormat], quick: bool) -> Vec<RowSpec> {
     let mut out = Vec::new();
     for &format in formats {
         for &grid in grids {
+            // SPEC.md: int4 with G = 32 on every grid; G = 64 and 128 on grid A.
+            if matches!(format, KvFormat::Int4G64 | KvFormat::Int4G128) && grid != 'A' {
+                continue;
+            }
             for (batch, ctx, hq, hkv, q_len) in grid_rows(grid) {
                 if quick && !QUICK.contains(&(grid, batch, ctx)) {
                     continue;
