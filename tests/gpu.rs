@@ -212,19 +212,15 @@ fn main() {
     }
     if filter.is_none() {
         for (format, dtype, d, layout) in quant_cases(sanitize) {
-            {
-                {
-                    let name = format!("{}/{}/quantize-append-dequantize/d{d}/{layout:?}", format.name(), dtype.name());
-                    match quant::round_trips(&attn, &stream, format, dtype, d, layout) {
-                        Ok(()) => {
-                            println!("ok   {name:<60} GPU bits == CPU bits");
-                            passed += 1;
-                        }
-                        Err(e) => {
-                            println!("FAIL {name:<60} {e}");
-                            failed += 1;
-                        }
-                    }
+            let name = format!("{}/{}/quantize-append-dequantize/d{d}/{layout:?}", format.name(), dtype.name());
+            match quant::round_trips(&attn, &stream, format, dtype, d, layout) {
+                Ok(()) => {
+                    println!("ok   {name:<60} GPU bits == CPU bits");
+                    passed += 1;
+                }
+                Err(e) => {
+                    println!("FAIL {name:<60} {e}");
+                    failed += 1;
                 }
             }
         }

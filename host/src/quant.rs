@@ -215,11 +215,8 @@ fn for_each_row(shape: &DecodeShape, seq_lens: &[u32], f: impl Fn(usize, usize) 
 }
 
 fn check_cache_shape(shape: &DecodeShape, seq_lens: &[u32], len: usize) -> Result<()> {
-    shape.validate()?;
-    shape.validate_seq_lens(seq_lens)?;
     ensure(shape.kv_format == KvFormat::Int8, "kv_format", "int8", shape.kv_format.name())?;
-    let need = shape.kv_elems_required().unwrap_or(u64::MAX);
-    ensure(len as u64 >= need, "plain", format!("at least {need} values"), len)
+    check_quantized(shape, seq_lens, len)
 }
 
 /// A buffer that threads write at disjoint places (`for_each_row` hands

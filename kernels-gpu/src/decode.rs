@@ -93,7 +93,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
     let mut qf = [[0u32; 4]; KC];
     if q_conv {
-        // Filled below.
+        // convert_q fills the tile once the pipeline's first loads are out.
     } else if q_smem {
         stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
     } else {

@@ -39,6 +39,43 @@ unsafe fn this_row(p: &QuantParams) -> Option<(u32, u32, u32, u32)> {
     }
 }
 
+/// Byte address of row (b, t, h) of a tensor at `base` with these byte strides.
+#[inline(always)]
+fn row_at(base: u64, strides: [u64; 3], b: u32, t: u32, h: u32) -> u64 {
+    base + b as u64 * strides[0] + t as u64 * strides[1] + h as u64 * strides[2]
+}
+
+/// The plain (16-bit) tensor's row (b, t, h).
+#[inline(always)]
+fn plain_row(p: &QuantParams, b: u32, t: u32, h: u32) -> u64 {
+    row_at(p.plain, [p.plain_stride_batch, p.plain_stride_token, p.plain_stride_head], b, t, h)
+}
+
+/// The quantized values' row (b, token, h).
+#[inline(always)]
+fn data_row(p: &QuantParams, b: u32, token: u32, h: u32) -> u64 {
+    row_at(p.data, [p.data_stride_batch, p.data_stride_token, p.data_stride_head], b, token, h)
+}
+
+/// The side data of row (b, token, h).
+#[inline(always)]
+fn side_row(p: &QuantParams, b: u32, token: u32, h: u32) -> u64 {
+    row_at(p.side, [p.side_stride_batch, p.side_stride_token, p.side_stride_head], b, token, h)
+}
+
+/// This lane's `E` values (dims `lane·E ..`) of a 16-bit row, as f32.
+#[inline(always)]
+unsafe fn load_lane_values<H: Half, const E: usize>(row: u64, lane: u32) -> [f32; E] {
+    let src = row + (lane as usize * E * 2) as u64;
+    let mut x = [0f32; E];
+    for w in 0..E / 2 {
+        let (lo, hi) = H::unpack(memory::ld_global_nc_u32(src + 4 * w as u64));
+        x[2 * w] = lo;
+        x[2 * w + 1] = hi;
+    }
+    x
+}
+
 /// 16-bit rows → int8 rows + f32 scales.
 ///
 /// # Safety
@@ -47,13 +84,7 @@ unsafe fn this_row(p: &QuantParams) -> Option<(u32, u32, u32, u32)> {
 pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
     let Some((b, t, h, token)) = this_row(p) else { return };
     let lane = thread::lane_id();
-    let src = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (lane as usize * E * 2) as u64;
-    let mut x = [0f32; E];
-    for w in 0..E / 2 {
-        let (lo, hi) = H::unpack(memory::ld_global_nc_u32(src + 4 * w as u64));
-        x[2 * w] = lo;
-        x[2 * w + 1] = hi;
-    }
+    let x = load_lane_values::<H, E>(plain_row(p, b, t, h), lane);
     let mut amax = 0f32;
     #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
     for i in 0..E {
@@ -61,7 +92,7 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
     }
     let amax = warp::warp_max(amax);
     let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-    let dst = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head + (lane as usize * E) as u64;
+    let dst = data_row(p, b, token, h) + (lane as usize * E) as u64;
     let mut bytes = [0u32; E];
     #[allow(clippy::needless_range_loop)]
     for i in 0..E {
@@ -77,8 +108,7 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
         }
     }
     if lane == 0 {
-        let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
-        memory::st_global_f32(side, amax / 127.0);
+        memory::st_global_f32(side_row(p, b, token, h), amax / 127.0);
     }
 }
 
@@ -90,10 +120,9 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
 pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
     let Some((b, t, h, token)) = this_row(p) else { return };
     let lane = thread::lane_id();
-    let src = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head + (lane as usize * E) as u64;
-    let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
-    let scale = memory::ld_global_nc_f32(side);
-    let dst = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (lane as usize * E * 2) as u64;
+    let src = data_row(p, b, token, h) + (lane as usize * E) as u64;
+    let scale = memory::ld_global_nc_f32(side_row(p, b, token, h));
+    let dst = plain_row(p, b, t, h) + (lane as usize * E * 2) as u64;
     for w in 0..E / 2 {
         // Two bytes per output pair; E = 2 reads the lane's only 2 bytes.
         let pair = memory::ld_global_nc_u16(src + 2 * w as u64);
@@ -129,13 +158,7 @@ fn shfl_xor_u32(v: u32, m: u32) -> u32 {
 pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u32>(p: &QuantParams) {
     let Some((b, t, h, token)) = this_row(p) else { return };
     let lane = thread::lane_id();
-    let src = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (lane as usize * E * 2) as u64;
-    let mut x = [0f32; E];
-    for w in 0..E / 2 {
-        let (lo, hi) = H::unpack(memory::ld_global_nc_u32(src + 4 * w as u64));
-        x[2 * w] = lo;
-        x[2 * w + 1] = hi;
-    }
+    let x = load_lane_values::<H, E>(plain_row(p, b, t, h), lane);
     let (mut lo, mut hi) = (x[0], x[0]);
     #[allow(clippy::needless_range_loop)]
     for i in 1..E {
@@ -151,13 +174,13 @@ pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u3
     }
     let s_bits = math::f16_bits((hi - lo) / 15.0);
     let z_bits = math::f16_bits(lo);
-    let (scale, zero) = F16Pair::to_f32(s_bits | (z_bits << 16));
+    let (scale, zero) = math::unpack_f16x2(s_bits | (z_bits << 16));
     let mut word = 0u32;
     #[allow(clippy::needless_range_loop)]
     for i in 0..E {
         let q = if scale > 0.0 { math::rint_i32((x[i] - zero) / scale).clamp(0, 15) as u32 } else { 0 };
         let dim = lane * E as u32 + i as u32;
-        word |= q << (4 * nibble_slot(dim % 8) + if E == 8 { 0 } else { 0 });
+        word |= q << (4 * nibble_slot(dim % 8));
     }
     // Lanes sharing a word (8 / E of them) combine their nibbles.
     let mut m = 1;
@@ -165,14 +188,12 @@ pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u3
         word |= shfl_xor_u32(word, m);
         m *= 2;
     }
-    let row = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head;
     let first_dim = lane * E as u32;
     if first_dim % 8 == 0 {
-        memory::st_global_u32(row + (first_dim / 8 * 4) as u64, word);
+        memory::st_global_u32(data_row(p, b, token, h) + (first_dim / 8 * 4) as u64, word);
     }
     if lane % (G / E as u32) == 0 {
-        let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
-        memory::st_global_u32(side + 4 * (first_dim / G) as u64, s_bits | (z_bits << 16));
+        memory::st_global_u32(side_row(p, b, token, h) + 4 * (first_dim / G) as u64, s_bits | (z_bits << 16));
     }
 }
 
@@ -185,11 +206,9 @@ pub unsafe fn dequantize_int4<H: Half, const D: usize, const E: usize, const G: 
     let Some((b, t, h, token)) = this_row(p) else { return };
     let lane = thread::lane_id();
     let first_dim = lane * E as u32;
-    let row = p.data + b as u64 * p.data_stride_batch + token as u64 * p.data_stride_token + h as u64 * p.data_stride_head;
-    let word = memory::ld_global_nc_u32(row + (first_dim / 8 * 4) as u64);
-    let side = p.side + b as u64 * p.side_stride_batch + token as u64 * p.side_stride_token + h as u64 * p.side_stride_head;
-    let (scale, zero) = F16Pair::to_f32(memory::ld_global_nc_u32(side + 4 * (first_dim / G) as u64));
-    let dst = p.plain + b as u64 * p.plain_stride_batch + t as u64 * p.plain_stride_token + h as u64 * p.plain_stride_head + (first_dim * 2) as u64;
+    let word = memory::ld_global_nc_u32(data_row(p, b, token, h) + (first_dim / 8 * 4) as u64);
+    let (scale, zero) = math::unpack_f16x2(memory::ld_global_nc_u32(side_row(p, b, token, h) + 4 * (first_dim / G) as u64));
+    let dst = plain_row(p, b, t, h) + (first_dim * 2) as u64;
     for w in 0..E / 2 {
         let value = |i: u32| {
             let dim = first_dim + i;
@@ -197,14 +216,5 @@ pub unsafe fn dequantize_int4<H: Half, const D: usize, const E: usize, const G: 
             q as f32 * scale + zero
         };
         memory::st_global_u32(dst + 4 * w as u64, H::pack(value(2 * w as u32), value(2 * w as u32 + 1)));
-    }
-}
-
-/// A packed (fp16 scale, fp16 zero) pair.
-struct F16Pair;
-impl F16Pair {
-    #[inline(always)]
-    fn to_f32(sz: u32) -> (f32, f32) {
-        math::unpack_f16x2(sz)
     }
 }
