@@ -23,7 +23,7 @@ use decode_attn::cust::stream::{Stream, StreamFlags};
 use decode_attn::plan::stage_keys;
 use decode_attn::reference::relative_l2_error;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, KvFormat, KvLayout, PlanOptions, SplitPolicy, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestError, TestRunner};
 
@@ -74,6 +74,7 @@ struct Draw {
     extra_capacity: u32,
     layout: LayoutKind,
     split: SplitKind,
+    variant: VariantChoice,
     dist: Distribution,
     /// Query dtype f16 (else bf16), where the format allows either.
     q_f16: bool,
@@ -112,6 +113,7 @@ struct Case {
     shape: DecodeShape,
     seq_lens: Vec<u32>,
     split: SplitPolicy,
+    variant: VariantChoice,
     dist: Distribution,
     seed: u64,
 }
@@ -134,9 +136,10 @@ fn draw() -> impl Strategy<Value = Draw> {
         1 => (0u32..3, 0u32..3, 0u32..3).prop_map(|(a, b, c)| LayoutKind::Padded(a, b, c)),
     ];
     let split = prop_oneof![2 => Just(SplitKind::Auto), 1 => Just(SplitKind::Never), 2 => (1u32..600).prop_map(SplitKind::Chunk)];
+    let variant = prop_oneof![2 => Just(VariantChoice::Auto), 1 => Just(VariantChoice::Force(Variant::Wide)), 1 => Just(VariantChoice::Force(Variant::Narrow))];
     let dist = prop::sample::select(Distribution::ALL.to_vec());
-    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, layout, split, dist, (any::<bool>(), any::<u64>())).prop_map(
-        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, layout, split, dist, (q_f16, seed))| Draw {
+    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, layout, (split, variant), dist, (any::<bool>(), any::<u64>())).prop_map(
+        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, layout, (split, variant), dist, (q_f16, seed))| Draw {
             head_dim,
             q_len,
             num_kv_heads,
@@ -145,6 +148,7 @@ fn draw() -> impl Strategy<Value = Draw> {
             extra_capacity,
             layout,
             split,
+            variant,
             dist,
             q_f16,
             seed,
@@ -225,7 +229,7 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         SplitKind::Never => SplitPolicy::Never,
         SplitKind::Chunk(k) => SplitPolicy::ChunkKeys(k),
     };
-    Case { shape, seq_lens: lens, split, dist: d.dist, seed: d.seed }
+    Case { shape, seq_lens: lens, split, variant: d.variant, dist: d.dist, seed: d.seed }
 }
 
 /// Per-format tallies.
@@ -277,7 +281,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         tally.borrow_mut().passed += 1;
         return Ok(());
     };
-    let plan = Tally::time(tally, "plan", || gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split })).map_err(|e| format!("plan: {e}"))?;
+    let plan = Tally::time(tally, "plan", || gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split, variant: case.variant, warps_k: None })).map_err(|e| format!("plan: {e}"))?;
     let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;
     let mut p = Tally::time(tally, "upload", || Problem::for_attention(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
     let mut outs = Vec::new();
@@ -314,7 +318,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
 fn describe(c: &Case) -> String {
     let s = &c.shape;
     format!(
-        "{} b{} hq{} hkv{} d{} q{} cap{} {:?} {:?} {:?} lens[..4]={:?}",
+        "{} b{} hq{} hkv{} d{} q{} cap{} {:?} {:?} {:?} {:?} lens[..4]={:?}",
         s.kv_format.name(),
         s.batch,
         s.num_q_heads,
@@ -324,6 +328,7 @@ fn describe(c: &Case) -> String {
         s.max_seq_len,
         s.kv_layout,
         c.split,
+        c.variant,
         c.dist,
         &c.seq_lens[..c.seq_lens.len().min(4)]
     )
@@ -472,7 +477,7 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
         if i % 50 == 0 {
             return check_case(Some(gpu), &case, &tally);
         }
-        let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split }).map_err(|e| e.to_string())?;
+        let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split, variant: case.variant, warps_k: None }).map_err(|e| e.to_string())?;
         let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
         let (q, k, v) = problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, 1).map_err(|e| e.to_string())?;
         let mut p = Problem::for_attention(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;

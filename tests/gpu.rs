@@ -12,12 +12,15 @@ mod quant;
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
 use decode_attn::testing::Distribution;
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, SplitPolicy, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
 
 const TOLERANCE: f64 = 1e-2;
 
+#[derive(Clone)]
 struct Case {
     name: String,
+    /// Kernel variant (every case runs once per variant: `per_variant`).
+    variant: Variant,
     shape: DecodeShape,
     seq_lens: Vec<u32>,
     split: SplitPolicy,
@@ -55,7 +58,7 @@ fn cases() -> Vec<Case> {
             },
             dist
         );
-        out.push(Case { name: tag, shape, seq_lens, split, dist, seed });
+        out.push(Case { name: tag, variant: Variant::Wide, shape, seq_lens, split, dist, seed });
     };
     use Distribution::{HeavyTailed as Heavy, Normal};
     use SplitPolicy::{Auto, ChunkKeys, Never};
@@ -108,7 +111,12 @@ fn cases() -> Vec<Case> {
             add("strided", q(shape(dtype, 2, 4, 2, 128, 2, 40, padded)), vec![40, 2], ChunkKeys(16), Normal, None);
         }
     }
-    out
+    per_variant(out)
+}
+
+/// Each case once per kernel variant: both serve every shape.
+fn per_variant(cases: Vec<Case>) -> Vec<Case> {
+    cases.into_iter().flat_map(|c| Variant::ALL.map(|variant| Case { name: format!("{}/{}", c.name, variant.name()), variant, ..c.clone() })).collect()
 }
 
 /// A small set for compute-sanitizer (every kernel: each dtype × head dim,
@@ -123,7 +131,7 @@ fn sanitize_cases() -> Vec<Case> {
             for split in [SplitPolicy::ChunkKeys(stage), SplitPolicy::Never] {
                 let s = shape(dtype, 4, 8, 2, d, 3, 2 * stage + 1, KvLayout::Nhd);
                 let name = format!("{}/sanitize/d{d}/{split:?}", dtype.name());
-                out.push(Case { name, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None });
+                out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None });
             }
             for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized() && f.supports_head_dim(d)) {
                 let stage8 = decode_attn::plan::stage_keys(format, d);
@@ -131,15 +139,15 @@ fn sanitize_cases() -> Vec<Case> {
                 for split in [SplitPolicy::ChunkKeys(stage8), SplitPolicy::Never] {
                     let s = DecodeShape { kv_format: format, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Hnd) };
                     let name = format!("{}/{}/sanitize/d{d}/{split:?}", format.name(), dtype.name());
-                    out.push(Case { name, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None });
+                    out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None });
                 }
             }
         }
         // The largest group × q_len: 64 heads × 8 tokens = 512 rows, 8 row chunks.
         let s = shape(dtype, 2, 64, 1, 128, 8, 200, KvLayout::Hnd);
-        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None });
+        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), variant: Variant::Wide, shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None });
     }
-    out
+    per_variant(out)
 }
 
 /// Quantize / append / dequantize round trips: every quantized format ×
@@ -237,7 +245,7 @@ fn main() {
 /// Runs a case twice (fresh NaN poison each time): the error against the
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
-    let opts = PlanOptions { split: case.split };
+    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None };
     let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
     if std::env::var_os("GPU_TESTS_VERBOSE").is_some() {
         eprintln!("  plan: grid {:?} block {} smem {} work {:?}", plan.grid(), plan.block_threads(), plan.smem_bytes(), &plan.work()[..plan.work().len().min(4)]);

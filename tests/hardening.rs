@@ -13,7 +13,7 @@ use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, Plan, PlanOptions, SplitPolicy};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, Plan, PlanOptions, SplitPolicy, Variant, VariantChoice};
 use decode_attn_abi::{DIRECT_OUTPUT, MERGE_ROWS_PER_BLOCK};
 use proptest::prelude::*;
 
@@ -21,7 +21,7 @@ const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thr
 const DEV: DeviceInfo = DeviceInfo::H100_SXM;
 
 fn plan_with(shape: &DecodeShape, lens: &[u32], split: SplitPolicy) -> decode_attn::Result<Plan> {
-    plan(shape, lens, &DEV, &KERNEL, &PlanOptions { split })
+    plan(shape, lens, &DEV, &KERNEL, &PlanOptions { split, ..Default::default() })
 }
 
 fn rejects(r: decode_attn::Result<impl std::fmt::Debug>, param: &str) {
@@ -329,6 +329,14 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
     ]
 }
 
+/// Plan options: every split policy, both variants (or Auto), and
+/// `warps_k` overrides that are often invalid.
+fn options() -> impl Strategy<Value = PlanOptions> {
+    let variant = prop_oneof![Just(VariantChoice::Auto), Just(VariantChoice::Force(Variant::Wide)), Just(VariantChoice::Force(Variant::Narrow))];
+    let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
+    (split(), variant, warps_k).prop_map(|(split, variant, warps_k)| PlanOptions { split, variant, warps_k })
+}
+
 fn split() -> impl Strategy<Value = SplitPolicy> {
     prop_oneof![
         3 => Just(SplitPolicy::Auto),
@@ -351,19 +359,20 @@ fn inputs() -> impl Strategy<Value = (DecodeShape, Vec<u32>)> {
 fn most_random_draws_reach_the_planner() {
     use proptest::strategy::ValueTree;
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let strategy = (inputs(), split());
-    let (mut ok, mut split_plans) = (0, 0);
+    let strategy = (inputs(), options());
+    let (mut ok, mut split_plans, mut narrow) = (0, 0, 0);
     for _ in 0..1000 {
-        let ((shape, lens), split) = strategy.new_tree(&mut runner).unwrap().current();
-        match plan(&shape, &lens, &DEV, &KERNEL, &PlanOptions { split }) {
+        let ((shape, lens), opts) = strategy.new_tree(&mut runner).unwrap().current();
+        match plan(&shape, &lens, &DEV, &KERNEL, &opts) {
             Ok(p) => {
                 ok += 1;
                 split_plans += !p.merges().is_empty() as u32;
+                narrow += (p.variant() == Variant::Narrow) as u32;
             }
             Err(e) => if std::env::var_os("WHY").is_some() { eprintln!("{:?}", e.param()) },
         }
     }
-    assert!(ok >= 200 && split_plans >= 50, "{ok} Ok plans, {split_plans} with splits, of 1000 draws");
+    assert!(ok >= 200 && split_plans >= 50 && narrow >= 50 && ok - narrow >= 50, "{ok} Ok plans, {split_plans} with splits, {narrow} narrow, of 1000 draws");
 }
 
 proptest! {
@@ -373,13 +382,13 @@ proptest! {
     fn plan_and_check_never_panic_and_keep_their_promises(
         (shape, lens) in shape().prop_flat_map(|s| { let l = lens(s.batch, s.q_len, s.max_seq_len); (Just(s), l) }),
         (dev, kernel) in device(),
-        split in split(),
+        opts in options(),
         addrs in (extreme_u64(), extreme_u64(), extreme_u64(), extreme_u64()),
         sizes in (0usize..1 << 20, 0usize..1 << 20, any::<usize>(), 0usize..1 << 30),
     ) {
         let _ = shape.validate();
         let _ = (shape.q_elems(), shape.kv_strides(), shape.kv_elems_required(), shape.kv_bytes_required());
-        let Ok(p) = plan(&shape, &lens, &dev, &kernel, &PlanOptions { split }) else { return Ok(()) };
+        let Ok(p) = plan(&shape, &lens, &dev, &kernel, &opts) else { return Ok(()) };
         assert_covers(&p);
         assert_launchable(&p);
         let _ = (p.bytes_moved(), p.max_splits(), p.metadata().len());

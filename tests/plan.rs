@@ -8,7 +8,7 @@ use proptest::prelude::*;
 const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
 
 fn opts(split: SplitPolicy) -> PlanOptions {
-    PlanOptions { split }
+    PlanOptions { split, ..Default::default() }
 }
 
 /// Every sequence's keys [0, len) are covered by its work items exactly once,

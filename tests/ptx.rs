@@ -2,7 +2,7 @@
 //! unresolved, and (when a ptxas is available) it assembles for sm_90 with
 //! no local memory in the attention kernels.
 
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, Variant, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
 
 fn host_names() -> Vec<&'static str> {
     let mut names = UTILITY_KERNELS.to_vec();
@@ -25,8 +25,8 @@ fn the_kernel_table_covers_every_supported_combination() {
                 Some(q) => vec![q],
                 None => Dtype::ALL.to_vec(),
             };
-            for q in dtypes {
-                assert!(decode_kernel_name(f, q, d).is_some(), "no kernel for {f:?} / {q:?} / d{d}");
+            for (q, v) in dtypes.into_iter().flat_map(|q| Variant::ALL.map(|v| (q, v))) {
+                assert!(decode_kernel_name(f, q, d, v).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?}");
             }
         }
     }

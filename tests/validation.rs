@@ -60,7 +60,7 @@ fn sequence_length_errors_name_the_sequence() {
     names(&plan_err(&good(), &[100]), "seq_lens");
     names(&plan_err(&good(), &[100, 2]), "seq_lens[1]"); // shorter than q_len
     names(&plan_err(&good(), &[1025, 100]), "seq_lens[0]"); // beyond capacity
-    let e = plan(&good(), &[100, 100], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions { split: SplitPolicy::ChunkKeys(0) }).unwrap_err();
+    let e = plan(&good(), &[100, 100], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions { split: SplitPolicy::ChunkKeys(0), ..Default::default() }).unwrap_err();
     names(&e, "split.chunk_keys");
 }
 

@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, Variant, VariantChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -55,9 +55,25 @@ struct Args {
     /// Re-render an earlier run's JSON (table, CSV, SVG beside it) without a GPU.
     #[arg(long, value_name = "JSON")]
     from_json: Option<String>,
+    /// Kernel variant: auto (narrow for ≤ 8 query rows per kv head), wide or narrow.
+    #[arg(long, value_parser = parse_variant, default_value = "auto")]
+    variant: VariantChoice,
+    /// Warps along the keys per block (default: the planner's choice).
+    #[arg(long)]
+    warps_k: Option<u32>,
+    /// Appended to the output file names (several runs in one directory).
+    #[arg(long, default_value = "")]
+    tag: String,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+fn parse_variant(s: &str) -> Result<VariantChoice, String> {
+    match s.trim() {
+        "auto" => Ok(VariantChoice::Auto),
+        v => Variant::ALL.into_iter().find(|x| x.name() == v).map(VariantChoice::Force).ok_or_else(|| format!("unknown variant `{s}` (have: auto, wide, narrow)")),
+    }
 }
 
 fn parse_format(s: &str) -> Result<KvFormat, String> {
@@ -158,7 +174,7 @@ fn run(args: &Args) -> Result<(), String> {
     let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, rows };
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out))?;
     let suffix = if args.l2 == L2Mode::Flush { "-flush" } else { "" };
-    let stem = format!("{}/{date}-{}{suffix}", args.out, device.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
+    let stem = format!("{}/{date}-{}{suffix}{}", args.out, device.replace(|c: char| !c.is_ascii_alphanumeric(), "-"), args.tag);
     report.write_json(&format!("{stem}.json"))?;
     report.write_csv(&format!("{stem}.csv"))?;
     report.write_svg(&format!("{stem}.svg"))?;
@@ -177,7 +193,8 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let dtype = s.format.required_dtype().unwrap_or(Dtype::Bf16);
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: KvLayout::Nhd, scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
-    let plan = attn.plan(&shape, &seq_lens, &PlanOptions::default()).map_err(|e| e.to_string())?;
+    let opts = PlanOptions { variant: args.variant, warps_k: args.warps_k, ..PlanOptions::default() };
+    let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
 
     // Enough copies that their total is ≥ 4× L2 (at least two), within 60 %
@@ -231,7 +248,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         head_dim: s.head_dim,
         format: s.format.name().into(),
         splits: plan.max_splits(),
-        block: format!("{}x{}w {gx}x{gy}x{gz}", plan.warps_m(), plan.warps_k()),
+        block: format!("{}{}x{}w {gx}x{gy}x{gz}", if plan.variant() == Variant::Narrow { "n" } else { "" }, plan.warps_m(), plan.warps_k()),
         buffer_sets: n_sets as u32,
         median_us: med,
         min_us: t.total.iter().copied().fold(f64::INFINITY, f64::min),

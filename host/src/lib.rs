@@ -30,9 +30,9 @@ pub mod shape;
 pub mod tensor;
 pub mod testing;
 
-pub use decode_attn_abi::{Dtype, KvFormat};
+pub use decode_attn_abi::{Dtype, KvFormat, Variant};
 pub use error::{Error, Result};
-pub use plan::{DeviceInfo, KernelInfo, Plan, PlanOptions, SplitPolicy};
+pub use plan::{DeviceInfo, KernelInfo, Plan, PlanOptions, SplitPolicy, VariantChoice};
 pub use run::{DecodeAttention, KvCache, Workspace};
 pub use quant::QuantizedMut;
 pub use shape::{DecodeShape, KvLayout, KvStrides};

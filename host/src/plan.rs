@@ -5,8 +5,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, tile_config, MergeItem, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M,
-    MERGE_ROWS_PER_BLOCK, MMA_M,
+    decode_smem_bytes, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M,
+    MERGE_ROWS_PER_BLOCK, MMA_M, NARROW_ROWS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -89,9 +89,38 @@ pub enum SplitPolicy {
     ChunkKeys(u32),
 }
 
+/// Which kernel variant serves the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum VariantChoice {
+    /// `Narrow` when a kv head has at most 8 query rows (`group × q_len`),
+    /// else `Wide`.
+    #[default]
+    Auto,
+    /// This variant whatever the shape (both serve every shape).
+    Force(Variant),
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanOptions {
     pub split: SplitPolicy,
+    pub variant: VariantChoice,
+    /// Warps along the keys per block (1, 2, 4 or 8; at most one per 16 keys
+    /// of a pipeline stage); `None` picks the count that keeps the most
+    /// warps resident.
+    pub warps_k: Option<u32>,
+}
+
+impl PlanOptions {
+    /// The variant these options select for `shape`.
+    pub fn variant_for(&self, shape: &DecodeShape) -> Variant {
+        match self.variant {
+            VariantChoice::Force(v) => v,
+            VariantChoice::Auto => match shape.rows_per_kv_head() {
+                Some(rows) if rows <= NARROW_ROWS => Variant::Narrow,
+                _ => Variant::Wide,
+            },
+        }
+    }
 }
 
 /// A launch plan for one shape and one set of sequence lengths.
@@ -108,9 +137,10 @@ pub struct Plan {
     pub(crate) num_slots: u32,
     /// Keys per chunk (`u32::MAX` when no sequence is split).
     pub(crate) chunk_keys: u32,
+    pub(crate) variant: Variant,
     pub(crate) warps_m: u32,
     pub(crate) warps_k: u32,
-    /// Packed query rows per block (`16 * warps_m`).
+    /// Packed query rows per block (`16 * warps_m`, `Narrow`: 8).
     pub(crate) rows_per_block: u32,
     /// Blocks along grid z, covering `group * q_len` rows.
     pub(crate) row_chunks: u32,
@@ -151,6 +181,9 @@ impl Plan {
     }
     pub fn chunk_keys(&self) -> u32 {
         self.chunk_keys
+    }
+    pub fn variant(&self) -> Variant {
+        self.variant
     }
     pub fn warps_m(&self) -> u32 {
         self.warps_m
@@ -227,8 +260,9 @@ const ALIGN: usize = 256;
 
 static NEXT_PLAN_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Block shape for `rows` packed rows: warps along M cover up to
-/// `MAX_WARPS_M * 16` rows, warps along K take the rest of the warp budget.
+/// Block shape (`warps_m`, `warps_k`) of the `Wide` variant for `rows`
+/// packed rows: warps along M cover up to `MAX_WARPS_M * 16` rows, warps
+/// along K take the rest of the warp budget.
 pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32, u32) {
     let rows = rows.max(1);
     let warps_m = rows.div_ceil(MMA_M).clamp(1, MAX_WARPS_M);
@@ -239,6 +273,23 @@ pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32,
         warps_k /= 2;
     }
     (warps_m, warps_k)
+}
+
+/// Warps along K of a `Narrow` block (one row tile): the power of two up to
+/// one per 16 keys of a stage (and `MAX_WARPS`) that keeps the most warps
+/// resident per SM, the larger on a tie.
+pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo, smem: impl Fn(u32) -> u32) -> u32 {
+    let max_k = (keys_per_stage / KEYS_PER_WARP_STEP).clamp(1, MAX_WARPS).min((kernel.max_threads_per_block / 32).max(1));
+    let mut best = (0u32, 1u32);
+    let mut w = 1;
+    while w <= max_k {
+        let resident = blocks_per_sm(dev, kernel, 32 * w, smem(w)) * w;
+        if resident >= best.0 {
+            best = (resident, w);
+        }
+        w *= 2;
+    }
+    best.1
 }
 
 /// Blocks of `threads` threads using `smem` bytes that fit on one SM.
@@ -308,8 +359,31 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
     let tile = tile_config(shape.kv_format, shape.head_dim);
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
-    let (warps_m, warps_k) = block_shape(rows, tile.keys_per_stage, kernel);
-    let rows_per_block = warps_m * MMA_M;
+    let variant = opts.variant_for(shape);
+    let (format, d) = (shape.kv_format, shape.head_dim);
+    let (warps_m, warps_k, rows_per_block) = match variant {
+        Variant::Wide => {
+            let (m, k) = block_shape(rows, tile.keys_per_stage, kernel);
+            (m, k, m * MMA_M)
+        }
+        Variant::Narrow => {
+            let k = narrow_warps_k(tile.keys_per_stage, dev, kernel, |w| decode_smem_bytes(format, d, 1, w, variant));
+            (1, k, NARROW_ROWS)
+        }
+    };
+    let warps_k = match opts.warps_k {
+        None => warps_k,
+        Some(w) => {
+            let max_k = (tile.keys_per_stage / KEYS_PER_WARP_STEP).max(1);
+            ensure(
+                w.is_power_of_two() && w <= max_k && warps_m * w <= MAX_WARPS.min(kernel.max_threads_per_block / 32),
+                "warps_k",
+                format!("a power of two ≤ {} (one warp per 16 keys of a {}-key stage, ≤ {} warps per block)", max_k.min(MAX_WARPS / warps_m), tile.keys_per_stage, MAX_WARPS),
+                w,
+            )?;
+            w
+        }
+    };
     let row_chunks = rows.div_ceil(rows_per_block);
     ensure(
         row_chunks <= MAX_GRID_YZ,
@@ -317,7 +391,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
         format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
-    let smem_bytes = decode_smem_bytes(shape.kv_format, shape.head_dim, warps_m, warps_k);
+    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
@@ -387,6 +461,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
         merges,
         num_slots,
         chunk_keys,
+        variant,
         warps_m,
         warps_k,
         rows_per_block,

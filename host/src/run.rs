@@ -11,7 +11,7 @@ use cust::memory::DeviceBuffer;
 use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, DecodeParams, Dtype, KvFormat, MergeParams, DECODE_KERNELS, MERGE_ROWS_PER_BLOCK};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_ROWS_PER_BLOCK};
 
 use crate::check::{check_buffers, BufferDesc, RunBuffers};
 use crate::error::{ensure, Error, Result};
@@ -73,7 +73,7 @@ impl<'a> KvCache<'a> {
 pub struct DecodeAttention {
     module: Module,
     device: DeviceInfo,
-    kernels: HashMap<(KvFormat, Dtype, u32), KernelInfo>,
+    kernels: HashMap<(KvFormat, Dtype, u32, Variant), KernelInfo>,
 }
 
 /// Maps a raw driver status (cust keeps its own mapping private).
@@ -125,7 +125,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim), info);
+            kernels.insert((k.format, k.dtype, k.head_dim, k.variant), info);
         }
         Ok(DecodeAttention { module, device, kernels })
     }
@@ -134,9 +134,9 @@ impl DecodeAttention {
         &self.device
     }
 
-    fn kernel_info(&self, shape: &DecodeShape) -> Result<KernelInfo> {
+    fn kernel_info(&self, shape: &DecodeShape, variant: Variant) -> Result<KernelInfo> {
         shape.validate()?;
-        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim)).copied().ok_or_else(|| {
+        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, variant)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
                 "no kernel for a {} cache with {} queries at head_dim {}",
                 shape.kv_format.name(),
@@ -160,7 +160,8 @@ impl DecodeAttention {
 
     /// Plans one decode step (CPU only; see [`plan::plan`]).
     pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
-        plan::plan(shape, seq_lens, &self.device, &self.kernel_info(shape)?, opts)
+        let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
+        plan::plan(shape, seq_lens, &self.device, &kernel, opts)
     }
 
     /// Enqueues the attention (and merge) kernels on `stream`, for a bf16 or
@@ -229,7 +230,7 @@ impl DecodeAttention {
         )?;
         let shape = &plan.shape;
         // The plan's shape was validated by `plan()`; only the lookup is needed.
-        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim)).copied().ok_or_else(|| {
+        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant)).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
         })?;
         ensure(
@@ -286,7 +287,7 @@ impl DecodeAttention {
             scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
             _pad: 0,
         };
-        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim).expect("kernel looked up above");
+        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe { self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)? };

@@ -39,16 +39,23 @@ macro_rules! kv_type {
 }
 
 macro_rules! decode_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal);)*) => {$(
-        /// Attention over one KV format / dtype / head dim; see `decode::decode`.
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident);)*) => {$(
+        /// Attention over one KV format / dtype / head dim / variant; see
+        /// `decode::decode` and `decode::decode_narrow`.
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            decode::decode::<kv_type!($f, $q), $d, { $d / 16 }, { $d / 8 }>(&p)
+            decode_body!($v, kv_type!($f, $q), $d, &p)
         }
     )*};
+}
+
+/// The body of a variant.
+macro_rules! decode_body {
+    (Wide, $t:ty, $d:literal, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }>($p) };
+    (Narrow, $t:ty, $d:literal, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }>($p) };
 }
 
 macro_rules! merge_kernels {

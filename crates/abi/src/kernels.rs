@@ -6,41 +6,70 @@
 //! A table macro takes the name of a macro and calls it with every entry:
 //! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim); ... }`.
 
-use crate::{Dtype, KvFormat};
+use crate::{Dtype, KvFormat, Variant};
 
-/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim)`.
+/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant)`;
+/// every (format, dtype, head_dim) has both variants.
 #[macro_export]
 macro_rules! decode_kernel_table {
     ($m:ident) => {
         $m! {
-            decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64);
-            decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128);
-            decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256);
-            decode_kv_f16_q_f16_d64 => (F16, F16, 64);
-            decode_kv_f16_q_f16_d128 => (F16, F16, 128);
-            decode_kv_f16_q_f16_d256 => (F16, F16, 256);
-            decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64);
-            decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128);
-            decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256);
-            decode_kv_int8_q_f16_d64 => (Int8, F16, 64);
-            decode_kv_int8_q_f16_d128 => (Int8, F16, 128);
-            decode_kv_int8_q_f16_d256 => (Int8, F16, 256);
-            decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64);
-            decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128);
-            decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256);
-            decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64);
-            decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128);
-            decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256);
-            decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64);
-            decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128);
-            decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256);
-            decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64);
-            decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128);
-            decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256);
-            decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128);
-            decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256);
-            decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128);
-            decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256);
+            decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide);
+            decode_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow);
+            decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide);
+            decode_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow);
+            decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide);
+            decode_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow);
+            decode_kv_f16_q_f16_d64 => (F16, F16, 64, Wide);
+            decode_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow);
+            decode_kv_f16_q_f16_d128 => (F16, F16, 128, Wide);
+            decode_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow);
+            decode_kv_f16_q_f16_d256 => (F16, F16, 256, Wide);
+            decode_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow);
+            decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide);
+            decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow);
+            decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide);
+            decode_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow);
+            decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide);
+            decode_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow);
+            decode_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide);
+            decode_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow);
+            decode_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide);
+            decode_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow);
+            decode_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide);
+            decode_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow);
+            decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide);
+            decode_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow);
+            decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide);
+            decode_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow);
+            decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide);
+            decode_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow);
+            decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide);
+            decode_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow);
+            decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide);
+            decode_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow);
+            decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide);
+            decode_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow);
+            decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide);
+            decode_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow);
+            decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide);
+            decode_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow);
+            decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide);
+            decode_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow);
+            decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide);
+            decode_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow);
+            decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide);
+            decode_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow);
+            decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide);
+            decode_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow);
+            decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide);
+            decode_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow);
+            decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide);
+            decode_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow);
+            decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide);
+            decode_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow);
+            decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide);
+            decode_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow);
         }
     };
 }
@@ -165,6 +194,7 @@ pub struct DecodeKernel {
     pub format: KvFormat,
     pub dtype: Dtype,
     pub head_dim: u32,
+    pub variant: Variant,
     pub name: &'static str,
 }
 
@@ -177,10 +207,15 @@ pub struct MergeKernel {
 }
 
 macro_rules! decode_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal);)*) => {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident);)*) => {
         /// Every attention kernel in the PTX module.
-        pub const DECODE_KERNELS: &[DecodeKernel] =
-            &[$(DecodeKernel { format: KvFormat::$f, dtype: Dtype::$q, head_dim: $d, name: stringify!($name) },)*];
+        pub const DECODE_KERNELS: &[DecodeKernel] = &[$(DecodeKernel {
+            format: KvFormat::$f,
+            dtype: Dtype::$q,
+            head_dim: $d,
+            variant: Variant::$v,
+            name: stringify!($name),
+        },)*];
     };
 }
 decode_kernel_table!(decode_list);
@@ -196,13 +231,13 @@ merge_kernel_table!(merge_list);
 /// Utility kernels (random fill, busy-wait), by the names their params use.
 pub const UTILITY_KERNELS: [&str; 3] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL];
 
-/// Name of the attention kernel for a (format, dtype, head_dim), or `None`
-/// when the table has no such kernel.
-pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32) -> Option<&'static str> {
+/// Name of the attention kernel for a (format, dtype, head_dim, variant), or
+/// `None` when the table has no such kernel.
+pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant) -> Option<&'static str> {
     let mut i = 0;
     while i < DECODE_KERNELS.len() {
         let k = &DECODE_KERNELS[i];
-        if k.format as u32 == format as u32 && k.dtype as u32 == dtype as u32 && k.head_dim == head_dim {
+        if k.format as u32 == format as u32 && k.dtype as u32 == dtype as u32 && k.head_dim == head_dim && k.variant as u32 == variant as u32 {
             return Some(k.name);
         }
         i += 1;

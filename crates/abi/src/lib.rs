@@ -34,6 +34,31 @@ impl Dtype {
     }
 }
 
+/// How a block maps its work onto `mma.m16n8k16` tiles.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// Query rows along M: each warp owns 16 packed rows (up to
+    /// `MAX_WARPS_M` row-tile warps per block) and its keys along N. For
+    /// many rows per kv head (grid B: 48).
+    Wide = 0,
+    /// Keys along M, query rows along N: `S^T = K·Q^T` and `O^T += V^T·P^T`,
+    /// so a block serves `NARROW_ROWS` (8) rows with no empty tile rows, K
+    /// and V fragments are converted once per warp, and the O accumulator
+    /// is half the size. For few rows per kv head (GQA decode, MHA).
+    Narrow = 1,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 2] = [Variant::Wide, Variant::Narrow];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Variant::Wide => "wide",
+            Variant::Narrow => "narrow",
+        }
+    }
+}
+
 /// How K and V are stored in the cache (`docs/formats.md`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

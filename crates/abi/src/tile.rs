@@ -1,12 +1,14 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::KvFormat;
+use crate::{KvFormat, Variant};
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
 /// Keys one warp processes per step (two n8 tiles of S, one k16 step of PV).
 pub const KEYS_PER_WARP_STEP: u32 = 16;
+/// Query rows of one block of the `Narrow` variant (the n8 of its tiles).
+pub const NARROW_ROWS: u32 = 8;
 /// Most mma row tiles (warps along M) in one block; more rows go to more blocks.
 pub const MAX_WARPS_M: u32 = 4;
 /// Most warps in one block.
@@ -88,11 +90,13 @@ pub const fn q_converted(format: KvFormat) -> bool {
 }
 
 /// Bytes of the Q tile (after the pipeline buffers), per-row Q scales included.
-pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32) -> u32 {
+/// The `Narrow` variant keeps Q fragments in registers, so it needs the tile
+/// only to convert Q.
+pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant: Variant) -> u32 {
     let rows = warps_m * MMA_M;
     if q_converted(format) {
         rows * head_dim * 2 + 4 * rows
-    } else if q_in_smem(head_dim) {
+    } else if q_in_smem(head_dim) && matches!(variant, Variant::Wide) {
         rows * head_dim * 2
     } else {
         0
@@ -100,8 +104,8 @@ pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32) -> u32 
 }
 
 /// Dynamic shared memory of one attention block.
-pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32) -> u32 {
-    let q_bytes = q_tile_bytes(format, head_dim, warps_m);
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant) -> u32 {
+    let q_bytes = q_tile_bytes(format, head_dim, warps_m, variant);
     let pipe = tile_config(format, head_dim).pipeline_bytes() + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     if pipe > epi {

@@ -55,6 +55,24 @@ pub unsafe fn ldmatrix_x2_trans(addr: u32) -> [u32; 2] {
     [a, b]
 }
 
+/// `movmatrix.sync.aligned.m8n8.trans.b16`: the warp's 8×8 matrix of 16-bit
+/// values, held as in an `ldmatrix` fragment (lane `l` has row `l / 4`,
+/// columns `2(l % 4)`, `+1`), transposed in registers.
+#[inline(always)]
+pub fn movmatrix_trans(a: u32) -> u32 {
+    let d: u32;
+    // SAFETY: register-only; called by all 32 lanes of the warp.
+    unsafe {
+        core::arch::asm!(
+            "movmatrix.sync.aligned.m8n8.trans.b16 {d}, {a};",
+            d = out(reg32) d, a = in(reg32) a,
+            // Not `pure`: a warp-collective (see `mma_m16n8k16`).
+            options(nomem, nostack)
+        );
+    }
+    d
+}
+
 macro_rules! mma_m16n8k16 {
     ($name:ident, $ty:literal) => {
         /// `mma.sync.aligned.m16n8k16.row.col.f32` with 16-bit inputs: `d = a·b + c`.

@@ -43,3 +43,19 @@ pub fn warp_max(mut v: f32) -> f32 {
     v
 }
 
+
+/// Max over the 8 lanes sharing `lane % 4` (one column of an mma C tile).
+#[inline(always)]
+pub fn column_max(v: f32) -> f32 {
+    let v = v.max(shfl_xor_f32(v, 4));
+    let v = v.max(shfl_xor_f32(v, 8));
+    v.max(shfl_xor_f32(v, 16))
+}
+
+/// Sum over the 8 lanes sharing `lane % 4`.
+#[inline(always)]
+pub fn column_sum(v: f32) -> f32 {
+    let v = v + shfl_xor_f32(v, 4);
+    let v = v + shfl_xor_f32(v, 8);
+    v + shfl_xor_f32(v, 16)
+}

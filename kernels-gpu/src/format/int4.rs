@@ -61,8 +61,8 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     }
 
     #[inline(always)]
-    fn o_pair(nt: u32, c: u32) -> u32 {
-        32 * (nt / 4) + 8 * c + 2 * (nt % 4)
+    fn v_dim(nt: u32, n: u32) -> u32 {
+        32 * (nt / 4) + 8 * (n / 2) + 2 * (nt % 4) + n % 2
     }
 
     #[inline(always)]

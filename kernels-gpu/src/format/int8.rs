@@ -54,6 +54,11 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         let pos = dim % 16;
         (dim / 16, 2 * (pos / 4) + (pos & 1) + 8 * ((pos / 2) & 1))
     }
+    /// Tile `2m` holds the even dims of `16m .. 16m + 16`, tile `2m + 1` the odd.
+    #[inline(always)]
+    fn v_dim(nt: u32, n: u32) -> u32 {
+        16 * (nt / 2) + 2 * n + nt % 2
+    }
     #[inline(always)]
     unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
         copy_rows(rows, tile, first, end, keys, D as u32, tid, nthreads)

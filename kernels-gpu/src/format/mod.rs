@@ -78,12 +78,19 @@ pub trait KvFormat {
     fn q_position(dim: u32) -> (u32, u32) {
         (dim / 16, dim % 16)
     }
+    /// The head dim of column `n` (0..8) of P·V's n8 tile `nt`: tiles `2·np`
+    /// and `2·np + 1` are [`KvFormat::v_fragment`]`(np)`'s two halves. Formats
+    /// whose `v_fragment` reorders dims override it.
+    #[inline(always)]
+    fn v_dim(nt: u32, n: u32) -> u32 {
+        8 * nt + n
+    }
     /// The first of the two adjacent output dims a thread holds in column
     /// pair `2c, 2c+1` of P·V's n8 tile `nt` (formats whose `v_fragment`
     /// permutes dims in adjacent pairs; `V_DIMS_INTERLEAVED` ones differ).
     #[inline(always)]
     fn o_pair(nt: u32, c: u32) -> u32 {
-        8 * nt + 2 * c
+        Self::v_dim(nt, 2 * c)
     }
     /// Rows carry a per-row scale in side data (staged after a stage's rows):
     /// the body multiplies score columns by K's scales and P by V's.

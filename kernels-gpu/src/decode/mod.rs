@@ -14,16 +14,21 @@
 //! merged in shared memory and the block writes either the final output or,
 //! for a split sequence, an fp32 partial plus its log-sum-exp.
 
-use decode_attn_abi::{acc_pitch, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M, PIPELINE_STAGES};
+mod narrow;
+mod pipeline;
+
+pub use narrow::decode_narrow;
+
+use decode_attn_abi::{acc_pitch, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
-use crate::addressing::Strided;
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
+use pipeline::Pipeline;
 
 /// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
 #[derive(Clone, Copy)]
-struct RowInfo {
+pub(crate) struct RowInfo {
     /// Row within the block.
     local: u32,
     /// Whether the row exists (the last chunk's tile may be partly empty).
@@ -36,7 +41,7 @@ struct RowInfo {
 }
 
 #[inline(always)]
-fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
+pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
     let global = row0 + local;
     let valid = local < p.rows_per_block && global < p.group * p.q_len;
     let token = if valid { global / p.group } else { 0 };
@@ -50,7 +55,7 @@ fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32
 /// Byte address of element 0 of row (batch, token, head) of a
 /// `[batch, q_len, num_q_heads, D]` tensor of 2-byte values.
 #[inline(always)]
-fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u32, token: u32, head: u32) -> u64 {
+pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u32, token: u32, head: u32) -> u64 {
     base + (((batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64) * D as u64) * 2
 }
 
@@ -106,38 +111,14 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     }
 
-    let k_src = Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
-    let v_src = Strided::new(p.v, batch, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head);
-    let k_side_src = Strided::new(p.k_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
-    let v_side_src = Strided::new(p.v_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
-    let k_tile = |stage: u32| smem + stage * cfg.stage_bytes();
-    let v_tile = |stage: u32| k_tile(stage) + cfg.v_offset();
-    let k_side = |stage: u32| k_tile(stage) + cfg.side_offset();
-    let v_side = |stage: u32| k_side(stage) + cfg.side_bytes * kt;
-    let load_stage = |t: u32| {
-        let stage = t % PIPELINE_STAGES;
-        let first = item.kv_start + t * kt;
-        F::load_rows::<D, _>(k_src, k_tile(stage), first, item.kv_end, kt, tid, nthreads);
-        F::load_rows::<D, _>(v_src, v_tile(stage), first, item.kv_end, kt, tid, nthreads);
-        if cfg.side_bytes > 0 {
-            F::load_side::<D, _>(k_side_src, k_side(stage), first, item.kv_end, kt, tid, nthreads);
-            F::load_side::<D, _>(v_side_src, v_side(stage), first, item.kv_end, kt, tid, nthreads);
-        }
-    };
-
-    let n_tiles = (item.kv_end - item.kv_start).div_ceil(kt);
-    for t in 0..PIPELINE_STAGES - 1 {
-        if t < n_tiles {
-            load_stage(t);
-        }
-        memory::cp_async_commit();
-    }
+    let pipe = Pipeline::<F, D>::new(p, item, kvh, smem);
+    pipe.prefetch();
 
     // Per-row factors of the scores: the softmax scale (base 2), times the
     // power of two a converted Q row was scaled down by.
     let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
     if q_conv {
-        convert_q::<F, D>(p, batch, kvh, row0, q_tile, q_scales, warp, nthreads / 32, lane);
+        convert_q::<F, D>(p, batch, kvh, row0, p.warps_m * MMA_M, q_tile, q_scales, warp, nthreads / 32, lane);
         thread::sync_threads();
         scale_a *= shared::ld_shared_f32(q_scales + 4 * (warp_m * MMA_M + g));
         scale_b *= shared::ld_shared_f32(q_scales + 4 * (warp_m * MMA_M + g + 8));
@@ -152,17 +133,8 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
     let (mut l_a, mut l_b) = (0f32, 0f32);
 
-    for t in 0..n_tiles {
-        memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
-        thread::sync_threads();
-        // The stage refilled here was consumed in step t - 1, which every
-        // warp finished before the barrier above.
-        if t + PIPELINE_STAGES - 1 < n_tiles {
-            load_stage(t + PIPELINE_STAGES - 1);
-        }
-        memory::cp_async_commit();
-
-        let stage = t % PIPELINE_STAGES;
+    for t in 0..pipe.n_tiles {
+        let stage = pipe.advance(t);
         let tile_first = item.kv_start + t * kt;
         let mut sub = warp_k * KEYS_PER_WARP_STEP;
         while sub < kt && tile_first + sub < item.kv_end {
@@ -173,7 +145,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                 // Converted Q stays in shared memory too: its registers go to
                 // the dequantization instead.
                 let qk = if q_smem || q_conv { q_fragment::<D>(q_tile, warp_m, kc as u32, lane) } else { *qk };
-                let b = F::k_fragment::<D>(k_tile(stage), sub, kc as u32, lane);
+                let b = F::k_fragment::<D>(pipe.k_tile(stage), sub, kc as u32, lane);
                 s[0] = F::Compute::mma(qk, [b[0], b[1]], s[0]);
                 s[1] = F::Compute::mma(qk, [b[2], b[3]], s[1]);
             }
@@ -181,7 +153,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
             // (quantized formats): K's multiply the scores, V's multiply P.
             let (kscale, vscale) = if F::SCALED {
                 let at = |side: u32, n: u32| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2));
-                ([at(k_side(stage), 0), at(k_side(stage), 1)], [at(v_side(stage), 0), at(v_side(stage), 1)])
+                ([at(pipe.k_side(stage), 0), at(pipe.k_side(stage), 1)], [at(pipe.v_side(stage), 0), at(pipe.v_side(stage), 1)])
             } else {
                 ([[1.0; 2]; 2], [[1.0; 2]; 2])
             };
@@ -239,17 +211,50 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                 H::<F>::pack(s[1][2], s[1][3]),
             ];
             for np in 0..NT / 2 {
-                let b = F::v_fragment::<D>(v_tile(stage), sub, np as u32, lane);
+                let b = F::v_fragment::<D>(pipe.v_tile(stage), sub, np as u32, lane);
                 o[2 * np] = F::Compute::mma(pa, [b[0], b[1]], o[2 * np]);
                 o[2 * np + 1] = F::Compute::mma(pa, [b[2], b[3]], o[2 * np + 1]);
             }
             sub += p.warps_k * KEYS_PER_WARP_STEP;
         }
     }
-    memory::cp_async_wait::<0>();
-    thread::sync_threads();
+    pipe.drain();
 
-    epilogue::<F, D, NT>(p, &item, kvh, row0, warp_k, lane, [ra, rb], [m_a, m_b], [warp::quad_sum(l_a), warp::quad_sum(l_b)], &o, smem);
+    let rows = [ra, rb];
+    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool| {
+        if F::V_DIMS_INTERLEAVED {
+            // Tiles 2m / 2m+1 hold the even / odd dims of 16m..16m+16:
+            // this thread's four are the consecutive dims 16m + 4c ..+4.
+            for m in 0..NT / 2 {
+                let (even, odd) = (&o[2 * m], &o[2 * m + 1]);
+                for (r, row) in rows.iter().enumerate() {
+                    let addr = acc + 4 * (row.local * pitch + 16 * m as u32 + 4 * (lane % 4));
+                    let sc = scale[r];
+                    let mut v = [even[2 * r] * sc, odd[2 * r] * sc, even[2 * r + 1] * sc, odd[2 * r + 1] * sc];
+                    if add {
+                        let old = shared::ld_shared_v4_f32(addr);
+                        v = [v[0] + old[0], v[1] + old[1], v[2] + old[2], v[3] + old[3]];
+                    }
+                    shared::st_shared_v4_f32(addr, v);
+                }
+            }
+        } else {
+            for (nt, frag) in o.iter().enumerate() {
+                for (r, row) in rows.iter().enumerate() {
+                    let addr = acc + 4 * (row.local * pitch + F::o_pair(nt as u32, lane % 4));
+                    let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
+                    if add {
+                        let old = shared::ld_shared_v2_f32(addr);
+                        v[0] += old[0];
+                        v[1] += old[1];
+                    }
+                    shared::st_shared_v2_f32(addr, v);
+                }
+            }
+        }
+    };
+    let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
+    epilogue::<F, D>(p, &item, kvh, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
 /// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
@@ -272,19 +277,19 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
     }
 }
 
-/// Converts the block's Q rows (`warps_m * 16`, zeros past the last row)
+/// Converts the block's Q rows (`rows` of them, zeros past the last row)
 /// from the query's type to the compute type into the shared tile, one warp
 /// per row: each row is scaled by `2^(13 - ⌊log2 max|q|⌋)` (exact, and
 /// below fp16's 65504), its inverse goes to `q_scales[row]`, and head dims
 /// are stored in the order `F::k_fragment` reads K in.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, q_tile: u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {
+pub(crate) unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, rows: u32, q_tile: u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {
     const { assert!(D / 32 >= 2 && D % 32 == 0) };
     let per_lane = (D / 32) as u32;
     let rows_total = p.group * p.q_len;
     let mut r = warp;
-    while r < p.warps_m * MMA_M {
+    while r < rows {
         let global = row0 + r;
         let valid = r < p.rows_per_block && global < rows_total;
         let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
@@ -331,20 +336,25 @@ unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u3
 }
 
 /// Merges the `warps_k` states of each row in shared memory (the pipeline's
-/// buffers are free now) and writes the block's rows.
+/// buffers are free now) and writes the block's rows. Each thread holds two
+/// rows' states (`m`, `l`: equal on every lane that holds the row, the
+/// `publisher` lanes write them); `store(acc, pitch, scale, add)` writes (or
+/// adds) its accumulators, times each row's `scale`, into the fp32 rows at
+/// `acc`, which have `pitch` floats.
 #[inline(always)]
-unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     p: &DecodeParams,
     item: &WorkItem,
     kvh: u32,
     row0: u32,
     warp_k: u32,
-    lane: u32,
+    publisher: bool,
     rows: [RowInfo; 2],
     m: [f32; 2],
     l: [f32; 2],
-    o: &[[f32; 4]; NT],
     smem: u32,
+    store: impl Fn(u32, u32, [f32; 2], bool),
 ) {
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -355,7 +365,7 @@ unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
     let l_smem = m_smem + 4 * p.warps_k * block_rows;
     let fin_smem = l_smem + 4 * p.warps_k * block_rows;
 
-    if lane % 4 == 0 {
+    if publisher {
         for (r, row) in rows.iter().enumerate() {
             shared::st_shared_f32(m_smem + 4 * (warp_k * block_rows + row.local), m[r]);
             shared::st_shared_f32(l_smem + 4 * (warp_k * block_rows + row.local), l[r]);
@@ -376,7 +386,7 @@ unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
             big_l += shared::ld_shared_f32(l_smem + 4 * (k * block_rows + row.local)) * state::rescale(mk, big_m);
         }
         my_scale[r] = state::rescale(m[r], big_m);
-        if warp_k == 0 && lane % 4 == 0 {
+        if warp_k == 0 && publisher {
             let (inv_l, lse) = state::finish(big_m, big_l);
             shared::st_shared_v2_f32(fin_smem + 8 * row.local, [inv_l, lse]);
         }
@@ -385,36 +395,7 @@ unsafe fn epilogue<F: KvFormat, const D: usize, const NT: usize>(
     // Sum the rescaled accumulators, one warp_k at a time (deterministic).
     for k in 0..p.warps_k {
         if warp_k == k {
-            if F::V_DIMS_INTERLEAVED {
-                // Tiles 2m / 2m+1 hold the even / odd dims of 16m..16m+16:
-                // this thread's four are the consecutive dims 16m + 4c ..+4.
-                for m in 0..NT / 2 {
-                    let (even, odd) = (&o[2 * m], &o[2 * m + 1]);
-                    for (r, row) in rows.iter().enumerate() {
-                        let addr = acc + 4 * (row.local * pitch + 16 * m as u32 + 4 * (lane % 4));
-                        let sc = my_scale[r];
-                        let mut v = [even[2 * r] * sc, odd[2 * r] * sc, even[2 * r + 1] * sc, odd[2 * r + 1] * sc];
-                        if k > 0 {
-                            let old = shared::ld_shared_v4_f32(addr);
-                            v = [v[0] + old[0], v[1] + old[1], v[2] + old[2], v[3] + old[3]];
-                        }
-                        shared::st_shared_v4_f32(addr, v);
-                    }
-                }
-            } else {
-                for (nt, frag) in o.iter().enumerate() {
-                    for (r, row) in rows.iter().enumerate() {
-                        let addr = acc + 4 * (row.local * pitch + F::o_pair(nt as u32, lane % 4));
-                        let mut v = [frag[2 * r] * my_scale[r], frag[2 * r + 1] * my_scale[r]];
-                        if k > 0 {
-                            let old = shared::ld_shared_v2_f32(addr);
-                            v[0] += old[0];
-                            v[1] += old[1];
-                        }
-                        shared::st_shared_v2_f32(addr, v);
-                    }
-                }
-            }
+            store(acc, pitch, my_scale, k > 0);
         }
         thread::sync_threads();
     }

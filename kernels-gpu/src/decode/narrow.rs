@@ -1,0 +1,169 @@
+//! The `Narrow` variant: keys along mma M, up to 8 query rows along N.
+//!
+//! With few rows per kv head (GQA decode: 4–8, MHA: 1) a 16-row tile of
+//! query rows is mostly empty. Here each warp computes `Sᵀ = K·Qᵀ` for 16
+//! keys × 8 rows (one m16n8k16 per 16 head dims) and `Oᵀ += Vᵀ·Pᵀ` (one per
+//! 16 output dims), so per 16 keys it issues half the mma of the wide
+//! variant, K and V fragments are still converted once per warp, the O
+//! accumulator is `D / 4` registers instead of `D / 2`, and Q stays in
+//! registers as B fragments.
+//!
+//! The fragments of the wide variant serve as they are: a format's
+//! `k_fragment` (B fragments of two 8-key tiles) and `v_fragment` (B of two
+//! 8-dim tiles) reordered as `[b0, b2, b1, b3]` are exactly the A fragments
+//! of the transposed products. `Pᵀ` comes out of the C layout of `Sᵀ` as a
+//! B fragment with one `movmatrix.trans` per 8 keys. Each thread holds rows
+//! `2c` and `2c + 1` (c = lane % 4) for keys `g` and `g + 8`, so row maxima
+//! and sums reduce over the 8 lanes of a column, not a quad.
+
+use decode_attn_abi::{q_converted, DecodeParams, WorkItem, KEYS_PER_WARP_STEP, MMA_M};
+
+use super::pipeline::Pipeline;
+use super::{convert_q, epilogue, qo_row_addr, row_info};
+use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
+use crate::format::{swizzled, Half, KvFormat};
+use crate::state;
+
+/// # Safety
+/// As [`super::decode`]: launched with the planner's grid (`rows_per_block`
+/// = 8, `warps_m` = 1), block and shared memory, on validated buffers.
+#[inline(always)]
+pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize>(p: &DecodeParams) {
+    const { assert!(KC * 16 == D && NP * 16 == D) };
+    type H<F> = <F as KvFormat>::Compute;
+    let cfg = Pipeline::<F, D>::CFG;
+    let kt = cfg.keys_per_stage;
+
+    let tid = thread::thread_idx_x();
+    let nthreads = thread::block_dim_x();
+    let lane = tid % 32;
+    let warp_k = tid / 32;
+
+    let item = *(p.work as *const WorkItem).add(thread::block_idx_x() as usize);
+    let kvh = thread::block_idx_y();
+    let row0 = thread::block_idx_z() * p.rows_per_block;
+    let batch = item.batch;
+    let seq_len = *(p.seq_lens as *const u32).add(batch as usize);
+
+    let (g, c) = (lane / 4, lane % 4);
+    // This thread's score / output columns (rows 2c, 2c+1) and the row whose
+    // Q it holds as a B fragment (row g).
+    let ra = row_info(p, &item, seq_len, kvh, row0, 2 * c);
+    let rb = row_info(p, &item, seq_len, kvh, row0, 2 * c + 1);
+    let rq = row_info(p, &item, seq_len, kvh, row0, g);
+
+    let smem = shared::dynamic_smem_base();
+    let pipe = Pipeline::<F, D>::new(p, item, kvh, smem);
+    pipe.prefetch();
+
+    // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
+    let mut qb = [[0u32; 2]; KC];
+    let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
+    if const { q_converted(F::FORMAT) } {
+        let q_tile = smem + cfg.pipeline_bytes();
+        let q_scales = q_tile + MMA_M * (D as u32) * 2;
+        convert_q::<F, D>(p, batch, kvh, row0, p.rows_per_block, q_tile, q_scales, warp_k, nthreads / 32, lane);
+        thread::sync_threads();
+        for (kc, f) in qb.iter_mut().enumerate() {
+            let at = |half: u32| q_tile + swizzled(g, 2 * kc as u32 + half, (D * 2) as u32) + 4 * c;
+            *f = [shared::ld_shared_u32(at(0)), shared::ld_shared_u32(at(1))];
+        }
+        scale_a *= shared::ld_shared_f32(q_scales + 4 * ra.local);
+        scale_b *= shared::ld_shared_f32(q_scales + 4 * rb.local);
+    } else {
+        let addr = qo_row_addr::<D>(p.q, p, batch, rq.token, rq.head);
+        for (kc, f) in qb.iter_mut().enumerate() {
+            let d = 16 * kc as u64 + 2 * c as u64;
+            if rq.valid {
+                *f = [memory::ld_global_nc_u32(addr + 2 * d), memory::ld_global_nc_u32(addr + 2 * (d + 8))];
+            }
+        }
+    }
+
+    // Keys at or past this may be masked for some row of the block.
+    let causal0 = seq_len - p.q_len + 1;
+    let mask_from = if causal0 < item.kv_end { causal0 } else { item.kv_end };
+
+    // o[np] = Oᵀ tile of dims v_dim(2np, ·) | v_dim(2np + 1, ·) × rows 2c, 2c+1.
+    let mut o = [[0f32; 4]; NP];
+    let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    // This thread's share of each row's sum (its keys only; reduced at the end).
+    let (mut l_a, mut l_b) = (0f32, 0f32);
+
+    for t in 0..pipe.n_tiles {
+        let stage = pipe.advance(t);
+        let tile_first = item.kv_start + t * kt;
+        let mut sub = warp_k * KEYS_PER_WARP_STEP;
+        while sub < kt && tile_first + sub < item.kv_end {
+            let key0 = tile_first + sub;
+            // s = Sᵀ: (key g, row 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1).
+            let mut s = [0f32; 4];
+            for (kc, q) in qb.iter().enumerate() {
+                let b = F::k_fragment::<D>(pipe.k_tile(stage), sub, kc as u32, lane);
+                s = F::Compute::mma([b[0], b[2], b[1], b[3]], *q, s);
+            }
+            // Quantized formats: K's scales multiply score rows (keys), V's P.
+            let (kscale, vscale) = if F::SCALED {
+                let at = |side: u32, k: u32| shared::ld_shared_f32(side + 4 * (sub + k));
+                ([at(pipe.k_side(stage), g), at(pipe.k_side(stage), g + 8)], [at(pipe.v_side(stage), g), at(pipe.v_side(stage), g + 8)])
+            } else {
+                ([1.0; 2], [1.0; 2])
+            };
+            let masked = key0 + KEYS_PER_WARP_STEP > mask_from;
+            #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
+            for e in 0..4 {
+                let key = key0 + g + 8 * (e as u32 / 2);
+                let (limit, row_scale) = if e % 2 == 0 { (ra.limit, scale_a) } else { (rb.limit, scale_b) };
+                let scale = if F::SCALED { row_scale * kscale[e / 2] } else { row_scale };
+                s[e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[e] * scale };
+            }
+
+            let new_a = m_a.max(warp::column_max(s[0].max(s[2])));
+            let new_b = m_b.max(warp::column_max(s[1].max(s[3])));
+            let alpha_a = state::rescale(m_a, new_a);
+            let alpha_b = state::rescale(m_b, new_b);
+            let (base_a, base_b) = (state::safe_max(new_a), state::safe_max(new_b));
+            m_a = new_a;
+            m_b = new_b;
+            s = [ex2(s[0] - base_a), ex2(s[1] - base_b), ex2(s[2] - base_a), ex2(s[3] - base_b)];
+            l_a = l_a * alpha_a + (s[0] + s[2]);
+            l_b = l_b * alpha_b + (s[1] + s[3]);
+            for acc in o.iter_mut() {
+                acc[0] *= alpha_a;
+                acc[1] *= alpha_b;
+                acc[2] *= alpha_a;
+                acc[3] *= alpha_b;
+            }
+            if F::SCALED {
+                s = [s[0] * vscale[0], s[1] * vscale[0], s[2] * vscale[1], s[3] * vscale[1]];
+            }
+            // (key g | rows 2c, 2c+1) pairs, transposed: (row g | keys 2c, 2c+1).
+            let pt = [mma::movmatrix_trans(H::<F>::pack(s[0], s[1])), mma::movmatrix_trans(H::<F>::pack(s[2], s[3]))];
+            for (np, acc) in o.iter_mut().enumerate() {
+                let b = F::v_fragment::<D>(pipe.v_tile(stage), sub, np as u32, lane);
+                *acc = F::Compute::mma([b[0], b[2], b[1], b[3]], pt, *acc);
+            }
+            sub += p.warps_k * KEYS_PER_WARP_STEP;
+        }
+    }
+    pipe.drain();
+
+    let rows = [ra, rb];
+    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool| {
+        for (np, frag) in o.iter().enumerate() {
+            for half in 0..2 {
+                let dim = F::v_dim(2 * np as u32 + half as u32, g);
+                for (r, row) in rows.iter().enumerate() {
+                    let addr = acc + 4 * (row.local * pitch + dim);
+                    let mut v = frag[2 * half + r] * scale[r];
+                    if add {
+                        v += shared::ld_shared_f32(addr);
+                    }
+                    shared::st_shared_f32(addr, v);
+                }
+            }
+        }
+    };
+    let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
+    epilogue::<F, D>(p, &item, kvh, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+}
