@@ -128,11 +128,12 @@ pub const fn coop_tiles_per_warp(format: KvFormat, head_dim: u32) -> usize {
     }
 }
 
-/// Shared memory a `Coop` block exchanges per stage (after the Q tile): P
-/// as mma B fragments (8 bytes per lane, per 16 keys and 8-row n-tile), then
-/// each warp's row maxima.
+/// Shared memory a `Coop` block exchanges (after the Q tile): P as mma B
+/// fragments (8 bytes per lane, per 16 keys and 8-row n-tile), each warp's
+/// row maxima, then per row the running max, the stage's rescale factor and
+/// the causal key limit.
 pub const fn coop_exchange_bytes(keys_per_stage: u32) -> u32 {
-    (keys_per_stage / 16) * (COOP_ROWS / 8) * 32 * 8 + 4 * COOP_WARPS * COOP_ROWS
+    (keys_per_stage / 16) * (COOP_ROWS / 8) * 32 * 8 + 4 * COOP_WARPS * COOP_ROWS + 3 * 4 * COOP_ROWS
 }
 
 /// Shared memory of the `Coop` epilogue: the fp32 output rows, each warp's

@@ -18,12 +18,12 @@
 //! sums and writes each warp's dims. Shared memory carries P (fp16) and the
 //! maxima, never dequantized K or V.
 
-use decode_attn_abi::{acc_pitch, q_converted, q_tile_bytes, DecodeParams, Variant, WorkItem, COOP_ROWS, COOP_WARPS, KEYS_PER_WARP_STEP};
+use decode_attn_abi::{acc_pitch, coop_epilogue_bytes, q_converted, q_tile_bytes, tile_config, DecodeParams, Variant, WorkItem, COOP_ROWS, COOP_WARPS, KEYS_PER_WARP_STEP};
 
 use super::pipeline::Pipeline;
 use super::{convert_q, row_info, stage_q, write_rows};
 use crate::arch::{math::ex2, mma, shared, thread, warp};
-use crate::format::{swizzled, Half, KvFormat};
+use crate::format::{Half, KvFormat};
 use crate::state;
 
 /// 8-row n-tiles of a block (`COOP_ROWS / 8`).
@@ -36,7 +36,14 @@ const NR: usize = 8;
 /// and stage (both at least 1).
 #[inline(always)]
 pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW: usize, const JW: usize>(p: &DecodeParams) {
-    const { assert!(KC * 16 == D && COOP_ROWS as usize == 8 * NR && COOP_WARPS == 8) };
+    const { assert!(KC * 16 == D && KC % 2 == 0 && COOP_ROWS as usize == 8 * NR && COOP_WARPS == 8) };
+    // The epilogue's rows reuse the pipeline's (and Q's) buffers and must
+    // leave the running maxima (after P and the warp maxima) intact.
+    const {
+        let cfg = tile_config(F::FORMAT, D as u32);
+        let m_offset = cfg.pipeline_bytes() + q_tile_bytes(F::FORMAT, D as u32, 1, Variant::Coop) + (cfg.keys_per_stage / 16) * 8 * 32 * 8 + 4 * COOP_WARPS * COOP_ROWS;
+        assert!(coop_epilogue_bytes(D as u32) <= m_offset)
+    };
     type H<F> = <F as KvFormat>::Compute;
     let cfg = Pipeline::<F, D>::CFG;
     let kt = cfg.keys_per_stage;
@@ -58,10 +65,6 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
     let row0 = thread::block_idx_z() * p.rows_per_block;
     let batch = item.batch;
     let seq_len = *(p.seq_lens as *const u32).add(batch as usize);
-    let rows_total = p.group * p.q_len;
-    let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
-    // n-tiles in use (warp-uniform: the loops below skip the rest).
-    let nr = rows_here.div_ceil(8);
 
     let smem = shared::dynamic_smem_base();
     let q_conv = const { q_converted(F::FORMAT) };
@@ -69,6 +72,9 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
     let q_scales = q_tile + COOP_ROWS * (D as u32) * 2;
     let p_buf = q_tile + const { q_tile_bytes(F::FORMAT, D as u32, 1, Variant::Coop) };
     let max_buf = p_buf + tiles * NR as u32 * 32 * 8;
+    let m_smem = max_buf + 4 * COOP_WARPS * COOP_ROWS;
+    let alpha_smem = m_smem + 4 * COOP_ROWS;
+    let lim_smem = alpha_smem + 4 * COOP_ROWS;
     let pipe = Pipeline::<F, D>::new(p, item, kvh, smem);
     if !q_conv {
         // In the first cp.async group, which the first `advance` waits for.
@@ -79,15 +85,24 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
         // Visible to all warps after the first `advance`'s barrier.
         convert_q::<F, D>(p, batch, kvh, row0, COOP_ROWS, q_tile, q_scales, w, COOP_WARPS, lane);
     }
+    if tid < COOP_ROWS {
+        // Each row's causal limit (read only by masked tiles) and empty state.
+        shared::st_shared_u32(lim_smem + 4 * tid, row_info(p, &item, seq_len, kvh, row0, tid).limit);
+        shared::st_shared_f32(m_smem + 4 * tid, f32::NEG_INFINITY);
+    }
 
     let causal0 = seq_len - p.q_len + 1;
     let mask_from = if causal0 < item.kv_end { causal0 } else { item.kv_end };
+    // Qᵀ B fragments of 8-row tile r and k-chunks 2k', 2k'+1: ldmatrix x4 over
+    // rows 8r + (lane % 8) (swizzle term lane % 8), chunks 4k' + lane / 8.
+    let l8 = lane % 8;
+    let q_lane = q_tile + l8 * (D as u32) * 2;
 
     // o[i][r]: Oᵀ tile of dims v_dim(2np, g) | v_dim(2np + 1, g), np = w % npw + npw·i,
-    // × rows 8r + 2c, 8r + 2c + 1. m, l: those rows' state (m equal in every warp;
-    // l this thread's keys only).
+    // × rows 8r + 2c, 8r + 2c + 1. l: those rows' sums over this thread's keys.
+    // Every warp computes all 8 row tiles (rows past the last are zeros):
+    // no lane-dependent branches around the warp-collective instructions.
     let mut o = [[[0f32; 4]; NR]; DW];
-    let mut m = [[f32::NEG_INFINITY; 2]; NR];
     let mut l = [[0f32; 2]; NR];
 
     for t in 0..pipe.n_tiles {
@@ -104,15 +119,14 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
                 continue;
             }
             let sub = KEYS_PER_WARP_STEP * j;
-            for kc in 0..KC as u32 {
-                let b = F::k_fragment::<D>(pipe.k_tile(stage), sub, kc, lane);
-                let a = [b[0], b[2], b[1], b[3]];
+            for kp in 0..(KC / 2) as u32 {
+                let a0 = F::k_fragment::<D>(pipe.k_tile(stage), sub, 2 * kp, lane);
+                let a1 = F::k_fragment::<D>(pipe.k_tile(stage), sub, 2 * kp + 1, lane);
+                let chunk = ((4 * kp + lane / 8) ^ l8) << 4;
                 for (r, acc) in sj.iter_mut().enumerate() {
-                    if (r as u32) < nr {
-                        // Qᵀ B fragment: rows 8r + (lane % 8), dims 16kc + 8·(lane / 8 % 2).
-                        let q = mma::ldmatrix_x2(q_tile + swizzled(8 * r as u32 + lane % 8, 2 * kc + (lane / 8) % 2, (D * 2) as u32));
-                        *acc = F::Compute::mma(a, q, *acc);
-                    }
+                    let q = mma::ldmatrix_x4(q_lane + r as u32 * 16 * D as u32 + chunk);
+                    *acc = F::Compute::mma([a0[0], a0[2], a0[1], a0[3]], [q[0], q[1]], *acc);
+                    *acc = F::Compute::mma([a1[0], a1[2], a1[1], a1[3]], [q[2], q[3]], *acc);
                 }
             }
             let kscale = if F::SCALED {
@@ -124,46 +138,50 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
             let key0 = tile_first + sub;
             let masked = key0 + KEYS_PER_WARP_STEP > mask_from;
             for (r, acc) in sj.iter_mut().enumerate() {
-                if (r as u32) >= nr {
-                    continue;
-                }
                 let row = 8 * r as u32 + 2 * c;
                 let qs = if q_conv { shared::ld_shared_v2_f32(q_scales + 4 * row) } else { [1.0; 2] };
-                #[allow(clippy::needless_range_loop)] // constant indices keep `acc` in registers
-                for e in 0..4 {
-                    let scale = p.scale_log2 * qs[e % 2] * kscale[e / 2];
-                    let key = key0 + g + 8 * (e as u32 / 2);
-                    let hidden = masked && key >= row_info(p, &item, seq_len, kvh, row0, row + (e as u32 % 2)).limit;
-                    acc[e] = if hidden { f32::NEG_INFINITY } else { acc[e] * scale };
+                let sc = [p.scale_log2 * qs[0], p.scale_log2 * qs[1]];
+                *acc = [acc[0] * sc[0] * kscale[0], acc[1] * sc[1] * kscale[0], acc[2] * sc[0] * kscale[1], acc[3] * sc[1] * kscale[1]];
+                if masked {
+                    #[allow(clippy::needless_range_loop)] // constant indices keep `acc` in registers
+                    for e in 0..4 {
+                        let key = key0 + g + 8 * (e as u32 / 2);
+                        if key >= shared::ld_shared_u32(lim_smem + 4 * (row + e as u32 % 2)) {
+                            acc[e] = f32::NEG_INFINITY;
+                        }
+                    }
                 }
                 wmax[r] = [wmax[r][0].max(acc[0].max(acc[2])), wmax[r][1].max(acc[1].max(acc[3]))];
             }
         }
         for (r, mx) in wmax.iter_mut().enumerate() {
-            if (r as u32) < nr {
-                *mx = [warp::column_max(mx[0]), warp::column_max(mx[1])];
-                if g == 0 {
-                    shared::st_shared_v2_f32(max_buf + 4 * (w * COOP_ROWS + 8 * r as u32 + 2 * c), *mx);
-                }
+            *mx = [warp::column_max(mx[0]), warp::column_max(mx[1])];
+            if g == 0 {
+                shared::st_shared_v2_f32(max_buf + 4 * (w * COOP_ROWS + 8 * r as u32 + 2 * c), *mx);
             }
         }
         thread::sync_threads();
+        // The stage's max per row, one thread per row.
+        if tid < COOP_ROWS {
+            let old = shared::ld_shared_f32(m_smem + 4 * tid);
+            let mut mx = old;
+            for k in 0..COOP_WARPS {
+                mx = mx.max(shared::ld_shared_f32(max_buf + 4 * (k * COOP_ROWS + tid)));
+            }
+            shared::st_shared_f32(m_smem + 4 * tid, mx);
+            shared::st_shared_f32(alpha_smem + 4 * tid, state::rescale(old, mx));
+        }
+        thread::sync_threads();
 
-        // The stage's max per row (the same in every warp), then P.
+        // P of this warp's key tiles, as B fragments in shared memory.
         let mut alpha = [[1f32; 2]; NR];
         let mut base = [[0f32; 2]; NR];
         for r in 0..NR {
-            if (r as u32) < nr {
-                let mut mx = m[r];
-                for k in 0..COOP_WARPS {
-                    let v = shared::ld_shared_v2_f32(max_buf + 4 * (k * COOP_ROWS + 8 * r as u32 + 2 * c));
-                    mx = [mx[0].max(v[0]), mx[1].max(v[1])];
-                }
-                alpha[r] = [state::rescale(m[r][0], mx[0]), state::rescale(m[r][1], mx[1])];
-                base[r] = [state::safe_max(mx[0]), state::safe_max(mx[1])];
-                m[r] = mx;
-                l[r] = [l[r][0] * alpha[r][0], l[r][1] * alpha[r][1]];
-            }
+            let row = 8 * r as u32 + 2 * c;
+            alpha[r] = shared::ld_shared_v2_f32(alpha_smem + 4 * row);
+            let m = shared::ld_shared_v2_f32(m_smem + 4 * row);
+            base[r] = [state::safe_max(m[0]), state::safe_max(m[1])];
+            l[r] = [l[r][0] * alpha[r][0], l[r][1] * alpha[r][1]];
         }
         for (jw, sj) in s.iter().enumerate() {
             let j = w + 8 * jw as u32;
@@ -178,14 +196,12 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
                 [1.0; 2]
             };
             for (r, acc) in sj.iter().enumerate() {
-                if (r as u32) < nr {
-                    let pv = [ex2(acc[0] - base[r][0]), ex2(acc[1] - base[r][1]), ex2(acc[2] - base[r][0]), ex2(acc[3] - base[r][1])];
-                    l[r] = [l[r][0] + pv[0] + pv[2], l[r][1] + pv[1] + pv[3]];
-                    // (key g | rows 2c, 2c+1) pairs, transposed: (row g | keys 2c, 2c+1).
-                    let lo = mma::movmatrix_trans(H::<F>::pack(pv[0] * vscale[0], pv[1] * vscale[0]));
-                    let hi = mma::movmatrix_trans(H::<F>::pack(pv[2] * vscale[1], pv[3] * vscale[1]));
-                    shared::st_shared_v2_u32(p_buf + 8 * ((j * NR as u32 + r as u32) * 32 + lane), [lo, hi]);
-                }
+                let pv = [ex2(acc[0] - base[r][0]), ex2(acc[1] - base[r][1]), ex2(acc[2] - base[r][0]), ex2(acc[3] - base[r][1])];
+                l[r] = [l[r][0] + pv[0] + pv[2], l[r][1] + pv[1] + pv[3]];
+                // (key g | rows 2c, 2c+1) pairs, transposed: (row g | keys 2c, 2c+1).
+                let lo = mma::movmatrix_trans(H::<F>::pack(pv[0] * vscale[0], pv[1] * vscale[0]));
+                let hi = mma::movmatrix_trans(H::<F>::pack(pv[2] * vscale[1], pv[3] * vscale[1]));
+                shared::st_shared_v2_u32(p_buf + 8 * ((j * NR as u32 + r as u32) * 32 + lane), [lo, hi]);
             }
         }
         thread::sync_threads();
@@ -200,18 +216,14 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
         while j < valid_tiles {
             let mut pb = [[0u32; 2]; NR];
             for (r, b) in pb.iter_mut().enumerate() {
-                if (r as u32) < nr {
-                    *b = shared::ld_shared_v2_u32(p_buf + 8 * ((j * NR as u32 + r as u32) * 32 + lane));
-                }
+                *b = shared::ld_shared_v2_u32(p_buf + 8 * ((j * NR as u32 + r as u32) * 32 + lane));
             }
             for (i, oi) in o.iter_mut().enumerate() {
                 let np = w % npw + npw * i as u32;
                 let b = F::v_fragment::<D>(pipe.v_tile(stage), KEYS_PER_WARP_STEP * j, np, lane);
                 let a = [b[0], b[2], b[1], b[3]];
                 for (r, acc) in oi.iter_mut().enumerate() {
-                    if (r as u32) < nr {
-                        *acc = F::Compute::mma(a, pb[r], *acc);
-                    }
+                    *acc = F::Compute::mma(a, pb[r], *acc);
                 }
             }
             j += ks;
@@ -221,16 +233,16 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
 
     // Row sums of each warp, then each warp's dims (key-split groups add in
     // turn), then 1/l and the lse per row.
+    let rows_total = p.group * p.q_len;
+    let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
     let pitch = acc_pitch(D as u32);
     let acc_rows = smem;
     let l_smem = acc_rows + 4 * COOP_ROWS * pitch;
     let fin_smem = l_smem + 4 * COOP_WARPS * COOP_ROWS;
     for (r, lr) in l.iter().enumerate() {
-        if (r as u32) < nr {
-            let sums = [warp::column_sum(lr[0]), warp::column_sum(lr[1])];
-            if g == 0 {
-                shared::st_shared_v2_f32(l_smem + 4 * (w * COOP_ROWS + 8 * r as u32 + 2 * c), sums);
-            }
+        let sums = [warp::column_sum(lr[0]), warp::column_sum(lr[1])];
+        if g == 0 {
+            shared::st_shared_v2_f32(l_smem + 4 * (w * COOP_ROWS + 8 * r as u32 + 2 * c), sums);
         }
     }
     for k in 0..ks {
@@ -240,9 +252,10 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
                 for half in 0..2 {
                     let dim = F::v_dim(2 * np + half as u32, g);
                     for (r, acc) in oi.iter().enumerate() {
-                        if (r as u32) < nr {
-                            for e in 0..2 {
-                                let addr = acc_rows + 4 * ((8 * r as u32 + 2 * c + e as u32) * pitch + dim);
+                        for e in 0..2 {
+                            let row = 8 * r as u32 + 2 * c + e as u32;
+                            if row < rows_here {
+                                let addr = acc_rows + 4 * (row * pitch + dim);
                                 let mut v = acc[2 * half + e];
                                 if k > 0 {
                                     v += shared::ld_shared_f32(addr);
@@ -256,20 +269,14 @@ pub unsafe fn decode_coop<F: KvFormat, const D: usize, const KC: usize, const DW
         }
         thread::sync_threads();
     }
-    if w == 0 && g == 0 {
-        for (r, mr) in m.iter().enumerate() {
-            if (r as u32) < nr {
-                for (e, &me) in mr.iter().enumerate() {
-                    let row = 8 * r as u32 + 2 * c + e as u32;
-                    let mut total = 0f32;
-                    for k in 0..COOP_WARPS {
-                        total += shared::ld_shared_f32(l_smem + 4 * (k * COOP_ROWS + row));
-                    }
-                    let (inv_l, lse) = state::finish(me, total);
-                    shared::st_shared_v2_f32(fin_smem + 8 * row, [inv_l, lse]);
-                }
-            }
+    // m_smem is past the pipeline and the epilogue's rows: still intact.
+    if tid < rows_here {
+        let mut total = 0f32;
+        for k in 0..COOP_WARPS {
+            total += shared::ld_shared_f32(l_smem + 4 * (k * COOP_ROWS + tid));
         }
+        let (inv_l, lse) = state::finish(shared::ld_shared_f32(m_smem + 4 * tid), total);
+        shared::st_shared_v2_f32(fin_smem + 8 * tid, [inv_l, lse]);
     }
     thread::sync_threads();
     write_rows::<F, D>(p, &item, kvh, row0, acc_rows, pitch, fin_smem);
