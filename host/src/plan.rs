@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
     decode_smem_bytes, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M,
-    MERGE_ROWS_PER_BLOCK, MMA_M, NARROW_ROWS, COOP_ROWS, COOP_WARPS,
+    MERGE_ROWS_PER_BLOCK, MMA_M, NARROW_ROWS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -370,14 +370,9 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
             let k = narrow_warps_k(tile.keys_per_stage, dev, kernel, |w| decode_smem_bytes(format, d, 1, w, variant));
             (1, k, NARROW_ROWS)
         }
-        Variant::Coop => (1, COOP_WARPS, COOP_ROWS),
     };
     let warps_k = match opts.warps_k {
         None => warps_k,
-        Some(w) if variant == Variant::Coop => {
-            ensure(w == COOP_WARPS, "warps_k", format!("{COOP_WARPS} (the coop variant's fixed block)"), w)?;
-            w
-        }
         Some(w) => {
             let max_k = (tile.keys_per_stage / KEYS_PER_WARP_STEP).max(1);
             ensure(

@@ -56,9 +56,6 @@ macro_rules! decode_kernels {
 macro_rules! decode_body {
     (Wide, $t:ty, $d:literal, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }>($p) };
     (Narrow, $t:ty, $d:literal, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }>($p) };
-    (Coop, $t:ty, $d:literal, $p:expr) => {
-        decode::decode_coop::<$t, $d, { $d / 16 }, { decode_attn_abi::coop_dims_per_warp($d) }, { decode_attn_abi::coop_tiles_per_warp(<$t as format::KvFormat>::FORMAT, $d) }>($p)
-    };
 }
 
 macro_rules! merge_kernels {

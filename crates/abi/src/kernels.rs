@@ -9,95 +9,67 @@
 use crate::{Dtype, KvFormat, Variant};
 
 /// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant)`;
-/// every (format, dtype, head_dim) has every variant.
+/// every (format, dtype, head_dim) has both variants.
 #[macro_export]
 macro_rules! decode_kernel_table {
     ($m:ident) => {
         $m! {
             decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide);
             decode_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow);
-            decode_coop_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Coop);
             decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide);
             decode_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow);
-            decode_coop_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Coop);
             decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide);
             decode_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow);
-            decode_coop_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Coop);
             decode_kv_f16_q_f16_d64 => (F16, F16, 64, Wide);
             decode_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow);
-            decode_coop_kv_f16_q_f16_d64 => (F16, F16, 64, Coop);
             decode_kv_f16_q_f16_d128 => (F16, F16, 128, Wide);
             decode_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow);
-            decode_coop_kv_f16_q_f16_d128 => (F16, F16, 128, Coop);
             decode_kv_f16_q_f16_d256 => (F16, F16, 256, Wide);
             decode_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow);
-            decode_coop_kv_f16_q_f16_d256 => (F16, F16, 256, Coop);
             decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide);
             decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow);
-            decode_coop_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Coop);
             decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide);
             decode_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow);
-            decode_coop_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Coop);
             decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide);
             decode_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow);
-            decode_coop_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Coop);
             decode_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide);
             decode_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow);
-            decode_coop_kv_int8_q_f16_d64 => (Int8, F16, 64, Coop);
             decode_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide);
             decode_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow);
-            decode_coop_kv_int8_q_f16_d128 => (Int8, F16, 128, Coop);
             decode_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide);
             decode_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow);
-            decode_coop_kv_int8_q_f16_d256 => (Int8, F16, 256, Coop);
             decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide);
             decode_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow);
-            decode_coop_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Coop);
             decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide);
             decode_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow);
-            decode_coop_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Coop);
             decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide);
             decode_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow);
-            decode_coop_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Coop);
             decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide);
             decode_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow);
-            decode_coop_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Coop);
             decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide);
             decode_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow);
-            decode_coop_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Coop);
             decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide);
             decode_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow);
-            decode_coop_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Coop);
             decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide);
             decode_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow);
-            decode_coop_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Coop);
             decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide);
             decode_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow);
-            decode_coop_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Coop);
             decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide);
             decode_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow);
-            decode_coop_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Coop);
             decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide);
             decode_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow);
-            decode_coop_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Coop);
             decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide);
             decode_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow);
-            decode_coop_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Coop);
             decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide);
             decode_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow);
-            decode_coop_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Coop);
             decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide);
             decode_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow);
-            decode_coop_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Coop);
             decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide);
             decode_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow);
-            decode_coop_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Coop);
             decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide);
             decode_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow);
-            decode_coop_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Coop);
             decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide);
             decode_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow);
-            decode_coop_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Coop);
         }
     };
 }

@@ -47,21 +47,14 @@ pub enum Variant {
     /// and V fragments are converted once per warp, and the O accumulator
     /// is half the size. For few rows per kv head (GQA decode, MHA).
     Narrow = 1,
-    /// Keys along M as in `Narrow`, up to `COOP_ROWS` (64) rows in 8-row
-    /// n-tiles, 8 warps that split a stage's keys for the scores and the
-    /// head dims for the output: the block shares one softmax max per stage
-    /// and exchanges P through shared memory, so every K and V byte is
-    /// converted once per block however many rows share it (grid B: 48).
-    Coop = 2,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 3] = [Variant::Wide, Variant::Narrow, Variant::Coop];
+    pub const ALL: [Variant; 2] = [Variant::Wide, Variant::Narrow];
     pub const fn name(self) -> &'static str {
         match self {
             Variant::Wide => "wide",
             Variant::Narrow => "narrow",
-            Variant::Coop => "coop",
         }
     }
 }

@@ -9,10 +9,6 @@ pub const MMA_M: u32 = 16;
 pub const KEYS_PER_WARP_STEP: u32 = 16;
 /// Query rows of one block of the `Narrow` variant (the n8 of its tiles).
 pub const NARROW_ROWS: u32 = 8;
-/// Query rows of one block of the `Coop` variant (8 n-tiles of 8).
-pub const COOP_ROWS: u32 = 64;
-/// Warps of a `Coop` block.
-pub const COOP_WARPS: u32 = 8;
 /// Most mma row tiles (warps along M) in one block; more rows go to more blocks.
 pub const MAX_WARPS_M: u32 = 4;
 /// Most warps in one block.
@@ -98,60 +94,20 @@ pub const fn q_converted(format: KvFormat) -> bool {
 /// only to convert Q.
 pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant: Variant) -> u32 {
     let rows = warps_m * MMA_M;
-    let rows = if matches!(variant, Variant::Coop) { COOP_ROWS } else { rows };
     if q_converted(format) {
         rows * head_dim * 2 + 4 * rows
-    } else if matches!(variant, Variant::Coop) || (q_in_smem(head_dim) && matches!(variant, Variant::Wide)) {
+    } else if q_in_smem(head_dim) && matches!(variant, Variant::Wide) {
         rows * head_dim * 2
     } else {
         0
     }
 }
 
-/// 16-dim output tiles each `Coop` warp owns (`D / 16` over 8 warps, at least 1).
-pub const fn coop_dims_per_warp(head_dim: u32) -> usize {
-    let tiles = head_dim / 16;
-    if tiles >= COOP_WARPS {
-        (tiles / COOP_WARPS) as usize
-    } else {
-        1
-    }
-}
-
-/// 16-key score tiles each `Coop` warp takes per stage (at least 1).
-pub const fn coop_tiles_per_warp(format: KvFormat, head_dim: u32) -> usize {
-    let tiles = tile_config(format, head_dim).keys_per_stage / 16;
-    if tiles >= COOP_WARPS {
-        (tiles / COOP_WARPS) as usize
-    } else {
-        1
-    }
-}
-
-/// Shared memory a `Coop` block exchanges (after the Q tile): P as mma B
-/// fragments (8 bytes per lane, per 16 keys and 8-row n-tile), each warp's
-/// row maxima, then per row the running max, the stage's rescale factor and
-/// the causal key limit.
-pub const fn coop_exchange_bytes(keys_per_stage: u32) -> u32 {
-    (keys_per_stage / 16) * (COOP_ROWS / 8) * 32 * 8 + 4 * COOP_WARPS * COOP_ROWS + 3 * 4 * COOP_ROWS
-}
-
-/// Shared memory of the `Coop` epilogue: the fp32 output rows, each warp's
-/// row sums, then `(1/l, lse)` and the max per row.
-pub const fn coop_epilogue_bytes(head_dim: u32) -> u32 {
-    4 * (COOP_ROWS * acc_pitch(head_dim) + COOP_WARPS * COOP_ROWS + 3 * COOP_ROWS)
-}
-
 /// Dynamic shared memory of one attention block.
 pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant) -> u32 {
     let q_bytes = q_tile_bytes(format, head_dim, warps_m, variant);
-    let cfg = tile_config(format, head_dim);
-    let mut pipe = cfg.pipeline_bytes() + q_bytes;
-    let mut epi = epilogue_bytes(head_dim, warps_m, warps_k);
-    if matches!(variant, Variant::Coop) {
-        pipe += coop_exchange_bytes(cfg.keys_per_stage);
-        epi = coop_epilogue_bytes(head_dim);
-    }
+    let pipe = tile_config(format, head_dim).pipeline_bytes() + q_bytes;
+    let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     if pipe > epi {
         pipe
     } else {

@@ -39,22 +39,6 @@ pub unsafe fn ldmatrix_x4_trans(addr: u32) -> [u32; 4] {
     [a, b, c, d]
 }
 
-/// `ldmatrix.sync.aligned.m8n8.x2.shared.b16`: lanes 0..16 give the row
-/// addresses of two matrices (lanes 16..32 are ignored).
-///
-/// # Safety
-/// As [`ldmatrix_x4`], for lanes 0..16.
-#[inline(always)]
-pub unsafe fn ldmatrix_x2(addr: u32) -> [u32; 2] {
-    let (a, b): (u32, u32);
-    core::arch::asm!(
-        "ldmatrix.sync.aligned.m8n8.x2.shared.b16 {{{a}, {b}}}, [{p}];",
-        a = out(reg32) a, b = out(reg32) b, p = in(reg32) addr,
-        options(readonly, nostack)
-    );
-    [a, b]
-}
-
 /// `ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16`: lanes 0..16 give the
 /// row addresses of two matrices (lanes 16..32 are ignored), each transposed.
 ///

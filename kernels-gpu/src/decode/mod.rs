@@ -14,11 +14,9 @@
 //! merged in shared memory and the block writes either the final output or,
 //! for a split sequence, an fp32 partial plus its log-sum-exp.
 
-mod coop;
 mod narrow;
 mod pipeline;
 
-pub use coop::decode_coop;
 pub use narrow::decode_narrow;
 
 use decode_attn_abi::{acc_pitch, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M};
@@ -102,7 +100,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     if q_conv {
         // convert_q fills the tile once the pipeline's first loads are out.
     } else if q_smem {
-        stage_q::<D>(p, batch, kvh, row0, p.warps_m * MMA_M, q_tile, tid, nthreads);
+        stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
     } else {
         let qa_addr = qo_row_addr::<D>(p.q, p, batch, ra.token, ra.head);
         let qb_addr = qo_row_addr::<D>(p.q, p, batch, rb.token, rb.head);
@@ -259,15 +257,15 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     epilogue::<F, D>(p, &item, kvh, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
-/// Copies the block's Q rows (`rows` of them, zero-filled past the last
+/// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
 /// row) into the swizzled shared tile at `q_tile`, in the first cp.async
 /// group, which the first pipeline wait covers.
 #[inline(always)]
-pub(crate) unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, rows: u32, q_tile: u32, tid: u32, nthreads: u32) {
+unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, q_tile: u32, tid: u32, nthreads: u32) {
     let chunks_per_row = (D / 8) as u32;
     let rows_total = p.group * p.q_len;
     let mut c = tid;
-    while c < rows * chunks_per_row {
+    while c < p.warps_m * MMA_M * chunks_per_row {
         let local = c / chunks_per_row;
         let chunk = c % chunks_per_row;
         let global = row0 + local;
@@ -358,6 +356,8 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     smem: u32,
     store: impl Fn(u32, u32, [f32; 2], bool),
 ) {
+    let tid = thread::thread_idx_x();
+    let nthreads = thread::block_dim_x();
     let block_rows = p.warps_m * MMA_M;
     let pitch = acc_pitch(D as u32);
     let acc = smem;
@@ -400,16 +400,6 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
         thread::sync_threads();
     }
 
-    write_rows::<F, D>(p, item, kvh, row0, acc, pitch, fin_smem);
-}
-
-/// Writes the block's rows from the fp32 rows at `acc` (`pitch` floats
-/// apart), each times its `1/l` from `fin_smem` (`(1/l, lse)` per row): the
-/// final output, or an fp32 partial and its log-sum-exp for a split sequence.
-#[inline(always)]
-pub(crate) unsafe fn write_rows<F: KvFormat, const D: usize>(p: &DecodeParams, item: &WorkItem, kvh: u32, row0: u32, acc: u32, pitch: u32, fin_smem: u32) {
-    let tid = thread::thread_idx_x();
-    let nthreads = thread::block_dim_x();
     let rows_total = p.group * p.q_len;
     let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
     let quads_per_row = (D / 4) as u32;
