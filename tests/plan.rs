@@ -1,7 +1,7 @@
 //! Planner invariants (CPU only).
 
 use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys};
-use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, PlanOptions, SplitPolicy};
+use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, PlanOptions, SplitPolicy, Variant, VariantChoice};
 use decode_attn_abi::{DIRECT_OUTPUT, MAX_WARPS};
 use proptest::prelude::*;
 
@@ -139,4 +139,56 @@ fn auto_split_fills_whole_waves() {
     assert!(blocks <= wave, "chunk {c} gives {blocks} blocks for a wave of {wave}");
     let c = auto_chunk_keys(&[131072; 2], 1, 64, wave);
     assert!(2 * 131072u64.div_ceil(c as u64) <= wave, "chunk {c}");
+}
+
+fn quantized(format: KvFormat, batch: u32, hq: u32, hkv: u32, q_len: u32, cap: u32) -> DecodeShape {
+    DecodeShape { kv_format: format, ..DecodeShape::bf16(batch, hq, hkv, 128, q_len, cap) }
+}
+
+#[test]
+fn auto_picks_narrow_for_quantized_caches_with_at_most_eight_rows_per_kv_head() {
+    let narrow = |shape: &DecodeShape| plan(shape, &vec![4096; shape.batch as usize], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap().variant();
+    // Grid A (8 rows), grid C (4), MHA (1): narrow for int8 / int4.
+    for format in [KvFormat::Int8, KvFormat::Int4G32] {
+        assert_eq!(narrow(&quantized(format, 4, 8, 1, 1, 4096)), Variant::Narrow);
+        assert_eq!(narrow(&quantized(format, 1, 32, 8, 1, 4096)), Variant::Narrow);
+        assert_eq!(narrow(&quantized(format, 2, 32, 32, 1, 4096)), Variant::Narrow);
+        // Grid B (48 rows) and 16 rows: wide.
+        assert_eq!(narrow(&quantized(format, 2, 16, 1, 3, 4096)), Variant::Wide);
+        assert_eq!(narrow(&quantized(format, 2, 8, 1, 2, 4096)), Variant::Wide);
+    }
+    // bf16 stays wide (measured no faster narrow).
+    assert_eq!(narrow(&DecodeShape::bf16(4, 8, 1, 128, 1, 4096)), Variant::Wide);
+}
+
+#[test]
+fn a_forced_narrow_plan_covers_many_rows_in_chunks_of_eight() {
+    let shape = DecodeShape::bf16(2, 32, 1, 128, 3, 1000);
+    let o = PlanOptions { variant: VariantChoice::Force(Variant::Narrow), ..Default::default() };
+    let p = plan(&shape, &[1000, 7], &DeviceInfo::H100_SXM, &KERNEL, &o).unwrap();
+    assert_eq!((p.variant(), p.rows_per_block(), p.row_chunks(), p.warps_m()), (Variant::Narrow, 8, 12, 1));
+    assert_covers(&p);
+}
+
+#[test]
+fn narrow_blocks_are_larger_when_the_work_is_split() {
+    let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 155 };
+    let warps = |batch: u32, len: u32| {
+        let shape = quantized(KvFormat::Int8, batch, 8, 1, 1, len);
+        plan(&shape, &vec![len; batch as usize], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap().warps_k()
+    };
+    // Equal warps resident (1 × 8 or 2 × 4): split → 8 warps, unsplit → 4.
+    assert_eq!(warps(1, 100_000), 8);
+    assert_eq!(warps(1024, 2048), 4);
+}
+
+#[test]
+fn warps_k_overrides_are_checked() {
+    let shape = quantized(KvFormat::Int8, 2, 8, 1, 1, 512);
+    let with = |w| plan(&shape, &[512, 512], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions { warps_k: Some(w), ..Default::default() });
+    assert_eq!(with(2).unwrap().warps_k(), 2);
+    for bad in [0, 3, 16, 64] {
+        let e = with(bad).unwrap_err();
+        assert_eq!(e.param(), Some("warps_k"), "{e}");
+    }
 }

@@ -92,8 +92,8 @@ pub enum SplitPolicy {
 /// Which kernel variant serves the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum VariantChoice {
-    /// `Narrow` when a kv head has at most 8 query rows (`group × q_len`),
-    /// else `Wide`.
+    /// `Narrow` for a quantized cache whose kv heads have at most 8 query
+    /// rows (`group × q_len`), else `Wide`.
     #[default]
     Auto,
     /// This variant whatever the shape (both serve every shape).
@@ -115,8 +115,11 @@ impl PlanOptions {
     pub fn variant_for(&self, shape: &DecodeShape) -> Variant {
         match self.variant {
             VariantChoice::Force(v) => v,
+            // Measured on an H100 (docs/perf.md, "Narrow variant"): narrow
+            // is 3-13 % faster for quantized caches with ≤ 8 rows and no
+            // faster for bf16 / fp16, whose fragments cost nothing to convert.
             VariantChoice::Auto => match shape.rows_per_kv_head() {
-                Some(rows) if rows <= NARROW_ROWS => Variant::Narrow,
+                Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Variant::Narrow,
                 _ => Variant::Wide,
             },
         }
@@ -277,14 +280,15 @@ pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32,
 
 /// Warps along K of a `Narrow` block (one row tile): the power of two up to
 /// one per 16 keys of a stage (and `MAX_WARPS`) that keeps the most warps
-/// resident per SM, the larger on a tie.
-pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo, smem: impl Fn(u32) -> u32) -> u32 {
+/// resident per SM; on a tie the larger block when `prefer_larger`, else
+/// the smaller (more blocks resident).
+pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo, smem: impl Fn(u32) -> u32, prefer_larger: bool) -> u32 {
     let max_k = (keys_per_stage / KEYS_PER_WARP_STEP).clamp(1, MAX_WARPS).min((kernel.max_threads_per_block / 32).max(1));
     let mut best = (0u32, 1u32);
     let mut w = 1;
     while w <= max_k {
         let resident = blocks_per_sm(dev, kernel, 32 * w, smem(w)) * w;
-        if resident >= best.0 {
+        if resident > best.0 || (resident == best.0 && prefer_larger) {
             best = (resident, w);
         }
         w *= 2;
@@ -367,7 +371,21 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
             (m, k, m * MMA_M)
         }
         Variant::Narrow => {
-            let k = narrow_warps_k(tile.keys_per_stage, dev, kernel, |w| decode_smem_bytes(format, d, 1, w, variant));
+            let smem = |w| decode_smem_bytes(format, d, 1, w, variant);
+            let larger = narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
+            let splits = match opts.split {
+                SplitPolicy::Never => false,
+                SplitPolicy::ChunkKeys(k) => seq_lens.iter().any(|&l| l > k),
+                SplitPolicy::Auto => {
+                    let per_sm = blocks_per_sm(dev, kernel, 32 * larger, smem(larger)) as u64;
+                    let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
+                    auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm) != u32::MAX
+                }
+            };
+            // Measured (docs/perf.md): with as many warps resident either
+            // way, split work runs best in the larger blocks, unsplit work in
+            // more, smaller ones (fewer waves, shorter epilogues).
+            let k = if splits { larger } else { narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, false) };
             (1, k, NARROW_ROWS)
         }
     };

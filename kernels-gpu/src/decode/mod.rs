@@ -64,7 +64,7 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 /// computed for these params (see the module docs), on buffers it validated.
 #[inline(always)]
 pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize>(p: &DecodeParams) {
-    const { assert!(KC * 16 == D && NT * 8 == D && NT % 2 == 0) };
+    const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
     let cfg = const { tile_config(F::FORMAT, D as u32) };
     let kt = cfg.keys_per_stage;
 
@@ -141,13 +141,16 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
             let key0 = tile_first + sub;
             // S = Q Kᵀ for 16 keys: two n8 tiles.
             let mut s = [[0f32; 4]; 2];
-            for (kc, qk) in qf.iter().enumerate() {
-                // Converted Q stays in shared memory too: its registers go to
-                // the dequantization instead.
-                let qk = if q_smem || q_conv { q_fragment::<D>(q_tile, warp_m, kc as u32, lane) } else { *qk };
-                let b = F::k_fragment::<D>(pipe.k_tile(stage), sub, kc as u32, lane);
-                s[0] = F::Compute::mma(qk, [b[0], b[1]], s[0]);
-                s[1] = F::Compute::mma(qk, [b[2], b[3]], s[1]);
+            for kp in 0..KC / 2 {
+                let pair = F::k_fragment_pair::<D>(pipe.k_tile(stage), sub, kp as u32, lane);
+                for (h, b) in pair.iter().enumerate() {
+                    let kc = 2 * kp + h;
+                    // Converted Q stays in shared memory too: its registers go
+                    // to the dequantization instead.
+                    let qk = if q_smem || q_conv { q_fragment::<D>(q_tile, warp_m, kc as u32, lane) } else { qf[kc] };
+                    s[0] = F::Compute::mma(qk, [b[0], b[1]], s[0]);
+                    s[1] = F::Compute::mma(qk, [b[2], b[3]], s[1]);
+                }
             }
             // Per-key scales of this thread's keys sub + c2 + {0, 1, 8, 9}
             // (quantized formats): K's multiply the scores, V's multiply P.
@@ -210,10 +213,13 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                 H::<F>::pack(s[1][0], s[1][1]),
                 H::<F>::pack(s[1][2], s[1][3]),
             ];
-            for np in 0..NT / 2 {
-                let b = F::v_fragment::<D>(pipe.v_tile(stage), sub, np as u32, lane);
-                o[2 * np] = F::Compute::mma(pa, [b[0], b[1]], o[2 * np]);
-                o[2 * np + 1] = F::Compute::mma(pa, [b[2], b[3]], o[2 * np + 1]);
+            for mp in 0..NT / 4 {
+                let pair = F::v_fragment_pair::<D>(pipe.v_tile(stage), sub, mp as u32, lane);
+                for (h, b) in pair.iter().enumerate() {
+                    let np = 2 * mp + h;
+                    o[2 * np] = F::Compute::mma(pa, [b[0], b[1]], o[2 * np]);
+                    o[2 * np + 1] = F::Compute::mma(pa, [b[2], b[3]], o[2 * np + 1]);
+                }
             }
             sub += p.warps_k * KEYS_PER_WARP_STEP;
         }

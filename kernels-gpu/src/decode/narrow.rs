@@ -29,7 +29,7 @@ use crate::state;
 /// = 8, `warps_m` = 1), block and shared memory, on validated buffers.
 #[inline(always)]
 pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize>(p: &DecodeParams) {
-    const { assert!(KC * 16 == D && NP * 16 == D) };
+    const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0) };
     type H<F> = <F as KvFormat>::Compute;
     let cfg = Pipeline::<F, D>::CFG;
     let kt = cfg.keys_per_stage;
@@ -98,9 +98,11 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             let key0 = tile_first + sub;
             // s = Sᵀ: (key g, row 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1).
             let mut s = [0f32; 4];
-            for (kc, q) in qb.iter().enumerate() {
-                let b = F::k_fragment::<D>(pipe.k_tile(stage), sub, kc as u32, lane);
-                s = F::Compute::mma([b[0], b[2], b[1], b[3]], *q, s);
+            for kp in 0..KC / 2 {
+                let pair = F::k_fragment_pair::<D>(pipe.k_tile(stage), sub, kp as u32, lane);
+                for (h, b) in pair.iter().enumerate() {
+                    s = F::Compute::mma([b[0], b[2], b[1], b[3]], qb[2 * kp + h], s);
+                }
             }
             // Quantized formats: K's scales multiply score rows (keys), V's P.
             let (kscale, vscale) = if F::SCALED {
@@ -139,9 +141,11 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             }
             // (key g | rows 2c, 2c+1) pairs, transposed: (row g | keys 2c, 2c+1).
             let pt = [mma::movmatrix_trans(H::<F>::pack(s[0], s[1])), mma::movmatrix_trans(H::<F>::pack(s[2], s[3]))];
-            for (np, acc) in o.iter_mut().enumerate() {
-                let b = F::v_fragment::<D>(pipe.v_tile(stage), sub, np as u32, lane);
-                *acc = F::Compute::mma([b[0], b[2], b[1], b[3]], pt, *acc);
+            for mp in 0..NP / 2 {
+                let pair = F::v_fragment_pair::<D>(pipe.v_tile(stage), sub, mp as u32, lane);
+                for (h, b) in pair.iter().enumerate() {
+                    o[2 * mp + h] = F::Compute::mma([b[0], b[2], b[1], b[3]], pt, o[2 * mp + h]);
+                }
             }
             sub += p.warps_k * KEYS_PER_WARP_STEP;
         }

@@ -77,44 +77,63 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
 
     #[inline(always)]
     unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
-        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32) };
-        let sr = cfg.side_bytes;
-        let side = tile + cfg.side_offset();
-        let (g, c) = (lane / 4, lane % 4);
-        let (m, shift) = (kc / 2, 8 * (kc % 2));
-        let group = (32 * m + 8 * c) / G;
-        let mut out = [0u32; 4];
-        for half in 0..2u32 {
-            let row = key + 8 * half + g;
-            let w = shared::ld_shared_u32(tile + swizzled(row, m, (D / 2) as u32) + 4 * c) >> shift;
-            let sz = shared::ld_shared_u32(side + row * sr + 4 * group);
-            let (s, z) = (math::prmt(sz, 0, 0x1010), math::prmt(sz, 0, 0x3232));
-            out[2 * half as usize] = dequant(magic_a(w), A, s, z);
-            out[2 * half as usize + 1] = dequant(magic_b(w), B, s, z);
-        }
-        out
+        Self::k_fragment_pair::<D>(tile, key, kc / 2, lane)[(kc % 2) as usize]
     }
 
     #[inline(always)]
     unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
+        Self::v_fragment_pair::<D>(tile, key, np / 2, lane)[(np % 2) as usize]
+    }
+
+    /// Both k-chunks of 32-dim chunk `kp` come from one word per key (low
+    /// and high byte of each half-word) under one scale and zero.
+    #[inline(always)]
+    unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32) };
+        let sr = cfg.side_bytes;
+        let side = tile + cfg.side_offset();
+        let (g, c) = (lane / 4, lane % 4);
+        let group = (32 * kp + 8 * c) / G;
+        let mut out = [[0u32; 4]; 2];
+        for half in 0..2u32 {
+            let row = key + 8 * half + g;
+            let w = shared::ld_shared_u32(tile + swizzled(row, kp, (D / 2) as u32) + 4 * c);
+            let sz = shared::ld_shared_u32(side + row * sr + 4 * group);
+            let (s, z) = (math::prmt(sz, 0, 0x1010), math::prmt(sz, 0, 0x3232));
+            for (k, o) in out.iter_mut().enumerate() {
+                let w = w >> (8 * k);
+                o[2 * half as usize] = dequant(magic_a(w), A, s, z);
+                o[2 * half as usize + 1] = dequant(magic_b(w), B, s, z);
+            }
+        }
+        out
+    }
+
+    /// Both 16-dim tiles of 32-dim chunk `mp` come from one `ldmatrix` and
+    /// one set of per-key scales and zeros.
+    #[inline(always)]
+    unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
         let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32) };
         let sr = cfg.side_bytes;
         let side = tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * sr;
-        let (m, shift) = (np / 2, 8 * (np % 2));
-        let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(key + lane % 16, m, (D / 2) as u32));
-        let (w0, w1) = (w0 >> shift, w1 >> shift);
-        let group = 32 * m / G;
+        let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(key + lane % 16, mp, (D / 2) as u32));
+        let group = 32 * mp / G;
         let c2 = 2 * (lane % 4);
         let sz = |k: u32| shared::ld_shared_u32(side + (key + k) * sr + 4 * group);
         let (sz0, sz1, sz8, sz9) = (sz(c2), sz(c2 + 1), sz(c2 + 8), sz(c2 + 9));
         // (scale, scale) and (zero, zero) of keys 2c, 2c+1 and 2c+8, 2c+9.
         let (s01, z01) = (math::prmt(sz0, sz1, 0x5410), math::prmt(sz0, sz1, 0x7632));
         let (s89, z89) = (math::prmt(sz8, sz9, 0x5410), math::prmt(sz8, sz9, 0x7632));
-        [
-            dequant(magic_a(w0), A, s01, z01),
-            dequant(magic_a(w1), A, s89, z89),
-            dequant(magic_b(w0), B, s01, z01),
-            dequant(magic_b(w1), B, s89, z89),
-        ]
+        let mut out = [[0u32; 4]; 2];
+        for (k, o) in out.iter_mut().enumerate() {
+            let (w0, w1) = (w0 >> (8 * k), w1 >> (8 * k));
+            *o = [
+                dequant(magic_a(w0), A, s01, z01),
+                dequant(magic_a(w1), A, s89, z89),
+                dequant(magic_b(w0), B, s01, z01),
+                dequant(magic_b(w1), B, s89, z89),
+            ];
+        }
+        out
     }
 }

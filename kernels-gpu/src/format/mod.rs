@@ -124,6 +124,26 @@ pub trait KvFormat {
     /// The tile's rows must have landed (after the cp.async wait and barrier).
     unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4];
 
+    /// `[k_fragment(2·kp), k_fragment(2·kp + 1)]`: the kernel bodies read K
+    /// in pairs of k-chunks, so a format whose two chunks share loads or
+    /// side data (int4: one 32-bit word and one scale / zero) reads them once.
+    ///
+    /// # Safety
+    /// As [`KvFormat::k_fragment`].
+    #[inline(always)]
+    unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
+        [Self::k_fragment::<D>(tile, key, 2 * kp, lane), Self::k_fragment::<D>(tile, key, 2 * kp + 1, lane)]
+    }
+
+    /// `[v_fragment(2·mp), v_fragment(2·mp + 1)]`, as [`KvFormat::k_fragment_pair`].
+    ///
+    /// # Safety
+    /// As [`KvFormat::k_fragment`].
+    #[inline(always)]
+    unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
+        [Self::v_fragment::<D>(tile, key, 2 * mp, lane), Self::v_fragment::<D>(tile, key, 2 * mp + 1, lane)]
+    }
+
     /// B fragments of V for keys `key .. key + 16` and head dims
     /// `16 * np .. 16 * np + 16`: `[b0, b1]` of dims 0..8, then of dims 8..16.
     ///
