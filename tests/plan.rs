@@ -192,3 +192,17 @@ fn warps_k_overrides_are_checked() {
         assert_eq!(e.param(), Some("warps_k"), "{e}");
     }
 }
+
+#[test]
+fn short_unsplit_sequences_get_at_least_two_steps_per_narrow_warp() {
+    let kernel = KernelInfo { max_threads_per_block: 512, regs_per_thread: 128 };
+    let warps = |batch: u32, len: u32| {
+        let shape = quantized(KvFormat::Int4G32, batch, 8, 1, 1, len);
+        plan(&shape, &vec![len; batch as usize], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap().warps_k()
+    };
+    // 16 warps resident as 2 × 8, 12 as 3 × 4: 8-warp blocks, unless a
+    // sequence is too short for two 16-key steps per warp.
+    assert_eq!(warps(1024, 8192), 8);
+    assert_eq!(warps(1024, 128), 4);
+    assert_eq!(warps(1024, 40), 1);
+}

@@ -385,7 +385,20 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
             // Measured (docs/perf.md): with as many warps resident either
             // way, split work runs best in the larger blocks, unsplit work in
             // more, smaller ones (fewer waves, shorter epilogues).
-            let k = if splits { larger } else { narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, false) };
+            let k = if splits {
+                larger
+            } else {
+                // Unsplit short sequences: at least two 16-key steps per warp
+                // (one-step warps leave the block's time to its epilogue).
+                let longest = seq_lens.iter().copied().max().unwrap_or(1);
+                let cap = (longest / (2 * KEYS_PER_WARP_STEP)).max(1);
+                let k = narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, false);
+                let mut k2 = k;
+                while k2 > cap && k2 > 1 {
+                    k2 /= 2;
+                }
+                k2
+            };
             (1, k, NARROW_ROWS)
         }
     };
