@@ -111,6 +111,13 @@ fn cases() -> Vec<Case> {
             add("strided", q(shape(dtype, 2, 4, 2, 128, 2, 40, padded)), vec![40, 2], ChunkKeys(16), Normal, None);
         }
     }
+    // Found by the fuzzer (int4-g64, seed 20261123): logits in the hundreds
+    // (scale 1) over 50 826 keys; 1.04 % off while the reference dequantized
+    // int4 in f32 and the kernel in fp16 (docs/formats.md).
+    for format in [KvFormat::Int4G64, KvFormat::Int4G128] {
+        let s = DecodeShape { kv_format: format, scale: Some(1.0), ..shape(Dtype::Bf16, 1, 4, 1, 128, 1, 50826, KvLayout::Nhd) };
+        add("fuzz-int4-large-logits", s, vec![50826], Auto, Distribution::LargeMagnitude, Some(5985957890130226063));
+    }
     per_variant(out)
 }
 

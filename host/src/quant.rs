@@ -67,15 +67,18 @@ pub fn quantize_int4_row(x: &[f32], group: usize, bytes: &mut [u8], side: &mut [
     }
 }
 
-/// The values an int4 row stands for: `q · scale + zero` in f32.
+/// The values an int4 row stands for: `q · scale + zero` rounded once to
+/// fp16 (the fp16 fma the kernels compute; `docs/formats.md`).
 pub fn dequantize_int4_row(bytes: &[u8], side: &[u32], group: usize, out: &mut [f32]) {
     for (dim, o) in out.iter_mut().enumerate() {
         let slot = int4_slot(dim % 8);
         let byte = bytes[dim / 8 * 4 + slot / 2];
         let q = if slot % 2 == 0 { byte & 0xF } else { byte >> 4 };
         let sz = side[dim / group];
-        let (s, z) = (half::f16::from_bits(sz as u16).to_f32(), half::f16::from_bits((sz >> 16) as u16).to_f32());
-        *o = q as f32 * s + z;
+        let (s, z) = (half::f16::from_bits(sz as u16).to_f64(), half::f16::from_bits((sz >> 16) as u16).to_f64());
+        // One fp16 fma, as the kernels compute it: q·s + z in f64 (exact
+        // but for extreme scale / zero ratios), then one rounding to fp16.
+        *o = half::f16::from_f64(q as f64 * s + z).to_f32();
     }
 }
 

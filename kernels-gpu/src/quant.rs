@@ -197,7 +197,8 @@ pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u3
     }
 }
 
-/// int4 rows + scales and zeros → 16-bit rows: `q·scale + zero` in f32.
+/// int4 rows + scales and zeros → 16-bit rows: `f16(q·scale + zero)` (one
+/// fp16 fma), then the output type.
 ///
 /// # Safety
 /// As [`quantize_int8`].
@@ -207,14 +208,14 @@ pub unsafe fn dequantize_int4<H: Half, const D: usize, const E: usize, const G: 
     let lane = thread::lane_id();
     let first_dim = lane * E as u32;
     let word = memory::ld_global_nc_u32(data_row(p, b, token, h) + (first_dim / 8 * 4) as u64);
-    let (scale, zero) = math::unpack_f16x2(memory::ld_global_nc_u32(side_row(p, b, token, h) + 4 * (first_dim / G) as u64));
+    let sz = memory::ld_global_nc_u32(side_row(p, b, token, h) + 4 * (first_dim / G) as u64);
+    // (scale, scale) and (zero, zero): the value is one fp16 fma, exactly as
+    // the attention kernels compute it (docs/formats.md).
+    let (scale, zero) = (math::prmt(sz, 0, 0x1010), math::prmt(sz, 0, 0x3232));
     let dst = plain_row(p, b, t, h) + (first_dim * 2) as u64;
     for w in 0..E / 2 {
-        let value = |i: u32| {
-            let dim = first_dim + i;
-            let q = (word >> (4 * nibble_slot(dim % 8))) & 0xF;
-            q as f32 * scale + zero
-        };
-        memory::st_global_u32(dst + 4 * w as u64, H::pack(value(2 * w as u32), value(2 * w as u32 + 1)));
+        let q = |i: u32| ((word >> (4 * nibble_slot((first_dim + i) % 8))) & 0xF) as f32;
+        let (lo, hi) = math::unpack_f16x2(math::fma_f16x2(math::pack_f16x2(q(2 * w as u32), q(2 * w as u32 + 1)), scale, zero));
+        memory::st_global_u32(dst + 4 * w as u64, H::pack(lo, hi));
     }
 }
