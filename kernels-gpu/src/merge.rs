@@ -24,6 +24,27 @@ pub unsafe fn merge<H: Half, const D: usize>(p: &MergeParams) {
     }
 }
 
+/// Slots whose loads are in flight together.
+const SLOT_BATCH: usize = 8;
+
+/// This lane's `D / 32` consecutive fp32 values at `addr` (16-byte aligned
+/// for D ≥ 128, 8-byte for D = 64), in the first entries.
+#[inline(always)]
+unsafe fn lane_values<const D: usize>(addr: u64) -> [f32; 8] {
+    let mut v = [0f32; 8];
+    if D / 32 == 2 {
+        let [a, b] = memory::ld_global_nc_v2_u32(addr);
+        v[0] = f32::from_bits(a);
+        v[1] = f32::from_bits(b);
+    } else {
+        for h in 0..D / 128 {
+            let x = memory::ld_global_nc_v4_f32(addr + 16 * h as u64);
+            v[4 * h..4 * h + 4].copy_from_slice(&x);
+        }
+    }
+    v
+}
+
 /// One warp merges one (token, head) row of one split sequence.
 #[inline(always)]
 unsafe fn merge_row<H: Half, const D: usize>(p: &MergeParams, item: &MergeItem, rows: u32, row: u32) {
@@ -40,15 +61,33 @@ unsafe fn merge_row<H: Half, const D: usize>(p: &MergeParams, item: &MergeItem, 
     }
     let base = state::safe_max(warp::warp_max(big_m));
 
+    // Slots in batches of SLOT_BATCH, every load of a batch issued before
+    // any is used: one slot per iteration left a full memory latency per
+    // slot (grid B's 128 slots: a third of the step).
     let mut acc = [0f32; 8];
     let mut weight_sum = 0f32;
-    for s in 0..item.num_slots {
-        let w = ex2(memory::ld_global_nc_f32(p.partial_lse + 4 * slot_row(s)) - base);
-        weight_sum += w;
-        let src = p.partial_o + 4 * (slot_row(s) * D as u64 + (lane as usize * per_lane) as u64);
-        for j in 0..per_lane {
-            acc[j] += w * memory::ld_global_nc_f32(src + 4 * j as u64);
+    let mut s0 = 0;
+    while s0 < item.num_slots {
+        let n = (item.num_slots - s0).min(SLOT_BATCH as u32);
+        let mut lse = [f32::NEG_INFINITY; SLOT_BATCH];
+        let mut vals = [[0f32; 8]; SLOT_BATCH];
+        for k in 0..SLOT_BATCH {
+            if (k as u32) < n {
+                let r = slot_row(s0 + k as u32);
+                lse[k] = memory::ld_global_nc_f32(p.partial_lse + 4 * r);
+                vals[k] = lane_values::<D>(p.partial_o + 4 * (r * D as u64 + (lane as usize * per_lane) as u64));
+            }
         }
+        for k in 0..SLOT_BATCH {
+            if (k as u32) < n {
+                let w = ex2(lse[k] - base);
+                weight_sum += w;
+                for j in 0..per_lane {
+                    acc[j] += w * vals[k][j];
+                }
+            }
+        }
+        s0 += SLOT_BATCH as u32;
     }
     // At least one slot holds key 0, visible to every row: weight_sum > 0.
     let inv = rcp(weight_sum);

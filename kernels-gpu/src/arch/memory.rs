@@ -124,7 +124,7 @@ pub unsafe fn st_global_u32(addr: u64, v: u32) {
 pub unsafe fn ld_global_nc_v2_u32(addr: u64) -> [u32; 2] {
     let (a, b): (u32, u32);
     core::arch::asm!("ld.global.nc.v2.b32 {{{a}, {b}}}, [{p}];", a = out(reg32) a, b = out(reg32) b, p = in(reg64) addr,
-        options(readonly, nostack));
+        options(readonly, nostack, pure));
     [a, b]
 }
 
