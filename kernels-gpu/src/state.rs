@@ -34,3 +34,14 @@ pub fn finish(m: f32, l: f32) -> (f32, f32) {
         (0.0, f32::NEG_INFINITY)
     }
 }
+
+/// One online-softmax step of a row: the running max `m` moves to cover the
+/// new logits' max `step_max`. Returns the factor that rescales the old sum
+/// and accumulator, and the value to subtract from the new logits.
+#[inline(always)]
+pub fn advance(m: &mut f32, step_max: f32) -> (f32, f32) {
+    let new = m.max(step_max);
+    let alpha = rescale(*m, new);
+    *m = new;
+    (alpha, safe_max(new))
+}

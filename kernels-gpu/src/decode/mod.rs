@@ -52,6 +52,18 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     RowInfo { local, valid, token, head, limit }
 }
 
+/// Keys at or past this may be masked for some row of the block (causal
+/// among the new tokens, or past the work item's end).
+#[inline(always)]
+pub(crate) fn mask_from(p: &DecodeParams, item: &WorkItem, seq_len: u32) -> u32 {
+    let causal0 = seq_len - p.q_len + 1;
+    if causal0 < item.kv_end {
+        causal0
+    } else {
+        item.kv_end
+    }
+}
+
 /// Byte address of element 0 of row (batch, token, head) of a
 /// `[batch, q_len, num_q_heads, D]` tensor of 2-byte values.
 #[inline(always)]
@@ -66,7 +78,6 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
     let cfg = const { tile_config(F::FORMAT, D as u32) };
-    let kt = cfg.keys_per_stage;
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -125,14 +136,15 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
     }
 
-    // Keys at or past this may be masked for some row of the block.
-    let causal0 = seq_len - p.q_len + 1;
-    let mask_from = if causal0 < item.kv_end { causal0 } else { item.kv_end };
+    let mask_from = mask_from(p, &item, seq_len);
 
     let mut o = [[0f32; 4]; NT];
     let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
     let (mut l_a, mut l_b) = (0f32, 0f32);
 
+    let kt = cfg.keys_per_stage;
+    // (A closure-taking loop helper shared with the other variant cost the
+    // narrow int4 kernel 34 registers; the loop stays written out.)
     for t in 0..pipe.n_tiles {
         let stage = pipe.advance(t);
         let tile_first = item.kv_start + t * kt;
@@ -175,13 +187,8 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
             let mx_a = warp::quad_max(s[0][0].max(s[0][1]).max(s[1][0]).max(s[1][1]));
             let mx_b = warp::quad_max(s[0][2].max(s[0][3]).max(s[1][2]).max(s[1][3]));
-            let new_a = m_a.max(mx_a);
-            let new_b = m_b.max(mx_b);
-            let alpha_a = state::rescale(m_a, new_a);
-            let alpha_b = state::rescale(m_b, new_b);
-            let (base_a, base_b) = (state::safe_max(new_a), state::safe_max(new_b));
-            m_a = new_a;
-            m_b = new_b;
+            let (alpha_a, base_a) = state::advance(&mut m_a, mx_a);
+            let (alpha_b, base_b) = state::advance(&mut m_b, mx_b);
             for tile in s.iter_mut() {
                 tile[0] = ex2(tile[0] - base_a);
                 tile[1] = ex2(tile[1] - base_a);

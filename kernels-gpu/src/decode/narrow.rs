@@ -19,7 +19,7 @@
 use decode_attn_abi::{q_converted, DecodeParams, WorkItem, KEYS_PER_WARP_STEP, MMA_M};
 
 use super::pipeline::Pipeline;
-use super::{convert_q, epilogue, qo_row_addr, row_info};
+use super::{convert_q, epilogue, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -32,7 +32,6 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0) };
     type H<F> = <F as KvFormat>::Compute;
     let cfg = Pipeline::<F, D>::CFG;
-    let kt = cfg.keys_per_stage;
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -80,9 +79,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
         }
     }
 
-    // Keys at or past this may be masked for some row of the block.
-    let causal0 = seq_len - p.q_len + 1;
-    let mask_from = if causal0 < item.kv_end { causal0 } else { item.kv_end };
+    let mask_from = mask_from(p, &item, seq_len);
 
     // o[np] = Oᵀ tile of dims v_dim(2np, ·) | v_dim(2np + 1, ·) × rows 2c, 2c+1.
     let mut o = [[0f32; 4]; NP];
@@ -90,6 +87,9 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     // This thread's share of each row's sum (its keys only; reduced at the end).
     let (mut l_a, mut l_b) = (0f32, 0f32);
 
+    let kt = cfg.keys_per_stage;
+    // (A closure-taking loop helper shared with the other variant cost the
+    // narrow int4 kernel 34 registers; the loop stays written out.)
     for t in 0..pipe.n_tiles {
         let stage = pipe.advance(t);
         let tile_first = item.kv_start + t * kt;
@@ -120,13 +120,8 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
                 s[e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[e] * scale };
             }
 
-            let new_a = m_a.max(warp::column_max(s[0].max(s[2])));
-            let new_b = m_b.max(warp::column_max(s[1].max(s[3])));
-            let alpha_a = state::rescale(m_a, new_a);
-            let alpha_b = state::rescale(m_b, new_b);
-            let (base_a, base_b) = (state::safe_max(new_a), state::safe_max(new_b));
-            m_a = new_a;
-            m_b = new_b;
+            let (alpha_a, base_a) = state::advance(&mut m_a, warp::column_max(s[0].max(s[2])));
+            let (alpha_b, base_b) = state::advance(&mut m_b, warp::column_max(s[1].max(s[3])));
             s = [ex2(s[0] - base_a), ex2(s[1] - base_b), ex2(s[2] - base_a), ex2(s[3] - base_b)];
             l_a = l_a * alpha_a + (s[0] + s[2]);
             l_b = l_b * alpha_b + (s[1] + s[3]);
