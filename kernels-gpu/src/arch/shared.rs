@@ -102,3 +102,15 @@ pub unsafe fn st_shared_v4_f32(addr: u32, v: [f32; 4]) {
 pub unsafe fn st_shared_u16(addr: u32, v: u32) {
     core::arch::asm!("{{ .reg .b16 h; cvt.u16.u32 h, {v}; st.shared.b16 [{a}], h; }}", a = in(reg32) addr, v = in(reg32) v, options(nostack));
 }
+
+/// `ld.shared.v2.b32`.
+///
+/// # Safety
+/// `addr` must be an 8-byte aligned address inside the block's shared memory.
+#[inline(always)]
+pub unsafe fn ld_shared_v2_u32(addr: u32) -> [u32; 2] {
+    let (x, y): (u32, u32);
+    core::arch::asm!("ld.shared.v2.b32 {{{x}, {y}}}, [{a}];", a = in(reg32) addr,
+        x = out(reg32) x, y = out(reg32) y, options(readonly, nostack));
+    [x, y]
+}

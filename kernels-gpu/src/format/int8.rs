@@ -7,13 +7,13 @@
 //! converts Q to fp16 once (exactly, scaled by a power of two per row) and
 //! applies the scales to score columns (K) and to P (V). sm_90 has no 8-bit
 //! `ldmatrix`:
-//! - K: one 32-bit shared load per row and chunk gives bytes `4c .. 4c+4`,
-//!   used as the logical dims `2c, 2c+1 | 2c+8, 2c+9` of the B fragment;
-//!   Q is stored in that order (`q_position`);
+//! - K: one 64-bit shared load per row and 32 dims gives bytes `8c .. 8c+8`,
+//!   used as the logical dims `2c, 2c+1 | 2c+8, 2c+9` of the B fragments of
+//!   two k-chunks; Q is stored in that order (`q_position`);
 //! - V (B fragment `V[2c, 2c+1 | 2c+8, 2c+9][d]`, keys along k): a 16-bit
-//!   `ldmatrix .trans` over byte rows hands each thread two keys × two
-//!   adjacent dims; a `prmt` splits them into an even-dim and an odd-dim
-//!   fragment (`V_DIMS_INTERLEAVED`).
+//!   `ldmatrix .trans` over byte rows (one `.x4` per 32 dims) hands each
+//!   thread two keys × two adjacent dims; a `prmt` splits them into an
+//!   even-dim and an odd-dim fragment (`V_DIMS_INTERLEAVED`).
 
 use core::marker::PhantomData;
 
@@ -48,11 +48,14 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
     type Query = Q;
     const SCALED: bool = true;
     const V_DIMS_INTERLEAVED: bool = true;
-    /// `k_fragment` reads bytes `4c .. 4c+4` as logical dims 2c, 2c+1, 2c+8, 2c+9.
+    /// `k_fragment_pair(m)` reads bytes `8c .. 8c+8` of dims `32m ..` as
+    /// logical dims 2c, 2c+1, 2c+8, 2c+9 of k-chunk 2m (bytes 0..4) and of
+    /// k-chunk 2m+1 (bytes 4..8).
     #[inline(always)]
     fn q_position(dim: u32) -> (u32, u32) {
-        let pos = dim % 16;
-        (dim / 16, 2 * (pos / 4) + (pos & 1) + 8 * ((pos / 2) & 1))
+        let (m, c, j) = (dim / 32, (dim % 32) / 8, dim % 8);
+        let jj = j % 4;
+        (2 * m + j / 4, 2 * c + (jj & 1) + 8 * (jj >> 1))
     }
     /// Tile `2m` holds the even dims of `16m .. 16m + 16`, tile `2m + 1` the odd.
     #[inline(always)]
@@ -71,24 +74,36 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
 
     #[inline(always)]
     unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
-        // `q_position`: bytes 4c .. 4c+4 of the chunk are this thread's
-        // logical dims 2c, 2c+1 (b0) and 2c+8, 2c+9 (b1).
-        let (g, c) = (lane / 4, lane % 4);
-        let w0 = shared::ld_shared_u32(tile + swizzled(key + g, kc, D as u32) + 4 * c);
-        let w1 = shared::ld_shared_u32(tile + swizzled(key + 8 + g, kc, D as u32) + 4 * c);
-        type H<T> = <T as KvFormat>::Compute;
-        [H::<Self>::pair(w0, 0, 1), H::<Self>::pair(w0, 2, 3), H::<Self>::pair(w1, 0, 1), H::<Self>::pair(w1, 2, 3)]
+        Self::k_fragment_pair::<D>(tile, key, kc / 2, lane)[(kc % 2) as usize]
     }
 
     #[inline(always)]
     unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
-        // Lanes 0..8 address keys 0..8 of chunk np, lanes 8..16 keys 8..16.
-        let row = key + (lane % 16);
-        let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(row, np, D as u32));
-        // w = [v(2c, 2g), v(2c, 2g+1), v(2c+1, 2g), v(2c+1, 2g+1)] (dims
-        // relative to 16·np): bytes 0, 2 are dim 2g, bytes 1, 3 dim 2g+1.
+        Self::v_fragment_pair::<D>(tile, key, np / 2, lane)[(np % 2) as usize]
+    }
+
+    /// One 64-bit load per key row serves two k-chunks (`q_position`).
+    #[inline(always)]
+    unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
+        let (g, c) = (lane / 4, lane % 4);
+        // Bytes 8c .. 8c+8 of the 32-byte block kp: 16-byte chunk 2kp + c/2.
+        let at = |row: u32| tile + swizzled(row, 2 * kp + c / 2, D as u32) + 8 * (c % 2);
+        let [a0, a1] = shared::ld_shared_v2_u32(at(key + g));
+        let [b0, b1] = shared::ld_shared_v2_u32(at(key + 8 + g));
         type H<T> = <T as KvFormat>::Compute;
-        [H::<Self>::pair(w0, 0, 2), H::<Self>::pair(w1, 0, 2), H::<Self>::pair(w0, 1, 3), H::<Self>::pair(w1, 1, 3)]
+        let frag = |w0: u32, w1: u32| [H::<Self>::pair(w0, 0, 1), H::<Self>::pair(w0, 2, 3), H::<Self>::pair(w1, 0, 1), H::<Self>::pair(w1, 2, 3)];
+        [frag(a0, b0), frag(a1, b1)]
+    }
+
+    /// One `ldmatrix .x4 .trans` serves two 16-dim tiles.
+    #[inline(always)]
+    unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
+        // Lanes 0..16 address keys 0..16 of chunk 2mp, lanes 16..32 of 2mp+1.
+        let [w0, w1, w2, w3] = mma::ldmatrix_x4_trans(tile + swizzled(key + lane % 16, 2 * mp + lane / 16, D as u32));
+        // w = [v(2c, 2g), v(2c, 2g+1), v(2c+1, 2g), v(2c+1, 2g+1)] (dims
+        // relative to the chunk): bytes 0, 2 are dim 2g, bytes 1, 3 dim 2g+1.
+        type H<T> = <T as KvFormat>::Compute;
+        let frag = |a: u32, b: u32| [H::<Self>::pair(a, 0, 2), H::<Self>::pair(b, 0, 2), H::<Self>::pair(a, 1, 3), H::<Self>::pair(b, 1, 3)];
+        [frag(w0, w1), frag(w2, w3)]
     }
 }
-
