@@ -206,3 +206,17 @@ fn short_unsplit_sequences_get_at_least_two_steps_per_narrow_warp() {
     assert_eq!(warps(1024, 128), 4);
     assert_eq!(warps(1024, 40), 1);
 }
+
+#[test]
+fn int8_splits_fill_one_block_per_sm_and_int4_every_resident_block() {
+    // Narrow kernels at 128 registers: two 8-warp blocks fit per SM.
+    let kernel = KernelInfo { max_threads_per_block: 512, regs_per_thread: 128 };
+    let splits = |format| {
+        let shape = quantized(format, 1, 32, 8, 1, 131072);
+        plan(&shape, &[131072], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap().max_splits()
+    };
+    // Grid C 128K: 8 kv heads × 16 = 128 blocks (int8: one per SM saturates
+    // HBM), × 32 = 256 for instruction-bound int4 (docs/perf.md).
+    assert_eq!(splits(KvFormat::Int8), 16);
+    assert_eq!(splits(KvFormat::Int4G32), 32);
+}

@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -58,6 +58,10 @@ struct Args {
     /// Kernel variant: auto (narrow for ≤ 8 query rows per kv head), wide or narrow.
     #[arg(long, value_parser = parse_variant, default_value = "auto")]
     variant: VariantChoice,
+    /// Split every sequence into chunks of this many keys (default: the
+    /// planner's automatic split).
+    #[arg(long, value_name = "KEYS")]
+    chunk_keys: Option<u32>,
     /// Warps along the keys per block (default: the planner's choice).
     #[arg(long)]
     warps_k: Option<u32>,
@@ -193,7 +197,8 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let dtype = s.format.required_dtype().unwrap_or(Dtype::Bf16);
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: KvLayout::Nhd, scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
-    let opts = PlanOptions { variant: args.variant, warps_k: args.warps_k, ..PlanOptions::default() };
+    let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
+    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
 
