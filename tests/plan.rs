@@ -220,3 +220,13 @@ fn int8_splits_fill_one_block_per_sm_and_int4_every_resident_block() {
     assert_eq!(splits(KvFormat::Int8), 16);
     assert_eq!(splits(KvFormat::Int4G32), 32);
 }
+
+#[test]
+fn wide_int8_splits_still_fill_every_resident_block() {
+    // Grid B (48 rows, wide, 6 warps): two blocks fit per SM and both are used.
+    let kernel = KernelInfo { max_threads_per_block: 384, regs_per_thread: 160 };
+    let shape = quantized(KvFormat::Int8, 128, 16, 1, 3, 2048);
+    let p = plan(&shape, &[2048; 128], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Variant::Wide, 3, 2, 2));
+    assert_eq!(p.max_splits(), 2);
+}

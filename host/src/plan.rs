@@ -298,23 +298,25 @@ pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo
 }
 
 /// Resident warps per SM past which more co-resident blocks stop adding
-/// throughput, where measured: an int8 block of 8 warps alone keeps an SM's
+/// throughput, where measured: a narrow int8 block of 8 warps alone keeps an SM's
 /// share of HBM busy, so splitting a sequence further only to fill a second
 /// block slot adds merge work and pipeline fills (H100, grid C: 16 splits
 /// 26 / 56 / 83 % of the roofline at 8K / 32K / 128K against 23 / 54 / 77 %
 /// with 32; `docs/perf.md`). int4 (instruction-bound) and 16-bit formats
 /// gain from every resident warp.
-pub fn saturating_warps_per_sm(format: KvFormat) -> Option<u32> {
-    match format {
-        KvFormat::Int8 => Some(8),
+pub fn saturating_warps_per_sm(format: KvFormat, variant: Variant) -> Option<u32> {
+    match (format, variant) {
+        (KvFormat::Int8, Variant::Narrow) => Some(8),
+        // The wide int8 kernel on grid B (6-warp blocks, 3 row-tile warps
+        // converting the same bytes) runs best with every block resident.
         _ => None,
     }
 }
 
 /// The blocks per SM the split planner should fill: all that fit, or as
 /// many as reach [`saturating_warps_per_sm`] (at least one).
-pub fn useful_blocks_per_sm(format: KvFormat, warps_per_block: u32, fit: u32) -> u32 {
-    match saturating_warps_per_sm(format) {
+pub fn useful_blocks_per_sm(format: KvFormat, variant: Variant, warps_per_block: u32, fit: u32) -> u32 {
+    match saturating_warps_per_sm(format, variant) {
         Some(w) => fit.min((w / warps_per_block.max(1)).max(1)),
         None => fit,
     }
@@ -401,7 +403,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
                 SplitPolicy::Never => false,
                 SplitPolicy::ChunkKeys(k) => seq_lens.iter().any(|&l| l > k),
                 SplitPolicy::Auto => {
-                    let per_sm = useful_blocks_per_sm(format, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
+                    let per_sm = useful_blocks_per_sm(format, variant, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
                     let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
                     auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm) != u32::MAX
                 }
@@ -469,7 +471,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
             keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage)
         }
         SplitPolicy::Auto => {
-            let per_sm = useful_blocks_per_sm(format, warps_m * warps_k, blocks_per_sm) as u64;
+            let per_sm = useful_blocks_per_sm(format, variant, warps_m * warps_k, blocks_per_sm) as u64;
             auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm)
         }
     };
