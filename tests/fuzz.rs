@@ -347,12 +347,19 @@ fn fuzz_format(gpu: Option<&Gpu>, args: &Args, format: KvFormat, regressions: &'
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
+    let t0 = Instant::now();
     let result = runner.run(&draw(), |d| {
         let case = fit(&d, format);
         if args.verbose {
             eprintln!("case {}", describe(&case));
         }
-        check_case(gpu, &case, &tally).map_err(|e| TestCaseError::fail(format!("{e}\n  case: {}", describe(&case))))
+        check_case(gpu, &case, &tally).map_err(|e| TestCaseError::fail(format!("{e}\n  case: {}", describe(&case))))?;
+        // A line per 1000 cases, so a run cut short still says how far it got.
+        let passed = tally.borrow().passed;
+        if passed % 1000 == 0 {
+            println!("fuzz {}: {passed} cases passed so far ({:.0} s)", format.name(), t0.elapsed().as_secs_f64());
+        }
+        Ok(())
     });
     match result {
         Ok(()) => Ok(tally.into_inner()),
