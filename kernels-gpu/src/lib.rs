@@ -1,10 +1,11 @@
 //! decode-attn GPU kernels, compiled to one PTX module by `ptx-builder`.
 //!
 //! `arch` is the device support layer (the role `cuda_std` plays for
-//! Rust-CUDA); `format` the KV cache formats; `decode` the one generic
-//! attention body; `merge` the split merge. The entry points are expanded
-//! from the kernel tables in `decode_attn_abi` (`decode_kernel_table!`,
-//! `merge_kernel_table!`), which the host expands too: one list of names.
+//! Rust-CUDA); `format` the KV cache formats; `decode` the attention
+//! bodies (wide and narrow), each generic over the format; `merge` the split
+//! merge. The entry points are expanded from the kernel tables in
+//! `decode_attn_abi` (`decode_kernel_table!`, `merge_kernel_table!`), which
+//! the host expands too: one list of names.
 #![no_std]
 #![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, gpu_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics)]
 #![allow(internal_features)]
