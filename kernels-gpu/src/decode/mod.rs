@@ -1,4 +1,6 @@
-//! The decode-attention kernel body, generic over the KV format and head dim.
+//! The decode-attention kernel bodies, generic over the KV format and head
+//! dim. This module holds the wide variant (query rows along mma M) and what
+//! both variants share; `narrow` the variant with keys along M.
 //!
 //! One block computes, for one work item (a sequence's key range), one kv
 //! head (grid y) and one chunk of packed rows (grid z), every query row that
