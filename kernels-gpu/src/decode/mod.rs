@@ -296,7 +296,7 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
 /// from the query's type to the compute type into the shared tile, one warp
 /// per row: each row is scaled by `2^(13 - ⌊log2 max|q|⌋)` (exact, and
 /// below fp16's 65504), its inverse goes to `q_scales[row]`, and head dims
-/// are stored in the order `F::k_fragment` reads K in.
+/// are stored in the order `F::k_fragment_pair` reads K in.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, rows: u32, q_tile: u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {

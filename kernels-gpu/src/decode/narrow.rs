@@ -8,9 +8,10 @@
 //! accumulator is `D / 4` registers instead of `D / 2`, and Q stays in
 //! registers as B fragments.
 //!
-//! The fragments of the wide variant serve as they are: a format's
-//! `k_fragment` (B fragments of two 8-key tiles) and `v_fragment` (B of two
-//! 8-dim tiles) reordered as `[b0, b2, b1, b3]` are exactly the A fragments
+//! The fragments of the wide variant serve as they are: each chunk of a
+//! format's `k_fragment_pair` (B fragments of two 8-key tiles) and
+//! `v_fragment_pair` (B of two 8-dim tiles), reordered as `[b0, b2, b1, b3]`,
+//! is exactly the A fragment
 //! of the transposed products. `Pᵀ` comes out of the C layout of `Sᵀ` as a
 //! B fragment with one `movmatrix.trans` per 8 keys. Each thread holds rows
 //! `2c` and `2c + 1` (c = lane % 4) for keys `g` and `g + 8`, so row maxima

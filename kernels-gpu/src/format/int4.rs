@@ -75,16 +75,6 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
         copy_side(side, tile, first, end, keys, 4 * D as u32 / G, tid, nthreads)
     }
 
-    #[inline(always)]
-    unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
-        Self::k_fragment_pair::<D>(tile, key, kc / 2, lane)[(kc % 2) as usize]
-    }
-
-    #[inline(always)]
-    unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
-        Self::v_fragment_pair::<D>(tile, key, np / 2, lane)[(np % 2) as usize]
-    }
-
     /// Both k-chunks of 32-dim chunk `kp` come from one word per key (low
     /// and high byte of each half-word) under one scale and zero.
     #[inline(always)]

@@ -72,16 +72,6 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         copy_side(side, tile, first, end, keys, 4, tid, nthreads)
     }
 
-    #[inline(always)]
-    unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4] {
-        Self::k_fragment_pair::<D>(tile, key, kc / 2, lane)[(kc % 2) as usize]
-    }
-
-    #[inline(always)]
-    unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4] {
-        Self::v_fragment_pair::<D>(tile, key, np / 2, lane)[(np % 2) as usize]
-    }
-
     /// One 64-bit load per key row serves two k-chunks (`q_position`).
     #[inline(always)]
     unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {

@@ -69,24 +69,24 @@ pub trait KvFormat {
     type Compute: Half;
     /// The query's and output's dtype. When it differs from `Compute`, the
     /// kernel converts Q rows into a shared tile first (exactly, with a
-    /// power-of-two scale per row), in the head-dim order `k_fragment` uses.
+    /// power-of-two scale per row), in the head-dim order `k_fragment_pair` uses.
     type Query: Half;
     /// Where head dim `dim` of a converted Q row goes: (16-dim k-chunk,
-    /// position 0..16 in it). Formats whose `k_fragment` reads K's dims in
+    /// position 0..16 in it). Formats whose `k_fragment_pair` reads K's dims in
     /// another order store Q in that order, so Q·K is unchanged.
     #[inline(always)]
     fn q_position(dim: u32) -> (u32, u32) {
         (dim / 16, dim % 16)
     }
     /// The head dim of column `n` (0..8) of P·V's n8 tile `nt`: tiles `2·np`
-    /// and `2·np + 1` are [`KvFormat::v_fragment`]`(np)`'s two halves. Formats
-    /// whose `v_fragment` reorders dims override it.
+    /// and `2·np + 1` are the two halves of 16-dim tile `np` of
+    /// [`KvFormat::v_fragment_pair`]. Formats that reorder dims override it.
     #[inline(always)]
     fn v_dim(nt: u32, n: u32) -> u32 {
         8 * nt + n
     }
     /// The first of the two adjacent output dims a thread holds in column
-    /// pair `2c, 2c+1` of P·V's n8 tile `nt` (formats whose `v_fragment`
+    /// pair `2c, 2c+1` of P·V's n8 tile `nt` (formats whose `v_fragment_pair`
     /// permutes dims in adjacent pairs; `V_DIMS_INTERLEAVED` ones differ).
     #[inline(always)]
     fn o_pair(nt: u32, c: u32) -> u32 {
@@ -95,9 +95,9 @@ pub trait KvFormat {
     /// Rows carry a per-row scale in side data (staged after a stage's rows):
     /// the body multiplies score columns by K's scales and P by V's.
     const SCALED: bool = false;
-    /// [`KvFormat::v_fragment`] yields, for each 16 head dims `16·np ..`, the
-    /// even dims as the first n8 tile and the odd dims as the second (instead
-    /// of dims `16np..+8` then `+8..+16`); the epilogue puts them back.
+    /// [`KvFormat::v_fragment_pair`] yields, for each 16 head dims `16·np ..`,
+    /// the even dims as the first n8 tile and the odd dims as the second
+    /// (instead of dims `16np..+8` then `+8..+16`); the epilogue puts them back.
     const V_DIMS_INTERLEAVED: bool = false;
 
     /// Copies this thread's share of the side data of rows
@@ -117,39 +117,24 @@ pub trait KvFormat {
     /// `first .. end` of `rows` must be readable; `first < end`.
     unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32);
 
-    /// B fragments of K for keys `key .. key + 16` of the tile and head dims
-    /// `16 * kc .. 16 * kc + 16`: `[b0, b1]` of keys 0..8, then of keys 8..16.
+    /// B fragments of K for keys `key .. key + 16` of the tile and the head
+    /// dims of k-chunks `2·kp` and `2·kp + 1` (16 dims each, in the order
+    /// `q_position` gives): per chunk, `[b0, b1]` of keys 0..8, then of keys
+    /// 8..16. Pairs, so a format whose two chunks share loads or side data
+    /// (int8: one 64-bit load; int4: one word and one scale / zero) reads
+    /// them once.
     ///
     /// # Safety
     /// The tile's rows must have landed (after the cp.async wait and barrier).
-    unsafe fn k_fragment<const D: usize>(tile: u32, key: u32, kc: u32, lane: u32) -> [u32; 4];
+    unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2];
 
-    /// `[k_fragment(2·kp), k_fragment(2·kp + 1)]`: the kernel bodies read K
-    /// in pairs of k-chunks, so a format whose two chunks share loads or
-    /// side data (int4: one 32-bit word and one scale / zero) reads them once.
+    /// B fragments of V for keys `key .. key + 16` and the head dims of
+    /// 16-dim tiles `2·mp` and `2·mp + 1`: per tile, `[b0, b1]` of its first
+    /// 8 output dims, then of the other 8 (which dims: `v_dim`).
     ///
     /// # Safety
-    /// As [`KvFormat::k_fragment`].
-    #[inline(always)]
-    unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
-        [Self::k_fragment::<D>(tile, key, 2 * kp, lane), Self::k_fragment::<D>(tile, key, 2 * kp + 1, lane)]
-    }
-
-    /// `[v_fragment(2·mp), v_fragment(2·mp + 1)]`, as [`KvFormat::k_fragment_pair`].
-    ///
-    /// # Safety
-    /// As [`KvFormat::k_fragment`].
-    #[inline(always)]
-    unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
-        [Self::v_fragment::<D>(tile, key, 2 * mp, lane), Self::v_fragment::<D>(tile, key, 2 * mp + 1, lane)]
-    }
-
-    /// B fragments of V for keys `key .. key + 16` and head dims
-    /// `16 * np .. 16 * np + 16`: `[b0, b1]` of dims 0..8, then of dims 8..16.
-    ///
-    /// # Safety
-    /// As [`KvFormat::k_fragment`].
-    unsafe fn v_fragment<const D: usize>(tile: u32, key: u32, np: u32, lane: u32) -> [u32; 4];
+    /// As [`KvFormat::k_fragment_pair`].
+    unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2];
 }
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows are
