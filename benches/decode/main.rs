@@ -37,6 +37,10 @@ struct Args {
     /// One row per grid.
     #[arg(long)]
     quick: bool,
+    /// Only rows whose key contains this text (keys read like
+    /// `C B=1 ctx=131072 Hq=32 Hkv=8 q=1 D=128 int8`), e.g. for a profiler.
+    #[arg(long, value_name = "TEXT")]
+    row: Option<String>,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: u32,
@@ -148,7 +152,10 @@ fn run(args: &Args) -> Result<(), String> {
     eprintln!("roofline: device-to-device copy of 4 GiB = {roofline:.0} GB/s (read + write)");
 
     let grids: Vec<char> = args.grid.iter().map(|g| g.to_ascii_uppercase()).collect();
-    let specs = grids::rows(&grids, &args.format, args.quick);
+    let mut specs = grids::rows(&grids, &args.format, args.quick);
+    if let Some(text) = &args.row {
+        specs.retain(|r| r.key().contains(text.as_str()));
+    }
     let flush = match args.l2 {
         L2Mode::Flush => Some(DeviceBuffer::<u32>::zeroed(info.l2_bytes as usize).map_err(|e| e.to_string())?),
         L2Mode::Rotate => None,
