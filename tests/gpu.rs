@@ -6,6 +6,8 @@
 //! `--filter SUBSTRING` runs a subset.
 
 mod common;
+#[path = "gpu/paged.rs"]
+mod paged;
 #[path = "gpu/quant.rs"]
 mod quant;
 
@@ -27,6 +29,8 @@ struct Case {
     dist: Distribution,
     /// Input seed (default: derived from the case's index).
     seed: Option<u64>,
+    /// Run through a paged pool holding the same rows (`gpu/paged.rs`).
+    paging: Option<paged::Paging>,
 }
 
 fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u32, layout: KvLayout) -> DecodeShape {
@@ -58,7 +62,7 @@ fn cases() -> Vec<Case> {
             },
             dist
         );
-        out.push(Case { name: tag, variant: Variant::Wide, shape, seq_lens, split, dist, seed });
+        out.push(Case { name: tag, variant: Variant::Wide, shape, seq_lens, split, dist, seed, paging: None });
     };
     use Distribution::{HeavyTailed as Heavy, Normal};
     use SplitPolicy::{Auto, ChunkKeys, Never};
@@ -118,7 +122,37 @@ fn cases() -> Vec<Case> {
         let s = DecodeShape { kv_format: format, scale: Some(1.0), ..shape(Dtype::Bf16, 1, 4, 1, 128, 1, 50826, KvLayout::Nhd) };
         add("fuzz-int4-large-logits", s, vec![50826], Auto, Distribution::LargeMagnitude, Some(5985957890130226063));
     }
+    out.extend(paged_cases());
     per_variant(out)
+}
+
+/// Paged caches: every format × page sizes 1, 16, 256 × both page orders,
+/// ragged lengths across page and stage edges, split and unsplit, GQA with
+/// q_len 3 and MQA; plus head dims 64 and 256 at page size 16.
+fn paged_cases() -> Vec<Case> {
+    use decode_attn::PageOrder::{HeadMajor, TokenMajor};
+    let mut out = Vec::new();
+    let mut add = |format: KvFormat, dtype: Dtype, d: u32, page_size: u32, order: decode_attn::PageOrder, hq: u32, hkv: u32, q_len: u32, lens: Vec<u32>, split: SplitPolicy| {
+        let cap = lens.iter().copied().max().unwrap_or(1).next_multiple_of(page_size.max(4));
+        let s = DecodeShape { kv_format: format, ..shape(dtype, lens.len() as u32, hq, hkv, d, q_len, cap, KvLayout::Nhd) };
+        let name = format!("{}/{}/paged-p{page_size}-{order:?}/hq{hq}-hkv{hkv}/d{d}/q{q_len}/{split:?}", format.name(), dtype.name());
+        out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens, split, dist: Distribution::HeavyTailed, seed: None, paging: Some(paged::Paging { page_size, order }) });
+    };
+    for format in KvFormat::ALL {
+        let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::Bf16 } else { Dtype::F16 });
+        let stage = decode_attn::plan::stage_keys(format, 128);
+        for (i, ps) in [1u32, 16, 256].into_iter().enumerate() {
+            let order = if i % 2 == 0 { TokenMajor } else { HeadMajor };
+            let lens = vec![3 * stage + 5, 17, ps + 3, 2 * stage];
+            add(format, dtype, 128, ps, order, 8, 2, 3, lens.clone(), SplitPolicy::ChunkKeys(stage));
+            add(format, dtype, 128, ps, if i % 2 == 0 { HeadMajor } else { TokenMajor }, 16, 1, 1, lens, SplitPolicy::Auto);
+        }
+        for d in [64u32, 256].into_iter().filter(|&d| format.supports_head_dim(d)) {
+            let stage = decode_attn::plan::stage_keys(format, d);
+            add(format, dtype, d, 16, TokenMajor, 8, 2, 2, vec![2 * stage + 3, 40], SplitPolicy::ChunkKeys(stage));
+        }
+    }
+    out
 }
 
 /// Each case once per kernel variant: both serve every shape.
@@ -138,7 +172,7 @@ fn sanitize_cases() -> Vec<Case> {
             for split in [SplitPolicy::ChunkKeys(stage), SplitPolicy::Never] {
                 let s = shape(dtype, 4, 8, 2, d, 3, 2 * stage + 1, KvLayout::Nhd);
                 let name = format!("{}/sanitize/d{d}/{split:?}", dtype.name());
-                out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None });
+                out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
             }
             for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized() && f.supports_head_dim(d)) {
                 let stage8 = decode_attn::plan::stage_keys(format, d);
@@ -146,14 +180,16 @@ fn sanitize_cases() -> Vec<Case> {
                 for split in [SplitPolicy::ChunkKeys(stage8), SplitPolicy::Never] {
                     let s = DecodeShape { kv_format: format, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Hnd) };
                     let name = format!("{}/{}/sanitize/d{d}/{split:?}", format.name(), dtype.name());
-                    out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None });
+                    out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
                 }
             }
         }
         // The largest group × q_len: 64 heads × 8 tokens = 512 rows, 8 row chunks.
         let s = shape(dtype, 2, 64, 1, 128, 8, 200, KvLayout::Hnd);
-        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), variant: Variant::Wide, shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None });
+        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), variant: Variant::Wide, shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None, paging: None });
     }
+    // Paged kernels: each format at page sizes 1 and 16 (D = 128).
+    out.extend(paged_cases().into_iter().filter(|c| c.shape.head_dim == 128 && c.paging.is_some_and(|p| p.page_size <= 16) && c.shape.num_kv_heads == 2));
     per_variant(out)
 }
 
@@ -253,6 +289,13 @@ fn main() {
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None };
+    if let Some(paging) = case.paging {
+        let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
+        let pool = paged::Pool::new(&p, paging, seed)?;
+        let (outs, splits) = paged::run(attn, stream, &mut p, &pool, &opts)?;
+        let reference = p.reference(None).map_err(|e| e.to_string())?;
+        return check_outputs(&outs, &reference).map(|err| (err, splits));
+    }
     let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
     if std::env::var_os("GPU_TESTS_VERBOSE").is_some() {
         eprintln!("  plan: grid {:?} block {} smem {} work {:?}", plan.grid(), plan.block_threads(), plan.smem_bytes(), &plan.work()[..plan.work().len().min(4)]);
@@ -275,7 +318,13 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
     }
     let reference = p.reference(None).map_err(|e| e.to_string())?;
     step("reference");
-    let cmp = decode_attn::reference::relative_l2_error(&outs[0], &reference).map_err(|e| e.to_string())?;
+    check_outputs(&outs, &reference).map(|err| (err, plan.max_splits()))
+}
+
+/// The first output's error against the reference; both outputs must be
+/// finite and bit-identical (a difference is a race).
+fn check_outputs(outs: &[Vec<f32>], reference: &[f64]) -> Result<f64, String> {
+    let cmp = decode_attn::reference::relative_l2_error(&outs[0], reference).map_err(|e| e.to_string())?;
     let (err, nonfinite) = (cmp.rel_l2, cmp.nonfinite);
     if nonfinite {
         let first = outs[0].iter().position(|x| !x.is_finite()).unwrap_or(0);
@@ -284,5 +333,5 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
     if outs[0].iter().zip(&outs[1]).any(|(a, b)| a.to_bits() != b.to_bits()) {
         return Err("two runs on the same inputs differ (a race?)".into());
     }
-    Ok((err, plan.max_splits()))
+    Ok(err)
 }

@@ -415,3 +415,67 @@ proptest! {
         }
     }
 }
+
+/// Paged caches: every bad page geometry or block table is an error naming
+/// it, and a good table plans like the contiguous cache of the same lengths.
+mod paged {
+    use super::*;
+    use decode_attn::plan::plan_paged;
+    use decode_attn::PageOrder;
+
+    fn paged(page_size: u32, num_pages: u32) -> DecodeShape {
+        DecodeShape { kv_layout: KvLayout::Paged { page_size, num_pages, order: PageOrder::TokenMajor }, ..DecodeShape::bf16(2, 8, 2, 128, 1, 100) }
+    }
+
+    fn plan_p(shape: &DecodeShape, lens: &[u32], table: &[i32]) -> decode_attn::Result<Plan> {
+        plan_paged(shape, lens, table, &DEV, &KERNEL, &PlanOptions::default())
+    }
+
+    #[test]
+    fn page_sizes_are_powers_of_two_up_to_256() {
+        for ps in [1u32, 2, 16, 64, 256] {
+            paged(ps, 10).validate().unwrap();
+        }
+        for ps in [0u32, 3, 48, 512] {
+            rejects(paged(ps, 10).validate(), "kv_layout.page_size");
+        }
+        rejects(paged(16, 0).validate(), "kv_layout.num_pages");
+    }
+
+    #[test]
+    fn the_block_table_is_required_and_checked() {
+        let s = paged(16, 20); // 100 tokens: 7 pages per sequence
+        assert_eq!(s.pages_per_seq(), 7);
+        let good: Vec<i32> = (0..14).collect();
+        let p = plan_p(&s, &[100, 17], &good).unwrap();
+        assert_eq!(p.block_table(), &good[..]);
+        assert_covers(&p);
+        // No table: plan() refuses a paged shape.
+        rejects(plan_with(&s, &[100, 17], SplitPolicy::Auto), "block_table");
+        // Too short for the shape.
+        rejects(plan_p(&s, &[100, 17], &good[..13]), "block_table");
+        // A page id outside the pool, or negative, in a page a length uses.
+        let mut bad = good.clone();
+        bad[3] = 20;
+        rejects(plan_p(&s, &[100, 17], &bad), "block_table[0][3]");
+        bad[3] = -1;
+        rejects(plan_p(&s, &[100, 17], &bad), "block_table[0][3]");
+        // Entries past a sequence's pages are not read, so not checked.
+        let mut spare = good.clone();
+        spare[7 + 5] = 999; // sequence 1 holds 17 tokens: pages 0 and 1
+        plan_p(&s, &[100, 17], &spare).unwrap();
+        // A contiguous shape is not planned with a table.
+        rejects(plan_paged(&DecodeShape::bf16(2, 8, 2, 128, 1, 100), &[100, 17], &good, &DEV, &KERNEL, &PlanOptions::default()), "kv_layout");
+    }
+
+    #[test]
+    fn a_pool_is_sized_by_pages_not_by_sequences() {
+        let s = paged(16, 20);
+        assert_eq!(s.kv_elems_required(), Some(20 * 16 * 2 * 128));
+        let q = DecodeShape { kv_format: KvFormat::Int8, ..s };
+        // Side data [num_pages, Hkv, page_size] f32 scales.
+        assert_eq!(q.side_bytes_required(), Some(20 * 2 * 16 * 4));
+        let h = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 20, order: PageOrder::HeadMajor }, ..q };
+        assert_eq!(h.kv_strides(), decode_attn::KvStrides { batch: 16 * 2 * 128, token: 128, head: 16 * 128 });
+    }
+}

@@ -2,7 +2,7 @@
 //! unresolved, and (when a ptxas is available) it assembles for sm_90 with
 //! no local memory in the attention kernels.
 
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Dtype, KvFormat, Variant, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Addressing, Dtype, KvFormat, Variant, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
 
 fn host_names() -> Vec<&'static str> {
     let mut names = UTILITY_KERNELS.to_vec();
@@ -13,7 +13,8 @@ fn host_names() -> Vec<&'static str> {
 }
 
 /// Every format the library accepts has a kernel for its dtype at every
-/// head dim, and a merge kernel exists for every dtype and head dim.
+/// head dim, in both variants and both addressings, and a merge kernel
+/// exists for every dtype and head dim.
 #[test]
 fn the_kernel_table_covers_every_supported_combination() {
     for d in HEAD_DIMS {
@@ -26,7 +27,9 @@ fn the_kernel_table_covers_every_supported_combination() {
                 None => Dtype::ALL.to_vec(),
             };
             for (q, v) in dtypes.into_iter().flat_map(|q| Variant::ALL.map(|v| (q, v))) {
-                assert!(decode_kernel_name(f, q, d, v).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?}");
+                for a in Addressing::ALL {
+                    assert!(decode_kernel_name(f, q, d, v, a).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?}");
+                }
             }
         }
     }

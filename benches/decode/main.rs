@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PageOrder, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -69,6 +69,12 @@ struct Args {
     /// Warps along the keys per block (default: the planner's choice).
     #[arg(long)]
     warps_k: Option<u32>,
+    /// Also time each bf16 / fp16 row in a paged pool (pages of 16 and 64
+    /// tokens, block tables in shuffled order): the pg16 / pg64 columns,
+    /// paged time over contiguous time. The output with an identity table is
+    /// checked bit-identical to the contiguous one first.
+    #[arg(long)]
+    paged: bool,
     /// Appended to the output file names (several runs in one directory).
     #[arg(long, default_value = "")]
     tag: String,
@@ -237,6 +243,14 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     };
     let med = median(&t.total);
     let merge_us = if t.merge.is_empty() { 0.0 } else { median(&t.merge) };
+    let mut paged_us = [0.0f64; 2];
+    if args.paged && !s.format.is_quantized() {
+        for (slot, ps) in [16u32, 64].into_iter().enumerate() {
+            if s.ctx % ps == 0 {
+                paged_us[slot] = paged_median(attn, stream, &shape, &seq_lens, &opts, ps, &mut sets, args.iters as usize)?;
+            }
+        }
+    }
     let bytes = plan.bytes_moved();
     let gbps = bytes as f64 / (med * 1e-6) / 1e9;
     let cold = n_sets * per_set >= 4 * l2 || args.l2 == L2Mode::Flush;
@@ -274,5 +288,41 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         rel_err,
         status,
         note: notes.join("; "),
+        paged16_us: paged_us[0],
+        paged64_us: paged_us[1],
     })
+}
+
+/// The row's buffers read as a pool of `ps`-token pages (token-major NHD
+/// rows of a sequence are consecutive pages): first with the identity table,
+/// whose output must equal the contiguous plan's bit for bit, then timed
+/// with the pages of the table shuffled (every page still read once).
+#[allow(clippy::too_many_arguments)]
+fn paged_median(attn: &DecodeAttention, stream: &Stream, shape: &DecodeShape, lens: &[u32], opts: &PlanOptions, ps: u32, sets: &mut [BufferSet], iters: usize) -> Result<f64, String> {
+    let e = |e: decode_attn::Error| e.to_string();
+    let num_pages = shape.batch * (shape.max_seq_len / ps);
+    let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor }, ..shape.clone() };
+    let identity: Vec<i32> = (0..num_pages as i32).collect();
+    let o_len = shape.q_elems() as usize;
+    let mut outputs = Vec::new();
+    for plan in [attn.plan(shape, lens, opts).map_err(e)?, attn.plan_paged(&pshape, lens, &identity, opts).map_err(e)?] {
+        let mut ws = Workspace::for_plan(&plan).map_err(e)?;
+        sets[0].poison_output(stream)?;
+        let (q, cache, o) = sets[0].views();
+        attn.run_cache(&plan, q, &cache, o, &mut ws, stream).map_err(e)?;
+        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+        outputs.push(buffers::download::<u16>(sets[0].o.as_device_ptr().as_raw(), o_len)?);
+    }
+    if outputs[0] != outputs[1] {
+        return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));
+    }
+    let mut rng = decode_attn::testing::Rng::new(ps as u64);
+    let mut table = identity;
+    for i in (1..table.len()).rev() {
+        table.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let plan = attn.plan_paged(&pshape, lens, &table, opts).map_err(e)?;
+    let mut ws = Workspace::for_plan(&plan).map_err(e)?;
+    let mut run = TimedRun { attn, stream, plan: &plan, ws: &mut ws, iters };
+    Ok(median(&run.rotate(sets)?.total))
 }

@@ -30,12 +30,12 @@ pub mod shape;
 pub mod tensor;
 pub mod testing;
 
-pub use decode_attn_abi::{Dtype, KvFormat, Variant};
+pub use decode_attn_abi::{Addressing, Dtype, KvFormat, Variant};
 pub use error::{Error, Result};
 pub use plan::{DeviceInfo, KernelInfo, Plan, PlanOptions, SplitPolicy, VariantChoice};
 pub use run::{DecodeAttention, KvCache, Workspace};
 pub use quant::QuantizedMut;
-pub use shape::{DecodeShape, KvLayout, KvStrides};
+pub use shape::{DecodeShape, KvLayout, KvStrides, PageOrder, MAX_PAGE_SIZE};
 pub use tensor::{ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};
 

@@ -133,6 +133,8 @@ pub struct Plan {
     pub(crate) id: u64,
     pub(crate) shape: DecodeShape,
     pub(crate) seq_lens: Vec<u32>,
+    /// Paged caches: `[batch, pages_per_seq]` page ids (empty otherwise).
+    pub(crate) block_table: Vec<i32>,
     /// Attention blocks' work, longest chunks first.
     pub(crate) work: Vec<WorkItem>,
     /// Split sequences to merge.
@@ -159,8 +161,10 @@ pub struct Plan {
 pub struct WorkspaceLayout {
     pub work: usize,
     pub seq_lens: usize,
+    /// Paged caches' block table (`[batch, pages_per_seq]` i32).
+    pub block_table: usize,
     pub merges: usize,
-    /// Bytes of the metadata region (work, seq_lens, merges) uploaded per plan.
+    /// Bytes of the metadata region (work, seq_lens, block table, merges) uploaded per plan.
     pub metadata_bytes: usize,
     pub partial_o: usize,
     pub partial_lse: usize,
@@ -185,6 +189,10 @@ impl Plan {
     }
     pub fn chunk_keys(&self) -> u32 {
         self.chunk_keys
+    }
+    /// Paged caches: the block table the plan was made with (empty otherwise).
+    pub fn block_table(&self) -> &[i32] {
+        &self.block_table
     }
     pub fn variant(&self) -> Variant {
         self.variant
@@ -248,6 +256,7 @@ impl Plan {
         let put = |bytes: &mut [u8], at: usize, src: &[u8]| bytes[at..at + src.len()].copy_from_slice(src);
         put(&mut bytes, self.layout.work, bytemuck::cast_slice(&work_words(&self.work)));
         put(&mut bytes, self.layout.seq_lens, bytemuck::cast_slice(&self.seq_lens));
+        put(&mut bytes, self.layout.block_table, bytemuck::cast_slice(&self.block_table));
         put(&mut bytes, self.layout.merges, bytemuck::cast_slice(&merge_words(&self.merges)));
         bytes
     }
@@ -381,8 +390,47 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
 }
 
 /// Makes the plan. `kernel` describes the attention kernel that will run it.
+/// Paged caches need their block table: [`plan_paged`].
 pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
+    ensure(!shape.is_paged(), "block_table", "a block table for the paged layout (plan_paged)", "none")?;
+    make_plan(shape, seq_lens, Vec::new(), dev, kernel, opts)
+}
+
+/// Makes the plan of a paged cache: `block_table` is `[batch,
+/// shape.pages_per_seq()]` page ids, row-major; the pages that hold each
+/// sequence's `seq_lens[b]` tokens must be ids of the pool. The table is
+/// uploaded with the plan's metadata.
+pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
+    shape.validate()?;
+    shape.validate_seq_lens(seq_lens)?;
+    let crate::shape::KvLayout::Paged { page_size, num_pages, .. } = shape.kv_layout else {
+        return Err(Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a block table", "another layout"));
+    };
+    check_block_table(block_table, seq_lens, shape.pages_per_seq(), page_size, num_pages)?;
+    make_plan(shape, seq_lens, block_table.to_vec(), dev, kernel, opts)
+}
+
+/// Checks a block table: `pages_per_seq` entries per sequence, and the
+/// entries that hold each sequence's tokens ids of the pool.
+pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u32, page_size: u32, num_pages: u32) -> Result<()> {
+    let width = pages_per_seq as usize;
+    ensure(
+        block_table.len() == seq_lens.len() * width,
+        "block_table",
+        format!("{} entries ({} sequences × {width} pages per sequence)", seq_lens.len() * width, seq_lens.len()),
+        block_table.len(),
+    )?;
+    for (b, &len) in seq_lens.iter().enumerate() {
+        let used = len.div_ceil(page_size) as usize;
+        for (i, &id) in block_table[b * width..b * width + used].iter().enumerate() {
+            ensure(id >= 0 && (id as u32) < num_pages, format!("block_table[{b}][{i}]"), format!("a page id in 0..{num_pages}"), id)?;
+        }
+    }
+    Ok(())
+}
+
+fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
     shape.validate_seq_lens(seq_lens)?;
     dev.validate()?;
     kernel.validate()?;
@@ -390,6 +438,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
     let variant = opts.variant_for(shape);
+    let addressing = shape.addressing();
     let (format, d) = (shape.kv_format, shape.head_dim);
     let (warps_m, warps_k, rows_per_block) = match variant {
         Variant::Wide => {
@@ -397,7 +446,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
             (m, k, m * MMA_M)
         }
         Variant::Narrow => {
-            let smem = |w| decode_smem_bytes(format, d, 1, w, variant);
+            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, addressing);
             let larger = narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
             let splits = match opts.split {
                 SplitPolicy::Never => false,
@@ -448,7 +497,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
         format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
-    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant);
+    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, addressing);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
@@ -508,13 +557,14 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
     // Longest blocks first, so the tail of the grid is short ones.
     work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
 
-    let layout = workspace_layout(work.len(), seq_lens.len(), merges.len(), num_slots, shape)
+    let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), merges.len(), num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
         shape: shape.clone(),
         seq_lens: seq_lens.to_vec(),
+        block_table,
         work,
         merges,
         num_slots,
@@ -532,11 +582,12 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
 
 /// Byte offsets of the workspace regions; `None` when they overflow or
 /// exceed `isize::MAX`.
-fn workspace_layout(work: usize, seqs: usize, merges: usize, num_slots: u32, shape: &DecodeShape) -> Option<WorkspaceLayout> {
+fn workspace_layout(work: usize, seqs: usize, table: usize, merges: usize, num_slots: u32, shape: &DecodeShape) -> Option<WorkspaceLayout> {
     let align_up = |x: usize| x.checked_next_multiple_of(ALIGN);
     let work_at = 0usize;
     let seq_lens_at = work.checked_mul(16)?;
-    let merges_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
+    let table_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
+    let merges_at = align_up(table_at.checked_add(table.checked_mul(4)?)?)?;
     let metadata_bytes = merges_at.checked_add(merges.checked_mul(16)?)?;
     let rows = (num_slots as usize).checked_mul(shape.q_len as usize)?.checked_mul(shape.num_q_heads as usize)?;
     let partial_o = align_up(metadata_bytes)?;
@@ -545,6 +596,7 @@ fn workspace_layout(work: usize, seqs: usize, merges: usize, num_slots: u32, sha
     (total_bytes <= isize::MAX as usize).then_some(WorkspaceLayout {
         work: work_at,
         seq_lens: seq_lens_at,
+        block_table: table_at,
         merges: merges_at,
         metadata_bytes,
         partial_o,

@@ -11,12 +11,12 @@ use cust::memory::DeviceBuffer;
 use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_ROWS_PER_BLOCK};
+use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_ROWS_PER_BLOCK};
 
 use crate::check::{check_buffers, BufferDesc, RunBuffers};
 use crate::error::{ensure, Error, Result};
 use crate::plan::{self, DeviceInfo, KernelInfo, Plan, PlanOptions};
-use crate::shape::DecodeShape;
+use crate::shape::{DecodeShape, KvLayout};
 use crate::tensor::{TensorMut, TensorRef};
 
 /// Device memory for one plan's metadata and split partials. Reusable across
@@ -73,7 +73,7 @@ impl<'a> KvCache<'a> {
 pub struct DecodeAttention {
     module: Module,
     device: DeviceInfo,
-    kernels: HashMap<(KvFormat, Dtype, u32, Variant), KernelInfo>,
+    kernels: HashMap<(KvFormat, Dtype, u32, Variant, Addressing), KernelInfo>,
 }
 
 /// Maps a raw driver status (cust keeps its own mapping private).
@@ -125,7 +125,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim, k.variant), info);
+            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing), info);
         }
         Ok(DecodeAttention { module, device, kernels })
     }
@@ -136,7 +136,7 @@ impl DecodeAttention {
 
     fn kernel_info(&self, shape: &DecodeShape, variant: Variant) -> Result<KernelInfo> {
         shape.validate()?;
-        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, variant)).copied().ok_or_else(|| {
+        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing())).copied().ok_or_else(|| {
             Error::Unsupported(format!(
                 "no kernel for a {} cache with {} queries at head_dim {}",
                 shape.kv_format.name(),
@@ -162,6 +162,14 @@ impl DecodeAttention {
     pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
         let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
         plan::plan(shape, seq_lens, &self.device, &kernel, opts)
+    }
+
+    /// Plans one decode step over a paged cache (CPU only; see
+    /// [`plan::plan_paged`]): `block_table` is `[batch, shape.pages_per_seq()]`
+    /// page ids, checked here and uploaded with the plan.
+    pub fn plan_paged(&self, shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], opts: &PlanOptions) -> Result<Plan> {
+        let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
+        plan::plan_paged(shape, seq_lens, block_table, &self.device, &kernel, opts)
     }
 
     /// Enqueues the attention (and merge) kernels on `stream`, for a bf16 or
@@ -230,7 +238,7 @@ impl DecodeAttention {
         )?;
         let shape = &plan.shape;
         // The plan's shape was validated by `plan()`; only the lookup is needed.
-        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant)).copied().ok_or_else(|| {
+        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing())).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
         })?;
         ensure(
@@ -286,8 +294,19 @@ impl DecodeAttention {
             warps_k: plan.warps_k,
             scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
             _pad: 0,
+            block_table: if shape.is_paged() { ws + plan.layout.block_table as u64 } else { 0 },
+            table_stride: shape.pages_per_seq(),
+            page_shift: match shape.kv_layout {
+                KvLayout::Paged { page_size, .. } => page_size.trailing_zeros(),
+                _ => 0,
+            },
+            num_pages: match shape.kv_layout {
+                KvLayout::Paged { num_pages, .. } => num_pages,
+                _ => 0,
+            },
+            _pad2: 0,
         };
-        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant).expect("kernel looked up above");
+        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe { self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)? };

@@ -1,6 +1,6 @@
 //! The problem description a plan is made for, and its validation.
 
-use decode_attn_abi::{Dtype, KvFormat, HEAD_DIMS, MAX_Q_LEN};
+use decode_attn_abi::{Addressing, Dtype, KvFormat, HEAD_DIMS, MAX_Q_LEN};
 
 use crate::error::{ensure, Result};
 
@@ -21,9 +21,29 @@ pub enum KvLayout {
     /// Each stride must be a multiple of 16 bytes, for 16-byte vector loads.
     /// A quantized cache's scales have their own layout (`side_strides`).
     Strided { batch: u64, token: u64, head: u64 },
+    /// A pool of `num_pages` pages of `page_size` tokens (a power of two,
+    /// 1..=256), found through a block table `[batch, pages_per_seq]` of
+    /// `i32` page ids (`DecodeShape::pages_per_seq`) given to the plan.
+    /// K and V: `[num_pages, page_size, Hkv, D]` (`PageOrder::TokenMajor`)
+    /// or `[num_pages, Hkv, page_size, D]` (`PageOrder::HeadMajor`); a
+    /// quantized cache's side data `[num_pages, Hkv, page_size]` either way.
+    Paged { page_size: u32, num_pages: u32, order: PageOrder },
 }
 
-/// Strides of a KV layout, in elements.
+/// Order of a page's rows (`KvLayout::Paged`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageOrder {
+    /// `[page_size, Hkv, D]` per page (vLLM's and FlashInfer's "NHD").
+    TokenMajor,
+    /// `[Hkv, page_size, D]` per page ("HND").
+    HeadMajor,
+}
+
+/// Largest page size of a paged cache, in tokens.
+pub const MAX_PAGE_SIZE: u32 = 256;
+
+/// Strides of a KV layout, in elements (paged: `batch` is the page stride
+/// and `token` the stride within a page).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KvStrides {
     pub batch: u64,
@@ -100,7 +120,38 @@ impl DecodeShape {
             KvLayout::Nhd => KvStrides { batch: n.checked_mul(h)?.checked_mul(d)?, token: h * d, head: d },
             KvLayout::Hnd => KvStrides { batch: h.checked_mul(n)?.checked_mul(d)?, token: d, head: n * d },
             KvLayout::Strided { batch, token, head } => KvStrides { batch, token, head },
+            KvLayout::Paged { page_size, order, .. } => {
+                let p = page_size as u64;
+                let page = p.checked_mul(h)?.checked_mul(d)?;
+                match order {
+                    PageOrder::TokenMajor => KvStrides { batch: page, token: h * d, head: d },
+                    PageOrder::HeadMajor => KvStrides { batch: page, token: d, head: p * d },
+                }
+            }
         })
+    }
+
+    /// Whether the cache is paged.
+    pub fn is_paged(&self) -> bool {
+        matches!(self.kv_layout, KvLayout::Paged { .. })
+    }
+
+    /// How the kernels find rows of this layout.
+    pub fn addressing(&self) -> Addressing {
+        if self.is_paged() {
+            Addressing::Paged
+        } else {
+            Addressing::Strided
+        }
+    }
+
+    /// Entries per sequence of a paged cache's block table:
+    /// `ceil(max_seq_len / page_size)` (1 for other layouts).
+    pub fn pages_per_seq(&self) -> u32 {
+        match self.kv_layout {
+            KvLayout::Paged { page_size, .. } => self.max_seq_len.div_ceil(page_size.max(1)),
+            _ => 1,
+        }
     }
 
     /// [`DecodeShape::kv_strides_checked`] for a validated shape (saturating
@@ -114,6 +165,9 @@ impl DecodeShape {
     /// is zero.
     pub fn kv_elems_required(&self) -> Option<u64> {
         let s = self.kv_strides_checked()?;
+        if let KvLayout::Paged { num_pages, .. } = self.kv_layout {
+            return s.batch.checked_mul(num_pages as u64).filter(|&n| n > 0);
+        }
         let last = (self.batch as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(
             (self.max_seq_len as u64).checked_sub(1)?.checked_mul(s.token)?,
         )?;
@@ -135,6 +189,10 @@ impl DecodeShape {
     /// 16-byte copies; interleaved heads would waste most of each 32-byte
     /// sector).
     pub fn side_strides(&self) -> KvStrides {
+        if let KvLayout::Paged { page_size, .. } = self.kv_layout {
+            let p = page_size as u64;
+            return KvStrides { batch: (self.num_kv_heads as u64).saturating_mul(p), token: 1, head: p };
+        }
         let padded = (self.max_seq_len as u64).next_multiple_of(4);
         let h = self.num_kv_heads as u64;
         KvStrides { batch: h.saturating_mul(padded), token: 1, head: padded }
@@ -148,7 +206,11 @@ impl DecodeShape {
             return Some(0);
         }
         let s = self.side_strides();
-        (self.batch as u64).checked_mul(s.batch)?.checked_mul(entry)
+        let units = match self.kv_layout {
+            KvLayout::Paged { num_pages, .. } => num_pages as u64,
+            _ => self.batch as u64,
+        };
+        units.checked_mul(s.batch)?.checked_mul(entry)
     }
 
     /// Bytes of Q (and of O).
@@ -222,6 +284,15 @@ impl DecodeShape {
             for (name, stride) in [("kv_layout.batch", batch), ("kv_layout.token", token), ("kv_layout.head", head)] {
                 ensure(stride % per16 == 0, name, format!("a multiple of {per16} elements (16-byte aligned rows)"), stride)?;
             }
+        }
+        if let KvLayout::Paged { page_size, num_pages, .. } = self.kv_layout {
+            ensure(
+                page_size.is_power_of_two() && page_size <= MAX_PAGE_SIZE,
+                "kv_layout.page_size",
+                format!("a power of two from 1 to {MAX_PAGE_SIZE}"),
+                page_size,
+            )?;
+            ensure(num_pages >= 1 && num_pages <= i32::MAX as u32, "kv_layout.num_pages", "1..=2^31-1 (page ids are i32)", num_pages)?;
         }
         ensure(
             self.side_bytes_required().is_some_and(|b| b <= isize::MAX as u64),

@@ -1,12 +1,22 @@
 //! Where K/V rows live in global memory, apart from how a row is stored
 //! (`format`): the kernel body asks an addressing for a row's address and
-//! hands it to the format's copy. Strided caches today; a paged cache is
-//! another implementation of [`RowAddressing`].
+//! hands it to the format's copy. Strided caches address rows from a
+//! sequence's first row; paged caches through a block table whose entries
+//! for the current stage the pipeline has put in shared memory.
 
-/// The rows of one (sequence, kv head) of K or V.
+use decode_attn_abi::DecodeParams;
+
+use crate::arch::shared;
+
+/// The rows of one (sequence, kv head) of K or V (or of their side data).
 pub trait RowAddressing: Copy {
+    /// Whether rows of consecutive tokens can be in different pages (side
+    /// data is then copied one page run at a time).
+    const PAGED: bool;
     /// Byte address of the first byte of token `token`'s row.
     fn row(&self, token: u32) -> u64;
+    /// Tokens per page (`u32::MAX` when not paged).
+    fn page_tokens(&self) -> u32;
 }
 
 /// Rows at a fixed byte stride from token 0's (`[batch, max_len, Hkv, ..]`,
@@ -28,8 +38,64 @@ impl Strided {
 }
 
 impl RowAddressing for Strided {
+    const PAGED: bool = false;
     #[inline(always)]
     fn row(&self, token: u32) -> u64 {
         self.base + token as u64 * self.token_stride
+    }
+    #[inline(always)]
+    fn page_tokens(&self) -> u32 {
+        u32::MAX
+    }
+}
+
+/// Which rows of a paged cache a [`PagedStage`] addresses.
+pub mod paged_rows {
+    pub const K: u8 = 0;
+    pub const V: u8 = 1;
+    pub const K_SIDE: u8 = 2;
+    pub const V_SIDE: u8 = 3;
+}
+
+/// The rows `W` (a [`paged_rows`] constant) of one stage of a paged cache:
+/// tokens from a page-aligned `first_page << page_shift` on, whose page ids
+/// (`i32`, one per page of the stage) the pipeline copied to shared memory
+/// at `ids`. Pool addresses and strides are read from the kernel's params
+/// at each use rather than kept in registers (they are constant-bank
+/// operands), which keeps the paged kernels near the strided ones' registers.
+#[derive(Clone, Copy)]
+pub struct PagedStage<'a, const W: u8> {
+    pub p: &'a DecodeParams,
+    pub kvh: u32,
+    /// Shared address of the stage's page ids.
+    pub ids: u32,
+    pub first_page: u32,
+}
+
+impl<const W: u8> RowAddressing for PagedStage<'_, W> {
+    const PAGED: bool = true;
+    #[inline(always)]
+    fn row(&self, token: u32) -> u64 {
+        let p = self.p;
+        let slot = (token >> p.page_shift) - self.first_page;
+        // SAFETY: the pipeline fetched one id per page of the stage (up to
+        // the sequence's end) into `ids`; tokens past the end are never
+        // asked for (copies read `first` instead). Ids past the pool (or
+        // negative) read its last page: a corrupt table cannot send a copy
+        // outside the pool.
+        let id = unsafe { shared::ld_shared_u32(self.ids + 4 * slot) }.min(p.num_pages - 1);
+        let within = token & ((1u32 << p.page_shift) - 1);
+        // V's strides are K's (the host sets them equal).
+        let (base, page, tok, head) = match W {
+            paged_rows::K => (p.k, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
+            paged_rows::V => (p.v, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
+            paged_rows::K_SIDE => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+            _ => (p.v_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+        };
+        base + id as u64 * page + within as u64 * tok + self.kvh as u64 * head
+    }
+    #[inline(always)]
+    fn page_tokens(&self) -> u32 {
+        1 << self.p.page_shift
     }
 }

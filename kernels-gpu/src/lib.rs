@@ -40,23 +40,28 @@ macro_rules! kv_type {
 }
 
 macro_rules! decode_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident);)*) => {$(
-        /// Attention over one KV format / dtype / head dim / variant; see
-        /// `decode::decode` and `decode::decode_narrow`.
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident);)*) => {$(
+        /// Attention over one KV format / dtype / head dim / variant /
+        /// addressing; see `decode::decode` and `decode::decode_narrow`.
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            decode_body!($v, kv_type!($f, $q), $d, &p)
+            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, &p)
         }
     )*};
 }
 
 /// The body of a variant.
+macro_rules! paged {
+    (Strided) => { false };
+    (Paged) => { true };
+}
+
 macro_rules! decode_body {
-    (Wide, $t:ty, $d:literal, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }>($p) };
-    (Narrow, $t:ty, $d:literal, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }>($p) };
+    (Wide, $t:ty, $d:literal, $paged:expr, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }, $paged>($p) };
+    (Narrow, $t:ty, $d:literal, $paged:expr, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }, $paged>($p) };
 }
 
 macro_rules! merge_kernels {

@@ -4,72 +4,128 @@
 //! kernel cannot be named on one side and missing on the other.
 //!
 //! A table macro takes the name of a macro and calls it with every entry:
-//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim); ... }`.
+//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim, Variant, Addressing); ... }`.
 
-use crate::{Dtype, KvFormat, Variant};
+use crate::{Addressing, Dtype, KvFormat, Variant};
 
-/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant)`;
-/// every (format, dtype, head_dim) has both variants.
+/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing)`;
+/// every (format, dtype, head_dim) has both variants and both addressings.
 #[macro_export]
 macro_rules! decode_kernel_table {
     ($m:ident) => {
         $m! {
-            decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide);
-            decode_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow);
-            decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide);
-            decode_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow);
-            decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide);
-            decode_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow);
-            decode_kv_f16_q_f16_d64 => (F16, F16, 64, Wide);
-            decode_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow);
-            decode_kv_f16_q_f16_d128 => (F16, F16, 128, Wide);
-            decode_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow);
-            decode_kv_f16_q_f16_d256 => (F16, F16, 256, Wide);
-            decode_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow);
-            decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide);
-            decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow);
-            decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide);
-            decode_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow);
-            decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide);
-            decode_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow);
-            decode_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide);
-            decode_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow);
-            decode_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide);
-            decode_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow);
-            decode_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide);
-            decode_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow);
-            decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide);
-            decode_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow);
-            decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide);
-            decode_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow);
-            decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide);
-            decode_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow);
-            decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide);
-            decode_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow);
-            decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide);
-            decode_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow);
-            decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide);
-            decode_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow);
-            decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide);
-            decode_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow);
-            decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide);
-            decode_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow);
-            decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide);
-            decode_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow);
-            decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide);
-            decode_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow);
-            decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide);
-            decode_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow);
-            decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide);
-            decode_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow);
-            decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide);
-            decode_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow);
-            decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide);
-            decode_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow);
-            decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide);
-            decode_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow);
-            decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide);
-            decode_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow);
+            decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Strided);
+            decode_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Strided);
+            decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Strided);
+            decode_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Strided);
+            decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Strided);
+            decode_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Strided);
+            decode_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Strided);
+            decode_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Strided);
+            decode_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Strided);
+            decode_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Strided);
+            decode_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Strided);
+            decode_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Strided);
+            decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Strided);
+            decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Strided);
+            decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Strided);
+            decode_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Strided);
+            decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Strided);
+            decode_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Strided);
+            decode_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Strided);
+            decode_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Strided);
+            decode_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Strided);
+            decode_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Strided);
+            decode_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Strided);
+            decode_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Strided);
+            decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Strided);
+            decode_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Strided);
+            decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Strided);
+            decode_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Strided);
+            decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Strided);
+            decode_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Strided);
+            decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Strided);
+            decode_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Strided);
+            decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Strided);
+            decode_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Strided);
+            decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Strided);
+            decode_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Strided);
+            decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Strided);
+            decode_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Strided);
+            decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Strided);
+            decode_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Strided);
+            decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Strided);
+            decode_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Strided);
+            decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Strided);
+            decode_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Strided);
+            decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Strided);
+            decode_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Strided);
+            decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Strided);
+            decode_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Strided);
+            decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Strided);
+            decode_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Strided);
+            decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Strided);
+            decode_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Strided);
+            decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Strided);
+            decode_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Strided);
+            decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Strided);
+            decode_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Strided);
+            decode_paged_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Paged);
+            decode_paged_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Paged);
+            decode_paged_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Paged);
+            decode_paged_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Paged);
+            decode_paged_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Paged);
+            decode_paged_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Paged);
+            decode_paged_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Paged);
+            decode_paged_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Paged);
+            decode_paged_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Paged);
+            decode_paged_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Paged);
+            decode_paged_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Paged);
+            decode_paged_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Paged);
+            decode_paged_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Paged);
+            decode_paged_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Paged);
+            decode_paged_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Paged);
+            decode_paged_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Paged);
+            decode_paged_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Paged);
+            decode_paged_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Paged);
+            decode_paged_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Paged);
+            decode_paged_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Paged);
+            decode_paged_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Paged);
+            decode_paged_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Paged);
+            decode_paged_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Paged);
+            decode_paged_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Paged);
+            decode_paged_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Paged);
+            decode_paged_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Paged);
+            decode_paged_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Paged);
+            decode_paged_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Paged);
+            decode_paged_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Paged);
+            decode_paged_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Paged);
+            decode_paged_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Paged);
+            decode_paged_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Paged);
+            decode_paged_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Paged);
+            decode_paged_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Paged);
+            decode_paged_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Paged);
+            decode_paged_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Paged);
+            decode_paged_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Paged);
+            decode_paged_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Paged);
+            decode_paged_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Paged);
+            decode_paged_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Paged);
+            decode_paged_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Paged);
+            decode_paged_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Paged);
         }
     };
 }
@@ -195,6 +251,7 @@ pub struct DecodeKernel {
     pub dtype: Dtype,
     pub head_dim: u32,
     pub variant: Variant,
+    pub addressing: Addressing,
     pub name: &'static str,
 }
 
@@ -207,13 +264,14 @@ pub struct MergeKernel {
 }
 
 macro_rules! decode_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident);)*) => {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident);)*) => {
         /// Every attention kernel in the PTX module.
         pub const DECODE_KERNELS: &[DecodeKernel] = &[$(DecodeKernel {
             format: KvFormat::$f,
             dtype: Dtype::$q,
             head_dim: $d,
             variant: Variant::$v,
+            addressing: Addressing::$a,
             name: stringify!($name),
         },)*];
     };
@@ -231,13 +289,18 @@ merge_kernel_table!(merge_list);
 /// Utility kernels (random fill, busy-wait), by the names their params use.
 pub const UTILITY_KERNELS: [&str; 3] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL];
 
-/// Name of the attention kernel for a (format, dtype, head_dim, variant), or
-/// `None` when the table has no such kernel.
-pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant) -> Option<&'static str> {
+/// Name of the attention kernel for a (format, dtype, head_dim, variant,
+/// addressing), or `None` when the table has no such kernel.
+pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing) -> Option<&'static str> {
     let mut i = 0;
     while i < DECODE_KERNELS.len() {
         let k = &DECODE_KERNELS[i];
-        if k.format as u32 == format as u32 && k.dtype as u32 == dtype as u32 && k.head_dim == head_dim && k.variant as u32 == variant as u32 {
+        if k.format as u32 == format as u32
+            && k.dtype as u32 == dtype as u32
+            && k.head_dim == head_dim
+            && k.variant as u32 == variant as u32
+            && k.addressing as u32 == addressing as u32
+        {
             return Some(k.name);
         }
         i += 1;

@@ -59,6 +59,28 @@ impl Variant {
     }
 }
 
+/// How a block finds a K/V row in global memory.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Addressing {
+    /// Rows at fixed byte strides from a sequence's first row.
+    Strided = 0,
+    /// Rows in fixed-size pages of a pool, found through a per-sequence
+    /// block table of page ids; each stage's page ids are fetched once per
+    /// block into shared memory (`docs/formats.md`, "Paged caches").
+    Paged = 1,
+}
+
+impl Addressing {
+    pub const ALL: [Addressing; 2] = [Addressing::Strided, Addressing::Paged];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Addressing::Strided => "strided",
+            Addressing::Paged => "paged",
+        }
+    }
+}
+
 /// How K and V are stored in the cache (`docs/formats.md`).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -75,6 +75,19 @@ pub struct DecodeParams {
     /// softmax scale × log2(e): logits are computed in base 2.
     pub scale_log2: f32,
     pub _pad: u32,
+    /// Paged kernels: `[batch, table_stride]` i32 page ids. K row (b, t, h)
+    /// then starts at byte `page*k_stride_batch + (t mod page_size)*k_stride_token
+    /// + h*k_stride_head` with `page = block_table[b][t >> page_shift]`
+    /// (the batch strides are page strides), and likewise V and the side data.
+    pub block_table: u64,
+    /// Entries per sequence of the block table.
+    pub table_stride: u32,
+    /// log2 of the page size in tokens.
+    pub page_shift: u32,
+    /// Pages in the pool: a page id at or past it (or negative) is read as
+    /// the last page, so no id makes a block read outside the pool.
+    pub num_pages: u32,
+    pub _pad2: u32,
 }
 
 /// Parameters of the split-merge kernel.
@@ -98,7 +111,7 @@ pub const MERGE_ROWS_PER_BLOCK: u32 = 4;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 184);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 208);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 128);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);

@@ -1,7 +1,7 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::{KvFormat, Variant};
+use crate::{Addressing, KvFormat, Variant};
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
@@ -58,6 +58,21 @@ pub const fn tile_config(format: KvFormat, head_dim: u32) -> TileConfig {
     TileConfig { keys_per_stage, stages: PIPELINE_STAGES, row_bytes, side_bytes: format.side_bytes(head_dim) }
 }
 
+/// Bytes of the page-id ring of a paged kernel: per pipeline stage, one
+/// 4-byte page id per key (enough for pages of one token).
+pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, addressing: Addressing) -> u32 {
+    match addressing {
+        Addressing::Strided => 0,
+        Addressing::Paged => PIPELINE_STAGES * tile_config(format, head_dim).keys_per_stage * 4,
+    }
+}
+
+/// Bytes from the start of shared memory to the Q tile: the pipeline's
+/// stages, then (paged) the page-id ring.
+pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, addressing: Addressing) -> u32 {
+    tile_config(format, head_dim).pipeline_bytes() + page_ring_bytes(format, head_dim, addressing)
+}
+
 /// Pipeline depth of every format (the kernel's `cp.async.wait_group`
 /// immediate is derived from it, so it is one constant, not per format).
 pub const PIPELINE_STAGES: u32 = 3;
@@ -104,9 +119,9 @@ pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant
 }
 
 /// Dynamic shared memory of one attention block.
-pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant) -> u32 {
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, addressing: Addressing) -> u32 {
     let q_bytes = q_tile_bytes(format, head_dim, warps_m, variant);
-    let pipe = tile_config(format, head_dim).pipeline_bytes() + q_bytes;
+    let pipe = stage_region_bytes(format, head_dim, addressing) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     if pipe > epi {
         pipe

@@ -13,6 +13,27 @@ pub unsafe fn cp_async_16(dst: u32, src: u64, src_bytes: u32) {
         d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
 }
 
+/// `cp.async.ca.shared.global` of 4 bytes (`src_bytes` of them read, the
+/// rest zero-filled).
+///
+/// # Safety
+/// As [`cp_async_16`], for 4-byte aligned addresses.
+#[inline(always)]
+pub unsafe fn cp_async_4(dst: u32, src: u64, src_bytes: u32) {
+    core::arch::asm!("cp.async.ca.shared.global [{d}], [{s}], 4, {n};",
+        d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
+}
+
+/// `cp.async.ca.shared.global` of 8 bytes.
+///
+/// # Safety
+/// As [`cp_async_16`], for 8-byte aligned addresses.
+#[inline(always)]
+pub unsafe fn cp_async_8(dst: u32, src: u64, src_bytes: u32) {
+    core::arch::asm!("cp.async.ca.shared.global [{d}], [{s}], 8, {n};",
+        d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
+}
+
 /// `cp.async.commit_group`: closes the group of copies issued so far.
 #[inline(always)]
 pub fn cp_async_commit() {

@@ -77,7 +77,7 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 /// Launched by the host with the grid, block and shared memory the planner
 /// computed for these params (see the module docs), on buffers it validated.
 #[inline(always)]
-pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize>(p: &DecodeParams) {
+pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
     let cfg = const { tile_config(F::FORMAT, D as u32) };
 
@@ -107,7 +107,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // first (after the pipeline's first loads are in flight).
     let q_conv = const { q_converted(F::FORMAT) };
     let q_smem = const { q_in_smem(D as u32) };
-    let q_tile = smem + cfg.pipeline_bytes();
+    let q_tile = smem + pipeline::Pipeline::<F, D, PAGED>::REGION_BYTES;
     let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
     let mut qf = [[0u32; 4]; KC];
     if q_conv {
@@ -124,7 +124,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     }
 
-    let pipe = Pipeline::<F, D>::new(p, item, kvh, smem);
+    let pipe = Pipeline::<F, D, PAGED>::new(p, item, kvh, smem);
     pipe.prefetch();
 
     // Per-row factors of the scores: the softmax scale (base 2), times the

@@ -1,41 +1,65 @@
 //! The global → shared pipeline both variants share: stages of
 //! `keys_per_stage` K and V rows (and their side data), `PIPELINE_STAGES`
 //! deep, filled with `cp.async` by every thread of the block.
+//!
+//! Paged caches: a stage's rows are addressed through the page ids of its
+//! pages, which the block copies from the block table into a ring in shared
+//! memory (one slot per stage) once per stage. The ids of tile `u` travel in
+//! the copy group of tile `u - (PIPELINE_STAGES - 1)`, so the wait that
+//! precedes issuing tile `u`'s rows has already covered them; the first
+//! tiles' ids are fetched (and waited for) before the first rows.
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{tile_config, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
+use decode_attn_abi::{stage_region_bytes, tile_config, Addressing, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
 
-use crate::addressing::Strided;
-use crate::arch::{memory, thread};
+use crate::addressing::{paged_rows, PagedStage, Strided};
+use crate::arch::{memory, shared, thread};
 use crate::format::KvFormat;
 
-pub(crate) struct Pipeline<F, const D: usize> {
+pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool> {
+    p: &'a DecodeParams,
+    kvh: u32,
+    /// Paged: the pool plus the head's offset (`base`) and the token stride.
     k: Strided,
     v: Strided,
     k_side: Strided,
     v_side: Strided,
     smem: u32,
     item: WorkItem,
+    /// Paged only: this sequence's block-table row.
+    table: u64,
     /// Stages this work item takes.
     pub n_tiles: u32,
     _format: PhantomData<F>,
 }
 
-impl<F: KvFormat, const D: usize> Pipeline<F, D> {
+impl<'a, F: KvFormat, const D: usize, const PAGED: bool> Pipeline<'a, F, D, PAGED> {
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32);
+    /// Shared memory of the stages and (paged) the page-id ring; the Q tile follows.
+    pub const REGION_BYTES: u32 = stage_region_bytes(F::FORMAT, D as u32, if PAGED { Addressing::Paged } else { Addressing::Strided });
 
     /// The pipeline of work item `item`, kv head `kvh`, in shared memory from `smem`.
     #[inline(always)]
-    pub fn new(p: &DecodeParams, item: WorkItem, kvh: u32, smem: u32) -> Self {
-        let b = item.batch;
+    pub fn new(p: &'a DecodeParams, item: WorkItem, kvh: u32, smem: u32) -> Self {
+        // Paged: the batch strides are page strides, applied per stage, and
+        // V's strides are K's (the host sets them equal), one register pair fewer.
+        let b = if PAGED { 0 } else { item.batch };
+        let v = if PAGED {
+            Strided::new(p.v, 0, kvh, 0, p.k_stride_token, p.k_stride_head)
+        } else {
+            Strided::new(p.v, b, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head)
+        };
         Pipeline {
+            p,
+            kvh,
             k: Strided::new(p.k, b, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            v: Strided::new(p.v, b, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head),
+            v,
             k_side: Strided::new(p.k_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             v_side: Strided::new(p.v_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             smem,
             item,
+            table: p.block_table + 4 * (item.batch as u64 * p.table_stride as u64),
             n_tiles: (item.kv_end - item.kv_start).div_ceil(Self::CFG.keys_per_stage),
             _format: PhantomData,
         }
@@ -58,7 +82,31 @@ impl<F: KvFormat, const D: usize> Pipeline<F, D> {
         self.k_side(stage) + Self::CFG.side_bytes * Self::CFG.keys_per_stage
     }
 
-    /// Issues this thread's copies of tile `t` into its stage.
+    /// Shared address of the page ids of tile `t`.
+    #[inline(always)]
+    fn ids(&self, t: u32) -> u32 {
+        self.smem + Self::CFG.pipeline_bytes() + 4 * (t % PIPELINE_STAGES) * Self::CFG.keys_per_stage
+    }
+
+    /// Paged: issues this thread's share of the copies of tile `t`'s page ids
+    /// (the pages holding its keys below the item's end) into the ring.
+    #[inline(always)]
+    unsafe fn fetch_ids(&self, t: u32, tid: u32, nthreads: u32) {
+        if t >= self.n_tiles {
+            return;
+        }
+        let first = self.item.kv_start + t * Self::CFG.keys_per_stage;
+        let last = (first + Self::CFG.keys_per_stage).min(self.item.kv_end) - 1;
+        let (p0, p1) = (first >> self.p.page_shift, last >> self.p.page_shift);
+        let mut i = tid;
+        while p0 + i <= p1 {
+            memory::cp_async_4(self.ids(t) + 4 * i, self.table + 4 * (p0 + i) as u64, 4);
+            i += nthreads;
+        }
+    }
+
+    /// Issues this thread's copies of tile `t` into its stage (paged: and
+    /// the page ids of tile `t + PIPELINE_STAGES - 1`).
     #[inline(always)]
     unsafe fn load(&self, t: u32) {
         let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
@@ -66,11 +114,40 @@ impl<F: KvFormat, const D: usize> Pipeline<F, D> {
         let stage = t % PIPELINE_STAGES;
         let first = self.item.kv_start + t * kt;
         let end = self.item.kv_end;
-        F::load_rows::<D, _>(self.k, self.k_tile(stage), first, end, kt, tid, nthreads);
-        F::load_rows::<D, _>(self.v, self.v_tile(stage), first, end, kt, tid, nthreads);
-        if Self::CFG.side_bytes > 0 {
-            F::load_side::<D, _>(self.k_side, self.k_side(stage), first, end, kt, tid, nthreads);
-            F::load_side::<D, _>(self.v_side, self.v_side(stage), first, end, kt, tid, nthreads);
+        if PAGED {
+            let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
+            let (p, kvh) = (self.p, self.kvh);
+            // (Only for unquantized formats: in the narrow int4 kernels this
+            // second path cost 28-31 registers, past two blocks per SM.)
+            if Self::CFG.side_bytes == 0 && kt <= 1 << p.page_shift {
+                // The whole stage is in one page (stages start on multiples
+                // of `kt`): one id, then rows as at strides from its start.
+                let id = shared::ld_shared_u32(ids).min(p.num_pages - 1) as u64;
+                let page0 = (first_page << p.page_shift) as u64;
+                let at = |base: u64, page: u64, tok: u64, head: u64| Strided {
+                    base: (base + id * page + kvh as u64 * head).wrapping_sub(page0 * tok),
+                    token_stride: tok,
+                };
+                let (ps, ts, hs) = (p.k_stride_batch, p.k_stride_token, p.k_stride_head);
+                F::load_rows::<D, _>(at(p.k, ps, ts, hs), self.k_tile(stage), first, end, kt, tid, nthreads);
+                F::load_rows::<D, _>(at(p.v, ps, ts, hs), self.v_tile(stage), first, end, kt, tid, nthreads);
+                self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
+                return;
+            }
+            F::load_rows::<D, _>(PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page }, self.k_tile(stage), first, end, kt, tid, nthreads);
+            F::load_rows::<D, _>(PagedStage::<{ paged_rows::V }> { p, kvh, ids, first_page }, self.v_tile(stage), first, end, kt, tid, nthreads);
+            if Self::CFG.side_bytes > 0 {
+                F::load_side::<D, _>(PagedStage::<{ paged_rows::K_SIDE }> { p, kvh, ids, first_page }, self.k_side(stage), first, end, kt, tid, nthreads);
+                F::load_side::<D, _>(PagedStage::<{ paged_rows::V_SIDE }> { p, kvh, ids, first_page }, self.v_side(stage), first, end, kt, tid, nthreads);
+            }
+            self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
+        } else {
+            F::load_rows::<D, _>(self.k, self.k_tile(stage), first, end, kt, tid, nthreads);
+            F::load_rows::<D, _>(self.v, self.v_tile(stage), first, end, kt, tid, nthreads);
+            if Self::CFG.side_bytes > 0 {
+                F::load_side::<D, _>(self.k_side, self.k_side(stage), first, end, kt, tid, nthreads);
+                F::load_side::<D, _>(self.v_side, self.v_side(stage), first, end, kt, tid, nthreads);
+            }
         }
     }
 
@@ -80,6 +157,16 @@ impl<F: KvFormat, const D: usize> Pipeline<F, D> {
     /// The params' buffers must hold the item's rows (the host checked them).
     #[inline(always)]
     pub unsafe fn prefetch(&self) {
+        if PAGED {
+            // The first tiles' page ids, before any of their rows.
+            let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
+            for t in 0..PIPELINE_STAGES - 1 {
+                self.fetch_ids(t, tid, nthreads);
+            }
+            memory::cp_async_commit();
+            memory::cp_async_wait::<0>();
+            thread::sync_threads();
+        }
         for t in 0..PIPELINE_STAGES - 1 {
             if t < self.n_tiles {
                 self.load(t);

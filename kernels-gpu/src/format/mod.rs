@@ -176,10 +176,12 @@ pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u
     }
 }
 
-/// Issues this thread's share of 16-byte copies of the side data of rows
-/// `first .. first + keys` (`row_side` bytes each, contiguous over tokens and
-/// 16-byte aligned at `first`, a multiple of 4) into `tile`; bytes of rows
-/// at or past `end` are zero-filled.
+/// Issues this thread's share of copies of the side data of rows
+/// `first .. first + keys` (`row_side` bytes each, a power of two ≥ 4,
+/// contiguous over the tokens of a page and 16-byte aligned at `first`)
+/// into `tile`; bytes of rows at or past `end` are zero-filled. Strided
+/// caches copy 16 bytes at a time; paged ones whose pages hold fewer than
+/// 16 bytes of side data (int8 at page sizes 1 and 2) one page at a time.
 ///
 /// # Safety
 /// As [`KvFormat::load_side`].
@@ -187,11 +189,30 @@ pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn copy_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, row_side: u32, tid: u32, nthreads: u32) {
     let valid = if end > first { (end - first).min(keys) * row_side } else { 0 };
-    let base = side.row(first);
+    if !A::PAGED {
+        let base = side.row(first);
+        let mut j = tid;
+        while 16 * j < keys * row_side {
+            let bytes = if valid > 16 * j { (valid - 16 * j).min(16) } else { 0 };
+            crate::arch::memory::cp_async_16(tile + 16 * j, if bytes > 0 { base + 16 * j as u64 } else { base }, bytes);
+            j += nthreads;
+        }
+        return;
+    }
+    // Bytes of one page's run (`first` is page- or stage-aligned, so a
+    // chunk never crosses a page).
+    let run = side.page_tokens().saturating_mul(row_side);
+    let chunk = if run >= 16 { 16 } else { run };
     let mut j = tid;
-    while 16 * j < keys * row_side {
-        let bytes = if valid > 16 * j { (valid - 16 * j).min(16) } else { 0 };
-        crate::arch::memory::cp_async_16(tile + 16 * j, if bytes > 0 { base + 16 * j as u64 } else { base }, bytes);
+    while chunk * j < keys * row_side {
+        let at = chunk * j;
+        let bytes = if valid > at { (valid - at).min(chunk) } else { 0 };
+        let src = if bytes > 0 { side.row(first + at / row_side) + (at % row_side) as u64 } else { side.row(first) };
+        match chunk {
+            16 => crate::arch::memory::cp_async_16(tile + at, src, bytes),
+            8 => crate::arch::memory::cp_async_8(tile + at, src, bytes),
+            _ => crate::arch::memory::cp_async_4(tile + at, src, bytes),
+        }
         j += nthreads;
     }
 }
