@@ -306,16 +306,8 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
     step("workspace");
     let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
     step("inputs uploaded");
-    let mut outs = Vec::new();
-    for _ in 0..2 {
-        p.poison_output().map_err(|e| e.to_string())?;
-        step("poisoned");
-        p.run(attn, &plan, &mut ws, stream).map_err(|e| e.to_string())?;
-        step("launched");
-        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-        step("synchronized");
-        outs.push(p.output().map_err(|e| e.to_string())?);
-    }
+    let outs = p.run_twice(stream, |p| p.run(attn, &plan, &mut ws, stream))?;
+    step("ran twice");
     let reference = p.reference(None).map_err(|e| e.to_string())?;
     step("reference");
     check_outputs(&outs, &reference).map(|err| (err, plan.max_splits()))

@@ -247,7 +247,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     if args.paged && !s.format.is_quantized() {
         for (slot, ps) in [16u32, 64].into_iter().enumerate() {
             if s.ctx % ps == 0 {
-                paged_us[slot] = paged_median(attn, stream, &shape, &seq_lens, &opts, ps, &mut sets, args.iters as usize)?;
+                paged_us[slot] = paged_median(attn, stream, &plan, &opts, ps, &mut sets, args.iters as usize)?;
             }
         }
     }
@@ -298,18 +298,19 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
 /// whose output must equal the contiguous plan's bit for bit, then timed
 /// with the pages of the table shuffled (every page still read once).
 #[allow(clippy::too_many_arguments)]
-fn paged_median(attn: &DecodeAttention, stream: &Stream, shape: &DecodeShape, lens: &[u32], opts: &PlanOptions, ps: u32, sets: &mut [BufferSet], iters: usize) -> Result<f64, String> {
+fn paged_median(attn: &DecodeAttention, stream: &Stream, contiguous: &decode_attn::Plan, opts: &PlanOptions, ps: u32, sets: &mut [BufferSet], iters: usize) -> Result<f64, String> {
     let e = |e: decode_attn::Error| e.to_string();
+    let (shape, lens) = (contiguous.shape(), contiguous.seq_lens());
     let num_pages = shape.batch * (shape.max_seq_len / ps);
     let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor }, ..shape.clone() };
     let identity: Vec<i32> = (0..num_pages as i32).collect();
     let o_len = shape.q_elems() as usize;
     let mut outputs = Vec::new();
-    for plan in [attn.plan(shape, lens, opts).map_err(e)?, attn.plan_paged(&pshape, lens, &identity, opts).map_err(e)?] {
-        let mut ws = Workspace::for_plan(&plan).map_err(e)?;
+    for plan in [contiguous, &attn.plan_paged(&pshape, lens, &identity, opts).map_err(e)?] {
+        let mut ws = Workspace::for_plan(plan).map_err(e)?;
         sets[0].poison_output(stream)?;
         let (q, cache, o) = sets[0].views();
-        attn.run_cache(&plan, q, &cache, o, &mut ws, stream).map_err(e)?;
+        attn.run_cache(plan, q, &cache, o, &mut ws, stream).map_err(e)?;
         stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
         outputs.push(buffers::download::<u16>(sets[0].o.as_device_ptr().as_raw(), o_len)?);
     }

@@ -262,6 +262,10 @@ impl DecodeAttention {
             workspace.loaded_plan = Some(plan.id);
         }
 
+        let (page_shift, num_pages) = match shape.kv_layout {
+            KvLayout::Paged { page_size, num_pages, .. } => (page_size.trailing_zeros(), num_pages),
+            _ => (0, 0),
+        };
         let strides = shape.kv_strides();
         let bits = shape.kv_format.bits() as u64;
         let side = shape.side_strides();
@@ -296,14 +300,8 @@ impl DecodeAttention {
             _pad: 0,
             block_table: if shape.is_paged() { ws + plan.layout.block_table as u64 } else { 0 },
             table_stride: shape.pages_per_seq(),
-            page_shift: match shape.kv_layout {
-                KvLayout::Paged { page_size, .. } => page_size.trailing_zeros(),
-                _ => 0,
-            },
-            num_pages: match shape.kv_layout {
-                KvLayout::Paged { num_pages, .. } => num_pages,
-                _ => 0,
-            },
+            page_shift,
+            num_pages,
             _pad2: 0,
         };
         let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");

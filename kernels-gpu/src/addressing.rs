@@ -72,6 +72,29 @@ pub struct PagedStage<'a, const W: u8> {
     pub first_page: u32,
 }
 
+impl<const W: u8> PagedStage<'_, W> {
+    /// Pool address, page stride, token stride and head stride of rows `W`
+    /// (V's strides are K's: the host sets them equal).
+    #[inline(always)]
+    fn geometry(&self) -> (u64, u64, u64, u64) {
+        let p = self.p;
+        match W {
+            paged_rows::K => (p.k, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
+            paged_rows::V => (p.v, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
+            paged_rows::K_SIDE => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+            _ => (p.v_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+        }
+    }
+
+    /// The stage's rows as strided ones, when every token from `first` to
+    /// the stage's end is in `first`'s page (one page-id lookup in all).
+    #[inline(always)]
+    pub fn single_page(&self, first: u32) -> Strided {
+        let token_stride = self.geometry().2;
+        Strided { base: self.row(first).wrapping_sub(first as u64 * token_stride), token_stride }
+    }
+}
+
 impl<const W: u8> RowAddressing for PagedStage<'_, W> {
     const PAGED: bool = true;
     #[inline(always)]
@@ -85,13 +108,7 @@ impl<const W: u8> RowAddressing for PagedStage<'_, W> {
         // outside the pool.
         let id = unsafe { shared::ld_shared_u32(self.ids + 4 * slot) }.min(p.num_pages - 1);
         let within = token & ((1u32 << p.page_shift) - 1);
-        // V's strides are K's (the host sets them equal).
-        let (base, page, tok, head) = match W {
-            paged_rows::K => (p.k, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            paged_rows::V => (p.v, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            paged_rows::K_SIDE => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
-            _ => (p.v_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
-        };
+        let (base, page, tok, head) = self.geometry();
         base + id as u64 * page + within as u64 * tok + self.kvh as u64 * head
     }
     #[inline(always)]

@@ -249,15 +249,37 @@ impl Problem {
     pub fn run(&mut self, attn: &DecodeAttention, plan: &Plan, ws: &mut Workspace, stream: &Stream) -> Result<()> {
         if let Some(qb) = &self.quant {
             let cache = qb.cache(self.shape.kv_format);
-            return match &mut self.bufs {
-                Buffers::Bf16 { q, o, .. } => attn.run_cache(plan, &*q, &cache, &mut *o, ws, stream),
-                Buffers::F16 { q, o, .. } => attn.run_cache(plan, &*q, &cache, &mut *o, ws, stream),
-            };
+            return Self::run_on(&mut self.bufs, attn, plan, &cache, ws, stream);
         }
         match &mut self.bufs {
             Buffers::Bf16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),
             Buffers::F16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),
         }
+    }
+
+    /// Runs this problem's Q through another copy of its cache (a paged pool).
+    pub fn run_cache(&mut self, attn: &DecodeAttention, plan: &Plan, cache: &KvCache<'_>, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+        Self::run_on(&mut self.bufs, attn, plan, cache, ws, stream)
+    }
+
+    fn run_on(bufs: &mut Buffers, attn: &DecodeAttention, plan: &Plan, cache: &KvCache<'_>, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+        match bufs {
+            Buffers::Bf16 { q, o, .. } => attn.run_cache(plan, &*q, cache, &mut *o, ws, stream),
+            Buffers::F16 { q, o, .. } => attn.run_cache(plan, &*q, cache, &mut *o, ws, stream),
+        }
+    }
+
+    /// Two launches, each on freshly NaN-poisoned O, and their outputs (a
+    /// caller compares them bit for bit: a difference is a race).
+    pub fn run_twice(&mut self, stream: &Stream, mut launch: impl FnMut(&mut Problem) -> Result<()>) -> std::result::Result<Vec<Vec<f32>>, String> {
+        let mut outs = Vec::new();
+        for _ in 0..2 {
+            self.poison_output().map_err(|e| e.to_string())?;
+            launch(self).map_err(|e| e.to_string())?;
+            stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+            outs.push(self.output().map_err(|e| e.to_string())?);
+        }
+        Ok(outs)
     }
 
     pub fn output(&self) -> Result<Vec<f32>> {

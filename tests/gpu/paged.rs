@@ -8,7 +8,7 @@ use decode_attn::half::{bf16, f16};
 use decode_attn::testing::Rng;
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvLayout, PageOrder, PlanOptions, TensorRef, Workspace};
 
-use crate::common::{Buffers, Problem};
+use crate::common::Problem;
 
 /// How a case's cache is paged.
 #[derive(Clone, Copy, Debug)]
@@ -113,21 +113,10 @@ impl Pool {
 }
 
 /// Plans and runs problem `p` through its pool twice (NaN-poisoned O):
-/// the output, which the caller checks against the reference.
+/// the outputs, which the caller checks against the reference.
 pub fn run(attn: &DecodeAttention, stream: &Stream, p: &mut Problem, pool: &Pool, opts: &PlanOptions) -> Result<(Vec<Vec<f32>>, u32), String> {
     let plan = attn.plan_paged(&pool.shape, &p.seq_lens, &pool.table, opts).map_err(|e| e.to_string())?;
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
-    let mut outs = Vec::new();
-    for _ in 0..2 {
-        p.poison_output().map_err(|e| e.to_string())?;
-        let cache = pool.cache();
-        let r = match &mut p.bufs {
-            Buffers::Bf16 { q, o, .. } => attn.run_cache(&plan, &*q, &cache, &mut *o, &mut ws, stream),
-            Buffers::F16 { q, o, .. } => attn.run_cache(&plan, &*q, &cache, &mut *o, &mut ws, stream),
-        };
-        r.map_err(|e| e.to_string())?;
-        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-        outs.push(p.output().map_err(|e| e.to_string())?);
-    }
+    let outs = p.run_twice(stream, |p| p.run_cache(attn, &plan, &pool.cache(), &mut ws, stream))?;
     Ok((outs, plan.max_splits()))
 }

@@ -14,13 +14,14 @@ use core::marker::PhantomData;
 use decode_attn_abi::{stage_region_bytes, tile_config, Addressing, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
 
 use crate::addressing::{paged_rows, PagedStage, Strided};
-use crate::arch::{memory, shared, thread};
+use crate::arch::{memory, thread};
 use crate::format::KvFormat;
 
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool> {
     p: &'a DecodeParams,
     kvh: u32,
-    /// Paged: the pool plus the head's offset (`base`) and the token stride.
+    /// Strided kernels: the sequence's rows (paged stages address theirs
+    /// through `PagedStage`).
     k: Strided,
     v: Strided,
     k_side: Strided,
@@ -42,19 +43,12 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool> Pipeline<'a, F, D, PAGE
     /// The pipeline of work item `item`, kv head `kvh`, in shared memory from `smem`.
     #[inline(always)]
     pub fn new(p: &'a DecodeParams, item: WorkItem, kvh: u32, smem: u32) -> Self {
-        // Paged: the batch strides are page strides, applied per stage, and
-        // V's strides are K's (the host sets them equal), one register pair fewer.
-        let b = if PAGED { 0 } else { item.batch };
-        let v = if PAGED {
-            Strided::new(p.v, 0, kvh, 0, p.k_stride_token, p.k_stride_head)
-        } else {
-            Strided::new(p.v, b, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head)
-        };
+        let b = item.batch;
         Pipeline {
             p,
             kvh,
             k: Strided::new(p.k, b, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            v,
+            v: Strided::new(p.v, b, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head),
             k_side: Strided::new(p.k_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             v_side: Strided::new(p.v_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             smem,
@@ -118,19 +112,16 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool> Pipeline<'a, F, D, PAGE
             let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
             let (p, kvh) = (self.p, self.kvh);
             // (Only for unquantized formats: in the narrow int4 kernels this
-            // second path cost 28-31 registers, past two blocks per SM.)
+            // second path cost 28-31 registers, past two blocks per SM. The
+            // paths stay written out: one copy helper shared by all three
+            // moved narrow int4-g64 from 128 to 146 registers.)
             if Self::CFG.side_bytes == 0 && kt <= 1 << p.page_shift {
                 // The whole stage is in one page (stages start on multiples
                 // of `kt`): one id, then rows as at strides from its start.
-                let id = shared::ld_shared_u32(ids).min(p.num_pages - 1) as u64;
-                let page0 = (first_page << p.page_shift) as u64;
-                let at = |base: u64, page: u64, tok: u64, head: u64| Strided {
-                    base: (base + id * page + kvh as u64 * head).wrapping_sub(page0 * tok),
-                    token_stride: tok,
-                };
-                let (ps, ts, hs) = (p.k_stride_batch, p.k_stride_token, p.k_stride_head);
-                F::load_rows::<D, _>(at(p.k, ps, ts, hs), self.k_tile(stage), first, end, kt, tid, nthreads);
-                F::load_rows::<D, _>(at(p.v, ps, ts, hs), self.v_tile(stage), first, end, kt, tid, nthreads);
+                let k = PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page }.single_page(first);
+                let v = PagedStage::<{ paged_rows::V }> { p, kvh, ids, first_page }.single_page(first);
+                F::load_rows::<D, _>(k, self.k_tile(stage), first, end, kt, tid, nthreads);
+                F::load_rows::<D, _>(v, self.v_tile(stage), first, end, kt, tid, nthreads);
                 self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
                 return;
             }
