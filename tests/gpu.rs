@@ -6,6 +6,8 @@
 //! `--filter SUBSTRING` runs a subset.
 
 mod common;
+#[path = "gpu/graph.rs"]
+mod graph;
 #[path = "gpu/paged.rs"]
 mod paged;
 #[path = "gpu/quant.rs"]
@@ -219,10 +221,15 @@ fn main() {
     let cases: Vec<Case> = all.into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
 
     let quant_count = if filter.is_some() { 0 } else { quant_cases(sanitize).len() };
+    let graph_cases: Vec<graph::GraphCase> = graph::cases()
+        .into_iter()
+        .filter(|c| !sanitize || c.paging.is_some_and(|p| p.page_size == 16))
+        .filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str())))
+        .collect();
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
         Err(why) => {
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count);
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len());
             return;
         }
     };
@@ -254,6 +261,20 @@ fn main() {
                 *w = w.max(err);
                 println!("{} {:<60} rel_l2={err:.2e} max_splits={splits}", if ok { "ok  " } else { "FAIL" }, case.name);
                 if ok { passed += 1 } else { failed += 1 }
+            }
+            Err(e) => {
+                println!("FAIL {:<60} {e}", case.name);
+                failed += 1;
+            }
+        }
+    }
+    for (i, case) in graph_cases.iter().enumerate() {
+        match graph::replay(&attn, &stream, case, 7000 + i as u64) {
+            Ok((err, chunks)) => {
+                println!("ok   {:<60} rel_l2={err:.2e} (worst step) chunks_per_seq={chunks}", case.name);
+                let w = worst.entry(case.format.name()).or_insert(0.0);
+                *w = w.max(err);
+                passed += 1;
             }
             Err(e) => {
                 println!("FAIL {:<60} {e}", case.name);

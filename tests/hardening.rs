@@ -479,3 +479,81 @@ mod paged {
         assert_eq!(h.kv_strides(), decode_attn::KvStrides { batch: 16 * 2 * 128, token: 128, head: 16 * 128 });
     }
 }
+
+/// Capacity plans (CUDA-graph decode steps): launches fixed by the shape,
+/// work derived on the device from lengths that may be anything.
+mod capacity {
+    use super::*;
+    use decode_attn::plan::plan_capacity;
+    use decode_attn::PlanMode;
+    use decode_attn_abi::{capacity_work_item, WorkItem, DIRECT_OUTPUT};
+
+    fn cap_plan(shape: &DecodeShape, split: SplitPolicy) -> Plan {
+        plan_capacity(shape, &DEV, &KERNEL, &PlanOptions { split, ..Default::default() }).unwrap()
+    }
+
+    /// What the schedule kernel writes for one length (the same function).
+    fn items(len: u32, q_len: u32, chunk: u32, chunks: u32, b: u32) -> Vec<WorkItem> {
+        (b * chunks..(b + 1) * chunks).filter_map(|x| capacity_work_item(x, len, q_len, chunk, chunks)).collect()
+    }
+
+    #[test]
+    fn a_capacity_plan_has_a_fixed_grid_and_no_host_work_list() {
+        let s = DecodeShape::bf16(2, 8, 2, 128, 1, 32768);
+        let p = cap_plan(&s, SplitPolicy::Auto);
+        let PlanMode::Capacity { chunks_per_seq } = p.mode() else { panic!("capacity mode") };
+        assert!(chunks_per_seq > 1, "two long sequences on 132 SMs split");
+        assert!(p.work().is_empty() && p.merges().is_empty());
+        assert_eq!(p.grid().0, 2 * chunks_per_seq);
+        assert_eq!(p.merge_grid().0, 2);
+        assert_eq!(p.num_slots(), 2 * chunks_per_seq);
+        assert!(p.workspace_bytes() >= p.layout().partial_lse + 4 * (p.num_slots() as usize) * 8);
+        // Its block shape and chunk are those planned for every sequence at capacity.
+        let at_cap = plan_with(&s, &[32768, 32768], SplitPolicy::Auto).unwrap();
+        assert_eq!((p.chunk_keys(), p.block_threads(), p.smem_bytes()), (at_cap.chunk_keys(), at_cap.block_threads(), at_cap.smem_bytes()));
+        // Never: one chunk per sequence, no merge launch.
+        let n = cap_plan(&s, SplitPolicy::Never);
+        assert_eq!(n.mode(), PlanMode::Capacity { chunks_per_seq: 1 });
+        assert_eq!(n.merge_grid().0, 0);
+    }
+
+    #[test]
+    fn device_lengths_map_to_chunks_that_cover_each_sequence_once() {
+        let (chunk, chunks, q_len) = (256u32, 8u32, 2u32);
+        for len in [2u32, 3, 255, 256, 257, 1000, 2047, 2048] {
+            let its = items(len, q_len, chunk, chunks, 1);
+            // Consecutive, from 0 to the length.
+            assert_eq!(its.first().unwrap().kv_start, 0);
+            assert_eq!(its.last().unwrap().kv_end, len);
+            assert!(its.windows(2).all(|w| w[0].kv_end == w[1].kv_start));
+            assert!(its.iter().all(|i| i.batch == 1 && i.kv_end - i.kv_start <= chunk));
+            // One chunk: written directly; several: a slot per chunk (= its block).
+            if len <= chunk {
+                assert_eq!(its[0].partial_slot, DIRECT_OUTPUT);
+            } else {
+                assert!(its.iter().enumerate().all(|(c, i)| i.partial_slot == chunks + c as u32));
+            }
+        }
+        // Shorter than q_len (0: an empty batch slot): no work at all.
+        assert!(items(0, q_len, chunk, chunks, 0).is_empty());
+        assert!(items(1, q_len, chunk, chunks, 0).is_empty());
+    }
+
+    #[test]
+    fn run_step_inputs_are_checked_against_the_shape() {
+        use decode_attn::{ElemType, StepInputs, TensorRef};
+        let view = |addr: u64, len: usize, e: ElemType| unsafe { TensorRef::from_raw(addr, len, e) };
+        let contiguous = DecodeShape::bf16(4, 8, 2, 128, 1, 1000);
+        let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 300, order: decode_attn::PageOrder::TokenMajor }, ..contiguous.clone() };
+        let lens = view(0x10000, 4, ElemType::U32);
+        let table = view(0x20000, 4 * 63, ElemType::I32);
+        StepInputs::lengths(lens).check_for(&contiguous).unwrap();
+        StepInputs::paged(lens, table).check_for(&paged).unwrap();
+        rejects(StepInputs::lengths(view(0x10000, 3, ElemType::U32)).check_for(&contiguous), "seq_lens");
+        rejects(StepInputs::lengths(view(0x10000, 4, ElemType::I32)).check_for(&contiguous), "seq_lens");
+        rejects(StepInputs::lengths(lens).check_for(&paged), "block_table");
+        rejects(StepInputs::paged(lens, view(0x20000, 4 * 62, ElemType::I32)).check_for(&paged), "block_table");
+        rejects(StepInputs::paged(lens, view(0x20000, 4 * 63, ElemType::U32)).check_for(&paged), "block_table");
+        rejects(StepInputs::paged(lens, table).check_for(&contiguous), "block_table");
+    }
+}

@@ -32,9 +32,9 @@ pub mod testing;
 
 pub use decode_attn_abi::{Addressing, Dtype, KvFormat, Variant};
 pub use error::{Error, Result};
-pub use plan::{DeviceInfo, KernelInfo, Plan, PlanOptions, SplitPolicy, VariantChoice};
-pub use run::{DecodeAttention, KvCache, Workspace};
-pub use quant::QuantizedMut;
+pub use plan::{DeviceInfo, KernelInfo, Plan, PlanMode, PlanOptions, SplitPolicy, VariantChoice};
+pub use quant::{KvMut, QuantizedMut};
+pub use run::{DecodeAttention, KvCache, RawDevicePtr, RawStream, StepInputs, Workspace};
 pub use shape::{DecodeShape, KvLayout, KvStrides, PageOrder, MAX_PAGE_SIZE};
 pub use tensor::{ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};

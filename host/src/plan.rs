@@ -127,11 +127,31 @@ impl PlanOptions {
     }
 }
 
-/// A launch plan for one shape and one set of sequence lengths.
+/// What a plan's launches are fixed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanMode {
+    /// One set of host lengths (and block table): the work list is built on
+    /// the host and uploaded with the plan ([`plan`], [`plan_paged`]).
+    Lengths,
+    /// The shape's capacity only (`batch` sequences of up to `max_seq_len`
+    /// tokens, a `[batch, pages_per_seq]` table): each run reads the current
+    /// lengths and block table from device memory, and a schedule kernel
+    /// derives the work list from them on the device, `chunks_per_seq`
+    /// chunks of `chunk_keys` keys per sequence. Nothing is copied from the
+    /// host, so a run can be captured once in a CUDA graph and replayed as
+    /// the lengths change ([`plan_capacity`]).
+    Capacity { chunks_per_seq: u32 },
+}
+
+/// A launch plan for one shape and one set of sequence lengths, or for a
+/// capacity ([`PlanMode`]).
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub(crate) id: u64,
+    pub(crate) mode: PlanMode,
     pub(crate) shape: DecodeShape,
+    /// The lengths planned for (capacity plans: the capacity, `max_seq_len`
+    /// for every sequence).
     pub(crate) seq_lens: Vec<u32>,
     /// Paged caches: `[batch, pages_per_seq]` page ids (empty otherwise).
     pub(crate) block_table: Vec<i32>,
@@ -174,6 +194,13 @@ pub struct WorkspaceLayout {
 impl Plan {
     pub fn shape(&self) -> &DecodeShape {
         &self.shape
+    }
+    pub fn mode(&self) -> PlanMode {
+        self.mode
+    }
+    /// Whether runs read lengths (and the block table) from device memory.
+    pub fn is_capacity(&self) -> bool {
+        matches!(self.mode, PlanMode::Capacity { .. })
     }
     pub fn seq_lens(&self) -> &[u32] {
         &self.seq_lens
@@ -224,21 +251,38 @@ impl Plan {
     }
     /// Attention grid: (work items, kv heads, row chunks).
     pub fn grid(&self) -> (u32, u32, u32) {
-        (self.work.len() as u32, self.shape.num_kv_heads, self.row_chunks)
+        (self.work_items(), self.shape.num_kv_heads, self.row_chunks)
+    }
+    /// Work items of a run: the list's length, or for a capacity plan
+    /// `batch × chunks_per_seq` (those past a sequence's end return at once).
+    pub fn work_items(&self) -> u32 {
+        match self.mode {
+            PlanMode::Lengths => self.work.len() as u32,
+            PlanMode::Capacity { chunks_per_seq } => self.shape.batch * chunks_per_seq,
+        }
+    }
+    /// Sequences the merge kernel visits: the split ones, or for a capacity
+    /// plan whose sequences may split, all of them.
+    pub fn merge_items(&self) -> u32 {
+        match self.mode {
+            PlanMode::Lengths => self.merges.len() as u32,
+            PlanMode::Capacity { chunks_per_seq } if chunks_per_seq > 1 => self.shape.batch,
+            PlanMode::Capacity { .. } => 0,
+        }
     }
     /// Merge grid: (merge items, row groups). Row groups beyond grid y's
     /// limit are covered by the kernel's grid-stride loop over y.
     pub fn merge_grid(&self) -> (u32, u32, u32) {
         // validate() bounds q_len × num_q_heads to 32 bits.
         let rows = self.shape.q_len.saturating_mul(self.shape.num_q_heads);
-        (self.merges.len() as u32, rows.div_ceil(MERGE_ROWS_PER_BLOCK).min(MAX_GRID_YZ), 1)
+        (self.merge_items(), rows.div_ceil(MERGE_ROWS_PER_BLOCK).min(MAX_GRID_YZ), 1)
     }
     /// Device workspace this plan needs (metadata + fp32 partials).
     pub fn workspace_bytes(&self) -> usize {
         self.layout.total_bytes
     }
     /// Bytes a run must move at least: every visible K and V row once, plus
-    /// Q and O (the benchmark's GB/s numerator).
+    /// Q and O (the benchmark's GB/s numerator); capacity plans: at capacity.
     /// Saturates at `u64::MAX`.
     pub fn bytes_moved(&self) -> u64 {
         let row = self.shape.kv_format.row_bytes(self.shape.head_dim) as u64;
@@ -248,6 +292,9 @@ impl Plan {
     }
     /// Largest number of chunks any sequence was split into.
     pub fn max_splits(&self) -> u32 {
+        if let PlanMode::Capacity { chunks_per_seq } = self.mode {
+            return chunks_per_seq;
+        }
         self.merges.iter().map(|m| m.num_slots).max().unwrap_or(1)
     }
     /// The metadata region's bytes, as the kernels read them.
@@ -411,6 +458,36 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
     make_plan(shape, seq_lens, block_table.to_vec(), dev, kernel, opts)
 }
 
+/// Makes a capacity plan ([`PlanMode::Capacity`]): launches fixed by the
+/// shape alone (`batch` sequences of up to `max_seq_len` tokens; for a
+/// paged shape a `[batch, pages_per_seq]` block table), so one plan serves
+/// every step and a run can be captured in a CUDA graph. The block shape
+/// and chunk size are those [`plan`] picks for every sequence at capacity;
+/// shorter sequences leave their chunks past the end idle (each such block
+/// returns at once).
+pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
+    shape.validate()?;
+    let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
+    let planned = make_plan(shape, &at_capacity, Vec::new(), dev, kernel, opts)?;
+    let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
+    let chunks_per_seq = shape.max_seq_len.div_ceil(chunk_keys);
+    let work = shape.batch as u64 * chunks_per_seq as u64;
+    ensure(work <= MAX_WORK_ITEMS, "split.chunk_keys", format!("at most {MAX_WORK_ITEMS} attention blocks per kv head at capacity"), work)?;
+    let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
+    let merges = if chunks_per_seq > 1 { shape.batch as usize } else { 0 };
+    let layout = workspace_layout(work as usize, shape.batch as usize, 0, merges, num_slots, shape)
+        .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
+    Ok(Plan {
+        mode: PlanMode::Capacity { chunks_per_seq },
+        chunk_keys,
+        num_slots,
+        work: Vec::new(),
+        merges: Vec::new(),
+        layout,
+        ..planned
+    })
+}
+
 /// Checks a block table: `pages_per_seq` entries per sequence, and the
 /// entries that hold each sequence's tokens ids of the pool.
 pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u32, page_size: u32, num_pages: u32) -> Result<()> {
@@ -562,6 +639,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
+        mode: PlanMode::Lengths,
         shape: shape.clone(),
         seq_lens: seq_lens.to_vec(),
         block_table,

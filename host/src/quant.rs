@@ -12,10 +12,10 @@
 use cust::prelude::Stream;
 use decode_attn_abi::{quant_kernel_name, KvFormat, QuantDirection, QuantParams, QUANT_WARPS};
 
-use crate::check::{check_buffer, dtype_elem, side_elem, BufferDesc};
+use crate::check::{check_buffer, dtype_elem, kv_elem, side_elem, BufferDesc};
 use crate::error::{ensure, Error, Result};
-use crate::run::DecodeAttention;
-use crate::shape::DecodeShape;
+use crate::run::{desc, DecodeAttention, RawStream, StepInputs};
+use crate::shape::{DecodeShape, KvLayout};
 use crate::tensor::{ElemType, TensorMut, TensorRef};
 
 /// Quantizes one row; returns its scale.
@@ -244,31 +244,119 @@ pub struct QuantizedMut<'a> {
     pub scales: TensorMut<'a>,
 }
 
+/// One cache tensor (K or V) being written, in any format: its values and,
+/// for quantized formats, its side data (scales, or scales and zeros).
+pub struct KvMut<'a> {
+    pub data: TensorMut<'a>,
+    pub side: Option<TensorMut<'a>>,
+}
+
+impl<'a> KvMut<'a> {
+    /// A 16-bit cache tensor.
+    pub fn plain(data: impl Into<TensorMut<'a>>) -> Self {
+        KvMut { data: data.into(), side: None }
+    }
+    /// A quantized cache tensor.
+    pub fn quantized(data: impl Into<TensorMut<'a>>, side: impl Into<TensorMut<'a>>) -> Self {
+        KvMut { data: data.into(), side: Some(side.into()) }
+    }
+}
+
+impl<'a> From<QuantizedMut<'a>> for KvMut<'a> {
+    fn from(q: QuantizedMut<'a>) -> Self {
+        KvMut { data: q.data, side: Some(q.scales) }
+    }
+}
+
+/// What one store / quantize / dequantize launch converts.
+struct QuantJob<'s, 'a> {
+    direction: QuantDirection,
+    step: &'s StepInputs<'a>,
+    plain: BufferDesc,
+    plain_name: &'static str,
+    plain_elems: u64,
+    data: BufferDesc,
+    side: Option<BufferDesc>,
+    plain_strides: Option<crate::shape::KvStrides>,
+    rows_per_seq: u32,
+    append: bool,
+}
+
 impl DecodeAttention {
     /// Quantizes a whole 16-bit cache (K or V; rows `t < seq_lens[b]`) into
     /// `out`. `plain` has the shape's dtype and layout (strides in its own
     /// elements); `seq_lens` is `[batch]` u32 on the device. Asynchronous.
+    /// Paged caches: [`DecodeAttention::quantize_kv`].
     pub fn quantize<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, plain: impl Into<TensorRef<'a>>, out: QuantizedMut<'a>, stream: &Stream) -> Result<()> {
-        let (lens, plain) = (seq_lens.into(), plain.into());
-        let elems = shape.kv_elems_required().unwrap_or(u64::MAX);
-        self.quant_launch(shape, QuantDirection::Quantize, &lens, desc(&plain), "plain", elems, &out.data, &out.scales, shape.kv_strides_checked(), shape.max_seq_len, false, stream)
+        self.quantize_kv_raw(shape, &StepInputs::lengths(seq_lens), plain.into(), out.into(), stream.as_inner())
     }
 
-    /// Appends a decode step's `q_len` new tokens of K or V: `new_rows` is
-    /// `[batch, q_len, Hkv, D]` of the shape's dtype; sequence b's tokens go
-    /// to positions `seq_lens[b] - q_len ..` (lengths read on the device,
-    /// new tokens included; sequences whose length is below q_len or above
-    /// the capacity are left alone).
+    /// Quantizes a whole 16-bit cache into a quantized one of the same
+    /// layout; for a paged shape both are paged through `step`'s block
+    /// table (the rows `t < seq_lens[b]` of each sequence).
+    pub fn quantize_kv<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, plain: impl Into<TensorRef<'a>>, out: KvMut<'a>, stream: &Stream) -> Result<()> {
+        self.quantize_kv_raw(shape, step, plain.into(), out, stream.as_inner())
+    }
+
+    /// [`DecodeAttention::quantize_kv`] on a raw stream.
+    pub fn quantize_kv_raw<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, plain: TensorRef<'a>, out: KvMut<'a>, stream: RawStream) -> Result<()> {
+        ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8, int4)", shape.kv_format.name())?;
+        let job = QuantJob {
+            direction: QuantDirection::Quantize,
+            step,
+            plain: desc(&plain),
+            plain_name: "plain",
+            plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
+            data: mut_desc(&out.data),
+            side: out.side.as_ref().map(mut_desc),
+            plain_strides: shape.kv_strides_checked(),
+            rows_per_seq: shape.max_seq_len,
+            append: false,
+        };
+        self.quant_launch(shape, job, stream)
+    }
+
+    /// Appends a decode step's `q_len` new tokens of K or V to a quantized
+    /// cache: `new_rows` is `[batch, q_len, Hkv, D]` of the shape's dtype;
+    /// sequence b's tokens go to positions `seq_lens[b] - q_len ..` (lengths
+    /// read on the device, new tokens included; sequences whose length is
+    /// below q_len or above the capacity are left alone). Any format and
+    /// paged caches: [`DecodeAttention::append_kv`].
     pub fn append<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, new_rows: impl Into<TensorRef<'a>>, out: QuantizedMut<'a>, stream: &Stream) -> Result<()> {
-        let (lens, rows) = (seq_lens.into(), new_rows.into());
-        let (d, h, ql) = (shape.head_dim as u64, shape.num_kv_heads as u64, shape.q_len as u64);
-        let strides = crate::shape::KvStrides { batch: ql * h * d, token: h * d, head: d };
-        let elems = shape.batch as u64 * ql * h * d;
-        self.quant_launch(shape, QuantDirection::Quantize, &lens, desc(&rows), "new_rows", elems, &out.data, &out.scales, Some(strides), shape.q_len, true, stream)
+        self.append_kv_raw(shape, &StepInputs::lengths(seq_lens), new_rows.into(), out.into(), stream.as_inner())
     }
 
-    /// Dequantizes a cache (rows `t < seq_lens[b]`) into a 16-bit buffer of
-    /// the shape's dtype and layout (other elements are left untouched).
+    /// Appends a decode step's `q_len` new tokens of K or V to a cache of
+    /// any format, contiguous or paged (through `step`'s block table): as
+    /// [`DecodeAttention::append`], copied for 16-bit formats, quantized
+    /// for the others. Lengths and table are read on the device, so the
+    /// call can be captured in a CUDA graph with
+    /// [`DecodeAttention::run_step`].
+    pub fn append_kv<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, new_rows: impl Into<TensorRef<'a>>, out: KvMut<'a>, stream: &Stream) -> Result<()> {
+        self.append_kv_raw(shape, step, new_rows.into(), out, stream.as_inner())
+    }
+
+    /// [`DecodeAttention::append_kv`] on a raw stream.
+    pub fn append_kv_raw<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, new_rows: TensorRef<'a>, out: KvMut<'a>, stream: RawStream) -> Result<()> {
+        let (d, h, ql) = (shape.head_dim as u64, shape.num_kv_heads as u64, shape.q_len as u64);
+        let job = QuantJob {
+            direction: QuantDirection::Quantize,
+            step,
+            plain: desc(&new_rows),
+            plain_name: "new_rows",
+            plain_elems: shape.batch as u64 * ql * h * d,
+            data: mut_desc(&out.data),
+            side: out.side.as_ref().map(mut_desc),
+            plain_strides: Some(crate::shape::KvStrides { batch: ql * h * d, token: h * d, head: d }),
+            rows_per_seq: shape.q_len,
+            append: true,
+        };
+        self.quant_launch(shape, job, stream)
+    }
+
+    /// Dequantizes a contiguous cache (rows `t < seq_lens[b]`) into a
+    /// 16-bit buffer of the shape's dtype and layout (other elements are
+    /// left untouched).
     pub fn dequantize<'a>(
         &self,
         shape: &DecodeShape,
@@ -278,87 +366,107 @@ impl DecodeAttention {
         plain: impl Into<TensorMut<'a>>,
         stream: &Stream,
     ) -> Result<()> {
-        let (lens, data, scales, plain) = (seq_lens.into(), data.into(), scales.into(), plain.into());
-        let elems = shape.kv_elems_required().unwrap_or(u64::MAX);
-        // SAFETY (of the views): the kernel reads `data`/`scales` and writes `plain`.
-        let (data_mut, scales_mut) = unsafe { (TensorMut::from_raw(data.addr, data.len, data.elem), TensorMut::from_raw(scales.addr, scales.len, scales.elem)) };
-        let plain_desc = BufferDesc { addr: plain.addr, len: plain.len, elem: plain.elem };
-        self.quant_launch(shape, QuantDirection::Dequantize, &lens, plain_desc, "plain", elems, &data_mut, &scales_mut, shape.kv_strides_checked(), shape.max_seq_len, false, stream)
+        let (data, scales, plain) = (data.into(), scales.into(), plain.into());
+        ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8, int4)", shape.kv_format.name())?;
+        let step = StepInputs::lengths(seq_lens);
+        let job = QuantJob {
+            direction: QuantDirection::Dequantize,
+            step: &step,
+            plain: mut_desc(&plain),
+            plain_name: "plain",
+            plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
+            data: desc(&data),
+            side: Some(desc(&scales)),
+            plain_strides: shape.kv_strides_checked(),
+            rows_per_seq: shape.max_seq_len,
+            append: false,
+        };
+        self.quant_launch(shape, job, stream.as_inner())
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn quant_launch(
-        &self,
-        shape: &DecodeShape,
-        direction: QuantDirection,
-        lens: &TensorRef,
-        plain: BufferDesc,
-        plain_name: &str,
-        plain_elems: u64,
-        data: &TensorMut,
-        scales: &TensorMut,
-        plain_strides: Option<crate::shape::KvStrides>,
-        rows_per_seq: u32,
-        append: bool,
-        stream: &Stream,
-    ) -> Result<()> {
+    fn quant_launch(&self, shape: &DecodeShape, job: QuantJob, stream: RawStream) -> Result<()> {
         shape.validate()?;
-        ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8)", shape.kv_format.name())?;
+        let direction = job.direction;
         let name = quant_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, direction)
             .ok_or_else(|| Error::Unsupported(format!("no {direction:?} kernel for {} / {}", shape.kv_format.name(), shape.dtype.name())))?;
-        check_buffer("seq_lens", &desc(lens), ElemType::U32, shape.batch as u64 * 4)?;
-        let plain_bytes = plain_elems.checked_mul(2).unwrap_or(u64::MAX);
-        check_buffer(plain_name, &plain, dtype_elem(shape.dtype), plain_bytes)?;
-        let data_d = BufferDesc { addr: data.addr, len: data.len, elem: data.elem };
-        let scales_d = BufferDesc { addr: scales.addr, len: scales.len, elem: scales.elem };
-        check_buffer("data", &data_d, ElemType::U8, shape.kv_bytes_required().unwrap_or(u64::MAX))?;
-        let side_type = side_elem(shape.kv_format).unwrap_or(ElemType::F32);
-        check_buffer("scales", &scales_d, side_type, shape.side_bytes_required().unwrap_or(u64::MAX))?;
-        let written = if direction == QuantDirection::Quantize { [&data_d, &scales_d] } else { [&plain, &plain] };
-        for w in written {
-            let w_end = w.addr + (w.len * w.elem.size_bytes()) as u64;
-            for (n, other) in [(plain_name, &plain), ("data", &data_d), ("scales", &scales_d), ("seq_lens", &desc(lens))] {
-                if std::ptr::eq(w, other) || (w.addr == other.addr && w.len == other.len) {
+        job.step.check_for(shape)?;
+        let lens = desc(&job.step.seq_lens);
+        let plain_bytes = job.plain_elems.checked_mul(2).unwrap_or(u64::MAX);
+        check_buffer(job.plain_name, &job.plain, dtype_elem(shape.dtype), plain_bytes)?;
+        check_buffer("data", &job.data, kv_elem(shape.kv_format), shape.kv_bytes_required().unwrap_or(u64::MAX))?;
+        let side_name = "scales";
+        match (side_elem(shape.kv_format), &job.side) {
+            (Some(elem), Some(side)) => check_buffer(side_name, side, elem, shape.side_bytes_required().unwrap_or(u64::MAX))?,
+            (Some(elem), None) => return Err(Error::invalid(side_name, format!("the {} cache's side data ({})", shape.kv_format.name(), elem.name()), "none")),
+            (None, Some(_)) => return Err(Error::invalid("scales", format!("none (a {} cache has no side data)", shape.kv_format.name()), "a buffer")),
+            (None, None) => {}
+        }
+        let side = job.side.unwrap_or(BufferDesc { addr: 0, len: 0, elem: ElemType::U32 });
+        let mut read = vec![("seq_lens", lens)];
+        if let Some(t) = &job.step.block_table {
+            read.push(("block_table", desc(t)));
+        }
+        let (written, others): (Vec<_>, Vec<_>) = if direction == QuantDirection::Quantize {
+            read.push((job.plain_name, job.plain));
+            (vec![("data", job.data), (side_name, side)], read)
+        } else {
+            read.extend([("data", job.data), (side_name, side)]);
+            (vec![(job.plain_name, job.plain)], read)
+        };
+        let end = |b: &BufferDesc| b.addr + (b.len * b.elem.size_bytes()) as u64;
+        for (i, (_, w)) in written.iter().enumerate() {
+            let later_writes = written[i + 1..].iter();
+            for (n, other) in others.iter().chain(later_writes) {
+                if other.len == 0 {
                     continue;
                 }
-                let o_end = other.addr + (other.len * other.elem.size_bytes()) as u64;
-                ensure(w_end <= other.addr || o_end <= w.addr, n, "a buffer that does not overlap the one written", "an overlapping one")?;
+                ensure(end(w) <= other.addr || end(other) <= w.addr, *n, "a buffer that does not overlap the one written", "an overlapping one")?;
             }
         }
-        let ps = plain_strides.ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;
+        let ps = job.plain_strides.ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;
         let (ds, ss) = (shape.kv_strides(), shape.side_strides());
         let bits = shape.kv_format.bits() as u64;
         let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
-        let rows = shape.batch as u64 * rows_per_seq as u64 * shape.num_kv_heads as u64;
+        let rows = shape.batch as u64 * job.rows_per_seq as u64 * shape.num_kv_heads as u64;
         let blocks = rows.div_ceil(QUANT_WARPS as u64);
         ensure(blocks < (1 << 31), "max_seq_len", "fewer than 2^34 rows to convert per launch", rows)?;
+        let (page_shift, num_pages) = match shape.kv_layout {
+            KvLayout::Paged { page_size, num_pages, .. } => (page_size.trailing_zeros(), num_pages),
+            _ => (0, 0),
+        };
         let params = QuantParams {
-            plain: plain.addr,
+            plain: job.plain.addr,
             plain_stride_batch: ps.batch * 2,
             plain_stride_token: ps.token * 2,
             plain_stride_head: ps.head * 2,
-            data: data.addr,
+            data: job.data.addr,
             data_stride_batch: ds.batch * bits / 8,
             data_stride_token: ds.token * bits / 8,
             data_stride_head: ds.head * bits / 8,
-            side: scales.addr,
+            side: side.addr,
             side_stride_batch: ss.batch * side_entry,
             side_stride_token: ss.token * side_entry,
             side_stride_head: ss.head * side_entry,
             seq_lens: lens.addr,
             batch: shape.batch,
-            rows_per_seq,
+            rows_per_seq: job.rows_per_seq,
             num_kv_heads: shape.num_kv_heads,
-            append: append as u32,
+            append: job.append as u32,
             capacity: shape.max_seq_len,
             _pad: 0,
+            block_table: job.step.block_table.map_or(0, |t| t.addr),
+            table_stride: shape.pages_per_seq(),
+            page_shift,
+            num_pages,
+            _pad2: 0,
         };
         // SAFETY: every buffer was checked against the shape above; the
-        // kernel bounds its rows by the grid, the lengths and the capacity.
+        // kernel bounds its rows by the grid, the lengths and the capacity,
+        // and its page ids by the pool.
         unsafe { self.launch(name, (blocks as u32, 1, 1), 32 * QUANT_WARPS, 0, &params, stream) }
     }
 }
 
-fn desc(t: &TensorRef) -> BufferDesc {
+fn mut_desc(t: &TensorMut) -> BufferDesc {
     BufferDesc { addr: t.addr, len: t.len, elem: t.elem }
 }

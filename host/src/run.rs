@@ -1,23 +1,35 @@
 //! The run step: load the module once per context, fill params from a plan,
-//! enqueue the attention kernel and (for split sequences) the merge kernel.
-//! No heuristics and no allocation here.
+//! enqueue the attention kernel and (for split sequences) the merge kernel;
+//! for capacity plans the schedule kernel first, reading the lengths on the
+//! device. No heuristics and no allocation here. Every entry point exists
+//! for `cust` types and for raw `CUdeviceptr` / `CUstream` handles (the
+//! `_raw` methods, for cudarc, candle or PyTorch memory); both go through
+//! the same checks.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
 
 use cust::device::DeviceAttribute;
-use cust::function::{BlockSize, FunctionAttribute, GridSize};
+use cust::function::FunctionAttribute;
 use cust::memory::DeviceBuffer;
 use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_ROWS_PER_BLOCK};
+use decode_attn_abi::{
+    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, ScheduleParams, Variant, DECODE_KERNELS, MERGE_KERNELS,
+    MERGE_ROWS_PER_BLOCK, QUANT_KERNELS, SCHEDULE_KERNEL, SCHEDULE_THREADS, UTILITY_KERNELS,
+};
 
-use crate::check::{check_buffers, BufferDesc, RunBuffers};
+use crate::check::{check_buffer, check_buffers, BufferDesc, RunBuffers};
 use crate::error::{ensure, Error, Result};
-use crate::plan::{self, DeviceInfo, KernelInfo, Plan, PlanOptions};
+use crate::plan::{self, DeviceInfo, KernelInfo, Plan, PlanMode, PlanOptions};
 use crate::shape::{DecodeShape, KvLayout};
-use crate::tensor::{TensorMut, TensorRef};
+use crate::tensor::{ElemType, TensorMut, TensorRef};
+
+/// A raw device address (`CUdeviceptr`), as cudarc, candle or PyTorch hand them out.
+pub type RawDevicePtr = cuda::CUdeviceptr;
+/// A raw stream handle (`CUstream`); null is the legacy default stream.
+pub type RawStream = cuda::CUstream;
 
 /// Device memory for one plan's metadata and split partials. Reusable across
 /// plans; the metadata upload is skipped when the last plan run in it is the
@@ -68,13 +80,63 @@ impl<'a> KvCache<'a> {
     }
 }
 
+/// What a capacity plan's run reads from device memory each step (see
+/// [`plan::PlanMode::Capacity`]): the current lengths, new tokens included,
+/// and for paged caches the block table. Lengths above the capacity are
+/// read as the capacity and page ids outside the pool as its last page, so
+/// no device value makes a kernel touch memory outside its buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct StepInputs<'a> {
+    /// `[batch]` u32.
+    pub seq_lens: TensorRef<'a>,
+    /// Paged caches: `[batch, pages_per_seq]` i32 page ids (row-major).
+    pub block_table: Option<TensorRef<'a>>,
+}
+
+impl<'a> StepInputs<'a> {
+    /// Lengths only (contiguous caches).
+    pub fn lengths(seq_lens: impl Into<TensorRef<'a>>) -> Self {
+        StepInputs { seq_lens: seq_lens.into(), block_table: None }
+    }
+    /// Lengths and a block table (paged caches).
+    pub fn paged(seq_lens: impl Into<TensorRef<'a>>, block_table: impl Into<TensorRef<'a>>) -> Self {
+        StepInputs { seq_lens: seq_lens.into(), block_table: Some(block_table.into()) }
+    }
+
+    /// Checks the step's buffers against a shape: `batch` lengths, and a
+    /// table of `batch × pages_per_seq` ids exactly when the shape is paged
+    /// (what every entry point taking them checks first).
+    pub fn check_for(&self, shape: &DecodeShape) -> Result<()> {
+        check_buffer("seq_lens", &desc(&self.seq_lens), ElemType::U32, shape.batch as u64 * 4)?;
+        match (shape.is_paged(), &self.block_table) {
+            (true, Some(t)) => check_buffer("block_table", &desc(t), ElemType::I32, shape.batch as u64 * shape.pages_per_seq() as u64 * 4),
+            (true, None) => Err(Error::invalid("block_table", "a [batch, pages_per_seq] i32 table for the paged layout", "none")),
+            (false, Some(_)) => Err(Error::invalid("block_table", "none (the cache is not paged)", "a table")),
+            (false, None) => Ok(()),
+        }
+    }
+}
+
+pub(crate) fn desc(t: &TensorRef) -> BufferDesc {
+    BufferDesc { addr: t.addr, len: t.len, elem: t.elem }
+}
+
 /// The library's entry point: the loaded kernels and the device they run on.
 /// Create one per CUDA context (it must be current when calling `new`).
 pub struct DecodeAttention {
-    module: Module,
+    /// Keeps the functions below alive.
+    _module: Module,
     device: DeviceInfo,
     kernels: HashMap<(KvFormat, Dtype, u32, Variant, Addressing), KernelInfo>,
+    /// Every kernel of the module, looked up once: launching then makes no
+    /// driver call but the launch (safe inside a stream capture).
+    functions: HashMap<&'static str, cuda::CUfunction>,
 }
+
+// SAFETY: CUfunction handles are plain driver handles, valid in the module's
+// context from any thread; the struct has no interior mutability.
+unsafe impl Send for DecodeAttention {}
+unsafe impl Sync for DecodeAttention {}
 
 /// Maps a raw driver status (cust keeps its own mapping private).
 fn driver(call: &'static str, status: cuda::CUresult) -> Result<()> {
@@ -127,7 +189,12 @@ impl DecodeAttention {
             };
             kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing), info);
         }
-        Ok(DecodeAttention { module, device, kernels })
+        let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
+        let mut functions = HashMap::new();
+        for name in names {
+            functions.insert(name, module.get_function(name)?.to_raw());
+        }
+        Ok(DecodeAttention { _module: module, device, kernels, functions })
     }
 
     pub fn device_info(&self) -> &DeviceInfo {
@@ -151,11 +218,11 @@ impl DecodeAttention {
     /// # Safety
     /// `P` must be the kernel's `#[repr(C)]` params type, and the launch shape
     /// and every address in `params` must be valid for that kernel.
-    pub(crate) unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: &Stream) -> Result<()> {
-        let func = self.module.get_function(name)?;
+    pub(crate) unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
+        let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
         let (gx, gy, gz) = grid;
-        stream.launch(&func, GridSize::xyz(gx, gy, gz), BlockSize::x(threads), smem, &[params as *const P as *mut c_void])?;
-        Ok(())
+        let mut args = [params as *const P as *mut c_void];
+        driver("cuLaunchKernel", cuda::cuLaunchKernel(func, gx, gy, gz, threads, 1, 1, smem, stream, args.as_mut_ptr(), std::ptr::null_mut()))
     }
 
     /// Plans one decode step (CPU only; see [`plan::plan`]).
@@ -170,6 +237,15 @@ impl DecodeAttention {
     pub fn plan_paged(&self, shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], opts: &PlanOptions) -> Result<Plan> {
         let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
         plan::plan_paged(shape, seq_lens, block_table, &self.device, &kernel, opts)
+    }
+
+    /// Plans decode steps by capacity (CPU only; see [`plan::plan_capacity`]):
+    /// run it with [`DecodeAttention::run_step`], which reads the lengths
+    /// and block table from device memory, so one plan serves every step
+    /// and the run can be captured in a CUDA graph.
+    pub fn plan_capacity(&self, shape: &DecodeShape, opts: &PlanOptions) -> Result<Plan> {
+        let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
+        plan::plan_capacity(shape, &self.device, &kernel, opts)
     }
 
     /// Enqueues the attention (and merge) kernels on `stream`, for a bf16 or
@@ -221,9 +297,80 @@ impl DecodeAttention {
         stream: &Stream,
         between: Option<&cust::event::Event>,
     ) -> Result<()> {
-        let (q, o) = (q.into(), o.into());
+        ensure(!plan.is_capacity(), "plan", "a plan of host lengths (plan / plan_paged); capacity plans run with run_step", "a capacity plan")?;
+        let ws = workspace.buf.as_device_ptr().as_raw();
+        let upload = workspace.loaded_plan != Some(plan.id);
+        let record = between.map(|e| move || -> Result<()> { Ok(e.record(stream)?) });
+        self.enqueue(plan, None, q.into(), cache, o.into(), ws, workspace.bytes(), upload, stream.as_inner(), record.as_ref().map(|r| r as &dyn Fn() -> Result<()>))?;
+        workspace.loaded_plan = Some(plan.id);
+        Ok(())
+    }
+
+    /// Enqueues one decode step of a capacity plan ([`plan::plan_capacity`]):
+    /// the schedule kernel reads `step`'s lengths on the device and writes
+    /// the work list into the workspace, then the attention (and merge)
+    /// kernels run. Nothing is copied from the host and nothing is
+    /// allocated, so the call can be captured in a CUDA graph and the graph
+    /// replayed as the lengths and table in device memory change.
+    /// Sequences shorter than `q_len` (length 0: empty batch slots) are
+    /// skipped, their output rows left as they were.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_step<'a>(
+        &self,
+        plan: &Plan,
+        step: &StepInputs<'a>,
+        q: impl Into<TensorRef<'a>>,
+        cache: &KvCache<'a>,
+        o: impl Into<TensorMut<'a>>,
+        workspace: &mut Workspace,
+        stream: &Stream,
+    ) -> Result<()> {
+        let ws = workspace.buf.as_device_ptr().as_raw();
+        self.enqueue(plan, Some(step), q.into(), cache, o.into(), ws, workspace.bytes(), false, stream.as_inner(), None)?;
+        // The schedule kernel overwrote the metadata region.
+        workspace.loaded_plan = None;
+        Ok(())
+    }
+
+    /// [`DecodeAttention::run_cache`] (plans of host lengths: `step` is
+    /// `None`) or [`DecodeAttention::run_step`] (capacity plans: `step` is
+    /// required) on raw handles: a workspace of `workspace_bytes` at
+    /// `workspace` and a raw stream. Plans of host lengths copy their
+    /// metadata into the workspace on every call (from pageable memory,
+    /// staged before the call returns); capacity plans copy nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_raw<'a>(
+        &self,
+        plan: &Plan,
+        step: Option<&StepInputs<'a>>,
+        q: TensorRef<'a>,
+        cache: &KvCache<'a>,
+        o: TensorMut<'a>,
+        workspace: RawDevicePtr,
+        workspace_bytes: usize,
+        stream: RawStream,
+    ) -> Result<()> {
+        ensure(workspace != 0, "workspace", "a non-null device pointer", "null")?;
+        ensure(workspace % 256 == 0, "workspace", "a 256-byte aligned device pointer", format!("{workspace:#x}"))?;
+        self.enqueue(plan, step, q, cache, o, workspace, workspace_bytes, !plan.is_capacity(), stream, None)
+    }
+
+    /// The one path every run takes: checks, then launches.
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue(
+        &self,
+        plan: &Plan,
+        step: Option<&StepInputs>,
+        q: TensorRef,
+        cache: &KvCache,
+        o: TensorMut,
+        ws: u64,
+        ws_bytes: usize,
+        upload: bool,
+        stream: RawStream,
+        between: Option<&dyn Fn() -> Result<()>>,
+    ) -> Result<()> {
         let (k, v) = (cache.k, cache.v);
-        let desc = |t: &TensorRef| BufferDesc { addr: t.addr, len: t.len, elem: t.elem };
         check_buffers(
             plan,
             &RunBuffers {
@@ -231,12 +378,20 @@ impl DecodeAttention {
                 k: desc(&k),
                 v: desc(&v),
                 o: BufferDesc { addr: o.addr, len: o.len, elem: o.elem },
-                workspace_bytes: workspace.bytes(),
+                workspace_bytes: ws_bytes,
                 k_side: cache.k_scales.as_ref().map(desc),
                 v_side: cache.v_scales.as_ref().map(desc),
             },
         )?;
         let shape = &plan.shape;
+        match (plan.mode, step) {
+            (PlanMode::Lengths, None) => {}
+            (PlanMode::Lengths, Some(_)) => return Err(Error::invalid("step", "none (a plan of host lengths has its lengths)", "device lengths")),
+            (PlanMode::Capacity { .. }, None) => {
+                return Err(Error::invalid("step", "the device lengths (and block table) a capacity plan reads", "none"))
+            }
+            (PlanMode::Capacity { .. }, Some(step)) => step.check_for(shape)?,
+        }
         // The plan's shape was validated by `plan()`; only the lookup is needed.
         let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing())).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
@@ -248,23 +403,39 @@ impl DecodeAttention {
             "one whose block does not fit this device",
         )?;
 
-        let ws = workspace.buf.as_device_ptr().as_raw();
-        if workspace.loaded_plan != Some(plan.id) {
+        if upload {
             let meta = plan.metadata();
             // SAFETY: the workspace holds at least `metadata_bytes` (checked);
             // a pageable source is staged before this call returns.
-            unsafe {
-                driver(
-                    "cuMemcpyHtoDAsync",
-                    cuda::cuMemcpyHtoDAsync_v2(ws, meta.as_ptr() as *const c_void, meta.len(), stream.as_inner()),
-                )?;
-            }
-            workspace.loaded_plan = Some(plan.id);
+            unsafe { driver("cuMemcpyHtoDAsync", cuda::cuMemcpyHtoDAsync_v2(ws, meta.as_ptr() as *const c_void, meta.len(), stream))? };
+        }
+        if let (PlanMode::Capacity { chunks_per_seq }, Some(step)) = (plan.mode, step) {
+            let sched = ScheduleParams {
+                seq_lens: step.seq_lens.addr,
+                seq_lens_out: ws + plan.layout.seq_lens as u64,
+                work: ws + plan.layout.work as u64,
+                merge: ws + plan.layout.merges as u64,
+                batch: shape.batch,
+                q_len: shape.q_len,
+                chunk_keys: plan.chunk_keys,
+                chunks_per_seq,
+                max_seq_len: shape.max_seq_len,
+                _pad: 0,
+            };
+            let blocks = plan.work_items().div_ceil(SCHEDULE_THREADS);
+            // SAFETY: writes the workspace's work, length and merge regions,
+            // which the plan's layout sized for batch × chunks_per_seq items.
+            unsafe { self.launch(SCHEDULE_KERNEL, (blocks, 1, 1), SCHEDULE_THREADS, 0, &sched, stream)? };
         }
 
         let (page_shift, num_pages) = match shape.kv_layout {
             KvLayout::Paged { page_size, num_pages, .. } => (page_size.trailing_zeros(), num_pages),
             _ => (0, 0),
+        };
+        let block_table = match (step, shape.is_paged()) {
+            (_, false) => 0,
+            (Some(step), true) => step.block_table.map_or(0, |t| t.addr),
+            (None, true) => ws + plan.layout.block_table as u64,
         };
         let strides = shape.kv_strides();
         let bits = shape.kv_format.bits() as u64;
@@ -298,7 +469,7 @@ impl DecodeAttention {
             warps_k: plan.warps_k,
             scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
             _pad: 0,
-            block_table: if shape.is_paged() { ws + plan.layout.block_table as u64 } else { 0 },
+            block_table,
             table_stride: shape.pages_per_seq(),
             page_shift,
             num_pages,
@@ -308,11 +479,11 @@ impl DecodeAttention {
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe { self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)? };
-        if let Some(event) = between {
-            event.record(stream)?;
+        if let Some(record) = between {
+            record()?;
         }
 
-        if !plan.merges.is_empty() {
+        if plan.merge_items() > 0 {
             let merge = MergeParams {
                 partial_o: params.partial_o,
                 partial_lse: params.partial_lse,
@@ -347,7 +518,7 @@ impl DecodeAttention {
         let params = decode_attn_abi::FillParams { ptr: buf.addr, len: buf.len as u64, seed };
         let blocks = (self.device.sm_count * 8).max(1);
         // SAFETY: writes `len` elements of the checked buffer.
-        unsafe { self.launch(name, (blocks, 1, 1), 256, 0, &params, stream) }
+        unsafe { self.launch(name, (blocks, 1, 1), 256, 0, &params, stream.as_inner()) }
     }
 
     /// Enqueues a one-thread kernel that keeps the GPU busy for `duration`
@@ -357,6 +528,23 @@ impl DecodeAttention {
         let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
         let params = decode_attn_abi::SleepParams { ns };
         // SAFETY: the kernel touches no memory.
-        unsafe { self.launch(decode_attn_abi::SLEEP_KERNEL, (1, 1, 1), 32, 0, &params, stream) }
+        unsafe { self.launch(decode_attn_abi::SLEEP_KERNEL, (1, 1, 1), 32, 0, &params, stream.as_inner()) }
+    }
+
+    /// Grows every nonzero device length by `by` tokens, capped at the
+    /// shape's capacity (`max_seq_len`): the step a CUDA-graph decode loop
+    /// ends with, so lengths never round-trip through the host.
+    pub fn advance_seq_lens<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorMut<'a>>, by: u32, stream: &Stream) -> Result<()> {
+        self.advance_seq_lens_raw(shape, seq_lens.into(), by, stream.as_inner())
+    }
+
+    /// [`DecodeAttention::advance_seq_lens`] on a raw stream.
+    pub fn advance_seq_lens_raw(&self, shape: &DecodeShape, seq_lens: TensorMut, by: u32, stream: RawStream) -> Result<()> {
+        shape.validate()?;
+        check_buffer("seq_lens", &BufferDesc { addr: seq_lens.addr, len: seq_lens.len, elem: seq_lens.elem }, ElemType::U32, shape.batch as u64 * 4)?;
+        let params = decode_attn_abi::AdvanceParams { seq_lens: seq_lens.addr, batch: shape.batch, by, capacity: shape.max_seq_len, _pad: 0 };
+        let blocks = shape.batch.div_ceil(256).clamp(1, 1024);
+        // SAFETY: writes the `batch` lengths of the checked buffer.
+        unsafe { self.launch(decode_attn_abi::ADVANCE_KERNEL, (blocks, 1, 1), 256, 0, &params, stream) }
     }
 }

@@ -16,6 +16,8 @@ pub enum ElemType {
     F32,
     /// u32 (sequence lengths on the device).
     U32,
+    /// i32 (block tables: page ids).
+    I32,
 }
 
 impl ElemType {
@@ -23,7 +25,7 @@ impl ElemType {
         match self {
             ElemType::Bf16 | ElemType::F16 => 2,
             ElemType::U8 => 1,
-            ElemType::F32 | ElemType::U32 => 4,
+            ElemType::F32 | ElemType::U32 | ElemType::I32 => 4,
         }
     }
     pub fn name(self) -> &'static str {
@@ -33,6 +35,7 @@ impl ElemType {
             ElemType::U8 => "u8",
             ElemType::F32 => "f32",
             ElemType::U32 => "u32",
+            ElemType::I32 => "i32",
         }
     }
 }
@@ -55,6 +58,9 @@ impl Element for f32 {
 }
 impl Element for u32 {
     const ELEM: ElemType = ElemType::U32;
+}
+impl Element for i32 {
+    const ELEM: ElemType = ElemType::I32;
 }
 
 /// A read-only device buffer: address, length and element type.

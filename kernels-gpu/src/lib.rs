@@ -15,12 +15,13 @@ pub mod arch;
 pub mod decode;
 pub mod fill;
 pub mod format;
+pub mod lengths;
 pub mod merge;
 pub mod quant;
 pub mod sleep;
 pub mod state;
 
-use decode_attn_abi::{DecodeParams, FillParams, MergeParams, QuantParams, SleepParams};
+use decode_attn_abi::{AdvanceParams, DecodeParams, FillParams, MergeParams, QuantParams, ScheduleParams, SleepParams};
 use format::{Bf16, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
@@ -79,7 +80,7 @@ macro_rules! merge_kernels {
 
 macro_rules! quant_kernels {
     ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident);)*) => {$(
-        /// Cache quantize / dequantize for one format / dtype / head dim; see `quant`.
+        /// Cache store / quantize / dequantize for one format / dtype / head dim; see `quant`.
         ///
         /// # Safety
         /// Launched only by the host library, on buffers it checked.
@@ -92,6 +93,8 @@ macro_rules! quant_kernels {
 
 /// The quant function of a (format, direction).
 macro_rules! quant_kernel {
+    (Bf16, Quantize, $q:ident, $d:literal, $p:expr) => { quant::store_plain::<$d, { $d / 32 }>($p) };
+    (F16, Quantize, $q:ident, $d:literal, $p:expr) => { quant::store_plain::<$d, { $d / 32 }>($p) };
     (Int8, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int8::<$q, $d, { $d / 32 }>($p) };
     (Int8, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int8::<$q, $d, { $d / 32 }>($p) };
     (Int4G32, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 32>($p) };
@@ -131,4 +134,23 @@ pub unsafe extern "ptx-kernel" fn fill_random_f16(p: FillParams) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gpu_sleep(p: SleepParams) {
     sleep::sleep(&p)
+}
+
+/// Grows each sequence's device length by `p.by` (the end of a CUDA-graph
+/// decode step).
+///
+/// # Safety
+/// See `lengths::advance_seq_lens`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn advance_seq_lens(p: AdvanceParams) {
+    lengths::advance_seq_lens(&p)
+}
+
+/// Writes a capacity-mode step's work list from the device lengths.
+///
+/// # Safety
+/// See `lengths::schedule`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn schedule_capacity_step(p: ScheduleParams) {
+    lengths::schedule(&p)
 }

@@ -15,6 +15,10 @@ use crate::state;
 #[inline(always)]
 pub unsafe fn merge<H: Half, const D: usize>(p: &MergeParams) {
     let item = *(p.merge as *const MergeItem).add(thread::block_idx_x() as usize);
+    // A capacity-mode step lists every sequence; one chunk was written directly.
+    if item.num_slots <= 1 {
+        return;
+    }
     let rows = p.q_len * p.num_q_heads;
     // Grid y is capped at CUDA's 65535; larger row counts stride over it.
     let mut row = thread::block_idx_y() * MERGE_ROWS_PER_BLOCK + thread::warp_id();

@@ -1,7 +1,9 @@
-//! Cache quantization on the GPU (int8 per head): a whole 16-bit cache, or a
-//! decode step's new tokens appended at each sequence's position, and the
-//! reverse for tests and users. One warp per (sequence, token, kv head) row;
-//! lane `l` owns head dims `l·E .. l·E + E` (E = D / 32).
+//! Writing caches on the GPU: a whole 16-bit cache quantized, or a decode
+//! step's new tokens appended at each sequence's position (quantized, or
+//! copied into a 16-bit cache), and the reverse for tests and users. One
+//! warp per (sequence, token, kv head) row; lane `l` owns head dims
+//! `l·E .. l·E + E` (E = D / 32). Paged caches are written through the
+//! block table, one page-id read per row.
 //!
 //! The arithmetic is the CPU quantizer's (`decode_attn::quant`), operation
 //! for operation in IEEE f32, so both give the same bits: `amax = max |x|`,
@@ -36,6 +38,32 @@ unsafe fn this_row(p: &QuantParams) -> Option<(u32, u32, u32, u32)> {
         Some((b, t, h, t))
     } else {
         None
+    }
+}
+
+/// Where sequence b's token `token` sits in the cache: (batch index, token)
+/// for a strided cache, (page id, token within the page) for a paged one.
+/// Ids outside the pool (only an unchecked device table has them) read as
+/// its last page: no id sends a write outside the pool.
+#[inline(always)]
+unsafe fn cache_at(p: &QuantParams, b: u32, token: u32) -> (u32, u32) {
+    if p.block_table == 0 {
+        return (b, token);
+    }
+    let entry = b as u64 * p.table_stride as u64 + (token >> p.page_shift) as u64;
+    let id = (*(p.block_table as *const u32).add(entry as usize)).min(p.num_pages - 1);
+    (id, token & ((1u32 << p.page_shift) - 1))
+}
+
+/// Where the plain tensor's row (b, t) sits: an append's rows are
+/// `[batch, rows_per_seq, ..]`; the whole-cache directions' plain tensor has
+/// the cache's layout (paged through the same table).
+#[inline(always)]
+fn plain_at(p: &QuantParams, b: u32, t: u32, cache: (u32, u32)) -> (u32, u32) {
+    if p.append != 0 {
+        (b, t)
+    } else {
+        cache
     }
 }
 
@@ -83,8 +111,10 @@ unsafe fn load_lane_values<H: Half, const E: usize>(row: u64, lane: u32) -> [f32
 #[inline(always)]
 pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
     let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
     let lane = thread::lane_id();
-    let x = load_lane_values::<H, E>(plain_row(p, b, t, h), lane);
+    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
     let mut amax = 0f32;
     #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
     for i in 0..E {
@@ -92,7 +122,7 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
     }
     let amax = warp::warp_max(amax);
     let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
-    let dst = data_row(p, b, token, h) + (lane as usize * E) as u64;
+    let dst = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
     let mut bytes = [0u32; E];
     #[allow(clippy::needless_range_loop)]
     for i in 0..E {
@@ -108,7 +138,7 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
         }
     }
     if lane == 0 {
-        memory::st_global_f32(side_row(p, b, token, h), amax / 127.0);
+        memory::st_global_f32(side_row(p, cb, ct, h), amax / 127.0);
     }
 }
 
@@ -119,16 +149,37 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
 #[inline(always)]
 pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
     let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
     let lane = thread::lane_id();
-    let src = data_row(p, b, token, h) + (lane as usize * E) as u64;
-    let scale = memory::ld_global_nc_f32(side_row(p, b, token, h));
-    let dst = plain_row(p, b, t, h) + (lane as usize * E * 2) as u64;
+    let src = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
+    let scale = memory::ld_global_nc_f32(side_row(p, cb, ct, h));
+    let dst = plain_row(p, pb, pt, h) + (lane as usize * E * 2) as u64;
     for w in 0..E / 2 {
         // Two bytes per output pair; E = 2 reads the lane's only 2 bytes.
         let pair = memory::ld_global_nc_u16(src + 2 * w as u64);
         let lo = ((pair & 0xFF) as i32 - 128) as f32 * scale;
         let hi = ((pair >> 8) as i32 - 128) as f32 * scale;
         memory::st_global_u32(dst + 4 * w as u64, H::pack(lo, hi));
+    }
+}
+
+/// 16-bit rows copied into a 16-bit cache (its append): each lane moves
+/// its `2·E` bytes with one load and one store.
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn store_plain<const D: usize, const E: usize>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let at = (thread::lane_id() as usize * E * 2) as u64;
+    let (src, dst) = (plain_row(p, pb, pt, h) + at, data_row(p, cb, ct, h) + at);
+    match E {
+        2 => memory::st_global_u32(dst, memory::ld_global_nc_u32(src)),
+        4 => memory::st_global_v2_u32(dst, memory::ld_global_nc_v2_u32(src)),
+        _ => memory::st_global_v4_u32(dst, memory::ld_global_nc_v4_f32(src).map(f32::to_bits)),
     }
 }
 
@@ -157,8 +208,10 @@ fn shfl_xor_u32(v: u32, m: u32) -> u32 {
 #[inline(always)]
 pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u32>(p: &QuantParams) {
     let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
     let lane = thread::lane_id();
-    let x = load_lane_values::<H, E>(plain_row(p, b, t, h), lane);
+    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
     let (mut lo, mut hi) = (x[0], x[0]);
     #[allow(clippy::needless_range_loop)]
     for i in 1..E {
@@ -190,10 +243,10 @@ pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u3
     }
     let first_dim = lane * E as u32;
     if first_dim % 8 == 0 {
-        memory::st_global_u32(data_row(p, b, token, h) + (first_dim / 8 * 4) as u64, word);
+        memory::st_global_u32(data_row(p, cb, ct, h) + (first_dim / 8 * 4) as u64, word);
     }
     if lane % (G / E as u32) == 0 {
-        memory::st_global_u32(side_row(p, b, token, h) + 4 * (first_dim / G) as u64, s_bits | (z_bits << 16));
+        memory::st_global_u32(side_row(p, cb, ct, h) + 4 * (first_dim / G) as u64, s_bits | (z_bits << 16));
     }
 }
 
@@ -205,14 +258,16 @@ pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u3
 #[inline(always)]
 pub unsafe fn dequantize_int4<H: Half, const D: usize, const E: usize, const G: u32>(p: &QuantParams) {
     let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
     let lane = thread::lane_id();
     let first_dim = lane * E as u32;
-    let word = memory::ld_global_nc_u32(data_row(p, b, token, h) + (first_dim / 8 * 4) as u64);
-    let sz = memory::ld_global_nc_u32(side_row(p, b, token, h) + 4 * (first_dim / G) as u64);
+    let word = memory::ld_global_nc_u32(data_row(p, cb, ct, h) + (first_dim / 8 * 4) as u64);
+    let sz = memory::ld_global_nc_u32(side_row(p, cb, ct, h) + 4 * (first_dim / G) as u64);
     // (scale, scale) and (zero, zero): the value is one fp16 fma, exactly as
     // the attention kernels compute it (docs/formats.md).
     let (scale, zero) = (math::prmt(sz, 0, 0x1010), math::prmt(sz, 0, 0x3232));
-    let dst = plain_row(p, b, t, h) + (first_dim * 2) as u64;
+    let dst = plain_row(p, pb, pt, h) + (first_dim * 2) as u64;
     for w in 0..E / 2 {
         let q = |i: u32| ((word >> (4 * nibble_slot((first_dim + i) % 8))) & 0xF) as f32;
         let (lo, hi) = math::unpack_f16x2(math::fma_f16x2(math::pack_f16x2(q(2 * w as u32), q(2 * w as u32 + 1)), scale, zero));

@@ -145,11 +145,19 @@ macro_rules! merge_kernel_table {
     };
 }
 
-/// Cache quantize / dequantize kernels: `name => (quantized KvFormat, 16-bit Dtype, head_dim, direction)`.
+/// Cache store / quantize / dequantize kernels: `name => (cache KvFormat,
+/// 16-bit Dtype, head_dim, direction)`; a 16-bit format's `Quantize` is a
+/// plain copy into the cache (its append).
 #[macro_export]
 macro_rules! quant_kernel_table {
     ($m:ident) => {
         $m! {
+            store_bf16_d64 => (Bf16, Bf16, 64, Quantize);
+            store_bf16_d128 => (Bf16, Bf16, 128, Quantize);
+            store_bf16_d256 => (Bf16, Bf16, 256, Quantize);
+            store_f16_d64 => (F16, F16, 64, Quantize);
+            store_f16_d128 => (F16, F16, 128, Quantize);
+            store_f16_d256 => (F16, F16, 256, Quantize);
             quantize_int8_from_bf16_d64 => (Int8, Bf16, 64, Quantize);
             quantize_int8_from_bf16_d128 => (Int8, Bf16, 128, Quantize);
             quantize_int8_from_bf16_d256 => (Int8, Bf16, 256, Quantize);
@@ -201,7 +209,8 @@ macro_rules! quant_kernel_table {
 /// Which way a quant kernel converts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum QuantDirection {
-    /// 16-bit rows → quantized rows + side data.
+    /// 16-bit rows → cache rows: quantized rows + side data, or (16-bit
+    /// formats) the rows themselves.
     Quantize,
     /// Quantized rows + side data → 16-bit rows.
     Dequantize,
@@ -286,8 +295,9 @@ macro_rules! merge_list {
 }
 merge_kernel_table!(merge_list);
 
-/// Utility kernels (random fill, busy-wait), by the names their params use.
-pub const UTILITY_KERNELS: [&str; 3] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL];
+/// Utility kernels (random fill, busy-wait, length advance, capacity-mode
+/// schedule), by the names their params use.
+pub const UTILITY_KERNELS: [&str; 5] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL, crate::SCHEDULE_KERNEL];
 
 /// Name of the attention kernel for a (format, dtype, head_dim, variant,
 /// addressing), or `None` when the table has no such kernel.

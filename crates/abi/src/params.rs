@@ -90,6 +90,27 @@ pub struct DecodeParams {
     pub _pad2: u32,
 }
 
+/// Work item `x` of a capacity-mode plan for a sequence of current length
+/// `seq_len` (already capped at the capacity): chunk `x % chunks_per_seq`
+/// of sequence `x / chunks_per_seq`, keys `[c·chunk_keys, min((c+1)·chunk_keys,
+/// seq_len))`, written directly when the sequence has one chunk, else to
+/// partial slot `x`. `None` for a chunk past the sequence's end and for
+/// sequences shorter than `q_len` (their output rows are left as they
+/// were). The schedule kernel writes these items on the device.
+#[inline(always)]
+pub const fn capacity_work_item(x: u32, seq_len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> Option<WorkItem> {
+    let batch = x / chunks_per_seq;
+    let c = x % chunks_per_seq;
+    let start = c as u64 * chunk_keys as u64;
+    if seq_len < q_len || start >= seq_len as u64 {
+        return None;
+    }
+    let (next, len) = (start + chunk_keys as u64, seq_len as u64);
+    let end = if next < len { next } else { len };
+    let partial_slot = if seq_len <= chunk_keys { DIRECT_OUTPUT } else { x };
+    Some(WorkItem { batch, kv_start: start as u32, kv_end: end as u32, partial_slot })
+}
+
 /// Parameters of the split-merge kernel.
 ///
 /// Grid: x = merge item, y = min(ceil(q_len * num_q_heads / MERGE_ROWS_PER_BLOCK), 65535);
@@ -113,8 +134,9 @@ const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
 const _: () = assert!(core::mem::size_of::<DecodeParams>() == 208);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
-const _: () = assert!(core::mem::size_of::<QuantParams>() == 128);
+const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);
+const _: () = assert!(core::mem::size_of::<ScheduleParams>() == 56);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):
 /// element `i` gets `(hash(seed, i) % 255 - 127) / 64`, exact in bf16 and f16.
@@ -150,7 +172,48 @@ pub struct SleepParams {
 
 pub const SLEEP_KERNEL: &str = "gpu_sleep";
 
-/// Parameters of the quantize / dequantize kernels. One warp per row
+/// Parameters of the length-advance kernel, the step a CUDA-graph decode
+/// loop ends with: `seq_lens[b] += by` for `b < batch`, capped at
+/// `capacity`; lengths of 0 (empty batch slots) stay 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct AdvanceParams {
+    pub seq_lens: u64,
+    pub batch: u32,
+    pub by: u32,
+    pub capacity: u32,
+    pub _pad: u32,
+}
+
+pub const ADVANCE_KERNEL: &str = "advance_seq_lens";
+
+/// Parameters of the schedule kernel, the first launch of a capacity-mode
+/// step: from the device lengths `seq_lens` it writes the step's work list
+/// (`batch * chunks_per_seq` [`WorkItem`]s, [`capacity_work_item`]; an
+/// item with nothing to do has `kv_start == kv_end`), the lengths capped at
+/// `max_seq_len` (`seq_lens_out`, what the attention kernel reads) and one
+/// [`MergeItem`] per sequence (`num_slots` ≤ 1: nothing to merge).
+/// Grid: enough 256-thread blocks for one thread per work item.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ScheduleParams {
+    pub seq_lens: u64,
+    pub seq_lens_out: u64,
+    pub work: u64,
+    pub merge: u64,
+    pub batch: u32,
+    pub q_len: u32,
+    pub chunk_keys: u32,
+    pub chunks_per_seq: u32,
+    pub max_seq_len: u32,
+    pub _pad: u32,
+}
+
+pub const SCHEDULE_KERNEL: &str = "schedule_capacity_step";
+pub const SCHEDULE_THREADS: u32 = 256;
+
+/// Parameters of the store / quantize / dequantize kernels (store: a
+/// 16-bit cache's append, a plain copy). One warp per row
 /// (sequence b, row t of the source, kv head h): grid x covers
 /// `batch * rows_per_seq * num_kv_heads` rows, `QUANT_WARPS` warps a block.
 ///
@@ -189,6 +252,17 @@ pub struct QuantParams {
     /// are skipped, never written out of bounds.
     pub capacity: u32,
     pub _pad: u32,
+    /// Paged caches (0 otherwise): `[batch, table_stride]` i32 page ids.
+    /// The cache's token `t` of sequence b is then token `t mod page_size`
+    /// of page `block_table[b][t >> page_shift]`, addressed with the batch
+    /// stride as the page stride (values and side data alike); so is
+    /// `plain` in the whole-cache directions. Ids outside the pool are read
+    /// as its last page.
+    pub block_table: u64,
+    pub table_stride: u32,
+    pub page_shift: u32,
+    pub num_pages: u32,
+    pub _pad2: u32,
 }
 
 /// Warps (rows) per block of the quant kernels.

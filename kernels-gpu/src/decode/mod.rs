@@ -54,6 +54,19 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     RowInfo { local, valid, token, head, limit }
 }
 
+/// This block's work item and its sequence's length; `None` for an empty
+/// item (a capacity-mode chunk past its sequence's end): the whole block
+/// returns before any barrier.
+#[inline(always)]
+pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
+    let x = thread::block_idx_x();
+    let item = *(p.work as *const WorkItem).add(x as usize);
+    if item.kv_start >= item.kv_end {
+        return None;
+    }
+    Some((item, *(p.seq_lens as *const u32).add(item.batch as usize)))
+}
+
 /// Keys at or past this may be masked for some row of the block (causal
 /// among the new tokens, or past the work item's end).
 #[inline(always)]
@@ -88,11 +101,10 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_m = warp % p.warps_m;
     let warp_k = warp / p.warps_m;
 
-    let item = *(p.work as *const WorkItem).add(thread::block_idx_x() as usize);
+    let Some((item, seq_len)) = block_work(p) else { return };
+    let batch = item.batch;
     let kvh = thread::block_idx_y();
     let row0 = thread::block_idx_z() * p.rows_per_block;
-    let batch = item.batch;
-    let seq_len = *(p.seq_lens as *const u32).add(batch as usize);
 
     let g = lane / 4;
     let c2 = (lane % 4) * 2;

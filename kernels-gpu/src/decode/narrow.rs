@@ -17,10 +17,10 @@
 //! `2c` and `2c + 1` (c = lane % 4) for keys `g` and `g + 8`, so row maxima
 //! and sums reduce over the 8 lanes of a column, not a quad.
 
-use decode_attn_abi::{q_converted, DecodeParams, WorkItem, KEYS_PER_WARP_STEP, MMA_M};
+use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MMA_M};
 
 use super::pipeline::Pipeline;
-use super::{convert_q, epilogue, mask_from, qo_row_addr, row_info};
+use super::{block_work, convert_q, epilogue, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -39,11 +39,10 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let lane = tid % 32;
     let warp_k = tid / 32;
 
-    let item = *(p.work as *const WorkItem).add(thread::block_idx_x() as usize);
+    let Some((item, seq_len)) = block_work(p) else { return };
+    let batch = item.batch;
     let kvh = thread::block_idx_y();
     let row0 = thread::block_idx_z() * p.rows_per_block;
-    let batch = item.batch;
-    let seq_len = *(p.seq_lens as *const u32).add(batch as usize);
 
     let (g, c) = (lane / 4, lane % 4);
     // This thread's score / output columns (rows 2c, 2c+1) and the row whose

@@ -1,0 +1,328 @@
+//! CUDA-graph decode steps: one step (append the new K and V rows, then
+//! attention) of a capacity plan is captured once and replayed for
+//! `STEPS` steps while the device lengths grow by `q_len` between replays,
+//! every step's output compared with the f64 reference. The cache starts
+//! with sequences of very different lengths, and only their prefixes are
+//! written before the loop: every later row must come from the captured
+//! append (unwritten rows are NaN, so a missing one shows).
+
+use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
+use decode_attn::cust::stream::Stream;
+use decode_attn::cust::sys as cuda;
+use decode_attn::half::{bf16, f16};
+use decode_attn::quant::{dequantize_int4_row, dequantize_int8_row, quantize_int4_row, quantize_int8_row};
+use decode_attn::reference;
+use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, Rng};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, PlanOptions, StepInputs, TensorMut, TensorRef, Workspace};
+
+use crate::paged::Paging;
+
+pub const STEPS: u32 = 100;
+
+/// One replay test: a format, a layout and the lengths the sequences start at.
+#[derive(Clone, Debug)]
+pub struct GraphCase {
+    pub name: String,
+    pub format: KvFormat,
+    pub dtype: Dtype,
+    pub q_len: u32,
+    pub paging: Option<Paging>,
+    /// Lengths at step 0, that step's new tokens included.
+    pub start_lens: Vec<u32>,
+}
+
+const HQ: u32 = 8;
+const HKV: u32 = 2;
+const D: u32 = 128;
+
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+/// Row index (in rows of D elements) of token t of sequence b, kv head h.
+fn row_index(shape: &DecodeShape, table: &[i32], b: usize, t: usize, h: usize) -> usize {
+    let (hkv, cap) = (shape.num_kv_heads as usize, shape.max_seq_len as usize);
+    match shape.kv_layout {
+        KvLayout::Paged { page_size, order, .. } => {
+            let ps = page_size as usize;
+            let page = table[b * shape.pages_per_seq() as usize + t / ps] as usize;
+            match order {
+                decode_attn::PageOrder::TokenMajor => (page * ps + t % ps) * hkv + h,
+                decode_attn::PageOrder::HeadMajor => (page * hkv + h) * ps + t % ps,
+            }
+        }
+        _ => (b * cap + t) * hkv + h,
+    }
+}
+
+/// The values the kernels compute with for one 16-bit row.
+fn effective_row(format: KvFormat, row: &[f32]) -> Vec<f32> {
+    let d = row.len();
+    let mut out = vec![0f32; d];
+    match format {
+        KvFormat::Bf16 | KvFormat::F16 => out.copy_from_slice(row),
+        KvFormat::Int8 => {
+            let mut q = vec![0i8; d];
+            let s = quantize_int8_row(row, &mut q);
+            dequantize_int8_row(&q, s, &mut out);
+        }
+        f => {
+            let g = f.group().expect("int4") as usize;
+            let (mut bytes, mut side) = (vec![0u8; d / 2], vec![0u32; d / g]);
+            quantize_int4_row(row, g, &mut bytes, &mut side);
+            dequantize_int4_row(&bytes, &side, g, &mut out);
+        }
+    }
+    out
+}
+
+fn bits16(dtype: Dtype, x: f32) -> u16 {
+    match dtype {
+        Dtype::Bf16 => bf16::from_f32(x).to_bits(),
+        Dtype::F16 => f16::from_f32(x).to_bits(),
+    }
+}
+
+/// Device view of a byte buffer as elements of `elem`.
+fn view(b: &DeviceBuffer<u8>, elem: ElemType) -> TensorRef<'_> {
+    // SAFETY: a view of a live buffer of this test.
+    unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len() / elem.size_bytes(), elem) }
+}
+fn view_mut(b: &mut DeviceBuffer<u8>, elem: ElemType) -> TensorMut<'_> {
+    // SAFETY: as `view`, for a buffer the library writes.
+    unsafe { TensorMut::from_raw(b.as_device_ptr().as_raw(), b.len() / elem.size_bytes(), elem) }
+}
+
+fn check(what: &'static str, status: cuda::CUresult) -> Result<(), String> {
+    if status == cuda::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what}: {status:?}"))
+    }
+}
+
+/// Runs one case: the worst relative L2 error over its steps, and the
+/// capacity plan's chunks per sequence.
+pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u64) -> Result<(f64, u32), String> {
+    let (batch, ql) = (case.start_lens.len() as u32, case.q_len);
+    let longest = case.start_lens.iter().copied().max().unwrap_or(1) + STEPS * ql;
+    let page = case.paging.map_or(1, |p| p.page_size);
+    let cap = longest.next_multiple_of(page);
+    let contig = DecodeShape {
+        batch,
+        num_q_heads: HQ,
+        num_kv_heads: HKV,
+        head_dim: D,
+        q_len: ql,
+        max_seq_len: cap,
+        dtype: case.dtype,
+        kv_format: case.format,
+        kv_layout: KvLayout::Nhd,
+        scale: None,
+    };
+    let width = cap / page;
+    let mut rng = Rng::new(seed);
+    // A shuffled pool with two spare pages (contiguous caches: no table).
+    let (shape, table) = match case.paging {
+        Some(p) => {
+            let num_pages = batch * width + 2;
+            let mut ids: Vec<i32> = (0..num_pages as i32).collect();
+            for i in (1..ids.len()).rev() {
+                ids.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+            let shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: p.page_size, num_pages, order: p.order }, ..contig.clone() };
+            (shape, ids[..(batch * width) as usize].to_vec())
+        }
+        None => (contig.clone(), Vec::new()),
+    };
+    let row = D as usize;
+    let rows_total = (batch * cap * HKV) as usize;
+    let round = |x: Vec<f32>| if case.dtype == Dtype::Bf16 { round_bf16(&x) } else { round_f16(&x) };
+    // Every row the loop will ever see, as the GPU receives it (16-bit),
+    // and as the kernels compute with it (dequantized).
+    let k16 = round(random_values(&mut rng, rows_total * row, row, Distribution::HeavyTailed));
+    let v16 = round(random_values(&mut rng, rows_total * row, row, Distribution::Normal));
+    let eff = |x: &[f32]| -> Vec<f32> { x.chunks(row).flat_map(|r| effective_row(case.format, r)).collect() };
+    let (k_eff, v_eff) = (eff(&k16), eff(&v16));
+
+    // The 16-bit prefix (tokens before step 0's new ones) in the cache's
+    // layout; every other element NaN.
+    let pool_rows = (shape.kv_elems_required().ok_or("shape too large")? / D as u64) as usize;
+    let prefix = |x: &[f32]| -> Vec<u16> {
+        let mut out = vec![0xFFFFu16; pool_rows * row];
+        for (b, &len) in case.start_lens.iter().enumerate() {
+            for t in 0..(len - ql) as usize {
+                for h in 0..HKV as usize {
+                    let (from, to) = (((b * cap as usize + t) * HKV as usize + h) * row, row_index(&shape, &table, b, t, h) * row);
+                    for i in 0..row {
+                        out[to + i] = bits16(case.dtype, x[from + i]);
+                    }
+                }
+            }
+        }
+        out
+    };
+    let bytes = |x: Vec<u16>| -> Vec<u8> { x.into_iter().flat_map(u16::to_le_bytes).collect() };
+    let up = |x: &[u8]| DeviceBuffer::from_slice(x).map_err(err);
+    let (k_plain, v_plain) = (up(&bytes(prefix(&k16)))?, up(&bytes(prefix(&v16)))?);
+    let table_dev = DeviceBuffer::from_slice(if table.is_empty() { &[0i32][..] } else { &table }).map_err(err)?;
+    let prefix_lens: Vec<u32> = case.start_lens.iter().map(|&l| l - ql).collect();
+    let prefix_lens_dev = DeviceBuffer::from_slice(&prefix_lens).map_err(err)?;
+    let mut lens_dev = DeviceBuffer::from_slice(&case.start_lens).map_err(err)?;
+    let paged = shape.is_paged();
+    fn step_inputs<'a>(lens: &'a DeviceBuffer<u32>, table: &'a DeviceBuffer<i32>, paged: bool) -> StepInputs<'a> {
+        StepInputs { seq_lens: lens.into(), block_table: paged.then(|| table.into()) }
+    }
+
+    // The cache: 16-bit formats start as the prefix itself; quantized ones
+    // are quantized from it on the GPU (unwritten rows stay 0xFF).
+    let kv_bytes = shape.kv_bytes_required().ok_or("shape too large")? as usize;
+    let side_bytes = shape.side_bytes_required().ok_or("shape too large")? as usize;
+    let (mut k_cache, mut v_cache, mut k_side, mut v_side) = if case.format.is_quantized() {
+        (up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; side_bytes])?, up(&vec![0xFF; side_bytes])?)
+    } else {
+        (k_plain.clone_as_bytes()?, v_plain.clone_as_bytes()?, up(&[0u8; 16])?, up(&[0u8; 16])?)
+    };
+    let kv_elem = decode_attn::check::kv_elem(case.format);
+    let side_elem = decode_attn::check::side_elem(case.format);
+    let plain_elem = decode_attn::check::dtype_elem(case.dtype);
+    if let Some(se) = side_elem {
+        let pre = step_inputs(&prefix_lens_dev, &table_dev, paged);
+        attn.quantize_kv(&shape, &pre, view(&k_plain, plain_elem), KvMut::quantized(view_mut(&mut k_cache, kv_elem), view_mut(&mut k_side, se)), stream).map_err(err)?;
+        attn.quantize_kv(&shape, &pre, view(&v_plain, plain_elem), KvMut::quantized(view_mut(&mut v_cache, kv_elem), view_mut(&mut v_side, se)), stream).map_err(err)?;
+    }
+
+    // Per-step inputs, all uploaded up front: Q and the new K/V rows.
+    let q_elems = (batch * ql * HQ * D) as usize;
+    let new_elems = (batch * ql * HKV * D) as usize;
+    let mut q_all = Vec::with_capacity(STEPS as usize * q_elems);
+    let (mut knew_all, mut vnew_all) = (Vec::new(), Vec::new());
+    for s in 0..STEPS {
+        q_all.extend(round(random_values(&mut rng, q_elems, row, Distribution::Normal)));
+        for (b, &l0) in case.start_lens.iter().enumerate() {
+            let len = (l0 + s * ql) as usize;
+            for t in len - ql as usize..len {
+                let at = (b * cap as usize + t) * HKV as usize * row;
+                knew_all.extend_from_slice(&k16[at..at + HKV as usize * row]);
+                vnew_all.extend_from_slice(&v16[at..at + HKV as usize * row]);
+            }
+        }
+    }
+    let to16 = |x: &[f32]| bytes(x.iter().map(|&v| bits16(case.dtype, v)).collect());
+    let (q_all_dev, knew_all_dev, vnew_all_dev) = (up(&to16(&q_all))?, up(&to16(&knew_all))?, up(&to16(&vnew_all))?);
+    let (q_dev, knew_dev, vnew_dev) = (up(&vec![0u8; q_elems * 2])?, up(&vec![0u8; new_elems * 2])?, up(&vec![0u8; new_elems * 2])?);
+    let mut o_dev = up(&vec![0u8; q_elems * 2])?;
+
+    let plan = attn.plan_capacity(&shape, &PlanOptions::default()).map_err(err)?;
+    let mut ws = Workspace::for_plan(&plan).map_err(err)?;
+    let raw = stream.as_inner();
+    stream.synchronize().map_err(err)?;
+
+    // Capture one step: append K, append V, attention.
+    let mut graph: cuda::CUgraph = std::ptr::null_mut();
+    // SAFETY: capture on this test's stream; every call below only enqueues.
+    unsafe { check("cuStreamBeginCapture", cuda::cuStreamBeginCapture_v2(raw, cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL))? };
+    let captured = (|| -> decode_attn::Result<()> {
+        let step = step_inputs(&lens_dev, &table_dev, paged);
+        let kside = side_elem.map(|se| view_mut(&mut k_side, se));
+        let vside = side_elem.map(|se| view_mut(&mut v_side, se));
+        attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), KvMut { data: view_mut(&mut k_cache, kv_elem), side: kside }, stream)?;
+        attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), KvMut { data: view_mut(&mut v_cache, kv_elem), side: vside }, stream)?;
+        let cache = match side_elem {
+            Some(se) => KvCache::quantized(view(&k_cache, kv_elem), view(&v_cache, kv_elem), view(&k_side, se), view(&v_side, se)),
+            None => KvCache::plain(view(&k_cache, kv_elem), view(&v_cache, kv_elem)),
+        };
+        attn.run_step(&plan, &step, view(&q_dev, plain_elem), &cache, view_mut(&mut o_dev, plain_elem), &mut ws, stream)
+    })();
+    // SAFETY: ends the capture begun above (also after a failed call).
+    unsafe { check("cuStreamEndCapture", cuda::cuStreamEndCapture(raw, &mut graph))? };
+    captured.map_err(|e| format!("capturing the step: {e}"))?;
+    let mut exec: cuda::CUgraphExec = std::ptr::null_mut();
+    // SAFETY: instantiates the graph just captured.
+    unsafe { check("cuGraphInstantiate", cuda::cuGraphInstantiateWithFlags(&mut exec, graph, 0))? };
+
+    let mut worst = 0f64;
+    let mut result = Ok(());
+    let mut out16 = vec![0u8; q_elems * 2];
+    for s in 0..STEPS as usize {
+        let lens: Vec<u32> = case.start_lens.iter().map(|&l| l + s as u32 * ql).collect();
+        // SAFETY: device-to-device copies of this step's inputs into the
+        // buffers the graph reads, and NaN poison in O, all on the stream.
+        unsafe {
+            let copy = |dst: &DeviceBuffer<u8>, src: &DeviceBuffer<u8>, n: usize| {
+                cuda::cuMemcpyDtoDAsync_v2(dst.as_device_ptr().as_raw(), src.as_device_ptr().as_raw() + (s * n) as u64, n, raw)
+            };
+            check("copy q", copy(&q_dev, &q_all_dev, q_elems * 2))?;
+            check("copy k", copy(&knew_dev, &knew_all_dev, new_elems * 2))?;
+            check("copy v", copy(&vnew_dev, &vnew_all_dev, new_elems * 2))?;
+            check("poison o", cuda::cuMemsetD8Async(o_dev.as_device_ptr().as_raw(), 0xFF, q_elems * 2, raw))?;
+            check("cuGraphLaunch", cuda::cuGraphLaunch(exec, raw))?;
+        }
+        stream.synchronize().map_err(err)?;
+        o_dev.copy_to(&mut out16[..]).map_err(err)?;
+        let out: Vec<f32> = out16
+            .chunks(2)
+            .map(|c| {
+                let b = u16::from_le_bytes([c[0], c[1]]);
+                if case.dtype == Dtype::Bf16 { bf16::from_bits(b).to_f32() } else { f16::from_bits(b).to_f32() }
+            })
+            .collect();
+        let q = &q_all[s * q_elems..(s + 1) * q_elems];
+        let reference = reference::decode_attention(&contig, &lens, q, &k_eff, &v_eff).map_err(err)?;
+        let cmp = reference::relative_l2_error(&out, &reference).map_err(err)?;
+        if cmp.nonfinite || cmp.rel_l2 > crate::TOLERANCE {
+            result = Err(format!("step {s} (lengths {lens:?}): rel_l2={:.2e} nonfinite={}", cmp.rel_l2, cmp.nonfinite));
+            break;
+        }
+        worst = worst.max(cmp.rel_l2);
+        attn.advance_seq_lens(&shape, &mut lens_dev, ql, stream).map_err(err)?;
+    }
+    // SAFETY: the graph and its instance are this function's.
+    unsafe {
+        cuda::cuGraphExecDestroy(exec);
+        cuda::cuGraphDestroy(graph);
+    }
+    let chunks = match plan.mode() {
+        decode_attn::PlanMode::Capacity { chunks_per_seq } => chunks_per_seq,
+        decode_attn::PlanMode::Lengths => 1,
+    };
+    result.map(|()| (worst, chunks))
+}
+
+trait CloneBytes {
+    fn clone_as_bytes(&self) -> Result<DeviceBuffer<u8>, String>;
+}
+impl CloneBytes for DeviceBuffer<u8> {
+    fn clone_as_bytes(&self) -> Result<DeviceBuffer<u8>, String> {
+        let mut host = vec![0u8; self.len()];
+        self.copy_to(&mut host[..]).map_err(err)?;
+        DeviceBuffer::from_slice(&host).map_err(err)
+    }
+}
+
+/// The replay cases: every format, contiguous and paged (page sizes 16
+/// and 1, both orders), sequences starting at lengths from q_len to 1500.
+pub fn cases() -> Vec<GraphCase> {
+    use decode_attn::PageOrder::{HeadMajor, TokenMajor};
+    let mut out = Vec::new();
+    for format in KvFormat::ALL {
+        // Quantized formats alternate the query type.
+        let dtype = format.required_dtype().unwrap_or(if matches!(format, KvFormat::Int4G32 | KvFormat::Int4G128) { Dtype::F16 } else { Dtype::Bf16 });
+        let layouts: [(Option<Paging>, u32, &str); 3] = [
+            (None, 1, "contiguous"),
+            (Some(Paging { page_size: 16, order: TokenMajor }), 3, "paged16-token-major"),
+            (Some(Paging { page_size: 1, order: HeadMajor }), 2, "paged1-head-major"),
+        ];
+        for (paging, q_len, layout) in layouts {
+            out.push(GraphCase {
+                name: format!("graph-replay/{}/{layout}/q{q_len}/{STEPS}-steps", format.name()),
+                format,
+                dtype,
+                q_len,
+                paging,
+                start_lens: vec![q_len, 37, 700, 1500],
+            });
+        }
+    }
+    out
+}
