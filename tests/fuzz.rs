@@ -1,5 +1,7 @@
 //! GPU fuzzing with proptest: random shapes × KV formats × value
-//! distributions × layouts × split policies, each checked against the f64
+//! distributions × layouts (strided and paged) × split policies × plan
+//! modes (host lengths, or capacity plans reading lengths and block tables
+//! on the device), each checked against the f64
 //! reference with NaN-poisoned outputs, run twice and required to be
 //! bit-identical. Failing cases shrink; their seeds are persisted to
 //! `tests/fuzz-regressions.txt` (commit them) and replayed first on every run.
@@ -12,6 +14,8 @@
 //! (to size the generator on a CPU machine).
 
 mod common;
+#[path = "gpu/paged.rs"]
+mod paged;
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -23,7 +27,8 @@ use decode_attn::cust::stream::{Stream, StreamFlags};
 use decode_attn::plan::stage_keys;
 use decode_attn::reference::relative_l2_error;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::cust::memory::DeviceBuffer;
+use decode_attn::{DecodeAttention, DecodeShape, KvFormat, KvLayout, PlanOptions, SplitPolicy, StepInputs, Variant, VariantChoice, Workspace};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestError, TestRunner};
 
@@ -73,6 +78,7 @@ struct Draw {
     lens: Vec<LenKind>,
     extra_capacity: u32,
     layout: LayoutKind,
+    capacity: bool,
     split: SplitKind,
     variant: VariantChoice,
     dist: Distribution,
@@ -98,6 +104,8 @@ enum LayoutKind {
     Hnd,
     /// Padded rows, tokens and sequences (in 8-element steps).
     Padded(u32, u32, u32),
+    /// A pool of `2^e`-token pages in shuffled order (head-major when true).
+    Paged(u32, bool),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -116,6 +124,10 @@ struct Case {
     variant: VariantChoice,
     dist: Distribution,
     seed: u64,
+    /// Read through a paged pool holding the same rows.
+    paging: Option<paged::Paging>,
+    /// Run as a capacity plan (device lengths and table, schedule kernel).
+    capacity: bool,
 }
 
 fn draw() -> impl Strategy<Value = Draw> {
@@ -134,12 +146,14 @@ fn draw() -> impl Strategy<Value = Draw> {
         2 => Just(LayoutKind::Nhd),
         2 => Just(LayoutKind::Hnd),
         1 => (0u32..3, 0u32..3, 0u32..3).prop_map(|(a, b, c)| LayoutKind::Padded(a, b, c)),
+        3 => (0u32..=8, any::<bool>()).prop_map(|(e, h)| LayoutKind::Paged(e, h)),
     ];
+    let capacity = prop_oneof![3 => Just(false), 1 => Just(true)];
     let split = prop_oneof![2 => Just(SplitKind::Auto), 1 => Just(SplitKind::Never), 2 => (1u32..600).prop_map(SplitKind::Chunk)];
     let variant = prop_oneof![2 => Just(VariantChoice::Auto), 1 => Just(VariantChoice::Force(Variant::Wide)), 1 => Just(VariantChoice::Force(Variant::Narrow))];
     let dist = prop::sample::select(Distribution::ALL.to_vec());
-    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, layout, (split, variant), dist, (any::<bool>(), any::<u64>())).prop_map(
-        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, layout, (split, variant), dist, (q_f16, seed))| Draw {
+    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, (layout, capacity), (split, variant), dist, (any::<bool>(), any::<u64>())).prop_map(
+        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, (layout, capacity), (split, variant), dist, (q_f16, seed))| Draw {
             head_dim,
             q_len,
             num_kv_heads,
@@ -147,6 +161,7 @@ fn draw() -> impl Strategy<Value = Draw> {
             lens,
             extra_capacity,
             layout,
+            capacity,
             split,
             variant,
             dist,
@@ -199,9 +214,17 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
             lens[0] = (lens[0] / 2).max(q_len);
         }
     }
-    let cap = *lens.iter().max().unwrap() + d.extra_capacity;
+    let mut cap = *lens.iter().max().unwrap() + d.extra_capacity;
+    // Paged: the problem is an NHD cache of whole pages, then scattered.
+    let paging = match d.layout {
+        LayoutKind::Paged(e, head_major) => {
+            cap = cap.next_multiple_of(1 << e);
+            Some(paged::Paging { page_size: 1 << e, order: if head_major { decode_attn::PageOrder::HeadMajor } else { decode_attn::PageOrder::TokenMajor } })
+        }
+        _ => None,
+    };
     let kv_layout = match d.layout {
-        LayoutKind::Nhd => KvLayout::Nhd,
+        LayoutKind::Nhd | LayoutKind::Paged(..) => KvLayout::Nhd,
         LayoutKind::Hnd => KvLayout::Hnd,
         LayoutKind::Padded(a, b, c) => {
             // Padding in 16-byte steps, in the cache's elements.
@@ -229,13 +252,16 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         SplitKind::Never => SplitPolicy::Never,
         SplitKind::Chunk(k) => SplitPolicy::ChunkKeys(k),
     };
-    Case { shape, seq_lens: lens, split, variant: d.variant, dist: d.dist, seed: d.seed }
+    Case { shape, seq_lens: lens, split, variant: d.variant, dist: d.dist, seed: d.seed, paging, capacity: d.capacity }
 }
 
 /// Per-format tallies.
 #[derive(Default, Debug)]
 struct Tally {
     passed: u64,
+    /// Cases read through a paged pool, and cases run as capacity plans.
+    paged: u64,
+    capacity: u64,
     worst: BTreeMap<Distribution, f64>,
     splits: u64,
     longest: u32,
@@ -281,19 +307,32 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         tally.borrow_mut().passed += 1;
         return Ok(());
     };
-    let plan = Tally::time(tally, "plan", || gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split, variant: case.variant, warps_k: None })).map_err(|e| format!("plan: {e}"))?;
-    let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;
+    let opts = PlanOptions { split: case.split, variant: case.variant, warps_k: None };
     let mut p = Tally::time(tally, "upload", || Problem::for_attention(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
-    let mut outs = Vec::new();
-    for _ in 0..2 {
-        Tally::time(tally, "run", || -> Result<(), String> {
-            p.poison_output().map_err(|e| e.to_string())?;
-            p.run(&gpu.attn, &plan, &mut ws, &gpu.stream).map_err(|e| format!("run: {e}"))?;
-            gpu.stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-            outs.push(p.output().map_err(|e| e.to_string())?);
-            Ok(())
-        })?;
-    }
+    let pool = match case.paging {
+        Some(paging) => Some(Tally::time(tally, "upload", || paged::Pool::new(&p, paging, case.seed))?),
+        None => None,
+    };
+    let shape = pool.as_ref().map_or(&case.shape, |pool| &pool.shape);
+    let plan = Tally::time(tally, "plan", || match (case.capacity, &pool) {
+        (true, _) => gpu.attn.plan_capacity(shape, &opts),
+        (false, Some(pool)) => gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, &opts),
+        (false, None) => gpu.attn.plan(shape, &case.seq_lens, &opts),
+    })
+    .map_err(|e| format!("plan: {e}"))?;
+    let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;
+    let lens_dev = DeviceBuffer::from_slice(&case.seq_lens).map_err(|e| e.to_string())?;
+    let table_dev = DeviceBuffer::from_slice(pool.as_ref().map_or(&[0i32][..], |p| &p.table)).map_err(|e| e.to_string())?;
+    let step = StepInputs { seq_lens: (&lens_dev).into(), block_table: pool.as_ref().map(|_| (&table_dev).into()) };
+    let outs = Tally::time(tally, "run", || {
+        p.run_twice(&gpu.stream, |p| {
+            let cache = pool.as_ref().map_or_else(|| p.own_cache(), |pool| pool.cache());
+            match case.capacity {
+                true => p.run_step(gpu.attn, &plan, &step, &cache, &mut ws, &gpu.stream),
+                false => p.run_cache(gpu.attn, &plan, &cache, &mut ws, &gpu.stream),
+            }
+        })
+    })?;
     let reference = Tally::time(tally, "reference", || p.reference(None)).map_err(|e| e.to_string())?;
     let cmp = relative_l2_error(&outs[0], &reference).map_err(|e| e.to_string())?;
     if cmp.nonfinite {
@@ -306,10 +345,12 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     if outs[0].iter().zip(&outs[1]).any(|(a, b)| a.to_bits() != b.to_bits()) {
         return Err("two runs on the same inputs differ (a race?)".into());
     }
-    Tally::time(tally, "free", || drop((p, ws)));
+    Tally::time(tally, "free", || drop((p, ws, pool)));
     let mut t = tally.borrow_mut();
     t.passed += 1;
-    t.splits += !plan.merges().is_empty() as u64;
+    t.splits += (plan.max_splits() > 1) as u64;
+    t.paged += case.paging.is_some() as u64;
+    t.capacity += case.capacity as u64;
     let w = t.worst.entry(case.dist).or_insert(0.0);
     *w = w.max(cmp.rel_l2);
     Ok(())
@@ -318,7 +359,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
 fn describe(c: &Case) -> String {
     let s = &c.shape;
     format!(
-        "{} b{} hq{} hkv{} d{} q{} cap{} {:?} {:?} {:?} {:?} lens[..4]={:?}",
+        "{} b{} hq{} hkv{} d{} q{} cap{} {:?} paging={:?} capacity_plan={} {:?} {:?} {:?} lens[..4]={:?}",
         s.kv_format.name(),
         s.batch,
         s.num_q_heads,
@@ -327,6 +368,8 @@ fn describe(c: &Case) -> String {
         s.q_len,
         s.max_seq_len,
         s.kv_layout,
+        c.paging,
+        c.capacity,
         c.split,
         c.variant,
         c.dist,
@@ -437,10 +480,12 @@ fn main() {
                     println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
                 }
                 println!(
-                    "fuzz {}: {} cases passed ({} split; longest sequence {}, most rows per kv head {}) in {:.0} s",
+                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans; longest sequence {}, most rows per kv head {}) in {:.0} s",
                     format.name(),
                     tally.passed,
                     tally.splits,
+                    tally.paged,
+                    tally.capacity,
                     tally.longest,
                     tally.most_rows,
                     secs

@@ -6,6 +6,8 @@
 //! `--filter SUBSTRING` runs a subset.
 
 mod common;
+#[path = "../examples/cudarc.rs"]
+mod cudarc_example;
 #[path = "gpu/graph.rs"]
 mod graph;
 #[path = "gpu/paged.rs"]
@@ -229,7 +231,8 @@ fn main() {
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
         Err(why) => {
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len());
+            let example = usize::from(filter.is_none());
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + example);
             return;
         }
     };
@@ -294,6 +297,30 @@ fn main() {
                     println!("FAIL {name:<60} {e}");
                     failed += 1;
                 }
+            }
+        }
+    }
+    if filter.is_none() {
+        // In a thread of its own: cudarc makes its (primary) context current
+        // there, leaving this thread's context to the other tests.
+        let name = "examples/cudarc.rs (raw handles, cudarc memory, paged decode loop)";
+        let outcome = std::thread::spawn(|| cudarc_example::run_example().map_err(|e| e.to_string()).map(|o| o.map(|o| (o.steps, o.worst_rel_l2)))).join();
+        match outcome {
+            Ok(Ok(Some((steps, err)))) => {
+                println!("ok   {name:<60} {steps} steps, rel_l2={err:.2e} (worst step)");
+                passed += 1;
+            }
+            Ok(Ok(None)) => {
+                println!("FAIL {name:<60} cudarc found no CUDA device");
+                failed += 1;
+            }
+            Ok(Err(e)) => {
+                println!("FAIL {name:<60} {e}");
+                failed += 1;
+            }
+            Err(_) => {
+                println!("FAIL {name:<60} panicked");
+                failed += 1;
             }
         }
     }

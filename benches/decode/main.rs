@@ -75,6 +75,12 @@ struct Args {
     /// checked bit-identical to the contiguous one first.
     #[arg(long)]
     paged: bool,
+    /// Also time each row as a replayed CUDA graph of a capacity plan
+    /// (lengths read on the device; schedule + attention + merge): the
+    /// graph column, graph time over planned time. Its output is checked
+    /// bit-identical to the planned one first.
+    #[arg(long)]
+    graph: bool,
     /// Appended to the output file names (several runs in one directory).
     #[arg(long, default_value = "")]
     tag: String,
@@ -251,6 +257,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
             }
         }
     }
+    let graph_us = if args.graph { graph_median(attn, stream, &plan, &opts, &mut sets, args.iters as usize)? } else { 0.0 };
     let bytes = plan.bytes_moved();
     let gbps = bytes as f64 / (med * 1e-6) / 1e9;
     let cold = n_sets * per_set >= 4 * l2 || args.l2 == L2Mode::Flush;
@@ -290,7 +297,43 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         note: notes.join("; "),
         paged16_us: paged_us[0],
         paged64_us: paged_us[1],
+        graph_us,
     })
+}
+
+/// The row as a CUDA graph of a capacity plan, one graph per buffer set:
+/// its output (lengths on the device) must equal the planned one bit for
+/// bit; then the replays are timed like the planned launches.
+fn graph_median(attn: &DecodeAttention, stream: &Stream, planned: &decode_attn::Plan, opts: &PlanOptions, sets: &mut [BufferSet], iters: usize) -> Result<f64, String> {
+    let e = |e: decode_attn::Error| e.to_string();
+    let shape = planned.shape();
+    let plan = attn.plan_capacity(shape, opts).map_err(e)?;
+    let lens = DeviceBuffer::from_slice(planned.seq_lens()).map_err(|e| e.to_string())?;
+    let step = decode_attn::StepInputs::lengths(&lens);
+    let mut ws = Workspace::for_plan(&plan).map_err(e)?;
+    let mut planned_ws = Workspace::for_plan(planned).map_err(e)?;
+    let o_len = shape.q_elems() as usize;
+    let mut outputs = Vec::new();
+    for capacity in [false, true] {
+        sets[0].poison_output(stream)?;
+        let (q, cache, o) = sets[0].views();
+        if capacity {
+            attn.run_step(&plan, &step, q, &cache, o, &mut ws, stream).map_err(e)?;
+        } else {
+            attn.run_cache(planned, q, &cache, o, &mut planned_ws, stream).map_err(e)?;
+        }
+        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+        outputs.push(buffers::download::<u16>(sets[0].o.as_device_ptr().as_raw(), o_len)?);
+    }
+    if outputs[0] != outputs[1] {
+        return Err("the capacity plan's output differs from the planned one".into());
+    }
+    let mut graphs = Vec::new();
+    for set in sets.iter_mut() {
+        let (q, cache, o) = set.views();
+        graphs.push(timing::Graph::capture(stream, || attn.run_step(&plan, &step, q, &cache, o, &mut ws, stream).map_err(e))?);
+    }
+    Ok(median(&timing::time_graphs(attn, stream, &graphs, iters)?))
 }
 
 /// The row's buffers read as a pool of `ps`-token pages (token-major NHD

@@ -47,10 +47,15 @@ pub struct RowResult {
     /// 16- and 64-token pages in shuffled order (0: not run).
     pub paged16_us: f64,
     pub paged64_us: f64,
+    /// `--graph`: median time of the same step as a replayed CUDA graph of
+    /// a capacity plan (schedule, attention, merge; 0: not run).
+    #[serde(default)]
+    pub graph_us: f64,
 }
 
 impl RowResult {
-    /// Paged time over contiguous time, minus one, in % ("—" when not run).
+    /// A variant's time (paged, graph) over the contiguous planned time,
+    /// minus one, in % ("—" when not run).
     pub fn paged_overhead(&self, paged_us: f64) -> String {
         if paged_us > 0.0 && self.median_us > 0.0 {
             format!("{:+.1}%", 100.0 * (paged_us / self.median_us - 1.0))
@@ -87,16 +92,16 @@ impl Report {
         let _ = writeln!(s, "\n{}: copy roofline {:.0} GB/s; median of {} launches, {method}", self.device, self.roofline_gbps, self.iters);
         let _ = writeln!(
             s,
-            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7}  status",
-            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "merge%", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64"
+            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7}  status",
+            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "merge%", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7}  {} {}",
+                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7}  {} {}",
                 r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.buffer_sets, r.bytes as f64 / 1e6,
                 r.median_us, r.min_us, r.max_us, r.merge_pct, r.gbps, r.pct_roofline, r.speedup_vs_bf16, r.rel_err,
-                r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.status, r.note
+                r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.paged_overhead(r.graph_us), r.status, r.note
             );
         }
         s

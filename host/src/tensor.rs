@@ -96,6 +96,13 @@ impl<'a> TensorRef<'a> {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+    /// The device address.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub fn elem(&self) -> ElemType {
+        self.elem
+    }
 }
 
 impl<'a> TensorMut<'a> {

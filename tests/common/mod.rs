@@ -9,7 +9,7 @@ use decode_attn::half::{bf16, f16};
 use decode_attn::reference;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::quant::{dequantize_cache, quantize_cache};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvCache, KvFormat, Plan, Result, TensorRef, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvCache, KvFormat, Plan, Result, StepInputs, TensorRef, Workspace};
 
 /// Device buffers of one problem, in either 16-bit type.
 pub enum Buffers {
@@ -266,6 +266,34 @@ impl Problem {
         match bufs {
             Buffers::Bf16 { q, o, .. } => attn.run_cache(plan, &*q, cache, &mut *o, ws, stream),
             Buffers::F16 { q, o, .. } => attn.run_cache(plan, &*q, cache, &mut *o, ws, stream),
+        }
+    }
+
+    /// This problem's own cache as views that do not borrow it (so O can
+    /// be borrowed mutably beside them).
+    pub fn own_cache(&self) -> KvCache<'static> {
+        if let Some(qb) = &self.quant {
+            let c = qb.cache(self.shape.kv_format);
+            // SAFETY: views of buffers that live as long as this problem,
+            // which its callers keep alive across the runs using them.
+            return unsafe {
+                let v = |t: TensorRef| TensorRef::from_raw(t.addr(), t.len(), t.elem());
+                KvCache { k: v(c.k), v: v(c.v), k_scales: c.k_scales.map(v), v_scales: c.v_scales.map(v) }
+            };
+        }
+        let (k, v): (TensorRef, TensorRef) = match &self.bufs {
+            Buffers::Bf16 { k, v, .. } => (k.into(), v.into()),
+            Buffers::F16 { k, v, .. } => (k.into(), v.into()),
+        };
+        // SAFETY: as above.
+        unsafe { KvCache::plain(TensorRef::from_raw(k.addr(), k.len(), k.elem()), TensorRef::from_raw(v.addr(), v.len(), v.elem())) }
+    }
+
+    /// One step of a capacity plan over `cache` (lengths and table on the device).
+    pub fn run_step(&mut self, attn: &DecodeAttention, plan: &Plan, step: &StepInputs<'_>, cache: &KvCache<'_>, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+        match &mut self.bufs {
+            Buffers::Bf16 { q, o, .. } => attn.run_step(plan, step, &*q, cache, &mut *o, ws, stream),
+            Buffers::F16 { q, o, .. } => attn.run_step(plan, step, &*q, cache, &mut *o, ws, stream),
         }
     }
 

@@ -114,6 +114,7 @@ impl Pool {
 
 /// Plans and runs problem `p` through its pool twice (NaN-poisoned O):
 /// the outputs, which the caller checks against the reference.
+#[allow(dead_code)] // the fuzzer plans its own runs
 pub fn run(attn: &DecodeAttention, stream: &Stream, p: &mut Problem, pool: &Pool, opts: &PlanOptions) -> Result<(Vec<Vec<f32>>, u32), String> {
     let plan = attn.plan_paged(&pool.shape, &p.seq_lens, &pool.table, opts).map_err(|e| e.to_string())?;
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
