@@ -114,6 +114,43 @@ impl BufferSet {
     }
 }
 
+impl BufferSet {
+    /// Swaps this set's side data for the same entries laid out as the
+    /// paged shape `paged` with the identity table (sequence b's tokens in
+    /// pages `b·pages_per_seq ..`; the values need no change: NHD rows of
+    /// whole pages are already token-major pages). Call again with the
+    /// returned buffers to swap back.
+    pub fn swap_side(&mut self, side: (DeviceBuffer<u32>, DeviceBuffer<u32>)) -> Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)> {
+        self.scales.replace(side)
+    }
+
+    /// This set's side data in `paged`'s layout (see [`BufferSet::swap_side`]).
+    pub fn paged_side(&self, contiguous: &DecodeShape, paged: &DecodeShape) -> Result<Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>, String> {
+        let Some((ks, vs)) = &self.scales else { return Ok(None) };
+        let decode_attn::KvLayout::Paged { page_size, .. } = paged.kv_layout else { return Err("not a paged shape".into()) };
+        let words = (contiguous.kv_format.side_bytes(contiguous.head_dim) / 4) as u64;
+        let (c, p) = (contiguous.side_strides(), paged.side_strides());
+        let (ps, per_seq) = (page_size as u64, paged.pages_per_seq() as u64);
+        let n_paged = (paged.side_bytes_required().unwrap_or(0) / 4) as usize;
+        let permute = |buf: &DeviceBuffer<u32>| -> Result<DeviceBuffer<u32>, String> {
+            let old = download::<u32>(buf.as_device_ptr().as_raw(), buf.len())?;
+            let mut new = vec![0u32; n_paged];
+            for b in 0..contiguous.batch as u64 {
+                for t in 0..contiguous.max_seq_len as u64 {
+                    let page = b * per_seq + t / ps;
+                    for h in 0..contiguous.num_kv_heads as u64 {
+                        let from = ((b * c.batch + t * c.token + h * c.head) * words) as usize;
+                        let to = ((page * p.batch + (t % ps) * p.token + h * p.head) * words) as usize;
+                        new[to..to + words as usize].copy_from_slice(&old[from..from + words as usize]);
+                    }
+                }
+            }
+            DeviceBuffer::from_slice(&new).map_err(|e| e.to_string())
+        };
+        Ok(Some((permute(ks)?, permute(vs)?)))
+    }
+}
+
 /// Copies `n` values of type `T` from device address `addr`.
 pub fn download<T: DeviceCopy + Default + Clone>(addr: u64, n: usize) -> Result<Vec<T>, String> {
     let mut h = vec![T::default(); n];

@@ -69,12 +69,17 @@ struct Args {
     /// Warps along the keys per block (default: the planner's choice).
     #[arg(long)]
     warps_k: Option<u32>,
-    /// Also time each bf16 / fp16 row in a paged pool (pages of 16 and 64
-    /// tokens, block tables in shuffled order): the pg16 / pg64 columns,
-    /// paged time over contiguous time. The output with an identity table is
-    /// checked bit-identical to the contiguous one first.
+    /// Also time each row in a paged pool (pages of 16 and 64 tokens, block
+    /// tables in shuffled order): the pg16 / pg64 columns, paged time over
+    /// contiguous time. The output with an identity table is checked
+    /// bit-identical to the contiguous one first.
     #[arg(long)]
     paged: bool,
+    /// Page order of the --paged tables: shuffled (default), or identity
+    /// (pages in order: separates the kernel's paging cost from the
+    /// memory system's cost of scattered pages).
+    #[arg(long, value_enum, default_value = "shuffled")]
+    page_table: PageTable,
     /// Also time each row as a replayed CUDA graph of a capacity plan
     /// (lengths read on the device; schedule + attention + merge): the
     /// graph column, graph time over planned time. Its output is checked
@@ -87,6 +92,12 @@ struct Args {
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PageTable {
+    Shuffled,
+    Identity,
 }
 
 fn parse_variant(s: &str) -> Result<VariantChoice, String> {
@@ -250,10 +261,10 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let med = median(&t.total);
     let merge_us = if t.merge.is_empty() { 0.0 } else { median(&t.merge) };
     let mut paged_us = [0.0f64; 2];
-    if args.paged && !s.format.is_quantized() {
+    if args.paged {
         for (slot, ps) in [16u32, 64].into_iter().enumerate() {
             if s.ctx % ps == 0 {
-                paged_us[slot] = paged_median(attn, stream, &plan, &opts, ps, &mut sets, args.iters as usize)?;
+                paged_us[slot] = paged_median(attn, stream, &plan, &opts, ps, args.page_table, &mut sets, args.iters as usize)?;
             }
         }
     }
@@ -341,31 +352,76 @@ fn graph_median(attn: &DecodeAttention, stream: &Stream, planned: &decode_attn::
 /// whose output must equal the contiguous plan's bit for bit, then timed
 /// with the pages of the table shuffled (every page still read once).
 #[allow(clippy::too_many_arguments)]
-fn paged_median(attn: &DecodeAttention, stream: &Stream, contiguous: &decode_attn::Plan, opts: &PlanOptions, ps: u32, sets: &mut [BufferSet], iters: usize) -> Result<f64, String> {
-    let e = |e: decode_attn::Error| e.to_string();
-    let (shape, lens) = (contiguous.shape(), contiguous.seq_lens());
+/// The output of one run of `plan` on `set` (O poisoned first), as bits.
+fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, set: &mut BufferSet) -> Result<Vec<u16>, String> {
+    let mut ws = Workspace::for_plan(plan).map_err(|e| e.to_string())?;
+    set.poison_output(stream)?;
+    let (q, cache, o) = set.views();
+    attn.run_cache(plan, q, &cache, o, &mut ws, stream).map_err(|e| e.to_string())?;
+    stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+    buffers::download::<u16>(set.o.as_device_ptr().as_raw(), plan.shape().q_elems() as usize)
+}
+
+fn paged_median(
+    attn: &DecodeAttention,
+    stream: &Stream,
+    contiguous: &decode_attn::Plan,
+    opts: &PlanOptions,
+    ps: u32,
+    order: PageTable,
+    sets: &mut [BufferSet],
+    iters: usize,
+) -> Result<f64, String> {
+    let shape = contiguous.shape();
     let num_pages = shape.batch * (shape.max_seq_len / ps);
     let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor }, ..shape.clone() };
     let identity: Vec<i32> = (0..num_pages as i32).collect();
-    let o_len = shape.q_elems() as usize;
-    let mut outputs = Vec::new();
-    for plan in [contiguous, &attn.plan_paged(&pshape, lens, &identity, opts).map_err(e)?] {
-        let mut ws = Workspace::for_plan(plan).map_err(e)?;
-        sets[0].poison_output(stream)?;
-        let (q, cache, o) = sets[0].views();
-        attn.run_cache(plan, q, &cache, o, &mut ws, stream).map_err(e)?;
-        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-        outputs.push(buffers::download::<u16>(sets[0].o.as_device_ptr().as_raw(), o_len)?);
+    let reference = output_of(attn, stream, contiguous, &mut sets[0])?;
+    // Quantized caches: side data in the pool's layout, swapped in for the
+    // paged runs and back out after (values are pages already).
+    let mut saved = Vec::with_capacity(sets.len());
+    for set in sets.iter_mut() {
+        if let Some(side) = set.paged_side(shape, &pshape)? {
+            saved.push(set.swap_side(side));
+        }
     }
-    if outputs[0] != outputs[1] {
+    let result = paged_runs(attn, stream, contiguous, opts, &pshape, identity, &reference, ps, order, sets, iters);
+    for (set, side) in sets.iter_mut().zip(saved) {
+        if let Some(side) = side {
+            set.swap_side(side);
+        }
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn paged_runs(
+    attn: &DecodeAttention,
+    stream: &Stream,
+    contiguous: &decode_attn::Plan,
+    opts: &PlanOptions,
+    pshape: &DecodeShape,
+    identity: Vec<i32>,
+    reference: &[u16],
+    ps: u32,
+    order: PageTable,
+    sets: &mut [BufferSet],
+    iters: usize,
+) -> Result<f64, String> {
+    let e = |e: decode_attn::Error| e.to_string();
+    let lens = contiguous.seq_lens();
+    let paged = attn.plan_paged(pshape, lens, &identity, opts).map_err(e)?;
+    if output_of(attn, stream, &paged, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));
     }
     let mut rng = decode_attn::testing::Rng::new(ps as u64);
     let mut table = identity;
-    for i in (1..table.len()).rev() {
-        table.swap(i, rng.below(i as u64 + 1) as usize);
+    if order == PageTable::Shuffled {
+        for i in (1..table.len()).rev() {
+            table.swap(i, rng.below(i as u64 + 1) as usize);
+        }
     }
-    let plan = attn.plan_paged(&pshape, lens, &table, opts).map_err(e)?;
+    let plan = attn.plan_paged(pshape, lens, &table, opts).map_err(e)?;
     let mut ws = Workspace::for_plan(&plan).map_err(e)?;
     let mut run = TimedRun { attn, stream, plan: &plan, ws: &mut ws, iters };
     Ok(median(&run.rotate(sets)?.total))

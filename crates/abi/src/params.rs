@@ -40,6 +40,8 @@ pub struct DecodeParams {
     pub q: u64,
     /// K cache base; row (b, t, h) starts at byte `b*k_stride_batch + t*k_stride_token + h*k_stride_head`.
     pub k: u64,
+    /// V cache base; V has K's strides (the attention kernels address V's
+    /// rows from K's: the `v_stride_*` fields must equal the `k_stride_*` ones).
     pub v: u64,
     /// `[batch, q_len, num_q_heads, head_dim]`, dtype.
     pub o: u64,

@@ -17,13 +17,17 @@ use crate::addressing::{paged_rows, PagedStage, Strided};
 use crate::arch::{memory, thread};
 use crate::format::KvFormat;
 
-pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool> {
+/// `JOINT`: K and V chunks of a row are issued in pairs from one address
+/// (fewer page-id lookups: measured 1-2 % faster paged, docs/perf.md); the
+/// narrow kernels copy K's rows then V's, which keeps them at ≤ 128
+/// registers (two blocks per SM).
+pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const JOINT: bool> {
     p: &'a DecodeParams,
     kvh: u32,
     /// Strided kernels: the sequence's rows (paged stages address theirs
     /// through `PagedStage`).
+    /// K's rows; V's are `v_delta` bytes on.
     k: Strided,
-    v: Strided,
     k_side: Strided,
     v_side: Strided,
     smem: u32,
@@ -35,7 +39,7 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool> {
     _format: PhantomData<F>,
 }
 
-impl<'a, F: KvFormat, const D: usize, const PAGED: bool> Pipeline<'a, F, D, PAGED> {
+impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const JOINT: bool> Pipeline<'a, F, D, PAGED, JOINT> {
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32);
     /// Shared memory of the stages and (paged) the page-id ring; the Q tile follows.
     pub const REGION_BYTES: u32 = stage_region_bytes(F::FORMAT, D as u32, if PAGED { Addressing::Paged } else { Addressing::Strided });
@@ -48,7 +52,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool> Pipeline<'a, F, D, PAGE
             p,
             kvh,
             k: Strided::new(p.k, b, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            v: Strided::new(p.v, b, kvh, p.v_stride_batch, p.v_stride_token, p.v_stride_head),
             k_side: Strided::new(p.k_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             v_side: Strided::new(p.v_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             smem,
@@ -74,6 +77,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool> Pipeline<'a, F, D, PAGE
     #[inline(always)]
     pub fn v_side(&self, stage: u32) -> u32 {
         self.k_side(stage) + Self::CFG.side_bytes * Self::CFG.keys_per_stage
+    }
+
+    /// Bytes from a K row to the V row of the same token (the host gives
+    /// both caches the same strides, pools and pages alike).
+    #[inline(always)]
+    fn v_delta(&self) -> u64 {
+        self.p.v.wrapping_sub(self.p.k)
     }
 
     /// Shared address of the page ids of tile `t`.
@@ -119,22 +129,19 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool> Pipeline<'a, F, D, PAGE
                 // The whole stage is in one page (stages start on multiples
                 // of `kt`): one id, then rows as at strides from its start.
                 let k = PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page }.single_page(first);
-                let v = PagedStage::<{ paged_rows::V }> { p, kvh, ids, first_page }.single_page(first);
-                F::load_rows::<D, _>(k, self.k_tile(stage), first, end, kt, tid, nthreads);
-                F::load_rows::<D, _>(v, self.v_tile(stage), first, end, kt, tid, nthreads);
+                F::load_kv_rows::<D, _, JOINT>(k, self.v_delta(), self.k_tile(stage), self.v_tile(stage), first, end, kt, tid, nthreads);
                 self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
                 return;
             }
-            F::load_rows::<D, _>(PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page }, self.k_tile(stage), first, end, kt, tid, nthreads);
-            F::load_rows::<D, _>(PagedStage::<{ paged_rows::V }> { p, kvh, ids, first_page }, self.v_tile(stage), first, end, kt, tid, nthreads);
+            let k = PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page };
+            F::load_kv_rows::<D, _, JOINT>(k, self.v_delta(), self.k_tile(stage), self.v_tile(stage), first, end, kt, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
                 F::load_side::<D, _>(PagedStage::<{ paged_rows::K_SIDE }> { p, kvh, ids, first_page }, self.k_side(stage), first, end, kt, tid, nthreads);
                 F::load_side::<D, _>(PagedStage::<{ paged_rows::V_SIDE }> { p, kvh, ids, first_page }, self.v_side(stage), first, end, kt, tid, nthreads);
             }
             self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
         } else {
-            F::load_rows::<D, _>(self.k, self.k_tile(stage), first, end, kt, tid, nthreads);
-            F::load_rows::<D, _>(self.v, self.v_tile(stage), first, end, kt, tid, nthreads);
+            F::load_kv_rows::<D, _, JOINT>(self.k, self.v_delta(), self.k_tile(stage), self.v_tile(stage), first, end, kt, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
                 F::load_side::<D, _>(self.k_side, self.k_side(stage), first, end, kt, tid, nthreads);
                 F::load_side::<D, _>(self.v_side, self.v_side(stage), first, end, kt, tid, nthreads);

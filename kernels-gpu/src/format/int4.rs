@@ -18,7 +18,7 @@ use core::marker::PhantomData;
 
 use decode_attn_abi::tile_config;
 
-use super::{copy_rows, copy_side, swizzled, Half, KvFormat};
+use super::{copy_side, swizzled, Half, KvFormat};
 use crate::addressing::RowAddressing;
 use crate::arch::{math, mma, shared};
 
@@ -65,10 +65,6 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
         32 * (nt / 4) + 8 * (n / 2) + 2 * (nt % 4) + n % 2
     }
 
-    #[inline(always)]
-    unsafe fn load_rows<const D: usize, R: RowAddressing>(rows: R, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        copy_rows(rows, tile, first, end, keys, (D / 2) as u32, tid, nthreads)
-    }
 
     #[inline(always)]
     unsafe fn load_side<const D: usize, R: RowAddressing>(side: R, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {

@@ -17,7 +17,7 @@
 
 use core::marker::PhantomData;
 
-use super::{copy_rows, copy_side, swizzled, Half, KvFormat};
+use super::{copy_side, swizzled, Half, KvFormat};
 use crate::addressing::RowAddressing;
 use crate::arch::{math, mma, shared};
 
@@ -61,10 +61,6 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
     #[inline(always)]
     fn v_dim(nt: u32, n: u32) -> u32 {
         16 * (nt / 2) + 2 * n + nt % 2
-    }
-    #[inline(always)]
-    unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        copy_rows(rows, tile, first, end, keys, D as u32, tid, nthreads)
     }
 
     #[inline(always)]

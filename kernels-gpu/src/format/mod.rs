@@ -104,18 +104,32 @@ pub trait KvFormat {
     /// `first .. first + keys` to `tile`; rows at or past `end` read 0.
     ///
     /// # Safety
-    /// As [`KvFormat::load_rows`], for side entries of 4 bytes.
+    /// As [`KvFormat::load_kv_rows`], for side entries of 4 bytes.
     #[inline(always)]
     unsafe fn load_side<const D: usize, A: RowAddressing>(_side: A, _tile: u32, _first: u32, _end: u32, _keys: u32, _tid: u32, _nthreads: u32) {}
 
-    /// Issues this thread's share of asynchronous copies of rows
-    /// `first .. first + keys` into the shared tile at `tile`; rows at or past
-    /// `end` are zero-filled (never read), so masked keys hold finite values.
+    /// Issues this thread's share of asynchronous copies of K's and V's
+    /// rows `first .. first + keys` into the shared tiles at `k_tile` and
+    /// `v_tile`; rows at or past `end` are zero-filled (never read), so
+    /// masked keys hold finite values. V's rows sit `v_delta` bytes after
+    /// K's (the caches share strides), so one address serves both when
+    /// `JOINT` (K and V chunks issued in pairs); otherwise K's rows, then V's.
     ///
     /// # Safety
-    /// `tile` must have room for `keys` rows of this format; rows
-    /// `first .. end` of `rows` must be readable; `first < end`.
-    unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32);
+    /// The tiles must have room for `keys` rows of this format; rows
+    /// `first .. end` of `k` (and `v_delta` bytes on) must be readable;
+    /// `first < end`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn load_kv_rows<const D: usize, A: RowAddressing, const JOINT: bool>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        let row_bytes = Self::FORMAT.row_bytes(D as u32);
+        if JOINT {
+            copy_kv_rows(k, v_delta, k_tile, v_tile, first, end, keys, row_bytes, tid, nthreads)
+        } else {
+            copy_rows(k, k_tile, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows(Shifted { rows: k, by: v_delta }, v_tile, first, end, keys, row_bytes, tid, nthreads);
+        }
+    }
 
     /// B fragments of K for keys `key .. key + 16` of the tile and the head
     /// dims of k-chunks `2·kp` and `2·kp + 1` (16 dims each, in the order
@@ -152,13 +166,40 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
     row * row_bytes + ((chunk ^ ((row / rows_per_line) & mask)) << 4)
 }
 
-/// Issues this thread's share of 16-byte `cp.async` copies of rows
-/// `first .. first + keys` (each `row_bytes` long) into the swizzled tile;
-/// rows at or past `end` read nothing and are zero-filled, their source
-/// address staying a valid one. The row copy every format shares.
+/// Issues this thread's share of 16-byte `cp.async` copies of K's and V's
+/// rows `first .. first + keys` (each `row_bytes` long) into the swizzled
+/// tiles, V's source `v_delta` bytes after K's; rows at or past `end` read
+/// nothing and are zero-filled, their source address staying a valid one.
+/// One row address (for paged caches: one page-id lookup) per chunk pair.
+/// The row copy every format shares.
 ///
 /// # Safety
-/// As [`KvFormat::load_rows`].
+/// As [`KvFormat::load_kv_rows`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy_kv_rows<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
+    let chunks_per_row = row_bytes / 16;
+    let mut c = tid;
+    while c < keys * chunks_per_row {
+        let row = c / chunks_per_row;
+        let chunk = c % chunks_per_row;
+        let key = first + row;
+        let in_range = key < end;
+        let src_key = if in_range { key } else { first };
+        let addr = k.row(src_key) + (chunk as u64) * 16;
+        let (at, bytes) = (swizzled(row, chunk, row_bytes), if in_range { 16 } else { 0 });
+        crate::arch::memory::cp_async_16(k_tile + at, addr, bytes);
+        crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);
+        c += nthreads;
+    }
+}
+
+/// Issues this thread's share of 16-byte `cp.async` copies of rows
+/// `first .. first + keys` (each `row_bytes` long) into the swizzled tile,
+/// as [`copy_kv_rows`] does for one of the two tensors.
+///
+/// # Safety
+/// As [`KvFormat::load_kv_rows`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
@@ -173,6 +214,25 @@ pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u
         let addr = rows.row(src_key) + (chunk as u64) * 16;
         crate::arch::memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if in_range { 16 } else { 0 });
         c += nthreads;
+    }
+}
+
+/// Rows `by` bytes after another addressing's (V's rows, from K's).
+#[derive(Clone, Copy)]
+struct Shifted<A> {
+    rows: A,
+    by: u64,
+}
+
+impl<A: RowAddressing> RowAddressing for Shifted<A> {
+    const PAGED: bool = A::PAGED;
+    #[inline(always)]
+    fn row(&self, token: u32) -> u64 {
+        self.rows.row(token).wrapping_add(self.by)
+    }
+    #[inline(always)]
+    fn page_tokens(&self) -> u32 {
+        self.rows.page_tokens()
     }
 }
 

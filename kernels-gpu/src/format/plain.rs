@@ -3,7 +3,7 @@
 
 use core::marker::PhantomData;
 
-use super::{copy_rows, swizzled, Bf16, Half, KvFormat, F16};
+use super::{swizzled, Bf16, Half, KvFormat, F16};
 use crate::addressing::RowAddressing;
 use crate::arch::mma;
 
@@ -24,10 +24,6 @@ impl<H: Half + PlainFormatId> KvFormat for PlainKv<H> {
     type Compute = H;
     type Query = H;
 
-    #[inline(always)]
-    unsafe fn load_rows<const D: usize, A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        copy_rows(rows, tile, first, end, keys, (D * 2) as u32, tid, nthreads)
-    }
 
     #[inline(always)]
     unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
