@@ -410,7 +410,12 @@ fn paged_runs(
 ) -> Result<f64, String> {
     let e = |e: decode_attn::Error| e.to_string();
     let lens = contiguous.seq_lens();
-    let paged = attn.plan_paged(pshape, lens, &identity, opts).map_err(e)?;
+    // The check runs the contiguous plan's block shape (the paged planner
+    // may pick another: a different summation order); the timed run the
+    // paged planner's own plan.
+    let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()) };
+    let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));
     }

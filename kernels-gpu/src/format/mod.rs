@@ -166,6 +166,12 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
     row * row_bytes + ((chunk ^ ((row / rows_per_line) & mask)) << 4)
 }
 
+/// Chunks whose source addresses are computed together (see [`copy_kv_rows`]).
+const UNROLL: usize = 4;
+/// The same for the narrow kernels' K-then-V copies (4 moved two narrow
+/// paged int4 kernels past 128 registers).
+const ROWS_UNROLL: usize = 2;
+
 /// Issues this thread's share of 16-byte `cp.async` copies of K's and V's
 /// rows `first .. first + keys` (each `row_bytes` long) into the swizzled
 /// tiles, V's source `v_delta` bytes after K's; rows at or past `end` read
@@ -179,18 +185,29 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn copy_kv_rows<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
     let chunks_per_row = row_bytes / 16;
+    let total = keys * chunks_per_row;
     let mut c = tid;
-    while c < keys * chunks_per_row {
-        let row = c / chunks_per_row;
-        let chunk = c % chunks_per_row;
-        let key = first + row;
-        let in_range = key < end;
-        let src_key = if in_range { key } else { first };
-        let addr = k.row(src_key) + (chunk as u64) * 16;
-        let (at, bytes) = (swizzled(row, chunk, row_bytes), if in_range { 16 } else { 0 });
-        crate::arch::memory::cp_async_16(k_tile + at, addr, bytes);
-        crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);
-        c += nthreads;
+    while c < total {
+        // Paged rows: the addresses of UNROLL chunks first, so their page-id
+        // reads from shared memory overlap instead of each one delaying its
+        // copy (one read's latency per stage, not one per chunk).
+        let mut src = [0u64; UNROLL];
+        for (u, s) in src.iter_mut().enumerate() {
+            let cc = c + u as u32 * nthreads;
+            let key = first + cc / chunks_per_row;
+            let src_key = if cc < total && key < end { key } else { first };
+            *s = k.row(src_key) + ((cc % chunks_per_row) as u64) * 16;
+        }
+        for (u, &addr) in src.iter().enumerate() {
+            let cc = c + u as u32 * nthreads;
+            if cc < total {
+                let (row, chunk) = (cc / chunks_per_row, cc % chunks_per_row);
+                let (at, bytes) = (swizzled(row, chunk, row_bytes), if first + row < end { 16 } else { 0 });
+                crate::arch::memory::cp_async_16(k_tile + at, addr, bytes);
+                crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);
+            }
+        }
+        c += UNROLL as u32 * nthreads;
     }
 }
 
@@ -204,16 +221,25 @@ pub unsafe fn copy_kv_rows<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
     let chunks_per_row = row_bytes / 16;
+    let total = keys * chunks_per_row;
     let mut c = tid;
-    while c < keys * chunks_per_row {
-        let row = c / chunks_per_row;
-        let chunk = c % chunks_per_row;
-        let key = first + row;
-        let in_range = key < end;
-        let src_key = if in_range { key } else { first };
-        let addr = rows.row(src_key) + (chunk as u64) * 16;
-        crate::arch::memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if in_range { 16 } else { 0 });
-        c += nthreads;
+    while c < total {
+        // As in `copy_kv_rows`: ROWS_UNROLL addresses first.
+        let mut src = [0u64; ROWS_UNROLL];
+        for (u, s) in src.iter_mut().enumerate() {
+            let cc = c + u as u32 * nthreads;
+            let key = first + cc / chunks_per_row;
+            let src_key = if cc < total && key < end { key } else { first };
+            *s = rows.row(src_key) + ((cc % chunks_per_row) as u64) * 16;
+        }
+        for (u, &addr) in src.iter().enumerate() {
+            let cc = c + u as u32 * nthreads;
+            if cc < total {
+                let (row, chunk) = (cc / chunks_per_row, cc % chunks_per_row);
+                crate::arch::memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if first + row < end { 16 } else { 0 });
+            }
+        }
+        c += ROWS_UNROLL as u32 * nthreads;
     }
 }
 
