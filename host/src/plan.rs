@@ -515,7 +515,10 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
     let variant = opts.variant_for(shape);
-    let addressing = shape.addressing();
+    let page_shift = match shape.kv_layout {
+        crate::shape::KvLayout::Paged { page_size, .. } => Some(page_size.trailing_zeros()),
+        _ => None,
+    };
     let (format, d) = (shape.kv_format, shape.head_dim);
     let (warps_m, warps_k, rows_per_block) = match variant {
         Variant::Wide => {
@@ -523,7 +526,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
             (m, k, m * MMA_M)
         }
         Variant::Narrow => {
-            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, addressing);
+            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, page_shift);
             let larger = narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
             let splits = match opts.split {
                 SplitPolicy::Never => false,
@@ -574,7 +577,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
-    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, addressing);
+    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",

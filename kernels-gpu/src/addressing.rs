@@ -49,12 +49,11 @@ impl RowAddressing for Strided {
     }
 }
 
-/// Which rows of a paged cache a [`PagedStage`] addresses.
+/// Which rows of a paged cache a [`PagedStage`] addresses (V's rows and
+/// side data are addressed from K's: the tensors share strides).
 pub mod paged_rows {
     pub const K: u8 = 0;
-    pub const V: u8 = 1;
-    pub const K_SIDE: u8 = 2;
-    pub const V_SIDE: u8 = 3;
+    pub const K_SIDE: u8 = 1;
 }
 
 /// The rows `W` (a [`paged_rows`] constant) of one stage of a paged cache:
@@ -73,16 +72,13 @@ pub struct PagedStage<'a, const W: u8> {
 }
 
 impl<const W: u8> PagedStage<'_, W> {
-    /// Pool address, page stride, token stride and head stride of rows `W`
-    /// (V's strides are K's: the host sets them equal).
+    /// Pool address, page stride, token stride and head stride of rows `W`.
     #[inline(always)]
     fn geometry(&self) -> (u64, u64, u64, u64) {
         let p = self.p;
         match W {
             paged_rows::K => (p.k, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            paged_rows::V => (p.v, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            paged_rows::K_SIDE => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
-            _ => (p.v_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+            _ => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
         }
     }
 

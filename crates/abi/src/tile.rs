@@ -1,7 +1,7 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::{Addressing, KvFormat, Variant};
+use crate::{KvFormat, Variant};
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
@@ -58,19 +58,32 @@ pub const fn tile_config(format: KvFormat, head_dim: u32) -> TileConfig {
     TileConfig { keys_per_stage, stages: PIPELINE_STAGES, row_bytes, side_bytes: format.side_bytes(head_dim) }
 }
 
-/// Bytes of the page-id ring of a paged kernel: per pipeline stage, one
-/// 4-byte page id per key (enough for pages of one token).
-pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, addressing: Addressing) -> u32 {
-    match addressing {
-        Addressing::Strided => 0,
-        Addressing::Paged => PIPELINE_STAGES * tile_config(format, head_dim).keys_per_stage * 4,
+/// Page ids one pipeline stage needs: stages start on multiples of their
+/// key count and pages are powers of two, so a stage covers
+/// `max(1, keys_per_stage / page_size)` whole pages.
+pub const fn page_ids_per_stage(keys_per_stage: u32, page_shift: u32) -> u32 {
+    let n = keys_per_stage >> page_shift;
+    if n == 0 {
+        1
+    } else {
+        n
+    }
+}
+
+/// Bytes of the page-id ring of a paged kernel (`page_shift`: log2 of the
+/// page size; `None`: not paged): one slot per pipeline stage, rounded up
+/// to 16 bytes so the Q tile after it stays aligned.
+pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, page_shift: Option<u32>) -> u32 {
+    match page_shift {
+        None => 0,
+        Some(shift) => (PIPELINE_STAGES * 4 * page_ids_per_stage(tile_config(format, head_dim).keys_per_stage, shift)).next_multiple_of(16),
     }
 }
 
 /// Bytes from the start of shared memory to the Q tile: the pipeline's
 /// stages, then (paged) the page-id ring.
-pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, addressing: Addressing) -> u32 {
-    tile_config(format, head_dim).pipeline_bytes() + page_ring_bytes(format, head_dim, addressing)
+pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, page_shift: Option<u32>) -> u32 {
+    tile_config(format, head_dim).pipeline_bytes() + page_ring_bytes(format, head_dim, page_shift)
 }
 
 /// Pipeline depth of every format (the kernel's `cp.async.wait_group`
@@ -119,9 +132,10 @@ pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant
 }
 
 /// Dynamic shared memory of one attention block.
-pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, addressing: Addressing) -> u32 {
+/// `page_shift`: log2 of the page size of a paged cache (`None`: strided).
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>) -> u32 {
     let q_bytes = q_tile_bytes(format, head_dim, warps_m, variant);
-    let pipe = stage_region_bytes(format, head_dim, addressing) + q_bytes;
+    let pipe = stage_region_bytes(format, head_dim, page_shift) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     if pipe > epi {
         pipe

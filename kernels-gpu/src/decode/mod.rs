@@ -119,7 +119,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // first (after the pipeline's first loads are in flight).
     let q_conv = const { q_converted(F::FORMAT) };
     let q_smem = const { q_in_smem(D as u32) };
-    let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true>::REGION_BYTES;
+    let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true>::region_bytes(p);
     let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
     let mut qf = [[0u32; 4]; KC];
     if q_conv {

@@ -59,7 +59,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let mut qb = [[0u32; 2]; KC];
     let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
     if const { q_converted(F::FORMAT) } {
-        let q_tile = smem + Pipeline::<F, D, PAGED, false>::REGION_BYTES;
+        let q_tile = smem + Pipeline::<F, D, PAGED, false>::region_bytes(p);
         let q_scales = q_tile + MMA_M * (D as u32) * 2;
         convert_q::<F, D>(p, batch, kvh, row0, p.rows_per_block, q_tile, q_scales, warp_k, nthreads / 32, lane);
         thread::sync_threads();

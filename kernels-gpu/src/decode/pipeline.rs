@@ -11,25 +11,26 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{stage_region_bytes, tile_config, Addressing, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
 
-use crate::addressing::{paged_rows, PagedStage, Strided};
+use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{memory, thread};
 use crate::format::KvFormat;
 
-/// `JOINT`: K and V chunks of a row are issued in pairs from one address
-/// (fewer page-id lookups: measured 1-2 % faster paged, docs/perf.md); the
-/// narrow kernels copy K's rows then V's, which keeps them at ≤ 128
-/// registers (two blocks per SM).
-pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const JOINT: bool> {
+/// How rows are copied (docs/perf.md, "Paged caches, v2"): `WIDE` kernels
+/// issue K's and V's chunk of a row in pairs from one address, computing 4
+/// chunks' addresses before issuing them (their page-id reads overlap); the
+/// narrow kernels do so 2 at a time, and when strided copy K's rows then
+/// V's — what keeps them at ≤ 128 registers (two blocks per SM).
+pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool> {
     p: &'a DecodeParams,
     kvh: u32,
     /// Strided kernels: the sequence's rows (paged stages address theirs
     /// through `PagedStage`).
     /// K's rows; V's are `v_delta` bytes on.
     k: Strided,
+    /// K's side data; V's is `side_delta` bytes on.
     k_side: Strided,
-    v_side: Strided,
     smem: u32,
     item: WorkItem,
     /// Paged only: this sequence's block-table row.
@@ -39,10 +40,14 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const JOINT
     _format: PhantomData<F>,
 }
 
-impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const JOINT: bool> Pipeline<'a, F, D, PAGED, JOINT> {
+impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipeline<'a, F, D, PAGED, WIDE> {
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32);
-    /// Shared memory of the stages and (paged) the page-id ring; the Q tile follows.
-    pub const REGION_BYTES: u32 = stage_region_bytes(F::FORMAT, D as u32, if PAGED { Addressing::Paged } else { Addressing::Strided });
+    /// Shared memory of the stages and (paged) the page-id ring, sized for
+    /// the page size; the Q tile follows.
+    #[inline(always)]
+    pub fn region_bytes(p: &DecodeParams) -> u32 {
+        stage_region_bytes(F::FORMAT, D as u32, if PAGED { Some(p.page_shift) } else { None })
+    }
 
     /// The pipeline of work item `item`, kv head `kvh`, in shared memory from `smem`.
     #[inline(always)]
@@ -53,7 +58,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const JOINT: bool> Pipe
             kvh,
             k: Strided::new(p.k, b, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
             k_side: Strided::new(p.k_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
-            v_side: Strided::new(p.v_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             smem,
             item,
             table: p.block_table + 4 * (item.batch as u64 * p.table_stride as u64),
@@ -86,10 +90,16 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const JOINT: bool> Pipe
         self.p.v.wrapping_sub(self.p.k)
     }
 
+    /// Bytes from K's side entry of a row to V's (same strides).
+    #[inline(always)]
+    fn side_delta(&self) -> u64 {
+        self.p.v_side.wrapping_sub(self.p.k_side)
+    }
+
     /// Shared address of the page ids of tile `t`.
     #[inline(always)]
     fn ids(&self, t: u32) -> u32 {
-        self.smem + Self::CFG.pipeline_bytes() + 4 * (t % PIPELINE_STAGES) * Self::CFG.keys_per_stage
+        self.smem + Self::CFG.pipeline_bytes() + 4 * (t % PIPELINE_STAGES) * page_ids_per_stage(Self::CFG.keys_per_stage, self.p.page_shift)
     }
 
     /// Paged: issues this thread's share of the copies of tile `t`'s page ids
@@ -106,6 +116,20 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const JOINT: bool> Pipe
         while p0 + i <= p1 {
             memory::cp_async_4(self.ids(t) + 4 * i, self.table + 4 * (p0 + i) as u64, 4);
             i += nthreads;
+        }
+    }
+
+    /// Issues this thread's copies of K's and V's rows from `first` into
+    /// `stage` (see the struct's docs for the three ways).
+    #[inline(always)]
+    unsafe fn load_rows<A: RowAddressing>(&self, k: A, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
+        let (kt, vt, keys, delta) = (self.k_tile(stage), self.v_tile(stage), Self::CFG.keys_per_stage, self.v_delta());
+        if WIDE {
+            F::load_kv_rows::<D, A, 4, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
+        } else if A::PAGED {
+            F::load_kv_rows::<D, A, 2, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
+        } else {
+            F::load_kv_rows::<D, A, 2, false>(k, delta, kt, vt, first, end, keys, tid, nthreads)
         }
     }
 
@@ -129,22 +153,21 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const JOINT: bool> Pipe
                 // The whole stage is in one page (stages start on multiples
                 // of `kt`): one id, then rows as at strides from its start.
                 let k = PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page }.single_page(first);
-                F::load_kv_rows::<D, _, JOINT>(k, self.v_delta(), self.k_tile(stage), self.v_tile(stage), first, end, kt, tid, nthreads);
+                self.load_rows(k, stage, first, end, tid, nthreads);
                 self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
                 return;
             }
             let k = PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page };
-            F::load_kv_rows::<D, _, JOINT>(k, self.v_delta(), self.k_tile(stage), self.v_tile(stage), first, end, kt, tid, nthreads);
+            self.load_rows(k, stage, first, end, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
-                F::load_side::<D, _>(PagedStage::<{ paged_rows::K_SIDE }> { p, kvh, ids, first_page }, self.k_side(stage), first, end, kt, tid, nthreads);
-                F::load_side::<D, _>(PagedStage::<{ paged_rows::V_SIDE }> { p, kvh, ids, first_page }, self.v_side(stage), first, end, kt, tid, nthreads);
+                let ks = PagedStage::<{ paged_rows::K_SIDE }> { p, kvh, ids, first_page };
+                F::load_kv_side::<D, _>(ks, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
             }
             self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
         } else {
-            F::load_kv_rows::<D, _, JOINT>(self.k, self.v_delta(), self.k_tile(stage), self.v_tile(stage), first, end, kt, tid, nthreads);
+            self.load_rows(self.k, stage, first, end, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
-                F::load_side::<D, _>(self.k_side, self.k_side(stage), first, end, kt, tid, nthreads);
-                F::load_side::<D, _>(self.v_side, self.v_side(stage), first, end, kt, tid, nthreads);
+                F::load_kv_side::<D, _>(self.k_side, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
             }
         }
     }

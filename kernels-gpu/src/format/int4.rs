@@ -18,8 +18,7 @@ use core::marker::PhantomData;
 
 use decode_attn_abi::tile_config;
 
-use super::{copy_side, swizzled, Half, KvFormat};
-use crate::addressing::RowAddressing;
+use super::{swizzled, Half, KvFormat};
 use crate::arch::{math, mma, shared};
 
 pub struct Int4Kv<Q, const G: u32>(PhantomData<Q>);
@@ -66,10 +65,6 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     }
 
 
-    #[inline(always)]
-    unsafe fn load_side<const D: usize, R: RowAddressing>(side: R, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        copy_side(side, tile, first, end, keys, 4 * D as u32 / G, tid, nthreads)
-    }
 
     /// Both k-chunks of 32-dim chunk `kp` come from one word per key (low
     /// and high byte of each half-word) under one scale and zero.

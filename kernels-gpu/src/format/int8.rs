@@ -17,8 +17,7 @@
 
 use core::marker::PhantomData;
 
-use super::{copy_side, swizzled, Half, KvFormat};
-use crate::addressing::RowAddressing;
+use super::{swizzled, Half, KvFormat};
 use crate::arch::{math, mma, shared};
 
 pub struct Int8Kv<H>(PhantomData<H>);
@@ -63,10 +62,6 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         16 * (nt / 2) + 2 * n + nt % 2
     }
 
-    #[inline(always)]
-    unsafe fn load_side<const D: usize, A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        copy_side(side, tile, first, end, keys, 4, tid, nthreads)
-    }
 
     /// One 64-bit load per key row serves two k-chunks (`q_position`).
     #[inline(always)]

@@ -100,20 +100,30 @@ pub trait KvFormat {
     /// (instead of dims `16np..+8` then `+8..+16`); the epilogue puts them back.
     const V_DIMS_INTERLEAVED: bool = false;
 
-    /// Copies this thread's share of the side data of rows
-    /// `first .. first + keys` to `tile`; rows at or past `end` read 0.
+    /// Copies this thread's share of K's and V's side data of rows
+    /// `first .. first + keys` to `k_tile` / `v_tile` (V's entries
+    /// `v_delta` bytes after K's: the side tensors share strides); rows at
+    /// or past `end` read 0. Formats without side data copy nothing.
     ///
     /// # Safety
-    /// As [`KvFormat::load_kv_rows`], for side entries of 4 bytes.
+    /// As [`KvFormat::load_kv_rows`], for side entries of
+    /// `FORMAT.side_bytes(D)` bytes.
     #[inline(always)]
-    unsafe fn load_side<const D: usize, A: RowAddressing>(_side: A, _tile: u32, _first: u32, _end: u32, _keys: u32, _tid: u32, _nthreads: u32) {}
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn load_kv_side<const D: usize, A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        let row_side = Self::FORMAT.side_bytes(D as u32);
+        if row_side > 0 {
+            copy_kv_side(k, v_delta, k_tile, v_tile, first, end, keys, row_side, tid, nthreads)
+        }
+    }
 
     /// Issues this thread's share of asynchronous copies of K's and V's
     /// rows `first .. first + keys` into the shared tiles at `k_tile` and
     /// `v_tile`; rows at or past `end` are zero-filled (never read), so
     /// masked keys hold finite values. V's rows sit `v_delta` bytes after
     /// K's (the caches share strides), so one address serves both when
-    /// `JOINT` (K and V chunks issued in pairs); otherwise K's rows, then V's.
+    /// `JOINT` (K and V chunks issued in pairs); otherwise K's rows, then
+    /// V's. `U` chunk addresses are computed before their copies issue.
     ///
     /// # Safety
     /// The tiles must have room for `keys` rows of this format; rows
@@ -121,13 +131,23 @@ pub trait KvFormat {
     /// `first < end`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn load_kv_rows<const D: usize, A: RowAddressing, const JOINT: bool>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+    unsafe fn load_kv_rows<const D: usize, A: RowAddressing, const U: usize, const JOINT: bool>(
+        k: A,
+        v_delta: u64,
+        k_tile: u32,
+        v_tile: u32,
+        first: u32,
+        end: u32,
+        keys: u32,
+        tid: u32,
+        nthreads: u32,
+    ) {
         let row_bytes = Self::FORMAT.row_bytes(D as u32);
         if JOINT {
-            copy_kv_rows(k, v_delta, k_tile, v_tile, first, end, keys, row_bytes, tid, nthreads)
+            copy_kv_rows::<A, U>(k, v_delta, k_tile, v_tile, first, end, keys, row_bytes, tid, nthreads)
         } else {
-            copy_rows(k, k_tile, first, end, keys, row_bytes, tid, nthreads);
-            copy_rows(Shifted { rows: k, by: v_delta }, v_tile, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<A, U>(k, k_tile, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<_, U>(Shifted { rows: k, by: v_delta }, v_tile, first, end, keys, row_bytes, tid, nthreads);
         }
     }
 
@@ -166,12 +186,6 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
     row * row_bytes + ((chunk ^ ((row / rows_per_line) & mask)) << 4)
 }
 
-/// Chunks whose source addresses are computed together (see [`copy_kv_rows`]).
-const UNROLL: usize = 4;
-/// The same for the narrow kernels' K-then-V copies (4 moved two narrow
-/// paged int4 kernels past 128 registers).
-const ROWS_UNROLL: usize = 2;
-
 /// Issues this thread's share of 16-byte `cp.async` copies of K's and V's
 /// rows `first .. first + keys` (each `row_bytes` long) into the swizzled
 /// tiles, V's source `v_delta` bytes after K's; rows at or past `end` read
@@ -183,15 +197,15 @@ const ROWS_UNROLL: usize = 2;
 /// As [`KvFormat::load_kv_rows`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_kv_rows<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
+pub unsafe fn copy_kv_rows<A: RowAddressing, const U: usize>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
     let chunks_per_row = row_bytes / 16;
     let total = keys * chunks_per_row;
     let mut c = tid;
     while c < total {
-        // Paged rows: the addresses of UNROLL chunks first, so their page-id
+        // Paged rows: the addresses of U chunks first, so their page-id
         // reads from shared memory overlap instead of each one delaying its
         // copy (one read's latency per stage, not one per chunk).
-        let mut src = [0u64; UNROLL];
+        let mut src = [0u64; U];
         for (u, s) in src.iter_mut().enumerate() {
             let cc = c + u as u32 * nthreads;
             let key = first + cc / chunks_per_row;
@@ -207,7 +221,7 @@ pub unsafe fn copy_kv_rows<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_
                 crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);
             }
         }
-        c += UNROLL as u32 * nthreads;
+        c += U as u32 * nthreads;
     }
 }
 
@@ -219,13 +233,13 @@ pub unsafe fn copy_kv_rows<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_
 /// As [`KvFormat::load_kv_rows`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
+pub unsafe fn copy_rows<A: RowAddressing, const U: usize>(rows: A, tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
     let chunks_per_row = row_bytes / 16;
     let total = keys * chunks_per_row;
     let mut c = tid;
     while c < total {
-        // As in `copy_kv_rows`: ROWS_UNROLL addresses first.
-        let mut src = [0u64; ROWS_UNROLL];
+        // As in `copy_kv_rows`: U addresses first.
+        let mut src = [0u64; U];
         for (u, s) in src.iter_mut().enumerate() {
             let cc = c + u as u32 * nthreads;
             let key = first + cc / chunks_per_row;
@@ -239,7 +253,7 @@ pub unsafe fn copy_rows<A: RowAddressing>(rows: A, tile: u32, first: u32, end: u
                 crate::arch::memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if first + row < end { 16 } else { 0 });
             }
         }
-        c += ROWS_UNROLL as u32 * nthreads;
+        c += U as u32 * nthreads;
     }
 }
 
@@ -262,42 +276,55 @@ impl<A: RowAddressing> RowAddressing for Shifted<A> {
     }
 }
 
-/// Issues this thread's share of copies of the side data of rows
+/// Issues this thread's share of copies of K's and V's side data of rows
 /// `first .. first + keys` (`row_side` bytes each, a power of two ≥ 4,
 /// contiguous over the tokens of a page and 16-byte aligned at `first`)
-/// into `tile`; bytes of rows at or past `end` are zero-filled. Strided
-/// caches copy 16 bytes at a time; paged ones whose pages hold fewer than
-/// 16 bytes of side data (int8 at page sizes 1 and 2) one page at a time.
+/// into the tiles, V's source `v_delta` bytes after K's; bytes of rows at
+/// or past `end` are zero-filled. Strided caches copy 16 bytes at a time;
+/// paged ones whose pages hold fewer than 16 bytes of side data (int8 at
+/// page sizes 1 and 2) one page at a time. One address per K/V pair.
 ///
 /// # Safety
-/// As [`KvFormat::load_side`].
+/// As [`KvFormat::load_kv_side`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_side<A: RowAddressing>(side: A, tile: u32, first: u32, end: u32, keys: u32, row_side: u32, tid: u32, nthreads: u32) {
+pub unsafe fn copy_kv_side<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_side: u32, tid: u32, nthreads: u32) {
     let valid = if end > first { (end - first).min(keys) * row_side } else { 0 };
     if !A::PAGED {
-        let base = side.row(first);
+        let base = k.row(first);
         let mut j = tid;
         while 16 * j < keys * row_side {
             let bytes = if valid > 16 * j { (valid - 16 * j).min(16) } else { 0 };
-            crate::arch::memory::cp_async_16(tile + 16 * j, if bytes > 0 { base + 16 * j as u64 } else { base }, bytes);
+            let src = if bytes > 0 { base + 16 * j as u64 } else { base };
+            crate::arch::memory::cp_async_16(k_tile + 16 * j, src, bytes);
+            crate::arch::memory::cp_async_16(v_tile + 16 * j, src.wrapping_add(v_delta), bytes);
             j += nthreads;
         }
         return;
     }
     // Bytes of one page's run (`first` is page- or stage-aligned, so a
     // chunk never crosses a page).
-    let run = side.page_tokens().saturating_mul(row_side);
+    let run = k.page_tokens().saturating_mul(row_side);
     let chunk = if run >= 16 { 16 } else { run };
     let mut j = tid;
     while chunk * j < keys * row_side {
         let at = chunk * j;
         let bytes = if valid > at { (valid - at).min(chunk) } else { 0 };
-        let src = if bytes > 0 { side.row(first + at / row_side) + (at % row_side) as u64 } else { side.row(first) };
+        let src = if bytes > 0 { k.row(first + at / row_side) + (at % row_side) as u64 } else { k.row(first) };
+        let (vsrc, kt, vt) = (src.wrapping_add(v_delta), k_tile + at, v_tile + at);
         match chunk {
-            16 => crate::arch::memory::cp_async_16(tile + at, src, bytes),
-            8 => crate::arch::memory::cp_async_8(tile + at, src, bytes),
-            _ => crate::arch::memory::cp_async_4(tile + at, src, bytes),
+            16 => {
+                crate::arch::memory::cp_async_16(kt, src, bytes);
+                crate::arch::memory::cp_async_16(vt, vsrc, bytes);
+            }
+            8 => {
+                crate::arch::memory::cp_async_8(kt, src, bytes);
+                crate::arch::memory::cp_async_8(vt, vsrc, bytes);
+            }
+            _ => {
+                crate::arch::memory::cp_async_4(kt, src, bytes);
+                crate::arch::memory::cp_async_4(vt, vsrc, bytes);
+            }
         }
         j += nthreads;
     }
