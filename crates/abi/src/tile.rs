@@ -70,13 +70,19 @@ pub const fn page_ids_per_stage(keys_per_stage: u32, page_shift: u32) -> u32 {
     }
 }
 
+/// Slots of the page-id ring: one more than the pipeline's stages, so the
+/// ids a tile's copies land in never share a slot with the ids that
+/// another warp may still be reading to issue the previous tile's copies
+/// (the prologue issues two tiles without a barrier between them).
+pub const PAGE_RING_SLOTS: u32 = PIPELINE_STAGES + 1;
+
 /// Bytes of the page-id ring of a paged kernel (`page_shift`: log2 of the
-/// page size; `None`: not paged): one slot per pipeline stage, rounded up
-/// to 16 bytes so the Q tile after it stays aligned.
+/// page size; `None`: not paged): `PAGE_RING_SLOTS` slots, rounded up to 16
+/// bytes so the Q tile after it stays aligned.
 pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, page_shift: Option<u32>) -> u32 {
     match page_shift {
         None => 0,
-        Some(shift) => (PIPELINE_STAGES * 4 * page_ids_per_stage(tile_config(format, head_dim).keys_per_stage, shift)).next_multiple_of(16),
+        Some(shift) => (PAGE_RING_SLOTS * 4 * page_ids_per_stage(tile_config(format, head_dim).keys_per_stage, shift)).next_multiple_of(16),
     }
 }
 

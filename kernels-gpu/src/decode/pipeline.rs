@@ -4,14 +4,18 @@
 //!
 //! Paged caches: a stage's rows are addressed through the page ids of its
 //! pages, which the block copies from the block table into a ring in shared
-//! memory (one slot per stage) once per stage. The ids of tile `u` travel in
-//! the copy group of tile `u - (PIPELINE_STAGES - 1)`, so the wait that
-//! precedes issuing tile `u`'s rows has already covered them; the first
-//! tiles' ids are fetched (and waited for) before the first rows.
+//! memory once per stage. The ids of tile `u` travel in the copy group of
+//! tile `u - (PIPELINE_STAGES - 1)`, so the wait that precedes issuing tile
+//! `u`'s rows has already covered them; the first tiles' ids are fetched
+//! (and waited for) before the first rows. The ring has one slot more than
+//! the pipeline has stages: the prologue issues tiles 0 and 1 with no
+//! barrier between them, and tile 1's issue starts the copy of tile 3's
+//! ids, which with one slot per stage would land in the slot a slower warp
+//! may still be reading tile 0's ids from.
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, PAGE_RING_SLOTS, tile_config, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{memory, thread};
@@ -99,7 +103,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
     /// Shared address of the page ids of tile `t`.
     #[inline(always)]
     fn ids(&self, t: u32) -> u32 {
-        self.smem + Self::CFG.pipeline_bytes() + 4 * (t % PIPELINE_STAGES) * page_ids_per_stage(Self::CFG.keys_per_stage, self.p.page_shift)
+        self.smem + Self::CFG.pipeline_bytes() + 4 * (t % PAGE_RING_SLOTS) * page_ids_per_stage(Self::CFG.keys_per_stage, self.p.page_shift)
     }
 
     /// Paged: issues this thread's share of the copies of tile `t`'s page ids
