@@ -518,6 +518,26 @@ mod capacity {
     }
 
     #[test]
+    fn the_workspace_holds_everything_the_schedule_kernel_writes() {
+        // Every work item, every capped length and a merge item per
+        // sequence, split or not (an unsplit plan once sized the merge
+        // region 0 and the schedule kernel wrote past the workspace).
+        for split in [SplitPolicy::Never, SplitPolicy::Auto, SplitPolicy::ChunkKeys(64)] {
+            for (batch, cap) in [(17u32, 3u32), (2, 32768), (300, 1000)] {
+                let s = DecodeShape::bf16(batch, 8, 2, 128, 1, cap);
+                let p = cap_plan(&s, split);
+                let PlanMode::Capacity { chunks_per_seq } = p.mode() else { panic!("capacity mode") };
+                let l = p.layout();
+                let items = (batch * chunks_per_seq) as usize;
+                assert!(l.work + 16 * items <= l.seq_lens, "{split:?} b{batch} cap{cap}: work items");
+                assert!(l.seq_lens + 4 * batch as usize <= l.merges, "{split:?} b{batch} cap{cap}: lengths");
+                assert!(l.merges + 16 * batch as usize <= l.metadata_bytes, "{split:?} b{batch} cap{cap}: merge items");
+                assert!(l.metadata_bytes <= l.partial_o && p.workspace_bytes() >= l.metadata_bytes);
+            }
+        }
+    }
+
+    #[test]
     fn device_lengths_map_to_chunks_that_cover_each_sequence_once() {
         let (chunk, chunks, q_len) = (256u32, 8u32, 2u32);
         for len in [2u32, 3, 255, 256, 257, 1000, 2047, 2048] {

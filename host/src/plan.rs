@@ -474,7 +474,9 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure(work <= MAX_WORK_ITEMS, "split.chunk_keys", format!("at most {MAX_WORK_ITEMS} attention blocks per kv head at capacity"), work)?;
     let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
-    let merges = if chunks_per_seq > 1 { shape.batch as usize } else { 0 };
+    // The schedule kernel writes a merge item for every sequence, split or
+    // not (the merge kernel skips the one-chunk ones).
+    let merges = shape.batch as usize;
     let layout = workspace_layout(work as usize, shape.batch as usize, 0, merges, num_slots, shape)
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
     Ok(Plan {

@@ -13,7 +13,7 @@ use decode_attn::half::{bf16, f16};
 use decode_attn::quant::{dequantize_int4_row, dequantize_int8_row, quantize_int4_row, quantize_int8_row};
 use decode_attn::reference;
 use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, Rng};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, PlanOptions, StepInputs, TensorMut, TensorRef, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
 
 use crate::paged::Paging;
 
@@ -29,6 +29,7 @@ pub struct GraphCase {
     pub paging: Option<Paging>,
     /// Lengths at step 0, that step's new tokens included.
     pub start_lens: Vec<u32>,
+    pub split: SplitPolicy,
 }
 
 const HQ: u32 = 8;
@@ -213,7 +214,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let (q_dev, knew_dev, vnew_dev) = (up(&vec![0u8; q_elems * 2])?, up(&vec![0u8; new_elems * 2])?, up(&vec![0u8; new_elems * 2])?);
     let mut o_dev = up(&vec![0u8; q_elems * 2])?;
 
-    let plan = attn.plan_capacity(&shape, &PlanOptions::default()).map_err(err)?;
+    let plan = attn.plan_capacity(&shape, &PlanOptions { split: case.split, ..Default::default() }).map_err(err)?;
     let mut ws = Workspace::for_plan(&plan).map_err(err)?;
     let raw = stream.as_inner();
     stream.synchronize().map_err(err)?;
@@ -321,8 +322,20 @@ pub fn cases() -> Vec<GraphCase> {
                 q_len,
                 paging,
                 start_lens: vec![q_len, 37, 700, 1500],
+                split: SplitPolicy::Auto,
             });
         }
+        // Unsplit (one chunk per sequence: the schedule kernel still writes
+        // a merge item per sequence), paged.
+        out.push(GraphCase {
+            name: format!("graph-replay/{}/paged16-unsplit/q1/{STEPS}-steps", format.name()),
+            format,
+            dtype,
+            q_len: 1,
+            paging: Some(Paging { page_size: 16, order: TokenMajor }),
+            start_lens: vec![1, 5, 300, 17],
+            split: SplitPolicy::Never,
+        });
     }
     out
 }
