@@ -19,6 +19,37 @@
 //! stream.synchronize()?;
 //! # Ok(()) }
 //! ```
+//!
+//! Serving: a paged pool, one capacity plan for every step, and a step that
+//! reads its lengths and block table on the device (so it can be captured in
+//! a CUDA graph and replayed):
+//!
+//! ```no_run
+//! use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvLayout, KvMut, PageOrder, PlanOptions, StepInputs, Workspace};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let _ctx = cust::quick_init()?;
+//! # let stream = cust::stream::Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None)?;
+//! # let attn = DecodeAttention::new()?;
+//! # let (max_batch, max_len, num_pages) = (64u32, 4096u32, 64 * 256);
+//! let shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages, order: PageOrder::TokenMajor },
+//!                           ..DecodeShape::bf16(max_batch, 32, 8, 128, 1, max_len) };
+//! let plan = attn.plan_capacity(&shape, &PlanOptions::default())?;
+//! let mut ws = Workspace::for_plan(&plan)?;
+//! # let z = |n: u64| cust::memory::DeviceBuffer::<half::bf16>::zeroed(n as usize);
+//! # let (mut k_pool, mut v_pool) = (z(shape.kv_elems_required().unwrap())?, z(shape.kv_elems_required().unwrap())?);
+//! # let (q, mut o) = (z(shape.q_elems())?, z(shape.q_elems())?);
+//! # let (k_new, v_new) = (z((max_batch * 8 * 128) as u64)?, z((max_batch * 8 * 128) as u64)?);
+//! # let mut seq_lens_dev = cust::memory::DeviceBuffer::from_slice(&vec![1u32; max_batch as usize])?;
+//! # let block_table_dev = cust::memory::DeviceBuffer::from_slice(&(0..(max_batch * 256) as i32).collect::<Vec<_>>())?;
+//! for _token in 0..100 {
+//!     let step = StepInputs::paged(&seq_lens_dev, &block_table_dev);
+//!     attn.append_kv(&shape, &step, &k_new, KvMut::plain(&mut k_pool), &stream)?;
+//!     attn.append_kv(&shape, &step, &v_new, KvMut::plain(&mut v_pool), &stream)?;
+//!     attn.run_step(&plan, &step, &q, &KvCache::plain(&k_pool, &v_pool), &mut o, &mut ws, &stream)?;
+//!     attn.advance_seq_lens(&shape, &mut seq_lens_dev, 1, &stream)?;
+//! }
+//! # Ok(()) }
+//! ```
 
 pub mod check;
 pub mod error;
