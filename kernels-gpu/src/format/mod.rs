@@ -144,10 +144,10 @@ pub trait KvFormat {
     ) {
         let row_bytes = Self::FORMAT.row_bytes(D as u32);
         if JOINT {
-            copy_kv_rows::<A, U>(k, v_delta, k_tile, v_tile, first, end, keys, row_bytes, tid, nthreads)
+            copy_rows::<A, U, true>(k, k_tile, v_delta, v_tile, first, end, keys, row_bytes, tid, nthreads)
         } else {
-            copy_rows::<A, U>(k, k_tile, first, end, keys, row_bytes, tid, nthreads);
-            copy_rows::<_, U>(Shifted { rows: k, by: v_delta }, v_tile, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<A, U, false>(k, k_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<_, U, false>(Shifted { rows: k, by: v_delta }, v_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
         }
     }
 
@@ -186,18 +186,30 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
     row * row_bytes + ((chunk ^ ((row / rows_per_line) & mask)) << 4)
 }
 
-/// Issues this thread's share of 16-byte `cp.async` copies of K's and V's
-/// rows `first .. first + keys` (each `row_bytes` long) into the swizzled
-/// tiles, V's source `v_delta` bytes after K's; rows at or past `end` read
-/// nothing and are zero-filled, their source address staying a valid one.
-/// One row address (for paged caches: one page-id lookup) per chunk pair.
-/// The row copy every format shares.
+/// Issues this thread's share of 16-byte `cp.async` copies of rows
+/// `first .. first + keys` (each `row_bytes` long) of `rows` into the
+/// swizzled `tile`, and when `PAIRED` also of the rows `v_delta` bytes on
+/// into `v_tile` (V's, from K's: one row address, for paged caches one
+/// page-id lookup, per chunk pair). Rows at or past `end` read nothing and
+/// are zero-filled, their source address staying a valid one. The row copy
+/// every format shares.
 ///
 /// # Safety
 /// As [`KvFormat::load_kv_rows`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_kv_rows<A: RowAddressing, const U: usize>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
+pub unsafe fn copy_rows<A: RowAddressing, const U: usize, const PAIRED: bool>(
+    rows: A,
+    tile: u32,
+    v_delta: u64,
+    v_tile: u32,
+    first: u32,
+    end: u32,
+    keys: u32,
+    row_bytes: u32,
+    tid: u32,
+    nthreads: u32,
+) {
     let chunks_per_row = row_bytes / 16;
     let total = keys * chunks_per_row;
     let mut c = tid;
@@ -210,47 +222,17 @@ pub unsafe fn copy_kv_rows<A: RowAddressing, const U: usize>(k: A, v_delta: u64,
             let cc = c + u as u32 * nthreads;
             let key = first + cc / chunks_per_row;
             let src_key = if cc < total && key < end { key } else { first };
-            *s = k.row(src_key) + ((cc % chunks_per_row) as u64) * 16;
-        }
-        for (u, &addr) in src.iter().enumerate() {
-            let cc = c + u as u32 * nthreads;
-            if cc < total {
-                let (row, chunk) = (cc / chunks_per_row, cc % chunks_per_row);
-                let (at, bytes) = (swizzled(row, chunk, row_bytes), if first + row < end { 16 } else { 0 });
-                crate::arch::memory::cp_async_16(k_tile + at, addr, bytes);
-                crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);
-            }
-        }
-        c += U as u32 * nthreads;
-    }
-}
-
-/// Issues this thread's share of 16-byte `cp.async` copies of rows
-/// `first .. first + keys` (each `row_bytes` long) into the swizzled tile,
-/// as [`copy_kv_rows`] does for one of the two tensors.
-///
-/// # Safety
-/// As [`KvFormat::load_kv_rows`].
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_rows<A: RowAddressing, const U: usize>(rows: A, tile: u32, first: u32, end: u32, keys: u32, row_bytes: u32, tid: u32, nthreads: u32) {
-    let chunks_per_row = row_bytes / 16;
-    let total = keys * chunks_per_row;
-    let mut c = tid;
-    while c < total {
-        // As in `copy_kv_rows`: U addresses first.
-        let mut src = [0u64; U];
-        for (u, s) in src.iter_mut().enumerate() {
-            let cc = c + u as u32 * nthreads;
-            let key = first + cc / chunks_per_row;
-            let src_key = if cc < total && key < end { key } else { first };
             *s = rows.row(src_key) + ((cc % chunks_per_row) as u64) * 16;
         }
         for (u, &addr) in src.iter().enumerate() {
             let cc = c + u as u32 * nthreads;
             if cc < total {
                 let (row, chunk) = (cc / chunks_per_row, cc % chunks_per_row);
-                crate::arch::memory::cp_async_16(tile + swizzled(row, chunk, row_bytes), addr, if first + row < end { 16 } else { 0 });
+                let (at, bytes) = (swizzled(row, chunk, row_bytes), if first + row < end { 16 } else { 0 });
+                crate::arch::memory::cp_async_16(tile + at, addr, bytes);
+                if PAIRED {
+                    crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);
+                }
             }
         }
         c += U as u32 * nthreads;
