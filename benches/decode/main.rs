@@ -321,28 +321,14 @@ fn graph_median(attn: &DecodeAttention, stream: &Stream, planned: &decode_attn::
     let plan = attn.plan_capacity(shape, opts).map_err(e)?;
     let lens = DeviceBuffer::from_slice(planned.seq_lens()).map_err(|e| e.to_string())?;
     let step = decode_attn::StepInputs::lengths(&lens);
-    let mut ws = Workspace::for_plan(&plan).map_err(e)?;
-    let mut planned_ws = Workspace::for_plan(planned).map_err(e)?;
-    let o_len = shape.q_elems() as usize;
-    let mut outputs = Vec::new();
-    for capacity in [false, true] {
-        sets[0].poison_output(stream)?;
-        let (q, cache, o) = sets[0].views();
-        if capacity {
-            attn.run_step(&plan, &step, q, &cache, o, &mut ws, stream).map_err(e)?;
-        } else {
-            attn.run_cache(planned, q, &cache, o, &mut planned_ws, stream).map_err(e)?;
-        }
-        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-        outputs.push(buffers::download::<u16>(sets[0].o.as_device_ptr().as_raw(), o_len)?);
-    }
-    if outputs[0] != outputs[1] {
+    if output_of(attn, stream, &plan, Some(&step), &mut sets[0])? != output_of(attn, stream, planned, None, &mut sets[0])? {
         return Err("the capacity plan's output differs from the planned one".into());
     }
+    let mut ws = Workspace::for_plan(&plan).map_err(e)?;
     let mut graphs = Vec::new();
     for set in sets.iter_mut() {
         let (q, cache, o) = set.views();
-        graphs.push(timing::Graph::capture(stream, || attn.run_step(&plan, &step, q, &cache, o, &mut ws, stream).map_err(e))?);
+        graphs.push(cuda_init::Graph::capture(stream, || attn.run_step(&plan, &step, q, &cache, o, &mut ws, stream))?);
     }
     Ok(median(&timing::time_graphs(attn, stream, &graphs, iters)?))
 }
@@ -352,12 +338,17 @@ fn graph_median(attn: &DecodeAttention, stream: &Stream, planned: &decode_attn::
 /// whose output must equal the contiguous plan's bit for bit, then timed
 /// with the pages of the table shuffled (every page still read once).
 #[allow(clippy::too_many_arguments)]
-/// The output of one run of `plan` on `set` (O poisoned first), as bits.
-fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, set: &mut BufferSet) -> Result<Vec<u16>, String> {
+/// The output of one run of `plan` on `set` (O poisoned first), as bits;
+/// a capacity plan reads `step`'s device lengths.
+fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, step: Option<&decode_attn::StepInputs>, set: &mut BufferSet) -> Result<Vec<u16>, String> {
     let mut ws = Workspace::for_plan(plan).map_err(|e| e.to_string())?;
     set.poison_output(stream)?;
     let (q, cache, o) = set.views();
-    attn.run_cache(plan, q, &cache, o, &mut ws, stream).map_err(|e| e.to_string())?;
+    match step {
+        Some(step) => attn.run_step(plan, step, q, &cache, o, &mut ws, stream),
+        None => attn.run_cache(plan, q, &cache, o, &mut ws, stream),
+    }
+    .map_err(|e| e.to_string())?;
     stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
     buffers::download::<u16>(set.o.as_device_ptr().as_raw(), plan.shape().q_elems() as usize)
 }
@@ -376,7 +367,7 @@ fn paged_median(
     let num_pages = shape.batch * (shape.max_seq_len / ps);
     let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor }, ..shape.clone() };
     let identity: Vec<i32> = (0..num_pages as i32).collect();
-    let reference = output_of(attn, stream, contiguous, &mut sets[0])?;
+    let reference = output_of(attn, stream, contiguous, None, &mut sets[0])?;
     // Quantized caches: side data in the pool's layout, swapped in for the
     // paged runs and back out after (values are pages already).
     let mut saved = Vec::with_capacity(sets.len());
@@ -416,7 +407,7 @@ fn paged_runs(
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
     let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()) };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
-    if output_of(attn, stream, &paged, &mut sets[0])? != reference {
+    if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));
     }
     let mut rng = decode_attn::testing::Rng::new(ps as u64);

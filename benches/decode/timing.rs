@@ -176,49 +176,9 @@ impl TimedRun<'_> {
     }
 }
 
-/// A captured and instantiated CUDA graph (destroyed on drop).
-pub struct Graph {
-    graph: cuda::CUgraph,
-    exec: cuda::CUgraphExec,
-}
-
-impl Graph {
-    /// Captures what `enqueue` puts on `stream` (global capture mode: any
-    /// forbidden call inside fails the capture).
-    pub fn capture(stream: &Stream, enqueue: impl FnOnce() -> Result<(), String>) -> Result<Graph, String> {
-        let raw = stream.as_inner();
-        // SAFETY: capture on the caller's stream, ended below on every path.
-        check::cuda(unsafe { cuda::cuStreamBeginCapture_v2(raw, cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL) }, "cuStreamBeginCapture")?;
-        let enqueued = enqueue();
-        let mut graph = std::ptr::null_mut();
-        // SAFETY: ends the capture begun above.
-        check::cuda(unsafe { cuda::cuStreamEndCapture(raw, &mut graph) }, "cuStreamEndCapture")?;
-        enqueued?;
-        let mut exec = std::ptr::null_mut();
-        // SAFETY: instantiates the graph just captured.
-        check::cuda(unsafe { cuda::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }, "cuGraphInstantiate")?;
-        Ok(Graph { graph, exec })
-    }
-
-    pub fn launch(&self, stream: &Stream) -> Result<(), String> {
-        // SAFETY: a live instantiated graph.
-        check::cuda(unsafe { cuda::cuGraphLaunch(self.exec, stream.as_inner()) }, "cuGraphLaunch")
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        // SAFETY: this struct owns both handles.
-        unsafe {
-            cuda::cuGraphExecDestroy(self.exec);
-            cuda::cuGraphDestroy(self.graph);
-        }
-    }
-}
-
 /// Per-replay times (µs) of `iters` replays, rotating over `graphs` (one
 /// per buffer set), queued behind a busy-wait as the planned launches are.
-pub fn time_graphs(attn: &DecodeAttention, stream: &Stream, graphs: &[Graph], iters: usize) -> Result<Vec<f64>, String> {
+pub fn time_graphs(attn: &DecodeAttention, stream: &Stream, graphs: &[crate::cuda_init::Graph], iters: usize) -> Result<Vec<f64>, String> {
     for g in graphs {
         g.launch(stream)?; // warm-up: upload the graph
     }

@@ -517,10 +517,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
     let variant = opts.variant_for(shape);
-    let page_shift = match shape.kv_layout {
-        crate::shape::KvLayout::Paged { page_size, .. } => Some(page_size.trailing_zeros()),
-        _ => None,
-    };
+    let page_shift = shape.page_geometry().map(|(shift, _)| shift);
     let (format, d) = (shape.kv_format, shape.head_dim);
     let (warps_m, warps_k, rows_per_block) = match variant {
         Variant::Wide => {

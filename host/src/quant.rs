@@ -14,8 +14,8 @@ use decode_attn_abi::{quant_kernel_name, KvFormat, QuantDirection, QuantParams, 
 
 use crate::check::{check_buffer, dtype_elem, kv_elem, side_elem, BufferDesc};
 use crate::error::{ensure, Error, Result};
-use crate::run::{desc, DecodeAttention, RawStream, StepInputs};
-use crate::shape::{DecodeShape, KvLayout};
+use crate::run::{DecodeAttention, RawStream, StepInputs};
+use crate::shape::DecodeShape;
 use crate::tensor::{ElemType, TensorMut, TensorRef};
 
 /// Quantizes one row; returns its scale.
@@ -304,11 +304,11 @@ impl DecodeAttention {
         let job = QuantJob {
             direction: QuantDirection::Quantize,
             step,
-            plain: desc(&plain),
+            plain: plain.desc(),
             plain_name: "plain",
             plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
-            data: mut_desc(&out.data),
-            side: out.side.as_ref().map(mut_desc),
+            data: out.data.desc(),
+            side: out.side.as_ref().map(TensorMut::desc),
             plain_strides: shape.kv_strides_checked(),
             rows_per_seq: shape.max_seq_len,
             append: false,
@@ -342,11 +342,11 @@ impl DecodeAttention {
         let job = QuantJob {
             direction: QuantDirection::Quantize,
             step,
-            plain: desc(&new_rows),
+            plain: new_rows.desc(),
             plain_name: "new_rows",
             plain_elems: shape.batch as u64 * ql * h * d,
-            data: mut_desc(&out.data),
-            side: out.side.as_ref().map(mut_desc),
+            data: out.data.desc(),
+            side: out.side.as_ref().map(TensorMut::desc),
             plain_strides: Some(crate::shape::KvStrides { batch: ql * h * d, token: h * d, head: d }),
             rows_per_seq: shape.q_len,
             append: true,
@@ -372,11 +372,11 @@ impl DecodeAttention {
         let job = QuantJob {
             direction: QuantDirection::Dequantize,
             step: &step,
-            plain: mut_desc(&plain),
+            plain: plain.desc(),
             plain_name: "plain",
             plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
-            data: desc(&data),
-            side: Some(desc(&scales)),
+            data: data.desc(),
+            side: Some(scales.desc()),
             plain_strides: shape.kv_strides_checked(),
             rows_per_seq: shape.max_seq_len,
             append: false,
@@ -390,7 +390,7 @@ impl DecodeAttention {
         let name = quant_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, direction)
             .ok_or_else(|| Error::Unsupported(format!("no {direction:?} kernel for {} / {}", shape.kv_format.name(), shape.dtype.name())))?;
         job.step.check_for(shape)?;
-        let lens = desc(&job.step.seq_lens);
+        let lens = job.step.seq_lens.desc();
         let plain_bytes = job.plain_elems.checked_mul(2).unwrap_or(u64::MAX);
         check_buffer(job.plain_name, &job.plain, dtype_elem(shape.dtype), plain_bytes)?;
         check_buffer("data", &job.data, kv_elem(shape.kv_format), shape.kv_bytes_required().unwrap_or(u64::MAX))?;
@@ -404,7 +404,7 @@ impl DecodeAttention {
         let side = job.side.unwrap_or(BufferDesc { addr: 0, len: 0, elem: ElemType::U32 });
         let mut read = vec![("seq_lens", lens)];
         if let Some(t) = &job.step.block_table {
-            read.push(("block_table", desc(t)));
+            read.push(("block_table", t.desc()));
         }
         let (written, others): (Vec<_>, Vec<_>) = if direction == QuantDirection::Quantize {
             read.push((job.plain_name, job.plain));
@@ -430,10 +430,7 @@ impl DecodeAttention {
         let rows = shape.batch as u64 * job.rows_per_seq as u64 * shape.num_kv_heads as u64;
         let blocks = rows.div_ceil(QUANT_WARPS as u64);
         ensure(blocks < (1 << 31), "max_seq_len", "fewer than 2^34 rows to convert per launch", rows)?;
-        let (page_shift, num_pages) = match shape.kv_layout {
-            KvLayout::Paged { page_size, num_pages, .. } => (page_size.trailing_zeros(), num_pages),
-            _ => (0, 0),
-        };
+        let (page_shift, num_pages) = shape.page_geometry().unwrap_or((0, 0));
         let params = QuantParams {
             plain: job.plain.addr,
             plain_stride_batch: ps.batch * 2,
@@ -467,6 +464,3 @@ impl DecodeAttention {
     }
 }
 
-fn mut_desc(t: &TensorMut) -> BufferDesc {
-    BufferDesc { addr: t.addr, len: t.len, elem: t.elem }
-}

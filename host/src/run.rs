@@ -20,10 +20,10 @@ use decode_attn_abi::{
     MERGE_ROWS_PER_BLOCK, QUANT_KERNELS, SCHEDULE_KERNEL, SCHEDULE_THREADS, UTILITY_KERNELS,
 };
 
-use crate::check::{check_buffer, check_buffers, BufferDesc, RunBuffers};
+use crate::check::{check_buffer, check_buffers, RunBuffers};
 use crate::error::{ensure, Error, Result};
 use crate::plan::{self, DeviceInfo, KernelInfo, Plan, PlanMode, PlanOptions};
-use crate::shape::{DecodeShape, KvLayout};
+use crate::shape::DecodeShape;
 use crate::tensor::{ElemType, TensorMut, TensorRef};
 
 /// A raw device address (`CUdeviceptr`), as cudarc, candle or PyTorch hand them out.
@@ -107,18 +107,14 @@ impl<'a> StepInputs<'a> {
     /// table of `batch × pages_per_seq` ids exactly when the shape is paged
     /// (what every entry point taking them checks first).
     pub fn check_for(&self, shape: &DecodeShape) -> Result<()> {
-        check_buffer("seq_lens", &desc(&self.seq_lens), ElemType::U32, shape.batch as u64 * 4)?;
+        check_buffer("seq_lens", &self.seq_lens.desc(), ElemType::U32, shape.batch as u64 * 4)?;
         match (shape.is_paged(), &self.block_table) {
-            (true, Some(t)) => check_buffer("block_table", &desc(t), ElemType::I32, shape.batch as u64 * shape.pages_per_seq() as u64 * 4),
+            (true, Some(t)) => check_buffer("block_table", &t.desc(), ElemType::I32, shape.batch as u64 * shape.pages_per_seq() as u64 * 4),
             (true, None) => Err(Error::invalid("block_table", "a [batch, pages_per_seq] i32 table for the paged layout", "none")),
             (false, Some(_)) => Err(Error::invalid("block_table", "none (the cache is not paged)", "a table")),
             (false, None) => Ok(()),
         }
     }
-}
-
-pub(crate) fn desc(t: &TensorRef) -> BufferDesc {
-    BufferDesc { addr: t.addr, len: t.len, elem: t.elem }
 }
 
 /// The library's entry point: the loaded kernels and the device they run on.
@@ -374,13 +370,13 @@ impl DecodeAttention {
         check_buffers(
             plan,
             &RunBuffers {
-                q: desc(&q),
-                k: desc(&k),
-                v: desc(&v),
-                o: BufferDesc { addr: o.addr, len: o.len, elem: o.elem },
+                q: q.desc(),
+                k: k.desc(),
+                v: v.desc(),
+                o: o.desc(),
                 workspace_bytes: ws_bytes,
-                k_side: cache.k_scales.as_ref().map(desc),
-                v_side: cache.v_scales.as_ref().map(desc),
+                k_side: cache.k_scales.as_ref().map(TensorRef::desc),
+                v_side: cache.v_scales.as_ref().map(TensorRef::desc),
             },
         )?;
         let shape = &plan.shape;
@@ -428,10 +424,7 @@ impl DecodeAttention {
             unsafe { self.launch(SCHEDULE_KERNEL, (blocks, 1, 1), SCHEDULE_THREADS, 0, &sched, stream)? };
         }
 
-        let (page_shift, num_pages) = match shape.kv_layout {
-            KvLayout::Paged { page_size, num_pages, .. } => (page_size.trailing_zeros(), num_pages),
-            _ => (0, 0),
-        };
+        let (page_shift, num_pages) = shape.page_geometry().unwrap_or((0, 0));
         let block_table = match (step, shape.is_paged()) {
             (_, false) => 0,
             (Some(step), true) => step.block_table.map_or(0, |t| t.addr),
@@ -541,7 +534,7 @@ impl DecodeAttention {
     /// [`DecodeAttention::advance_seq_lens`] on a raw stream.
     pub fn advance_seq_lens_raw(&self, shape: &DecodeShape, seq_lens: TensorMut, by: u32, stream: RawStream) -> Result<()> {
         shape.validate()?;
-        check_buffer("seq_lens", &BufferDesc { addr: seq_lens.addr, len: seq_lens.len, elem: seq_lens.elem }, ElemType::U32, shape.batch as u64 * 4)?;
+        check_buffer("seq_lens", &seq_lens.desc(), ElemType::U32, shape.batch as u64 * 4)?;
         let params = decode_attn_abi::AdvanceParams { seq_lens: seq_lens.addr, batch: shape.batch, by, capacity: shape.max_seq_len, _pad: 0 };
         let blocks = shape.batch.div_ceil(256).clamp(1, 1024);
         // SAFETY: writes the `batch` lengths of the checked buffer.

@@ -103,6 +103,10 @@ impl<'a> TensorRef<'a> {
     pub fn elem(&self) -> ElemType {
         self.elem
     }
+    /// Address, length and type, as the buffer checks take them.
+    pub(crate) fn desc(&self) -> crate::check::BufferDesc {
+        crate::check::BufferDesc { addr: self.addr, len: self.len, elem: self.elem }
+    }
 }
 
 impl<'a> TensorMut<'a> {
@@ -110,6 +114,10 @@ impl<'a> TensorMut<'a> {
     /// As [`TensorRef::from_raw`], and the memory must be writable.
     pub unsafe fn from_raw(addr: u64, len: usize, elem: ElemType) -> Self {
         TensorMut { addr, len, elem, _borrow: PhantomData }
+    }
+    /// Address, length and type, as the buffer checks take them.
+    pub(crate) fn desc(&self) -> crate::check::BufferDesc {
+        crate::check::BufferDesc { addr: self.addr, len: self.len, elem: self.elem }
     }
 }
 

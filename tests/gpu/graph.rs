@@ -15,6 +15,7 @@ use decode_attn::reference;
 use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, Rng};
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
 
+use crate::common::cuda::{check, Graph};
 use crate::paged::Paging;
 
 pub const STEPS: u32 = 100;
@@ -94,14 +95,6 @@ fn view_mut(b: &mut DeviceBuffer<u8>, elem: ElemType) -> TensorMut<'_> {
     unsafe { TensorMut::from_raw(b.as_device_ptr().as_raw(), b.len() / elem.size_bytes(), elem) }
 }
 
-fn check(what: &'static str, status: cuda::CUresult) -> Result<(), String> {
-    if status == cuda::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what}: {status:?}"))
-    }
-}
-
 /// Runs one case: the worst relative L2 error over its steps, and the
 /// capacity plan's chunks per sequence.
 pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u64) -> Result<(f64, u32), String> {
@@ -165,7 +158,8 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     };
     let bytes = |x: Vec<u16>| -> Vec<u8> { x.into_iter().flat_map(u16::to_le_bytes).collect() };
     let up = |x: &[u8]| DeviceBuffer::from_slice(x).map_err(err);
-    let (k_plain, v_plain) = (up(&bytes(prefix(&k16)))?, up(&bytes(prefix(&v16)))?);
+    let (k_prefix, v_prefix) = (bytes(prefix(&k16)), bytes(prefix(&v16)));
+    let (k_plain, v_plain) = (up(&k_prefix)?, up(&v_prefix)?);
     let table_dev = DeviceBuffer::from_slice(if table.is_empty() { &[0i32][..] } else { &table }).map_err(err)?;
     let prefix_lens: Vec<u32> = case.start_lens.iter().map(|&l| l - ql).collect();
     let prefix_lens_dev = DeviceBuffer::from_slice(&prefix_lens).map_err(err)?;
@@ -182,7 +176,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let (mut k_cache, mut v_cache, mut k_side, mut v_side) = if case.format.is_quantized() {
         (up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; side_bytes])?, up(&vec![0xFF; side_bytes])?)
     } else {
-        (k_plain.clone_as_bytes()?, v_plain.clone_as_bytes()?, up(&[0u8; 16])?, up(&[0u8; 16])?)
+        (up(&k_prefix)?, up(&v_prefix)?, up(&[0u8; 16])?, up(&[0u8; 16])?)
     };
     let kv_elem = decode_attn::check::kv_elem(case.format);
     let side_elem = decode_attn::check::side_elem(case.format);
@@ -220,10 +214,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     stream.synchronize().map_err(err)?;
 
     // Capture one step: append K, append V, attention.
-    let mut graph: cuda::CUgraph = std::ptr::null_mut();
-    // SAFETY: capture on this test's stream; every call below only enqueues.
-    unsafe { check("cuStreamBeginCapture", cuda::cuStreamBeginCapture_v2(raw, cuda::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL))? };
-    let captured = (|| -> decode_attn::Result<()> {
+    let graph = Graph::capture(stream, || -> decode_attn::Result<()> {
         let step = step_inputs(&lens_dev, &table_dev, paged);
         let kside = side_elem.map(|se| view_mut(&mut k_side, se));
         let vside = side_elem.map(|se| view_mut(&mut v_side, se));
@@ -234,13 +225,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             None => KvCache::plain(view(&k_cache, kv_elem), view(&v_cache, kv_elem)),
         };
         attn.run_step(&plan, &step, view(&q_dev, plain_elem), &cache, view_mut(&mut o_dev, plain_elem), &mut ws, stream)
-    })();
-    // SAFETY: ends the capture begun above (also after a failed call).
-    unsafe { check("cuStreamEndCapture", cuda::cuStreamEndCapture(raw, &mut graph))? };
-    captured.map_err(|e| format!("capturing the step: {e}"))?;
-    let mut exec: cuda::CUgraphExec = std::ptr::null_mut();
-    // SAFETY: instantiates the graph just captured.
-    unsafe { check("cuGraphInstantiate", cuda::cuGraphInstantiateWithFlags(&mut exec, graph, 0))? };
+    })?;
 
     let mut worst = 0f64;
     let mut result = Ok(());
@@ -257,8 +242,8 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             check("copy k", copy(&knew_dev, &knew_all_dev, new_elems * 2))?;
             check("copy v", copy(&vnew_dev, &vnew_all_dev, new_elems * 2))?;
             check("poison o", cuda::cuMemsetD8Async(o_dev.as_device_ptr().as_raw(), 0xFF, q_elems * 2, raw))?;
-            check("cuGraphLaunch", cuda::cuGraphLaunch(exec, raw))?;
         }
+        graph.launch(stream)?;
         stream.synchronize().map_err(err)?;
         o_dev.copy_to(&mut out16[..]).map_err(err)?;
         let out: Vec<f32> = out16
@@ -278,27 +263,11 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         worst = worst.max(cmp.rel_l2);
         attn.advance_seq_lens(&shape, &mut lens_dev, ql, stream).map_err(err)?;
     }
-    // SAFETY: the graph and its instance are this function's.
-    unsafe {
-        cuda::cuGraphExecDestroy(exec);
-        cuda::cuGraphDestroy(graph);
-    }
     let chunks = match plan.mode() {
         decode_attn::PlanMode::Capacity { chunks_per_seq } => chunks_per_seq,
         decode_attn::PlanMode::Lengths => 1,
     };
     result.map(|()| (worst, chunks))
-}
-
-trait CloneBytes {
-    fn clone_as_bytes(&self) -> Result<DeviceBuffer<u8>, String>;
-}
-impl CloneBytes for DeviceBuffer<u8> {
-    fn clone_as_bytes(&self) -> Result<DeviceBuffer<u8>, String> {
-        let mut host = vec![0u8; self.len()];
-        self.copy_to(&mut host[..]).map_err(err)?;
-        DeviceBuffer::from_slice(&host).map_err(err)
-    }
 }
 
 /// The replay cases: every format, contiguous and paged (page sizes 16
