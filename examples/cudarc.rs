@@ -33,7 +33,7 @@ pub fn run_example() -> Result<Option<Outcome>, Box<dyn std::error::Error>> {
     let (batch, hq, hkv, d, cap, page) = (3u32, 8u32, 2u32, 128u32, 256u32, 16u32);
     let pages = batch * cap / page;
     let shape = DecodeShape {
-        kv_layout: KvLayout::Paged { page_size: page, num_pages: pages + 1, order: PageOrder::TokenMajor },
+        kv_layout: KvLayout::Paged { page_size: page, num_pages: pages + 1, order: PageOrder::TokenMajor, page_bytes: None },
         ..DecodeShape::bf16(batch, hq, hkv, d, 1, cap)
     };
     let plan = attn.plan_capacity(&shape, &PlanOptions::default())?;

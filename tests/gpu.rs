@@ -132,28 +132,34 @@ fn cases() -> Vec<Case> {
 
 /// Paged caches: every format × page sizes 1, 16, 256 × both page orders,
 /// ragged lengths across page and stage edges, split and unsplit, GQA with
-/// q_len 3 and MQA; plus head dims 64 and 256 at page size 16.
+/// q_len 3 and MQA; plus head dims 64 and 256 at page size 16. Each of
+/// these also as a packed pool (K, V and side data in one page).
 fn paged_cases() -> Vec<Case> {
     use decode_attn::PageOrder::{HeadMajor, TokenMajor};
+    use paged::Paging;
     let mut out = Vec::new();
-    let mut add = |format: KvFormat, dtype: Dtype, d: u32, page_size: u32, order: decode_attn::PageOrder, hq: u32, hkv: u32, q_len: u32, lens: Vec<u32>, split: SplitPolicy| {
-        let cap = lens.iter().copied().max().unwrap_or(1).next_multiple_of(page_size.max(4));
+    let mut add = |format: KvFormat, dtype: Dtype, d: u32, paging: Paging, hq: u32, hkv: u32, q_len: u32, lens: Vec<u32>, split: SplitPolicy| {
+        let cap = lens.iter().copied().max().unwrap_or(1).next_multiple_of(paging.page_size.max(4));
         let s = DecodeShape { kv_format: format, ..shape(dtype, lens.len() as u32, hq, hkv, d, q_len, cap, KvLayout::Nhd) };
-        let name = format!("{}/{}/paged-p{page_size}-{order:?}/hq{hq}-hkv{hkv}/d{d}/q{q_len}/{split:?}", format.name(), dtype.name());
-        out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens, split, dist: Distribution::HeavyTailed, seed: None, paging: Some(paged::Paging { page_size, order }) });
+        let name = format!("{}/{}/{}/hq{hq}-hkv{hkv}/d{d}/q{q_len}/{split:?}", format.name(), dtype.name(), paging.name());
+        out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens, split, dist: Distribution::HeavyTailed, seed: None, paging: Some(paging) });
     };
     for format in KvFormat::ALL {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::Bf16 } else { Dtype::F16 });
         let stage = decode_attn::plan::stage_keys(format, 128);
         for (i, ps) in [1u32, 16, 256].into_iter().enumerate() {
-            let order = if i % 2 == 0 { TokenMajor } else { HeadMajor };
+            let (order, other) = if i % 2 == 0 { (TokenMajor, HeadMajor) } else { (HeadMajor, TokenMajor) };
             let lens = vec![3 * stage + 5, 17, ps + 3, 2 * stage];
-            add(format, dtype, 128, ps, order, 8, 2, 3, lens.clone(), SplitPolicy::ChunkKeys(stage));
-            add(format, dtype, 128, ps, if i % 2 == 0 { HeadMajor } else { TokenMajor }, 16, 1, 1, lens, SplitPolicy::Auto);
+            for packing in [Paging::new, Paging::packed] {
+                add(format, dtype, 128, packing(ps, order), 8, 2, 3, lens.clone(), SplitPolicy::ChunkKeys(stage));
+                add(format, dtype, 128, packing(ps, other), 16, 1, 1, lens.clone(), SplitPolicy::Auto);
+            }
         }
         for d in [64u32, 256].into_iter().filter(|&d| format.supports_head_dim(d)) {
             let stage = decode_attn::plan::stage_keys(format, d);
-            add(format, dtype, d, 16, TokenMajor, 8, 2, 2, vec![2 * stage + 3, 40], SplitPolicy::ChunkKeys(stage));
+            for packing in [Paging::new, Paging::packed] {
+                add(format, dtype, d, packing(16, TokenMajor), 8, 2, 2, vec![2 * stage + 3, 40], SplitPolicy::ChunkKeys(stage));
+            }
         }
     }
     out

@@ -424,7 +424,7 @@ mod paged {
     use decode_attn::PageOrder;
 
     fn paged(page_size: u32, num_pages: u32) -> DecodeShape {
-        DecodeShape { kv_layout: KvLayout::Paged { page_size, num_pages, order: PageOrder::TokenMajor }, ..DecodeShape::bf16(2, 8, 2, 128, 1, 100) }
+        DecodeShape { kv_layout: KvLayout::Paged { page_size, num_pages, order: PageOrder::TokenMajor, page_bytes: None }, ..DecodeShape::bf16(2, 8, 2, 128, 1, 100) }
     }
 
     fn plan_p(shape: &DecodeShape, lens: &[u32], table: &[i32]) -> decode_attn::Result<Plan> {
@@ -475,8 +475,81 @@ mod paged {
         let q = DecodeShape { kv_format: KvFormat::Int8, ..s };
         // Side data [num_pages, Hkv, page_size] f32 scales.
         assert_eq!(q.side_bytes_required(), Some(20 * 2 * 16 * 4));
-        let h = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 20, order: PageOrder::HeadMajor }, ..q };
+        let h = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 20, order: PageOrder::HeadMajor, page_bytes: None }, ..q };
         assert_eq!(h.kv_strides(), decode_attn::KvStrides { batch: 16 * 2 * 128, token: 128, head: 16 * 128 });
+    }
+
+    fn with_page_bytes(s: &DecodeShape, page_bytes: Option<u64>) -> DecodeShape {
+        let KvLayout::Paged { page_size, num_pages, order, .. } = s.kv_layout else { panic!("paged") };
+        DecodeShape { kv_layout: KvLayout::Paged { page_size, num_pages, order, page_bytes }, ..s.clone() }
+    }
+
+    #[test]
+    fn a_packed_page_holds_k_v_and_their_side_data_in_that_order() {
+        // int8, 16 tokens × 2 kv heads: 4 KiB of rows per tensor, 128 B of scales.
+        let dense = DecodeShape { kv_format: KvFormat::Int8, ..paged(16, 20) };
+        let pp = dense.packed_page().unwrap();
+        assert_eq!(pp, decode_attn::PackedPage { page_bytes: 8448, v: 4096, k_side: 8192, v_side: 8320 });
+        let packed = with_page_bytes(&dense, Some(pp.page_bytes));
+        packed.validate().unwrap();
+        // Pages are page_bytes apart for values (bytes) and side data (4-byte entries) alike.
+        assert_eq!(packed.kv_strides(), decode_attn::KvStrides { batch: 8448, token: 2 * 128, head: 128 });
+        assert_eq!(packed.side_strides(), decode_attn::KvStrides { batch: 8448 / 4, token: 1, head: 16 });
+        // A view needs every page but the last whole, and the last one's part.
+        assert_eq!(packed.kv_bytes_required(), Some(19 * 8448 + 4096));
+        assert_eq!(packed.side_bytes_required(), Some(19 * 8448 + 2 * 16 * 4));
+        // bf16: FlashInfer's [num_pages, 2, page_size, Hkv, D].
+        let bf = paged(16, 20).packed_page().unwrap();
+        assert_eq!((bf.page_bytes, bf.v, bf.k_side), (2 * 8192, 8192, 16384));
+        assert_eq!(with_page_bytes(&paged(16, 20), Some(bf.page_bytes)).kv_strides().batch, 8192, "in bf16 elements");
+        // One int8 token per page: 2 × 128 B rows and 2 × 4 B scales, each
+        // part 16-byte aligned.
+        let one = DecodeShape { num_q_heads: 4, num_kv_heads: 1, kv_layout: KvLayout::Paged { page_size: 1, num_pages: 5, order: PageOrder::TokenMajor, page_bytes: None }, ..dense.clone() };
+        assert_eq!(one.packed_page().unwrap(), decode_attn::PackedPage { page_bytes: 288, v: 128, k_side: 256, v_side: 272 });
+    }
+
+    #[test]
+    fn page_bytes_must_hold_a_page_and_keep_rows_aligned() {
+        let int8 = DecodeShape { kv_format: KvFormat::Int8, ..paged(16, 20) };
+        for bad in [0u64, 8448 + 8, 4096 - 16, 1 << 63] {
+            rejects(with_page_bytes(&int8, Some(bad)).validate(), "kv_layout.page_bytes");
+        }
+        // Any 16-byte multiple that holds a page of rows (and of scales) will do.
+        with_page_bytes(&int8, Some(4096)).validate().unwrap();
+        with_page_bytes(&int8, Some(1 << 20)).validate().unwrap();
+        // int4-g32 at D = 256: 32-byte side entries keep pages 32-byte aligned.
+        let int4 = DecodeShape { kv_format: KvFormat::Int4G32, dtype: decode_attn::Dtype::F16, head_dim: 256, ..paged(16, 20) };
+        let pp = int4.packed_page().unwrap();
+        assert_eq!(pp.page_bytes % 32, 0);
+        with_page_bytes(&int4, Some(pp.page_bytes)).validate().unwrap();
+        rejects(with_page_bytes(&int4, Some(pp.page_bytes + 16)).validate(), "kv_layout.page_bytes");
+        // A pool so large its extent overflows is rejected, not wrapped.
+        let huge = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: i32::MAX as u32, order: PageOrder::TokenMajor, page_bytes: Some(1 << 40) }, ..int8 };
+        rejects(huge.validate(), "kv_layout.page_bytes");
+    }
+
+    #[test]
+    fn views_into_one_packed_pool_are_checked_like_separate_buffers() {
+        let dense = DecodeShape { kv_format: KvFormat::Int8, ..paged(16, 20) };
+        let pp = dense.packed_page().unwrap();
+        let s = with_page_bytes(&dense, Some(pp.page_bytes));
+        let table: Vec<i32> = (0..14).collect();
+        let p = plan_p(&s, &[100, 17], &table).unwrap();
+        let pool_bytes = 20 * pp.page_bytes;
+        let base = 2u64 << 40;
+        // Each view runs from its offset to the pool's end.
+        let views = |pool_bytes: u64| {
+            let mut b = bufs_for(&s, 2 * 8 * 128, 0, p.workspace_bytes());
+            let d = |off: u64, unit: u64, elem| BufferDesc { addr: base + off, len: ((pool_bytes - off) / unit) as usize, elem };
+            b.k = d(0, 1, ElemType::U8);
+            b.v = d(pp.v, 1, ElemType::U8);
+            b.k_side = Some(d(pp.k_side, 4, ElemType::F32));
+            b.v_side = Some(d(pp.v_side, 4, ElemType::F32));
+            b
+        };
+        check_buffers(&p, &views(pool_bytes)).unwrap();
+        // A pool missing the last page's V scales: the error names them.
+        rejects(check_buffers(&p, &views(pool_bytes - 16)), "v_scales");
     }
 }
 
@@ -564,7 +637,7 @@ mod capacity {
         use decode_attn::{ElemType, StepInputs, TensorRef};
         let view = |addr: u64, len: usize, e: ElemType| unsafe { TensorRef::from_raw(addr, len, e) };
         let contiguous = DecodeShape::bf16(4, 8, 2, 128, 1, 1000);
-        let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 300, order: decode_attn::PageOrder::TokenMajor }, ..contiguous.clone() };
+        let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 300, order: decode_attn::PageOrder::TokenMajor, page_bytes: None }, ..contiguous.clone() };
         let lens = view(0x10000, 4, ElemType::U32);
         let table = view(0x20000, 4 * 63, ElemType::I32);
         StepInputs::lengths(lens).check_for(&contiguous).unwrap();

@@ -25,6 +25,9 @@ pub struct BufferSet {
     /// Side data of K and V as 32-bit words (int8 scales, int4 scale/zero pairs).
     pub scales: Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>,
     side: Option<ElemType>,
+    /// A packed paged pool holding this set's K, V and side data: while
+    /// set, `views` hands out views into it (see `BufferSet::pack`).
+    pool: Option<PackedPool>,
     qo: ElemType,
     kv: ElemType,
 }
@@ -46,7 +49,7 @@ impl BufferSet {
     pub fn new(attn: &DecodeAttention, shape: &DecodeShape, seed: u64, stream: &Stream) -> Result<Self, String> {
         let q_bytes = shape.q_bytes().ok_or("q size overflows")?;
         let kv_bytes = shape.kv_bytes_required().ok_or("kv size overflows")?;
-        let mut set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, scales: None, side: decode_attn::check::side_elem(shape.kv_format), qo: qo_elem(shape), kv: kv_elem(shape) };
+        let mut set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, scales: None, pool: None, side: decode_attn::check::side_elem(shape.kv_format), qo: qo_elem(shape), kv: kv_elem(shape) };
         let e = |e: decode_attn::Error| e.to_string();
         let fill = |buf: &DeviceBuffer<u8>, elem: ElemType, s: u64| {
             // SAFETY: the buffer is alive and written only by this fill.
@@ -101,6 +104,9 @@ impl BufferSet {
         let o = &mut self.o;
         // SAFETY: the view borrows `o` mutably for its lifetime.
         let o = unsafe { TensorMut::from_raw(o.as_device_ptr().as_raw(), o.len() / self.qo.size_bytes(), self.qo) };
+        if let Some(pool) = &self.pool {
+            return (Self::view(&self.q, self.qo), pool.cache(self.kv, self.side), o);
+        }
         let (k, v) = (Self::view(&self.k, self.kv), Self::view(&self.v, self.kv));
         let cache = match (&self.scales, self.side) {
             (Some((ks, vs)), Some(elem)) => {
@@ -114,7 +120,83 @@ impl BufferSet {
     }
 }
 
+/// One buffer whose pages hold K's rows, V's rows and their side data
+/// (`KvLayout::Paged { page_bytes: Some(..) }`).
+struct PackedPool {
+    buf: DeviceBuffer<u8>,
+    page: decode_attn::PackedPage,
+    kv_bytes: u64,
+    side_bytes: u64,
+}
+
+impl PackedPool {
+    fn cache(&self, kv: ElemType, side: Option<ElemType>) -> KvCache<'_> {
+        let base = self.buf.as_device_ptr().as_raw();
+        // SAFETY: views inside the live pool, each as long as the shape requires.
+        let at = |off: u64, bytes: u64, e: ElemType| unsafe { TensorRef::from_raw(base + off, (bytes / e.size_bytes() as u64) as usize, e) };
+        let (k, v) = (at(0, self.kv_bytes, kv), at(self.page.v, self.kv_bytes, kv));
+        match side {
+            Some(e) => KvCache::quantized(k, v, at(self.page.k_side, self.side_bytes, e), at(self.page.v_side, self.side_bytes, e)),
+            None => KvCache::plain(k, v),
+        }
+    }
+}
+
+/// Copies `height` rows of `width` bytes from `src` (rows `width` apart) to
+/// `dst` (rows `pitch` apart).
+fn copy_pitched(dst: u64, pitch: u64, src: u64, width: u64, height: u64) -> Result<(), String> {
+    let m = cuda::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: cuda::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: width as usize,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: cuda::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: pitch as usize,
+        WidthInBytes: width as usize,
+        Height: height as usize,
+    };
+    // SAFETY: the caller names live device ranges of these extents.
+    check::cuda(unsafe { cuda::cuMemcpy2D_v2(&m) }, "cuMemcpy2D")
+}
+
 impl BufferSet {
+    /// Builds a packed pool of `packed`'s geometry from this set's values
+    /// (NHD rows of whole pages: token-major pages, identity table) and
+    /// `side` (the side data in the dense paged layout `dense`, from
+    /// `paged_side`), and makes `views` hand out views into it until
+    /// `unpack`.
+    pub fn pack(&mut self, dense: &DecodeShape, packed: &DecodeShape, side: Option<&(DeviceBuffer<u32>, DeviceBuffer<u32>)>) -> Result<(), String> {
+        let decode_attn::KvLayout::Paged { num_pages, .. } = dense.kv_layout else { return Err("not a paged shape".into()) };
+        let page = packed.packed_page().ok_or("not a paged shape")?;
+        let n = num_pages as u64;
+        let (rows, side_page) = (page.v, page.v_side - page.k_side);
+        let buf = alloc(n * page.page_bytes)?;
+        let base = buf.as_device_ptr().as_raw();
+        copy_pitched(base, page.page_bytes, self.k.as_device_ptr().as_raw(), rows, n)?;
+        copy_pitched(base + page.v, page.page_bytes, self.v.as_device_ptr().as_raw(), rows, n)?;
+        if let Some((ks, vs)) = side {
+            copy_pitched(base + page.k_side, page.page_bytes, ks.as_device_ptr().as_raw(), side_page, n)?;
+            copy_pitched(base + page.v_side, page.page_bytes, vs.as_device_ptr().as_raw(), side_page, n)?;
+        }
+        let kv_bytes = packed.kv_bytes_required().ok_or("pool too large")?;
+        let side_bytes = packed.side_bytes_required().ok_or("pool too large")?;
+        self.pool = Some(PackedPool { buf, page, kv_bytes, side_bytes });
+        Ok(())
+    }
+
+    /// Drops the packed pool: `views` hands out the set's own buffers again.
+    pub fn unpack(&mut self) {
+        self.pool = None;
+    }
+
     /// Swaps this set's side data for the same entries laid out as the
     /// paged shape `paged` with the identity table (sequence b's tokens in
     /// pages `b·pages_per_seq ..`; the values need no change: NHD rows of

@@ -80,6 +80,11 @@ struct Args {
     /// memory system's cost of scattered pages).
     #[arg(long, value_enum, default_value = "shuffled")]
     page_table: PageTable,
+    /// What the --paged pools hold: separate (K, V and their side data in
+    /// four pools; default) or packed (one pool whose pages hold all four:
+    /// `KvLayout::Paged { page_bytes: Some(..) }`).
+    #[arg(long, value_enum, default_value = "separate")]
+    page_layout: PageLayout,
     /// Also time each row as a replayed CUDA graph of a capacity plan
     /// (lengths read on the device; schedule + attention + merge): the
     /// graph column, graph time over planned time. Its output is checked
@@ -92,6 +97,12 @@ struct Args {
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PageLayout {
+    Separate,
+    Packed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -205,7 +216,8 @@ fn run(args: &Args) -> Result<(), String> {
     eprintln!("{} rows in {:.0} s", rows.len(), t0.elapsed().as_secs_f64());
 
     let date = time::OffsetDateTime::now_utc().date().to_string();
-    let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, rows };
+    let paged = if args.paged { format!("{:?} block tables, {:?} pools", args.page_table, args.page_layout).to_lowercase() } else { String::new() };
+    let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, paged, rows };
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out))?;
     let suffix = if args.l2 == L2Mode::Flush { "-flush" } else { "" };
     let stem = format!("{}/{date}-{}{suffix}{}", args.out, device.replace(|c: char| !c.is_ascii_alphanumeric(), "-"), args.tag);
@@ -264,7 +276,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     if args.paged {
         for (slot, ps) in [16u32, 64].into_iter().enumerate() {
             if s.ctx % ps == 0 {
-                paged_us[slot] = paged_median(attn, stream, &plan, &opts, ps, args.page_table, &mut sets, args.iters as usize)?;
+                paged_us[slot] = paged_median(attn, stream, &plan, &opts, ps, (args.page_table, args.page_layout), &mut sets, args.iters as usize)?;
             }
         }
     }
@@ -359,15 +371,28 @@ fn paged_median(
     contiguous: &decode_attn::Plan,
     opts: &PlanOptions,
     ps: u32,
-    order: PageTable,
+    (order, layout): (PageTable, PageLayout),
     sets: &mut [BufferSet],
     iters: usize,
 ) -> Result<f64, String> {
     let shape = contiguous.shape();
     let num_pages = shape.batch * (shape.max_seq_len / ps);
-    let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor }, ..shape.clone() };
+    let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor, page_bytes: None }, ..shape.clone() };
     let identity: Vec<i32> = (0..num_pages as i32).collect();
     let reference = output_of(attn, stream, contiguous, None, &mut sets[0])?;
+    if layout == PageLayout::Packed {
+        // One pool per set, built from its values and its side data in the
+        // dense paged layout.
+        let page_bytes = pshape.packed_page().map(|p| p.page_bytes);
+        let packed = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor, page_bytes }, ..shape.clone() };
+        for set in sets.iter_mut() {
+            let side = set.paged_side(shape, &pshape)?;
+            set.pack(&pshape, &packed, side.as_ref())?;
+        }
+        let result = paged_runs(attn, stream, contiguous, opts, &packed, identity, &reference, ps, order, sets, iters);
+        sets.iter_mut().for_each(BufferSet::unpack);
+        return result;
+    }
     // Quantized caches: side data in the pool's layout, swapped in for the
     // paged runs and back out after (values are pages already).
     let mut saved = Vec::with_capacity(sets.len());

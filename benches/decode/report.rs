@@ -75,6 +75,10 @@ pub struct Report {
     #[serde(default)]
     pub iters: usize,
     pub roofline_gbps: f64,
+    /// What the pg16 / pg64 columns time (page order and pool layout);
+    /// empty when not run, and in runs before this field existed.
+    #[serde(default)]
+    pub paged: String,
     pub rows: Vec<RowResult>,
 }
 
@@ -90,6 +94,9 @@ impl Report {
             L2Mode::Flush => "L2 flushed by a memset before each launch",
         };
         let _ = writeln!(s, "\n{}: copy roofline {:.0} GB/s; median of {} launches, {method}", self.device, self.roofline_gbps, self.iters);
+        if !self.paged.is_empty() {
+            let _ = writeln!(s, "pg16 / pg64: paged over contiguous time, {}", self.paged);
+        }
         let _ = writeln!(
             s,
             "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7}  status",

@@ -31,7 +31,7 @@
 //! # let stream = cust::stream::Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None)?;
 //! # let attn = DecodeAttention::new()?;
 //! # let (max_batch, max_len, num_pages) = (64u32, 4096u32, 64 * 256);
-//! let shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages, order: PageOrder::TokenMajor },
+//! let shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages, order: PageOrder::TokenMajor, page_bytes: None },
 //!                           ..DecodeShape::bf16(max_batch, 32, 8, 128, 1, max_len) };
 //! let plan = attn.plan_capacity(&shape, &PlanOptions::default())?;
 //! let mut ws = Workspace::for_plan(&plan)?;
@@ -66,7 +66,7 @@ pub use error::{Error, Result};
 pub use plan::{DeviceInfo, KernelInfo, Plan, PlanMode, PlanOptions, SplitPolicy, VariantChoice};
 pub use quant::{KvMut, QuantizedMut};
 pub use run::{DecodeAttention, KvCache, RawDevicePtr, RawStream, StepInputs, Workspace};
-pub use shape::{DecodeShape, KvLayout, KvStrides, PageOrder, MAX_PAGE_SIZE};
+pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder, MAX_PAGE_SIZE};
 pub use tensor::{ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};
 

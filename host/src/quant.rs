@@ -414,13 +414,40 @@ impl DecodeAttention {
             (vec![(job.plain_name, job.plain)], read)
         };
         let end = |b: &BufferDesc| b.addr + (b.len * b.elem.size_bytes()) as u64;
+        // A packed pool's values and side data share pages: they may
+        // interleave, as long as in every page `a`'s part (a page of rows)
+        // ends before `b`'s (a page of side data) starts, and `b`'s ends
+        // within the page.
+        let packed = match shape.kv_layout {
+            crate::shape::KvLayout::Paged { page_size, page_bytes: Some(page), .. } => {
+                let tokens = page_size as u64 * shape.num_kv_heads as u64;
+                Some((tokens * shape.kv_format.row_bytes(shape.head_dim) as u64, tokens * shape.kv_format.side_bytes(shape.head_dim) as u64, page))
+            }
+            _ => None,
+        };
+        let interleaved = |a: &BufferDesc, b: &BufferDesc| {
+            packed.is_some_and(|(rows, side, page)| {
+                let d = (b.addr as i128 - a.addr as i128).rem_euclid(page as i128) as u64;
+                d >= rows && d + side <= page
+            })
+        };
         for (i, (_, w)) in written.iter().enumerate() {
-            let later_writes = written[i + 1..].iter();
-            for (n, other) in others.iter().chain(later_writes) {
+            for (n, other) in others.iter() {
                 if other.len == 0 {
                     continue;
                 }
                 ensure(end(w) <= other.addr || end(other) <= w.addr, *n, "a buffer that does not overlap the one written", "an overlapping one")?;
+            }
+            for (n, other) in written[i + 1..].iter() {
+                if other.len == 0 {
+                    continue;
+                }
+                ensure(
+                    end(w) <= other.addr || end(other) <= w.addr || interleaved(w, other),
+                    *n,
+                    "a buffer that does not overlap the one written (packed pools: each page's values and side data apart)",
+                    "an overlapping one",
+                )?;
             }
         }
         let ps = job.plain_strides.ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;

@@ -27,7 +27,15 @@ pub enum KvLayout {
     /// K and V: `[num_pages, page_size, Hkv, D]` (`PageOrder::TokenMajor`)
     /// or `[num_pages, Hkv, page_size, D]` (`PageOrder::HeadMajor`); a
     /// quantized cache's side data `[num_pages, Hkv, page_size]` either way.
-    Paged { page_size: u32, num_pages: u32, order: PageOrder },
+    ///
+    /// `page_bytes: None`: K, V and their side data are four dense pools.
+    /// `Some(n)`: page p of each of them starts `p · n` bytes from its
+    /// buffer's start, so all four can share one allocation, each page
+    /// holding K's rows, V's rows and their side data together
+    /// ([`DecodeShape::packed_page`] gives the offsets; FlashInfer's
+    /// `[num_pages, 2, page_size, Hkv, D]` is this with `n` = two pages of
+    /// rows). Fewer, larger scattered reads per page: see docs/formats.md.
+    Paged { page_size: u32, num_pages: u32, order: PageOrder, page_bytes: Option<u64> },
 }
 
 /// Order of a page's rows (`KvLayout::Paged`).
@@ -41,6 +49,18 @@ pub enum PageOrder {
 
 /// Largest page size of a paged cache, in tokens.
 pub const MAX_PAGE_SIZE: u32 = 256;
+
+/// Where K's rows, V's rows and their side data sit in one page of a packed
+/// pool (`KvLayout::Paged { page_bytes: Some(page_bytes), .. }`), in bytes
+/// from the page's start: K's rows at 0, then V's, K's side data, V's side
+/// data, each part starting 16-byte aligned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PackedPage {
+    pub page_bytes: u64,
+    pub v: u64,
+    pub k_side: u64,
+    pub v_side: u64,
+}
 
 /// Strides of a KV layout, in elements (paged: `batch` is the page stride
 /// and `token` the stride within a page).
@@ -120,9 +140,13 @@ impl DecodeShape {
             KvLayout::Nhd => KvStrides { batch: n.checked_mul(h)?.checked_mul(d)?, token: h * d, head: d },
             KvLayout::Hnd => KvStrides { batch: h.checked_mul(n)?.checked_mul(d)?, token: d, head: n * d },
             KvLayout::Strided { batch, token, head } => KvStrides { batch, token, head },
-            KvLayout::Paged { page_size, order, .. } => {
+            KvLayout::Paged { page_size, order, page_bytes, .. } => {
                 let p = page_size as u64;
-                let page = p.checked_mul(h)?.checked_mul(d)?;
+                let dense = p.checked_mul(h)?.checked_mul(d)?;
+                let page = match page_bytes {
+                    Some(bytes) => bytes.checked_mul(8)? / self.kv_format.bits() as u64,
+                    None => dense,
+                };
                 match order {
                     PageOrder::TokenMajor => KvStrides { batch: page, token: h * d, head: d },
                     PageOrder::HeadMajor => KvStrides { batch: page, token: d, head: p * d },
@@ -156,6 +180,24 @@ impl DecodeShape {
         }
     }
 
+    /// The offsets of a packed pool's page for this shape's page size, kv
+    /// heads and format (`None` for layouts that are not paged): use
+    /// `page_bytes` as `KvLayout::Paged::page_bytes` and views of one buffer
+    /// at the offsets as K, V and their side data.
+    pub fn packed_page(&self) -> Option<PackedPage> {
+        let KvLayout::Paged { page_size, .. } = self.kv_layout else { return None };
+        let tokens = page_size as u64 * self.num_kv_heads as u64;
+        let rows = tokens.checked_mul(self.kv_format.row_bytes(self.head_dim) as u64)?;
+        let entry = self.kv_format.side_bytes(self.head_dim) as u64;
+        let side = tokens.checked_mul(entry)?;
+        // Every part starts 16-byte aligned (the side pointers' alignment
+        // rule; rows are multiples of 16 bytes already).
+        let k_side = rows.checked_mul(2)?;
+        let v_side = k_side.checked_add(side.next_multiple_of(16))?;
+        let page_bytes = v_side.checked_add(side)?.next_multiple_of(16.max(entry));
+        Some(PackedPage { page_bytes, v: rows, k_side, v_side })
+    }
+
     pub fn pages_per_seq(&self) -> u32 {
         match self.kv_layout {
             KvLayout::Paged { page_size, .. } => self.max_seq_len.div_ceil(page_size.max(1)),
@@ -174,8 +216,10 @@ impl DecodeShape {
     /// is zero.
     pub fn kv_elems_required(&self) -> Option<u64> {
         let s = self.kv_strides_checked()?;
-        if let KvLayout::Paged { num_pages, .. } = self.kv_layout {
-            return s.batch.checked_mul(num_pages as u64).filter(|&n| n > 0);
+        if let KvLayout::Paged { page_size, num_pages, .. } = self.kv_layout {
+            // The last page's rows end one page of rows past its start.
+            let rows = (page_size as u64).checked_mul(self.num_kv_heads as u64)?.checked_mul(self.head_dim as u64)?;
+            return (num_pages as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(rows).filter(|&n| n > 0);
         }
         let last = (self.batch as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(
             (self.max_seq_len as u64).checked_sub(1)?.checked_mul(s.token)?,
@@ -198,9 +242,11 @@ impl DecodeShape {
     /// 16-byte copies; interleaved heads would waste most of each 32-byte
     /// sector).
     pub fn side_strides(&self) -> KvStrides {
-        if let KvLayout::Paged { page_size, .. } = self.kv_layout {
+        if let KvLayout::Paged { page_size, page_bytes, .. } = self.kv_layout {
             let p = page_size as u64;
-            return KvStrides { batch: (self.num_kv_heads as u64).saturating_mul(p), token: 1, head: p };
+            let entry = (self.kv_format.side_bytes(self.head_dim) as u64).max(1);
+            let page = page_bytes.map_or((self.num_kv_heads as u64).saturating_mul(p), |b| b / entry);
+            return KvStrides { batch: page, token: 1, head: p };
         }
         let padded = (self.max_seq_len as u64).next_multiple_of(4);
         let h = self.num_kv_heads as u64;
@@ -215,11 +261,11 @@ impl DecodeShape {
             return Some(0);
         }
         let s = self.side_strides();
-        let units = match self.kv_layout {
-            KvLayout::Paged { num_pages, .. } => num_pages as u64,
-            _ => self.batch as u64,
-        };
-        units.checked_mul(s.batch)?.checked_mul(entry)
+        if let KvLayout::Paged { page_size, num_pages, .. } = self.kv_layout {
+            let page = (self.num_kv_heads as u64).checked_mul(page_size as u64)?;
+            return (num_pages as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(page)?.checked_mul(entry);
+        }
+        (self.batch as u64).checked_mul(s.batch)?.checked_mul(entry)
     }
 
     /// Bytes of Q (and of O).
@@ -302,6 +348,28 @@ impl DecodeShape {
                 page_size,
             )?;
             ensure(num_pages >= 1 && num_pages <= i32::MAX as u32, "kv_layout.num_pages", "1..=2^31-1 (page ids are i32)", num_pages)?;
+        }
+        if let KvLayout::Paged { page_size, num_pages, page_bytes: Some(bytes), .. } = self.kv_layout {
+            // Each page's rows (and side data) must fit before the next
+            // page, and rows and side entries stay aligned for the kernels'
+            // 16-byte copies.
+            let tokens = page_size as u64 * self.num_kv_heads as u64;
+            let rows = tokens * self.kv_format.row_bytes(self.head_dim) as u64;
+            let entry = self.kv_format.side_bytes(self.head_dim) as u64;
+            let align = 16u64.max(entry);
+            let least = rows.max(tokens * entry);
+            ensure(
+                bytes % align == 0 && bytes >= least,
+                "kv_layout.page_bytes",
+                format!("a multiple of {align} bytes of at least {least} (one page of rows{})", if entry > 0 { " or of side data" } else { "" }),
+                bytes,
+            )?;
+            ensure(
+                bytes.checked_mul(num_pages as u64).is_some_and(|b| b <= isize::MAX as u64),
+                "kv_layout.page_bytes",
+                format!("a pool (num_pages × page_bytes, {num_pages} pages) that fits in memory"),
+                bytes,
+            )?;
         }
         ensure(
             self.side_bytes_required().is_some_and(|b| b <= isize::MAX as u64),

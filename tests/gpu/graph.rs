@@ -41,20 +41,18 @@ fn err(e: impl std::fmt::Display) -> String {
     e.to_string()
 }
 
-/// Row index (in rows of D elements) of token t of sequence b, kv head h.
-fn row_index(shape: &DecodeShape, table: &[i32], b: usize, t: usize, h: usize) -> usize {
-    let (hkv, cap) = (shape.num_kv_heads as usize, shape.max_seq_len as usize);
-    match shape.kv_layout {
-        KvLayout::Paged { page_size, order, .. } => {
+/// Element offset (in the cache's elements) of token t of sequence b, kv
+/// head h: at the shape's strides, through the table when paged.
+fn row_offset(shape: &DecodeShape, table: &[i32], b: usize, t: usize, h: usize) -> usize {
+    let s = shape.kv_strides();
+    let (unit, t) = match shape.kv_layout {
+        KvLayout::Paged { page_size, .. } => {
             let ps = page_size as usize;
-            let page = table[b * shape.pages_per_seq() as usize + t / ps] as usize;
-            match order {
-                decode_attn::PageOrder::TokenMajor => (page * ps + t % ps) * hkv + h,
-                decode_attn::PageOrder::HeadMajor => (page * hkv + h) * ps + t % ps,
-            }
+            (table[b * shape.pages_per_seq() as usize + t / ps] as usize, t % ps)
         }
-        _ => (b * cap + t) * hkv + h,
-    }
+        _ => (b, t),
+    };
+    unit * s.batch as usize + t * s.token as usize + h * s.head as usize
 }
 
 /// The values the kernels compute with for one 16-bit row.
@@ -124,8 +122,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             for i in (1..ids.len()).rev() {
                 ids.swap(i, rng.below(i as u64 + 1) as usize);
             }
-            let shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: p.page_size, num_pages, order: p.order }, ..contig.clone() };
-            (shape, ids[..(batch * width) as usize].to_vec())
+            (p.shape(&contig, num_pages), ids[..(batch * width) as usize].to_vec())
         }
         None => (contig.clone(), Vec::new()),
     };
@@ -140,14 +137,14 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let (k_eff, v_eff) = (eff(&k16), eff(&v16));
 
     // The 16-bit prefix (tokens before step 0's new ones) in the cache's
-    // layout; every other element NaN.
-    let pool_rows = (shape.kv_elems_required().ok_or("shape too large")? / D as u64) as usize;
+    // layout (strides in the cache's elements); every other element NaN.
+    let pool_elems = shape.kv_elems_required().ok_or("shape too large")? as usize;
     let prefix = |x: &[f32]| -> Vec<u16> {
-        let mut out = vec![0xFFFFu16; pool_rows * row];
+        let mut out = vec![0xFFFFu16; pool_elems];
         for (b, &len) in case.start_lens.iter().enumerate() {
             for t in 0..(len - ql) as usize {
                 for h in 0..HKV as usize {
-                    let (from, to) = (((b * cap as usize + t) * HKV as usize + h) * row, row_index(&shape, &table, b, t, h) * row);
+                    let (from, to) = (((b * cap as usize + t) * HKV as usize + h) * row, row_offset(&shape, &table, b, t, h));
                     for i in 0..row {
                         out[to + i] = bits16(case.dtype, x[from + i]);
                     }
@@ -170,21 +167,47 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     }
 
     // The cache: 16-bit formats start as the prefix itself; quantized ones
-    // are quantized from it on the GPU (unwritten rows stay 0xFF).
+    // are quantized from it on the GPU (unwritten rows stay 0xFF). A packed
+    // pool is one buffer, the four parts at their offsets in each page.
     let kv_bytes = shape.kv_bytes_required().ok_or("shape too large")? as usize;
     let side_bytes = shape.side_bytes_required().ok_or("shape too large")? as usize;
-    let (mut k_cache, mut v_cache, mut k_side, mut v_side) = if case.format.is_quantized() {
-        (up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; side_bytes])?, up(&vec![0xFF; side_bytes])?)
+    let quantized = case.format.is_quantized();
+    let packed = case.paging.is_some_and(|p| p.packed);
+    let (pool, offsets, part_bytes) = if packed {
+        let pp = shape.packed_page().ok_or("not paged")?;
+        let mut bytes = vec![0xFFu8; kv_bytes.max(side_bytes) + pp.v_side as usize];
+        if !quantized {
+            // Only the prefix's rows: the rest of each page is V's.
+            for (prefix, base) in [(&k_prefix, 0usize), (&v_prefix, pp.v as usize)] {
+                for (i, pair) in prefix.chunks(2).enumerate() {
+                    if pair != [0xFF, 0xFF] {
+                        bytes[base + 2 * i..base + 2 * i + 2].copy_from_slice(pair);
+                    }
+                }
+            }
+        }
+        (vec![up(&bytes)?], [0, pp.v, pp.k_side, pp.v_side], [kv_bytes, kv_bytes, side_bytes, side_bytes])
+    } else if quantized {
+        (vec![up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; side_bytes])?, up(&vec![0xFF; side_bytes])?], [0; 4], [kv_bytes, kv_bytes, side_bytes, side_bytes])
     } else {
-        (up(&k_prefix)?, up(&v_prefix)?, up(&[0u8; 16])?, up(&[0u8; 16])?)
+        (vec![up(&k_prefix)?, up(&v_prefix)?], [0; 4], [kv_bytes, kv_bytes, 0, 0])
     };
+    // (address, bytes) of K, V, K's side data, V's side data.
+    let part = |i: usize| -> (u64, usize) {
+        let buf = &pool[if packed { 0 } else { i.min(pool.len() - 1) }];
+        (buf.as_device_ptr().as_raw() + offsets[i], part_bytes[i])
+    };
+    // SAFETY (both): views of `pool`'s live buffers (parts of one in a
+    // packed pool), each within its buffer.
+    let part_ref = |i: usize, e: ElemType| unsafe { TensorRef::from_raw(part(i).0, part(i).1 / e.size_bytes(), e) };
+    let part_mut = |i: usize, e: ElemType| unsafe { TensorMut::from_raw(part(i).0, part(i).1 / e.size_bytes(), e) };
     let kv_elem = decode_attn::check::kv_elem(case.format);
     let side_elem = decode_attn::check::side_elem(case.format);
     let plain_elem = decode_attn::check::dtype_elem(case.dtype);
     if let Some(se) = side_elem {
         let pre = step_inputs(&prefix_lens_dev, &table_dev, paged);
-        attn.quantize_kv(&shape, &pre, view(&k_plain, plain_elem), KvMut::quantized(view_mut(&mut k_cache, kv_elem), view_mut(&mut k_side, se)), stream).map_err(err)?;
-        attn.quantize_kv(&shape, &pre, view(&v_plain, plain_elem), KvMut::quantized(view_mut(&mut v_cache, kv_elem), view_mut(&mut v_side, se)), stream).map_err(err)?;
+        attn.quantize_kv(&shape, &pre, view(&k_plain, plain_elem), KvMut::quantized(part_mut(0, kv_elem), part_mut(2, se)), stream).map_err(err)?;
+        attn.quantize_kv(&shape, &pre, view(&v_plain, plain_elem), KvMut::quantized(part_mut(1, kv_elem), part_mut(3, se)), stream).map_err(err)?;
     }
 
     // Per-step inputs, all uploaded up front: Q and the new K/V rows.
@@ -216,13 +239,13 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     // Capture one step: append K, append V, attention.
     let graph = Graph::capture(stream, || -> decode_attn::Result<()> {
         let step = step_inputs(&lens_dev, &table_dev, paged);
-        let kside = side_elem.map(|se| view_mut(&mut k_side, se));
-        let vside = side_elem.map(|se| view_mut(&mut v_side, se));
-        attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), KvMut { data: view_mut(&mut k_cache, kv_elem), side: kside }, stream)?;
-        attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), KvMut { data: view_mut(&mut v_cache, kv_elem), side: vside }, stream)?;
+        let kside = side_elem.map(|se| part_mut(2, se));
+        let vside = side_elem.map(|se| part_mut(3, se));
+        attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), KvMut { data: part_mut(0, kv_elem), side: kside }, stream)?;
+        attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), KvMut { data: part_mut(1, kv_elem), side: vside }, stream)?;
         let cache = match side_elem {
-            Some(se) => KvCache::quantized(view(&k_cache, kv_elem), view(&v_cache, kv_elem), view(&k_side, se), view(&v_side, se)),
-            None => KvCache::plain(view(&k_cache, kv_elem), view(&v_cache, kv_elem)),
+            Some(se) => KvCache::quantized(part_ref(0, kv_elem), part_ref(1, kv_elem), part_ref(2, se), part_ref(3, se)),
+            None => KvCache::plain(part_ref(0, kv_elem), part_ref(1, kv_elem)),
         };
         attn.run_step(&plan, &step, view(&q_dev, plain_elem), &cache, view_mut(&mut o_dev, plain_elem), &mut ws, stream)
     })?;
@@ -278,10 +301,11 @@ pub fn cases() -> Vec<GraphCase> {
     for format in KvFormat::ALL {
         // Quantized formats alternate the query type.
         let dtype = format.required_dtype().unwrap_or(if matches!(format, KvFormat::Int4G32 | KvFormat::Int4G128) { Dtype::F16 } else { Dtype::Bf16 });
-        let layouts: [(Option<Paging>, u32, &str); 3] = [
+        let layouts: [(Option<Paging>, u32, &str); 4] = [
             (None, 1, "contiguous"),
-            (Some(Paging { page_size: 16, order: TokenMajor }), 3, "paged16-token-major"),
-            (Some(Paging { page_size: 1, order: HeadMajor }), 2, "paged1-head-major"),
+            (Some(Paging::new(16, TokenMajor)), 3, "paged16-token-major"),
+            (Some(Paging::new(1, HeadMajor)), 2, "paged1-head-major"),
+            (Some(Paging::packed(16, HeadMajor)), 2, "paged16-head-major-packed"),
         ];
         for (paging, q_len, layout) in layouts {
             out.push(GraphCase {
@@ -301,7 +325,7 @@ pub fn cases() -> Vec<GraphCase> {
             format,
             dtype,
             q_len: 1,
-            paging: Some(Paging { page_size: 16, order: TokenMajor }),
+            paging: Some(Paging::new(16, TokenMajor)),
             start_lens: vec![1, 5, 300, 17],
             split: SplitPolicy::Never,
         });

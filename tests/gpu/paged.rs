@@ -15,9 +15,37 @@ use crate::common::Problem;
 pub struct Paging {
     pub page_size: u32,
     pub order: PageOrder,
+    /// One pool whose pages hold K, V and their side data
+    /// (`DecodeShape::packed_page`), instead of four pools.
+    pub packed: bool,
 }
 
-/// A pool holding a contiguous problem's rows, and its block table.
+#[allow(dead_code)] // the fuzzer builds its own
+impl Paging {
+    pub fn new(page_size: u32, order: PageOrder) -> Self {
+        Paging { page_size, order, packed: false }
+    }
+    pub fn packed(page_size: u32, order: PageOrder) -> Self {
+        Paging { page_size, order, packed: true }
+    }
+    /// The shape of a pool of `num_pages` pages for the NHD shape `contig`.
+    pub fn shape(&self, contig: &DecodeShape, num_pages: u32) -> DecodeShape {
+        let dense = DecodeShape { kv_layout: KvLayout::Paged { page_size: self.page_size, num_pages, order: self.order, page_bytes: None }, ..contig.clone() };
+        if !self.packed {
+            return dense;
+        }
+        let page_bytes = dense.packed_page().map(|p| p.page_bytes);
+        DecodeShape { kv_layout: KvLayout::Paged { page_size: self.page_size, num_pages, order: self.order, page_bytes }, ..contig.clone() }
+    }
+    /// Short name for test names.
+    pub fn name(&self) -> String {
+        format!("paged-p{}-{:?}{}", self.page_size, self.order, if self.packed { "-packed" } else { "" })
+    }
+}
+
+/// A pool holding a contiguous problem's rows, and its block table. A
+/// packed pool is one buffer (`k`), the other three views lying inside it
+/// at the `offsets` (bytes: V, K's side data, V's side data).
 pub struct Pool {
     pub shape: DecodeShape,
     pub table: Vec<i32>,
@@ -25,27 +53,31 @@ pub struct Pool {
     pub v: DeviceBuffer<u8>,
     pub k_side: Option<DeviceBuffer<u8>>,
     pub v_side: Option<DeviceBuffer<u8>>,
+    pub packed: Option<decode_attn::PackedPage>,
 }
 
-/// Copies `row` bytes per (b, t, h) from the contiguous NHD `src` to the
-/// pool; `side_entry` > 0: `src` is side data `[batch, Hkv, padded_len]`.
-fn scatter(contig: &DecodeShape, paged: &DecodeShape, lens: &[u32], table: &[i32], src: &[u8], row: usize, side: bool) -> Vec<u8> {
-    let KvLayout::Paged { page_size, num_pages, order } = paged.kv_layout else { unreachable!() };
+/// Copies `row` bytes per (b, t, h) from the contiguous NHD `src` into
+/// `out` from byte `base` on, at the paged shape's strides (`side`: `src`
+/// is side data `[batch, Hkv, padded_len]`, placed at the side strides).
+#[allow(clippy::too_many_arguments)]
+fn scatter(contig: &DecodeShape, paged: &DecodeShape, lens: &[u32], table: &[i32], src: &[u8], row: usize, side: bool, out: &mut [u8], base: usize) {
+    let KvLayout::Paged { page_size, .. } = paged.kv_layout else { unreachable!() };
     let (ps, hkv, cap) = (page_size as usize, contig.num_kv_heads as usize, contig.max_seq_len as usize);
     let padded = cap.next_multiple_of(4);
     let width = paged.pages_per_seq() as usize;
-    let mut out = vec![0xFFu8; num_pages as usize * ps * hkv * row];
+    // Byte strides: values count elements of the format's bits, side data entries.
+    let (s, unit) = if side { (paged.side_strides(), row as u64 * 8) } else { (paged.kv_strides(), paged.kv_format.bits() as u64) };
+    let bytes = |n: u64| (n * unit / 8) as usize;
     for (b, &len) in lens.iter().enumerate() {
         for t in 0..len as usize {
             let page = table[b * width + t / ps] as usize;
             for h in 0..hkv {
                 let from = if side { ((b * hkv + h) * padded + t) * row } else { ((b * cap + t) * hkv + h) * row };
-                let to = if side || order == PageOrder::HeadMajor { ((page * hkv + h) * ps + t % ps) * row } else { ((page * ps + t % ps) * hkv + h) * row };
+                let to = base + page * bytes(s.batch) + (t % ps) * bytes(s.token) + h * bytes(s.head);
                 out[to..to + row].copy_from_slice(&src[from..from + row]);
             }
         }
     }
-    out
 }
 
 impl Pool {
@@ -62,37 +94,48 @@ impl Pool {
             ids.swap(i, rng.below(i as u64 + 1) as usize);
         }
         let table: Vec<i32> = ids[..(contig.batch * width) as usize].to_vec();
-        let shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: paging.order }, ..contig.clone() };
+        let shape = paging.shape(contig, num_pages);
         let format = contig.kv_format;
         let row = format.row_bytes(contig.head_dim) as usize;
+        let side = format.side_bytes(contig.head_dim) as usize;
         let up = |bytes: Vec<u8>| DeviceBuffer::from_slice(&bytes).map_err(|e| e.to_string());
-        let (k, v, k_side, v_side) = match &p.quant {
-            Some(qb) => {
-                let side = format.side_bytes(contig.head_dim) as usize;
-                let words = |w: &[u32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-                (
-                    up(scatter(contig, &shape, &p.seq_lens, &table, &qb.host_k.0, row, false))?,
-                    up(scatter(contig, &shape, &p.seq_lens, &table, &qb.host_v.0, row, false))?,
-                    Some(up(scatter(contig, &shape, &p.seq_lens, &table, &words(&qb.host_k.1), side, true))?),
-                    Some(up(scatter(contig, &shape, &p.seq_lens, &table, &words(&qb.host_v.1), side, true))?),
-                )
-            }
-            None => {
-                let bits = |x: &[f32]| -> Vec<u8> {
-                    match contig.dtype {
-                        Dtype::Bf16 => x.iter().flat_map(|&v| bf16::from_f32(v).to_bits().to_le_bytes()).collect(),
-                        Dtype::F16 => x.iter().flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect(),
-                    }
-                };
-                (
-                    up(scatter(contig, &shape, &p.seq_lens, &table, &bits(&p.k), row, false))?,
-                    up(scatter(contig, &shape, &p.seq_lens, &table, &bits(&p.v), row, false))?,
-                    None,
-                    None,
-                )
+        let words = |w: &[u32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let bits = |x: &[f32]| -> Vec<u8> {
+            match contig.dtype {
+                Dtype::Bf16 => x.iter().flat_map(|&v| bf16::from_f32(v).to_bits().to_le_bytes()).collect(),
+                Dtype::F16 => x.iter().flat_map(|&v| f16::from_f32(v).to_bits().to_le_bytes()).collect(),
             }
         };
-        Ok(Pool { shape, table, k, v, k_side, v_side })
+        // (K rows, V rows, K side, V side) as bytes in the contiguous layout.
+        let parts: [Option<Vec<u8>>; 4] = match &p.quant {
+            Some(qb) => [Some(qb.host_k.0.clone()), Some(qb.host_v.0.clone()), Some(words(&qb.host_k.1)), Some(words(&qb.host_v.1))],
+            None => [Some(bits(&p.k)), Some(bits(&p.v)), None, None],
+        };
+        let (kv_bytes, side_bytes) = (shape.kv_bytes_required().ok_or("pool too large")? as usize, shape.side_bytes_required().ok_or("pool too large")? as usize);
+        let lens = &p.seq_lens;
+        if paging.packed {
+            let pp = shape.packed_page().ok_or("not paged")?;
+            let mut pool = vec![0xFFu8; num_pages as usize * pp.page_bytes as usize];
+            for (part, base) in parts.iter().zip([0, pp.v, pp.k_side, pp.v_side]) {
+                if let Some(src) = part {
+                    let (width, is_side) = if base >= pp.k_side { (side, true) } else { (row, false) };
+                    scatter(contig, &shape, lens, &table, src, width, is_side, &mut pool, base as usize);
+                }
+            }
+            let pool = up(pool)?;
+            // The three other views are addresses inside `pool`; these
+            // buffers only keep the struct's shape.
+            return Ok(Pool { shape, table, k: pool, v: up(vec![0u8; 16])?, k_side: None, v_side: None, packed: Some(pp) });
+        }
+        let one = |part: &Option<Vec<u8>>, width: usize, is_side: bool, n: usize| -> Result<Option<DeviceBuffer<u8>>, String> {
+            let Some(src) = part else { return Ok(None) };
+            let mut out = vec![0xFFu8; n];
+            scatter(contig, &shape, lens, &table, src, width, is_side, &mut out, 0);
+            up(out).map(Some)
+        };
+        let (k, v) = (one(&parts[0], row, false, kv_bytes)?.ok_or("no K")?, one(&parts[1], row, false, kv_bytes)?.ok_or("no V")?);
+        let (k_side, v_side) = (one(&parts[2], side, true, side_bytes)?, one(&parts[3], side, true, side_bytes)?);
+        Ok(Pool { shape, table, k, v, k_side, v_side, packed: None })
     }
 
     /// The pool as `run_cache` takes it.
@@ -102,6 +145,18 @@ impl Pool {
         let n = |b: &DeviceBuffer<u8>, e: ElemType| b.len() / e.size_bytes();
         // SAFETY: views of this pool's live buffers, typed as the format's.
         let view = |b: &DeviceBuffer<u8>, e: ElemType| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), n(b, e), e) };
+        if let Some(pp) = self.packed {
+            let base = self.k.as_device_ptr().as_raw();
+            let len = self.k.len() as u64;
+            // SAFETY: views inside the live pool buffer, each ending at its end.
+            let at = |off: u64, e: ElemType| unsafe { TensorRef::from_raw(base + off, ((len - off) / e.size_bytes() as u64) as usize, e) };
+            let mut cache = KvCache::plain(at(0, elem), at(pp.v, elem));
+            if let Some(se) = decode_attn::check::side_elem(format) {
+                cache.k_scales = Some(at(pp.k_side, se));
+                cache.v_scales = Some(at(pp.v_side, se));
+            }
+            return cache;
+        }
         let mut cache = KvCache::plain(view(&self.k, elem), view(&self.v, elem));
         if let (Some(ks), Some(vs)) = (&self.k_side, &self.v_side) {
             let se = decode_attn::check::side_elem(format).expect("quantized");

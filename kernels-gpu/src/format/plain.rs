@@ -4,7 +4,6 @@
 use core::marker::PhantomData;
 
 use super::{swizzled, Bf16, Half, KvFormat, F16};
-use crate::addressing::RowAddressing;
 use crate::arch::mma;
 
 pub struct PlainKv<H>(PhantomData<H>);
