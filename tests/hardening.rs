@@ -551,6 +551,35 @@ mod paged {
         // A pool missing the last page's V scales: the error names them.
         rejects(check_buffers(&p, &views(pool_bytes - 16)), "v_scales");
     }
+
+    #[test]
+    fn packed_views_are_made_by_the_library_at_the_page_offsets() {
+        use decode_attn::{KvCache, KvMut, KvTensor, TensorMut, TensorRef};
+        let dense = DecodeShape { kv_format: KvFormat::Int8, ..paged(16, 20) };
+        let pp = dense.packed_page().unwrap();
+        let s = with_page_bytes(&dense, Some(pp.page_bytes));
+        let (base, bytes) = (1u64 << 40, (20 * pp.page_bytes) as usize);
+        // SAFETY: never dereferenced (no launch): views only.
+        let pool = unsafe { TensorRef::from_raw(base, bytes, ElemType::U8) };
+        let c = KvCache::packed(&s, pool).unwrap();
+        let at = |t: &TensorRef| (t.addr() - base, t.len(), t.elem());
+        assert_eq!(at(&c.k), (0, bytes, ElemType::U8));
+        assert_eq!(at(&c.v), (pp.v, bytes - pp.v as usize, ElemType::U8));
+        assert_eq!(at(c.k_scales.as_ref().unwrap()), (pp.k_side, (bytes - pp.k_side as usize) / 4, ElemType::F32));
+        assert_eq!(at(c.v_scales.as_ref().unwrap()), (pp.v_side, (bytes - pp.v_side as usize) / 4, ElemType::F32));
+        // SAFETY: as above.
+        let whole = || unsafe { TensorMut::from_raw(base, bytes, ElemType::U8) };
+        let w = KvMut::packed(&s, whole(), KvTensor::V).unwrap();
+        assert_eq!((w.data.addr() - base, w.side.as_ref().map(|t| t.addr() - base)), (pp.v, Some(pp.v_side)));
+        // Only the packed layout: dense pools and other strides are rejected.
+        rejects(KvCache::packed(&dense, pool), "kv_layout.page_bytes");
+        rejects(KvCache::packed(&with_page_bytes(&dense, Some(1 << 20)), pool), "kv_layout.page_bytes");
+        rejects(KvMut::packed(&DecodeShape::bf16(2, 8, 2, 128, 1, 100), whole(), KvTensor::K), "kv_layout");
+        // A pool that ends before a part starts.
+        // SAFETY: as above.
+        let short = unsafe { TensorRef::from_raw(base, pp.k_side as usize, ElemType::U8) };
+        rejects(KvCache::packed(&s, short), "pool");
+    }
 }
 
 /// Capacity plans (CUDA-graph decode steps): launches fixed by the shape,

@@ -246,6 +246,7 @@ pub struct QuantizedMut<'a> {
 
 /// One cache tensor (K or V) being written, in any format: its values and,
 /// for quantized formats, its side data (scales, or scales and zeros).
+#[derive(Debug)]
 pub struct KvMut<'a> {
     pub data: TensorMut<'a>,
     pub side: Option<TensorMut<'a>>,
@@ -259,6 +260,35 @@ impl<'a> KvMut<'a> {
     /// A quantized cache tensor.
     pub fn quantized(data: impl Into<TensorMut<'a>>, side: impl Into<TensorMut<'a>>) -> Self {
         KvMut { data: data.into(), side: Some(side.into()) }
+    }
+}
+
+/// Which tensor of a packed pool a write goes to ([`KvMut::packed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvTensor {
+    K,
+    V,
+}
+
+impl<'a> KvMut<'a> {
+    /// K's or V's values and side data in one packed pool (`shape`:
+    /// `KvLayout::Paged` with `page_bytes` of [`DecodeShape::packed_page`]),
+    /// as `append_kv` / `quantize_kv` write them: views of `pool`'s bytes at
+    /// the page offsets (the two interleave; each page's parts are apart).
+    pub fn packed(shape: &DecodeShape, pool: impl Into<TensorMut<'a>>, tensor: KvTensor) -> Result<Self> {
+        let pool = pool.into();
+        let page = crate::run::packed_page(shape)?;
+        let (data, side) = match tensor {
+            KvTensor::K => (0, page.k_side),
+            KvTensor::V => (page.v, page.v_side),
+        };
+        let bytes = pool.len * pool.elem.size_bytes();
+        let part = |offset: u64, elem: ElemType| pool.tail(offset, elem).ok_or_else(|| crate::run::pool_too_short(offset, bytes));
+        let side = match crate::check::side_elem(shape.kv_format) {
+            Some(elem) => Some(part(side, elem)?),
+            None => None,
+        };
+        Ok(KvMut { data: part(data, crate::check::kv_elem(shape.kv_format))?, side })
     }
 }
 

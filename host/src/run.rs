@@ -78,6 +78,41 @@ impl<'a> KvCache<'a> {
     ) -> Self {
         KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()) }
     }
+    /// The cache in one packed pool (`shape`: `KvLayout::Paged` with
+    /// `page_bytes` of [`DecodeShape::packed_page`]): views of `pool`'s bytes
+    /// at the page offsets, typed as the format's values and side data, so
+    /// no `from_raw` is needed. Their lengths are checked when the cache is
+    /// run, like any buffers'.
+    pub fn packed(shape: &DecodeShape, pool: impl Into<TensorRef<'a>>) -> Result<Self> {
+        let pool = pool.into();
+        let page = packed_page(shape)?;
+        let part = |offset: u64, elem: ElemType| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, pool.len() * pool.elem().size_bytes()));
+        let kv = crate::check::kv_elem(shape.kv_format);
+        let mut cache = KvCache::plain(part(0, kv)?, part(page.v, kv)?);
+        if let Some(side) = crate::check::side_elem(shape.kv_format) {
+            cache.k_scales = Some(part(page.k_side, side)?);
+            cache.v_scales = Some(part(page.v_side, side)?);
+        }
+        Ok(cache)
+    }
+}
+
+/// The packed page of `shape`, if its layout is the packed one.
+pub(crate) fn packed_page(shape: &DecodeShape) -> Result<crate::shape::PackedPage> {
+    let page = shape.packed_page().ok_or_else(|| Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a packed pool", "another layout"))?;
+    match shape.kv_layout {
+        crate::shape::KvLayout::Paged { page_bytes: Some(b), .. } if b == page.page_bytes => Ok(page),
+        crate::shape::KvLayout::Paged { page_bytes, .. } => Err(Error::invalid(
+            "kv_layout.page_bytes",
+            format!("Some({}) (DecodeShape::packed_page) for a packed pool", page.page_bytes),
+            format!("{page_bytes:?}"),
+        )),
+        _ => unreachable!("packed_page is Some only for paged layouts"),
+    }
+}
+
+pub(crate) fn pool_too_short(offset: u64, bytes: usize) -> Error {
+    Error::invalid("pool", format!("a buffer reaching past byte {offset} (the page's last part)"), format!("{bytes} bytes"))
 }
 
 /// What a capacity plan's run reads from device memory each step (see

@@ -13,7 +13,7 @@ use decode_attn::half::{bf16, f16};
 use decode_attn::quant::{dequantize_int4_row, dequantize_int8_row, quantize_int4_row, quantize_int8_row};
 use decode_attn::reference;
 use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, Rng};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, KvTensor, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
 
 use crate::common::cuda::{check, Graph};
 use crate::paged::Paging;
@@ -197,17 +197,28 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         let buf = &pool[if packed { 0 } else { i.min(pool.len() - 1) }];
         (buf.as_device_ptr().as_raw() + offsets[i], part_bytes[i])
     };
+    let kv_elem = decode_attn::check::kv_elem(case.format);
+    let side_elem = decode_attn::check::side_elem(case.format);
+    let plain_elem = decode_attn::check::dtype_elem(case.dtype);
     // SAFETY (both): views of `pool`'s live buffers (parts of one in a
     // packed pool), each within its buffer.
     let part_ref = |i: usize, e: ElemType| unsafe { TensorRef::from_raw(part(i).0, part(i).1 / e.size_bytes(), e) };
     let part_mut = |i: usize, e: ElemType| unsafe { TensorMut::from_raw(part(i).0, part(i).1 / e.size_bytes(), e) };
-    let kv_elem = decode_attn::check::kv_elem(case.format);
-    let side_elem = decode_attn::check::side_elem(case.format);
-    let plain_elem = decode_attn::check::dtype_elem(case.dtype);
-    if let Some(se) = side_elem {
+    // What append / quantize write for K (0) or V (1): in a packed pool,
+    // the library's own views of the whole pool (`KvMut::packed`).
+    let pool_bytes = pool[0].len();
+    let target = |i: usize| -> decode_attn::Result<KvMut> {
+        if packed {
+            // SAFETY: the whole live pool buffer, written by this test's launches only.
+            let whole = unsafe { TensorMut::from_raw(pool[0].as_device_ptr().as_raw(), pool_bytes, ElemType::U8) };
+            return KvMut::packed(&shape, whole, if i == 0 { KvTensor::K } else { KvTensor::V });
+        }
+        Ok(KvMut { data: part_mut(i, kv_elem), side: side_elem.map(|se| part_mut(i + 2, se)) })
+    };
+    if side_elem.is_some() {
         let pre = step_inputs(&prefix_lens_dev, &table_dev, paged);
-        attn.quantize_kv(&shape, &pre, view(&k_plain, plain_elem), KvMut::quantized(part_mut(0, kv_elem), part_mut(2, se)), stream).map_err(err)?;
-        attn.quantize_kv(&shape, &pre, view(&v_plain, plain_elem), KvMut::quantized(part_mut(1, kv_elem), part_mut(3, se)), stream).map_err(err)?;
+        attn.quantize_kv(&shape, &pre, view(&k_plain, plain_elem), target(0).map_err(err)?, stream).map_err(err)?;
+        attn.quantize_kv(&shape, &pre, view(&v_plain, plain_elem), target(1).map_err(err)?, stream).map_err(err)?;
     }
 
     // Per-step inputs, all uploaded up front: Q and the new K/V rows.
@@ -239,11 +250,10 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     // Capture one step: append K, append V, attention.
     let graph = Graph::capture(stream, || -> decode_attn::Result<()> {
         let step = step_inputs(&lens_dev, &table_dev, paged);
-        let kside = side_elem.map(|se| part_mut(2, se));
-        let vside = side_elem.map(|se| part_mut(3, se));
-        attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), KvMut { data: part_mut(0, kv_elem), side: kside }, stream)?;
-        attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), KvMut { data: part_mut(1, kv_elem), side: vside }, stream)?;
+        attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), target(0)?, stream)?;
+        attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), target(1)?, stream)?;
         let cache = match side_elem {
+            _ if packed => KvCache::packed(&shape, &pool[0])?,
             Some(se) => KvCache::quantized(part_ref(0, kv_elem), part_ref(1, kv_elem), part_ref(2, se), part_ref(3, se)),
             None => KvCache::plain(part_ref(0, kv_elem), part_ref(1, kv_elem)),
         };

@@ -145,17 +145,8 @@ impl Pool {
         let n = |b: &DeviceBuffer<u8>, e: ElemType| b.len() / e.size_bytes();
         // SAFETY: views of this pool's live buffers, typed as the format's.
         let view = |b: &DeviceBuffer<u8>, e: ElemType| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), n(b, e), e) };
-        if let Some(pp) = self.packed {
-            let base = self.k.as_device_ptr().as_raw();
-            let len = self.k.len() as u64;
-            // SAFETY: views inside the live pool buffer, each ending at its end.
-            let at = |off: u64, e: ElemType| unsafe { TensorRef::from_raw(base + off, ((len - off) / e.size_bytes() as u64) as usize, e) };
-            let mut cache = KvCache::plain(at(0, elem), at(pp.v, elem));
-            if let Some(se) = decode_attn::check::side_elem(format) {
-                cache.k_scales = Some(at(pp.k_side, se));
-                cache.v_scales = Some(at(pp.v_side, se));
-            }
-            return cache;
+        if self.packed.is_some() {
+            return KvCache::packed(&self.shape, &self.k).expect("a packed pool's shape");
         }
         let mut cache = KvCache::plain(view(&self.k, elem), view(&self.v, elem));
         if let (Some(ks), Some(vs)) = (&self.k_side, &self.v_side) {
