@@ -105,7 +105,8 @@ impl BufferSet {
         // SAFETY: the view borrows `o` mutably for its lifetime.
         let o = unsafe { TensorMut::from_raw(o.as_device_ptr().as_raw(), o.len() / self.qo.size_bytes(), self.qo) };
         if let Some(pool) = &self.pool {
-            return (Self::view(&self.q, self.qo), pool.cache(self.kv, self.side), o);
+            let cache = KvCache::packed(&pool.shape, &pool.buf).expect("a packed shape (made by pack)");
+            return (Self::view(&self.q, self.qo), cache, o);
         }
         let (k, v) = (Self::view(&self.k, self.kv), Self::view(&self.v, self.kv));
         let cache = match (&self.scales, self.side) {
@@ -124,22 +125,7 @@ impl BufferSet {
 /// (`KvLayout::Paged { page_bytes: Some(..) }`).
 struct PackedPool {
     buf: DeviceBuffer<u8>,
-    page: decode_attn::PackedPage,
-    kv_bytes: u64,
-    side_bytes: u64,
-}
-
-impl PackedPool {
-    fn cache(&self, kv: ElemType, side: Option<ElemType>) -> KvCache<'_> {
-        let base = self.buf.as_device_ptr().as_raw();
-        // SAFETY: views inside the live pool, each as long as the shape requires.
-        let at = |off: u64, bytes: u64, e: ElemType| unsafe { TensorRef::from_raw(base + off, (bytes / e.size_bytes() as u64) as usize, e) };
-        let (k, v) = (at(0, self.kv_bytes, kv), at(self.page.v, self.kv_bytes, kv));
-        match side {
-            Some(e) => KvCache::quantized(k, v, at(self.page.k_side, self.side_bytes, e), at(self.page.v_side, self.side_bytes, e)),
-            None => KvCache::plain(k, v),
-        }
-    }
+    shape: DecodeShape,
 }
 
 /// Copies `height` rows of `width` bytes from `src` (rows `width` apart) to
@@ -186,9 +172,7 @@ impl BufferSet {
             copy_pitched(base + page.k_side, page.page_bytes, ks.as_device_ptr().as_raw(), side_page, n)?;
             copy_pitched(base + page.v_side, page.page_bytes, vs.as_device_ptr().as_raw(), side_page, n)?;
         }
-        let kv_bytes = packed.kv_bytes_required().ok_or("pool too large")?;
-        let side_bytes = packed.side_bytes_required().ok_or("pool too large")?;
-        self.pool = Some(PackedPool { buf, page, kv_bytes, side_bytes });
+        self.pool = Some(PackedPool { buf, shape: packed.clone() });
         Ok(())
     }
 

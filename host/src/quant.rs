@@ -277,18 +277,9 @@ impl<'a> KvMut<'a> {
     /// the page offsets (the two interleave; each page's parts are apart).
     pub fn packed(shape: &DecodeShape, pool: impl Into<TensorMut<'a>>, tensor: KvTensor) -> Result<Self> {
         let pool = pool.into();
-        let page = crate::run::packed_page(shape)?;
-        let (data, side) = match tensor {
-            KvTensor::K => (0, page.k_side),
-            KvTensor::V => (page.v, page.v_side),
-        };
-        let bytes = pool.len * pool.elem.size_bytes();
-        let part = |offset: u64, elem: ElemType| pool.tail(offset, elem).ok_or_else(|| crate::run::pool_too_short(offset, bytes));
-        let side = match crate::check::side_elem(shape.kv_format) {
-            Some(elem) => Some(part(side, elem)?),
-            None => None,
-        };
-        Ok(KvMut { data: part(data, crate::check::kv_elem(shape.kv_format))?, side })
+        let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| crate::run::pool_too_short(offset, &pool.desc()));
+        let (data, side) = crate::run::packed_parts(shape, tensor)?;
+        Ok(KvMut { data: part(data)?, side: side.map(part).transpose()? })
     }
 }
 
@@ -448,11 +439,8 @@ impl DecodeAttention {
         // interleave, as long as in every page `a`'s part (a page of rows)
         // ends before `b`'s (a page of side data) starts, and `b`'s ends
         // within the page.
-        let packed = match shape.kv_layout {
-            crate::shape::KvLayout::Paged { page_size, page_bytes: Some(page), .. } => {
-                let tokens = page_size as u64 * shape.num_kv_heads as u64;
-                Some((tokens * shape.kv_format.row_bytes(shape.head_dim) as u64, tokens * shape.kv_format.side_bytes(shape.head_dim) as u64, page))
-            }
+        let packed = match (shape.kv_layout, shape.page_part_bytes()) {
+            (crate::shape::KvLayout::Paged { page_bytes: Some(page), .. }, Some((rows, side))) => Some((rows, side, page)),
             _ => None,
         };
         let interleaved = |a: &BufferDesc, b: &BufferDesc| {
@@ -462,20 +450,16 @@ impl DecodeAttention {
             })
         };
         for (i, (_, w)) in written.iter().enumerate() {
-            for (n, other) in others.iter() {
-                if other.len == 0 {
-                    continue;
-                }
-                ensure(end(w) <= other.addr || end(other) <= w.addr, *n, "a buffer that does not overlap the one written", "an overlapping one")?;
-            }
-            for (n, other) in written[i + 1..].iter() {
+            // Only two written buffers (values, then side data) may interleave.
+            let later = written[i + 1..].iter().map(|o| (o, true));
+            for ((n, other), may_interleave) in others.iter().map(|o| (o, false)).chain(later) {
                 if other.len == 0 {
                     continue;
                 }
                 ensure(
-                    end(w) <= other.addr || end(other) <= w.addr || interleaved(w, other),
+                    end(w) <= other.addr || end(other) <= w.addr || (may_interleave && interleaved(w, other)),
                     *n,
-                    "a buffer that does not overlap the one written (packed pools: each page's values and side data apart)",
+                    "a buffer that does not overlap the one written (in a packed pool: each page's parts apart)",
                     "an overlapping one",
                 )?;
             }

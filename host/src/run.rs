@@ -21,6 +21,7 @@ use decode_attn_abi::{
 };
 
 use crate::check::{check_buffer, check_buffers, RunBuffers};
+use crate::quant::KvTensor;
 use crate::error::{ensure, Error, Result};
 use crate::plan::{self, DeviceInfo, KernelInfo, Plan, PlanMode, PlanOptions};
 use crate::shape::DecodeShape;
@@ -85,34 +86,34 @@ impl<'a> KvCache<'a> {
     /// run, like any buffers'.
     pub fn packed(shape: &DecodeShape, pool: impl Into<TensorRef<'a>>) -> Result<Self> {
         let pool = pool.into();
-        let page = packed_page(shape)?;
-        let part = |offset: u64, elem: ElemType| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, pool.len() * pool.elem().size_bytes()));
-        let kv = crate::check::kv_elem(shape.kv_format);
-        let mut cache = KvCache::plain(part(0, kv)?, part(page.v, kv)?);
-        if let Some(side) = crate::check::side_elem(shape.kv_format) {
-            cache.k_scales = Some(part(page.k_side, side)?);
-            cache.v_scales = Some(part(page.v_side, side)?);
-        }
-        Ok(cache)
+        let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
+        let (k, k_side) = packed_parts(shape, KvTensor::K)?;
+        let (v, v_side) = packed_parts(shape, KvTensor::V)?;
+        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_side.map(part).transpose()?, v_scales: v_side.map(part).transpose()? })
     }
 }
 
-/// The packed page of `shape`, if its layout is the packed one.
-pub(crate) fn packed_page(shape: &DecodeShape) -> Result<crate::shape::PackedPage> {
+/// Where tensor `tensor`'s values and side data start in a page of the
+/// packed pool `shape` describes, with their element types; an error
+/// unless `shape` is a packed layout (`page_bytes` of `packed_page`).
+pub(crate) fn packed_parts(shape: &DecodeShape, tensor: KvTensor) -> Result<((u64, ElemType), Option<(u64, ElemType)>)> {
     let page = shape.packed_page().ok_or_else(|| Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a packed pool", "another layout"))?;
-    match shape.kv_layout {
-        crate::shape::KvLayout::Paged { page_bytes: Some(b), .. } if b == page.page_bytes => Ok(page),
-        crate::shape::KvLayout::Paged { page_bytes, .. } => Err(Error::invalid(
-            "kv_layout.page_bytes",
-            format!("Some({}) (DecodeShape::packed_page) for a packed pool", page.page_bytes),
-            format!("{page_bytes:?}"),
-        )),
-        _ => unreachable!("packed_page is Some only for paged layouts"),
-    }
+    let crate::shape::KvLayout::Paged { page_bytes, .. } = shape.kv_layout else { unreachable!("packed_page is Some only for paged layouts") };
+    ensure(
+        page_bytes == Some(page.page_bytes),
+        "kv_layout.page_bytes",
+        format!("Some({}) (DecodeShape::packed_page) for a packed pool", page.page_bytes),
+        format!("{page_bytes:?}"),
+    )?;
+    let (data, side) = match tensor {
+        KvTensor::K => (0, page.k_side),
+        KvTensor::V => (page.v, page.v_side),
+    };
+    Ok(((data, crate::check::kv_elem(shape.kv_format)), crate::check::side_elem(shape.kv_format).map(|e| (side, e))))
 }
 
-pub(crate) fn pool_too_short(offset: u64, bytes: usize) -> Error {
-    Error::invalid("pool", format!("a buffer reaching past byte {offset} (the page's last part)"), format!("{bytes} bytes"))
+pub(crate) fn pool_too_short(offset: u64, pool: &crate::check::BufferDesc) -> Error {
+    Error::invalid("pool", format!("a buffer reaching past byte {offset} (the page's last part)"), format!("{} bytes", pool.len * pool.elem.size_bytes()))
 }
 
 /// What a capacity plan's run reads from device memory each step (see

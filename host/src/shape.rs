@@ -185,17 +185,22 @@ impl DecodeShape {
     /// `page_bytes` as `KvLayout::Paged::page_bytes` and views of one buffer
     /// at the offsets as K, V and their side data.
     pub fn packed_page(&self) -> Option<PackedPage> {
-        let KvLayout::Paged { page_size, .. } = self.kv_layout else { return None };
-        let tokens = page_size as u64 * self.num_kv_heads as u64;
-        let rows = tokens.checked_mul(self.kv_format.row_bytes(self.head_dim) as u64)?;
+        let (rows, side) = self.page_part_bytes()?;
         let entry = self.kv_format.side_bytes(self.head_dim) as u64;
-        let side = tokens.checked_mul(entry)?;
         // Every part starts 16-byte aligned (the side pointers' alignment
         // rule; rows are multiples of 16 bytes already).
         let k_side = rows.checked_mul(2)?;
         let v_side = k_side.checked_add(side.next_multiple_of(16))?;
         let page_bytes = v_side.checked_add(side)?.next_multiple_of(16.max(entry));
         Some(PackedPage { page_bytes, v: rows, k_side, v_side })
+    }
+
+    /// Bytes of one page of one tensor's rows and of its side data (paged
+    /// layouts only): what each part of a page holds, whatever the stride.
+    pub fn page_part_bytes(&self) -> Option<(u64, u64)> {
+        let KvLayout::Paged { page_size, .. } = self.kv_layout else { return None };
+        let tokens = page_size as u64 * self.num_kv_heads as u64;
+        Some((tokens * self.kv_format.row_bytes(self.head_dim) as u64, tokens * self.kv_format.side_bytes(self.head_dim) as u64))
     }
 
     pub fn pages_per_seq(&self) -> u32 {
@@ -349,15 +354,13 @@ impl DecodeShape {
             )?;
             ensure(num_pages >= 1 && num_pages <= i32::MAX as u32, "kv_layout.num_pages", "1..=2^31-1 (page ids are i32)", num_pages)?;
         }
-        if let KvLayout::Paged { page_size, num_pages, page_bytes: Some(bytes), .. } = self.kv_layout {
+        if let (KvLayout::Paged { num_pages, page_bytes: Some(bytes), .. }, Some((rows, side))) = (self.kv_layout, self.page_part_bytes()) {
             // Each page's rows (and side data) must fit before the next
             // page, and rows and side entries stay aligned for the kernels'
             // 16-byte copies.
-            let tokens = page_size as u64 * self.num_kv_heads as u64;
-            let rows = tokens * self.kv_format.row_bytes(self.head_dim) as u64;
             let entry = self.kv_format.side_bytes(self.head_dim) as u64;
             let align = 16u64.max(entry);
-            let least = rows.max(tokens * entry);
+            let least = rows.max(side);
             ensure(
                 bytes % align == 0 && bytes >= least,
                 "kv_layout.page_bytes",

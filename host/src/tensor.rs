@@ -90,29 +90,6 @@ impl<'a> TensorRef<'a> {
     pub unsafe fn from_raw(addr: u64, len: usize, elem: ElemType) -> Self {
         TensorRef { addr, len, elem, _borrow: PhantomData }
     }
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// The device address.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-    pub fn elem(&self) -> ElemType {
-        self.elem
-    }
-    /// Address, length and type, as the buffer checks take them.
-    pub(crate) fn desc(&self) -> crate::check::BufferDesc {
-        crate::check::BufferDesc { addr: self.addr, len: self.len, elem: self.elem }
-    }
-    /// The bytes from `offset` to the end, as elements of `elem` (`None`
-    /// past the end): a part of one buffer that holds several tensors.
-    pub(crate) fn tail(&self, offset: u64, elem: ElemType) -> Option<TensorRef<'a>> {
-        let bytes = (self.len as u64).checked_mul(self.elem.size_bytes() as u64)?.checked_sub(offset)?;
-        Some(TensorRef { addr: self.addr.checked_add(offset)?, len: (bytes / elem.size_bytes() as u64) as usize, elem, _borrow: PhantomData })
-    }
 }
 
 impl<'a> TensorMut<'a> {
@@ -121,30 +98,43 @@ impl<'a> TensorMut<'a> {
     pub unsafe fn from_raw(addr: u64, len: usize, elem: ElemType) -> Self {
         TensorMut { addr, len, elem, _borrow: PhantomData }
     }
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// The device address.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-    pub fn elem(&self) -> ElemType {
-        self.elem
-    }
-    /// Address, length and type, as the buffer checks take them.
-    pub(crate) fn desc(&self) -> crate::check::BufferDesc {
-        crate::check::BufferDesc { addr: self.addr, len: self.len, elem: self.elem }
-    }
-    /// As [`TensorRef::tail`], for a written buffer. The caller makes sure
-    /// that parts taken from one buffer are written at disjoint elements.
-    pub(crate) fn tail(&self, offset: u64, elem: ElemType) -> Option<TensorMut<'a>> {
-        let bytes = (self.len as u64).checked_mul(self.elem.size_bytes() as u64)?.checked_sub(offset)?;
-        Some(TensorMut { addr: self.addr.checked_add(offset)?, len: (bytes / elem.size_bytes() as u64) as usize, elem, _borrow: PhantomData })
-    }
 }
+
+/// The accessors both views share (they differ only in the borrow).
+macro_rules! view_methods {
+    ($view:ident) => {
+        impl<'a> $view<'a> {
+            pub fn len(&self) -> usize {
+                self.len
+            }
+            pub fn is_empty(&self) -> bool {
+                self.len == 0
+            }
+            /// The device address.
+            pub fn addr(&self) -> u64 {
+                self.addr
+            }
+            pub fn elem(&self) -> ElemType {
+                self.elem
+            }
+            /// Address, length and type, as the buffer checks take them.
+            pub(crate) fn desc(&self) -> crate::check::BufferDesc {
+                crate::check::BufferDesc { addr: self.addr, len: self.len, elem: self.elem }
+            }
+            /// The bytes from `offset` to the end, as elements of `elem`
+            /// (`None` past the end): a part of one buffer that holds
+            /// several tensors. For a written buffer the caller makes sure
+            /// that parts taken from one buffer are written at disjoint
+            /// elements.
+            pub(crate) fn tail(&self, offset: u64, elem: ElemType) -> Option<$view<'a>> {
+                let bytes = (self.len as u64).checked_mul(self.elem.size_bytes() as u64)?.checked_sub(offset)?;
+                Some($view { addr: self.addr.checked_add(offset)?, len: (bytes / elem.size_bytes() as u64) as usize, elem, _borrow: PhantomData })
+            }
+        }
+    };
+}
+view_methods!(TensorRef);
+view_methods!(TensorMut);
 
 impl<'a, T: Element> From<&'a DeviceSlice<T>> for TensorRef<'a> {
     fn from(s: &'a DeviceSlice<T>) -> Self {

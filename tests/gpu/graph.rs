@@ -173,9 +173,9 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let side_bytes = shape.side_bytes_required().ok_or("shape too large")? as usize;
     let quantized = case.format.is_quantized();
     let packed = case.paging.is_some_and(|p| p.packed);
-    let (pool, offsets, part_bytes) = if packed {
-        let pp = shape.packed_page().ok_or("not paged")?;
-        let mut bytes = vec![0xFFu8; kv_bytes.max(side_bytes) + pp.v_side as usize];
+    let (pool, part_bytes) = if packed {
+        let (pp, (_, num_pages)) = shape.packed_page().zip(shape.page_geometry()).ok_or("not paged")?;
+        let mut bytes = vec![0xFFu8; pp.page_bytes as usize * num_pages as usize];
         if !quantized {
             // Only the prefix's rows: the rest of each page is V's.
             for (prefix, base) in [(&k_prefix, 0usize), (&v_prefix, pp.v as usize)] {
@@ -186,22 +186,19 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
                 }
             }
         }
-        (vec![up(&bytes)?], [0, pp.v, pp.k_side, pp.v_side], [kv_bytes, kv_bytes, side_bytes, side_bytes])
+        (vec![up(&bytes)?], [0; 4])
     } else if quantized {
-        (vec![up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; side_bytes])?, up(&vec![0xFF; side_bytes])?], [0; 4], [kv_bytes, kv_bytes, side_bytes, side_bytes])
+        (vec![up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; side_bytes])?, up(&vec![0xFF; side_bytes])?], [kv_bytes, kv_bytes, side_bytes, side_bytes])
     } else {
-        (vec![up(&k_prefix)?, up(&v_prefix)?], [0; 4], [kv_bytes, kv_bytes, 0, 0])
+        (vec![up(&k_prefix)?, up(&v_prefix)?], [kv_bytes, kv_bytes, 0, 0])
     };
-    // (address, bytes) of K, V, K's side data, V's side data.
-    let part = |i: usize| -> (u64, usize) {
-        let buf = &pool[if packed { 0 } else { i.min(pool.len() - 1) }];
-        (buf.as_device_ptr().as_raw() + offsets[i], part_bytes[i])
-    };
+    // Separate pools: (address, bytes) of K, V, K's side data, V's side
+    // data (a packed pool's parts are the library's: `KvCache::packed`).
+    let part = |i: usize| -> (u64, usize) { (pool[i.min(pool.len() - 1)].as_device_ptr().as_raw(), part_bytes[i]) };
     let kv_elem = decode_attn::check::kv_elem(case.format);
     let side_elem = decode_attn::check::side_elem(case.format);
     let plain_elem = decode_attn::check::dtype_elem(case.dtype);
-    // SAFETY (both): views of `pool`'s live buffers (parts of one in a
-    // packed pool), each within its buffer.
+    // SAFETY (both): views of `pool`'s live buffers, each within its buffer.
     let part_ref = |i: usize, e: ElemType| unsafe { TensorRef::from_raw(part(i).0, part(i).1 / e.size_bytes(), e) };
     let part_mut = |i: usize, e: ElemType| unsafe { TensorMut::from_raw(part(i).0, part(i).1 / e.size_bytes(), e) };
     // What append / quantize write for K (0) or V (1): in a packed pool,

@@ -43,17 +43,18 @@ impl Paging {
     }
 }
 
-/// A pool holding a contiguous problem's rows, and its block table. A
-/// packed pool is one buffer (`k`), the other three views lying inside it
-/// at the `offsets` (bytes: V, K's side data, V's side data).
+/// A pool holding a contiguous problem's rows, and its block table.
 pub struct Pool {
     pub shape: DecodeShape,
     pub table: Vec<i32>,
-    pub k: DeviceBuffer<u8>,
-    pub v: DeviceBuffer<u8>,
-    pub k_side: Option<DeviceBuffer<u8>>,
-    pub v_side: Option<DeviceBuffer<u8>>,
-    pub packed: Option<decode_attn::PackedPage>,
+    buffers: Buffers,
+}
+
+/// Four pools (K, V, and for quantized formats their side data), or one
+/// packed pool holding all four (`DecodeShape::packed_page`).
+enum Buffers {
+    Separate { k: DeviceBuffer<u8>, v: DeviceBuffer<u8>, side: Option<(DeviceBuffer<u8>, DeviceBuffer<u8>)> },
+    Packed(DeviceBuffer<u8>),
 }
 
 /// Copies `row` bytes per (b, t, h) from the contiguous NHD `src` into
@@ -122,10 +123,7 @@ impl Pool {
                     scatter(contig, &shape, lens, &table, src, width, is_side, &mut pool, base as usize);
                 }
             }
-            let pool = up(pool)?;
-            // The three other views are addresses inside `pool`; these
-            // buffers only keep the struct's shape.
-            return Ok(Pool { shape, table, k: pool, v: up(vec![0u8; 16])?, k_side: None, v_side: None, packed: Some(pp) });
+            return Ok(Pool { shape, table, buffers: Buffers::Packed(up(pool)?) });
         }
         let one = |part: &Option<Vec<u8>>, width: usize, is_side: bool, n: usize| -> Result<Option<DeviceBuffer<u8>>, String> {
             let Some(src) = part else { return Ok(None) };
@@ -134,27 +132,27 @@ impl Pool {
             up(out).map(Some)
         };
         let (k, v) = (one(&parts[0], row, false, kv_bytes)?.ok_or("no K")?, one(&parts[1], row, false, kv_bytes)?.ok_or("no V")?);
-        let (k_side, v_side) = (one(&parts[2], side, true, side_bytes)?, one(&parts[3], side, true, side_bytes)?);
-        Ok(Pool { shape, table, k, v, k_side, v_side, packed: None })
+        let side = one(&parts[2], side, true, side_bytes)?.zip(one(&parts[3], side, true, side_bytes)?);
+        Ok(Pool { shape, table, buffers: Buffers::Separate { k, v, side } })
     }
 
     /// The pool as `run_cache` takes it.
     pub fn cache(&self) -> KvCache<'_> {
         let format = self.shape.kv_format;
         let elem = decode_attn::check::kv_elem(format);
-        let n = |b: &DeviceBuffer<u8>, e: ElemType| b.len() / e.size_bytes();
         // SAFETY: views of this pool's live buffers, typed as the format's.
-        let view = |b: &DeviceBuffer<u8>, e: ElemType| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), n(b, e), e) };
-        if self.packed.is_some() {
-            return KvCache::packed(&self.shape, &self.k).expect("a packed pool's shape");
+        let view = |b: &DeviceBuffer<u8>, e: ElemType| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len() / e.size_bytes(), e) };
+        match &self.buffers {
+            Buffers::Packed(pool) => KvCache::packed(&self.shape, pool).expect("a packed pool's shape"),
+            Buffers::Separate { k, v, side } => {
+                let mut cache = KvCache::plain(view(k, elem), view(v, elem));
+                if let (Some((ks, vs)), Some(se)) = (side, decode_attn::check::side_elem(format)) {
+                    cache.k_scales = Some(view(ks, se));
+                    cache.v_scales = Some(view(vs, se));
+                }
+                cache
+            }
         }
-        let mut cache = KvCache::plain(view(&self.k, elem), view(&self.v, elem));
-        if let (Some(ks), Some(vs)) = (&self.k_side, &self.v_side) {
-            let se = decode_attn::check::side_elem(format).expect("quantized");
-            cache.k_scales = Some(view(ks, se));
-            cache.v_scales = Some(view(vs, se));
-        }
-        cache
     }
 }
 
