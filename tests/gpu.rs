@@ -83,6 +83,8 @@ fn cases() -> Vec<Case> {
         // Grid B-like MQA packing: 16 heads x 3 tokens = 48 rows per block.
         add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Auto, Heavy, None);
         add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Never, Normal, None);
+        // 65 slots of 48 rows (1.6 MB a block): merged by the merge kernel.
+        add("mqa-48rows-merge-kernel", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], ChunkKeys(64), Heavy, None);
         // 32 heads x 8 tokens = 256 rows: several row chunks per kv head.
         add("mqa-256rows", shape(dtype, 2, 32, 1, 64, 8, 700, KvLayout::Hnd), vec![650, 9], ChunkKeys(128), Normal, None);
         // Grid A-like GQA g=8, q_len 1, split three ways.
@@ -111,6 +113,7 @@ fn cases() -> Vec<Case> {
             }
             add("mqa-48rows", q(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Auto, Heavy, None);
             add("mqa-48rows", q(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Never, Normal, None);
+            add("mqa-48rows-merge-kernel", q(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], ChunkKeys(128), Heavy, None);
             add("mqa-256rows", q(shape(dtype, 2, 32, 1, 128, 8, 700, KvLayout::Hnd)), vec![650, 9], ChunkKeys(128), Normal, None);
             add("gqa8-split", q(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
             // Padded strides (in the cache's values): 16 bytes of padding per row, 2 rows per token.
@@ -351,6 +354,9 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
         return check_outputs(&outs, &reference).map(|err| (err, splits));
     }
     let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
+    if case.name.contains("merge-kernel") && plan.merge_mode() != decode_attn::MergeMode::Kernel {
+        return Err(format!("merge mode {:?}: the case is named for the merge kernel", plan.merge_mode()));
+    }
     if std::env::var_os("GPU_TESTS_VERBOSE").is_some() {
         eprintln!("  plan: grid {:?} block {} smem {} work {:?}", plan.grid(), plan.block_threads(), plan.smem_bytes(), &plan.work()[..plan.work().len().min(4)]);
     }

@@ -14,7 +14,7 @@ use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, Plan, PlanOptions, SplitPolicy, Variant, VariantChoice};
-use decode_attn_abi::{DIRECT_OUTPUT, MERGE_ROWS_PER_BLOCK};
+use decode_attn_abi::DIRECT_OUTPUT;
 use proptest::prelude::*;
 
 const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
@@ -68,7 +68,7 @@ fn f1_query_size_overflow_is_rejected_and_never_trusted() {
 }
 
 /// Finding 2: `kv_strides()`, `kv_elems_required()` (zero fields),
-/// `Plan::bytes_moved()` and `merge_grid()` overflowed or panicked.
+/// `Plan::bytes_moved()` and the merge grid overflowed or panicked.
 #[test]
 fn f2_size_helpers_are_total() {
     let mut s = DecodeShape::bf16(0, 0, 0, 0, 0, 0);
@@ -84,24 +84,29 @@ fn f2_size_helpers_are_total() {
     hnd.kv_layout = KvLayout::Strided { batch: 0, token: 256, head: 0 };
     let p = plan_with(&hnd, &[MAX_SEQ_LEN; 4], SplitPolicy::Auto).unwrap();
     assert!(p.bytes_moved() >= 4 * MAX_SEQ_LEN as u64 * 4 * 512 * 2);
-    let (x, y, z) = p.merge_grid();
-    assert!(x as usize == p.merges().len() && y >= 1 && y <= MAX_GRID_YZ && z == 1);
+    assert_eq!(p.merge_counters(), 4 * 4 * p.row_chunks());
+    assert_launchable(&p);
 }
 
 /// Finding 3: the merge grid's y exceeded 65535 (32768 query heads × q_len 8,
 /// split), so the merge launch failed after the attention kernel had run.
+/// Such a split now merges in the attention kernel (a counter per kv head);
+/// with rows per block and slots enough for the merge kernel, its grid
+/// stays within CUDA's limits (the kernel strides over y).
 #[test]
-fn f3_merge_grid_stays_within_cuda_limits() {
+fn f3_merge_grids_stay_within_cuda_limits() {
     let mut s = DecodeShape::bf16(1, 32768, 32768, 64, 8, 4096);
     s.kv_layout = KvLayout::Strided { batch: 0, token: 64, head: 0 };
     let p = plan_with(&s, &[4096], SplitPolicy::ChunkKeys(1024)).unwrap();
     assert!(!p.merges().is_empty());
-    let rows = 8u64 * 32768;
-    let (_, y, _) = p.merge_grid();
-    assert!(y <= MAX_GRID_YZ);
-    // The kernel strides over y, so y blocks of MERGE_ROWS_PER_BLOCK rows
-    // repeated ceil(rows / (y * rows_per_block)) times cover every row.
-    assert!(rows.div_ceil(MERGE_ROWS_PER_BLOCK as u64) > y as u64);
+    assert_launchable(&p);
+    assert_eq!(p.merge_counters(), 32768 * p.row_chunks());
+    let mut s = DecodeShape::bf16(1, 65536 * 4, 4096, 64, 8, 1 << 20);
+    s.kv_layout = KvLayout::Strided { batch: 0, token: 64, head: 0 };
+    let p = plan_with(&s, &[1 << 20], SplitPolicy::ChunkKeys(4096)).unwrap();
+    assert_eq!(p.merge_mode(), decode_attn::MergeMode::Kernel);
+    assert_eq!(p.merge_grid().unwrap().1, MAX_GRID_YZ);
+    assert_launchable(&p);
 }
 
 /// Finding 4: lengths within ~100k of u32::MAX overflowed `start + chunk`,
@@ -233,15 +238,17 @@ fn assert_launchable(p: &Plan) {
     let (x, y, z) = p.grid();
     assert!(x >= 1 && (x as u64) < (1 << 31) && (1..=MAX_GRID_YZ).contains(&y) && (1..=MAX_GRID_YZ).contains(&z));
     assert!(p.block_threads() <= 1024 && p.smem_bytes() <= DEV.max_smem_per_block);
-    if !p.merges().is_empty() {
-        let (mx, my, mz) = p.merge_grid();
-        assert!(mx >= 1 && (1..=MAX_GRID_YZ).contains(&my) && mz == 1);
+    if let Some((x, y, z)) = p.merge_grid() {
+        assert!(x == s.batch && (1..=MAX_GRID_YZ).contains(&y) && z == 1);
     }
     let l = p.layout();
     let rows = p.num_slots() as u128 * s.q_len as u128 * s.num_q_heads as u128;
     assert!(l.work as u128 + p.work().len() as u128 * 16 <= l.seq_lens as u128);
     assert!(l.seq_lens as u128 + p.seq_lens().len() as u128 * 4 <= l.merges as u128);
-    assert!(l.merges as u128 + p.merges().len() as u128 * 16 <= l.metadata_bytes as u128);
+    // A merge item per sequence, then a counter per (sequence, kv head, row chunk).
+    assert!(l.merges as u128 + s.batch as u128 * 16 <= l.merge_counters as u128);
+    assert_eq!(p.merge_counters() as u128, s.batch as u128 * s.num_kv_heads as u128 * p.row_chunks() as u128);
+    assert!(l.merge_counters as u128 + p.merge_counters() as u128 * 4 <= l.metadata_bytes as u128);
     assert!(l.metadata_bytes <= l.partial_o);
     assert!(l.partial_o as u128 + rows * s.head_dim as u128 * 4 <= l.partial_lse as u128);
     assert!(l.partial_lse as u128 + rows * 4 <= l.total_bytes as u128);
@@ -607,16 +614,16 @@ mod capacity {
         assert!(chunks_per_seq > 1, "two long sequences on 132 SMs split");
         assert!(p.work().is_empty() && p.merges().is_empty());
         assert_eq!(p.grid().0, 2 * chunks_per_seq);
-        assert_eq!(p.merge_grid().0, 2);
+        assert_eq!(p.merge_counters(), 2 * 2 * p.row_chunks());
         assert_eq!(p.num_slots(), 2 * chunks_per_seq);
         assert!(p.workspace_bytes() >= p.layout().partial_lse + 4 * (p.num_slots() as usize) * 8);
         // Its block shape and chunk are those planned for every sequence at capacity.
         let at_cap = plan_with(&s, &[32768, 32768], SplitPolicy::Auto).unwrap();
         assert_eq!((p.chunk_keys(), p.block_threads(), p.smem_bytes()), (at_cap.chunk_keys(), at_cap.block_threads(), at_cap.smem_bytes()));
-        // Never: one chunk per sequence, no merge launch.
+        // Never: one chunk per sequence, no partial slots.
         let n = cap_plan(&s, SplitPolicy::Never);
         assert_eq!(n.mode(), PlanMode::Capacity { chunks_per_seq: 1 });
-        assert_eq!(n.merge_grid().0, 0);
+        assert_eq!(n.num_slots(), 0);
     }
 
     #[test]
@@ -633,7 +640,8 @@ mod capacity {
                 let items = (batch * chunks_per_seq) as usize;
                 assert!(l.work + 16 * items <= l.seq_lens, "{split:?} b{batch} cap{cap}: work items");
                 assert!(l.seq_lens + 4 * batch as usize <= l.merges, "{split:?} b{batch} cap{cap}: lengths");
-                assert!(l.merges + 16 * batch as usize <= l.metadata_bytes, "{split:?} b{batch} cap{cap}: merge items");
+                assert!(l.merges + 16 * batch as usize <= l.merge_counters, "{split:?} b{batch} cap{cap}: merge items");
+                assert!(l.merge_counters + 4 * p.merge_counters() as usize <= l.metadata_bytes, "{split:?} b{batch} cap{cap}: merge counters");
                 assert!(l.metadata_bytes <= l.partial_o && p.workspace_bytes() >= l.metadata_bytes);
             }
         }

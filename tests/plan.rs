@@ -1,7 +1,7 @@
 //! Planner invariants (CPU only).
 
-use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys};
-use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, PlanOptions, SplitPolicy, Variant, VariantChoice};
+use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
+use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, MergeMode, PlanOptions, SplitPolicy, Variant, VariantChoice};
 use decode_attn_abi::{DIRECT_OUTPUT, MAX_WARPS};
 use proptest::prelude::*;
 
@@ -126,8 +126,34 @@ fn metadata_bytes_match_the_layout() {
     assert_eq!(meta.len(), p.layout().metadata_bytes);
     let lens: &[u32] = bytemuck::cast_slice(&meta[p.layout().seq_lens..p.layout().seq_lens + 12]);
     assert_eq!(lens, &[1000, 10, 500]);
+    // One merge item per sequence (unsplit ones: one slot), then zeroed counters.
+    let merges: &[u32] = bytemuck::cast_slice(&meta[p.layout().merges..p.layout().merges + 48]);
+    assert_eq!(&merges[..3], &[0, 0, 8]);
+    assert_eq!(&merges[4..7], &[1, 0, 1]);
+    assert_eq!(&merges[8..11], &[2, 8, 4]);
+    let counters = &meta[p.layout().merge_counters..p.layout().merge_counters + 4 * p.merge_counters() as usize];
+    assert_eq!(p.merge_counters(), 3 * 2 * p.row_chunks());
+    assert!(counters.iter().all(|&b| b == 0));
     assert!(p.layout().partial_o >= p.layout().metadata_bytes);
     assert!(p.layout().partial_lse >= p.layout().partial_o + p.num_slots() as usize * 2 * 8 * 64 * 4);
+}
+
+#[test]
+fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel() {
+    let dev = &DeviceInfo::H100_SXM;
+    // Grid C 8K: 4 rows per block, a few dozen slots: a few KB each block.
+    let c = plan(&DecodeShape::bf16(1, 32, 8, 128, 1, 8192), &[8192], dev, &KERNEL, &PlanOptions::default()).unwrap();
+    assert!(c.max_splits() > 1);
+    assert_eq!(c.merge_mode(), MergeMode::InAttention);
+    assert_eq!(c.merge_grid(), None);
+    // Grid B (2, 128K): 48 rows per block over ~128 slots, megabytes each.
+    let b = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
+    assert!(b.max_splits() as u64 * 48 * 128 * 4 > IN_ATTENTION_MERGE_MAX_BYTES);
+    assert_eq!(b.merge_mode(), MergeMode::Kernel);
+    assert_eq!(b.merge_grid(), Some((2, 48, 1)));
+    // Unsplit plans merge nothing, in either mode.
+    let a = plan(&DecodeShape::bf16(512, 8, 1, 128, 1, 8192), &vec![8192; 512], dev, &KERNEL, &PlanOptions::default()).unwrap();
+    assert_eq!(a.merge_grid(), None);
 }
 
 #[test]

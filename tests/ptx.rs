@@ -1,6 +1,7 @@
 //! The embedded PTX: every kernel the host names is in it, nothing is left
-//! unresolved, and (when a ptxas is available) it assembles for sm_90 with
-//! no local memory in the attention kernels.
+//! unresolved, the kernels the planner counts two blocks per SM for carry
+//! their register cap, and (when a ptxas is available) it assembles for
+//! sm_90 with no local memory and within those caps.
 
 use decode_attn_abi::{decode_kernel_name, merge_kernel_name, Addressing, Dtype, KvFormat, Variant, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
 
@@ -44,6 +45,22 @@ fn every_kernel_the_host_names_is_an_entry() {
     assert_eq!(entries.len(), host_names().len(), "PTX has entries the host does not know: {entries:?}");
 }
 
+/// The narrow kernels of the quantized formats (head dims ≤ 128) are
+/// compiled within 128 registers: `.maxnreg 128` right after their
+/// parameter list, and nowhere else.
+#[test]
+fn register_caps_are_in_the_ptx() {
+    let capped: Vec<_> = DECODE_KERNELS.iter().filter_map(|k| Some((k.name, k.register_cap()?))).collect();
+    assert!(capped.iter().any(|(n, _)| *n == "decode_narrow_kv_int8_q_bf16_d128"));
+    assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || (k.variant == Variant::Narrow && k.head_dim <= 128)));
+    for (name, regs) in &capped {
+        let at = decode_attn::PTX.find(&format!(".entry {name}(")).unwrap();
+        let head = &decode_attn::PTX[at..at + decode_attn::PTX[at..].find('{').unwrap()];
+        assert!(head.contains(&format!(".maxnreg {regs}")), "{name}: {head}");
+    }
+    assert_eq!(decode_attn::PTX.matches(".maxnreg").count(), capped.len());
+}
+
 #[test]
 fn no_unresolved_external_functions() {
     ptx_builder::check_ptx(decode_attn::PTX).unwrap();
@@ -69,6 +86,10 @@ fn ptxas_accepts_it_without_spills() {
             kernel = rest.trim();
         } else if line.contains("bytes stack frame") {
             assert!(line.trim_start().starts_with("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), "{kernel}: {line}");
+        } else if let Some(regs) = line.split("Used ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u32>().ok()) {
+            if let Some(cap) = DECODE_KERNELS.iter().find(|k| k.name == kernel).and_then(|k| k.register_cap()) {
+                assert!(regs <= cap, "{kernel}: {regs} registers, cap {cap}");
+            }
         }
     }
     let _ = std::fs::remove_dir_all(dir);

@@ -3,7 +3,7 @@
 //! Per row: inputs generated on the device (random, never zeros), one run
 //! checked against the f64 reference on sampled sequences, then `--iters`
 //! timed launches (`timing.rs` says how L2 is kept cold and the queue full),
-//! median / min / max, the merge kernel's share, GB/s and % of the copy
+//! median / min / max, GB/s and % of the copy
 //! roofline measured in the same run. Writes
 //! `<out>/<date>-<device>[-flush].{json,csv,svg}`; the table is printed last.
 
@@ -86,7 +86,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "separate")]
     page_layout: PageLayout,
     /// Also time each row as a replayed CUDA graph of a capacity plan
-    /// (lengths read on the device; schedule + attention + merge): the
+    /// (lengths read on the device; schedule + attention): the
     /// graph column, graph time over planned time. Its output is checked
     /// bit-identical to the planned one first.
     #[arg(long)]
@@ -271,7 +271,6 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         _ => run.rotate(&mut sets)?,
     };
     let med = median(&t.total);
-    let merge_us = if t.merge.is_empty() { 0.0 } else { median(&t.merge) };
     let mut paged_us = [0.0f64; 2];
     if args.paged {
         for (slot, ps) in [16u32, 64].into_iter().enumerate() {
@@ -309,8 +308,6 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         median_us: med,
         min_us: t.total.iter().copied().fold(f64::INFINITY, f64::min),
         max_us: t.total.iter().copied().fold(0.0, f64::max),
-        merge_us,
-        merge_pct: 100.0 * merge_us / med,
         bytes,
         gbps,
         pct_roofline: 100.0 * gbps / roofline,

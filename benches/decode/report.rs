@@ -29,10 +29,6 @@ pub struct RowResult {
     pub median_us: f64,
     pub min_us: f64,
     pub max_us: f64,
-    /// Median time of the split-merge kernel (0 when the row does not split).
-    pub merge_us: f64,
-    /// The merge's share of the median step time, in %.
-    pub merge_pct: f64,
     pub bytes: u64,
     pub gbps: f64,
     pub pct_roofline: f64,
@@ -48,7 +44,7 @@ pub struct RowResult {
     pub paged16_us: f64,
     pub paged64_us: f64,
     /// `--graph`: median time of the same step as a replayed CUDA graph of
-    /// a capacity plan (schedule, attention, merge; 0: not run).
+    /// a capacity plan (schedule, attention; 0: not run).
     #[serde(default)]
     pub graph_us: f64,
 }
@@ -99,15 +95,15 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7}  status",
-            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "merge%", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph"
+            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7}  status",
+            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7}  {} {}",
+                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7}  {} {}",
                 r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.buffer_sets, r.bytes as f64 / 1e6,
-                r.median_us, r.min_us, r.max_us, r.merge_pct, r.gbps, r.pct_roofline, r.speedup_vs_bf16, r.rel_err,
+                r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.speedup_vs_bf16, r.rel_err,
                 r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.paged_overhead(r.graph_us), r.status, r.note
             );
         }

@@ -5,8 +5,7 @@
 //! no launch finds its data in L2; nothing is written between timed launches.
 //! A busy-wait kernel is enqueued first, so the timed launches are queued
 //! while the GPU is busy and then run back to back: host launch latency is
-//! not timed. Each launch sits between its own CUDA events (and a third one
-//! between the attention and merge kernels).
+//! not timed. Each launch sits between its own CUDA events.
 //!
 //! `--l2 flush` is the previous method, kept for comparison: one copy of the
 //! inputs, 4× L2 of memset right before every launch (outside the events).
@@ -80,10 +79,8 @@ pub fn roofline(attn: &DecodeAttention, stream: &Stream) -> Result<f64, String> 
 
 /// Per-launch times of one row, in µs.
 pub struct Timings {
-    /// Whole step: attention (+ merge).
+    /// Whole step (split sequences are merged inside the attention kernel).
     pub total: Vec<f64>,
-    /// The merge kernel alone (empty when the plan does not split).
-    pub merge: Vec<f64>,
     /// Whether every timed launch was enqueued before the GPU ran out of
     /// work (rotate mode); false means host latency may be in the numbers.
     pub queued_ahead: bool,
@@ -99,15 +96,15 @@ pub struct TimedRun<'a> {
 }
 
 impl TimedRun<'_> {
-    fn launch(&mut self, set: &mut BufferSet, mid: Option<&Event>) -> Result<(), String> {
+    fn launch(&mut self, set: &mut BufferSet) -> Result<(), String> {
         let (q, cache, o) = set.views();
-        self.attn.run_marked(self.plan, q, &cache, o, self.ws, self.stream, mid).map_err(|e| e.to_string())
+        self.attn.run_cache(self.plan, q, &cache, o, self.ws, self.stream).map_err(|e| e.to_string())
     }
 
     /// Times `iters` launches over `sets` in turn (see the module docs).
     pub fn rotate(&mut self, sets: &mut [BufferSet]) -> Result<Timings, String> {
         for set in sets.iter_mut() {
-            self.launch(set, None)?; // warm-up: module, metadata, TLBs
+            self.launch(set)?; // warm-up: module, metadata, TLBs
         }
         self.stream.synchronize().map_err(|e| e.to_string())?;
         // Host enqueue costs ~10-30 µs a launch; sleep well past that, and
@@ -127,21 +124,17 @@ impl TimedRun<'_> {
 
     /// The old method: one set, `flush` memset before each launch.
     pub fn flush(&mut self, set: &mut BufferSet, flush: &DeviceBuffer<u32>) -> Result<Timings, String> {
-        self.launch(set, None)?;
-        let mut t = Timings { total: Vec::new(), merge: Vec::new(), queued_ahead: true };
-        let split = !self.plan.merges().is_empty();
-        let (start, mid, stop) = (event()?, event()?, event()?);
+        self.launch(set)?;
+        let mut t = Timings { total: Vec::new(), queued_ahead: true };
+        let (start, stop) = (event()?, event()?);
         for _ in 0..self.iters {
             // SAFETY: memset of the flush buffer's own words.
             check::cuda(unsafe { cuda::cuMemsetD32Async(flush.as_device_ptr().as_raw(), 0x3F80_0000, flush.len(), self.stream.as_inner()) }, "cuMemsetD32Async")?;
             start.record(self.stream).map_err(|e| e.to_string())?;
-            self.launch(set, Some(&mid))?;
+            self.launch(set)?;
             stop.record(self.stream).map_err(|e| e.to_string())?;
             stop.synchronize().map_err(|e| e.to_string())?;
             t.total.push(elapsed_us(&start, &stop)?);
-            if split {
-                t.merge.push(elapsed_us(&mid, &stop)?);
-            }
         }
         Ok(t)
     }
@@ -149,7 +142,7 @@ impl TimedRun<'_> {
     fn timed(&mut self, sets: &mut [BufferSet], sleep: Option<Duration>) -> Result<Timings, String> {
         let n = self.iters;
         let events = |k| (0..k).map(|_| event()).collect::<Result<Vec<_>, _>>();
-        let (starts, mids, stops) = (events(n)?, events(n)?, events(n)?);
+        let (starts, stops) = (events(n)?, events(n)?);
         let queue_start = event()?;
         if let Some(d) = sleep {
             self.attn.gpu_sleep(d, self.stream).map_err(|e| e.to_string())?;
@@ -158,21 +151,14 @@ impl TimedRun<'_> {
         let count = sets.len();
         for i in 0..n {
             starts[i].record(self.stream).map_err(|e| e.to_string())?;
-            self.launch(&mut sets[(i + 1) % count], Some(&mids[i]))?;
+            self.launch(&mut sets[(i + 1) % count])?;
             stops[i].record(self.stream).map_err(|e| e.to_string())?;
         }
         // Still sleeping after the last enqueue: no launch waited on the host.
         let queued_ahead = matches!(queue_start.query(), Ok(EventStatus::NotReady));
         self.stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-        let split = !self.plan.merges().is_empty();
-        let mut t = Timings { total: Vec::with_capacity(n), merge: Vec::new(), queued_ahead };
-        for i in 0..n {
-            t.total.push(elapsed_us(&starts[i], &stops[i])?);
-            if split {
-                t.merge.push(elapsed_us(&mids[i], &stops[i])?);
-            }
-        }
-        Ok(t)
+        let total = (0..n).map(|i| elapsed_us(&starts[i], &stops[i])).collect::<Result<_, _>>()?;
+        Ok(Timings { total, queued_ahead })
     }
 }
 

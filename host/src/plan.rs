@@ -5,8 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M,
-    MERGE_ROWS_PER_BLOCK, MMA_M, NARROW_ROWS,
+    decode_smem_bytes, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -127,6 +126,36 @@ impl PlanOptions {
     }
 }
 
+/// Where a plan's split sequences are merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeMode {
+    /// In the attention kernel: the last block of each (sequence, kv head,
+    /// row chunk) to finish merges its rows. No second launch.
+    InAttention,
+    /// By the merge kernel, launched after the attention kernel, one block
+    /// per output row: for merges too large for one block to finish without
+    /// becoming the tail ([`IN_ATTENTION_MERGE_MAX_BYTES`]).
+    Kernel,
+}
+
+/// Partial bytes one block may merge inside the attention kernel (slots ×
+/// rows × head_dim × 4). Measured on an H100 (docs/perf.md, "Split merge in
+/// the attention kernel"): rows of 64 KB and less (grid C's 32 slots of 4
+/// rows, grid A's 8 of 8) gain 2-3.5 µs; grid B's 48-row blocks lose 1-2 µs
+/// from 4 slots (98 KB) and up to 2.1× at 128 slots (3 MB in one block),
+/// where the merge kernel's block per row is 12 % faster than before.
+pub const IN_ATTENTION_MERGE_MAX_BYTES: u64 = 64 << 10;
+
+/// The merge mode for sequences of up to `max_slots` partials, of blocks of
+/// `rows` query rows of `head_dim`.
+pub fn merge_mode(max_slots: u32, rows: u32, head_dim: u32) -> MergeMode {
+    if max_slots as u64 * rows as u64 * head_dim as u64 * 4 <= IN_ATTENTION_MERGE_MAX_BYTES {
+        MergeMode::InAttention
+    } else {
+        MergeMode::Kernel
+    }
+}
+
 /// What a plan's launches are fixed by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PlanMode {
@@ -170,6 +199,7 @@ pub struct Plan {
     pub(crate) rows_per_block: u32,
     /// Blocks along grid z, covering `group * q_len` rows.
     pub(crate) row_chunks: u32,
+    pub(crate) merge_mode: MergeMode,
     pub(crate) smem_bytes: u32,
     /// Attention blocks resident per SM with this configuration.
     pub(crate) blocks_per_sm: u32,
@@ -183,8 +213,14 @@ pub struct WorkspaceLayout {
     pub seq_lens: usize,
     /// Paged caches' block table (`[batch, pages_per_seq]` i32).
     pub block_table: usize,
+    /// One [`MergeItem`] per sequence: its partial slots.
     pub merges: usize,
-    /// Bytes of the metadata region (work, seq_lens, block table, merges) uploaded per plan.
+    /// `[batch, num_kv_heads, row_chunks]` u32 arrival counters of split
+    /// sequences' blocks (zero between runs: the last block resets its own).
+    pub merge_counters: usize,
+    /// Bytes of the metadata region (work, seq_lens, block table, merges,
+    /// counters), uploaded per plan (capacity plans: written by the
+    /// schedule kernel each step).
     pub metadata_bytes: usize,
     pub partial_o: usize,
     pub partial_lse: usize,
@@ -261,21 +297,25 @@ impl Plan {
             PlanMode::Capacity { chunks_per_seq } => self.shape.batch * chunks_per_seq,
         }
     }
-    /// Sequences the merge kernel visits: the split ones, or for a capacity
-    /// plan whose sequences may split, all of them.
-    pub fn merge_items(&self) -> u32 {
-        match self.mode {
-            PlanMode::Lengths => self.merges.len() as u32,
-            PlanMode::Capacity { chunks_per_seq } if chunks_per_seq > 1 => self.shape.batch,
-            PlanMode::Capacity { .. } => 0,
-        }
+    /// Where split sequences are merged (unsplit plans: `InAttention`, a no-op).
+    pub fn merge_mode(&self) -> MergeMode {
+        self.merge_mode
     }
-    /// Merge grid: (merge items, row groups). Row groups beyond grid y's
-    /// limit are covered by the kernel's grid-stride loop over y.
-    pub fn merge_grid(&self) -> (u32, u32, u32) {
+    /// Merge-kernel grid ([`MergeMode::Kernel`] plans that split; else
+    /// `None`): (sequences, output rows up to grid y's limit; the kernel
+    /// strides over the rest).
+    pub fn merge_grid(&self) -> Option<(u32, u32, u32)> {
+        if self.merge_mode != MergeMode::Kernel || self.max_splits() <= 1 {
+            return None;
+        }
         // validate() bounds q_len × num_q_heads to 32 bits.
         let rows = self.shape.q_len.saturating_mul(self.shape.num_q_heads);
-        (self.merge_items(), rows.div_ceil(MERGE_ROWS_PER_BLOCK).min(MAX_GRID_YZ), 1)
+        Some((self.shape.batch, rows.min(MAX_GRID_YZ), 1))
+    }
+    /// Merge counters in the workspace: one per (sequence, kv head, row chunk).
+    pub fn merge_counters(&self) -> u32 {
+        // workspace_layout bounds batch × kv heads × row chunks to u32.
+        self.shape.batch * self.shape.num_kv_heads * self.row_chunks
     }
     /// Device workspace this plan needs (metadata + fp32 partials).
     pub fn workspace_bytes(&self) -> usize {
@@ -304,8 +344,18 @@ impl Plan {
         put(&mut bytes, self.layout.work, bytemuck::cast_slice(&work_words(&self.work)));
         put(&mut bytes, self.layout.seq_lens, bytemuck::cast_slice(&self.seq_lens));
         put(&mut bytes, self.layout.block_table, bytemuck::cast_slice(&self.block_table));
-        put(&mut bytes, self.layout.merges, bytemuck::cast_slice(&merge_words(&self.merges)));
+        put(&mut bytes, self.layout.merges, bytemuck::cast_slice(&merge_words(&self.per_sequence_merges())));
+        // The merge counters stay zero.
         bytes
+    }
+
+    /// One merge item per sequence, in batch order (unsplit ones: one slot).
+    fn per_sequence_merges(&self) -> Vec<MergeItem> {
+        let mut all: Vec<MergeItem> = (0..self.shape.batch).map(|b| MergeItem { batch: b, first_slot: 0, num_slots: 1, _pad: 0 }).collect();
+        for m in &self.merges {
+            all[m.batch as usize] = *m;
+        }
+        all
     }
 }
 
@@ -474,13 +524,11 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure(work <= MAX_WORK_ITEMS, "split.chunk_keys", format!("at most {MAX_WORK_ITEMS} attention blocks per kv head at capacity"), work)?;
     let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
-    // The schedule kernel writes a merge item for every sequence, split or
-    // not (the merge kernel skips the one-chunk ones).
-    let merges = shape.batch as usize;
-    let layout = workspace_layout(work as usize, shape.batch as usize, 0, merges, num_slots, shape)
+    let layout = workspace_layout(work as usize, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
     Ok(Plan {
         mode: PlanMode::Capacity { chunks_per_seq },
+        merge_mode: merge_mode(chunks_per_seq, planned.rows_per_block.min(rows_of(shape)), shape.head_dim),
         chunk_keys,
         num_slots,
         work: Vec::new(),
@@ -636,7 +684,9 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     // Longest blocks first, so the tail of the grid is short ones.
     work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
 
-    let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), merges.len(), num_slots, shape)
+    let max_slots = merges.iter().map(|m| m.num_slots).max().unwrap_or(1);
+    let merge_mode = merge_mode(max_slots, rows_per_block.min(rows), shape.head_dim);
+    let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
 
     Ok(Plan {
@@ -654,21 +704,30 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         warps_k,
         rows_per_block,
         row_chunks,
+        merge_mode,
         smem_bytes,
         blocks_per_sm,
         layout,
     })
 }
 
+/// Query rows per kv head of a validated shape.
+fn rows_of(shape: &DecodeShape) -> u32 {
+    shape.rows_per_kv_head().unwrap_or(u32::MAX)
+}
+
 /// Byte offsets of the workspace regions; `None` when they overflow or
 /// exceed `isize::MAX`.
-fn workspace_layout(work: usize, seqs: usize, table: usize, merges: usize, num_slots: u32, shape: &DecodeShape) -> Option<WorkspaceLayout> {
+fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunks: u32, num_slots: u32, shape: &DecodeShape) -> Option<WorkspaceLayout> {
     let align_up = |x: usize| x.checked_next_multiple_of(ALIGN);
     let work_at = 0usize;
     let seq_lens_at = work.checked_mul(16)?;
     let table_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
     let merges_at = align_up(table_at.checked_add(table.checked_mul(4)?)?)?;
-    let metadata_bytes = merges_at.checked_add(merges.checked_mul(16)?)?;
+    let counters_at = align_up(merges_at.checked_add(seqs.checked_mul(16)?)?)?;
+    let counters = seqs.checked_mul(shape.num_kv_heads as usize)?.checked_mul(row_chunks as usize)?;
+    u32::try_from(counters).ok()?;
+    let metadata_bytes = counters_at.checked_add(counters.checked_mul(4)?)?;
     let rows = (num_slots as usize).checked_mul(shape.q_len as usize)?.checked_mul(shape.num_q_heads as usize)?;
     let partial_o = align_up(metadata_bytes)?;
     let partial_lse = align_up(partial_o.checked_add(rows.checked_mul(shape.head_dim as usize)?.checked_mul(4)?)?)?;
@@ -678,6 +737,7 @@ fn workspace_layout(work: usize, seqs: usize, table: usize, merges: usize, num_s
         seq_lens: seq_lens_at,
         block_table: table_at,
         merges: merges_at,
+        merge_counters: counters_at,
         metadata_bytes,
         partial_o,
         partial_lse,

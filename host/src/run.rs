@@ -1,6 +1,7 @@
 //! The run step: load the module once per context, fill params from a plan,
-//! enqueue the attention kernel and (for split sequences) the merge kernel;
-//! for capacity plans the schedule kernel first, reading the lengths on the
+//! enqueue the attention kernel (split sequences are merged by their last
+//! block inside it, or by the merge kernel after it, as the plan says); for
+//! capacity plans the schedule kernel first, reading the lengths on the
 //! device. No heuristics and no allocation here. Every entry point exists
 //! for `cust` types and for raw `CUdeviceptr` / `CUstream` handles (the
 //! `_raw` methods, for cudarc, candle or PyTorch memory); both go through
@@ -17,13 +18,13 @@ use cust::prelude::Stream;
 use cust::sys as cuda;
 use decode_attn_abi::{
     decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, ScheduleParams, Variant, DECODE_KERNELS, MERGE_KERNELS,
-    MERGE_ROWS_PER_BLOCK, QUANT_KERNELS, SCHEDULE_KERNEL, SCHEDULE_THREADS, UTILITY_KERNELS,
+    MERGE_THREADS, QUANT_KERNELS, SCHEDULE_KERNEL, SCHEDULE_THREADS, UTILITY_KERNELS,
 };
 
 use crate::check::{check_buffer, check_buffers, RunBuffers};
 use crate::quant::KvTensor;
 use crate::error::{ensure, Error, Result};
-use crate::plan::{self, DeviceInfo, KernelInfo, Plan, PlanMode, PlanOptions};
+use crate::plan::{self, DeviceInfo, KernelInfo, MergeMode, Plan, PlanMode, PlanOptions};
 use crate::shape::DecodeShape;
 use crate::tensor::{ElemType, TensorMut, TensorRef};
 
@@ -280,7 +281,7 @@ impl DecodeAttention {
         plan::plan_capacity(shape, &self.device, &kernel, opts)
     }
 
-    /// Enqueues the attention (and merge) kernels on `stream`, for a bf16 or
+    /// Enqueues the attention kernel on `stream`, for a bf16 or
     /// fp16 cache (quantized caches: [`DecodeAttention::run_cache`]).
     ///
     /// `q`, `o`: `[batch, q_len, num_q_heads, head_dim]` of the plan's dtype;
@@ -298,10 +299,10 @@ impl DecodeAttention {
         workspace: &mut Workspace,
         stream: &Stream,
     ) -> Result<()> {
-        self.run_marked(plan, q, &KvCache::plain(k, v), o, workspace, stream, None)
+        self.run_cache(plan, q, &KvCache::plain(k, v), o, workspace, stream)
     }
 
-    /// Enqueues the attention (and merge) kernels for any cache format: the
+    /// Enqueues the attention kernel for any cache format: the
     /// cache is one value (values, and scales for quantized formats).
     pub fn run_cache<'a>(
         &self,
@@ -312,37 +313,19 @@ impl DecodeAttention {
         workspace: &mut Workspace,
         stream: &Stream,
     ) -> Result<()> {
-        self.run_marked(plan, q, cache, o, workspace, stream, None)
-    }
-
-    /// As [`DecodeAttention::run_cache`], recording `between` on the stream
-    /// after the attention kernel and before the split merge (if the plan has
-    /// one), so a benchmark can tell the two kernels' times apart.
-    #[allow(clippy::too_many_arguments)]
-    pub fn run_marked<'a>(
-        &self,
-        plan: &Plan,
-        q: impl Into<TensorRef<'a>>,
-        cache: &KvCache<'a>,
-        o: impl Into<TensorMut<'a>>,
-        workspace: &mut Workspace,
-        stream: &Stream,
-        between: Option<&cust::event::Event>,
-    ) -> Result<()> {
         ensure(!plan.is_capacity(), "plan", "a plan of host lengths (plan / plan_paged); capacity plans run with run_step", "a capacity plan")?;
         let ws = workspace.buf.as_device_ptr().as_raw();
         let upload = workspace.loaded_plan != Some(plan.id);
-        let record = between.map(|e| move || -> Result<()> { Ok(e.record(stream)?) });
-        self.enqueue(plan, None, q.into(), cache, o.into(), ws, workspace.bytes(), upload, stream.as_inner(), record.as_ref().map(|r| r as &dyn Fn() -> Result<()>))?;
+        self.enqueue(plan, None, q.into(), cache, o.into(), ws, workspace.bytes(), upload, stream.as_inner())?;
         workspace.loaded_plan = Some(plan.id);
         Ok(())
     }
 
     /// Enqueues one decode step of a capacity plan ([`plan::plan_capacity`]):
     /// the schedule kernel reads `step`'s lengths on the device and writes
-    /// the work list into the workspace, then the attention (and merge)
-    /// kernels run. Nothing is copied from the host and nothing is
-    /// allocated, so the call can be captured in a CUDA graph and the graph
+    /// the work list into the workspace, then the attention kernel runs.
+    /// Nothing is copied from the host and nothing is allocated, so the
+    /// call can be captured in a CUDA graph and the graph
     /// replayed as the lengths and table in device memory change.
     /// Sequences shorter than `q_len` (length 0: empty batch slots) are
     /// skipped, their output rows left as they were.
@@ -358,7 +341,7 @@ impl DecodeAttention {
         stream: &Stream,
     ) -> Result<()> {
         let ws = workspace.buf.as_device_ptr().as_raw();
-        self.enqueue(plan, Some(step), q.into(), cache, o.into(), ws, workspace.bytes(), false, stream.as_inner(), None)?;
+        self.enqueue(plan, Some(step), q.into(), cache, o.into(), ws, workspace.bytes(), false, stream.as_inner())?;
         // The schedule kernel overwrote the metadata region.
         workspace.loaded_plan = None;
         Ok(())
@@ -384,7 +367,7 @@ impl DecodeAttention {
     ) -> Result<()> {
         ensure(workspace != 0, "workspace", "a non-null device pointer", "null")?;
         ensure(workspace % 256 == 0, "workspace", "a 256-byte aligned device pointer", format!("{workspace:#x}"))?;
-        self.enqueue(plan, step, q, cache, o, workspace, workspace_bytes, !plan.is_capacity(), stream, None)
+        self.enqueue(plan, step, q, cache, o, workspace, workspace_bytes, !plan.is_capacity(), stream)
     }
 
     /// The one path every run takes: checks, then launches.
@@ -400,7 +383,6 @@ impl DecodeAttention {
         ws_bytes: usize,
         upload: bool,
         stream: RawStream,
-        between: Option<&dyn Fn() -> Result<()>>,
     ) -> Result<()> {
         let (k, v) = (cache.k, cache.v);
         check_buffers(
@@ -452,7 +434,8 @@ impl DecodeAttention {
                 chunk_keys: plan.chunk_keys,
                 chunks_per_seq,
                 max_seq_len: shape.max_seq_len,
-                _pad: 0,
+                num_counters: plan.merge_counters(),
+                merge_counters: ws + plan.layout.merge_counters as u64,
             };
             let blocks = plan.work_items().div_ceil(SCHEDULE_THREADS);
             // SAFETY: writes the workspace's work, length and merge regions,
@@ -503,28 +486,26 @@ impl DecodeAttention {
             page_shift,
             num_pages,
             _pad2: 0,
+            merge: ws + plan.layout.merges as u64,
+            merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + plan.layout.merge_counters as u64 } else { 0 },
         };
         let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe { self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)? };
-        if let Some(record) = between {
-            record()?;
-        }
-
-        if plan.merge_items() > 0 {
+        if let Some(grid) = plan.merge_grid() {
             let merge = MergeParams {
                 partial_o: params.partial_o,
                 partial_lse: params.partial_lse,
                 o: o.addr,
-                merge: ws + plan.layout.merges as u64,
+                merge: params.merge,
                 num_q_heads: shape.num_q_heads,
                 q_len: shape.q_len,
             };
             let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");
             // SAFETY: reads the slots the attention kernel wrote (same
             // stream, so ordered after it) and writes rows of `o`.
-            unsafe { self.launch(name, plan.merge_grid(), 32 * MERGE_ROWS_PER_BLOCK, 0, &merge, stream)? };
+            unsafe { self.launch(name, grid, MERGE_THREADS, 0, &merge, stream)? };
         }
         Ok(())
     }

@@ -29,13 +29,20 @@ pub unsafe fn advance_seq_lens(p: &AdvanceParams) {
 /// A capacity-mode step's work list, from the device lengths (see
 /// `ScheduleParams`): thread x writes work item x; the thread of each
 /// sequence's first chunk also writes its capped length and merge item.
+/// The grid's threads also zero the merge counters, so a step never depends
+/// on what an earlier use of the workspace left in them.
 ///
 /// # Safety
-/// The host sized every buffer for `batch * chunks_per_seq` items and
-/// `batch` sequences.
+/// The host sized every buffer for `batch * chunks_per_seq` items,
+/// `batch` sequences and `num_counters` counters.
 #[inline(always)]
 pub unsafe fn schedule(p: &ScheduleParams) {
     let x = thread::block_idx_x() * thread::block_dim_x() + thread::thread_idx_x();
+    let mut c = x;
+    while c < p.num_counters {
+        *(p.merge_counters as *mut u32).add(c as usize) = 0;
+        c += thread::grid_dim_x() * thread::block_dim_x();
+    }
     if x >= p.batch * p.chunks_per_seq {
         return;
     }

@@ -3,9 +3,10 @@
 //! `arch` is the device support layer (the role `cuda_std` plays for
 //! Rust-CUDA); `format` the KV cache formats; `decode` the attention
 //! bodies (wide and narrow), each generic over the format; `merge` the split
-//! merge. The entry points are expanded from the kernel tables in
-//! `decode_attn_abi` (`decode_kernel_table!`, `merge_kernel_table!`), which
-//! the host expands too: one list of names.
+//! merge (in the attention grid's last block, or as its own kernel). The
+//! entry points are expanded from the kernel tables in `decode_attn_abi`
+//! (`decode_kernel_table!`, `merge_kernel_table!`, `quant_kernel_table!`),
+//! which the host expands too: one list of names.
 #![no_std]
 #![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, gpu_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics)]
 #![allow(internal_features)]
@@ -67,13 +68,13 @@ macro_rules! decode_body {
 
 macro_rules! merge_kernels {
     ($($name:ident => ($q:ident, $d:literal);)*) => {$(
-        /// Split merge for one dtype / head dim; see `merge::merge`.
+        /// Split merge for one dtype / head dim; see `merge::merge_kernel`.
         ///
         /// # Safety
         /// Launched only by the host library after the attention kernel.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: MergeParams) {
-            merge::merge::<$q, $d>(&p)
+            merge::merge_kernel::<$q, $d>(&p)
         }
     )*};
 }

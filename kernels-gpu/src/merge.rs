@@ -1,108 +1,205 @@
-//! Split-KV merge: combines the normalized fp32 partials of a split sequence
-//! with log-sum-exp weights, `O = Σ 2^(lse_s - M) O_s / Σ 2^(lse_s - M)`,
-//! and writes the final 16-bit output. One warp per (token, head) row; an
-//! all-masked partial has lse = -inf and weight 0.
+//! Split-KV merge: `O = Σ 2^(lse_s - M) O_s / Σ 2^(lse_s - M)` over a
+//! sequence's normalized fp32 partials `O_s` and their base-2 log-sum-exps,
+//! written as the final 16-bit output. An all-masked partial has
+//! lse = -inf and weight 0. The sum runs over slots in a fixed order, so
+//! results do not depend on which block merges.
+//!
+//! Two ways, one merge routine (`merge_rows`), the plan picks:
+//! - inside the attention kernel (`merge_if_last`): each block of a split
+//!   sequence counts itself in its (sequence, kv head, row chunk) counter
+//!   after writing its partial, and the block that arrives last merges
+//!   those rows. No second launch, and one sequence's merge overlaps the
+//!   others' attention; but one block reads every slot of its rows.
+//! - the merge kernel (`merge_kernel`), one block per output row, for
+//!   plans whose merges would make that one block the tail (many slots of
+//!   many rows: grid B's 128 splits of 48 rows, 3 MB per block).
 
-use decode_attn_abi::{MergeItem, MergeParams, MERGE_ROWS_PER_BLOCK};
+use decode_attn_abi::{DecodeParams, MergeItem, MergeParams, WorkItem};
 
-use crate::arch::{math::{ex2, rcp}, memory, thread, warp};
+use crate::arch::{math::rcp, memory, shared, thread, warp};
 use crate::format::Half;
 use crate::state;
 
+/// After a split block wrote its partial rows (`rows_here` of them):
+/// counts the block, and in the last block of the sequence merges every
+/// slot of those rows. `flag`: 4 bytes of free shared memory. Every thread
+/// of the block calls it.
+///
+/// The block's work item, kv head and first row are read afresh here
+/// rather than passed in: values kept live across the attention loop for
+/// this cost the narrow int8 kernel 2 registers (130, past two blocks per SM).
+///
 /// # Safety
-/// Launched with the grid/block in `MergeParams`' docs, after the attention
-/// kernel wrote every slot named by the merge items.
+/// `p.merge` and `p.merge_counters` as `DecodeParams` documents them; the
+/// block's partial rows are written.
 #[inline(always)]
-pub unsafe fn merge<H: Half, const D: usize>(p: &MergeParams) {
-    let item = *(p.merge as *const MergeItem).add(thread::block_idx_x() as usize);
-    // A capacity-mode step lists every sequence; one chunk was written directly.
-    if item.num_slots <= 1 {
+pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, rows_here: u32, flag: u32) {
+    let item = *(p.work as *const WorkItem).add(thread::block_idx_x() as usize);
+    let (kvh, row0) = (thread::block_idx_y(), thread::block_idx_z() * p.rows_per_block);
+    let seq = *(p.merge as *const MergeItem).add(item.batch as usize);
+    let index = (item.batch as u64 * thread::grid_dim_y() as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
+    let counter = p.merge_counters + 4 * index;
+    // Every thread's partial rows are written before thread 0 releases them.
+    thread::sync_threads();
+    if thread::thread_idx_x() == 0 {
+        memory::fence_acq_rel_gpu();
+        let last = memory::atom_add_u32(counter, 1) + 1 == seq.num_slots;
+        if last {
+            // Acquire the other blocks' rows (the barrier below passes this
+            // on to the block), and leave the counter at zero for the next launch.
+            memory::fence_acq_rel_gpu();
+            memory::st_global_u32(counter, 0);
+        }
+        shared::st_shared_u32(flag, last as u32);
+    }
+    thread::sync_threads();
+    if shared::ld_shared_u32(flag) != 0 {
+        let target = Target { partial_o: p.partial_o, partial_lse: p.partial_lse, o: p.o, q_len: p.q_len, num_q_heads: p.num_q_heads };
+        // Packed row r of the block: token-major over the kv head's group.
+        let row_of = |r: u32| {
+            let global = row0 + r;
+            (global / p.group, kvh * p.group + global % p.group)
+        };
+        merge_rows::<H, D>(&target, item.batch, &seq, rows_here, row_of);
+    }
+}
+
+/// The merge kernel: block (x, y) merges output row y (and y + grid y, …)
+/// of sequence x.
+///
+/// # Safety
+/// Launched with the grid and block `MergeParams` documents, after the
+/// attention kernel wrote every slot of the merge items.
+#[inline(always)]
+pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
+    let seq = *(p.merge as *const MergeItem).add(thread::block_idx_x() as usize);
+    if seq.num_slots <= 1 {
         return;
     }
+    let target = Target { partial_o: p.partial_o, partial_lse: p.partial_lse, o: p.o, q_len: p.q_len, num_q_heads: p.num_q_heads };
     let rows = p.q_len * p.num_q_heads;
-    // Grid y is capped at CUDA's 65535; larger row counts stride over it.
-    let mut row = thread::block_idx_y() * MERGE_ROWS_PER_BLOCK + thread::warp_id();
+    let mut row = thread::block_idx_y();
     while row < rows {
-        merge_row::<H, D>(p, &item, rows, row);
-        row += thread::grid_dim_y() * MERGE_ROWS_PER_BLOCK;
+        merge_rows::<H, D>(&target, seq.batch, &seq, 1, |_| (row / p.num_q_heads, row % p.num_q_heads));
+        row += thread::grid_dim_y();
     }
 }
 
-/// Slots whose loads are in flight together.
+/// Where partials are read and outputs written.
+struct Target {
+    partial_o: u64,
+    partial_lse: u64,
+    o: u64,
+    q_len: u32,
+    num_q_heads: u32,
+}
+
+/// Slots each lane loads before combining them (loads in flight together).
 const SLOT_BATCH: usize = 8;
 
-/// This lane's `D / 32` consecutive fp32 values at `addr` (16-byte aligned
-/// for D ≥ 128, 8-byte for D = 64), in the first entries.
-#[inline(always)]
-unsafe fn lane_values<const D: usize>(addr: u64) -> [f32; 8] {
-    let mut v = [0f32; 8];
-    if D / 32 == 2 {
-        let [a, b] = memory::ld_global_nc_v2_u32(addr);
-        v[0] = f32::from_bits(a);
-        v[1] = f32::from_bits(b);
-    } else {
-        for h in 0..D / 128 {
-            let x = memory::ld_global_nc_v4_f32(addr + 16 * h as u64);
-            v[4 * h..4 * h + 4].copy_from_slice(&x);
-        }
-    }
-    v
+/// One merge state: max `m`, sum of weights `l`, weighted sum of 4 values.
+#[derive(Clone, Copy)]
+struct Merged {
+    m: f32,
+    l: f32,
+    acc: [f32; 4],
 }
 
-/// One warp merges one (token, head) row of one split sequence.
-#[inline(always)]
-unsafe fn merge_row<H: Half, const D: usize>(p: &MergeParams, item: &MergeItem, rows: u32, row: u32) {
-    const { assert!(D % 64 == 0 || D == 64) };
-    let per_lane = D / 32;
-    let lane = thread::lane_id();
-    let slot_row = |s: u32| (item.first_slot + s) as u64 * rows as u64 + row as u64;
-
-    let mut big_m = f32::NEG_INFINITY;
-    let mut s = lane;
-    while s < item.num_slots {
-        big_m = big_m.max(memory::ld_global_nc_f32(p.partial_lse + 4 * slot_row(s)));
-        s += 32;
-    }
-    let base = state::safe_max(warp::warp_max(big_m));
-
-    // Slots in batches of SLOT_BATCH, every load of a batch issued before
-    // any is used: one slot per iteration left a full memory latency per
-    // slot (grid B's 128 slots: a third of the step).
-    let mut acc = [0f32; 8];
-    let mut weight_sum = 0f32;
-    let mut s0 = 0;
-    while s0 < item.num_slots {
-        let n = (item.num_slots - s0).min(SLOT_BATCH as u32);
-        let mut lse = [f32::NEG_INFINITY; SLOT_BATCH];
-        let mut vals = [[0f32; 8]; SLOT_BATCH];
-        for k in 0..SLOT_BATCH {
-            if (k as u32) < n {
-                let r = slot_row(s0 + k as u32);
-                lse[k] = memory::ld_global_nc_f32(p.partial_lse + 4 * r);
-                vals[k] = lane_values::<D>(p.partial_o + 4 * (r * D as u64 + (lane as usize * per_lane) as u64));
+impl Merged {
+    /// Adds states of weight 2^(lse - m) each, summing `vals` under them.
+    /// (Arrays by value and constant indices: they stay in registers.)
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    fn add(&mut self, lse: [f32; SLOT_BATCH], vals: [[f32; 4]; SLOT_BATCH]) {
+        let mut m = self.m;
+        for j in 0..SLOT_BATCH {
+            m = m.max(lse[j]);
+        }
+        let alpha = state::rescale(self.m, m);
+        self.l *= alpha;
+        for i in 0..4 {
+            self.acc[i] *= alpha;
+        }
+        for j in 0..SLOT_BATCH {
+            let w = state::rescale(lse[j], m);
+            self.l += w;
+            for i in 0..4 {
+                self.acc[i] += w * vals[j][i];
             }
         }
-        for k in 0..SLOT_BATCH {
-            if (k as u32) < n {
-                let w = ex2(lse[k] - base);
-                weight_sum += w;
-                for j in 0..per_lane {
-                    acc[j] += w * vals[k][j];
+        self.m = m;
+    }
+
+    /// Combines the states of the `g` lanes of an aligned group (all 32
+    /// lanes of the warp call it).
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    fn group_reduce(&mut self, g: u32) {
+        let mut mask = g / 2;
+        while mask > 0 {
+            let m_other = warp::shfl_xor_f32(self.m, mask);
+            let m = self.m.max(m_other);
+            let (a, b) = (state::rescale(self.m, m), state::rescale(m_other, m));
+            self.l = self.l * a + warp::shfl_xor_f32(self.l, mask) * b;
+            for i in 0..4 {
+                self.acc[i] = self.acc[i] * a + warp::shfl_xor_f32(self.acc[i], mask) * b;
+            }
+            self.m = m;
+            mask /= 2;
+        }
+    }
+}
+
+/// The block merges `rows` rows of sequence `batch`, row `r` being
+/// (token, head) `row_of(r)`: each output is 4 consecutive dims of one row,
+/// summed over the slots by a group of `g` lanes (as many as the block has
+/// threads to spare, up to 32), which then combine their states.
+#[inline(always)]
+unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &MergeItem, rows: u32, row_of: impl Fn(u32) -> (u32, u32)) {
+    let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
+    let quads = (D / 4) as u32;
+    let outputs = rows * quads;
+    let mut g = 1;
+    while g < 32 && g < seq.num_slots && 2 * g * outputs <= nthreads {
+        g *= 2;
+    }
+    let part = tid % g;
+    let per_pass = nthreads / g;
+    // Loop bounds are the same on every lane of a warp (the shuffles need
+    // the whole warp): lanes past the last output load and store nothing.
+    let mut warp_first = (tid - tid % 32) / g;
+    let mut out = tid / g;
+    while warp_first < outputs {
+        let valid = out < outputs;
+        let (r, c) = (out / quads, (out % quads) * 4);
+        let (token, head) = row_of(r);
+        let mut st = Merged { m: f32::NEG_INFINITY, l: 0.0, acc: [0.0; 4] };
+        let mut s0 = 0;
+        while s0 < seq.num_slots {
+            let mut lse = [f32::NEG_INFINITY; SLOT_BATCH];
+            let mut vals = [[0f32; 4]; SLOT_BATCH];
+            #[allow(clippy::needless_range_loop)]
+            for j in 0..SLOT_BATCH {
+                let s = s0 + part + j as u32 * g;
+                if valid && s < seq.num_slots {
+                    let row = ((seq.first_slot + s) as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+                    lse[j] = memory::ld_global_cg_f32(p.partial_lse + 4 * row);
+                    vals[j] = memory::ld_global_cg_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64));
                 }
             }
+            st.add(lse, vals);
+            s0 += SLOT_BATCH as u32 * g;
         }
-        s0 += SLOT_BATCH as u32;
-    }
-    // At least one slot holds key 0, visible to every row: weight_sum > 0.
-    let inv = rcp(weight_sum);
-    let token = row / p.num_q_heads;
-    let head = row % p.num_q_heads;
-    let dst = p.o
-        + 2 * (((item.batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64) * D as u64
-            + (lane as usize * per_lane) as u64);
-    let mut j = 0;
-    while j < per_lane {
-        memory::st_global_u32(dst + 2 * j as u64, H::pack(acc[j] * inv, acc[j + 1] * inv));
-        j += 2;
+        st.group_reduce(g);
+        if valid && part == 0 {
+            // At least one slot holds key 0, visible to every row: l > 0.
+            let inv = rcp(st.l);
+            let a = st.acc;
+            let row = (batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+            let dst = p.o + 2 * (row * D as u64 + c as u64);
+            memory::st_global_v2_u32(dst, [H::pack(a[0] * inv, a[1] * inv), H::pack(a[2] * inv, a[3] * inv)]);
+        }
+        warp_first += per_pass;
+        out += per_pass;
     }
 }

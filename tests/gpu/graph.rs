@@ -240,6 +240,9 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let mut o_dev = up(&vec![0u8; q_elems * 2])?;
 
     let plan = attn.plan_capacity(&shape, &PlanOptions { split: case.split, ..Default::default() }).map_err(err)?;
+    if case.name.contains("merge-kernel") && plan.merge_mode() != decode_attn::MergeMode::Kernel {
+        return Err(format!("merge mode {:?}: the case is named for the merge kernel", plan.merge_mode()));
+    }
     let mut ws = Workspace::for_plan(&plan).map_err(err)?;
     let raw = stream.as_inner();
     stream.synchronize().map_err(err)?;
@@ -335,6 +338,17 @@ pub fn cases() -> Vec<GraphCase> {
             paging: Some(Paging::new(16, TokenMajor)),
             start_lens: vec![1, 5, 300, 17],
             split: SplitPolicy::Never,
+        });
+        // One-stage chunks of 32 rows: 18 to 36 slots (≥ 295 KB a block),
+        // so the capacity plan merges with the merge kernel.
+        out.push(GraphCase {
+            name: format!("graph-replay/{}/contiguous-merge-kernel/q8/{STEPS}-steps", format.name()),
+            format,
+            dtype,
+            q_len: 8,
+            paging: None,
+            start_lens: vec![8, 37, 700, 1500],
+            split: SplitPolicy::ChunkKeys(64),
         });
     }
     out

@@ -272,6 +272,21 @@ pub struct MergeKernel {
     pub name: &'static str,
 }
 
+impl DecodeKernel {
+    /// Registers per thread the kernel is compiled within (PTX `.maxnreg`),
+    /// where the planner counts on the occupancy: the narrow kernels of the
+    /// quantized formats, head dims up to 128, run 8-warp blocks two per SM
+    /// (65536 registers / 512 threads). Without the cap, code added after
+    /// the key loop (the split merge) moved some from 128 to 130 registers
+    /// and so to one block per SM.
+    pub const fn register_cap(&self) -> Option<u32> {
+        match self.variant {
+            Variant::Narrow if self.format.is_quantized() && self.head_dim <= 128 => Some(128),
+            _ => None,
+        }
+    }
+}
+
 macro_rules! decode_list {
     ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident);)*) => {
         /// Every attention kernel in the PTX module.

@@ -10,7 +10,9 @@ pub struct WorkItem {
     pub kv_start: u32,
     pub kv_end: u32,
     /// Where the block writes: [`DIRECT_OUTPUT`] for the final output,
-    /// otherwise the index of its fp32 partial slot (merged afterwards).
+    /// otherwise the index of its fp32 partial slot (merged by the sequence's
+    /// last block to finish, `DecodeParams::merge_counters`, or by the
+    /// merge kernel).
     pub partial_slot: u32,
 }
 
@@ -18,8 +20,8 @@ pub struct WorkItem {
 /// sequence, normalize and write O directly".
 pub const DIRECT_OUTPUT: u32 = u32::MAX;
 
-/// One sequence that was split: its partials occupy slots
-/// `first_slot .. first_slot + num_slots`.
+/// A sequence's partial slots `first_slot .. first_slot + num_slots`
+/// (`num_slots` ≤ 1: the sequence is not split).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct MergeItem {
@@ -90,6 +92,15 @@ pub struct DecodeParams {
     /// the last page, so no id makes a block read outside the pool.
     pub num_pages: u32,
     pub _pad2: u32,
+    /// `[batch]` [`MergeItem`]: each sequence's partial slots (`num_slots`
+    /// ≤ 1: written directly).
+    pub merge: u64,
+    /// `[batch, num_kv_heads, row_chunks]` u32 arrival counters of split
+    /// sequences' blocks, zero before the launch: the block that brings a
+    /// counter to its sequence's `num_slots` merges the partials and resets
+    /// it to zero. 0: the blocks only write their partials, and the merge
+    /// kernel ([`MergeParams`]) runs after the grid.
+    pub merge_counters: u64,
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -113,32 +124,34 @@ pub const fn capacity_work_item(x: u32, seq_len: u32, q_len: u32, chunk_keys: u3
     Some(WorkItem { batch, kv_start: start as u32, kv_end: end as u32, partial_slot })
 }
 
-/// Parameters of the split-merge kernel.
+/// Parameters of the split-merge kernel, for plans whose merges are too
+/// large for one block of the attention grid (`Plan::merge_mode`).
 ///
-/// Grid: x = merge item, y = min(ceil(q_len * num_q_heads / MERGE_ROWS_PER_BLOCK), 65535);
-/// rows past grid y's reach are covered by a grid-stride loop.
-/// Block: 32 * MERGE_ROWS_PER_BLOCK threads, one warp per output row.
+/// Grid: x = sequence (its [`MergeItem`]; `num_slots` ≤ 1: nothing to do),
+/// y = min(q_len * num_q_heads, 65535) output rows, a grid-stride loop over
+/// the rest. Block: [`MERGE_THREADS`] threads, one output row.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct MergeParams {
     pub partial_o: u64,
     pub partial_lse: u64,
     pub o: u64,
-    /// `[num_merge_items]` [`MergeItem`].
+    /// `[batch]` [`MergeItem`].
     pub merge: u64,
     pub num_q_heads: u32,
     pub q_len: u32,
 }
 
-pub const MERGE_ROWS_PER_BLOCK: u32 = 4;
+/// Threads of a merge-kernel block.
+pub const MERGE_THREADS: u32 = 128;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 208);
+const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 224);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
-const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);
-const _: () = assert!(core::mem::size_of::<ScheduleParams>() == 56);
+const _: () = assert!(core::mem::size_of::<ScheduleParams>() == 64);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):
 /// element `i` gets `(hash(seed, i) % 255 - 127) / 64`, exact in bf16 and f16.
@@ -194,7 +207,8 @@ pub const ADVANCE_KERNEL: &str = "advance_seq_lens";
 /// (`batch * chunks_per_seq` [`WorkItem`]s, [`capacity_work_item`]; an
 /// item with nothing to do has `kv_start == kv_end`), the lengths capped at
 /// `max_seq_len` (`seq_lens_out`, what the attention kernel reads) and one
-/// [`MergeItem`] per sequence (`num_slots` ≤ 1: nothing to merge).
+/// [`MergeItem`] per sequence (`num_slots` ≤ 1: nothing to merge), and
+/// zeroes the `num_counters` merge counters (`DecodeParams::merge_counters`).
 /// Grid: enough 256-thread blocks for one thread per work item.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -208,7 +222,8 @@ pub struct ScheduleParams {
     pub chunk_keys: u32,
     pub chunks_per_seq: u32,
     pub max_seq_len: u32,
-    pub _pad: u32,
+    pub num_counters: u32,
+    pub merge_counters: u64,
 }
 
 pub const SCHEDULE_KERNEL: &str = "schedule_capacity_step";

@@ -6,7 +6,9 @@
 //! own target directory (so it cannot deadlock on the outer build's lock),
 //! flags passed through `CARGO_ENCODED_RUSTFLAGS` so the rebuilt `core` gets
 //! the same `target-cpu`, linked by the project's own `ptx-linker`, and
-//! exactly one `.ptx` artifact read back from `--message-format=json`.
+//! exactly one `.ptx` artifact read back from `--message-format=json`. The
+//! kernels' register caps (`DecodeKernel::register_cap`, which Rust has no
+//! attribute for) are then written into it as `.maxnreg` directives.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -44,8 +46,13 @@ impl PtxBuild {
         std::fs::create_dir_all(&self.target_dir).map_err(|e| format!("{}: {e}", self.target_dir.display()))?;
         let toolchain = Toolchain::detect()?;
         let linker = self.build_linker(&toolchain)?;
-        let ptx = self.build_kernels(&toolchain, &linker)?;
-        check_ptx(&std::fs::read_to_string(&ptx).map_err(|e| format!("{}: {e}", ptx.display()))?)?;
+        let built = self.build_kernels(&toolchain, &linker)?;
+        let text = std::fs::read_to_string(&built).map_err(|e| format!("{}: {e}", built.display()))?;
+        check_ptx(&text)?;
+        let caps = decode_attn_abi::DECODE_KERNELS.iter().filter_map(|k| Some((k.name, k.register_cap()?)));
+        let capped = cap_registers(&text, caps)?;
+        let ptx = self.target_dir.join(format!("decode_attn-{}.ptx", self.arch));
+        std::fs::write(&ptx, capped).map_err(|e| format!("{}: {e}", ptx.display()))?;
         Ok(ptx)
     }
 
@@ -120,6 +127,20 @@ pub fn check_ptx(ptx: &str) -> Result<(), String> {
         return Err("PTX has no kernel entry point".into());
     }
     Ok(())
+}
+
+/// Adds `.maxnreg N` after the parameter list of each named entry (`.entry
+/// NAME(` … `)`, before its body), as `__launch_bounds__` / `maxnreg` would
+/// in CUDA C++. Every named entry must exist.
+pub fn cap_registers<'a>(ptx: &str, caps: impl IntoIterator<Item = (&'a str, u32)>) -> Result<String, String> {
+    let mut out = ptx.to_owned();
+    for (name, regs) in caps {
+        let head = format!(".entry {name}(");
+        let at = out.find(&head).ok_or_else(|| format!("register cap for `{name}`: no such entry in the PTX"))?;
+        let close = out[at..].find(')').map(|i| at + i + 1).ok_or_else(|| format!("`{name}`: unterminated parameter list"))?;
+        out.insert_str(close, &format!("\n.maxnreg {regs}"));
+    }
+    Ok(out)
 }
 
 /// The `.entry` names in a PTX module.
@@ -232,6 +253,15 @@ fn json_string_array_items(key: &'static str) -> impl Fn(&str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn caps_registers_of_named_entries_only() {
+        let ptx = ".visible .entry a(\n\t.param .u64 p\n)\n{\n}\n.visible .entry b(\n)\n{\n}\n";
+        let capped = cap_registers(ptx, [("b", 128)]).unwrap();
+        assert!(capped.contains(".entry b(\n)\n.maxnreg 128\n{"), "{capped}");
+        assert_eq!(capped.matches(".maxnreg").count(), 1);
+        assert!(cap_registers(ptx, [("c", 128)]).is_err());
+    }
 
     #[test]
     fn finds_entries_and_rejects_externs() {

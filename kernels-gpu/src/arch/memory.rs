@@ -178,3 +178,46 @@ pub unsafe fn ld_global_nc_u16(addr: u64) -> u32 {
         options(readonly, nostack, pure));
     r
 }
+
+/// `ld.global.cg.f32`: a load served by L2, never by this SM's L1 (which
+/// may hold a line of the same address from before another block wrote it).
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_cg_f32(addr: u64) -> f32 {
+    let r: f32;
+    core::arch::asm!("ld.global.cg.f32 {r}, [{a}];", r = out(reg32) r, a = in(reg64) addr, options(nostack, readonly));
+    r
+}
+
+/// `ld.global.cg.v4.f32` (see [`ld_global_cg_f32`]).
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_cg_v4_f32(addr: u64) -> [f32; 4] {
+    let (x, y, z, w): (f32, f32, f32, f32);
+    core::arch::asm!("ld.global.cg.v4.f32 {{{x}, {y}, {z}, {w}}}, [{a}];", a = in(reg64) addr,
+        x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w, options(nostack, readonly));
+    [x, y, z, w]
+}
+
+/// `fence.acq_rel.gpu`: orders this thread's memory accesses (and, after
+/// a block barrier, those of the block it observed) against other blocks'.
+#[inline(always)]
+pub fn fence_acq_rel_gpu() {
+    // SAFETY: a fence has no operands.
+    unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack)) }
+}
+
+/// `atom.global.add.u32`: adds `v` at `addr`, returns the old value.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned global address of the kernel's.
+#[inline(always)]
+pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
+    let r: u32;
+    core::arch::asm!("atom.global.add.u32 {r}, [{a}], {v};", r = out(reg32) r, a = in(reg64) addr, v = in(reg32) v, options(nostack));
+    r
+}

@@ -114,3 +114,12 @@ pub unsafe fn ld_shared_v2_u32(addr: u32) -> [u32; 2] {
         x = out(reg32) x, y = out(reg32) y, options(readonly, nostack));
     [x, y]
 }
+
+/// `st.shared.b32`.
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn st_shared_u32(addr: u32, v: u32) {
+    core::arch::asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}

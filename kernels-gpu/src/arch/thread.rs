@@ -58,6 +58,12 @@ pub fn grid_dim_y() -> u32 {
 }
 
 #[inline(always)]
+pub fn grid_dim_z() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { nvptx::_grid_dim_z() as u32 }
+}
+
+#[inline(always)]
 pub fn grid_dim_x() -> u32 {
     // SAFETY: reads a special register.
     unsafe { nvptx::_grid_dim_x() as u32 }

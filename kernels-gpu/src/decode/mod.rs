@@ -453,4 +453,8 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
         }
         idx += nthreads;
     }
+    if item.partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
+        // The accumulator rows were read above; its first word is free.
+        crate::merge::merge_if_last::<F::Query, D>(p, rows_here, acc);
+    }
 }
