@@ -126,7 +126,7 @@ struct Case {
     seed: u64,
     /// Read through a paged pool holding the same rows.
     paging: Option<paged::Paging>,
-    /// Run as a capacity plan (device lengths and table, schedule kernel).
+    /// Run as a capacity plan (device lengths and table, read by the blocks).
     capacity: bool,
 }
 

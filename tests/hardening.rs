@@ -595,13 +595,14 @@ mod capacity {
     use super::*;
     use decode_attn::plan::plan_capacity;
     use decode_attn::PlanMode;
-    use decode_attn_abi::{capacity_work_item, WorkItem, DIRECT_OUTPUT};
+    use decode_attn_abi::{capacity_merge_item, capacity_work_item, WorkItem, DIRECT_OUTPUT};
 
     fn cap_plan(shape: &DecodeShape, split: SplitPolicy) -> Plan {
         plan_capacity(shape, &DEV, &KERNEL, &PlanOptions { split, ..Default::default() }).unwrap()
     }
 
-    /// What the schedule kernel writes for one length (the same function).
+    /// The work items a capacity plan's blocks derive for one length (the
+    /// function the kernel calls).
     fn items(len: u32, q_len: u32, chunk: u32, chunks: u32, b: u32) -> Vec<WorkItem> {
         (b * chunks..(b + 1) * chunks).filter_map(|x| capacity_work_item(x, len, q_len, chunk, chunks)).collect()
     }
@@ -627,22 +628,35 @@ mod capacity {
     }
 
     #[test]
-    fn the_workspace_holds_everything_the_schedule_kernel_writes() {
-        // Every work item, every capped length and a merge item per
-        // sequence, split or not (an unsplit plan once sized the merge
-        // region 0 and the schedule kernel wrote past the workspace).
+    fn the_workspace_holds_every_counter_and_slot_a_capacity_step_uses() {
+        // A counter per (sequence, kv head, row chunk) and a partial slot per
+        // block, split or not (an unsplit plan once sized a region 0 and the
+        // step wrote past the workspace).
         for split in [SplitPolicy::Never, SplitPolicy::Auto, SplitPolicy::ChunkKeys(64)] {
             for (batch, cap) in [(17u32, 3u32), (2, 32768), (300, 1000)] {
                 let s = DecodeShape::bf16(batch, 8, 2, 128, 1, cap);
                 let p = cap_plan(&s, split);
                 let PlanMode::Capacity { chunks_per_seq } = p.mode() else { panic!("capacity mode") };
                 let l = p.layout();
-                let items = (batch * chunks_per_seq) as usize;
-                assert!(l.work + 16 * items <= l.seq_lens, "{split:?} b{batch} cap{cap}: work items");
-                assert!(l.seq_lens + 4 * batch as usize <= l.merges, "{split:?} b{batch} cap{cap}: lengths");
-                assert!(l.merges + 16 * batch as usize <= l.merge_counters, "{split:?} b{batch} cap{cap}: merge items");
+                assert_eq!(p.merge_counters(), batch * 2 * p.row_chunks());
                 assert!(l.merge_counters + 4 * p.merge_counters() as usize <= l.metadata_bytes, "{split:?} b{batch} cap{cap}: merge counters");
                 assert!(l.metadata_bytes <= l.partial_o && p.workspace_bytes() >= l.metadata_bytes);
+                let slots = if chunks_per_seq > 1 { batch * chunks_per_seq } else { 0 };
+                assert_eq!(p.num_slots(), slots, "{split:?} b{batch} cap{cap}: a slot per block of a split sequence");
+                assert!(l.partial_lse + 4 * (slots as usize) * 8 <= p.workspace_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn capacity_merge_items_name_the_slots_of_the_chunks_up_to_the_length() {
+        let (chunk, chunks, q_len) = (256u32, 8u32, 2u32);
+        for len in [0u32, 1, 2, 255, 256, 257, 2048] {
+            let m = capacity_merge_item(3, len, q_len, chunk, chunks);
+            let its = items(len, q_len, chunk, chunks, 3);
+            assert_eq!(m.num_slots as usize, its.len(), "len {len}");
+            if its.len() > 1 {
+                assert!(its.iter().all(|i| (m.first_slot..m.first_slot + m.num_slots).contains(&i.partial_slot)));
             }
         }
     }

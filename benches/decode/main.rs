@@ -86,7 +86,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "separate")]
     page_layout: PageLayout,
     /// Also time each row as a replayed CUDA graph of a capacity plan
-    /// (lengths read on the device; schedule + attention): the
+    /// (lengths read on the device by the attention blocks): the
     /// graph column, graph time over planned time. Its output is checked
     /// bit-identical to the planned one first.
     #[arg(long)]

@@ -44,7 +44,7 @@ pub struct RowResult {
     pub paged16_us: f64,
     pub paged64_us: f64,
     /// `--graph`: median time of the same step as a replayed CUDA graph of
-    /// a capacity plan (schedule, attention; 0: not run).
+    /// a capacity plan (one attention launch, plus the merge kernel for large merges; 0: not run).
     #[serde(default)]
     pub graph_us: f64,
 }

@@ -164,9 +164,9 @@ pub enum PlanMode {
     Lengths,
     /// The shape's capacity only (`batch` sequences of up to `max_seq_len`
     /// tokens, a `[batch, pages_per_seq]` table): each run reads the current
-    /// lengths and block table from device memory, and a schedule kernel
-    /// derives the work list from them on the device, `chunks_per_seq`
-    /// chunks of `chunk_keys` keys per sequence. Nothing is copied from the
+    /// lengths and block table from device memory, and each block derives
+    /// its work from them (`chunks_per_seq` chunks of `chunk_keys` keys per
+    /// sequence). Nothing is copied from the
     /// host, so a run can be captured once in a CUDA graph and replayed as
     /// the lengths change ([`plan_capacity`]).
     Capacity { chunks_per_seq: u32 },
@@ -219,8 +219,8 @@ pub struct WorkspaceLayout {
     /// sequences' blocks (zero between runs: the last block resets its own).
     pub merge_counters: usize,
     /// Bytes of the metadata region (work, seq_lens, block table, merges,
-    /// counters), uploaded per plan (capacity plans: written by the
-    /// schedule kernel each step).
+    /// counters), uploaded per plan (capacity plans: only the counters,
+    /// zeroed by the first step of the plan in a workspace).
     pub metadata_bytes: usize,
     pub partial_o: usize,
     pub partial_lse: usize,
@@ -524,7 +524,9 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure(work <= MAX_WORK_ITEMS, "split.chunk_keys", format!("at most {MAX_WORK_ITEMS} attention blocks per kv head at capacity"), work)?;
     let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
-    let layout = workspace_layout(work as usize, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
+    // No work list, lengths or merge items: the blocks derive them from the
+    // device lengths. The merge counters and partials remain.
+    let layout = workspace_layout(0, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
     Ok(Plan {
         mode: PlanMode::Capacity { chunks_per_seq },

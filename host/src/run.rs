@@ -1,8 +1,7 @@
 //! The run step: load the module once per context, fill params from a plan,
 //! enqueue the attention kernel (split sequences are merged by their last
-//! block inside it, or by the merge kernel after it, as the plan says); for
-//! capacity plans the schedule kernel first, reading the lengths on the
-//! device. No heuristics and no allocation here. Every entry point exists
+//! block inside it, or by the merge kernel after it, as the plan says);
+//! capacity plans' blocks read the lengths on the device. No heuristics and no allocation here. Every entry point exists
 //! for `cust` types and for raw `CUdeviceptr` / `CUstream` handles (the
 //! `_raw` methods, for cudarc, candle or PyTorch memory); both go through
 //! the same checks.
@@ -17,8 +16,8 @@ use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
 use decode_attn_abi::{
-    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, ScheduleParams, Variant, DECODE_KERNELS, MERGE_KERNELS,
-    MERGE_THREADS, QUANT_KERNELS, SCHEDULE_KERNEL, SCHEDULE_THREADS, UTILITY_KERNELS,
+    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_KERNELS, MERGE_THREADS,
+    QUANT_KERNELS, UTILITY_KERNELS,
 };
 
 use crate::check::{check_buffer, check_buffers, RunBuffers};
@@ -34,8 +33,8 @@ pub type RawDevicePtr = cuda::CUdeviceptr;
 pub type RawStream = cuda::CUstream;
 
 /// Device memory for one plan's metadata and split partials. Reusable across
-/// plans; the metadata upload is skipped when the last plan run in it is the
-/// same plan.
+/// plans; the metadata upload (capacity plans: the merge-counter reset) is
+/// skipped when the last plan run in it is the same plan.
 pub struct Workspace {
     buf: DeviceBuffer<u8>,
     loaded_plan: Option<u64>,
@@ -322,11 +321,14 @@ impl DecodeAttention {
     }
 
     /// Enqueues one decode step of a capacity plan ([`plan::plan_capacity`]):
-    /// the schedule kernel reads `step`'s lengths on the device and writes
-    /// the work list into the workspace, then the attention kernel runs.
-    /// Nothing is copied from the host and nothing is allocated, so the
-    /// call can be captured in a CUDA graph and the graph
-    /// replayed as the lengths and table in device memory change.
+    /// one attention launch whose blocks read `step`'s lengths (and block
+    /// table) on the device and derive their work from them (plus the merge
+    /// kernel for plans with large merges). Nothing is copied from the host
+    /// and nothing is allocated, so the call can be captured in a CUDA graph
+    /// and the graph replayed as the lengths and table in device memory
+    /// change. The first step of a plan in a workspace also zeroes the
+    /// plan's merge counters (an async memset; every later step leaves them
+    /// at zero).
     /// Sequences shorter than `q_len` (length 0: empty batch slots) are
     /// skipped, their output rows left as they were.
     #[allow(clippy::too_many_arguments)]
@@ -341,9 +343,9 @@ impl DecodeAttention {
         stream: &Stream,
     ) -> Result<()> {
         let ws = workspace.buf.as_device_ptr().as_raw();
-        self.enqueue(plan, Some(step), q.into(), cache, o.into(), ws, workspace.bytes(), false, stream.as_inner())?;
-        // The schedule kernel overwrote the metadata region.
-        workspace.loaded_plan = None;
+        let prepare = workspace.loaded_plan != Some(plan.id);
+        self.enqueue(plan, Some(step), q.into(), cache, o.into(), ws, workspace.bytes(), prepare, stream.as_inner())?;
+        workspace.loaded_plan = Some(plan.id);
         Ok(())
     }
 
@@ -367,10 +369,14 @@ impl DecodeAttention {
     ) -> Result<()> {
         ensure(workspace != 0, "workspace", "a non-null device pointer", "null")?;
         ensure(workspace % 256 == 0, "workspace", "a 256-byte aligned device pointer", format!("{workspace:#x}"))?;
-        self.enqueue(plan, step, q, cache, o, workspace, workspace_bytes, !plan.is_capacity(), stream)
+        // Raw workspaces are not tracked: metadata (capacity plans: zeroed
+        // merge counters) on every call.
+        self.enqueue(plan, step, q, cache, o, workspace, workspace_bytes, true, stream)
     }
 
-    /// The one path every run takes: checks, then launches.
+    /// The one path every run takes: checks, then launches. `prepare`:
+    /// upload the plan's metadata first (capacity plans: zero its merge
+    /// counters instead).
     #[allow(clippy::too_many_arguments)]
     fn enqueue(
         &self,
@@ -381,7 +387,7 @@ impl DecodeAttention {
         o: TensorMut,
         ws: u64,
         ws_bytes: usize,
-        upload: bool,
+        prepare: bool,
         stream: RawStream,
     ) -> Result<()> {
         let (k, v) = (cache.k, cache.v);
@@ -417,31 +423,21 @@ impl DecodeAttention {
             "one whose block does not fit this device",
         )?;
 
-        if upload {
+        if prepare && plan.is_capacity() {
+            let counters = ws + plan.layout.merge_counters as u64;
+            // SAFETY: the counters lie inside the checked workspace.
+            unsafe { driver("cuMemsetD32Async", cuda::cuMemsetD32Async(counters, 0, plan.merge_counters() as usize, stream))? };
+        } else if prepare {
             let meta = plan.metadata();
             // SAFETY: the workspace holds at least `metadata_bytes` (checked);
             // a pageable source is staged before this call returns.
             unsafe { driver("cuMemcpyHtoDAsync", cuda::cuMemcpyHtoDAsync_v2(ws, meta.as_ptr() as *const c_void, meta.len(), stream))? };
         }
-        if let (PlanMode::Capacity { chunks_per_seq }, Some(step)) = (plan.mode, step) {
-            let sched = ScheduleParams {
-                seq_lens: step.seq_lens.addr,
-                seq_lens_out: ws + plan.layout.seq_lens as u64,
-                work: ws + plan.layout.work as u64,
-                merge: ws + plan.layout.merges as u64,
-                batch: shape.batch,
-                q_len: shape.q_len,
-                chunk_keys: plan.chunk_keys,
-                chunks_per_seq,
-                max_seq_len: shape.max_seq_len,
-                num_counters: plan.merge_counters(),
-                merge_counters: ws + plan.layout.merge_counters as u64,
-            };
-            let blocks = plan.work_items().div_ceil(SCHEDULE_THREADS);
-            // SAFETY: writes the workspace's work, length and merge regions,
-            // which the plan's layout sized for batch × chunks_per_seq items.
-            unsafe { self.launch(SCHEDULE_KERNEL, (blocks, 1, 1), SCHEDULE_THREADS, 0, &sched, stream)? };
-        }
+        // Capacity plans: the blocks read the device lengths themselves.
+        let (chunks_per_seq, seq_lens) = match (plan.mode, step) {
+            (PlanMode::Capacity { chunks_per_seq }, Some(step)) => (chunks_per_seq, step.seq_lens.addr),
+            _ => (0, ws + plan.layout.seq_lens as u64),
+        };
 
         let (page_shift, num_pages) = shape.page_geometry().unwrap_or((0, 0));
         let block_table = match (step, shape.is_paged()) {
@@ -461,7 +457,7 @@ impl DecodeAttention {
             partial_o: ws + plan.layout.partial_o as u64,
             partial_lse: ws + plan.layout.partial_lse as u64,
             work: ws + plan.layout.work as u64,
-            seq_lens: ws + plan.layout.seq_lens as u64,
+            seq_lens,
             k_stride_batch: strides.batch * bits / 8,
             k_stride_token: strides.token * bits / 8,
             k_stride_head: strides.head * bits / 8,
@@ -488,6 +484,10 @@ impl DecodeAttention {
             _pad2: 0,
             merge: ws + plan.layout.merges as u64,
             merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + plan.layout.merge_counters as u64 } else { 0 },
+            chunks_per_seq,
+            chunk_keys: plan.chunk_keys,
+            max_seq_len: shape.max_seq_len,
+            _pad3: 0,
         };
         let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every
@@ -501,6 +501,11 @@ impl DecodeAttention {
                 merge: params.merge,
                 num_q_heads: shape.num_q_heads,
                 q_len: shape.q_len,
+                seq_lens,
+                chunks_per_seq,
+                chunk_keys: plan.chunk_keys,
+                max_seq_len: shape.max_seq_len,
+                _pad: 0,
             };
             let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");
             // SAFETY: reads the slots the attention kernel wrote (same

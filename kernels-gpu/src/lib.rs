@@ -22,7 +22,7 @@ pub mod quant;
 pub mod sleep;
 pub mod state;
 
-use decode_attn_abi::{AdvanceParams, DecodeParams, FillParams, MergeParams, QuantParams, ScheduleParams, SleepParams};
+use decode_attn_abi::{AdvanceParams, DecodeParams, FillParams, MergeParams, QuantParams, SleepParams};
 use format::{Bf16, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
@@ -147,11 +147,3 @@ pub unsafe extern "ptx-kernel" fn advance_seq_lens(p: AdvanceParams) {
     lengths::advance_seq_lens(&p)
 }
 
-/// Writes a capacity-mode step's work list from the device lengths.
-///
-/// # Safety
-/// See `lengths::schedule`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn schedule_capacity_step(p: ScheduleParams) {
-    lengths::schedule(&p)
-}

@@ -14,7 +14,9 @@
 //!   plans whose merges would make that one block the tail (many slots of
 //!   many rows: grid B's 128 splits of 48 rows, 3 MB per block).
 
-use decode_attn_abi::{DecodeParams, MergeItem, MergeParams, WorkItem};
+use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
+
+use crate::decode::block_work;
 
 use crate::arch::{math::rcp, memory, shared, thread, warp};
 use crate::format::Half;
@@ -25,18 +27,22 @@ use crate::state;
 /// slot of those rows. `flag`: 4 bytes of free shared memory. Every thread
 /// of the block calls it.
 ///
-/// The block's work item, kv head and first row are read afresh here
-/// rather than passed in: values kept live across the attention loop for
-/// this cost the narrow int8 kernel 2 registers (130, past two blocks per SM).
+/// The block's work item, kv head and first row are recomputed here (once
+/// per block) rather than kept live across the attention loop.
 ///
 /// # Safety
 /// `p.merge` and `p.merge_counters` as `DecodeParams` documents them; the
 /// block's partial rows are written.
 #[inline(always)]
 pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, rows_here: u32, flag: u32) {
-    let item = *(p.work as *const WorkItem).add(thread::block_idx_x() as usize);
+    // A block that merges has a work item.
+    let Some((item, seq_len)) = block_work(p) else { return };
     let (kvh, row0) = (thread::block_idx_y(), thread::block_idx_z() * p.rows_per_block);
-    let seq = *(p.merge as *const MergeItem).add(item.batch as usize);
+    let seq = if p.chunks_per_seq != 0 {
+        capacity_merge_item(item.batch, seq_len, p.q_len, p.chunk_keys, p.chunks_per_seq)
+    } else {
+        *(p.merge as *const MergeItem).add(item.batch as usize)
+    };
     let index = (item.batch as u64 * thread::grid_dim_y() as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;
     // Every thread's partial rows are written before thread 0 releases them.
@@ -72,7 +78,13 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, ro
 /// attention kernel wrote every slot of the merge items.
 #[inline(always)]
 pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
-    let seq = *(p.merge as *const MergeItem).add(thread::block_idx_x() as usize);
+    let b = thread::block_idx_x();
+    let seq = if p.chunks_per_seq != 0 {
+        let len = (*(p.seq_lens as *const u32).add(b as usize)).min(p.max_seq_len);
+        capacity_merge_item(b, len, p.q_len, p.chunk_keys, p.chunks_per_seq)
+    } else {
+        *(p.merge as *const MergeItem).add(b as usize)
+    };
     if seq.num_slots <= 1 {
         return;
     }

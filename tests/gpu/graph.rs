@@ -328,8 +328,7 @@ pub fn cases() -> Vec<GraphCase> {
                 split: SplitPolicy::Auto,
             });
         }
-        // Unsplit (one chunk per sequence: the schedule kernel still writes
-        // a merge item per sequence), paged.
+        // Unsplit (one chunk per sequence, written directly), paged.
         out.push(GraphCase {
             name: format!("graph-replay/{}/paged16-unsplit/q1/{STEPS}-steps", format.name()),
             format,

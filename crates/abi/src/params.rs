@@ -101,6 +101,15 @@ pub struct DecodeParams {
     /// it to zero. 0: the blocks only write their partials, and the merge
     /// kernel ([`MergeParams`]) runs after the grid.
     pub merge_counters: u64,
+    /// Capacity plans (0 otherwise): block x derives its work item from the
+    /// device length of sequence `x / chunks_per_seq` (`seq_lens`, capped at
+    /// `max_seq_len`) with [`capacity_work_item`], and its merge item with
+    /// [`capacity_merge_item`]; `work` and `merge` are not read. No launch
+    /// before the attention kernel, so a graph of a step is one kernel.
+    pub chunks_per_seq: u32,
+    pub chunk_keys: u32,
+    pub max_seq_len: u32,
+    pub _pad3: u32,
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -109,7 +118,7 @@ pub struct DecodeParams {
 /// seq_len))`, written directly when the sequence has one chunk, else to
 /// partial slot `x`. `None` for a chunk past the sequence's end and for
 /// sequences shorter than `q_len` (their output rows are left as they
-/// were). The schedule kernel writes these items on the device.
+/// were). Each attention block of a capacity plan computes its own item.
 #[inline(always)]
 pub const fn capacity_work_item(x: u32, seq_len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> Option<WorkItem> {
     let batch = x / chunks_per_seq;
@@ -124,6 +133,16 @@ pub const fn capacity_work_item(x: u32, seq_len: u32, q_len: u32, chunk_keys: u3
     Some(WorkItem { batch, kv_start: start as u32, kv_end: end as u32, partial_slot })
 }
 
+/// The merge item of sequence `batch` of a capacity-mode plan at current
+/// length `seq_len` (capped): its slots are those of its chunks'
+/// [`capacity_work_item`]s, one per chunk up to the length (none for a
+/// sequence shorter than `q_len`).
+#[inline(always)]
+pub const fn capacity_merge_item(batch: u32, seq_len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> MergeItem {
+    let num_slots = if seq_len < q_len { 0 } else { seq_len.div_ceil(chunk_keys) };
+    MergeItem { batch, first_slot: batch * chunks_per_seq, num_slots, _pad: 0 }
+}
+
 /// Parameters of the split-merge kernel, for plans whose merges are too
 /// large for one block of the attention grid (`Plan::merge_mode`).
 ///
@@ -136,10 +155,17 @@ pub struct MergeParams {
     pub partial_o: u64,
     pub partial_lse: u64,
     pub o: u64,
-    /// `[batch]` [`MergeItem`].
+    /// `[batch]` [`MergeItem`] (plans of host lengths).
     pub merge: u64,
     pub num_q_heads: u32,
     pub q_len: u32,
+    /// Capacity plans, as in [`DecodeParams`] (`chunks_per_seq` 0 otherwise):
+    /// merge items from the device lengths.
+    pub seq_lens: u64,
+    pub chunks_per_seq: u32,
+    pub chunk_keys: u32,
+    pub max_seq_len: u32,
+    pub _pad: u32,
 }
 
 /// Threads of a merge-kernel block.
@@ -147,11 +173,10 @@ pub const MERGE_THREADS: u32 = 128;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
-const _: () = assert!(core::mem::size_of::<MergeParams>() == 40);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 224);
+const _: () = assert!(core::mem::size_of::<MergeParams>() == 64);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 240);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
-const _: () = assert!(core::mem::size_of::<ScheduleParams>() == 64);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):
 /// element `i` gets `(hash(seed, i) % 255 - 127) / 64`, exact in bf16 and f16.
@@ -201,33 +226,6 @@ pub struct AdvanceParams {
 }
 
 pub const ADVANCE_KERNEL: &str = "advance_seq_lens";
-
-/// Parameters of the schedule kernel, the first launch of a capacity-mode
-/// step: from the device lengths `seq_lens` it writes the step's work list
-/// (`batch * chunks_per_seq` [`WorkItem`]s, [`capacity_work_item`]; an
-/// item with nothing to do has `kv_start == kv_end`), the lengths capped at
-/// `max_seq_len` (`seq_lens_out`, what the attention kernel reads) and one
-/// [`MergeItem`] per sequence (`num_slots` ≤ 1: nothing to merge), and
-/// zeroes the `num_counters` merge counters (`DecodeParams::merge_counters`).
-/// Grid: enough 256-thread blocks for one thread per work item.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct ScheduleParams {
-    pub seq_lens: u64,
-    pub seq_lens_out: u64,
-    pub work: u64,
-    pub merge: u64,
-    pub batch: u32,
-    pub q_len: u32,
-    pub chunk_keys: u32,
-    pub chunks_per_seq: u32,
-    pub max_seq_len: u32,
-    pub num_counters: u32,
-    pub merge_counters: u64,
-}
-
-pub const SCHEDULE_KERNEL: &str = "schedule_capacity_step";
-pub const SCHEDULE_THREADS: u32 = 256;
 
 /// Parameters of the store / quantize / dequantize kernels (store: a
 /// 16-bit cache's append, a plain copy). One warp per row

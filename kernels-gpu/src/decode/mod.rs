@@ -21,7 +21,7 @@ mod pipeline;
 
 pub use narrow::decode_narrow;
 
-use decode_attn_abi::{acc_pitch, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M};
+use decode_attn_abi::{acc_pitch, capacity_work_item, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
@@ -54,17 +54,25 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     RowInfo { local, valid, token, head, limit }
 }
 
-/// This block's work item and its sequence's length; `None` for an empty
-/// item (a capacity-mode chunk past its sequence's end): the whole block
-/// returns before any barrier.
+/// This block's work item and its sequence's length: from the uploaded
+/// work list, or (capacity plans) from the sequence's device length. `None`
+/// for an empty item (a capacity-mode chunk past its sequence's end): the
+/// whole block returns before any barrier.
 #[inline(always)]
 pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
     let x = thread::block_idx_x();
-    let item = *(p.work as *const WorkItem).add(x as usize);
+    let (item, seq_len) = if p.chunks_per_seq != 0 {
+        let batch = x / p.chunks_per_seq;
+        let len = (*(p.seq_lens as *const u32).add(batch as usize)).min(p.max_seq_len);
+        (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
+    } else {
+        let item = *(p.work as *const WorkItem).add(x as usize);
+        (item, *(p.seq_lens as *const u32).add(item.batch as usize))
+    };
     if item.kv_start >= item.kv_end {
         return None;
     }
-    Some((item, *(p.seq_lens as *const u32).add(item.batch as usize)))
+    Some((item, seq_len))
 }
 
 /// Keys at or past this may be masked for some row of the block (causal
