@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS,
+    decode_smem_bytes, merge_rows_per_block, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -302,15 +302,19 @@ impl Plan {
         self.merge_mode
     }
     /// Merge-kernel grid ([`MergeMode::Kernel`] plans that split; else
-    /// `None`): (sequences, output rows up to grid y's limit; the kernel
-    /// strides over the rest).
+    /// `None`): (sequences, groups of [`Plan::merge_rows_per_block`] output
+    /// rows up to grid y's limit; the kernel strides over the rest).
     pub fn merge_grid(&self) -> Option<(u32, u32, u32)> {
         if self.merge_mode != MergeMode::Kernel || self.max_splits() <= 1 {
             return None;
         }
         // validate() bounds q_len × num_q_heads to 32 bits.
         let rows = self.shape.q_len.saturating_mul(self.shape.num_q_heads);
-        Some((self.shape.batch, rows.min(MAX_GRID_YZ), 1))
+        Some((self.shape.batch, rows.div_ceil(self.merge_rows_per_block()).min(MAX_GRID_YZ), 1))
+    }
+    /// Output rows per merge-kernel block (`decode_attn_abi::merge_rows_per_block`).
+    pub fn merge_rows_per_block(&self) -> u32 {
+        merge_rows_per_block(self.max_splits())
     }
     /// Merge counters in the workspace: one per (sequence, kv head, row chunk).
     pub fn merge_counters(&self) -> u32 {

@@ -505,7 +505,7 @@ impl DecodeAttention {
                 chunks_per_seq,
                 chunk_keys: plan.chunk_keys,
                 max_seq_len: shape.max_seq_len,
-                _pad: 0,
+                rows_per_block: plan.merge_rows_per_block(),
             };
             let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");
             // SAFETY: reads the slots the attention kernel wrote (same

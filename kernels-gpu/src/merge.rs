@@ -70,8 +70,8 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, ro
     }
 }
 
-/// The merge kernel: block (x, y) merges output row y (and y + grid y, …)
-/// of sequence x.
+/// The merge kernel: block (x, y) merges output rows `y·rows_per_block ..`
+/// (and the groups grid y further on) of sequence x.
 ///
 /// # Safety
 /// Launched with the grid and block `MergeParams` documents, after the
@@ -89,11 +89,12 @@ pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
         return;
     }
     let target = Target { partial_o: p.partial_o, partial_lse: p.partial_lse, o: p.o, q_len: p.q_len, num_q_heads: p.num_q_heads };
-    let rows = p.q_len * p.num_q_heads;
-    let mut row = thread::block_idx_y();
-    while row < rows {
-        merge_rows::<H, D>(&target, seq.batch, &seq, 1, |_| (row / p.num_q_heads, row % p.num_q_heads));
-        row += thread::grid_dim_y();
+    let (rows, per_block) = (p.q_len * p.num_q_heads, p.rows_per_block);
+    let mut first = thread::block_idx_y() * per_block;
+    while first < rows {
+        let n = per_block.min(rows - first);
+        merge_rows::<H, D>(&target, seq.batch, &seq, n, |r| ((first + r) / p.num_q_heads, (first + r) % p.num_q_heads));
+        first += thread::grid_dim_y() * per_block;
     }
 }
 

@@ -147,8 +147,9 @@ pub const fn capacity_merge_item(batch: u32, seq_len: u32, q_len: u32, chunk_key
 /// large for one block of the attention grid (`Plan::merge_mode`).
 ///
 /// Grid: x = sequence (its [`MergeItem`]; `num_slots` ≤ 1: nothing to do),
-/// y = min(q_len * num_q_heads, 65535) output rows, a grid-stride loop over
-/// the rest. Block: [`MERGE_THREADS`] threads, one output row.
+/// y = min(ceil(q_len * num_q_heads / rows_per_block), 65535) groups of
+/// `rows_per_block` output rows, a grid-stride loop over the rest. Block:
+/// [`MERGE_THREADS`] threads.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct MergeParams {
@@ -165,7 +166,22 @@ pub struct MergeParams {
     pub chunks_per_seq: u32,
     pub chunk_keys: u32,
     pub max_seq_len: u32,
-    pub _pad: u32,
+    /// Output rows per block: fewer for more slots, so each lane of a
+    /// block loads about one batch of slots (`merge_rows_per_block`).
+    pub rows_per_block: u32,
+}
+
+/// Output rows a merge-kernel block covers for sequences of up to
+/// `max_slots` slots: 4 up to 8 slots (one lane per output, 8 slots in
+/// flight), 2 up to 16, else 1 (lanes of an output split the slots).
+pub const fn merge_rows_per_block(max_slots: u32) -> u32 {
+    if max_slots <= 8 {
+        4
+    } else if max_slots <= 16 {
+        2
+    } else {
+        1
+    }
 }
 
 /// Threads of a merge-kernel block.
