@@ -83,11 +83,12 @@ fn no_split_when_one_wave_is_already_full() {
 
 #[test]
 fn long_single_sequence_is_split_to_fill_the_gpu() {
-    // Grid C: one sequence, 8 kv heads: 8 blocks unsplit; the planner must split.
+    // Grid C: one sequence, 8 kv heads: 8 blocks unsplit; the planner must
+    // split until every SM has a block (within one split's 8 blocks).
     let shape = DecodeShape::bf16(1, 32, 8, 128, 1, 131072);
     let p = plan(&shape, &[131072], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions::default()).unwrap();
     let blocks = p.work().len() as u32 * 8;
-    assert!(blocks >= DeviceInfo::H100_SXM.sm_count, "only {blocks} blocks");
+    assert!(blocks + 8 > DeviceInfo::H100_SXM.sm_count, "only {blocks} blocks");
     assert!(p.max_splits() > 1);
 }
 
@@ -255,4 +256,21 @@ fn wide_int8_splits_still_fill_every_resident_block() {
     let p = plan(&shape, &[2048; 128], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap();
     assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Variant::Wide, 3, 2, 2));
     assert_eq!(p.max_splits(), 2);
+}
+
+#[test]
+fn wide_sixteen_bit_splits_fill_one_single_tile_block_per_sm() {
+    // bf16 grid C (4 rows per kv head: one row tile, 4 warps): 8 kv heads ×
+    // 16 splits = 128 blocks, one per SM (docs/perf.md, "Splits for one
+    // block per SM"), though two fit.
+    let dev = &DeviceInfo::H100_SXM;
+    for ctx in [8192u32, 32768, 131072] {
+        let p = plan(&DecodeShape::bf16(1, 32, 8, 128, 1, ctx), &[ctx], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+        assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Variant::Wide, 1, 4, 2));
+        assert_eq!(p.max_splits(), 16, "ctx {ctx}");
+    }
+    // Grid B (48 rows: three row tiles) still fills every resident block.
+    let b = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((b.warps_m(), b.blocks_per_sm()), (3, 2));
+    assert_eq!(b.max_splits(), 4);
 }

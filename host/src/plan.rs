@@ -408,25 +408,31 @@ pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo
 }
 
 /// Resident warps per SM past which more co-resident blocks stop adding
-/// throughput, where measured: a narrow int8 block of 8 warps alone keeps an SM's
-/// share of HBM busy, so splitting a sequence further only to fill a second
-/// block slot adds merge work and pipeline fills (H100, grid C: 16 splits
-/// 26 / 56 / 83 % of the roofline at 8K / 32K / 128K against 23 / 54 / 77 %
-/// with 32; `docs/perf.md`). int4 (instruction-bound) and 16-bit formats
-/// gain from every resident warp.
-pub fn saturating_warps_per_sm(format: KvFormat, variant: Variant) -> Option<u32> {
+/// throughput, where measured (block of `warps_m` row-tile warps):
+/// - a narrow int8 block of 8 warps alone keeps an SM's share of HBM busy,
+///   so splitting a sequence further only to fill a second block slot adds
+///   merge work and pipeline fills (H100, grid C: 16 splits 26 / 56 / 83 %
+///   of the roofline at 8K / 32K / 128K against 23 / 54 / 77 % with 32);
+/// - so does one 4-warp wide bf16 / fp16 block of one row tile (H100: grid
+///   C 8K / 32K / 128K 23.2 / 57.1 / 187.5 → 21.7 / 55.0 / 184.3 µs with
+///   16 splits instead of 32, grid A B=64 / 128 −1.5 / −1.9 %, no row
+///   slower; `docs/perf.md`, "Splits for one block per SM").
+///
+/// int4 (instruction-bound) and blocks of several row tiles (grid B: one
+/// per SM made B ≤ 64 up to 13 % slower; the wide int8 kernel's 3 row-tile
+/// warps convert the same bytes) gain from every resident warp.
+pub fn saturating_warps_per_sm(format: KvFormat, variant: Variant, warps_m: u32) -> Option<u32> {
     match (format, variant) {
         (KvFormat::Int8, Variant::Narrow) => Some(8),
-        // The wide int8 kernel on grid B (6-warp blocks, 3 row-tile warps
-        // converting the same bytes) runs best with every block resident.
+        (KvFormat::Bf16 | KvFormat::F16, Variant::Wide) if warps_m == 1 => Some(4),
         _ => None,
     }
 }
 
 /// The blocks per SM the split planner should fill: all that fit, or as
 /// many as reach [`saturating_warps_per_sm`] (at least one).
-pub fn useful_blocks_per_sm(format: KvFormat, variant: Variant, warps_per_block: u32, fit: u32) -> u32 {
-    match saturating_warps_per_sm(format, variant) {
+pub fn useful_blocks_per_sm(format: KvFormat, variant: Variant, warps_m: u32, warps_per_block: u32, fit: u32) -> u32 {
+    match saturating_warps_per_sm(format, variant, warps_m) {
         Some(w) => fit.min((w / warps_per_block.max(1)).max(1)),
         None => fit,
     }
@@ -585,7 +591,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
                 SplitPolicy::Never => false,
                 SplitPolicy::ChunkKeys(k) => seq_lens.iter().any(|&l| l > k),
                 SplitPolicy::Auto => {
-                    let per_sm = useful_blocks_per_sm(format, variant, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
+                    let per_sm = useful_blocks_per_sm(format, variant, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
                     let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
                     auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm) != u32::MAX
                 }
@@ -653,7 +659,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
             keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage)
         }
         SplitPolicy::Auto => {
-            let per_sm = useful_blocks_per_sm(format, variant, warps_m * warps_k, blocks_per_sm) as u64;
+            let per_sm = useful_blocks_per_sm(format, variant, warps_m, warps_m * warps_k, blocks_per_sm) as u64;
             auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm)
         }
     };
