@@ -274,14 +274,18 @@ pub struct MergeKernel {
 
 impl DecodeKernel {
     /// Registers per thread the kernel is compiled within (PTX `.maxnreg`),
-    /// where the planner counts on the occupancy: the narrow kernels of the
-    /// quantized formats, head dims up to 128, run 8-warp blocks two per SM
-    /// (65536 registers / 512 threads). Without the cap, code added after
-    /// the key loop (the split merge) moved some from 128 to 130 registers
-    /// and so to one block per SM.
+    /// where the planner counts on the occupancy, head dims up to 128:
+    /// - the narrow kernels of the quantized formats run 8-warp blocks two
+    ///   per SM (65536 registers / 512 threads = 128). Without the cap, code
+    ///   added after the key loop (the split merge) moved some from 128 to
+    ///   130 registers and so to one block per SM;
+    /// - the wide kernels run grid B's 6-warp blocks two per SM (65536 / 384,
+    ///   rounded down to the allocation unit of 8: 168). The paged bf16 one
+    ///   used 200 (187 with 2-chunk address batches), one block per SM.
     pub const fn register_cap(&self) -> Option<u32> {
         match self.variant {
             Variant::Narrow if self.format.is_quantized() && self.head_dim <= 128 => Some(128),
+            Variant::Wide if self.head_dim <= 128 => Some(168),
             _ => None,
         }
     }

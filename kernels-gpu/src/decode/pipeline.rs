@@ -21,11 +21,12 @@ use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{memory, thread};
 use crate::format::KvFormat;
 
-/// How rows are copied (docs/perf.md, "Paged caches, v2"): `WIDE` kernels
-/// issue K's and V's chunk of a row in pairs from one address, computing 4
-/// chunks' addresses before issuing them (their page-id reads overlap); the
-/// narrow kernels do so 2 at a time, and when strided copy K's rows then
-/// V's — what keeps them at ≤ 128 registers (two blocks per SM).
+/// How rows are copied (docs/perf.md, "Paged caches, v2"): strided `WIDE`
+/// kernels issue K's and V's chunk of a row in pairs from one address,
+/// computing 4 chunks' addresses before issuing them; paged kernels do so
+/// 2 at a time (their page-id reads overlap; 4 took the wide bf16 kernel to
+/// 200 registers, one grid-B block per SM), and strided narrow kernels copy
+/// K's rows then V's — what keeps them at ≤ 128 registers (two blocks per SM).
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool> {
     p: &'a DecodeParams,
     kvh: u32,
@@ -128,7 +129,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
     #[inline(always)]
     unsafe fn load_rows<A: RowAddressing>(&self, k: A, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
         let (kt, vt, keys, delta) = (self.k_tile(stage), self.v_tile(stage), Self::CFG.keys_per_stage, self.v_delta());
-        if WIDE {
+        if WIDE && !A::PAGED {
             F::load_kv_rows::<D, A, 4, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
         } else if A::PAGED {
             F::load_kv_rows::<D, A, 2, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
