@@ -10,15 +10,15 @@
 //!   after writing its partial, and the block that arrives last merges
 //!   those rows. No second launch, and one sequence's merge overlaps the
 //!   others' attention; but one block reads every slot of its rows.
-//! - the merge kernel (`merge_kernel`), one block per output row, for
-//!   plans whose merges would make that one block the tail (many slots of
-//!   many rows: grid B's 128 splits of 48 rows, 3 MB per block).
+//! - the merge kernel (`merge_kernel`), one block per 1–4 output rows (fewer
+//!   for more slots), for plans whose merges would make that one block the
+//!   tail (many slots of many rows: grid B's 128 splits of 48 rows, 3 MB per
+//!   block).
 
 use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
 
-use crate::decode::block_work;
-
 use crate::arch::{math::rcp, memory, shared, thread, warp};
+use crate::decode::block_work;
 use crate::format::Half;
 use crate::state;
 
