@@ -342,11 +342,6 @@ fn graph_median(attn: &DecodeAttention, stream: &Stream, planned: &decode_attn::
     Ok(median(&timing::time_graphs(attn, stream, &graphs, iters)?))
 }
 
-/// The row's buffers read as a pool of `ps`-token pages (token-major NHD
-/// rows of a sequence are consecutive pages): first with the identity table,
-/// whose output must equal the contiguous plan's bit for bit, then timed
-/// with the pages of the table shuffled (every page still read once).
-#[allow(clippy::too_many_arguments)]
 /// The output of one run of `plan` on `set` (O poisoned first), as bits;
 /// a capacity plan reads `step`'s device lengths.
 fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, step: Option<&decode_attn::StepInputs>, set: &mut BufferSet) -> Result<Vec<u16>, String> {
@@ -362,6 +357,11 @@ fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, 
     buffers::download::<u16>(set.o.as_device_ptr().as_raw(), plan.shape().q_elems() as usize)
 }
 
+/// The row's buffers read as a pool of `ps`-token pages (token-major NHD
+/// rows of a sequence are consecutive pages): first with the identity table,
+/// whose output must equal the contiguous plan's bit for bit, then timed
+/// with the pages of the table shuffled (every page still read once).
+#[allow(clippy::too_many_arguments)]
 fn paged_median(
     attn: &DecodeAttention,
     stream: &Stream,

@@ -133,8 +133,8 @@ pub enum MergeMode {
     /// row chunk) to finish merges its rows. No second launch.
     InAttention,
     /// By the merge kernel, launched after the attention kernel, one block
-    /// per output row: for merges too large for one block to finish without
-    /// becoming the tail ([`IN_ATTENTION_MERGE_MAX_BYTES`]).
+    /// per 1–4 output rows: for merges too large for one block to finish
+    /// without becoming the tail ([`IN_ATTENTION_MERGE_MAX_BYTES`]).
     Kernel,
 }
 
@@ -199,7 +199,6 @@ pub struct Plan {
     pub(crate) rows_per_block: u32,
     /// Blocks along grid z, covering `group * q_len` rows.
     pub(crate) row_chunks: u32,
-    pub(crate) merge_mode: MergeMode,
     pub(crate) smem_bytes: u32,
     /// Attention blocks resident per SM with this configuration.
     pub(crate) blocks_per_sm: u32,
@@ -297,15 +296,16 @@ impl Plan {
             PlanMode::Capacity { chunks_per_seq } => self.shape.batch * chunks_per_seq,
         }
     }
-    /// Where split sequences are merged (unsplit plans: `InAttention`, a no-op).
+    /// Where split sequences are merged (unsplit plans: a no-op either way),
+    /// from the most slots a sequence has and the rows a block merges.
     pub fn merge_mode(&self) -> MergeMode {
-        self.merge_mode
+        merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dim)
     }
     /// Merge-kernel grid ([`MergeMode::Kernel`] plans that split; else
     /// `None`): (sequences, groups of [`Plan::merge_rows_per_block`] output
     /// rows up to grid y's limit; the kernel strides over the rest).
     pub fn merge_grid(&self) -> Option<(u32, u32, u32)> {
-        if self.merge_mode != MergeMode::Kernel || self.max_splits() <= 1 {
+        if self.merge_mode() != MergeMode::Kernel || self.max_splits() <= 1 {
             return None;
         }
         // validate() bounds q_len × num_q_heads to 32 bits.
@@ -540,7 +540,6 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
     Ok(Plan {
         mode: PlanMode::Capacity { chunks_per_seq },
-        merge_mode: merge_mode(chunks_per_seq, planned.rows_per_block.min(rows_of(shape)), shape.head_dim),
         chunk_keys,
         num_slots,
         work: Vec::new(),
@@ -696,8 +695,6 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     // Longest blocks first, so the tail of the grid is short ones.
     work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
 
-    let max_slots = merges.iter().map(|m| m.num_slots).max().unwrap_or(1);
-    let merge_mode = merge_mode(max_slots, rows_per_block.min(rows), shape.head_dim);
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
 
@@ -716,7 +713,6 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         warps_k,
         rows_per_block,
         row_chunks,
-        merge_mode,
         smem_bytes,
         blocks_per_sm,
         layout,

@@ -1,10 +1,10 @@
 //! The run step: load the module once per context, fill params from a plan,
 //! enqueue the attention kernel (split sequences are merged by their last
 //! block inside it, or by the merge kernel after it, as the plan says);
-//! capacity plans' blocks read the lengths on the device. No heuristics and no allocation here. Every entry point exists
-//! for `cust` types and for raw `CUdeviceptr` / `CUstream` handles (the
-//! `_raw` methods, for cudarc, candle or PyTorch memory); both go through
-//! the same checks.
+//! capacity plans' blocks read the lengths on the device. No heuristics and
+//! no allocation here. Every entry point exists for `cust` types and for raw
+//! `CUdeviceptr` / `CUstream` handles (the `_raw` methods, for cudarc,
+//! candle or PyTorch memory); both go through the same checks.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -21,9 +21,9 @@ use decode_attn_abi::{
 };
 
 use crate::check::{check_buffer, check_buffers, RunBuffers};
-use crate::quant::KvTensor;
 use crate::error::{ensure, Error, Result};
 use crate::plan::{self, DeviceInfo, KernelInfo, MergeMode, Plan, PlanMode, PlanOptions};
+use crate::quant::KvTensor;
 use crate::shape::DecodeShape;
 use crate::tensor::{ElemType, TensorMut, TensorRef};
 

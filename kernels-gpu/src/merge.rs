@@ -18,7 +18,7 @@
 use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
 
 use crate::arch::{math::rcp, memory, shared, thread, warp};
-use crate::decode::block_work;
+use crate::decode::{block_work, capacity_len};
 use crate::format::Half;
 use crate::state;
 
@@ -38,11 +38,7 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, ro
     // A block that merges has a work item.
     let Some((item, seq_len)) = block_work(p) else { return };
     let (kvh, row0) = (thread::block_idx_y(), thread::block_idx_z() * p.rows_per_block);
-    let seq = if p.chunks_per_seq != 0 {
-        capacity_merge_item(item.batch, seq_len, p.q_len, p.chunk_keys, p.chunks_per_seq)
-    } else {
-        *(p.merge as *const MergeItem).add(item.batch as usize)
-    };
+    let seq = merge_item(p.merge, item.batch, seq_len, p.q_len, p.chunk_keys, p.chunks_per_seq);
     let index = (item.batch as u64 * thread::grid_dim_y() as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;
     // Every thread's partial rows are written before thread 0 releases them.
@@ -79,12 +75,9 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, ro
 #[inline(always)]
 pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
     let b = thread::block_idx_x();
-    let seq = if p.chunks_per_seq != 0 {
-        let len = (*(p.seq_lens as *const u32).add(b as usize)).min(p.max_seq_len);
-        capacity_merge_item(b, len, p.q_len, p.chunk_keys, p.chunks_per_seq)
-    } else {
-        *(p.merge as *const MergeItem).add(b as usize)
-    };
+    // Plans of host lengths: no capacity length is needed (or read).
+    let len = if p.chunks_per_seq != 0 { capacity_len(p.seq_lens, b, p.max_seq_len) } else { 0 };
+    let seq = merge_item(p.merge, b, len, p.q_len, p.chunk_keys, p.chunks_per_seq);
     if seq.num_slots <= 1 {
         return;
     }
@@ -95,6 +88,18 @@ pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
         let n = per_block.min(rows - first);
         merge_rows::<H, D>(&target, seq.batch, &seq, n, |r| ((first + r) / p.num_q_heads, (first + r) % p.num_q_heads));
         first += thread::grid_dim_y() * per_block;
+    }
+}
+
+/// Sequence `batch`'s merge item: from its current (capped) length `len`
+/// for capacity plans (`chunks_per_seq` ≠ 0), else from the uploaded
+/// `[batch]` items at `merge`.
+#[inline(always)]
+unsafe fn merge_item(merge: u64, batch: u32, len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> MergeItem {
+    if chunks_per_seq != 0 {
+        capacity_merge_item(batch, len, q_len, chunk_keys, chunks_per_seq)
+    } else {
+        *(merge as *const MergeItem).add(batch as usize)
     }
 }
 

@@ -62,8 +62,7 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
     let x = thread::block_idx_x();
     let (item, seq_len) = if p.chunks_per_seq != 0 {
-        let batch = x / p.chunks_per_seq;
-        let len = (*(p.seq_lens as *const u32).add(batch as usize)).min(p.max_seq_len);
+        let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
     } else {
         let item = *(p.work as *const WorkItem).add(x as usize);
@@ -73,6 +72,13 @@ pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
         return None;
     }
     Some((item, seq_len))
+}
+
+/// Capacity plans: sequence `batch`'s device length, capped at the capacity
+/// (a larger value is read as the capacity).
+#[inline(always)]
+pub(crate) unsafe fn capacity_len(seq_lens: u64, batch: u32, max_seq_len: u32) -> u32 {
+    (*(seq_lens as *const u32).add(batch as usize)).min(max_seq_len)
 }
 
 /// Keys at or past this may be masked for some row of the block (causal
