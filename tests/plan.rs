@@ -2,7 +2,7 @@
 
 use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
 use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, MergeMode, PlanOptions, SplitPolicy, Variant, VariantChoice};
-use decode_attn_abi::{DIRECT_OUTPUT, MAX_WARPS};
+use decode_attn_abi::{DIRECT_OUTPUT, MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
 const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
@@ -62,6 +62,10 @@ proptest! {
         prop_assert!(p.block_threads() <= KERNEL.max_threads_per_block.max(32 * p.warps_m()));
         prop_assert!(p.warps_m() * p.warps_k() <= MAX_WARPS);
         prop_assert!(p.smem_bytes() <= DeviceInfo::H100_SXM.max_smem_per_block);
+        // A block's shared memory holds every stage its work item fills
+        // (past PIPELINE_STAGES the stages are a ring).
+        let keys = stage_keys(KvFormat::Bf16, d);
+        prop_assert!(p.work().iter().all(|w| (w.kv_end - w.kv_start).div_ceil(keys).min(PIPELINE_STAGES) <= p.stages()));
         // Work is ordered longest first.
         prop_assert!(p.work().windows(2).all(|w| w[0].kv_end - w[0].kv_start >= w[1].kv_end - w[1].kv_start));
         // Forced chunks are whole pipeline stages.
@@ -227,11 +231,14 @@ fn short_unsplit_sequences_get_at_least_two_steps_per_narrow_warp() {
         let shape = quantized(KvFormat::Int4G32, batch, 8, 1, 1, len);
         plan(&shape, &vec![len; batch as usize], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap().warps_k()
     };
-    // 16 warps resident as 2 × 8, 12 as 3 × 4: 8-warp blocks, unless a
-    // sequence is too short for two 16-key steps per warp.
+    // 16 warps resident as 2 × 8, 12 as 3 × 4 (three stages of shared
+    // memory): 8-warp blocks, unless a sequence is too short for two 16-key
+    // steps per warp.
     assert_eq!(warps(1024, 8192), 8);
-    assert_eq!(warps(1024, 128), 4);
     assert_eq!(warps(1024, 40), 1);
+    // 128 keys are one int4 stage: one stage of shared memory fits 8 blocks
+    // per SM, so 16 warps resident as 8 × 2 as well as 2 × 8 — the smaller.
+    assert_eq!(warps(1024, 128), 2);
 }
 
 #[test]
@@ -273,4 +280,31 @@ fn wide_sixteen_bit_splits_fill_one_single_tile_block_per_sm() {
     let b = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
     assert_eq!((b.warps_m(), b.blocks_per_sm()), (3, 2));
     assert_eq!(b.max_splits(), 4);
+}
+
+#[test]
+fn short_sequences_take_only_the_stages_they_fill() {
+    // Grid D (64, 128): 128 keys are two bf16 stages of 64, so two stages of
+    // shared memory (64 KiB) and three blocks per SM instead of two.
+    let dev = &DeviceInfo::H100_SXM;
+    let short = plan(&DecodeShape::bf16(64, 32, 32, 128, 1, 128), &[128; 64], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    let long = plan(&DecodeShape::bf16(64, 32, 32, 128, 1, 8192), &[8192; 64], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((short.stages(), long.stages()), (2, 3));
+    assert!(short.smem_bytes() < long.smem_bytes());
+    assert_eq!((short.blocks_per_sm(), long.blocks_per_sm()), (3, 2));
+    // The longest sequence decides, ragged or not; a one-key sequence still
+    // has one stage.
+    let ragged = plan(&DecodeShape::bf16(3, 32, 32, 128, 1, 8192), &[1, 65, 8192], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!(ragged.stages(), 3);
+    let one = plan(&DecodeShape::bf16(1, 32, 32, 128, 1, 8192), &[1], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!(one.stages(), 1);
+    // Below the full ring, no work item has more stages' keys than the
+    // block holds.
+    for p in [&short, &one] {
+        assert!(p.work().iter().all(|w| (w.kv_end - w.kv_start).div_ceil(stage_keys(KvFormat::Bf16, 128)) <= p.stages()));
+    }
+    // Capacity plans size for the capacity, whatever the lengths at run time.
+    let shape = DecodeShape::bf16(64, 32, 32, 128, 1, 128);
+    let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &PlanOptions::default()).unwrap();
+    assert_eq!((cap.stages(), cap.smem_bytes()), (short.stages(), short.smem_bytes()));
 }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, merge_rows_per_block, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS,
+    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -200,6 +200,9 @@ pub struct Plan {
     /// Blocks along grid z, covering `group * q_len` rows.
     pub(crate) row_chunks: u32,
     pub(crate) smem_bytes: u32,
+    /// Pipeline stages the block's shared memory holds (fewer than
+    /// `PIPELINE_STAGES` when every sequence is that short).
+    pub(crate) stages: u32,
     /// Attention blocks resident per SM with this configuration.
     pub(crate) blocks_per_sm: u32,
     pub(crate) layout: WorkspaceLayout,
@@ -273,6 +276,11 @@ impl Plan {
     }
     pub fn smem_bytes(&self) -> u32 {
         self.smem_bytes
+    }
+    /// Pipeline stages in each block's shared memory ([`decode_attn_abi::stages_for`]
+    /// of the longest sequence, or of the capacity).
+    pub fn stages(&self) -> u32 {
+        self.stages
     }
     pub fn blocks_per_sm(&self) -> u32 {
         self.blocks_per_sm
@@ -578,13 +586,16 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     let variant = opts.variant_for(shape);
     let page_shift = shape.page_geometry().map(|(shift, _)| shift);
     let (format, d) = (shape.kv_format, shape.head_dim);
+    // Splitting only shortens work items, so the longest sequence bounds
+    // every item's stages.
+    let stages = stages_for(format, d, seq_lens.iter().copied().max().unwrap_or(1));
     let (warps_m, warps_k, rows_per_block) = match variant {
         Variant::Wide => {
             let (m, k) = block_shape(rows, tile.keys_per_stage, kernel);
             (m, k, m * MMA_M)
         }
         Variant::Narrow => {
-            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, page_shift);
+            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, page_shift, stages);
             let larger = narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
             let splits = match opts.split {
                 SplitPolicy::Never => false,
@@ -635,7 +646,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
-    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift);
+    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift, stages);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
@@ -714,6 +725,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         rows_per_block,
         row_chunks,
         smem_bytes,
+        stages,
         blocks_per_sm,
         layout,
     })

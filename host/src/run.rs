@@ -487,7 +487,7 @@ impl DecodeAttention {
             chunks_per_seq,
             chunk_keys: plan.chunk_keys,
             max_seq_len: shape.max_seq_len,
-            _pad3: 0,
+            stages: plan.stages,
         };
         let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every

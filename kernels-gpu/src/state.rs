@@ -35,6 +35,30 @@ pub fn finish(m: f32, l: f32) -> (f32, f32) {
     }
 }
 
+/// Lazy rescaling: a warp moves its rows' running maxima only when some row's
+/// new logits exceed its max by more than `slack` (base 2); otherwise every
+/// max stays, the step's terms are `2^(s - m) ≤ 2^slack`, and the warp skips
+/// rescaling its accumulator (`D / 2` or `D / 4` multiplies per step). The
+/// state stays exact — `m`, `l` and the accumulator always share one max —
+/// only the terms may exceed 1, so `slack` is what the format's P packing has
+/// room for (0: move whenever a max grows, as a plain online softmax does).
+#[inline(always)]
+pub fn must_move(m: f32, step_max: f32, slack: f32) -> bool {
+    // m = -inf (nothing seen yet): any finite logit moves it.
+    step_max > m + slack
+}
+
+/// [`advance`] when the warp moves its maxima (`moved`, from
+/// [`must_move`] voted over the warp); otherwise the max stays: factor 1.
+#[inline(always)]
+pub fn advance_if(m: &mut f32, step_max: f32, moved: bool) -> (f32, f32) {
+    if moved {
+        advance(m, step_max)
+    } else {
+        (1.0, safe_max(*m))
+    }
+}
+
 /// One online-softmax step of a row: the running max `m` moves to cover the
 /// new logits' max `step_max`. Returns the factor that rescales the old sum
 /// and accumulator, and the value to subtract from the new logits.

@@ -109,7 +109,10 @@ pub struct DecodeParams {
     pub chunks_per_seq: u32,
     pub chunk_keys: u32,
     pub max_seq_len: u32,
-    pub _pad3: u32,
+    /// Pipeline stages in the block's shared memory (1..=`PIPELINE_STAGES`,
+    /// [`crate::stages_for`]): no work item has more stages' keys than it
+    /// holds. The page-id ring and the Q tile follow them.
+    pub stages: u32,
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length

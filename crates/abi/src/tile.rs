@@ -19,6 +19,7 @@ pub struct TileConfig {
     /// Keys staged in shared memory per pipeline stage.
     pub keys_per_stage: u32,
     /// Pipeline depth (cp.async groups in flight + the one being consumed).
+    /// A block's shared memory may hold fewer ([`stages_for`]).
     pub stages: u32,
     /// Bytes of one cached row in shared memory.
     pub row_bytes: u32,
@@ -39,8 +40,25 @@ impl TileConfig {
     pub const fn side_offset(&self) -> u32 {
         2 * self.keys_per_stage * self.row_bytes
     }
-    pub const fn pipeline_bytes(&self) -> u32 {
-        self.stages * self.stage_bytes()
+    /// Shared memory of `stages` stages.
+    pub const fn pipeline_bytes(&self, stages: u32) -> u32 {
+        stages * self.stage_bytes()
+    }
+}
+
+/// Stages a block's shared memory must hold when no work item has more than
+/// `longest_keys` keys: a work item of n stages' keys touches only stages
+/// 0..n, so short sequences take less shared memory and more blocks fit per
+/// SM (grid D (64, 128): 2 stages of 32 KiB instead of 3, 3 blocks per SM
+/// instead of 2). At least 1, at most `PIPELINE_STAGES`.
+pub const fn stages_for(format: KvFormat, head_dim: u32, longest_keys: u32) -> u32 {
+    let n = longest_keys.div_ceil(tile_config(format, head_dim).keys_per_stage);
+    if n == 0 {
+        1
+    } else if n > PIPELINE_STAGES {
+        PIPELINE_STAGES
+    } else {
+        n
     }
 }
 
@@ -86,10 +104,10 @@ pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, page_shift: Option
     }
 }
 
-/// Bytes from the start of shared memory to the Q tile: the pipeline's
+/// Bytes from the start of shared memory to the Q tile: `stages` pipeline
 /// stages, then (paged) the page-id ring.
-pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, page_shift: Option<u32>) -> u32 {
-    tile_config(format, head_dim).pipeline_bytes() + page_ring_bytes(format, head_dim, page_shift)
+pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, page_shift: Option<u32>, stages: u32) -> u32 {
+    tile_config(format, head_dim).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, page_shift)
 }
 
 /// Pipeline depth of every format (the kernel's `cp.async.wait_group`
@@ -138,10 +156,11 @@ pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant
 }
 
 /// Dynamic shared memory of one attention block.
-/// `page_shift`: log2 of the page size of a paged cache (`None`: strided).
-pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>) -> u32 {
+/// `page_shift`: log2 of the page size of a paged cache (`None`: strided);
+/// `stages`: the pipeline stages it holds ([`stages_for`]).
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>, stages: u32) -> u32 {
     let q_bytes = q_tile_bytes(format, head_dim, warps_m, variant);
-    let pipe = stage_region_bytes(format, head_dim, page_shift) + q_bytes;
+    let pipe = stage_region_bytes(format, head_dim, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     if pipe > epi {
         pipe

@@ -59,3 +59,19 @@ pub fn column_sum(v: f32) -> f32 {
     let v = v + shfl_xor_f32(v, 8);
     v + shfl_xor_f32(v, 16)
 }
+
+/// `vote.sync.any.pred` over the full warp: whether `p` holds on any lane.
+#[inline(always)]
+pub fn any(p: bool) -> bool {
+    let r: u32;
+    // SAFETY: all 32 lanes are active where this is called (full-warp code
+    // paths). Not `pure`, for the reason `shfl_xor_f32` gives.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .pred p, q; setp.ne.u32 p, {v}, 0; vote.sync.any.pred q, p, 0xffffffff; selp.u32 {r}, 1, 0, q; }}",
+            r = out(reg32) r, v = in(reg32) p as u32,
+            options(nomem, nostack)
+        );
+    }
+    r != 0
+}

@@ -215,8 +215,9 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
             let mx_a = warp::quad_max(s[0][0].max(s[0][1]).max(s[1][0]).max(s[1][1]));
             let mx_b = warp::quad_max(s[0][2].max(s[0][3]).max(s[1][2]).max(s[1][3]));
-            let (alpha_a, base_a) = state::advance(&mut m_a, mx_a);
-            let (alpha_b, base_b) = state::advance(&mut m_b, mx_b);
+            let moved = warp::any(state::must_move(m_a, mx_a, F::RESCALE_SLACK) || state::must_move(m_b, mx_b, F::RESCALE_SLACK));
+            let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
+            let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
             for tile in s.iter_mut() {
                 tile[0] = ex2(tile[0] - base_a);
                 tile[1] = ex2(tile[1] - base_a);
@@ -225,11 +226,13 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
             }
             l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
             l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
-            for acc in o.iter_mut() {
-                acc[0] *= alpha_a;
-                acc[1] *= alpha_a;
-                acc[2] *= alpha_b;
-                acc[3] *= alpha_b;
+            if moved {
+                for acc in o.iter_mut() {
+                    acc[0] *= alpha_a;
+                    acc[1] *= alpha_a;
+                    acc[2] *= alpha_b;
+                    acc[3] *= alpha_b;
+                }
             }
             if F::SCALED {
                 #[allow(clippy::needless_range_loop)]

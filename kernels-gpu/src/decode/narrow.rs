@@ -120,16 +120,20 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
                 s[e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[e] * scale };
             }
 
-            let (alpha_a, base_a) = state::advance(&mut m_a, warp::column_max(s[0].max(s[2])));
-            let (alpha_b, base_b) = state::advance(&mut m_b, warp::column_max(s[1].max(s[3])));
+            let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2])), warp::column_max(s[1].max(s[3])));
+            let moved = warp::any(state::must_move(m_a, mx_a, F::RESCALE_SLACK) || state::must_move(m_b, mx_b, F::RESCALE_SLACK));
+            let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
+            let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
             s = [ex2(s[0] - base_a), ex2(s[1] - base_b), ex2(s[2] - base_a), ex2(s[3] - base_b)];
             l_a = l_a * alpha_a + (s[0] + s[2]);
             l_b = l_b * alpha_b + (s[1] + s[3]);
-            for acc in o.iter_mut() {
-                acc[0] *= alpha_a;
-                acc[1] *= alpha_b;
-                acc[2] *= alpha_a;
-                acc[3] *= alpha_b;
+            if moved {
+                for acc in o.iter_mut() {
+                    acc[0] *= alpha_a;
+                    acc[1] *= alpha_b;
+                    acc[2] *= alpha_a;
+                    acc[3] *= alpha_b;
+                }
             }
             if F::SCALED {
                 s = [s[0] * vscale[0], s[1] * vscale[0], s[2] * vscale[1], s[3] * vscale[1]];

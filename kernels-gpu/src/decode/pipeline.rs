@@ -51,7 +51,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
     /// the page size; the Q tile follows.
     #[inline(always)]
     pub fn region_bytes(p: &DecodeParams) -> u32 {
-        stage_region_bytes(F::FORMAT, D as u32, if PAGED { Some(p.page_shift) } else { None })
+        stage_region_bytes(F::FORMAT, D as u32, if PAGED { Some(p.page_shift) } else { None }, p.stages)
     }
 
     /// The pipeline of work item `item`, kv head `kvh`, in shared memory from `smem`.
@@ -104,7 +104,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
     /// Shared address of the page ids of tile `t`.
     #[inline(always)]
     fn ids(&self, t: u32) -> u32 {
-        self.smem + Self::CFG.pipeline_bytes() + 4 * (t % PAGE_RING_SLOTS) * page_ids_per_stage(Self::CFG.keys_per_stage, self.p.page_shift)
+        self.smem + Self::CFG.pipeline_bytes(self.p.stages) + 4 * (t % PAGE_RING_SLOTS) * page_ids_per_stage(Self::CFG.keys_per_stage, self.p.page_shift)
     }
 
     /// Paged: issues this thread's share of the copies of tile `t`'s page ids
