@@ -48,6 +48,18 @@ pub fn must_move(m: f32, step_max: f32, slack: f32) -> bool {
     step_max > m + slack
 }
 
+/// Whether the warp moves the maxima `m` of this thread's rows (and every
+/// other lane's) to cover the step maxima `step_max`: with `slack`, when
+/// any row of the warp must ([`must_move`]); without, always (a plain
+/// online softmax, no vote).
+#[inline(always)]
+pub fn warp_must_move(m: [f32; 2], step_max: [f32; 2], slack: Option<f32>) -> bool {
+    match slack {
+        Some(slack) => crate::arch::warp::any(must_move(m[0], step_max[0], slack) || must_move(m[1], step_max[1], slack)),
+        None => true,
+    }
+}
+
 /// [`advance`] when the warp moves its maxima (`moved`, from
 /// [`must_move`] voted over the warp); otherwise the max stays: factor 1.
 #[inline(always)]

@@ -215,7 +215,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
             let mx_a = warp::quad_max(s[0][0].max(s[0][1]).max(s[1][0]).max(s[1][1]));
             let mx_b = warp::quad_max(s[0][2].max(s[0][3]).max(s[1][2]).max(s[1][3]));
-            let moved = warp::any(state::must_move(m_a, mx_a, F::RESCALE_SLACK) || state::must_move(m_b, mx_b, F::RESCALE_SLACK));
+            let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK);
             let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
             let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
             for tile in s.iter_mut() {

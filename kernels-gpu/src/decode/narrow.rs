@@ -121,7 +121,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             }
 
             let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2])), warp::column_max(s[1].max(s[3])));
-            let moved = warp::any(state::must_move(m_a, mx_a, F::RESCALE_SLACK) || state::must_move(m_b, mx_b, F::RESCALE_SLACK));
+            let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK);
             let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
             let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
             s = [ex2(s[0] - base_a), ex2(s[1] - base_b), ex2(s[2] - base_a), ex2(s[3] - base_b)];

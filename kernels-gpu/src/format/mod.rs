@@ -92,12 +92,12 @@ pub trait KvFormat {
     fn o_pair(nt: u32, c: u32) -> u32 {
         Self::v_dim(nt, 2 * c)
     }
-    /// How far (base 2) a step's logits may exceed a row's running max before
-    /// the warp moves its maxima and rescales its accumulator
-    /// ([`crate::state::must_move`]): P's terms reach `2^RESCALE_SLACK`.
-    /// 8 (terms ≤ 256) fits every 16-bit P; formats that scale P before
-    /// packing it override it.
-    const RESCALE_SLACK: f32 = 8.0;
+    /// Lazy rescaling: how far (base 2) a step's logits may exceed a row's
+    /// running max before the warp moves its maxima and rescales its
+    /// accumulator ([`crate::state::must_move`]); P's terms reach
+    /// `2^slack`. 8 (terms ≤ 256) fits every 16-bit P. `None`: a plain
+    /// online softmax (formats that scale P before packing it).
+    const RESCALE_SLACK: Option<f32> = Some(8.0);
     /// Rows carry a per-row scale in side data (staged after a stage's rows):
     /// the body multiplies score columns by K's scales and P by V's.
     const SCALED: bool = false;
