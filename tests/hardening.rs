@@ -13,7 +13,7 @@ use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, Plan, PlanOptions, Schedule, SplitPolicy, Variant, VariantChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, Plan, PlanOptions, SplitPolicy, Variant, VariantChoice};
 use decode_attn_abi::DIRECT_OUTPUT;
 use proptest::prelude::*;
 
@@ -336,13 +336,12 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
     ]
 }
 
-/// Plan options: every split policy, both variants (or Auto), `warps_k`
-/// overrides that are often invalid, and both schedules.
+/// Plan options: every split policy, both variants (or Auto), and
+/// `warps_k` overrides that are often invalid.
 fn options() -> impl Strategy<Value = PlanOptions> {
     let variant = prop_oneof![Just(VariantChoice::Auto), Just(VariantChoice::Force(Variant::Wide)), Just(VariantChoice::Force(Variant::Narrow))];
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
-    let schedule = prop_oneof![Just(Schedule::Auto), Just(Schedule::PerItem)];
-    (split(), variant, warps_k, schedule).prop_map(|(split, variant, warps_k, schedule)| PlanOptions { split, variant, warps_k, schedule })
+    (split(), variant, warps_k).prop_map(|(split, variant, warps_k)| PlanOptions { split, variant, warps_k })
 }
 
 fn split() -> impl Strategy<Value = SplitPolicy> {

@@ -66,13 +66,8 @@ proptest! {
         // (past PIPELINE_STAGES the stages are a ring).
         let keys = stage_keys(KvFormat::Bf16, d);
         prop_assert!(p.work().iter().all(|w| (w.kv_end - w.kv_start).div_ceil(keys).min(PIPELINE_STAGES) <= p.stages()));
-        // Work is ordered longest first, or (balanced) in equal shares per block.
-        if p.block_items().is_empty() {
-            prop_assert!(p.work().windows(2).all(|w| w[0].kv_end - w[0].kv_start >= w[1].kv_end - w[1].kv_start));
-        } else {
-            let s = block_stages(&p);
-            prop_assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 2, "{:?}", s);
-        }
+        // Work is ordered longest first.
+        prop_assert!(p.work().windows(2).all(|w| w[0].kv_end - w[0].kv_start >= w[1].kv_end - w[1].kv_start));
         // Forced chunks are whole pipeline stages.
         if let SplitPolicy::ChunkKeys(_) = policy {
             prop_assert_eq!(p.chunk_keys() % stage_keys(KvFormat::Bf16, d), 0);
@@ -82,10 +77,9 @@ proptest! {
 
 #[test]
 fn no_split_when_one_wave_is_already_full() {
-    // Grid A at B=512: 512 blocks of 1 kv head >= 132 SMs x 2 blocks (one
-    // item per block: balanced, the keys would be cut over 528 blocks).
+    // Grid A at B=512: 512 blocks of 1 kv head >= 132 SMs x 2 blocks.
     let shape = DecodeShape::bf16(512, 8, 1, 128, 1, 8192);
-    let p = plan(&shape, &vec![8192; 512], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions { schedule: decode_attn::Schedule::PerItem, ..Default::default() }).unwrap();
+    let p = plan(&shape, &vec![8192; 512], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!(p.max_splits(), 1);
     assert!(p.merges().is_empty());
     assert_eq!(p.work().len(), 512);
@@ -313,68 +307,4 @@ fn short_sequences_take_only_the_stages_they_fill() {
     let shape = DecodeShape::bf16(64, 32, 32, 128, 1, 128);
     let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!((cap.stages(), cap.smem_bytes()), (short.stages(), short.smem_bytes()));
-}
-
-/// A balanced plan's blocks: offsets into the work list that cover it in
-/// order, and the stages each block runs.
-fn block_stages(p: &decode_attn::Plan) -> Vec<u32> {
-    let offsets = p.block_items();
-    assert_eq!(offsets.first(), Some(&0));
-    assert_eq!(*offsets.last().unwrap() as usize, p.work().len());
-    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "a block without work");
-    assert_eq!(p.grid().0 as usize, offsets.len() - 1);
-    let kps = stage_keys(p.shape().kv_format, p.shape().head_dim);
-    offsets.windows(2).map(|w| p.work()[w[0] as usize..w[1] as usize].iter().map(|i| (i.kv_end - i.kv_start).div_ceil(kps)).sum()).collect()
-}
-
-#[test]
-fn blocks_that_leave_a_wave_part_idle_are_balanced_over_whole_waves() {
-    // Grid A B=128: 128 sequences, one 4-warp block per SM would leave 4 of
-    // 132 SMs idle; balanced, 132 blocks share the 16384 stages (124 or 125
-    // each) and cut sequences are merged.
-    let dev = &DeviceInfo::H100_SXM;
-    let p = plan(&DecodeShape::bf16(128, 8, 1, 128, 1, 8192), &[8192; 128], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert_covers(&p);
-    let stages = block_stages(&p);
-    assert_eq!(stages.len(), 132);
-    assert!(stages.iter().all(|&s| s == 124 || s == 125), "{stages:?}");
-    assert!(!p.merges().is_empty());
-    // Ragged lengths balance the same way.
-    let lens: Vec<u32> = (0..100).map(|i| 1000 + 97 * i).collect();
-    let r = plan(&DecodeShape::bf16(100, 8, 1, 128, 1, 20000), &lens, dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert_covers(&r);
-    let s = block_stages(&r);
-    assert_eq!(s.len() % 132, 0);
-    assert!(s.iter().max().unwrap() - s.iter().min().unwrap() <= 2, "{s:?}");
-}
-
-#[test]
-fn balancing_is_skipped_where_it_cannot_pay_or_is_not_asked() {
-    let dev = &DeviceInfo::H100_SXM;
-    let a128 = DecodeShape::bf16(128, 8, 1, 128, 1, 8192);
-    let lens = vec![8192; 128];
-    let per_item = |p: &decode_attn::Plan| p.block_items().is_empty() && p.grid().0 as usize == p.work().len();
-    // A full last wave (grid C: 8 kv heads × 16 splits) or a plan of one
-    // item per block by request, by forced chunks, or in a capacity plan.
-    assert!(per_item(&plan(&DecodeShape::bf16(1, 32, 8, 128, 1, 32768), &[32768], dev, &KERNEL, &PlanOptions::default()).unwrap()));
-    assert!(per_item(&plan(&a128, &lens, dev, &KERNEL, &PlanOptions { schedule: decode_attn::Schedule::PerItem, ..Default::default() }).unwrap()));
-    assert!(per_item(&plan(&a128, &lens, dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(4096))).unwrap()));
-    assert!(decode_attn::plan::plan_capacity(&a128, dev, &KERNEL, &PlanOptions::default()).unwrap().block_items().is_empty());
-    // Grid B (1K, 256): cutting 256 sequences of 48 rows would write and
-    // read back ~9 % of the KV bytes in partials to fill 3 % of idle slots.
-    let b = plan(&DecodeShape::bf16(256, 16, 1, 128, 3, 1024), &[1024; 256], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert!(per_item(&b));
-    // Narrow (quantized, ≤ 8 rows) plans keep one item per block.
-    let q = DecodeShape { kv_format: KvFormat::Int8, ..a128.clone() };
-    let narrow = KernelInfo { max_threads_per_block: 512, regs_per_thread: 128 };
-    assert!(per_item(&plan(&q, &lens, dev, &narrow, &PlanOptions::default()).unwrap()));
-}
-
-
-#[test]
-fn the_sanitizer_set_balanced_case_is_balanced() {
-    // tests/gpu.rs `sanitize_cases`: 40 sequences of 1700 keys, bf16 D = 128.
-    let p = plan(&DecodeShape::bf16(40, 8, 1, 128, 1, 1700), &[1700; 40], &DeviceInfo::H100_SXM, &KERNEL, &PlanOptions::default()).unwrap();
-    assert!(!p.block_items().is_empty(), "grid {:?}", p.grid());
-    assert_covers(&p);
 }

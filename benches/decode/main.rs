@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PageOrder, PlanOptions, Schedule, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PageOrder, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -69,10 +69,6 @@ struct Args {
     /// Warps along the keys per block (default: the planner's choice).
     #[arg(long)]
     warps_k: Option<u32>,
-    /// Work per block: auto (balanced over whole waves of SMs where the
-    /// planner finds it pays) or per-item (one work item per block).
-    #[arg(long, value_enum, default_value = "auto")]
-    schedule: ScheduleArg,
     /// Also time each row in a paged pool (pages of 16 and 64 tokens, block
     /// tables in shuffled order): the pg16 / pg64 columns, paged time over
     /// contiguous time. The output with an identity table is checked
@@ -101,21 +97,6 @@ struct Args {
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-enum ScheduleArg {
-    Auto,
-    PerItem,
-}
-
-impl From<ScheduleArg> for Schedule {
-    fn from(s: ScheduleArg) -> Schedule {
-        match s {
-            ScheduleArg::Auto => Schedule::Auto,
-            ScheduleArg::PerItem => Schedule::PerItem,
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -259,7 +240,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: KvLayout::Nhd, scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
-    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, schedule: args.schedule.into() };
+    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
 
@@ -349,10 +330,7 @@ fn graph_median(attn: &DecodeAttention, stream: &Stream, planned: &decode_attn::
     let plan = attn.plan_capacity(shape, opts).map_err(e)?;
     let lens = DeviceBuffer::from_slice(planned.seq_lens()).map_err(|e| e.to_string())?;
     let step = decode_attn::StepInputs::lengths(&lens);
-    // Capacity plans run one item per block: compare with the planned step
-    // scheduled the same way (a balanced one sums in another order).
-    let per_item = attn.plan(shape, planned.seq_lens(), &PlanOptions { schedule: Schedule::PerItem, ..*opts }).map_err(e)?;
-    if output_of(attn, stream, &plan, Some(&step), &mut sets[0])? != output_of(attn, stream, &per_item, None, &mut sets[0])? {
+    if output_of(attn, stream, &plan, Some(&step), &mut sets[0])? != output_of(attn, stream, planned, None, &mut sets[0])? {
         return Err("the capacity plan's output differs from the planned one".into());
     }
     let mut ws = Workspace::for_plan(&plan).map_err(e)?;
@@ -362,13 +340,6 @@ fn graph_median(attn: &DecodeAttention, stream: &Stream, planned: &decode_attn::
         graphs.push(cuda_init::Graph::capture(stream, || attn.run_step(&plan, &step, q, &cache, o, &mut ws, stream))?);
     }
     Ok(median(&timing::time_graphs(attn, stream, &graphs, iters)?))
-}
-
-/// Options that plan `plan`'s block shape and chunks with one work item
-/// per block.
-fn per_item_like(plan: &decode_attn::Plan) -> PlanOptions {
-    let split = if plan.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(plan.chunk_keys()) };
-    PlanOptions { split, warps_k: Some(plan.warps_k()), variant: VariantChoice::Force(plan.variant()), schedule: Schedule::PerItem }
 }
 
 /// The output of one run of `plan` on `set` (O poisoned first), as bits;
@@ -405,10 +376,7 @@ fn paged_median(
     let num_pages = shape.batch * (shape.max_seq_len / ps);
     let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor, page_bytes: None }, ..shape.clone() };
     let identity: Vec<i32> = (0..num_pages as i32).collect();
-    // Against a one-item-per-block contiguous plan of the same block shape
-    // and chunks (paged plans are never balanced: another summation order).
-    let per_item = attn.plan(shape, contiguous.seq_lens(), &per_item_like(contiguous)).map_err(|e| e.to_string())?;
-    let reference = output_of(attn, stream, &per_item, None, &mut sets[0])?;
+    let reference = output_of(attn, stream, contiguous, None, &mut sets[0])?;
     if layout == PageLayout::Packed {
         // One pool per set, built from its values and its side data in the
         // dense paged layout.
@@ -459,7 +427,7 @@ fn paged_runs(
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
-    let same_shape = per_item_like(contiguous);
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()) };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));

@@ -89,23 +89,6 @@ pub enum SplitPolicy {
     ChunkKeys(u32),
 }
 
-/// How work items are assigned to attention blocks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Schedule {
-    /// With `SplitPolicy::Auto`, when the blocks would leave part of the
-    /// last wave of SMs idle (128 sequences on 132 SMs), spread the keys
-    /// evenly over a whole number of waves instead: each block takes an
-    /// equal share of the concatenated sequences, so a block may finish one
-    /// sequence and start the next (stream-K style) — where the extra
-    /// partials that costs are smaller than the idle share it fills
-    /// ([`balanced_schedule`]). Strided caches and the `Wide` variant only;
-    /// capacity plans always run one item per block.
-    #[default]
-    Auto,
-    /// One work item per block, always.
-    PerItem,
-}
-
 /// Which kernel variant serves the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum VariantChoice {
@@ -125,7 +108,6 @@ pub struct PlanOptions {
     /// of a pipeline stage); `None` picks the count that keeps the most
     /// warps resident.
     pub warps_k: Option<u32>,
-    pub schedule: Schedule,
 }
 
 impl PlanOptions {
@@ -218,9 +200,6 @@ pub struct Plan {
     /// Blocks along grid z, covering `group * q_len` rows.
     pub(crate) row_chunks: u32,
     pub(crate) smem_bytes: u32,
-    /// Balanced schedules: `[blocks + 1]` offsets into `work` (block x runs
-    /// items `block_items[x] .. block_items[x + 1]`); empty: block x runs item x.
-    pub(crate) block_items: Vec<u32>,
     /// Pipeline stages the block's shared memory holds (fewer than
     /// `PIPELINE_STAGES` when every sequence is that short).
     pub(crate) stages: u32,
@@ -238,8 +217,6 @@ pub struct WorkspaceLayout {
     pub block_table: usize,
     /// One [`MergeItem`] per sequence: its partial slots.
     pub merges: usize,
-    /// Balanced schedules' `[blocks + 1]` u32 offsets into the work list.
-    pub block_items: usize,
     /// `[batch, num_kv_heads, row_chunks]` u32 arrival counters of split
     /// sequences' blocks (zero between runs: the last block resets its own).
     pub merge_counters: usize,
@@ -315,15 +292,9 @@ impl Plan {
     pub fn block_threads(&self) -> u32 {
         32 * self.warps_m * self.warps_k
     }
-    /// Attention grid: (blocks along the work, kv heads, row chunks).
+    /// Attention grid: (work items, kv heads, row chunks).
     pub fn grid(&self) -> (u32, u32, u32) {
-        let x = if self.block_items.is_empty() { self.work_items() } else { self.block_items.len() as u32 - 1 };
-        (x, self.shape.num_kv_heads, self.row_chunks)
-    }
-    /// A balanced schedule's work-list offsets per block ([`Schedule::Auto`]);
-    /// empty when block x runs work item x.
-    pub fn block_items(&self) -> &[u32] {
-        &self.block_items
+        (self.work_items(), self.shape.num_kv_heads, self.row_chunks)
     }
     /// Work items of a run: the list's length, or for a capacity plan
     /// `batch × chunks_per_seq` (those past a sequence's end return at once).
@@ -386,7 +357,6 @@ impl Plan {
         put(&mut bytes, self.layout.seq_lens, bytemuck::cast_slice(&self.seq_lens));
         put(&mut bytes, self.layout.block_table, bytemuck::cast_slice(&self.block_table));
         put(&mut bytes, self.layout.merges, bytemuck::cast_slice(&merge_words(&self.per_sequence_merges())));
-        put(&mut bytes, self.layout.block_items, bytemuck::cast_slice(&self.block_items));
         // The merge counters stay zero.
         bytes
     }
@@ -566,8 +536,7 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
-    // Capacity blocks derive their items from the block index: one each.
-    let planned = make_plan(shape, &at_capacity, Vec::new(), dev, kernel, &PlanOptions { schedule: Schedule::PerItem, ..*opts })?;
+    let planned = make_plan(shape, &at_capacity, Vec::new(), dev, kernel, opts)?;
     let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
     let chunks_per_seq = shape.max_seq_len.div_ceil(chunk_keys);
     let work = shape.batch as u64 * chunks_per_seq as u64;
@@ -575,7 +544,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
     // No work list, lengths or merge items: the blocks derive them from the
     // device lengths. The merge counters and partials remain.
-    let layout = workspace_layout(0, shape.batch as usize, 0, 0, planned.row_chunks, num_slots, shape)
+    let layout = workspace_layout(0, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
     Ok(Plan {
         mode: PlanMode::Capacity { chunks_per_seq },
@@ -737,23 +706,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     // Longest blocks first, so the tail of the grid is short ones.
     work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
 
-    // Only the strided wide kernels run several items per block
-    // (`decode::for_each_item`: the narrow and paged ones have no registers
-    // to spare for the item loop).
-    let mut block_items = Vec::new();
-    if opts.schedule == Schedule::Auto && opts.split == SplitPolicy::Auto && variant == Variant::Wide && page_shift.is_none() {
-        let per_sm = useful_blocks_per_sm(format, variant, warps_m, warps_m * warps_k, blocks_per_sm) as u64;
-        let cost = ScheduleCost {
-            slot_bytes: shape.q_len as u64 * shape.num_q_heads as u64 * d as u64 * 4,
-            kv_bytes: shape.num_kv_heads as u64 * 2 * (format.row_bytes(d) + format.side_bytes(d)) as u64 * seq_lens.iter().map(|&l| l as u64).sum::<u64>(),
-            slots: num_slots,
-        };
-        if let Some(b) = balanced_schedule(seq_lens, tile.keys_per_stage, work.len() as u64, dev.sm_count as u64 * per_sm / blocks_per_len, cost) {
-            (work, merges, num_slots, block_items) = (b.work, b.merges, b.num_slots, b.block_items);
-        }
-    }
-
-    let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), block_items.len(), row_chunks, num_slots, shape)
+    let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
 
     Ok(Plan {
@@ -772,87 +725,10 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         rows_per_block,
         row_chunks,
         smem_bytes,
-        block_items,
         stages,
         blocks_per_sm,
         layout,
     })
-}
-
-/// What a balanced schedule would cost in partials, against a plan's own.
-#[derive(Clone, Copy, Debug)]
-pub struct ScheduleCost {
-    /// Bytes of one partial slot (every query row of a sequence, fp32).
-    pub slot_bytes: u64,
-    /// K and V bytes the step reads.
-    pub kv_bytes: u64,
-    /// Partial slots of the one-item-per-block plan.
-    pub slots: u32,
-}
-
-/// A balanced schedule: work items in block order, block offsets into
-/// them, and the merges of the sequences it cuts.
-#[derive(Clone, Debug)]
-pub struct Balanced {
-    pub work: Vec<WorkItem>,
-    pub merges: Vec<MergeItem>,
-    pub num_slots: u32,
-    pub block_items: Vec<u32>,
-}
-
-/// [`Schedule::Auto`]: when `items` blocks (per kv head and row chunk)
-/// leave part of their last wave of `wave` blocks idle, cuts the
-/// concatenated sequences into whole waves of blocks with equal shares of
-/// pipeline stages (a block may end one sequence and start the next; each
-/// cut sequence is merged like a split one). `None` where it would not pay:
-/// a full last wave, blocks of fewer than 4 stages, or extra partial
-/// traffic (written and read back) above the idle share it fills minus 1 %.
-pub fn balanced_schedule(seq_lens: &[u32], keys_per_stage: u32, items: u64, wave: u64, cost: ScheduleCost) -> Option<Balanced> {
-    if wave == 0 || items % wave == 0 {
-        return None;
-    }
-    let blocks = items.div_ceil(wave) * wave;
-    let kps = keys_per_stage.max(1) as u64;
-    let stages: Vec<u64> = seq_lens.iter().map(|&l| (l as u64).div_ceil(kps).max(1)).collect();
-    let total: u64 = stages.iter().sum();
-    if total < 4 * blocks || blocks > u32::MAX as u64 {
-        return None;
-    }
-    let mut work = Vec::new();
-    let mut block_items = vec![0u32];
-    let mut segments: Vec<Vec<usize>> = vec![Vec::new(); seq_lens.len()];
-    let (mut b, mut base) = (0usize, 0u64);
-    for j in 0..blocks {
-        let (mut s, hi) = (j * total / blocks, (j + 1) * total / blocks);
-        while s < hi {
-            while base + stages[b] <= s {
-                base += stages[b];
-                b += 1;
-            }
-            let end = hi.min(base + stages[b]);
-            let kv_start = ((s - base) * kps) as u32;
-            let kv_end = ((end - base) * kps).min(seq_lens[b] as u64) as u32;
-            segments[b].push(work.len());
-            work.push(WorkItem { batch: b as u32, kv_start, kv_end, partial_slot: DIRECT_OUTPUT });
-            s = end;
-        }
-        block_items.push(u32::try_from(work.len()).ok()?);
-    }
-    if work.len() as u64 > MAX_WORK_ITEMS {
-        return None;
-    }
-    let (mut merges, mut num_slots) = (Vec::new(), 0u32);
-    for (b, segs) in segments.iter().enumerate().filter(|(_, s)| s.len() > 1) {
-        let n = segs.len() as u32;
-        merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: n, _pad: 0 });
-        for (k, &i) in segs.iter().enumerate() {
-            work[i].partial_slot = num_slots + k as u32;
-        }
-        num_slots = num_slots.checked_add(n)?;
-    }
-    let idle = 1.0 - items as f64 / blocks as f64;
-    let extra = num_slots.saturating_sub(cost.slots) as f64 * cost.slot_bytes as f64 * 2.0 / cost.kv_bytes.max(1) as f64;
-    (idle > extra + 0.01).then_some(Balanced { work, merges, num_slots, block_items })
 }
 
 /// Query rows per kv head of a validated shape.
@@ -862,15 +738,13 @@ fn rows_of(shape: &DecodeShape) -> u32 {
 
 /// Byte offsets of the workspace regions; `None` when they overflow or
 /// exceed `isize::MAX`.
-#[allow(clippy::too_many_arguments)]
-fn workspace_layout(work: usize, seqs: usize, table: usize, block_items: usize, row_chunks: u32, num_slots: u32, shape: &DecodeShape) -> Option<WorkspaceLayout> {
+fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunks: u32, num_slots: u32, shape: &DecodeShape) -> Option<WorkspaceLayout> {
     let align_up = |x: usize| x.checked_next_multiple_of(ALIGN);
     let work_at = 0usize;
     let seq_lens_at = work.checked_mul(16)?;
     let table_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
     let merges_at = align_up(table_at.checked_add(table.checked_mul(4)?)?)?;
-    let block_items_at = align_up(merges_at.checked_add(seqs.checked_mul(16)?)?)?;
-    let counters_at = align_up(block_items_at.checked_add(block_items.checked_mul(4)?)?)?;
+    let counters_at = align_up(merges_at.checked_add(seqs.checked_mul(16)?)?)?;
     let counters = seqs.checked_mul(shape.num_kv_heads as usize)?.checked_mul(row_chunks as usize)?;
     u32::try_from(counters).ok()?;
     let metadata_bytes = counters_at.checked_add(counters.checked_mul(4)?)?;
@@ -883,7 +757,6 @@ fn workspace_layout(work: usize, seqs: usize, table: usize, block_items: usize, 
         seq_lens: seq_lens_at,
         block_table: table_at,
         merges: merges_at,
-        block_items: block_items_at,
         merge_counters: counters_at,
         metadata_bytes,
         partial_o,

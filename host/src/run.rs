@@ -484,7 +484,6 @@ impl DecodeAttention {
             _pad2: 0,
             merge: ws + plan.layout.merges as u64,
             merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + plan.layout.merge_counters as u64 } else { 0 },
-            block_items: if plan.block_items.is_empty() { 0 } else { ws + plan.layout.block_items as u64 },
             chunks_per_seq,
             chunk_keys: plan.chunk_keys,
             max_seq_len: shape.max_seq_len,

@@ -1,7 +1,7 @@
 //! Sequence lengths on the device, for CUDA-graph decode loops: the length
 //! advance a step ends with, so lengths never round-trip through the host
 //! (capacity-mode attention blocks read the lengths themselves,
-//! `decode::work_item`).
+//! `decode::block_work`).
 
 use decode_attn_abi::AdvanceParams;
 

@@ -18,25 +18,25 @@
 use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
 
 use crate::arch::{math::rcp, memory, shared, thread, warp};
-use crate::decode::{capacity_len, work_item};
+use crate::decode::{block_work, capacity_len};
 use crate::format::Half;
 use crate::state;
 
-/// After a split block wrote its partial rows (`rows_here` of them) of work
-/// item `index`: counts the block, and in the last block of the sequence
-/// merges every slot of those rows. `flag`: 4 bytes of free shared memory.
-/// Every thread of the block calls it.
+/// After a split block wrote its partial rows (`rows_here` of them):
+/// counts the block, and in the last block of the sequence merges every
+/// slot of those rows. `flag`: 4 bytes of free shared memory. Every thread
+/// of the block calls it.
 ///
-/// The work item, kv head and first row are recomputed here (once per
-/// item) rather than kept live across the attention loop.
+/// The block's work item, kv head and first row are recomputed here (once
+/// per block) rather than kept live across the attention loop.
 ///
 /// # Safety
 /// `p.merge` and `p.merge_counters` as `DecodeParams` documents them; the
 /// block's partial rows are written.
 #[inline(always)]
-pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, index: u32, rows_here: u32, flag: u32) {
+pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, rows_here: u32, flag: u32) {
     // A block that merges has a work item.
-    let Some((item, seq_len)) = work_item(p, index) else { return };
+    let Some((item, seq_len)) = block_work(p) else { return };
     let (kvh, row0) = (thread::block_idx_y(), thread::block_idx_z() * p.rows_per_block);
     let seq = merge_item(p.merge, item.batch, seq_len, p.q_len, p.chunk_keys, p.chunks_per_seq);
     let index = (item.batch as u64 * thread::grid_dim_y() as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;

@@ -101,11 +101,6 @@ pub struct DecodeParams {
     /// it to zero. 0: the blocks only write their partials, and the merge
     /// kernel ([`MergeParams`]) runs after the grid.
     pub merge_counters: u64,
-    /// Balanced schedules (0 otherwise): `[grid_x + 1]` u32 offsets into
-    /// `work`; block x runs items `block_items[x] .. block_items[x + 1]` in
-    /// turn (a sequence's keys spread over blocks so every block gets an
-    /// equal share, stream-K style), instead of item x.
-    pub block_items: u64,
     /// Capacity plans (0 otherwise): block x derives its work item from the
     /// device length of sequence `x / chunks_per_seq` (`seq_lens`, capped at
     /// `max_seq_len`) with [`capacity_work_item`], and its merge item with
@@ -198,7 +193,7 @@ pub const MERGE_THREADS: u32 = 128;
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 64);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 248);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 240);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
 

@@ -3,23 +3,13 @@ use core::arch::nvptx;
 
 #[inline(always)]
 pub fn thread_idx_x() -> u32 {
-    let r: u32;
-    // SAFETY: reads a special register; always valid inside a kernel.
-    unsafe { core::arch::asm!("mov.u32 {r}, %tid.x;", r = out(reg32) r, options(nomem, nostack)) };
-    r
-}
-/// `%tid.x` as LLVM's intrinsic: pure, so hoisted and shared freely.
-#[inline(always)]
-pub fn thread_idx_x_pure() -> u32 {
     // SAFETY: reads a special register; always valid inside a kernel.
     unsafe { nvptx::_thread_idx_x() as u32 }
 }
 #[inline(always)]
 pub fn block_dim_x() -> u32 {
-    let r: u32;
-    // SAFETY: reads a special register; always valid inside a kernel.
-    unsafe { core::arch::asm!("mov.u32 {r}, %ntid.x;", r = out(reg32) r, options(nomem, nostack)) };
-    r
+    // SAFETY: as above.
+    unsafe { nvptx::_block_dim_x() as u32 }
 }
 #[inline(always)]
 pub fn block_idx_x() -> u32 {
@@ -28,17 +18,13 @@ pub fn block_idx_x() -> u32 {
 }
 #[inline(always)]
 pub fn block_idx_y() -> u32 {
-    let r: u32;
-    // SAFETY: reads a special register; always valid inside a kernel.
-    unsafe { core::arch::asm!("mov.u32 {r}, %ctaid.y;", r = out(reg32) r, options(nomem, nostack)) };
-    r
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_y() as u32 }
 }
 #[inline(always)]
 pub fn block_idx_z() -> u32 {
-    let r: u32;
-    // SAFETY: reads a special register; always valid inside a kernel.
-    unsafe { core::arch::asm!("mov.u32 {r}, %ctaid.z;", r = out(reg32) r, options(nomem, nostack)) };
-    r
+    // SAFETY: as above.
+    unsafe { nvptx::_block_idx_z() as u32 }
 }
 #[inline(always)]
 pub fn lane_id() -> u32 {

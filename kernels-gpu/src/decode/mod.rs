@@ -54,53 +54,18 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     RowInfo { local, valid, token, head, limit }
 }
 
-/// Runs `body(item, seq_len, index)` for each of this block's work items in
-/// turn: work item `blockIdx.x`, or with a balanced schedule
-/// (`p.block_items`, only in kernels built `balanced`) the items
-/// `block_items[x] .. block_items[x + 1]`, with a barrier between two items
-/// (the next one's copies land where the last one's epilogue read). Empty
-/// items (capacity chunks past their sequence's end) are skipped before any
-/// barrier.
-///
-/// Only the strided wide kernels loop (`decode_attn_abi::balanced_kernel`):
-/// the item loop keeps a few more registers live across the key loop, and
-/// the narrow and paged kernels have none to spare below their caps.
+/// This block's work item and its sequence's length: from the uploaded
+/// work list, or (capacity plans) from the sequence's device length. `None`
+/// for an empty item (a capacity-mode chunk past its sequence's end): the
+/// whole block returns before any barrier.
 #[inline(always)]
-pub(crate) unsafe fn for_each_item(p: &DecodeParams, balanced: bool, mut body: impl FnMut(WorkItem, u32, u32)) {
+pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
     let x = thread::block_idx_x();
-    if !balanced {
-        if let Some((item, seq_len)) = work_item(p, x) {
-            body(item, seq_len, x);
-        }
-        return;
-    }
-    let (first, end) = if p.block_items != 0 {
-        let offsets = p.block_items as *const u32;
-        (*offsets.add(x as usize), *offsets.add(x as usize + 1))
-    } else {
-        (x, x + 1)
-    };
-    for i in first..end {
-        if i > first {
-            thread::sync_threads();
-        }
-        if let Some((item, seq_len)) = work_item(p, i) {
-            body(item, seq_len, i);
-        }
-    }
-}
-
-/// Work item `index` and its sequence's length: from the uploaded work
-/// list, or (capacity plans, where the index is the block's) from the
-/// sequence's device length. `None` for an empty item (a capacity-mode
-/// chunk past its sequence's end).
-#[inline(always)]
-pub(crate) unsafe fn work_item(p: &DecodeParams, index: u32) -> Option<(WorkItem, u32)> {
     let (item, seq_len) = if p.chunks_per_seq != 0 {
-        let len = capacity_len(p.seq_lens, index / p.chunks_per_seq, p.max_seq_len);
-        (capacity_work_item(index, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
+        let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
+        (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
     } else {
-        let item = *(p.work as *const WorkItem).add(index as usize);
+        let item = *(p.work as *const WorkItem).add(x as usize);
         (item, *(p.seq_lens as *const u32).add(item.batch as usize))
     };
     if item.kv_start >= item.kv_end {
@@ -140,12 +105,6 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 /// computed for these params (see the module docs), on buffers it validated.
 #[inline(always)]
 pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool>(p: &DecodeParams) {
-    for_each_item(p, !PAGED, |item, seq_len, index| decode_item::<F, D, KC, NT, PAGED>(p, item, seq_len, index))
-}
-
-/// One work item of [`decode`] (`index`: its place in the work list).
-#[inline(always)]
-unsafe fn decode_item<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool>(p: &DecodeParams, item: WorkItem, seq_len: u32, index: u32) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
     let cfg = const { tile_config(F::FORMAT, D as u32) };
 
@@ -156,6 +115,7 @@ unsafe fn decode_item<F: KvFormat, const D: usize, const KC: usize, const NT: us
     let warp_m = warp % p.warps_m;
     let warp_k = warp / p.warps_m;
 
+    let Some((item, seq_len)) = block_work(p) else { return };
     let batch = item.batch;
     let kvh = thread::block_idx_y();
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -338,7 +298,7 @@ unsafe fn decode_item<F: KvFormat, const D: usize, const KC: usize, const NT: us
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D>(p, &item, index, kvh, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, D>(p, &item, kvh, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
 /// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
@@ -430,7 +390,6 @@ unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u3
 pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     p: &DecodeParams,
     item: &WorkItem,
-    index: u32,
     kvh: u32,
     row0: u32,
     warp_k: u32,
@@ -513,6 +472,6 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     }
     if item.partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
-        crate::merge::merge_if_last::<F::Query, D>(p, index, rows_here, acc);
+        crate::merge::merge_if_last::<F::Query, D>(p, rows_here, acc);
     }
 }

@@ -17,10 +17,10 @@
 //! `2c` and `2c + 1` (c = lane % 4) for keys `g` and `g + 8`, so row maxima
 //! and sums reduce over the 8 lanes of a column, not a quad.
 
-use decode_attn_abi::{q_converted, DecodeParams, WorkItem, KEYS_PER_WARP_STEP, MMA_M};
+use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MMA_M};
 
 use super::pipeline::Pipeline;
-use super::{convert_q, epilogue, for_each_item, mask_from, qo_row_addr, row_info};
+use super::{block_work, convert_q, epilogue, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -30,12 +30,6 @@ use crate::state;
 /// = 8, `warps_m` = 1), block and shared memory, on validated buffers.
 #[inline(always)]
 pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool>(p: &DecodeParams) {
-    for_each_item(p, false, |item, seq_len, index| decode_narrow_item::<F, D, KC, NP, PAGED>(p, item, seq_len, index))
-}
-
-/// One work item of [`decode_narrow`] (`index`: its place in the work list).
-#[inline(always)]
-unsafe fn decode_narrow_item<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool>(p: &DecodeParams, item: WorkItem, seq_len: u32, index: u32) {
     const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0) };
     type H<F> = <F as KvFormat>::Compute;
     let cfg = Pipeline::<F, D, PAGED, false>::CFG;
@@ -45,6 +39,7 @@ unsafe fn decode_narrow_item<F: KvFormat, const D: usize, const KC: usize, const
     let lane = tid % 32;
     let warp_k = tid / 32;
 
+    let Some((item, seq_len)) = block_work(p) else { return };
     let batch = item.batch;
     let kvh = thread::block_idx_y();
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -173,5 +168,5 @@ unsafe fn decode_narrow_item<F: KvFormat, const D: usize, const KC: usize, const
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue::<F, D>(p, &item, index, kvh, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue::<F, D>(p, &item, kvh, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }

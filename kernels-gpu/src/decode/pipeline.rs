@@ -54,17 +54,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
         stage_region_bytes(F::FORMAT, D as u32, if PAGED { Some(p.page_shift) } else { None }, p.stages)
     }
 
-    /// This thread's index: paged kernels keep LLVM's pure `%tid.x`, whose
-    /// derived addresses it may hoist (their registers measured that way).
-    #[inline(always)]
-    fn tid() -> u32 {
-        if PAGED {
-            thread::thread_idx_x_pure()
-        } else {
-            thread::thread_idx_x()
-        }
-    }
-
     /// The pipeline of work item `item`, kv head `kvh`, in shared memory from `smem`.
     #[inline(always)]
     pub fn new(p: &'a DecodeParams, item: WorkItem, kvh: u32, smem: u32) -> Self {
@@ -153,7 +142,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
     /// the page ids of tile `t + PIPELINE_STAGES - 1`).
     #[inline(always)]
     unsafe fn load(&self, t: u32) {
-        let (tid, nthreads) = (Self::tid(), thread::block_dim_x());
+        let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
         let kt = Self::CFG.keys_per_stage;
         let stage = t % PIPELINE_STAGES;
         let first = self.item.kv_start + t * kt;
@@ -196,7 +185,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
     pub unsafe fn prefetch(&self) {
         if PAGED {
             // The first tiles' page ids, before any of their rows.
-            let (tid, nthreads) = (Self::tid(), thread::block_dim_x());
+            let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
             for t in 0..PIPELINE_STAGES - 1 {
                 self.fetch_ids(t, tid, nthreads);
             }
