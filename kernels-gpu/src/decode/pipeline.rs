@@ -2,6 +2,11 @@
 //! `keys_per_stage` K and V rows (and their side data), `PIPELINE_STAGES`
 //! deep, filled with `cp.async` by every thread of the block.
 //!
+//! A block's shared memory holds `p.stages` stages (fewer than
+//! `PIPELINE_STAGES` only when the plan's longest work item fills fewer,
+//! `decode_attn_abi::stages_for`): an item of n stages' keys touches stages
+//! 0..n only, so the ring never reaches past what was reserved.
+//!
 //! Paged caches: a stage's rows are addressed through the page ids of its
 //! pages, which the block copies from the block table into a ring in shared
 //! memory once per stage. The ids of tile `u` travel in the copy group of
