@@ -125,12 +125,12 @@ struct Merged {
 
 impl Merged {
     /// Adds states of weight 2^(lse - m) each, summing `vals` under them.
-    /// (Arrays by value and constant indices: they stay in registers.)
+    /// (Slices of constant bounds once inlined: they stay in registers.)
     #[inline(always)]
     #[allow(clippy::needless_range_loop)]
-    fn add(&mut self, lse: [f32; SLOT_BATCH], vals: [[f32; 4]; SLOT_BATCH]) {
+    fn add(&mut self, lse: &[f32], vals: &[[f32; 4]]) {
         let mut m = self.m;
-        for j in 0..SLOT_BATCH {
+        for j in 0..lse.len() {
             m = m.max(lse[j]);
         }
         let alpha = state::rescale(self.m, m);
@@ -138,7 +138,7 @@ impl Merged {
         for i in 0..4 {
             self.acc[i] *= alpha;
         }
-        for j in 0..SLOT_BATCH {
+        for j in 0..lse.len() {
             let w = state::rescale(lse[j], m);
             self.l += w;
             for i in 0..4 {
@@ -172,52 +172,86 @@ impl Merged {
 /// (token, head) `row_of(r)`: each output is 4 consecutive dims of one row,
 /// summed over the slots by a group of `g` lanes (as many as the block has
 /// threads to spare, up to 32), which then combine their states.
+///
+/// A lane keeps up to `SLOT_BATCH` slot loads in flight for one output;
+/// when there are more outputs than lanes and at most 2 slots (a 48-row
+/// block of 2 slots has 8 outputs per lane), it loads 2 outputs' slots at
+/// once instead, halving the load round trips the block waits out in turn.
 #[inline(always)]
 unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &MergeItem, rows: u32, row_of: impl Fn(u32) -> (u32, u32)) {
     let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
-    let quads = (D / 4) as u32;
-    let outputs = rows * quads;
+    let outputs = rows * (D / 4) as u32;
     let mut g = 1;
     while g < 32 && g < seq.num_slots && 2 * g * outputs <= nthreads {
         g *= 2;
     }
+    if g == 1 && seq.num_slots <= 2 && outputs > nthreads {
+        // (g = 1 as a constant: no group reduction in this copy.)
+        merge_passes::<H, D, 2, 4>(p, batch, seq, outputs, 1, tid, nthreads, row_of)
+    } else {
+        merge_passes::<H, D, 1, SLOT_BATCH>(p, batch, seq, outputs, g, tid, nthreads, row_of)
+    }
+}
+
+/// [`merge_rows`] with `U` outputs per lane per pass, each summed over
+/// `LOADS / U` slots per batch of `LOADS` loads.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn merge_passes<H: Half, const D: usize, const U: usize, const LOADS: usize>(p: &Target, batch: u32, seq: &MergeItem, outputs: u32, g: u32, tid: u32, nthreads: u32, row_of: impl Fn(u32) -> (u32, u32)) {
+    let per_batch = LOADS / U;
+    let quads = (D / 4) as u32;
     let part = tid % g;
     let per_pass = nthreads / g;
     // Loop bounds are the same on every lane of a warp (the shuffles need
     // the whole warp): lanes past the last output load and store nothing.
     let mut warp_first = (tid - tid % 32) / g;
-    let mut out = tid / g;
+    let mut first = tid / g;
     while warp_first < outputs {
-        let valid = out < outputs;
-        let (r, c) = (out / quads, (out % quads) * 4);
-        let (token, head) = row_of(r);
-        let mut st = Merged { m: f32::NEG_INFINITY, l: 0.0, acc: [0.0; 4] };
+        // (token, head, first dim, exists) of this lane's outputs, computed
+        // once per pass (`row_of` divides by the group size).
+        let mut at = [(0u32, 0u32, 0u32, false); U];
+        #[allow(clippy::needless_range_loop)]
+        for u in 0..U {
+            let out = first + u as u32 * per_pass;
+            let valid = out < outputs;
+            let (token, head) = row_of(if valid { out / quads } else { 0 });
+            at[u] = (token, head, (out % quads) * 4, valid);
+        }
+        let mut st = [Merged { m: f32::NEG_INFINITY, l: 0.0, acc: [0.0; 4] }; U];
         let mut s0 = 0;
         while s0 < seq.num_slots {
-            let mut lse = [f32::NEG_INFINITY; SLOT_BATCH];
-            let mut vals = [[0f32; 4]; SLOT_BATCH];
+            let mut lse = [f32::NEG_INFINITY; LOADS];
+            let mut vals = [[0f32; 4]; LOADS];
             #[allow(clippy::needless_range_loop)]
-            for j in 0..SLOT_BATCH {
-                let s = s0 + part + j as u32 * g;
+            for j in 0..LOADS {
+                let (token, head, c, valid) = at[j / per_batch];
+                let s = s0 + part + (j % per_batch) as u32 * g;
                 if valid && s < seq.num_slots {
                     let row = ((seq.first_slot + s) as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
                     lse[j] = memory::ld_global_cg_f32(p.partial_lse + 4 * row);
                     vals[j] = memory::ld_global_cg_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64));
                 }
             }
-            st.add(lse, vals);
-            s0 += SLOT_BATCH as u32 * g;
+            #[allow(clippy::needless_range_loop)]
+            for u in 0..U {
+                st[u].add(&lse[u * per_batch..(u + 1) * per_batch], &vals[u * per_batch..(u + 1) * per_batch]);
+            }
+            s0 += per_batch as u32 * g;
         }
-        st.group_reduce(g);
-        if valid && part == 0 {
-            // At least one slot holds key 0, visible to every row: l > 0.
-            let inv = rcp(st.l);
-            let a = st.acc;
-            let row = (batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
-            let dst = p.o + 2 * (row * D as u64 + c as u64);
-            memory::st_global_v2_u32(dst, [H::pack(a[0] * inv, a[1] * inv), H::pack(a[2] * inv, a[3] * inv)]);
+        #[allow(clippy::needless_range_loop)]
+        for u in 0..U {
+            st[u].group_reduce(g);
+            let (token, head, c, valid) = at[u];
+            if valid && part == 0 {
+                // At least one slot holds key 0, visible to every row: l > 0.
+                let inv = rcp(st[u].l);
+                let a = st[u].acc;
+                let row = (batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+                let dst = p.o + 2 * (row * D as u64 + c as u64);
+                memory::st_global_v2_u32(dst, [H::pack(a[0] * inv, a[1] * inv), H::pack(a[2] * inv, a[3] * inv)]);
+            }
         }
-        warp_first += per_pass;
-        out += per_pass;
+        warp_first += U as u32 * per_pass;
+        first += U as u32 * per_pass;
     }
 }
