@@ -18,9 +18,6 @@ pub const MAX_WARPS: u32 = 8;
 pub struct TileConfig {
     /// Keys staged in shared memory per pipeline stage.
     pub keys_per_stage: u32,
-    /// Pipeline depth (cp.async groups in flight + the one being consumed).
-    /// A block's shared memory may hold fewer ([`stages_for`]).
-    pub stages: u32,
     /// Bytes of one cached row in shared memory.
     pub row_bytes: u32,
     /// Bytes of one row's side data (0 for unquantized formats).
@@ -40,7 +37,8 @@ impl TileConfig {
     pub const fn side_offset(&self) -> u32 {
         2 * self.keys_per_stage * self.row_bytes
     }
-    /// Shared memory of `stages` stages.
+    /// Shared memory of `stages` stages (`PIPELINE_STAGES`, or fewer for
+    /// short sequences: [`stages_for`]).
     pub const fn pipeline_bytes(&self, stages: u32) -> u32 {
         stages * self.stage_bytes()
     }
@@ -73,7 +71,7 @@ pub const fn tile_config(format: KvFormat, head_dim: u32) -> TileConfig {
         128 => 64,
         _ => 32,
     } * if format.is_quantized() { 2 } else { 1 };
-    TileConfig { keys_per_stage, stages: PIPELINE_STAGES, row_bytes, side_bytes: format.side_bytes(head_dim) }
+    TileConfig { keys_per_stage, row_bytes, side_bytes: format.side_bytes(head_dim) }
 }
 
 /// Page ids one pipeline stage needs: stages start on multiples of their
