@@ -73,6 +73,22 @@ pub fn prmt(a: u32, b: u32, sel: u32) -> u32 {
     r
 }
 
+/// `lop3.b32` with LUT 0xEA: `(a & MASK) | BITS` in one instruction, both
+/// constants immediates. Written as two Rust operations it becomes two
+/// `LOP3` in SASS (an `and`, then an `or`): the magic-number extractions of
+/// int4 spent half their integer-pipe issue on that. As immediates, ptxas
+/// may rematerialize the constants instead of holding (or spilling) them.
+#[inline(always)]
+pub fn and_or<const MASK: u32, const BITS: u32>(a: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("lop3.b32 {r}, {a}, {m}, {b}, 0xEA;", r = out(reg32) r, a = in(reg32) a, m = const MASK, b = const BITS,
+            options(pure, nomem, nostack));
+    }
+    r
+}
+
 /// `sub.rn.f16x2`.
 #[inline(always)]
 pub fn sub_f16x2(a: u32, b: u32) -> u32 {

@@ -25,14 +25,30 @@ pub struct Int4Kv<Q, const G: u32>(PhantomData<Q>);
 
 /// 1024 + n for nibble slots (0, 4) of each half-word pair.
 #[inline(always)]
-fn magic_a(w: u32) -> u32 {
-    (w & 0x000F_000F) | 0x6400_6400
+fn magic_a<const D: usize>(w: u32) -> u32 {
+    if one_lop3::<D>() {
+        math::and_or::<0x000F_000F, 0x6400_6400>(w)
+    } else {
+        (w & 0x000F_000F) | 0x6400_6400
+    }
 }
 
 /// 64 + n for nibble slots (1, 5).
 #[inline(always)]
-fn magic_b(w: u32) -> u32 {
-    (w & 0x00F0_00F0) | 0x5400_5400
+fn magic_b<const D: usize>(w: u32) -> u32 {
+    if one_lop3::<D>() {
+        math::and_or::<0x00F0_00F0, 0x5400_5400>(w)
+    } else {
+        (w & 0x00F0_00F0) | 0x5400_5400
+    }
+}
+
+/// Whether an extraction is one `lop3` (its second constant then lives in a
+/// register) or an `and` and an `or` with immediates: the wide D = 256
+/// kernel sits at 255 registers, where the held constants spilled.
+#[inline(always)]
+const fn one_lop3<const D: usize>() -> bool {
+    D <= 128
 }
 
 /// `(h - magic)·s + z` on a pair: exact integers, then one rounding.
@@ -83,8 +99,8 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
             let (s, z) = (math::prmt(sz, 0, 0x1010), math::prmt(sz, 0, 0x3232));
             for (k, o) in out.iter_mut().enumerate() {
                 let w = w >> (8 * k);
-                o[2 * half as usize] = dequant(magic_a(w), A, s, z);
-                o[2 * half as usize + 1] = dequant(magic_b(w), B, s, z);
+                o[2 * half as usize] = dequant(magic_a::<D>(w), A, s, z);
+                o[2 * half as usize + 1] = dequant(magic_b::<D>(w), B, s, z);
             }
         }
         out
@@ -109,10 +125,10 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
         for (k, o) in out.iter_mut().enumerate() {
             let (w0, w1) = (w0 >> (8 * k), w1 >> (8 * k));
             *o = [
-                dequant(magic_a(w0), A, s01, z01),
-                dequant(magic_a(w1), A, s89, z89),
-                dequant(magic_b(w0), B, s01, z01),
-                dequant(magic_b(w1), B, s89, z89),
+                dequant(magic_a::<D>(w0), A, s01, z01),
+                dequant(magic_a::<D>(w1), A, s89, z89),
+                dequant(magic_b::<D>(w0), B, s01, z01),
+                dequant(magic_b::<D>(w1), B, s89, z89),
             ];
         }
         out
