@@ -89,6 +89,26 @@ pub fn and_or<const MASK: u32, const BITS: u32>(a: u32) -> u32 {
     r
 }
 
+/// Both halves of a packed pair set to its low (`HI = false`) or high half.
+/// Written as a split and a repack (not a `prmt`), so that ptxas can fold it
+/// into the `.H0_H0` / `.H1_H1` operand selector of the f16x2 instruction
+/// that reads it instead of issuing a `PRMT`.
+#[inline(always)]
+pub fn splat_half<const HI: bool>(x: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        if HI {
+            core::arch::asm!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {x}; mov.b32 {r}, {{h, h}}; }}", r = out(reg32) r, x = in(reg32) x,
+                options(pure, nomem, nostack));
+        } else {
+            core::arch::asm!("{{ .reg .b16 l, h; mov.b32 {{l, h}}, {x}; mov.b32 {r}, {{l, l}}; }}", r = out(reg32) r, x = in(reg32) x,
+                options(pure, nomem, nostack));
+        }
+    }
+    r
+}
+
 /// `sub.rn.f16x2`.
 #[inline(always)]
 pub fn sub_f16x2(a: u32, b: u32) -> u32 {

@@ -96,7 +96,7 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
             let row = key + 8 * half + g;
             let w = shared::ld_shared_u32(tile + swizzled(row, kp, (D / 2) as u32) + 4 * c);
             let sz = shared::ld_shared_u32(side + row * sr + 4 * group);
-            let (s, z) = (math::prmt(sz, 0, 0x1010), math::prmt(sz, 0, 0x3232));
+            let (s, z) = (math::splat_half::<false>(sz), math::splat_half::<true>(sz));
             for (k, o) in out.iter_mut().enumerate() {
                 let w = w >> (8 * k);
                 o[2 * half as usize] = dequant(magic_a::<D>(w), A, s, z);
