@@ -133,6 +133,20 @@ fn f5_huge_work_lists_are_an_error_not_an_abort() {
     assert!(ok.work().len() as u64 <= MAX_WORK_ITEMS);
 }
 
+/// The attention grid's x is work items × kv heads (a work item's heads
+/// consecutive): a split that would pass CUDA's grid-x limit is an error
+/// naming the split, never a failed launch.
+#[test]
+fn work_items_times_kv_heads_must_fit_grid_x() {
+    // 65536 chunks of one stage × 65535 kv heads > 2^31 - 1 blocks.
+    let mut s = DecodeShape::bf16(1, 65535, 65535, 64, 1, 1 << 23);
+    s.kv_layout = KvLayout::Strided { batch: 0, token: 64, head: 0 };
+    let r = plan_with(&s, &[1 << 23], SplitPolicy::ChunkKeys(128));
+    assert!(matches!(&r, Err(e) if e.param() == Some("split.chunk_keys")), "{:?}", r.as_ref().err());
+    let ok = plan_with(&s, &[1 << 23], SplitPolicy::Never).unwrap();
+    assert_launchable(&ok);
+}
+
 /// Finding 6: a finite scale whose product with log2(e) is infinite was
 /// accepted.
 #[test]
@@ -614,7 +628,8 @@ mod capacity {
         let PlanMode::Capacity { chunks_per_seq } = p.mode() else { panic!("capacity mode") };
         assert!(chunks_per_seq > 1, "two long sequences on 132 SMs split");
         assert!(p.work().is_empty() && p.merges().is_empty());
-        assert_eq!(p.grid().0, 2 * chunks_per_seq);
+        // Blocks: sequences × chunks, each chunk's two kv heads consecutive.
+        assert_eq!(p.grid(), (2 * chunks_per_seq * 2, 1, p.row_chunks()));
         assert_eq!(p.merge_counters(), 2 * 2 * p.row_chunks());
         assert_eq!(p.num_slots(), 2 * chunks_per_seq);
         assert!(p.workspace_bytes() >= p.layout().partial_lse + 4 * (p.num_slots() as usize) * 8);

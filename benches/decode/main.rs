@@ -91,6 +91,11 @@ struct Args {
     /// bit-identical to the planned one first.
     #[arg(long)]
     graph: bool,
+    /// Contiguous cache layout: nhd (`[batch, len, Hkv, D]`, default) or
+    /// hnd (`[batch, Hkv, len, D]`: each kv head's rows contiguous). Not
+    /// with --paged (its pools are built from NHD rows).
+    #[arg(long, value_enum, default_value = "nhd")]
+    layout: CacheLayout,
     /// Appended to the output file names (several runs in one directory).
     #[arg(long, default_value = "")]
     tag: String,
@@ -103,6 +108,12 @@ struct Args {
 enum PageLayout {
     Separate,
     Packed,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum CacheLayout {
+    Nhd,
+    Hnd,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -177,6 +188,9 @@ fn main() {
 }
 
 fn run(args: &Args) -> Result<(), String> {
+    if args.paged && args.layout != CacheLayout::Nhd {
+        return Err("--paged builds its pools from NHD rows: leave --layout at nhd".into());
+    }
     let attn = DecodeAttention::new().map_err(|e| e.to_string())?;
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| e.to_string())?;
     let device = decode_attn::cust::device::Device::get_device(args.device).and_then(|d| d.name()).unwrap_or_else(|_| "unknown".into());
@@ -237,7 +251,7 @@ fn run(args: &Args) -> Result<(), String> {
 
 fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, roofline: f64, flush: Option<&DeviceBuffer<u32>>) -> Result<RowResult, String> {
     let dtype = s.format.required_dtype().unwrap_or(Dtype::Bf16);
-    let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: KvLayout::Nhd, scale: None };
+    let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: match args.layout { CacheLayout::Nhd => KvLayout::Nhd, CacheLayout::Hnd => KvLayout::Hnd }, scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
     let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k };

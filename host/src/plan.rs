@@ -68,6 +68,12 @@ impl KernelInfo {
     }
 }
 
+/// `items` work items times the kv heads must fit grid x.
+fn ensure_grid_x(items: u64, shape: &DecodeShape, param: &'static str) -> Result<()> {
+    let blocks = items.saturating_mul(shape.num_kv_heads as u64);
+    ensure(blocks <= MAX_GRID_X, param, format!("at most {MAX_GRID_X} attention blocks (work items × num_kv_heads), CUDA's grid x limit"), blocks)
+}
+
 /// Most attention work items (blocks along grid x) one plan may have; far
 /// above any real batch, it keeps the work list's host and device memory
 /// bounded (256 MiB).
@@ -75,6 +81,9 @@ pub const MAX_WORK_ITEMS: u64 = 1 << 24;
 
 /// CUDA's limit on grid y and z.
 pub const MAX_GRID_YZ: u32 = 65535;
+/// CUDA's limit on grid x: the attention grid's x is work items × kv heads
+/// (`decode_attn_abi::decode_block_x`).
+pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 
 /// How a sequence's keys are divided among blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -292,9 +301,11 @@ impl Plan {
     pub fn block_threads(&self) -> u32 {
         32 * self.warps_m * self.warps_k
     }
-    /// Attention grid: (work items, kv heads, row chunks).
+    /// Attention grid: (work items × kv heads, 1, row chunks), a work
+    /// item's kv heads consecutive (`decode_attn_abi::decode_block_x`).
     pub fn grid(&self) -> (u32, u32, u32) {
-        (self.work_items(), self.shape.num_kv_heads, self.row_chunks)
+        // make_plan / plan_capacity bound the product by MAX_GRID_X.
+        (self.work_items() * self.shape.num_kv_heads, 1, self.row_chunks)
     }
     /// Work items of a run: the list's length, or for a capacity plan
     /// `batch × chunks_per_seq` (those past a sequence's end return at once).
@@ -541,6 +552,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let chunks_per_seq = shape.max_seq_len.div_ceil(chunk_keys);
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure(work <= MAX_WORK_ITEMS, "split.chunk_keys", format!("at most {MAX_WORK_ITEMS} attention blocks per kv head at capacity"), work)?;
+    ensure_grid_x(work, shape, "split.chunk_keys")?;
     let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
     // No work list, lengths or merge items: the blocks derive them from the
     // device lengths. The merge counters and partials remain.
@@ -684,6 +696,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         format!("at most {MAX_WORK_ITEMS} attention blocks per kv head (Σ ⌈len / chunk⌉)"),
         total_items,
     )?;
+    ensure_grid_x(total_items, shape, if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" })?;
 
     let mut work = Vec::with_capacity(total_items as usize);
     let mut merges = Vec::new();

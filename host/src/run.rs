@@ -476,7 +476,7 @@ impl DecodeAttention {
             warps_m: plan.warps_m,
             warps_k: plan.warps_k,
             scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
-            _pad: 0,
+            num_kv_heads: shape.num_kv_heads,
             block_table,
             table_stride: shape.pages_per_seq(),
             page_shift,

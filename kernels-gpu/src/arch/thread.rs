@@ -16,6 +16,17 @@ pub fn block_idx_x() -> u32 {
     // SAFETY: as above.
     unsafe { nvptx::_block_idx_x() as u32 }
 }
+/// `%ctaid.x` read afresh at each call (an asm statement the optimizer
+/// neither merges nor hoists): a value derived from it is recomputed where
+/// it is used instead of held in a register across the key loop, as ptxas
+/// does for a plain special-register read but not for arithmetic on one.
+#[inline(always)]
+pub fn block_idx_x_fresh() -> u32 {
+    let r: u32;
+    // SAFETY: reads a special register.
+    unsafe { core::arch::asm!("mov.u32 {r}, %ctaid.x;", r = out(reg32) r, options(nomem, nostack, preserves_flags)) };
+    r
+}
 #[inline(always)]
 pub fn block_idx_y() -> u32 {
     // SAFETY: as above.

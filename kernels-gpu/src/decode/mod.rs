@@ -60,7 +60,7 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 /// whole block returns before any barrier.
 #[inline(always)]
 pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    let x = thread::block_idx_x();
+    let x = thread::block_idx_x_fresh() / p.num_kv_heads;
     let (item, seq_len) = if p.chunks_per_seq != 0 {
         let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
@@ -72,6 +72,15 @@ pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
         return None;
     }
     Some((item, seq_len))
+}
+
+/// This block's kv head (`decode_attn_abi::decode_block_x`), computed
+/// afresh at each call: callers after the key loop call it again rather
+/// than keep the value live through the loop (held, it cost the tightest
+/// kernels a register, 8-byte spills at their caps).
+#[inline(always)]
+pub(crate) fn block_kv_head(p: &DecodeParams) -> u32 {
+    thread::block_idx_x_fresh() % p.num_kv_heads
 }
 
 /// Capacity plans: sequence `batch`'s device length, capped at the capacity
@@ -117,7 +126,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
     let Some((item, seq_len)) = block_work(p) else { return };
     let batch = item.batch;
-    let kvh = thread::block_idx_y();
+    let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
 
     let g = lane / 4;
@@ -298,7 +307,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D>(p, &item, kvh, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, D>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
 /// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
@@ -389,8 +398,6 @@ unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u3
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     p: &DecodeParams,
-    item: &WorkItem,
-    kvh: u32,
     row0: u32,
     warp_k: u32,
     publisher: bool,
@@ -444,6 +451,11 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
         thread::sync_threads();
     }
 
+    // The work item's sequence and partial slot, read again rather than held
+    // through the key loop (a register the tightest kernels lack). A block
+    // that reached the epilogue has an item.
+    let Some((item, _)) = block_work(p) else { return };
+    let kvh = block_kv_head(p);
     let rows_total = p.group * p.q_len;
     let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
     let quads_per_row = (D / 4) as u32;

@@ -20,7 +20,7 @@
 use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_work, convert_q, epilogue, mask_from, qo_row_addr, row_info};
+use super::{block_kv_head, block_work, convert_q, epilogue, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -41,7 +41,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
 
     let Some((item, seq_len)) = block_work(p) else { return };
     let batch = item.batch;
-    let kvh = thread::block_idx_y();
+    let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
 
     let (g, c) = (lane / 4, lane % 4);
@@ -168,5 +168,5 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue::<F, D>(p, &item, kvh, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue::<F, D>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }

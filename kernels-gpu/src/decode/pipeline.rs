@@ -34,7 +34,6 @@ use crate::format::KvFormat;
 /// K's rows then V's — what keeps them at ≤ 128 registers (two blocks per SM).
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool> {
     p: &'a DecodeParams,
-    kvh: u32,
     /// Strided kernels: the sequence's rows (paged stages address theirs
     /// through `PagedStage`).
     /// K's rows; V's are `v_delta` bytes on.
@@ -65,7 +64,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
         let b = item.batch;
         Pipeline {
             p,
-            kvh,
             k: Strided::new(p.k, b, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
             k_side: Strided::new(p.k_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
             smem,
@@ -154,7 +152,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
         let end = self.item.kv_end;
         if PAGED {
             let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
-            let (p, kvh) = (self.p, self.kvh);
+            let (p, kvh) = (self.p, super::block_kv_head(self.p));
             // (Only for unquantized formats: in the narrow int4 kernels this
             // second path cost 28-31 registers, past two blocks per SM. The
             // paths stay written out: one copy helper shared by all three
