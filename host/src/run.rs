@@ -481,7 +481,7 @@ impl DecodeAttention {
             table_stride: shape.pages_per_seq(),
             page_shift,
             num_pages,
-            _pad2: 0,
+            item_smem: plan.smem_bytes - decode_attn_abi::ITEM_SMEM_BYTES,
             merge: ws + plan.layout.merges as u64,
             merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + plan.layout.merge_counters as u64 } else { 0 },
             chunks_per_seq,

@@ -92,7 +92,13 @@ pub struct DecodeParams {
     /// Pages in the pool: a page id at or past it (or negative) is read as
     /// the last page, so no id makes a block read outside the pool.
     pub num_pages: u32,
-    pub _pad2: u32,
+    /// Byte offset in the block's dynamic shared memory of its last
+    /// `ITEM_SMEM_BYTES`: the block stores its work item's `batch` and
+    /// `partial_slot` there at its start and reads them in its epilogue
+    /// (held in registers through the key loop they cost the tightest
+    /// kernels a spill; re-read from the work list, a dependent global load
+    /// under a saturated memory system, they cost int4 grid A 2 %).
+    pub item_smem: u32,
     /// `[batch]` [`MergeItem`]: each sequence's partial slots (`num_slots`
     /// ≤ 1: written directly).
     pub merge: u64,

@@ -153,17 +153,20 @@ pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant
     }
 }
 
-/// Dynamic shared memory of one attention block.
+/// Bytes at the end of an attention block's shared memory where it keeps
+/// its work item's sequence and partial slot from its start to its epilogue
+/// (`DecodeParams::item_smem`).
+pub const ITEM_SMEM_BYTES: u32 = 16;
+
+/// Dynamic shared memory of one attention block: the larger of the
+/// pipeline (stages, page-id ring, Q tile) and the epilogue's buffers, then
+/// [`ITEM_SMEM_BYTES`].
 /// `page_shift`: log2 of the page size of a paged cache (`None`: strided);
 /// `stages`: the pipeline stages it holds ([`stages_for`]).
 pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>, stages: u32) -> u32 {
     let q_bytes = q_tile_bytes(format, head_dim, warps_m, variant);
     let pipe = stage_region_bytes(format, head_dim, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
-    if pipe > epi {
-        pipe
-    } else {
-        epi
-    }
+    (if pipe > epi { pipe } else { epi }).next_multiple_of(16) + ITEM_SMEM_BYTES
 }
 

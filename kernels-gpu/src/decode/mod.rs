@@ -74,6 +74,19 @@ pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
     Some((item, seq_len))
 }
 
+/// Keeps the work item's sequence and partial slot for the epilogue in the
+/// block's last shared-memory bytes (`DecodeParams::item_smem`), which no
+/// stage or epilogue buffer reaches; the barriers between here and the
+/// epilogue make the store visible to every thread.
+#[inline(always)]
+pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
+    if tid == 0 {
+        let at = shared::dynamic_smem_base() + p.item_smem;
+        shared::st_shared_u32(at, item.batch);
+        shared::st_shared_u32(at + 4, item.partial_slot);
+    }
+}
+
 /// This block's kv head (`decode_attn_abi::decode_block_x`), computed
 /// afresh at each call: callers after the key loop call it again rather
 /// than keep the value live through the loop (held, it cost the tightest
@@ -125,6 +138,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_k = warp / p.warps_m;
 
     let Some((item, seq_len)) = block_work(p) else { return };
+    keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -451,10 +465,8 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
         thread::sync_threads();
     }
 
-    // The work item's sequence and partial slot, read again rather than held
-    // through the key loop (a register the tightest kernels lack). A block
-    // that reached the epilogue has an item.
-    let Some((item, _)) = block_work(p) else { return };
+    // The work item's sequence and partial slot (`keep_item`).
+    let [batch, partial_slot] = shared::ld_shared_v2_u32(smem + p.item_smem);
     let kvh = block_kv_head(p);
     let rows_total = p.group * p.q_len;
     let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
@@ -469,12 +481,12 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
         let token = global / p.group;
         let head = kvh * p.group + global % p.group;
         let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
-        if item.partial_slot == DIRECT_OUTPUT {
-            let addr = qo_row_addr::<D>(p.o, p, item.batch, token, head) + c as u64 * 2;
+        if partial_slot == DIRECT_OUTPUT {
+            let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
             type H<F> = <F as KvFormat>::Query;
             memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
         } else {
-            let row = (item.partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+            let row = (partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
             memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
             if c == 0 {
                 memory::st_global_f32(p.partial_lse + 4 * row, fin[1]);
@@ -482,7 +494,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
         }
         idx += nthreads;
     }
-    if item.partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
+    if partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
         crate::merge::merge_if_last::<F::Query, D>(p, rows_here, acc);
     }

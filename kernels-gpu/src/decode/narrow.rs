@@ -20,7 +20,7 @@
 use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, convert_q, epilogue, mask_from, qo_row_addr, row_info};
+use super::{block_kv_head, block_work, keep_item, convert_q, epilogue, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -40,6 +40,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let warp_k = tid / 32;
 
     let Some((item, seq_len)) = block_work(p) else { return };
+    keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
