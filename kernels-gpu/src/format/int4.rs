@@ -23,32 +23,29 @@ use crate::arch::{math, mma, shared};
 
 pub struct Int4Kv<Q, const G: u32>(PhantomData<Q>);
 
+/// `(w & MASK) | MAGIC`: the nibbles under `MASK` as fp16 `magic + n`. One
+/// `lop3` (its second constant then lives in a register) up to D = 128; an
+/// `and` and an `or` with immediates beyond, where the wide D = 256 kernel
+/// sits at 255 registers and the held constant spilled.
+#[inline(always)]
+fn extract<const D: usize, const MASK: u32, const MAGIC: u32>(w: u32) -> u32 {
+    if D <= 128 {
+        math::and_or::<MASK, MAGIC>(w)
+    } else {
+        (w & MASK) | MAGIC
+    }
+}
+
 /// 1024 + n for nibble slots (0, 4) of each half-word pair.
 #[inline(always)]
 fn magic_a<const D: usize>(w: u32) -> u32 {
-    if one_lop3::<D>() {
-        math::and_or::<0x000F_000F, 0x6400_6400>(w)
-    } else {
-        (w & 0x000F_000F) | 0x6400_6400
-    }
+    extract::<D, 0x000F_000F, A>(w)
 }
 
 /// 64 + n for nibble slots (1, 5).
 #[inline(always)]
 fn magic_b<const D: usize>(w: u32) -> u32 {
-    if one_lop3::<D>() {
-        math::and_or::<0x00F0_00F0, 0x5400_5400>(w)
-    } else {
-        (w & 0x00F0_00F0) | 0x5400_5400
-    }
-}
-
-/// Whether an extraction is one `lop3` (its second constant then lives in a
-/// register) or an `and` and an `or` with immediates: the wide D = 256
-/// kernel sits at 255 registers, where the held constants spilled.
-#[inline(always)]
-const fn one_lop3<const D: usize>() -> bool {
-    D <= 128
+    extract::<D, 0x00F0_00F0, B>(w)
 }
 
 /// `(h - magic)·s + z` on a pair: exact integers, then one rounding.
