@@ -2,7 +2,7 @@
 //! Device pointers are `u64`; KV strides are in bytes (format-independent).
 
 /// One block's share of one sequence: keys `[kv_start, kv_end)` of sequence
-/// `batch`, for every kv head (grid y) and row chunk (grid z).
+/// `batch`, for every kv head and row chunk (`DecodeParams`'s grid).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct WorkItem {

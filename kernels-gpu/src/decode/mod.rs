@@ -3,7 +3,8 @@
 //! both variants share; `narrow` the variant with keys along M.
 //!
 //! One block computes, for one work item (a sequence's key range), one kv
-//! head (grid y) and one chunk of packed rows (grid z), every query row that
+//! head (both from grid x: `decode_attn_abi::decode_block_x`, a work item's
+//! heads consecutive) and one chunk of packed rows (grid z), every query row that
 //! shares the kv head: rows are `token * group + head_in_group`, so each K/V
 //! byte is read once for all `group × q_len` rows (GQA head packing).
 //!
