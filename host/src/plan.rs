@@ -82,7 +82,7 @@ pub const MAX_WORK_ITEMS: u64 = 1 << 24;
 /// CUDA's limit on grid y and z.
 pub const MAX_GRID_YZ: u32 = 65535;
 /// CUDA's limit on grid x: the attention grid's x is work items × kv heads
-/// (`decode_attn_abi::decode_block_x`).
+/// (`decode_attn_abi::decode_grid_x`).
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 
 /// How a sequence's keys are divided among blocks.
@@ -302,10 +302,10 @@ impl Plan {
         32 * self.warps_m * self.warps_k
     }
     /// Attention grid: (work items × kv heads, 1, row chunks), a work
-    /// item's kv heads consecutive (`decode_attn_abi::decode_block_x`).
+    /// item's kv heads consecutive (`decode_attn_abi::decode_grid_x`).
     pub fn grid(&self) -> (u32, u32, u32) {
         // make_plan / plan_capacity bound the product by MAX_GRID_X.
-        (self.work_items() * self.shape.num_kv_heads, 1, self.row_chunks)
+        (decode_attn_abi::decode_grid_x(self.work_items(), self.shape.num_kv_heads), 1, self.row_chunks)
     }
     /// Work items of a run: the list's length, or for a capacity plan
     /// `batch × chunks_per_seq` (those past a sequence's end return at once).
@@ -690,13 +690,9 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     // `Err`, not an allocation failure.
     let chunks_of = |len: u32| (len as u64).div_ceil(chunk_keys.min(len).max(1) as u64);
     let total_items = seq_lens.iter().map(|&l| chunks_of(l)).fold(0u64, u64::saturating_add);
-    ensure(
-        total_items <= MAX_WORK_ITEMS,
-        if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" },
-        format!("at most {MAX_WORK_ITEMS} attention blocks per kv head (Σ ⌈len / chunk⌉)"),
-        total_items,
-    )?;
-    ensure_grid_x(total_items, shape, if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" })?;
+    let param = if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" };
+    ensure(total_items <= MAX_WORK_ITEMS, param, format!("at most {MAX_WORK_ITEMS} attention blocks per kv head (Σ ⌈len / chunk⌉)"), total_items)?;
+    ensure_grid_x(total_items, shape, param)?;
 
     let mut work = Vec::with_capacity(total_items as usize);
     let mut merges = Vec::new();

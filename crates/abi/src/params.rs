@@ -34,7 +34,7 @@ pub struct MergeItem {
 /// Parameters of the attention kernel.
 ///
 /// Grid: x = work item × kv heads + kv head (a work item's kv heads are
-/// consecutive blocks, see `decode_block_x`), z = row chunk.
+/// consecutive blocks, see `decode_grid_x`), z = row chunk.
 /// Block: `32 * warps_m * warps_k` threads.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -309,13 +309,24 @@ pub struct QuantParams {
 /// Warps (rows) per block of the quant kernels.
 pub const QUANT_WARPS: u32 = 8;
 
-/// Grid x index of the attention block of work item `item` and kv head
-/// `kvh`: a work item's kv heads are consecutive, so the blocks resident at
-/// one time read every kv head of the same tokens. With token-major caches
-/// (NHD) a token's rows of all heads share DRAM pages; heads as the slow
-/// index had each wave read one or two heads' slices of every page (grid D
-/// (128, 2K): int8 90.9 % of the roofline, int4-g32 56 %, against 97.7 and
-/// 65.9 % with head-major rows, docs/perf.md).
-pub const fn decode_block_x(item: u32, kvh: u32, num_kv_heads: u32) -> u32 {
-    item * num_kv_heads + kvh
+/// The attention grid's x for `work_items` work items: one block per work
+/// item and kv head, a work item's kv heads consecutive
+/// ([`decode_block_item`], [`decode_block_kv_head`]), so the blocks resident
+/// at one time read every kv head of the same tokens. With token-major
+/// caches (NHD) a token's rows of all heads share DRAM pages; heads as the
+/// slow index had each wave read one or two heads' slices of every page
+/// (grid D (128, 2K): int8 90.9 % of the roofline, int4-g32 56 %, against
+/// 97.7 and 65.9 % with head-major rows, docs/perf.md).
+pub const fn decode_grid_x(work_items: u32, num_kv_heads: u32) -> u32 {
+    work_items * num_kv_heads
+}
+
+/// The work item of the attention block at grid x index `x`.
+pub const fn decode_block_item(x: u32, num_kv_heads: u32) -> u32 {
+    x / num_kv_heads
+}
+
+/// The kv head of the attention block at grid x index `x`.
+pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32) -> u32 {
+    x % num_kv_heads
 }

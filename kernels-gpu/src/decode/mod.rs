@@ -3,7 +3,7 @@
 //! both variants share; `narrow` the variant with keys along M.
 //!
 //! One block computes, for one work item (a sequence's key range), one kv
-//! head (both from grid x: `decode_attn_abi::decode_block_x`, a work item's
+//! head (both from grid x: `decode_attn_abi::decode_grid_x`, a work item's
 //! heads consecutive) and one chunk of packed rows (grid z), every query row that
 //! shares the kv head: rows are `token * group + head_in_group`, so each K/V
 //! byte is read once for all `group × q_len` rows (GQA head packing).
@@ -61,7 +61,7 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 /// whole block returns before any barrier.
 #[inline(always)]
 pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    let x = thread::block_idx_x_fresh() / p.num_kv_heads;
+    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads);
     let (item, seq_len) = if p.chunks_per_seq != 0 {
         let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
@@ -88,13 +88,13 @@ pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
     }
 }
 
-/// This block's kv head (`decode_attn_abi::decode_block_x`), computed
+/// This block's kv head (`decode_attn_abi::decode_block_kv_head`), computed
 /// afresh at each call: callers after the key loop call it again rather
 /// than keep the value live through the loop (held, it cost the tightest
 /// kernels a register, 8-byte spills at their caps).
 #[inline(always)]
 pub(crate) fn block_kv_head(p: &DecodeParams) -> u32 {
-    thread::block_idx_x_fresh() % p.num_kv_heads
+    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads)
 }
 
 /// Capacity plans: sequence `batch`'s device length, capped at the capacity
