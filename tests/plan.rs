@@ -308,3 +308,18 @@ fn short_sequences_take_only_the_stages_they_fill() {
     let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!((cap.stages(), cap.smem_bytes()), (short.stages(), short.smem_bytes()));
 }
+
+#[test]
+fn bytes_moved_counts_every_visible_row_with_its_side_data_plus_q_and_o() {
+    // SPEC.md: K and V bytes actually read, side data included, + Q + O.
+    let bytes = |format| {
+        let shape = quantized(format, 2, 8, 1, 1, 4096);
+        plan(&shape, &[1000, 24], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap().bytes_moved()
+    };
+    let keys = 1024u64; // 1000 + 24 rows of one kv head, for K and for V
+    let q_and_o = 2 * 2 * 8 * 128 * 2; // Q and O: 2 sequences × 8 rows × 128 bf16
+    assert_eq!(bytes(KvFormat::Bf16), 2 * keys * 256 + q_and_o);
+    assert_eq!(bytes(KvFormat::Int8), 2 * keys * (128 + 4) + q_and_o);
+    assert_eq!(bytes(KvFormat::Int4G32), 2 * keys * (64 + 16) + q_and_o);
+    assert_eq!(bytes(KvFormat::Int4G128), 2 * keys * (64 + 4) + q_and_o);
+}

@@ -344,11 +344,13 @@ impl Plan {
     pub fn workspace_bytes(&self) -> usize {
         self.layout.total_bytes
     }
-    /// Bytes a run must move at least: every visible K and V row once, plus
-    /// Q and O (the benchmark's GB/s numerator); capacity plans: at capacity.
-    /// Saturates at `u64::MAX`.
+    /// Bytes a run must move at least: every visible K and V row once with
+    /// its side data (quantized formats' scales and zeros), plus Q and O (the
+    /// benchmark's GB/s numerator, as SPEC.md defines it); capacity plans:
+    /// at capacity. Saturates at `u64::MAX`.
     pub fn bytes_moved(&self) -> u64 {
-        let row = self.shape.kv_format.row_bytes(self.shape.head_dim) as u64;
+        let (format, d) = (self.shape.kv_format, self.shape.head_dim);
+        let row = format.row_bytes(d) as u64 + format.side_bytes(d) as u64;
         let keys: u64 = self.seq_lens.iter().map(|&l| l as u64).fold(0, u64::saturating_add);
         let kv = keys.saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(2);
         kv.saturating_add(self.shape.q_bytes().unwrap_or(u64::MAX).saturating_mul(2))
