@@ -250,7 +250,8 @@ fn int8_splits_fill_one_block_per_sm_and_int4_every_resident_block() {
         plan(&shape, &[131072], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap().max_splits()
     };
     // Grid C 128K: 8 kv heads × 16 = 128 blocks (int8: one per SM saturates
-    // HBM), × 32 = 256 for instruction-bound int4 (docs/perf.md).
+    // HBM), × 32 = 256 for int4, whose longer steps gain from every
+    // resident warp (docs/perf.md).
     assert_eq!(splits(KvFormat::Int8), 16);
     assert_eq!(splits(KvFormat::Int4G32), 32);
 }

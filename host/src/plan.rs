@@ -439,7 +439,8 @@ pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo
 ///   16 splits instead of 32, grid A B=64 / 128 −1.5 / −1.9 %, no row
 ///   slower; `docs/perf.md`, "Splits for one block per SM").
 ///
-/// int4 (instruction-bound) and blocks of several row tiles (grid B: one
+/// int4 (measured: its steps do about twice int8's work per byte, and more
+/// resident warps hide more of it) and blocks of several row tiles (grid B: one
 /// per SM made B ≤ 64 up to 13 % slower; the wide int8 kernel's 3 row-tile
 /// warps convert the same bytes) gain from every resident warp.
 pub fn saturating_warps_per_sm(format: KvFormat, variant: Variant, warps_m: u32) -> Option<u32> {
