@@ -324,3 +324,27 @@ fn bytes_moved_counts_every_visible_row_with_its_side_data_plus_q_and_o() {
     assert_eq!(bytes(KvFormat::Int4G32), 2 * keys * (64 + 16) + q_and_o);
     assert_eq!(bytes(KvFormat::Int4G128), 2 * keys * (64 + 4) + q_and_o);
 }
+
+#[test]
+fn auto_splits_cut_the_longest_sequence_into_equal_chunks() {
+    // 8192 keys in 128-key stages, split in two: 4096 + 4096, not 4224 + 3968
+    // (the longer block sets the time; in a capacity step two long blocks
+    // shared an SM: +4 % on int4 grid A B=128).
+    let kernel = KernelInfo { max_threads_per_block: 512, regs_per_thread: 128 };
+    let shape = quantized(KvFormat::Int4G32, 128, 8, 1, 1, 8192);
+    let p = plan(&shape, &[8192; 128], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((p.max_splits(), p.chunk_keys()), (2, 4096));
+    // Grid C 128K int4: 32 chunks of 4096, not 31 of 4224 and one of 128.
+    let shape = quantized(KvFormat::Int4G32, 1, 32, 8, 1, 131072);
+    let p = plan(&shape, &[131072], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((p.max_splits(), p.chunk_keys()), (32, 4096));
+    // Every candidate is even: a chunk is never more than one stage longer
+    // than the longest sequence divided by its split count.
+    for len in [1000u32, 4097, 8192, 12345, 65536, 131071] {
+        let c = auto_chunk_keys(&[len], 8, 128, 264);
+        if c != u32::MAX {
+            let n = len.div_ceil(c);
+            assert!(c <= len.div_ceil(n).next_multiple_of(128), "len {len}: chunk {c} for {n} splits");
+        }
+    }
+}
