@@ -68,12 +68,6 @@ impl KernelInfo {
     }
 }
 
-/// `items` work items times the kv heads must fit grid x.
-fn ensure_grid_x(items: u64, shape: &DecodeShape, param: &'static str) -> Result<()> {
-    let blocks = items.saturating_mul(shape.num_kv_heads as u64);
-    ensure(blocks <= MAX_GRID_X, param, format!("at most {MAX_GRID_X} attention blocks (work items × num_kv_heads), CUDA's grid x limit"), blocks)
-}
-
 /// Most attention work items (blocks along grid x) one plan may have; far
 /// above any real batch, it keeps the work list's host and device memory
 /// bounded (256 MiB).
@@ -84,6 +78,15 @@ pub const MAX_GRID_YZ: u32 = 65535;
 /// CUDA's limit on grid x: the attention grid's x is work items × kv heads
 /// (`decode_attn_abi::decode_grid_x`).
 pub const MAX_GRID_X: u64 = (1 << 31) - 1;
+
+/// A plan's `items` work items must stay within [`MAX_WORK_ITEMS`] and,
+/// times the kv heads, within grid x; `counted` says how they were counted
+/// (for the error), `param` is the parameter that chose them.
+fn ensure_work_items(items: u64, shape: &DecodeShape, param: &'static str, counted: &str) -> Result<()> {
+    ensure(items <= MAX_WORK_ITEMS, param, format!("at most {MAX_WORK_ITEMS} attention blocks per kv head {counted}"), items)?;
+    let blocks = items.saturating_mul(shape.num_kv_heads as u64);
+    ensure(blocks <= MAX_GRID_X, param, format!("at most {MAX_GRID_X} attention blocks (work items × num_kv_heads), CUDA's grid x limit"), blocks)
+}
 
 /// How a sequence's keys are divided among blocks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -558,8 +561,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
     let chunks_per_seq = shape.max_seq_len.div_ceil(chunk_keys);
     let work = shape.batch as u64 * chunks_per_seq as u64;
-    ensure(work <= MAX_WORK_ITEMS, "split.chunk_keys", format!("at most {MAX_WORK_ITEMS} attention blocks per kv head at capacity"), work)?;
-    ensure_grid_x(work, shape, "split.chunk_keys")?;
+    ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
     let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
     // No work list, lengths or merge items: the blocks derive them from the
     // device lengths. The merge counters and partials remain.
@@ -698,8 +700,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     let chunks_of = |len: u32| (len as u64).div_ceil(chunk_keys.min(len).max(1) as u64);
     let total_items = seq_lens.iter().map(|&l| chunks_of(l)).fold(0u64, u64::saturating_add);
     let param = if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" };
-    ensure(total_items <= MAX_WORK_ITEMS, param, format!("at most {MAX_WORK_ITEMS} attention blocks per kv head (Σ ⌈len / chunk⌉)"), total_items)?;
-    ensure_grid_x(total_items, shape, param)?;
+    ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
     let mut work = Vec::with_capacity(total_items as usize);
     let mut merges = Vec::new();
