@@ -311,7 +311,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         tally.borrow_mut().passed += 1;
         return Ok(());
     };
-    let opts = PlanOptions { split: case.split, variant: case.variant, warps_k: None };
+    let opts = PlanOptions { split: case.split, variant: case.variant, warps_k: None, ..Default::default() };
     let mut p = Tally::time(tally, "upload", || Problem::for_attention(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
     let pool = match case.paging {
         Some(paging) => Some(Tally::time(tally, "upload", || paged::Pool::new(&p, paging, case.seed))?),
@@ -533,7 +533,7 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
         if i % 50 == 0 {
             return check_case(Some(gpu), &case, &tally);
         }
-        let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split, variant: case.variant, warps_k: None }).map_err(|e| e.to_string())?;
+        let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split, variant: case.variant, warps_k: None, ..Default::default() }).map_err(|e| e.to_string())?;
         let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
         let (q, k, v) = problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, 1).map_err(|e| e.to_string())?;
         let mut p = Problem::for_attention(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;

@@ -87,8 +87,13 @@ fn cases() -> Vec<Case> {
         add("mqa-48rows-merge-kernel", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], ChunkKeys(64), Heavy, None);
         // 32 heads x 8 tokens = 256 rows: several row chunks per kv head.
         add("mqa-256rows", shape(dtype, 2, 32, 1, 64, 8, 700, KvLayout::Hnd), vec![650, 9], ChunkKeys(128), Normal, None);
-        // Grid A-like GQA g=8, q_len 1, split three ways.
-        add("gqa8-split", shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+        // Grid A-like GQA g=8, q_len 1, split three ways: merged in a
+        // cluster of 3 blocks, and through global memory.
+        add("gqa8-split-cluster-merge", shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+        add("gqa8-split-global-merge", shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+        // MHA, 8 chunks (the largest cluster) of ragged sequences: the
+        // shorter ones' clusters have chunks past their end.
+        add("mha-8-chunks-cluster-merge", shape(dtype, 3, 4, 4, 128, 2, 4096, KvLayout::Hnd), vec![4096, 1000, 2], ChunkKeys(512), Heavy, None);
         // Padded strides (rows not contiguous across heads or tokens).
         let padded = KvLayout::Strided { batch: 40 * 2 * 136, token: 2 * 136, head: 136 };
         add("strided", shape(dtype, 2, 4, 2, 128, 2, 40, padded), vec![40, 2], ChunkKeys(16), Normal, None);
@@ -115,7 +120,9 @@ fn cases() -> Vec<Case> {
             add("mqa-48rows", q(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], Never, Normal, None);
             add("mqa-48rows-merge-kernel", q(shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd)), vec![4099, 1000], ChunkKeys(128), Heavy, None);
             add("mqa-256rows", q(shape(dtype, 2, 32, 1, 128, 8, 700, KvLayout::Hnd)), vec![650, 9], ChunkKeys(128), Normal, None);
-            add("gqa8-split", q(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+            add("gqa8-split-cluster-merge", q(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+            add("gqa8-split-global-merge", q(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
+            add("mha-8-chunks-cluster-merge", q(shape(dtype, 3, 4, 4, 128, 2, 4096, KvLayout::Hnd)), vec![4096, 1000, 2], ChunkKeys(512), Heavy, None);
             // Padded strides (in the cache's values): 16 bytes of padding per row, 2 rows per token.
             let pad = 128 / format.bits();
             let padded = KvLayout::Strided { batch: 40 * 2 * (128 + pad) as u64, token: 2 * (128 + pad) as u64, head: (128 + pad) as u64 };
@@ -345,7 +352,9 @@ fn main() {
 /// Runs a case twice (fresh NaN poison each time): the error against the
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
-    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None };
+    // Cases named for the global merge never merge in a cluster.
+    let merge = if case.name.contains("global-merge") { decode_attn::MergeChoice::Global } else { decode_attn::MergeChoice::Auto };
+    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
         let pool = paged::Pool::new(&p, paging, seed)?;
@@ -356,6 +365,12 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
     let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
     if case.name.contains("merge-kernel") && plan.merge_mode() != decode_attn::MergeMode::Kernel {
         return Err(format!("merge mode {:?}: the case is named for the merge kernel", plan.merge_mode()));
+    }
+    if case.name.contains("global-merge") && plan.merge_mode() != decode_attn::MergeMode::InAttention {
+        return Err(format!("merge mode {:?}: the case is named for the global merge in the attention kernel", plan.merge_mode()));
+    }
+    if case.name.contains("cluster-merge") && plan.merge_mode() != decode_attn::MergeMode::Cluster {
+        return Err(format!("merge mode {:?}: the case is named for the cluster merge", plan.merge_mode()));
     }
     if std::env::var_os("GPU_TESTS_VERBOSE").is_some() {
         eprintln!("  plan: grid {:?} block {} smem {} work {:?}", plan.grid(), plan.block_threads(), plan.smem_bytes(), &plan.work()[..plan.work().len().min(4)]);

@@ -13,15 +13,23 @@ use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, Plan, PlanOptions, SplitPolicy, Variant, VariantChoice};
-use decode_attn_abi::DIRECT_OUTPUT;
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SplitPolicy, Variant, VariantChoice};
 use proptest::prelude::*;
+
+#[path = "common/coverage.rs"]
+mod coverage;
+use coverage::assert_covers;
 
 const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
 const DEV: DeviceInfo = DeviceInfo::H100_SXM;
 
 fn plan_with(shape: &DecodeShape, lens: &[u32], split: SplitPolicy) -> decode_attn::Result<Plan> {
     plan(shape, lens, &DEV, &KERNEL, &PlanOptions { split, ..Default::default() })
+}
+
+/// As [`plan_with`], merging through global memory (never in a cluster).
+fn plan_global(shape: &DecodeShape, lens: &[u32], split: SplitPolicy) -> decode_attn::Result<Plan> {
+    plan(shape, lens, &DEV, &KERNEL, &PlanOptions { split, merge: MergeChoice::Global, ..Default::default() })
 }
 
 fn rejects(r: decode_attn::Result<impl std::fmt::Debug>, param: &str) {
@@ -97,7 +105,7 @@ fn f2_size_helpers_are_total() {
 fn f3_merge_grids_stay_within_cuda_limits() {
     let mut s = DecodeShape::bf16(1, 32768, 32768, 64, 8, 4096);
     s.kv_layout = KvLayout::Strided { batch: 0, token: 64, head: 0 };
-    let p = plan_with(&s, &[4096], SplitPolicy::ChunkKeys(1024)).unwrap();
+    let p = plan_global(&s, &[4096], SplitPolicy::ChunkKeys(1024)).unwrap();
     assert!(!p.merges().is_empty());
     assert_launchable(&p);
     assert_eq!(p.merge_counters(), 32768 * p.row_chunks());
@@ -217,34 +225,6 @@ fn f10_reference_and_comparison_reject_bad_input() {
     rejects(relative_l2_error(&[1.0], &[f64::INFINITY]), "reference");
 }
 
-/// Every sequence's keys are covered by its work items exactly once, and
-/// split sequences own exactly the partial slots their merge item names.
-fn assert_covers(p: &Plan) {
-    let mut by_seq: Vec<Vec<_>> = vec![Vec::new(); p.seq_lens().len()];
-    for w in p.work() {
-        by_seq[w.batch as usize].push(*w);
-    }
-    let mut slots_seen = vec![false; p.num_slots() as usize];
-    for (b, items) in by_seq.iter_mut().enumerate() {
-        items.sort_by_key(|w| w.kv_start);
-        let mut next = 0u32;
-        for w in items.iter() {
-            assert_eq!(w.kv_start, next, "gap or overlap in sequence {b}");
-            assert!(w.kv_end > w.kv_start, "empty chunk in sequence {b}");
-            next = w.kv_end;
-        }
-        assert_eq!(next, p.seq_lens()[b], "sequence {b} not covered to its length");
-        if items.len() == 1 {
-            assert_eq!(items[0].partial_slot, DIRECT_OUTPUT);
-        } else {
-            for w in items.iter() {
-                assert!(!std::mem::replace(&mut slots_seen[w.partial_slot as usize], true), "slot used twice");
-            }
-        }
-    }
-    assert!(slots_seen.iter().all(|&s| s), "unused partial slot");
-}
-
 /// What an Ok plan promises the kernels: launchable grids and a workspace
 /// with room for every region they read or write.
 fn assert_launchable(p: &Plan) {
@@ -343,7 +323,7 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
         4 => Just((DEV, KERNEL)),
         1 => (extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32()).prop_map(
             |(sm, smem_b, smem_sm, thr, regs, mtpb, rpt)| (
-                DeviceInfo { sm_count: sm, max_smem_per_block: smem_b, max_smem_per_sm: smem_sm, max_threads_per_sm: thr, regs_per_sm: regs, l2_bytes: 0 },
+                DeviceInfo { sm_count: sm, max_smem_per_block: smem_b, max_smem_per_sm: smem_sm, max_threads_per_sm: thr, regs_per_sm: regs, l2_bytes: 0, max_cluster: 8 },
                 KernelInfo { max_threads_per_block: mtpb, regs_per_thread: rpt },
             )
         ),
@@ -355,7 +335,8 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
 fn options() -> impl Strategy<Value = PlanOptions> {
     let variant = prop_oneof![Just(VariantChoice::Auto), Just(VariantChoice::Force(Variant::Wide)), Just(VariantChoice::Force(Variant::Narrow))];
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
-    (split(), variant, warps_k).prop_map(|(split, variant, warps_k)| PlanOptions { split, variant, warps_k })
+    let merge = prop_oneof![Just(MergeChoice::Auto), Just(MergeChoice::Global)];
+    (split(), variant, warps_k, merge).prop_map(|(split, variant, warps_k, merge)| PlanOptions { split, variant, warps_k, merge })
 }
 
 fn split() -> impl Strategy<Value = SplitPolicy> {

@@ -1,44 +1,18 @@
 //! Planner invariants (CPU only).
 
 use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
-use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, MergeMode, PlanOptions, SplitPolicy, Variant, VariantChoice};
-use decode_attn_abi::{DIRECT_OUTPUT, MAX_WARPS, PIPELINE_STAGES};
+use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, MergeChoice, MergeMode, PlanOptions, SplitPolicy, Variant, VariantChoice};
+use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
+
+#[path = "common/coverage.rs"]
+mod coverage;
+use coverage::assert_covers;
 
 const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
 
 fn opts(split: SplitPolicy) -> PlanOptions {
     PlanOptions { split, ..Default::default() }
-}
-
-/// Every sequence's keys [0, len) are covered by its work items exactly once,
-/// and split sequences own exactly the partial slots their merge item names.
-fn assert_covers(p: &decode_attn::Plan) {
-    let mut slots_seen = vec![false; p.num_slots() as usize];
-    for (b, &len) in p.seq_lens().iter().enumerate() {
-        let mut items: Vec<_> = p.work().iter().filter(|w| w.batch == b as u32).collect();
-        items.sort_by_key(|w| w.kv_start);
-        let mut next = 0;
-        for w in &items {
-            assert_eq!(w.kv_start, next, "gap or overlap in sequence {b}");
-            assert!(w.kv_end > w.kv_start, "empty chunk in sequence {b}");
-            next = w.kv_end;
-        }
-        assert_eq!(next, len, "sequence {b} not covered to its length");
-        let merge = p.merges().iter().find(|m| m.batch == b as u32);
-        if items.len() == 1 {
-            assert_eq!(items[0].partial_slot, DIRECT_OUTPUT);
-            assert!(merge.is_none());
-        } else {
-            let m = merge.expect("split sequence without a merge item");
-            assert_eq!(m.num_slots as usize, items.len());
-            for w in &items {
-                assert!((m.first_slot..m.first_slot + m.num_slots).contains(&w.partial_slot));
-                assert!(!std::mem::replace(&mut slots_seen[w.partial_slot as usize], true), "slot used twice");
-            }
-        }
-    }
-    assert!(slots_seen.iter().all(|&s| s), "unused partial slot");
 }
 
 proptest! {
@@ -66,8 +40,13 @@ proptest! {
         // (past PIPELINE_STAGES the stages are a ring).
         let keys = stage_keys(KvFormat::Bf16, d);
         prop_assert!(p.work().iter().all(|w| (w.kv_end - w.kv_start).div_ceil(keys).min(PIPELINE_STAGES) <= p.stages()));
-        // Work is ordered longest first.
-        prop_assert!(p.work().windows(2).all(|w| w[0].kv_end - w[0].kv_start >= w[1].kv_end - w[1].kv_start));
+        // Work is ordered longest first (cluster plans: sequences, longest first).
+        if p.cluster() > 1 {
+            let lens: Vec<u32> = p.work().chunks(p.cluster() as usize).map(|g| p.seq_lens()[g[0].batch as usize]).collect();
+            prop_assert!(lens.windows(2).all(|w| w[0] >= w[1]));
+        } else {
+            prop_assert!(p.work().windows(2).all(|w| w[0].kv_end - w[0].kv_start >= w[1].kv_end - w[1].kv_start));
+        }
         // Forced chunks are whole pipeline stages.
         if let SplitPolicy::ChunkKeys(_) = policy {
             prop_assert_eq!(p.chunk_keys() % stage_keys(KvFormat::Bf16, d), 0);
@@ -126,7 +105,8 @@ fn auto_chunk_prefers_fewer_splits_on_ties_and_never_exceeds_length() {
 #[test]
 fn metadata_bytes_match_the_layout() {
     let shape = DecodeShape::bf16(3, 8, 2, 64, 2, 1000);
-    let p = plan(&shape, &[1000, 10, 500], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::ChunkKeys(128))).unwrap();
+    let global = PlanOptions { merge: MergeChoice::Global, ..opts(SplitPolicy::ChunkKeys(128)) };
+    let p = plan(&shape, &[1000, 10, 500], &DeviceInfo::H100_SXM, &KERNEL, &global).unwrap();
     let meta = p.metadata();
     assert_eq!(meta.len(), p.layout().metadata_bytes);
     let lens: &[u32] = bytemuck::cast_slice(&meta[p.layout().seq_lens..p.layout().seq_lens + 12]);
@@ -159,6 +139,34 @@ fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel()
     // Unsplit plans merge nothing, in either mode.
     let a = plan(&DecodeShape::bf16(512, 8, 1, 128, 1, 8192), &vec![8192; 512], dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!(a.merge_grid(), None);
+}
+
+#[test]
+fn sequences_split_into_at_most_a_cluster_of_chunks_merge_in_the_cluster() {
+    let dev = &DeviceInfo::H100_SXM;
+    // Grid D (1, 1K): 32 kv heads, a few chunks each.
+    let shape = DecodeShape::bf16(1, 32, 32, 128, 1, 1024);
+    let p = plan(&shape, &[1024], dev, &KERNEL, &PlanOptions::default()).unwrap();
+    assert!((2..=dev.max_cluster).contains(&p.cluster()), "cluster {}", p.cluster());
+    assert_eq!(p.merge_mode(), MergeMode::Cluster);
+    assert_eq!((p.max_splits(), p.num_slots(), p.merge_grid()), (p.cluster(), 0, None));
+    assert_eq!(p.grid().0, p.cluster() * 32);
+    assert_covers(&p);
+    // Ragged lengths: the short sequences' clusters have empty chunks.
+    let ragged = plan(&DecodeShape::bf16(3, 8, 1, 128, 1, 8192), &[8192, 100, 3000], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(2048))).unwrap();
+    assert_eq!(ragged.cluster(), 4);
+    assert_eq!(ragged.work().iter().filter(|w| w.kv_start == w.kv_end).count(), 3 + 2);
+    assert_covers(&ragged);
+    // A capacity plan's chunks form the same clusters.
+    let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &PlanOptions::default()).unwrap();
+    assert_eq!((cap.cluster(), cap.num_slots(), cap.merge_mode()), (p.cluster(), 0, MergeMode::Cluster));
+    // Not when asked for a global merge, without clusters, or above 8 chunks.
+    let global = PlanOptions { merge: MergeChoice::Global, ..Default::default() };
+    assert_eq!(plan(&shape, &[1024], dev, &KERNEL, &global).unwrap().merge_mode(), MergeMode::InAttention);
+    let no_clusters = DeviceInfo { max_cluster: 0, ..*dev };
+    assert_eq!(plan(&shape, &[1024], &no_clusters, &KERNEL, &PlanOptions::default()).unwrap().cluster(), 0);
+    let many = plan(&DecodeShape::bf16(1, 8, 1, 128, 1, 8192), &[8192], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(512))).unwrap();
+    assert_eq!((many.cluster(), many.max_splits()), (0, 16));
 }
 
 #[test]

@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PageOrder, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -96,12 +96,31 @@ struct Args {
     /// with --paged (its pools are built from NHD rows).
     #[arg(long, value_enum, default_value = "nhd")]
     layout: CacheLayout,
+    /// Split merge: auto (in a thread-block cluster when a sequence's chunks
+    /// fit one, else through global memory) or global (never in a cluster).
+    #[arg(long, value_enum, default_value = "auto")]
+    merge: MergeArg,
     /// Appended to the output file names (several runs in one directory).
     #[arg(long, default_value = "")]
     tag: String,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum MergeArg {
+    Auto,
+    Global,
+}
+
+impl MergeArg {
+    fn choice(self) -> MergeChoice {
+        match self {
+            MergeArg::Auto => MergeChoice::Auto,
+            MergeArg::Global => MergeChoice::Global,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -263,7 +282,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: args.layout.kv_layout(), scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
-    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k };
+    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice() };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
 
@@ -326,7 +345,13 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         head_dim: s.head_dim,
         format: s.format.name().into(),
         splits: plan.max_splits(),
-        block: format!("{}{}x{}w {gx}x{gy}x{gz}", if plan.variant() == Variant::Narrow { "n" } else { "" }, plan.warps_m(), plan.warps_k()),
+        block: format!(
+            "{}{}x{}w{} {gx}x{gy}x{gz}",
+            if plan.variant() == Variant::Narrow { "n" } else { "" },
+            plan.warps_m(),
+            plan.warps_k(),
+            if plan.cluster() > 1 { format!("c{}", plan.cluster()) } else { String::new() }
+        ),
         buffer_sets: n_sets as u32,
         median_us: med,
         min_us: t.total.iter().copied().fold(f64::INFINITY, f64::min),
@@ -450,7 +475,7 @@ fn paged_runs(
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
-    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()) };
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));

@@ -23,6 +23,10 @@ pub struct DeviceInfo {
     pub max_threads_per_sm: u32,
     pub regs_per_sm: u32,
     pub l2_bytes: u32,
+    /// Most blocks per thread-block cluster a launch may use: 8 (the
+    /// portable size) on compute capability 9.0 and later with a driver
+    /// that has `cuLaunchKernelEx`, else 0 (no cluster merge).
+    pub max_cluster: u32,
 }
 
 impl DeviceInfo {
@@ -45,6 +49,7 @@ impl DeviceInfo {
         max_threads_per_sm: 2048,
         regs_per_sm: 65536,
         l2_bytes: 50 * 1024 * 1024,
+        max_cluster: 8,
     };
 }
 
@@ -112,6 +117,18 @@ pub enum VariantChoice {
     Force(Variant),
 }
 
+/// How split sequences may be merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum MergeChoice {
+    /// In a thread-block cluster ([`MergeMode::Cluster`]) when the device
+    /// has clusters and no sequence has more chunks than a cluster has
+    /// blocks; else through global memory ([`merge_mode`]).
+    #[default]
+    Auto,
+    /// Through fp32 partials in global memory, never in a cluster.
+    Global,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanOptions {
     pub split: SplitPolicy,
@@ -120,6 +137,7 @@ pub struct PlanOptions {
     /// of a pipeline stage); `None` picks the count that keeps the most
     /// warps resident.
     pub warps_k: Option<u32>,
+    pub merge: MergeChoice,
 }
 
 impl PlanOptions {
@@ -141,6 +159,11 @@ impl PlanOptions {
 /// Where a plan's split sequences are merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MergeMode {
+    /// In the attention kernel, through distributed shared memory: the
+    /// chunks of a sequence are the blocks of one thread-block cluster,
+    /// which merge their rows after a cluster barrier. No fp32 partials, no
+    /// counter, no second launch.
+    Cluster,
     /// In the attention kernel: the last block of each (sequence, kv head,
     /// row chunk) to finish merges its rows. No second launch.
     InAttention,
@@ -217,6 +240,10 @@ pub struct Plan {
     pub(crate) stages: u32,
     /// Attention blocks resident per SM with this configuration.
     pub(crate) blocks_per_sm: u32,
+    /// Blocks per cluster of a cluster merge ([`MergeMode::Cluster`]: every
+    /// sequence has this many work items, chunks past its end empty); 0
+    /// when sequences merge through global memory.
+    pub(crate) cluster: u32,
     pub(crate) layout: WorkspaceLayout,
 }
 
@@ -297,6 +324,10 @@ impl Plan {
     pub fn blocks_per_sm(&self) -> u32 {
         self.blocks_per_sm
     }
+    /// Blocks per thread-block cluster (0: no clusters; see [`MergeMode::Cluster`]).
+    pub fn cluster(&self) -> u32 {
+        self.cluster
+    }
     pub fn layout(&self) -> &WorkspaceLayout {
         &self.layout
     }
@@ -305,7 +336,8 @@ impl Plan {
         32 * self.warps_m * self.warps_k
     }
     /// Attention grid: (work items × kv heads, 1, row chunks), a work
-    /// item's kv heads consecutive (`decode_attn_abi::decode_grid_x`).
+    /// item's kv heads consecutive, or with a cluster merge a cluster's
+    /// chunks (`decode_attn_abi::decode_grid_x`, `decode_block_item`).
     pub fn grid(&self) -> (u32, u32, u32) {
         // make_plan / plan_capacity bound the product by MAX_GRID_X.
         (decode_attn_abi::decode_grid_x(self.work_items(), self.shape.num_kv_heads), 1, self.row_chunks)
@@ -321,6 +353,9 @@ impl Plan {
     /// Where split sequences are merged (unsplit plans: a no-op either way),
     /// from the most slots a sequence has and the rows a block merges.
     pub fn merge_mode(&self) -> MergeMode {
+        if self.cluster > 1 {
+            return MergeMode::Cluster;
+        }
         merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dim)
     }
     /// Merge-kernel grid ([`MergeMode::Kernel`] plans that split; else
@@ -362,6 +397,9 @@ impl Plan {
     pub fn max_splits(&self) -> u32 {
         if let PlanMode::Capacity { chunks_per_seq } = self.mode {
             return chunks_per_seq;
+        }
+        if self.cluster > 1 {
+            return self.cluster;
         }
         self.merges.iter().map(|m| m.num_slots).max().unwrap_or(1)
     }
@@ -562,7 +600,10 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let chunks_per_seq = shape.max_seq_len.div_ceil(chunk_keys);
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
-    let num_slots = if chunks_per_seq > 1 { work as u32 } else { 0 };
+    // Each sequence's chunks are one cluster when they fit one: blocks of
+    // chunks past a step's lengths exit at once, as without clusters.
+    let cluster = cluster_size(chunks_per_seq, dev, opts);
+    let num_slots = if chunks_per_seq > 1 && cluster == 0 { work as u32 } else { 0 };
     // No work list, lengths or merge items: the blocks derive them from the
     // device lengths. The merge counters and partials remain.
     let layout = workspace_layout(0, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
@@ -571,6 +612,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
         mode: PlanMode::Capacity { chunks_per_seq },
         chunk_keys,
         num_slots,
+        cluster,
         work: Vec::new(),
         merges: Vec::new(),
         layout,
@@ -702,6 +744,52 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     let param = if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" };
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
+    let max_chunks = seq_lens.iter().map(|&l| chunks_of(l)).max().unwrap_or(1) as u32;
+    let cluster = cluster_size(max_chunks, dev, opts);
+    if cluster > 1 {
+        // Every sequence gets `cluster` items (chunk c in cluster rank c,
+        // chunks past its end empty: their blocks exit at once), longest
+        // sequences first.
+        let items = seq_lens.len() as u64 * cluster as u64;
+        ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
+        let mut order: Vec<usize> = (0..seq_lens.len()).collect();
+        order.sort_by_key(|&b| std::cmp::Reverse(seq_lens[b]));
+        let mut work = Vec::with_capacity(items as usize);
+        for b in order {
+            let len = seq_lens[b];
+            let chunks = chunks_of(len) as u32;
+            for c in 0..cluster {
+                let start = (c as u64 * chunk_keys as u64).min(len as u64);
+                let end = (start + chunk_keys as u64).min(len as u64);
+                let partial_slot = if chunks == 1 { DIRECT_OUTPUT } else { c };
+                work.push(WorkItem { batch: b as u32, kv_start: start as u32, kv_end: end as u32, partial_slot });
+            }
+        }
+        let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, 0, shape)
+            .ok_or_else(|| Error::invalid("seq_lens", "a work list that fits in memory", format!("{} work items", work.len())))?;
+        return Ok(Plan {
+            id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
+            mode: PlanMode::Lengths,
+            shape: shape.clone(),
+            seq_lens: seq_lens.to_vec(),
+            block_table,
+            work,
+            merges: Vec::new(),
+            num_slots: 0,
+            chunk_keys,
+            variant,
+            warps_m,
+            warps_k,
+            rows_per_block,
+            row_chunks,
+            smem_bytes,
+            stages,
+            blocks_per_sm,
+            cluster,
+            layout,
+        });
+    }
+
     let mut work = Vec::with_capacity(total_items as usize);
     let mut merges = Vec::new();
     let mut num_slots = 0u32;
@@ -744,8 +832,21 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         smem_bytes,
         stages,
         blocks_per_sm,
+        cluster: 0,
         layout,
     })
+}
+
+/// Blocks per cluster of a cluster merge for sequences of up to `chunks`
+/// chunks: `chunks` itself when the options allow clusters, the sequences
+/// split and a cluster of that size fits the device; else 0 (merge through
+/// global memory).
+pub fn cluster_size(chunks: u32, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
+    if opts.merge == MergeChoice::Auto && chunks > 1 && chunks <= dev.max_cluster {
+        chunks
+    } else {
+        0
+    }
 }
 
 /// Query rows per kv head of a validated shape.

@@ -21,6 +21,7 @@ use decode_attn_abi::{
 };
 
 use crate::check::{check_buffer, check_buffers, RunBuffers};
+use crate::cluster_launch::ClusterLauncher;
 use crate::error::{ensure, Error, Result};
 use crate::plan::{self, DeviceInfo, KernelInfo, MergeMode, Plan, PlanMode, PlanOptions};
 use crate::quant::KvTensor;
@@ -163,6 +164,9 @@ pub struct DecodeAttention {
     /// Every kernel of the module, looked up once: launching then makes no
     /// driver call but the launch (safe inside a stream capture).
     functions: HashMap<&'static str, cuda::CUfunction>,
+    /// `cuLaunchKernelEx`, for cluster-merge plans (`None`: the driver has
+    /// none, and `device.max_cluster` is 0).
+    cluster_launcher: Option<ClusterLauncher>,
 }
 
 // SAFETY: CUfunction handles are plain driver handles, valid in the module's
@@ -197,7 +201,10 @@ impl DecodeAttention {
                 dev.as_raw(),
             ))?;
         }
+        // Clusters: compute capability 9.0+, launched with cuLaunchKernelEx.
+        let cluster_launcher = if device_attr(&dev, DeviceAttribute::ComputeCapabilityMajor)? >= 9 { ClusterLauncher::load() } else { None };
         let device = DeviceInfo {
+            max_cluster: if cluster_launcher.is_some() { 8 } else { 0 },
             sm_count: device_attr(&dev, DeviceAttribute::MultiprocessorCount)?,
             max_smem_per_block: optin as u32,
             max_smem_per_sm: device_attr(&dev, DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
@@ -226,7 +233,7 @@ impl DecodeAttention {
         for name in names {
             functions.insert(name, module.get_function(name)?.to_raw());
         }
-        Ok(DecodeAttention { _module: module, device, kernels, functions })
+        Ok(DecodeAttention { _module: module, device, kernels, functions, cluster_launcher })
     }
 
     pub fn device_info(&self) -> &DeviceInfo {
@@ -255,6 +262,17 @@ impl DecodeAttention {
         let (gx, gy, gz) = grid;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernel", cuda::cuLaunchKernel(func, gx, gy, gz, threads, 1, 1, smem, stream, args.as_mut_ptr(), std::ptr::null_mut()))
+    }
+
+    /// [`DecodeAttention::launch`] as clusters of `cluster` blocks along x.
+    ///
+    /// # Safety
+    /// As [`DecodeAttention::launch`]; `grid.0` a multiple of `cluster`.
+    unsafe fn launch_clusters<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32, params: &P, stream: RawStream) -> Result<()> {
+        let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
+        let launcher = self.cluster_launcher.ok_or_else(|| Error::Unsupported("a cluster launch: this driver has no cuLaunchKernelEx".into()))?;
+        let mut args = [params as *const P as *mut c_void];
+        driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, cluster, stream, args.as_mut_ptr()))
     }
 
     /// Plans one decode step (CPU only; see [`plan::plan`]).
@@ -488,11 +506,18 @@ impl DecodeAttention {
             chunk_keys: plan.chunk_keys,
             max_seq_len: shape.max_seq_len,
             stages: plan.stages,
+            cluster: plan.cluster,
         };
         let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
-        unsafe { self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)? };
+        unsafe {
+            if plan.cluster > 1 {
+                self.launch_clusters(name, plan.grid(), plan.block_threads(), plan.smem_bytes, plan.cluster, &params, stream)?
+            } else {
+                self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)?
+            }
+        };
         if let Some(grid) = plan.merge_grid() {
             let merge = MergeParams {
                 partial_o: params.partial_o,

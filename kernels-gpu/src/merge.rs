@@ -117,18 +117,20 @@ const SLOT_BATCH: usize = 8;
 
 /// One merge state: max `m`, sum of weights `l`, weighted sum of 4 values.
 #[derive(Clone, Copy)]
-struct Merged {
-    m: f32,
-    l: f32,
-    acc: [f32; 4],
+pub(crate) struct Merged {
+    pub(crate) m: f32,
+    pub(crate) l: f32,
+    pub(crate) acc: [f32; 4],
 }
 
 impl Merged {
+    pub(crate) const EMPTY: Merged = Merged { m: f32::NEG_INFINITY, l: 0.0, acc: [0.0; 4] };
+
     /// Adds states of weight 2^(lse - m) each, summing `vals` under them.
     /// (Slices of constant bounds once inlined: they stay in registers.)
     #[inline(always)]
     #[allow(clippy::needless_range_loop)]
-    fn add(&mut self, lse: &[f32], vals: &[[f32; 4]]) {
+    pub(crate) fn add(&mut self, lse: &[f32], vals: &[[f32; 4]]) {
         let mut m = self.m;
         for j in 0..lse.len() {
             m = m.max(lse[j]);
@@ -217,7 +219,7 @@ unsafe fn merge_passes<H: Half, const D: usize, const U: usize, const LOADS: usi
             let (token, head) = row_of(if valid { out / quads } else { 0 });
             at[u] = (token, head, (out % quads) * 4, valid);
         }
-        let mut st = [Merged { m: f32::NEG_INFINITY, l: 0.0, acc: [0.0; 4] }; U];
+        let mut st = [Merged::EMPTY; U];
         let mut s0 = 0;
         while s0 < seq.num_slots {
             let mut lse = [f32::NEG_INFINITY; LOADS];

@@ -239,7 +239,11 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let (q_dev, knew_dev, vnew_dev) = (up(&vec![0u8; q_elems * 2])?, up(&vec![0u8; new_elems * 2])?, up(&vec![0u8; new_elems * 2])?);
     let mut o_dev = up(&vec![0u8; q_elems * 2])?;
 
-    let plan = attn.plan_capacity(&shape, &PlanOptions { split: case.split, ..Default::default() }).map_err(err)?;
+    let merge = if case.name.contains("global-merge") { decode_attn::MergeChoice::Global } else { decode_attn::MergeChoice::Auto };
+    let plan = attn.plan_capacity(&shape, &PlanOptions { split: case.split, merge, ..Default::default() }).map_err(err)?;
+    if case.name.contains("global-merge") && plan.merge_mode() != decode_attn::MergeMode::InAttention {
+        return Err(format!("merge mode {:?}: the case is named for the global merge in the attention kernel", plan.merge_mode()));
+    }
     if case.name.contains("merge-kernel") && plan.merge_mode() != decode_attn::MergeMode::Kernel {
         return Err(format!("merge mode {:?}: the case is named for the merge kernel", plan.merge_mode()));
     }
@@ -337,6 +341,17 @@ pub fn cases() -> Vec<GraphCase> {
             paging: Some(Paging::new(16, TokenMajor)),
             start_lens: vec![1, 5, 300, 17],
             split: SplitPolicy::Never,
+        });
+        // The same split as the Auto rows, merged through global memory
+        // (the Auto rows merge in thread-block clusters where they can).
+        out.push(GraphCase {
+            name: format!("graph-replay/{}/contiguous-global-merge/q1/{STEPS}-steps", format.name()),
+            format,
+            dtype,
+            q_len: 1,
+            paging: None,
+            start_lens: vec![1, 37, 700, 1500],
+            split: SplitPolicy::Auto,
         });
         // One-stage chunks of 32 rows: 18 to 36 slots (≥ 295 KB a block),
         // so the capacity plan merges with the merge kernel.

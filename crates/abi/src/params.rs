@@ -120,6 +120,13 @@ pub struct DecodeParams {
     /// [`crate::stages_for`]): no work item has more stages' keys than it
     /// holds. The page-id ring and the Q tile follow them.
     pub stages: u32,
+    /// Cluster merge (0: none): every sequence has exactly `cluster` work
+    /// items (chunks; those past its end empty), launched as one thread-block
+    /// cluster of that many blocks per (sequence, kv head, row chunk), which
+    /// merge their rows through distributed shared memory instead of global
+    /// partials ([`decode_block_item`]). `partial_slot`, `merge` and
+    /// `merge_counters` are then not used.
+    pub cluster: u32,
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -200,7 +207,7 @@ pub const MERGE_THREADS: u32 = 128;
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 64);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 240);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 248);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
 
@@ -321,12 +328,25 @@ pub const fn decode_grid_x(work_items: u32, num_kv_heads: u32) -> u32 {
     work_items * num_kv_heads
 }
 
-/// The work item of the attention block at grid x index `x`.
-pub const fn decode_block_item(x: u32, num_kv_heads: u32) -> u32 {
-    x / num_kv_heads
+/// The work item of the attention block at grid x index `x`. With a
+/// cluster merge (`cluster` > 1; the plan's `cluster` items per sequence)
+/// the `cluster` blocks of one (sequence, kv head) are consecutive instead
+/// (a cluster spans consecutive x): block x is rank `x % cluster` of
+/// cluster `x / cluster`, whose kv head is the fast index.
+pub const fn decode_block_item(x: u32, num_kv_heads: u32, cluster: u32) -> u32 {
+    if cluster > 1 {
+        (x / cluster / num_kv_heads) * cluster + x % cluster
+    } else {
+        x / num_kv_heads
+    }
 }
 
-/// The kv head of the attention block at grid x index `x`.
-pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32) -> u32 {
-    x % num_kv_heads
+/// The kv head of the attention block at grid x index `x` (see
+/// [`decode_block_item`]).
+pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster: u32) -> u32 {
+    if cluster > 1 {
+        (x / cluster) % num_kv_heads
+    } else {
+        x % num_kv_heads
+    }
 }

@@ -10,6 +10,7 @@
 //! Shared-memory addresses are 32-bit `.shared` window addresses (`u32`), as
 //! `cp.async`, `ldmatrix` and `ld/st.shared` take them.
 
+pub mod cluster;
 pub mod math;
 pub mod memory;
 pub mod mma;

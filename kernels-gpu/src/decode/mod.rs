@@ -17,6 +17,7 @@
 //! merged in shared memory and the block writes either the final output or,
 //! for a split sequence, an fp32 partial plus its log-sum-exp.
 
+mod cluster;
 mod narrow;
 mod pipeline;
 
@@ -61,7 +62,7 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 /// whole block returns before any barrier.
 #[inline(always)]
 pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads);
+    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster);
     let (item, seq_len) = if p.chunks_per_seq != 0 {
         let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
@@ -75,16 +76,15 @@ pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
     Some((item, seq_len))
 }
 
-/// Keeps the work item's sequence and partial slot for the epilogue in the
-/// block's last shared-memory bytes (`DecodeParams::item_smem`), which no
-/// stage or epilogue buffer reaches; the barriers between here and the
-/// epilogue make the store visible to every thread.
+/// Keeps the work item's sequence, partial slot and the sequence's length
+/// for the epilogue in the block's last shared-memory bytes
+/// (`DecodeParams::item_smem`), which no stage or epilogue buffer reaches;
+/// the barriers between here and the epilogue make the store visible to
+/// every thread.
 #[inline(always)]
-pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
+pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, seq_len: u32, tid: u32) {
     if tid == 0 {
-        let at = shared::dynamic_smem_base() + p.item_smem;
-        shared::st_shared_u32(at, item.batch);
-        shared::st_shared_u32(at + 4, item.partial_slot);
+        shared::st_shared_v4_u32(shared::dynamic_smem_base() + p.item_smem, [item.batch, item.partial_slot, seq_len, 0]);
     }
 }
 
@@ -94,7 +94,7 @@ pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
 /// kernels a register, 8-byte spills at their caps).
 #[inline(always)]
 pub(crate) fn block_kv_head(p: &DecodeParams) -> u32 {
-    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads)
+    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster)
 }
 
 /// Capacity plans: sequence `batch`'s device length, capped at the capacity
@@ -139,7 +139,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_k = warp / p.warps_m;
 
     let Some((item, seq_len)) = block_work(p) else { return };
-    keep_item(p, &item, tid);
+    keep_item(p, &item, seq_len, tid);
     let batch = item.batch;
     let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -471,6 +471,12 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     let kvh = block_kv_head(p);
     let rows_total = p.group * p.q_len;
     let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
+    if p.cluster > 1 && partial_slot != DIRECT_OUTPUT {
+        let seq_len = shared::ld_shared_u32(smem + p.item_smem + 8);
+        let rows = cluster::BlockRows { acc, pitch, fin: fin_smem, row0, rows_here, kvh, batch };
+        cluster::merge_in_cluster::<F::Query, D>(p, &rows, seq_len);
+        return;
+    }
     let quads_per_row = (D / 4) as u32;
     let mut idx = tid;
     while idx < rows_here * quads_per_row {

@@ -40,7 +40,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let warp_k = tid / 32;
 
     let Some((item, seq_len)) = block_work(p) else { return };
-    keep_item(p, &item, tid);
+    keep_item(p, &item, seq_len, tid);
     let batch = item.batch;
     let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
