@@ -353,7 +353,13 @@ fn main() {
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     // Cases named for the global merge never merge in a cluster.
-    let merge = if case.name.contains("global-merge") { decode_attn::MergeChoice::Global } else { decode_attn::MergeChoice::Auto };
+    let merge = if case.name.contains("global-merge") {
+        decode_attn::MergeChoice::Global
+    } else if case.name.contains("cluster-merge") {
+        decode_attn::MergeChoice::Cluster
+    } else {
+        decode_attn::MergeChoice::Auto
+    };
     let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;

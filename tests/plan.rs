@@ -146,26 +146,32 @@ fn sequences_split_into_at_most_a_cluster_of_chunks_merge_in_the_cluster() {
     let dev = &DeviceInfo::H100_SXM;
     // Grid D (1, 1K): 32 kv heads, a few chunks each.
     let shape = DecodeShape::bf16(1, 32, 32, 128, 1, 1024);
-    let p = plan(&shape, &[1024], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert!((2..=dev.max_cluster).contains(&p.cluster()), "cluster {}", p.cluster());
+    let clusters = PlanOptions { merge: MergeChoice::Cluster, ..Default::default() };
+    let p = plan(&shape, &[1024], dev, &KERNEL, &clusters).unwrap();
+    assert!((3..=dev.max_cluster).contains(&p.cluster()), "cluster {}", p.cluster());
     assert_eq!(p.merge_mode(), MergeMode::Cluster);
     assert_eq!((p.max_splits(), p.num_slots(), p.merge_grid()), (p.cluster(), 0, None));
     assert_eq!(p.grid().0, p.cluster() * 32);
     assert_covers(&p);
     // Ragged lengths: the short sequences' clusters have empty chunks.
-    let ragged = plan(&DecodeShape::bf16(3, 8, 1, 128, 1, 8192), &[8192, 100, 3000], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(2048))).unwrap();
+    let ragged = plan(&DecodeShape::bf16(3, 8, 1, 128, 1, 8192), &[8192, 100, 3000], dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(2048)) }).unwrap();
     assert_eq!(ragged.cluster(), 4);
     assert_eq!(ragged.work().iter().filter(|w| w.kv_start == w.kv_end).count(), 3 + 2);
     assert_covers(&ragged);
     // A capacity plan's chunks form the same clusters.
-    let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &PlanOptions::default()).unwrap();
+    let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &clusters).unwrap();
     assert_eq!((cap.cluster(), cap.num_slots(), cap.merge_mode()), (p.cluster(), 0, MergeMode::Cluster));
+    // Auto: clusters of two chunks only (larger ones measured slower).
+    assert_eq!(plan(&shape, &[1024], dev, &KERNEL, &PlanOptions::default()).unwrap().cluster(), 0);
+    let two = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 3000], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(4096))).unwrap();
+    assert_eq!((two.cluster(), two.merge_mode()), (2, MergeMode::Cluster));
+    assert_covers(&two);
     // Not when asked for a global merge, without clusters, or above 8 chunks.
     let global = PlanOptions { merge: MergeChoice::Global, ..Default::default() };
     assert_eq!(plan(&shape, &[1024], dev, &KERNEL, &global).unwrap().merge_mode(), MergeMode::InAttention);
     let no_clusters = DeviceInfo { max_cluster: 0, ..*dev };
-    assert_eq!(plan(&shape, &[1024], &no_clusters, &KERNEL, &PlanOptions::default()).unwrap().cluster(), 0);
-    let many = plan(&DecodeShape::bf16(1, 8, 1, 128, 1, 8192), &[8192], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(512))).unwrap();
+    assert_eq!(plan(&shape, &[1024], &no_clusters, &KERNEL, &clusters).unwrap().cluster(), 0);
+    let many = plan(&DecodeShape::bf16(1, 8, 1, 128, 1, 8192), &[8192], dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(512)) }).unwrap();
     assert_eq!((many.cluster(), many.max_splits()), (0, 16));
 }
 

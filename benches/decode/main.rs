@@ -96,8 +96,9 @@ struct Args {
     /// with --paged (its pools are built from NHD rows).
     #[arg(long, value_enum, default_value = "nhd")]
     layout: CacheLayout,
-    /// Split merge: auto (in a thread-block cluster when a sequence's chunks
-    /// fit one, else through global memory) or global (never in a cluster).
+    /// Split merge: auto (in a thread-block cluster for two chunks per
+    /// sequence, else through global memory), cluster (in a cluster when a
+    /// sequence's chunks fit one) or global (never in a cluster).
     #[arg(long, value_enum, default_value = "auto")]
     merge: MergeArg,
     /// Appended to the output file names (several runs in one directory).
@@ -111,6 +112,7 @@ struct Args {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum MergeArg {
     Auto,
+    Cluster,
     Global,
 }
 
@@ -118,6 +120,7 @@ impl MergeArg {
     fn choice(self) -> MergeChoice {
         match self {
             MergeArg::Auto => MergeChoice::Auto,
+            MergeArg::Cluster => MergeChoice::Cluster,
             MergeArg::Global => MergeChoice::Global,
         }
     }
@@ -284,6 +287,9 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
     let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice() };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
+    if let Some(resident) = attn.resident_clusters(&plan).map_err(|e| e.to_string())? {
+        println!("  {} clusters of {} blocks, {resident} resident at once", plan.grid().0 / plan.cluster(), plan.cluster());
+    }
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
 
     // Enough copies that their total is ≥ 4× L2 (at least two), within 60 %

@@ -34,24 +34,57 @@ const _: () = assert!(std::mem::size_of::<LaunchAttribute>() == 72);
 const _: () = assert!(std::mem::size_of::<LaunchConfig>() == 56);
 
 type LaunchKernelEx = unsafe extern "C" fn(*const LaunchConfig, cuda::CUfunction, *mut *mut c_void, *mut *mut c_void) -> cuda::CUresult;
+type MaxActiveClusters = unsafe extern "C" fn(*mut i32, cuda::CUfunction, *const LaunchConfig) -> cuda::CUresult;
 
-/// The driver's `cuLaunchKernelEx`, or `None` when it has none (drivers
-/// before CUDA 12): plans then merge through global memory.
+/// The driver's `cuLaunchKernelEx` and `cuOccupancyMaxActiveClusters`, or
+/// `None` when it lacks them (drivers before CUDA 12): plans then merge
+/// through global memory.
 #[derive(Clone, Copy)]
-pub(crate) struct ClusterLauncher(LaunchKernelEx);
+pub(crate) struct ClusterLauncher {
+    launch: LaunchKernelEx,
+    max_active: MaxActiveClusters,
+}
+
+/// A driver entry point of the CUDA 12.0 ABI, or null.
+fn proc_address(name: &CStr) -> *mut c_void {
+    let mut pfn: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a symbol lookup into a local pointer.
+    let status = unsafe { cuda::cuGetProcAddress(name.as_ptr(), &mut pfn, 12000, 0) };
+    if status == cuda::CUresult::CUDA_SUCCESS {
+        pfn
+    } else {
+        std::ptr::null_mut()
+    }
+}
 
 impl ClusterLauncher {
     pub(crate) fn load() -> Option<Self> {
-        let name: &CStr = c"cuLaunchKernelEx";
-        let mut pfn: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a symbol lookup; the pointer is only used if the driver
-        // returns one for the CUDA 12.0 ABI of that symbol.
-        let status = unsafe { cuda::cuGetProcAddress(name.as_ptr(), &mut pfn, 12000, 0) };
-        if status != cuda::CUresult::CUDA_SUCCESS || pfn.is_null() {
+        let (launch, max_active) = (proc_address(c"cuLaunchKernelEx"), proc_address(c"cuOccupancyMaxActiveClusters"));
+        if launch.is_null() || max_active.is_null() {
             return None;
         }
-        // SAFETY: the driver's cuLaunchKernelEx has this signature in CUDA 12.
-        Some(ClusterLauncher(unsafe { std::mem::transmute::<*mut c_void, LaunchKernelEx>(pfn) }))
+        // SAFETY: the driver's entry points have these signatures in CUDA 12.
+        unsafe {
+            Some(ClusterLauncher {
+                launch: std::mem::transmute::<*mut c_void, LaunchKernelEx>(launch),
+                max_active: std::mem::transmute::<*mut c_void, MaxActiveClusters>(max_active),
+            })
+        }
+    }
+
+    /// How many clusters of `cluster` blocks of this shape can be resident
+    /// at once (`cuOccupancyMaxActiveClusters`).
+    ///
+    /// # Safety
+    /// `func` must be a function of the current context.
+    pub(crate) unsafe fn max_active_clusters(&self, func: cuda::CUfunction, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32) -> Result<u32, cuda::CUresult> {
+        let mut attr = cluster_attribute(cluster);
+        let config = launch_config(grid, threads, smem, std::ptr::null_mut(), &mut attr);
+        let mut n = 0i32;
+        match (self.max_active)(&mut n, func, &config) {
+            cuda::CUresult::CUDA_SUCCESS => Ok(n.max(0) as u32),
+            e => Err(e),
+        }
     }
 
     /// Launches `func` as clusters of `cluster` blocks along x (`grid.0` a
@@ -70,17 +103,18 @@ impl ClusterLauncher {
         stream: cuda::CUstream,
         args: *mut *mut c_void,
     ) -> cuda::CUresult {
-        let mut value = [0u32; 16];
-        value[..3].copy_from_slice(&[cluster, 1, 1]);
-        let mut attr = LaunchAttribute { id: ATTRIBUTE_CLUSTER_DIMENSION, _pad: 0, value };
-        let config = LaunchConfig {
-            grid: [grid.0, grid.1, grid.2],
-            block: [threads, 1, 1],
-            shared_mem_bytes: smem,
-            stream,
-            attrs: &mut attr,
-            num_attrs: 1,
-        };
-        (self.0)(&config, func, args, std::ptr::null_mut())
+        let mut attr = cluster_attribute(cluster);
+        let config = launch_config(grid, threads, smem, stream, &mut attr);
+        (self.launch)(&config, func, args, std::ptr::null_mut())
     }
+}
+
+fn cluster_attribute(cluster: u32) -> LaunchAttribute {
+    let mut value = [0u32; 16];
+    value[..3].copy_from_slice(&[cluster, 1, 1]);
+    LaunchAttribute { id: ATTRIBUTE_CLUSTER_DIMENSION, _pad: 0, value }
+}
+
+fn launch_config(grid: (u32, u32, u32), threads: u32, smem: u32, stream: cuda::CUstream, attr: &mut LaunchAttribute) -> LaunchConfig {
+    LaunchConfig { grid: [grid.0, grid.1, grid.2], block: [threads, 1, 1], shared_mem_bytes: smem, stream, attrs: attr, num_attrs: 1 }
 }

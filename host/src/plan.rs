@@ -121,13 +121,22 @@ pub enum VariantChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MergeChoice {
     /// In a thread-block cluster ([`MergeMode::Cluster`]) when the device
-    /// has clusters and no sequence has more chunks than a cluster has
-    /// blocks; else through global memory ([`merge_mode`]).
+    /// has clusters and no sequence has more than [`AUTO_CLUSTER_MAX`]
+    /// chunks; else through global memory ([`merge_mode`]).
     #[default]
     Auto,
+    /// In a cluster whenever no sequence has more chunks than the device's
+    /// largest cluster (`DeviceInfo::max_cluster`); else as `Auto`.
+    Cluster,
     /// Through fp32 partials in global memory, never in a cluster.
     Global,
 }
+
+/// Most chunks per sequence the `Auto` merge puts in a cluster. Measured on
+/// an H100 (docs/perf.md, "Cluster merge"): clusters of 2 are 1-4.5 %
+/// faster than the global merge (grid B (128, 2K), A B=64, int4 A B=128);
+/// clusters of 4 and 8 were up to 1.5× slower on most rows.
+pub const AUTO_CLUSTER_MAX: u32 = 2;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanOptions {
@@ -838,11 +847,16 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
 }
 
 /// Blocks per cluster of a cluster merge for sequences of up to `chunks`
-/// chunks: `chunks` itself when the options allow clusters, the sequences
-/// split and a cluster of that size fits the device; else 0 (merge through
-/// global memory).
+/// chunks: `chunks` itself when the sequences split, the options allow a
+/// cluster that large ([`MergeChoice`]) and the device has one; else 0
+/// (merge through global memory).
 pub fn cluster_size(chunks: u32, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
-    if opts.merge == MergeChoice::Auto && chunks > 1 && chunks <= dev.max_cluster {
+    let most = match opts.merge {
+        MergeChoice::Auto => AUTO_CLUSTER_MAX.min(dev.max_cluster),
+        MergeChoice::Cluster => dev.max_cluster,
+        MergeChoice::Global => 0,
+    };
+    if chunks > 1 && chunks <= most {
         chunks
     } else {
         0

@@ -275,6 +275,22 @@ impl DecodeAttention {
         driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, cluster, stream, args.as_mut_ptr()))
     }
 
+    /// How many of a cluster-merge plan's clusters can be resident at once
+    /// on this device (`cuOccupancyMaxActiveClusters`; `None` for plans
+    /// without clusters): fewer than the grid has means a second wave.
+    pub fn resident_clusters(&self, plan: &Plan) -> Result<Option<u32>> {
+        if plan.cluster <= 1 {
+            return Ok(None);
+        }
+        let shape = &plan.shape;
+        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).ok_or_else(|| Error::Unsupported("no kernel for this plan".into()))?;
+        let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
+        let launcher = self.cluster_launcher.ok_or_else(|| Error::Unsupported("clusters: this driver has no cuLaunchKernelEx".into()))?;
+        // SAFETY: an occupancy query on a function of this module.
+        let n = unsafe { launcher.max_active_clusters(func, plan.grid(), plan.block_threads(), plan.smem_bytes, plan.cluster) };
+        n.map(Some).map_err(|code| Error::Driver { call: "cuOccupancyMaxActiveClusters", code: code as u32 })
+    }
+
     /// Plans one decode step (CPU only; see [`plan::plan`]).
     pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
         let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
