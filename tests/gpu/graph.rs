@@ -250,6 +250,9 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     if case.name.contains("global-merge") && plan.merge_mode() != decode_attn::MergeMode::InAttention {
         return Err(format!("merge mode {:?}: the case is named for the global merge in the attention kernel", plan.merge_mode()));
     }
+    if case.name.contains("cluster-merge") && plan.merge_mode() != decode_attn::MergeMode::Cluster {
+        return Err(format!("merge mode {:?}: the case is named for the cluster merge", plan.merge_mode()));
+    }
     if case.name.contains("merge-kernel") && plan.merge_mode() != decode_attn::MergeMode::Kernel {
         return Err(format!("merge mode {:?}: the case is named for the merge kernel", plan.merge_mode()));
     }
@@ -359,6 +362,20 @@ pub fn cases() -> Vec<GraphCase> {
             start_lens: vec![1, 37, 700, 1500],
             split: SplitPolicy::Auto,
         });
+        // Chunks of 256 keys: 7 per sequence at capacity, one cluster of 7
+        // blocks each, of which 1 to 7 are live as the lengths grow (the
+        // chunks past a length exit at once); contiguous and paged.
+        for (paging, layout) in [(None, "contiguous"), (Some(Paging::new(16, TokenMajor)), "paged16-token-major")] {
+            out.push(GraphCase {
+                name: format!("graph-replay/{}/{layout}-cluster-merge/q2/{STEPS}-steps", format.name()),
+                format,
+                dtype,
+                q_len: 2,
+                paging,
+                start_lens: vec![2, 37, 300, 1500],
+                split: SplitPolicy::ChunkKeys(256),
+            });
+        }
         // One-stage chunks of 32 rows: 18 to 36 slots (≥ 295 KB a block),
         // so the capacity plan merges with the merge kernel.
         out.push(GraphCase {
