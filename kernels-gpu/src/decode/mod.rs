@@ -76,15 +76,27 @@ pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
     Some((item, seq_len))
 }
 
-/// Keeps the work item's sequence, partial slot and the sequence's length
-/// for the epilogue in the block's last shared-memory bytes
-/// (`DecodeParams::item_smem`), which no stage or epilogue buffer reaches;
-/// the barriers between here and the epilogue make the store visible to
-/// every thread.
+/// Keeps the work item's sequence and partial slot for the epilogue in the
+/// block's last shared-memory bytes (`DecodeParams::item_smem`), which no
+/// stage or epilogue buffer reaches; the barriers between here and the
+/// epilogue make the store visible to every thread.
 #[inline(always)]
-pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, seq_len: u32, tid: u32) {
+pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
     if tid == 0 {
-        shared::st_shared_v4_u32(shared::dynamic_smem_base() + p.item_smem, [item.batch, item.partial_slot, seq_len, 0]);
+        shared::st_shared_v2_u32(shared::dynamic_smem_base() + p.item_smem, [item.batch, item.partial_slot]);
+    }
+}
+
+/// Cluster plans: keeps the sequence's length (which chunks of the cluster
+/// are live) beside the item for the cluster merge. Called after the
+/// pipeline's first copies are issued: the length is a load that depends
+/// on the work item's, and thread 0 storing it any earlier held its warp's
+/// copies back by that load's latency (+0.3-0.6 µs on the smallest rows,
+/// docs/perf.md).
+#[inline(always)]
+pub(crate) unsafe fn keep_seq_len(p: &DecodeParams, seq_len: u32, tid: u32) {
+    if p.cluster > 1 && tid == 0 {
+        shared::st_shared_u32(shared::dynamic_smem_base() + p.item_smem + 8, seq_len);
     }
 }
 
@@ -139,7 +151,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_k = warp / p.warps_m;
 
     let Some((item, seq_len)) = block_work(p) else { return };
-    keep_item(p, &item, seq_len, tid);
+    keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -176,6 +188,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
     let pipe = Pipeline::<F, D, PAGED, true>::new(p, item, kvh, smem);
     pipe.prefetch();
+    keep_seq_len(p, seq_len, tid);
 
     // Per-row factors of the scores: the softmax scale (base 2), times the
     // power of two a converted Q row was scaled down by.

@@ -20,7 +20,7 @@
 use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, keep_item, convert_q, epilogue, mask_from, qo_row_addr, row_info};
+use super::{block_kv_head, block_work, keep_item, keep_seq_len, convert_q, epilogue, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -40,7 +40,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let warp_k = tid / 32;
 
     let Some((item, seq_len)) = block_work(p) else { return };
-    keep_item(p, &item, seq_len, tid);
+    keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -55,6 +55,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let smem = shared::dynamic_smem_base();
     let pipe = Pipeline::<F, D, PAGED, false>::new(p, item, kvh, smem);
     pipe.prefetch();
+    keep_seq_len(p, seq_len, tid);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];
