@@ -250,8 +250,8 @@ pub struct Plan {
     /// Attention blocks resident per SM with this configuration.
     pub(crate) blocks_per_sm: u32,
     /// Blocks per cluster of a cluster merge ([`MergeMode::Cluster`]: every
-    /// sequence has this many work items, chunks past its end empty); 0
-    /// when sequences merge through global memory.
+    /// sequence has this many work items, chunks past its end empty; a
+    /// power of two); 0 when sequences merge through global memory.
     pub(crate) cluster: u32,
     pub(crate) layout: WorkspaceLayout,
 }
@@ -408,7 +408,8 @@ impl Plan {
             return chunks_per_seq;
         }
         if self.cluster > 1 {
-            return self.cluster;
+            // A cluster's ranks past a sequence's chunks are empty.
+            return self.seq_lens.iter().map(|&l| l.div_ceil(self.chunk_keys)).max().unwrap_or(1);
         }
         self.merges.iter().map(|m| m.num_slots).max().unwrap_or(1)
     }
@@ -847,17 +848,20 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
 }
 
 /// Blocks per cluster of a cluster merge for sequences of up to `chunks`
-/// chunks: `chunks` itself when the sequences split, the options allow a
-/// cluster that large ([`MergeChoice`]) and the device has one; else 0
-/// (merge through global memory).
+/// chunks: the power of two at or above `chunks` (the kernels find their
+/// item with shifts; ranks past a sequence's chunks exit at once) when the
+/// sequences split, the options allow a cluster that large
+/// ([`MergeChoice`]) and the device has one; else 0 (merge through global
+/// memory).
 pub fn cluster_size(chunks: u32, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
     let most = match opts.merge {
         MergeChoice::Auto => AUTO_CLUSTER_MAX.min(dev.max_cluster),
         MergeChoice::Cluster => dev.max_cluster,
         MergeChoice::Global => 0,
     };
-    if chunks > 1 && chunks <= most {
-        chunks
+    let size = chunks.checked_next_power_of_two().unwrap_or(u32::MAX);
+    if chunks > 1 && size <= most {
+        size
     } else {
         0
     }

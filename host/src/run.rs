@@ -522,7 +522,7 @@ impl DecodeAttention {
             chunk_keys: plan.chunk_keys,
             max_seq_len: shape.max_seq_len,
             stages: plan.stages,
-            cluster: plan.cluster,
+            cluster_log2: plan.cluster.max(1).trailing_zeros(),
         };
         let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every

@@ -45,7 +45,7 @@ pub fn assert_covers(p: &decode_attn::Plan) {
 /// once, a cluster's ranks one sequence's chunks.
 pub fn assert_covers_in_clusters(p: &decode_attn::Plan) {
     let c = p.cluster() as usize;
-    assert!((2..=8).contains(&c), "cluster of {c} blocks");
+    assert!((2..=8).contains(&c) && c.is_power_of_two(), "cluster of {c} blocks");
     assert_eq!(p.num_slots(), 0, "a cluster merge has no global partials");
     assert!(p.merges().is_empty());
     assert_eq!(p.work().len(), c * p.seq_lens().len());
@@ -74,7 +74,8 @@ pub fn assert_covers_in_clusters(p: &decode_attn::Plan) {
     let (gx, _, _) = p.grid();
     let mut reached = vec![false; p.work().len() * heads as usize];
     for x in 0..gx {
-        let (item, kvh) = (decode_attn_abi::decode_block_item(x, heads, c as u32), decode_attn_abi::decode_block_kv_head(x, heads, c as u32));
+        let log2 = c.trailing_zeros();
+        let (item, kvh) = (decode_attn_abi::decode_block_item(x, heads, log2), decode_attn_abi::decode_block_kv_head(x, heads, log2));
         assert_eq!(item as usize / c, (x / c as u32 / heads) as usize, "block {x} outside its cluster's sequence");
         assert_eq!(item as usize % c, x as usize % c, "block {x} is not its chunk's rank");
         assert!(!std::mem::replace(&mut reached[item as usize * heads as usize + kvh as usize], true), "(item, head) reached twice");

@@ -120,13 +120,15 @@ pub struct DecodeParams {
     /// [`crate::stages_for`]): no work item has more stages' keys than it
     /// holds. The page-id ring and the Q tile follow them.
     pub stages: u32,
-    /// Cluster merge (0: none): every sequence has exactly `cluster` work
-    /// items (chunks; those past its end empty), launched as one thread-block
-    /// cluster of that many blocks per (sequence, kv head, row chunk), which
-    /// merge their rows through distributed shared memory instead of global
-    /// partials ([`decode_block_item`]). `partial_slot`, `merge` and
-    /// `merge_counters` are then not used.
-    pub cluster: u32,
+    /// Cluster merge: log2 of the blocks per cluster (0: no clusters).
+    /// Every sequence then has exactly `1 << cluster_log2` work items
+    /// (chunks; those past its end empty), launched as one thread-block
+    /// cluster per (sequence, kv head, row chunk), whose blocks merge their
+    /// rows through distributed shared memory instead of global partials
+    /// ([`decode_block_item`]); `merge` and `merge_counters` are not used.
+    /// A power of two so that a block finds its item and kv head with
+    /// shifts: the paged kernels recompute the kv head at every stage.
+    pub cluster_log2: u32,
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -328,25 +330,22 @@ pub const fn decode_grid_x(work_items: u32, num_kv_heads: u32) -> u32 {
     work_items * num_kv_heads
 }
 
-/// The work item of the attention block at grid x index `x`. With a
-/// cluster merge (`cluster` > 1; the plan's `cluster` items per sequence)
-/// the `cluster` blocks of one (sequence, kv head) are consecutive instead
-/// (a cluster spans consecutive x): block x is rank `x % cluster` of
-/// cluster `x / cluster`, whose kv head is the fast index.
-pub const fn decode_block_item(x: u32, num_kv_heads: u32, cluster: u32) -> u32 {
-    if cluster > 1 {
-        (x / cluster / num_kv_heads) * cluster + x % cluster
-    } else {
+/// The work item of the attention block at grid x index `x`: with
+/// `cluster_log2` = 0, item `x / num_kv_heads` (a work item's heads
+/// consecutive); with a cluster merge the `1 << cluster_log2` blocks of one
+/// (sequence, kv head) are consecutive instead (a cluster spans consecutive
+/// x): block x is rank `x mod 2^cluster_log2` of its cluster, whose kv head
+/// is the fast index.
+pub const fn decode_block_item(x: u32, num_kv_heads: u32, cluster_log2: u32) -> u32 {
+    if cluster_log2 == 0 {
         x / num_kv_heads
+    } else {
+        (((x >> cluster_log2) / num_kv_heads) << cluster_log2) | (x & ((1 << cluster_log2) - 1))
     }
 }
 
 /// The kv head of the attention block at grid x index `x` (see
 /// [`decode_block_item`]).
-pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster: u32) -> u32 {
-    if cluster > 1 {
-        (x / cluster) % num_kv_heads
-    } else {
-        x % num_kv_heads
-    }
+pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster_log2: u32) -> u32 {
+    (x >> cluster_log2) % num_kv_heads
 }

@@ -1,5 +1,5 @@
 //! The cluster merge: the blocks of a split sequence run as one
-//! thread-block cluster (one block per chunk, `DecodeParams::cluster`) and
+//! thread-block cluster (one block per chunk, `DecodeParams::cluster_log2`) and
 //! merge their rows through distributed shared memory, with no fp32
 //! partials in global memory, no arrival counter and no second launch.
 //!
@@ -47,12 +47,14 @@ const MAX_CHUNKS: usize = 8;
 /// the cluster calls it, after its rows are in shared memory.
 ///
 /// # Safety
-/// Launched as clusters of `p.cluster` (≤ [`MAX_CHUNKS`]) consecutive
-/// blocks, chunk `rank` in block `rank`; `rows` as [`BlockRows`] documents.
+/// Launched as clusters of `1 << p.cluster_log2` (≤ [`MAX_CHUNKS`])
+/// consecutive blocks, chunk `rank` in block `rank`; `rows` as
+/// [`BlockRows`] documents.
 #[inline(always)]
 pub(crate) unsafe fn merge_in_cluster<H: Half, const D: usize>(p: &DecodeParams, rows: &BlockRows, seq_len: u32) {
-    let live = seq_len.div_ceil(p.chunk_keys).min(p.cluster);
-    let rank = thread::block_idx_x_fresh() % p.cluster;
+    let cluster = 1 << p.cluster_log2;
+    let live = seq_len.div_ceil(p.chunk_keys).min(cluster);
+    let rank = thread::block_idx_x_fresh() & (cluster - 1);
     // Every live block's rows are in its shared memory.
     cluster::sync();
     let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());

@@ -62,7 +62,7 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 /// whole block returns before any barrier.
 #[inline(always)]
 pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster);
+    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster_log2);
     let (item, seq_len) = if p.chunks_per_seq != 0 {
         let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
@@ -95,7 +95,7 @@ pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
 /// docs/perf.md).
 #[inline(always)]
 pub(crate) unsafe fn keep_seq_len(p: &DecodeParams, seq_len: u32, tid: u32) {
-    if p.cluster > 1 && tid == 0 {
+    if p.cluster_log2 > 0 && tid == 0 {
         shared::st_shared_u32(shared::dynamic_smem_base() + p.item_smem + 8, seq_len);
     }
 }
@@ -106,7 +106,7 @@ pub(crate) unsafe fn keep_seq_len(p: &DecodeParams, seq_len: u32, tid: u32) {
 /// kernels a register, 8-byte spills at their caps).
 #[inline(always)]
 pub(crate) fn block_kv_head(p: &DecodeParams) -> u32 {
-    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster)
+    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster_log2)
 }
 
 /// Capacity plans: sequence `batch`'s device length, capped at the capacity
@@ -484,7 +484,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     let kvh = block_kv_head(p);
     let rows_total = p.group * p.q_len;
     let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
-    if p.cluster > 1 && partial_slot != DIRECT_OUTPUT {
+    if p.cluster_log2 > 0 && partial_slot != DIRECT_OUTPUT {
         let seq_len = shared::ld_shared_u32(smem + p.item_smem + 8);
         let rows = cluster::BlockRows { acc, pitch, fin: fin_smem, row0, rows_here, kvh, batch };
         cluster::merge_in_cluster::<F::Query, D>(p, &rows, seq_len);
