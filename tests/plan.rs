@@ -161,6 +161,18 @@ fn sequences_split_into_at_most_a_cluster_of_chunks_merge_in_the_cluster() {
     // A capacity plan's chunks form the same clusters.
     let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &clusters).unwrap();
     assert_eq!((cap.cluster(), cap.num_slots(), cap.merge_mode()), (p.cluster(), 0, MergeMode::Cluster));
+    // At capacity 1700 in chunks of 256: 7 chunks, a cluster of 8, whose
+    // last chunk (past the capacity) is empty; every block's item is a chunk
+    // of its cluster's sequence.
+    let seven = DecodeShape::bf16(4, 8, 2, 128, 2, 1700);
+    let cap = decode_attn::plan::plan_capacity(&seven, dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(256)) }).unwrap();
+    assert_eq!((cap.cluster(), cap.mode()), (8, decode_attn::PlanMode::Capacity { chunks_per_seq: 8 }));
+    let log2 = cap.cluster().trailing_zeros();
+    for x in 0..cap.grid().0 {
+        let item = decode_attn_abi::decode_block_item(x, 2, log2);
+        assert!(item < 4 * 8 && item / 8 == x / 8 / 2, "block {x}: item {item}");
+    }
+    assert_eq!(cap.grid().0 % cap.cluster(), 0);
     // Auto: clusters of two chunks only (larger ones measured slower).
     assert_eq!(plan(&shape, &[1024], dev, &KERNEL, &PlanOptions::default()).unwrap().cluster(), 0);
     let two = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 3000], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(4096))).unwrap();

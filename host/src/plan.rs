@@ -607,12 +607,13 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
     let planned = make_plan(shape, &at_capacity, Vec::new(), dev, kernel, opts)?;
     let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
-    let chunks_per_seq = shape.max_seq_len.div_ceil(chunk_keys);
+    // Each sequence's chunks are one cluster when they fit one (its size a
+    // power of two: the chunks past the capacity, like those past a step's
+    // lengths, exit at once).
+    let cluster = cluster_size(shape.max_seq_len.div_ceil(chunk_keys), dev, opts);
+    let chunks_per_seq = if cluster > 1 { cluster } else { shape.max_seq_len.div_ceil(chunk_keys) };
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
-    // Each sequence's chunks are one cluster when they fit one: blocks of
-    // chunks past a step's lengths exit at once, as without clusters.
-    let cluster = cluster_size(chunks_per_seq, dev, opts);
     let num_slots = if chunks_per_seq > 1 && cluster == 0 { work as u32 } else { 0 };
     // No work list, lengths or merge items: the blocks derive them from the
     // device lengths. The merge counters and partials remain.

@@ -160,7 +160,8 @@ pub struct DecodeAttention {
     /// Keeps the functions below alive.
     _module: Module,
     device: DeviceInfo,
-    kernels: HashMap<(KvFormat, Dtype, u32, Variant, Addressing), KernelInfo>,
+    /// Keyed by (format, dtype, head dim, variant, addressing, cluster merge).
+    kernels: HashMap<(KvFormat, Dtype, u32, Variant, Addressing, bool), KernelInfo>,
     /// Every kernel of the module, looked up once: launching then makes no
     /// driver call but the launch (safe inside a stream capture).
     functions: HashMap<&'static str, cuda::CUfunction>,
@@ -226,7 +227,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing), info);
+            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster), info);
         }
         let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
         let mut functions = HashMap::new();
@@ -242,7 +243,9 @@ impl DecodeAttention {
 
     fn kernel_info(&self, shape: &DecodeShape, variant: Variant) -> Result<KernelInfo> {
         shape.validate()?;
-        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing())).copied().ok_or_else(|| {
+        // Plans are made for the global-merge kernel; a cluster plan's kernel
+        // is checked against its block when it runs.
+        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
                 "no kernel for a {} cache with {} queries at head_dim {}",
                 shape.kv_format.name(),
@@ -271,6 +274,7 @@ impl DecodeAttention {
     unsafe fn launch_clusters<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32, params: &P, stream: RawStream) -> Result<()> {
         let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
         let launcher = self.cluster_launcher.ok_or_else(|| Error::Unsupported("a cluster launch: this driver has no cuLaunchKernelEx".into()))?;
+        ensure(cluster.is_power_of_two() && grid.0 % cluster == 0, "plan", format!("a grid of whole clusters of {cluster} blocks"), grid.0)?;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, cluster, stream, args.as_mut_ptr()))
     }
@@ -283,7 +287,7 @@ impl DecodeAttention {
             return Ok(None);
         }
         let shape = &plan.shape;
-        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).ok_or_else(|| Error::Unsupported("no kernel for this plan".into()))?;
+        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), true).ok_or_else(|| Error::Unsupported("no kernel for this plan".into()))?;
         let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
         let launcher = self.cluster_launcher.ok_or_else(|| Error::Unsupported("clusters: this driver has no cuLaunchKernelEx".into()))?;
         // SAFETY: an occupancy query on a function of this module.
@@ -447,7 +451,7 @@ impl DecodeAttention {
             (PlanMode::Capacity { .. }, Some(step)) => step.check_for(shape)?,
         }
         // The plan's shape was validated by `plan()`; only the lookup is needed.
-        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing())).copied().ok_or_else(|| {
+        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1)).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
         })?;
         ensure(
@@ -524,7 +528,7 @@ impl DecodeAttention {
             stages: plan.stages,
             cluster_log2: plan.cluster.max(1).trailing_zeros(),
         };
-        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing()).expect("kernel looked up above");
+        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1).expect("kernel looked up above");
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe {

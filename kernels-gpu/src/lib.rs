@@ -42,15 +42,15 @@ macro_rules! kv_type {
 }
 
 macro_rules! decode_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident);)*) => {$(
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident, $m:ident);)*) => {$(
         /// Attention over one KV format / dtype / head dim / variant /
-        /// addressing; see `decode::decode` and `decode::decode_narrow`.
+        /// addressing / merge; see `decode::decode` and `decode::decode_narrow`.
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, &p)
+            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, { decode_attn_abi::cluster_merge!($m) }, &p)
         }
     )*};
 }
@@ -62,8 +62,8 @@ macro_rules! paged {
 }
 
 macro_rules! decode_body {
-    (Wide, $t:ty, $d:literal, $paged:expr, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }, $paged>($p) };
-    (Narrow, $t:ty, $d:literal, $paged:expr, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }, $paged>($p) };
+    (Wide, $t:ty, $d:literal, $paged:expr, $cluster:expr, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster>($p) };
+    (Narrow, $t:ty, $d:literal, $paged:expr, $cluster:expr, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster>($p) };
 }
 
 macro_rules! merge_kernels {

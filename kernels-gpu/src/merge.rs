@@ -34,10 +34,10 @@ use crate::state;
 /// `p.merge` and `p.merge_counters` as `DecodeParams` documents them; the
 /// block's partial rows are written.
 #[inline(always)]
-pub(crate) unsafe fn merge_if_last<H: Half, const D: usize>(p: &DecodeParams, rows_here: u32, flag: u32) {
+pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, rows_here: u32, flag: u32) {
     // A block that merges has a work item.
-    let Some((item, seq_len)) = block_work(p) else { return };
-    let (kvh, row0) = (crate::decode::block_kv_head(p), thread::block_idx_z() * p.rows_per_block);
+    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
+    let (kvh, row0) = (crate::decode::block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
     let seq = merge_item(p.merge, item.batch, seq_len, p.q_len, p.chunk_keys, p.chunks_per_seq);
     let index = (item.batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;

@@ -8,124 +8,241 @@
 
 use crate::{Addressing, Dtype, KvFormat, Variant};
 
-/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing)`;
-/// every (format, dtype, head_dim) has both variants and both addressings.
+/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge)`;
+/// every (format, dtype, head_dim) has both variants, both addressings and
+/// both merges: `Global` kernels merge split sequences through global
+/// memory, `Cluster` ones (`decode_cluster_*`) in a thread-block cluster.
+/// The cluster code is compiled only into the `Cluster` kernels: in the
+/// others, at their register caps, it moved ptxas to re-read special
+/// registers in the stage loop (narrow int4-g32: 2 % slower, docs/perf.md).
 #[macro_export]
 macro_rules! decode_kernel_table {
     ($m:ident) => {
         $m! {
-            decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Strided);
-            decode_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Strided);
-            decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Strided);
-            decode_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Strided);
-            decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Strided);
-            decode_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Strided);
-            decode_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Strided);
-            decode_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Strided);
-            decode_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Strided);
-            decode_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Strided);
-            decode_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Strided);
-            decode_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Strided);
-            decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Strided);
-            decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Strided);
-            decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Strided);
-            decode_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Strided);
-            decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Strided);
-            decode_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Strided);
-            decode_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Strided);
-            decode_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Strided);
-            decode_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Strided);
-            decode_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Strided);
-            decode_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Strided);
-            decode_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Strided);
-            decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Strided);
-            decode_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Strided);
-            decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Strided);
-            decode_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Strided);
-            decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Strided);
-            decode_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Strided);
-            decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Strided);
-            decode_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Strided);
-            decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Strided);
-            decode_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Strided);
-            decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Strided);
-            decode_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Strided);
-            decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Strided);
-            decode_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Strided);
-            decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Strided);
-            decode_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Strided);
-            decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Strided);
-            decode_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Strided);
-            decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Strided);
-            decode_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Strided);
-            decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Strided);
-            decode_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Strided);
-            decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Strided);
-            decode_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Strided);
-            decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Strided);
-            decode_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Strided);
-            decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Strided);
-            decode_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Strided);
-            decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Strided);
-            decode_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Strided);
-            decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Strided);
-            decode_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Strided);
-            decode_paged_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Paged);
-            decode_paged_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Paged);
-            decode_paged_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Paged);
-            decode_paged_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Paged);
-            decode_paged_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Paged);
-            decode_paged_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Paged);
-            decode_paged_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Paged);
-            decode_paged_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Paged);
-            decode_paged_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Paged);
-            decode_paged_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Paged);
-            decode_paged_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Paged);
-            decode_paged_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Paged);
-            decode_paged_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Paged);
-            decode_paged_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Paged);
-            decode_paged_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Paged);
-            decode_paged_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Paged);
-            decode_paged_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Paged);
-            decode_paged_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Paged);
-            decode_paged_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Paged);
-            decode_paged_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Paged);
-            decode_paged_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Paged);
-            decode_paged_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Paged);
-            decode_paged_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Paged);
-            decode_paged_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Paged);
-            decode_paged_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Paged);
-            decode_paged_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Paged);
-            decode_paged_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Paged);
-            decode_paged_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Paged);
-            decode_paged_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Paged);
-            decode_paged_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Paged);
-            decode_paged_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Paged);
-            decode_paged_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Paged);
-            decode_paged_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Paged);
-            decode_paged_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Paged);
-            decode_paged_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Paged);
-            decode_paged_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Paged);
-            decode_paged_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Paged);
-            decode_paged_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Paged);
-            decode_paged_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Paged);
-            decode_paged_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Paged);
-            decode_paged_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Paged);
-            decode_paged_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Paged);
+            decode_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Strided, Global);
+            decode_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Strided, Global);
+            decode_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Strided, Global);
+            decode_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Strided, Global);
+            decode_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Strided, Global);
+            decode_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Strided, Global);
+            decode_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Strided, Global);
+            decode_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Strided, Global);
+            decode_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Strided, Global);
+            decode_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Strided, Global);
+            decode_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Strided, Global);
+            decode_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Strided, Global);
+            decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Strided, Global);
+            decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Strided, Global);
+            decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Strided, Global);
+            decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Strided, Global);
+            decode_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Strided, Global);
+            decode_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Strided, Global);
+            decode_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Strided, Global);
+            decode_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Strided, Global);
+            decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Strided, Global);
+            decode_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Strided, Global);
+            decode_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Strided, Global);
+            decode_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Strided, Global);
+            decode_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Strided, Global);
+            decode_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Strided, Global);
+            decode_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Strided, Global);
+            decode_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Strided, Global);
+            decode_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Strided, Global);
+            decode_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Strided, Global);
+            decode_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Strided, Global);
+            decode_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Strided, Global);
+            decode_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Strided, Global);
+            decode_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Strided, Global);
+            decode_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Strided, Global);
+            decode_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Strided, Global);
+            decode_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Strided, Global);
+            decode_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Strided, Global);
+            decode_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Strided, Global);
+            decode_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Strided, Global);
+            decode_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Strided, Global);
+            decode_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Strided, Global);
+            decode_paged_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Paged, Global);
+            decode_paged_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Paged, Global);
+            decode_paged_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Paged, Global);
+            decode_paged_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Paged, Global);
+            decode_paged_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Paged, Global);
+            decode_paged_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Paged, Global);
+            decode_paged_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Paged, Global);
+            decode_paged_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Paged, Global);
+            decode_paged_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Paged, Global);
+            decode_paged_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Paged, Global);
+            decode_paged_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Paged, Global);
+            decode_paged_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Paged, Global);
+            decode_paged_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Paged, Global);
+            decode_paged_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Paged, Global);
+            decode_paged_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Paged, Global);
+            decode_cluster_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Strided, Cluster);
+            decode_cluster_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Strided, Cluster);
+            decode_cluster_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Strided, Cluster);
+            decode_cluster_paged_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_bf16_q_bf16_d256 => (Bf16, Bf16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_f16_q_f16_d64 => (F16, F16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g32_q_bf16_d256 => (Int4G32, Bf16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g32_q_f16_d64 => (Int4G32, F16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g32_q_f16_d256 => (Int4G32, F16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g64_q_bf16_d64 => (Int4G64, Bf16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g64_q_bf16_d256 => (Int4G64, Bf16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g64_q_f16_d64 => (Int4G64, F16, 64, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g64_q_f16_d256 => (Int4G64, F16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g128_q_bf16_d256 => (Int4G128, Bf16, 256, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Paged, Cluster);
+            decode_cluster_paged_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Paged, Cluster);
+            decode_cluster_paged_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Paged, Cluster);
         }
     };
 }
@@ -261,6 +378,8 @@ pub struct DecodeKernel {
     pub head_dim: u32,
     pub variant: Variant,
     pub addressing: Addressing,
+    /// Merges split sequences in a thread-block cluster (`DecodeParams::cluster_log2`).
+    pub cluster: bool,
     pub name: &'static str,
 }
 
@@ -291,8 +410,19 @@ impl DecodeKernel {
     }
 }
 
+/// `true` for a table entry's `Cluster` merge.
+#[macro_export]
+macro_rules! cluster_merge {
+    (Global) => {
+        false
+    };
+    (Cluster) => {
+        true
+    };
+}
+
 macro_rules! decode_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident);)*) => {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident, $m:ident);)*) => {
         /// Every attention kernel in the PTX module.
         pub const DECODE_KERNELS: &[DecodeKernel] = &[$(DecodeKernel {
             format: KvFormat::$f,
@@ -300,6 +430,7 @@ macro_rules! decode_list {
             head_dim: $d,
             variant: Variant::$v,
             addressing: Addressing::$a,
+            cluster: cluster_merge!($m),
             name: stringify!($name),
         },)*];
     };
@@ -319,8 +450,8 @@ merge_kernel_table!(merge_list);
 pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
 
 /// Name of the attention kernel for a (format, dtype, head_dim, variant,
-/// addressing), or `None` when the table has no such kernel.
-pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing) -> Option<&'static str> {
+/// addressing, cluster merge), or `None` when the table has no such kernel.
+pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing, cluster: bool) -> Option<&'static str> {
     let mut i = 0;
     while i < DECODE_KERNELS.len() {
         let k = &DECODE_KERNELS[i];
@@ -329,6 +460,7 @@ pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, v
             && k.head_dim == head_dim
             && k.variant as u32 == variant as u32
             && k.addressing as u32 == addressing as u32
+            && k.cluster == cluster
         {
             return Some(k.name);
         }

@@ -337,15 +337,15 @@ pub const fn decode_grid_x(work_items: u32, num_kv_heads: u32) -> u32 {
 /// x): block x is rank `x mod 2^cluster_log2` of its cluster, whose kv head
 /// is the fast index.
 pub const fn decode_block_item(x: u32, num_kv_heads: u32, cluster_log2: u32) -> u32 {
-    if cluster_log2 == 0 {
-        x / num_kv_heads
-    } else {
-        (((x >> cluster_log2) / num_kv_heads) << cluster_log2) | (x & ((1 << cluster_log2) - 1))
-    }
+    (((x >> cluster_log2) / num_kv_heads) << cluster_log2) | (x & ((1 << cluster_log2) - 1))
 }
 
 /// The kv head of the attention block at grid x index `x` (see
 /// [`decode_block_item`]).
 pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster_log2: u32) -> u32 {
-    (x >> cluster_log2) % num_kv_heads
+    if cluster_log2 == 0 {
+        x % num_kv_heads
+    } else {
+        (x >> cluster_log2) % num_kv_heads
+    }
 }

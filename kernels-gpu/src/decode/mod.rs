@@ -61,8 +61,8 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 /// for an empty item (a capacity-mode chunk past its sequence's end): the
 /// whole block returns before any barrier.
 #[inline(always)]
-pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster_log2);
+pub(crate) unsafe fn block_work<const CLUSTER: bool>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
+    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, cluster_log2::<CLUSTER>(p));
     let (item, seq_len) = if p.chunks_per_seq != 0 {
         let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
@@ -83,7 +83,9 @@ pub(crate) unsafe fn block_work(p: &DecodeParams) -> Option<(WorkItem, u32)> {
 #[inline(always)]
 pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
     if tid == 0 {
-        shared::st_shared_v2_u32(shared::dynamic_smem_base() + p.item_smem, [item.batch, item.partial_slot]);
+        let at = shared::dynamic_smem_base() + p.item_smem;
+        shared::st_shared_u32(at, item.batch);
+        shared::st_shared_u32(at + 4, item.partial_slot);
     }
 }
 
@@ -94,8 +96,8 @@ pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
 /// copies back by that load's latency (+0.3-0.6 µs on the smallest rows,
 /// docs/perf.md).
 #[inline(always)]
-pub(crate) unsafe fn keep_seq_len(p: &DecodeParams, seq_len: u32, tid: u32) {
-    if p.cluster_log2 > 0 && tid == 0 {
+pub(crate) unsafe fn keep_seq_len<const CLUSTER: bool>(p: &DecodeParams, seq_len: u32, tid: u32) {
+    if CLUSTER && tid == 0 {
         shared::st_shared_u32(shared::dynamic_smem_base() + p.item_smem + 8, seq_len);
     }
 }
@@ -105,8 +107,19 @@ pub(crate) unsafe fn keep_seq_len(p: &DecodeParams, seq_len: u32, tid: u32) {
 /// than keep the value live through the loop (held, it cost the tightest
 /// kernels a register, 8-byte spills at their caps).
 #[inline(always)]
-pub(crate) fn block_kv_head(p: &DecodeParams) -> u32 {
-    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads, p.cluster_log2)
+pub(crate) fn block_kv_head<const CLUSTER: bool>(p: &DecodeParams) -> u32 {
+    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads, cluster_log2::<CLUSTER>(p))
+}
+
+/// log2 of the blocks per cluster: the launch's in a `Cluster` kernel, 0
+/// (a constant: no cluster code) in the others.
+#[inline(always)]
+pub(crate) fn cluster_log2<const CLUSTER: bool>(p: &DecodeParams) -> u32 {
+    if CLUSTER {
+        p.cluster_log2
+    } else {
+        0
+    }
 }
 
 /// Capacity plans: sequence `batch`'s device length, capped at the capacity
@@ -139,7 +152,7 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 /// Launched by the host with the grid, block and shared memory the planner
 /// computed for these params (see the module docs), on buffers it validated.
 #[inline(always)]
-pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool>(p: &DecodeParams) {
+pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
     let cfg = const { tile_config(F::FORMAT, D as u32) };
 
@@ -150,10 +163,10 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_m = warp % p.warps_m;
     let warp_k = warp / p.warps_m;
 
-    let Some((item, seq_len)) = block_work(p) else { return };
+    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
-    let kvh = block_kv_head(p);
+    let kvh = block_kv_head::<CLUSTER>(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
 
     let g = lane / 4;
@@ -169,7 +182,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // first (after the pipeline's first loads are in flight).
     let q_conv = const { q_converted(F::FORMAT) };
     let q_smem = const { q_in_smem(D as u32) };
-    let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true>::region_bytes(p);
+    let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true, CLUSTER>::region_bytes(p);
     let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
     let mut qf = [[0u32; 4]; KC];
     if q_conv {
@@ -186,9 +199,9 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     }
 
-    let pipe = Pipeline::<F, D, PAGED, true>::new(p, item, kvh, smem);
+    let pipe = Pipeline::<F, D, PAGED, true, CLUSTER>::new(p, item, kvh, smem);
     pipe.prefetch();
-    keep_seq_len(p, seq_len, tid);
+    keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     // Per-row factors of the scores: the softmax scale (base 2), times the
     // power of two a converted Q row was scaled down by.
@@ -335,7 +348,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, D, CLUSTER>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
 /// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
@@ -424,7 +437,7 @@ unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u3
 /// `acc`, which have `pitch` floats.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
+pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     p: &DecodeParams,
     row0: u32,
     warp_k: u32,
@@ -481,10 +494,10 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
 
     // The work item's sequence and partial slot (`keep_item`).
     let [batch, partial_slot] = shared::ld_shared_v2_u32(smem + p.item_smem);
-    let kvh = block_kv_head(p);
+    let kvh = block_kv_head::<CLUSTER>(p);
     let rows_total = p.group * p.q_len;
     let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
-    if p.cluster_log2 > 0 && partial_slot != DIRECT_OUTPUT {
+    if CLUSTER && partial_slot != DIRECT_OUTPUT {
         let seq_len = shared::ld_shared_u32(smem + p.item_smem + 8);
         let rows = cluster::BlockRows { acc, pitch, fin: fin_smem, row0, rows_here, kvh, batch };
         cluster::merge_in_cluster::<F::Query, D>(p, &rows, seq_len);
@@ -516,6 +529,6 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize>(
     }
     if partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
-        crate::merge::merge_if_last::<F::Query, D>(p, rows_here, acc);
+        crate::merge::merge_if_last::<F::Query, D, CLUSTER>(p, rows_here, acc);
     }
 }

@@ -29,20 +29,20 @@ use crate::state;
 /// As [`super::decode`]: launched with the planner's grid (`rows_per_block`
 /// = 8, `warps_m` = 1), block and shared memory, on validated buffers.
 #[inline(always)]
-pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool>(p: &DecodeParams) {
+pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0) };
     type H<F> = <F as KvFormat>::Compute;
-    let cfg = Pipeline::<F, D, PAGED, false>::CFG;
+    let cfg = Pipeline::<F, D, PAGED, false, CLUSTER>::CFG;
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
     let lane = tid % 32;
     let warp_k = tid / 32;
 
-    let Some((item, seq_len)) = block_work(p) else { return };
+    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
-    let kvh = block_kv_head(p);
+    let kvh = block_kv_head::<CLUSTER>(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
 
     let (g, c) = (lane / 4, lane % 4);
@@ -53,15 +53,15 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let rq = row_info(p, &item, seq_len, kvh, row0, g);
 
     let smem = shared::dynamic_smem_base();
-    let pipe = Pipeline::<F, D, PAGED, false>::new(p, item, kvh, smem);
+    let pipe = Pipeline::<F, D, PAGED, false, CLUSTER>::new(p, item, kvh, smem);
     pipe.prefetch();
-    keep_seq_len(p, seq_len, tid);
+    keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];
     let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
     if const { q_converted(F::FORMAT) } {
-        let q_tile = smem + Pipeline::<F, D, PAGED, false>::region_bytes(p);
+        let q_tile = smem + Pipeline::<F, D, PAGED, false, CLUSTER>::region_bytes(p);
         let q_scales = q_tile + MMA_M * (D as u32) * 2;
         convert_q::<F, D>(p, batch, kvh, row0, p.rows_per_block, q_tile, q_scales, warp_k, nthreads / 32, lane);
         thread::sync_threads();
@@ -170,5 +170,5 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue::<F, D>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue::<F, D, CLUSTER>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }

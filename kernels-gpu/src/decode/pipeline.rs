@@ -32,7 +32,7 @@ use crate::format::KvFormat;
 /// 2 at a time (their page-id reads overlap; 4 took the wide bf16 kernel to
 /// 200 registers, one grid-B block per SM), and strided narrow kernels copy
 /// K's rows then V's — what keeps them at ≤ 128 registers (two blocks per SM).
-pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool> {
+pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool> {
     p: &'a DecodeParams,
     /// Strided kernels: the sequence's rows (paged stages address theirs
     /// through `PagedStage`).
@@ -49,7 +49,7 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
     _format: PhantomData<F>,
 }
 
-impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipeline<'a, F, D, PAGED, WIDE> {
+impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER> {
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32);
     /// Shared memory of the stages and (paged) the page-id ring, sized for
     /// the page size; the Q tile follows.
@@ -152,7 +152,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool> Pipel
         let end = self.item.kv_end;
         if PAGED {
             let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
-            let (p, kvh) = (self.p, super::block_kv_head(self.p));
+            let (p, kvh) = (self.p, super::block_kv_head::<CLUSTER>(self.p));
             // (Only for unquantized formats: in the narrow int4 kernels this
             // second path cost 28-31 registers, past two blocks per SM. The
             // paths stay written out: one copy helper shared by all three
