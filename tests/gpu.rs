@@ -352,14 +352,7 @@ fn main() {
 /// Runs a case twice (fresh NaN poison each time): the error against the
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
-    // Cases named for the global merge never merge in a cluster.
-    let merge = if case.name.contains("global-merge") {
-        decode_attn::MergeChoice::Global
-    } else if case.name.contains("cluster-merge") {
-        decode_attn::MergeChoice::Cluster
-    } else {
-        decode_attn::MergeChoice::Auto
-    };
+    let merge = common::merge_named(&case.name);
     let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
@@ -369,15 +362,7 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
         return check_outputs(&outs, &reference).map(|err| (err, splits));
     }
     let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
-    if case.name.contains("merge-kernel") && plan.merge_mode() != decode_attn::MergeMode::Kernel {
-        return Err(format!("merge mode {:?}: the case is named for the merge kernel", plan.merge_mode()));
-    }
-    if case.name.contains("global-merge") && plan.merge_mode() != decode_attn::MergeMode::InAttention {
-        return Err(format!("merge mode {:?}: the case is named for the global merge in the attention kernel", plan.merge_mode()));
-    }
-    if case.name.contains("cluster-merge") && plan.merge_mode() != decode_attn::MergeMode::Cluster {
-        return Err(format!("merge mode {:?}: the case is named for the cluster merge", plan.merge_mode()));
-    }
+    common::check_merge_named(&case.name, &plan)?;
     if std::env::var_os("GPU_TESTS_VERBOSE").is_some() {
         eprintln!("  plan: grid {:?} block {} smem {} work {:?}", plan.grid(), plan.block_threads(), plan.smem_bytes(), &plan.work()[..plan.work().len().min(4)]);
     }

@@ -757,71 +757,13 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
 
     let max_chunks = seq_lens.iter().map(|&l| chunks_of(l)).max().unwrap_or(1) as u32;
     let cluster = cluster_size(max_chunks, dev, opts);
-    if cluster > 1 {
-        // Every sequence gets `cluster` items (chunk c in cluster rank c,
-        // chunks past its end empty: their blocks exit at once), longest
-        // sequences first.
+    let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
-        let mut order: Vec<usize> = (0..seq_lens.len()).collect();
-        order.sort_by_key(|&b| std::cmp::Reverse(seq_lens[b]));
-        let mut work = Vec::with_capacity(items as usize);
-        for b in order {
-            let len = seq_lens[b];
-            let chunks = chunks_of(len) as u32;
-            for c in 0..cluster {
-                let start = (c as u64 * chunk_keys as u64).min(len as u64);
-                let end = (start + chunk_keys as u64).min(len as u64);
-                let partial_slot = if chunks == 1 { DIRECT_OUTPUT } else { c };
-                work.push(WorkItem { batch: b as u32, kv_start: start as u32, kv_end: end as u32, partial_slot });
-            }
-        }
-        let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, 0, shape)
-            .ok_or_else(|| Error::invalid("seq_lens", "a work list that fits in memory", format!("{} work items", work.len())))?;
-        return Ok(Plan {
-            id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
-            mode: PlanMode::Lengths,
-            shape: shape.clone(),
-            seq_lens: seq_lens.to_vec(),
-            block_table,
-            work,
-            merges: Vec::new(),
-            num_slots: 0,
-            chunk_keys,
-            variant,
-            warps_m,
-            warps_k,
-            rows_per_block,
-            row_chunks,
-            smem_bytes,
-            stages,
-            blocks_per_sm,
-            cluster,
-            layout,
-        });
-    }
-
-    let mut work = Vec::with_capacity(total_items as usize);
-    let mut merges = Vec::new();
-    let mut num_slots = 0u32;
-    for (b, &len) in seq_lens.iter().enumerate() {
-        let chunks = chunks_of(len) as u32;
-        if chunks == 1 {
-            work.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: len, partial_slot: DIRECT_OUTPUT });
-            continue;
-        }
-        merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: chunks, _pad: 0 });
-        for c in 0..chunks {
-            // In u64: near MAX_SEQ_LEN, start + chunk_keys passes u32::MAX.
-            let start = c as u64 * chunk_keys as u64;
-            let end = (start + chunk_keys as u64).min(len as u64);
-            work.push(WorkItem { batch: b as u32, kv_start: start as u32, kv_end: end as u32, partial_slot: num_slots + c });
-        }
-        num_slots += chunks;
-    }
-    // Longest blocks first, so the tail of the grid is short ones.
-    work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
-
+        (cluster_work(seq_lens, chunk_keys, cluster), Vec::new(), 0)
+    } else {
+        global_merge_work(seq_lens, chunk_keys, total_items as usize)
+    };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
 
@@ -843,9 +785,56 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         smem_bytes,
         stages,
         blocks_per_sm,
-        cluster: 0,
+        cluster,
         layout,
     })
+}
+
+/// Work items of a cluster merge: every sequence gets `cluster` items, chunk
+/// c at rank c and chunks past its end empty (their blocks exit at once),
+/// longest sequences first.
+fn cluster_work(seq_lens: &[u32], chunk_keys: u32, cluster: u32) -> Vec<WorkItem> {
+    let mut order: Vec<usize> = (0..seq_lens.len()).collect();
+    order.sort_by_key(|&b| std::cmp::Reverse(seq_lens[b]));
+    let mut work = Vec::with_capacity(seq_lens.len() * cluster as usize);
+    for b in order {
+        let len = seq_lens[b];
+        let chunks = len.div_ceil(chunk_keys.min(len).max(1));
+        for c in 0..cluster {
+            // In u64: near MAX_SEQ_LEN, start + chunk_keys passes u32::MAX.
+            let start = (c as u64 * chunk_keys as u64).min(len as u64);
+            let end = (start + chunk_keys as u64).min(len as u64);
+            let partial_slot = if chunks == 1 { DIRECT_OUTPUT } else { c };
+            work.push(WorkItem { batch: b as u32, kv_start: start as u32, kv_end: end as u32, partial_slot });
+        }
+    }
+    work
+}
+
+/// Work items, merge items and partial-slot count of a merge through
+/// global memory: a chunk per block, a slot per chunk of a split sequence,
+/// longest chunks first (so the tail of the grid is short ones).
+fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: usize) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
+    let mut work = Vec::with_capacity(total_items);
+    let mut merges = Vec::new();
+    let mut num_slots = 0u32;
+    for (b, &len) in seq_lens.iter().enumerate() {
+        let chunks = len.div_ceil(chunk_keys.min(len).max(1));
+        if chunks == 1 {
+            work.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: len, partial_slot: DIRECT_OUTPUT });
+            continue;
+        }
+        merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: chunks, _pad: 0 });
+        for c in 0..chunks {
+            // In u64: near MAX_SEQ_LEN, start + chunk_keys passes u32::MAX.
+            let start = c as u64 * chunk_keys as u64;
+            let end = (start + chunk_keys as u64).min(len as u64);
+            work.push(WorkItem { batch: b as u32, kv_start: start as u32, kv_end: end as u32, partial_slot: num_slots + c });
+        }
+        num_slots += chunks;
+    }
+    work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
+    (work, merges, num_slots)
 }
 
 /// Blocks per cluster of a cluster merge for sequences of up to `chunks`

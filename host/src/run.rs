@@ -1,6 +1,7 @@
 //! The run step: load the module once per context, fill params from a plan,
-//! enqueue the attention kernel (split sequences are merged by their last
-//! block inside it, or by the merge kernel after it, as the plan says);
+//! enqueue the attention kernel (split sequences are merged inside it, by
+//! their last block or by a thread-block cluster per sequence, or by the
+//! merge kernel after it, as the plan says);
 //! capacity plans' blocks read the lengths on the device. No heuristics and
 //! no allocation here. Every entry point exists for `cust` types and for raw
 //! `CUdeviceptr` / `CUstream` handles (the `_raw` methods, for cudarc,

@@ -239,23 +239,9 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let (q_dev, knew_dev, vnew_dev) = (up(&vec![0u8; q_elems * 2])?, up(&vec![0u8; new_elems * 2])?, up(&vec![0u8; new_elems * 2])?);
     let mut o_dev = up(&vec![0u8; q_elems * 2])?;
 
-    let merge = if case.name.contains("global-merge") {
-        decode_attn::MergeChoice::Global
-    } else if case.name.contains("cluster-merge") {
-        decode_attn::MergeChoice::Cluster
-    } else {
-        decode_attn::MergeChoice::Auto
-    };
+    let merge = crate::common::merge_named(&case.name);
     let plan = attn.plan_capacity(&shape, &PlanOptions { split: case.split, merge, ..Default::default() }).map_err(err)?;
-    if case.name.contains("global-merge") && plan.merge_mode() != decode_attn::MergeMode::InAttention {
-        return Err(format!("merge mode {:?}: the case is named for the global merge in the attention kernel", plan.merge_mode()));
-    }
-    if case.name.contains("cluster-merge") && plan.merge_mode() != decode_attn::MergeMode::Cluster {
-        return Err(format!("merge mode {:?}: the case is named for the cluster merge", plan.merge_mode()));
-    }
-    if case.name.contains("merge-kernel") && plan.merge_mode() != decode_attn::MergeMode::Kernel {
-        return Err(format!("merge mode {:?}: the case is named for the merge kernel", plan.merge_mode()));
-    }
+    crate::common::check_merge_named(&case.name, &plan)?;
     let mut ws = Workspace::for_plan(&plan).map_err(err)?;
     let raw = stream.as_inner();
     stream.synchronize().map_err(err)?;

@@ -12,7 +12,8 @@ pub struct WorkItem {
     /// Where the block writes: [`DIRECT_OUTPUT`] for the final output,
     /// otherwise the index of its fp32 partial slot (merged by the sequence's
     /// last block to finish, `DecodeParams::merge_counters`, or by the
-    /// merge kernel).
+    /// merge kernel); with a cluster merge, the chunk's rank in its cluster
+    /// (the rows stay in shared memory).
     pub partial_slot: u32,
 }
 

@@ -15,7 +15,9 @@
 //! O += P·V run on `mma.sync.m16n8k16` with fp32 accumulators and an online
 //! softmax in base 2. At the end the `warps_k` partial states of each row are
 //! merged in shared memory and the block writes either the final output or,
-//! for a split sequence, an fp32 partial plus its log-sum-exp.
+//! for a split sequence, an fp32 partial plus its log-sum-exp; in the
+//! `CLUSTER` kernels a split sequence's blocks are one thread-block cluster
+//! and merge through distributed shared memory instead (`cluster`).
 
 mod cluster;
 mod narrow;
