@@ -409,7 +409,7 @@ impl Plan {
         }
         if self.cluster > 1 {
             // A cluster's ranks past a sequence's chunks are empty.
-            return self.seq_lens.iter().map(|&l| l.div_ceil(self.chunk_keys)).max().unwrap_or(1);
+            return self.seq_lens.iter().map(|&l| chunks_of(l, self.chunk_keys)).max().unwrap_or(1);
         }
         self.merges.iter().map(|m| m.num_slots).max().unwrap_or(1)
     }
@@ -610,8 +610,9 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo,
     // Each sequence's chunks are one cluster when they fit one (its size a
     // power of two: the chunks past the capacity, like those past a step's
     // lengths, exit at once).
-    let cluster = cluster_size(shape.max_seq_len.div_ceil(chunk_keys), dev, opts);
-    let chunks_per_seq = if cluster > 1 { cluster } else { shape.max_seq_len.div_ceil(chunk_keys) };
+    let chunks = chunks_of(shape.max_seq_len, chunk_keys);
+    let cluster = cluster_size(chunks, dev, opts);
+    let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
     let num_slots = if chunks_per_seq > 1 && cluster == 0 { work as u32 } else { 0 };
@@ -750,12 +751,11 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
 
     // Count before building: a tiny chunk over long sequences must be an
     // `Err`, not an allocation failure.
-    let chunks_of = |len: u32| (len as u64).div_ceil(chunk_keys.min(len).max(1) as u64);
-    let total_items = seq_lens.iter().map(|&l| chunks_of(l)).fold(0u64, u64::saturating_add);
+    let total_items = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys) as u64).fold(0u64, u64::saturating_add);
     let param = if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" };
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
-    let max_chunks = seq_lens.iter().map(|&l| chunks_of(l)).max().unwrap_or(1) as u32;
+    let max_chunks = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
     let cluster = cluster_size(max_chunks, dev, opts);
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
@@ -790,6 +790,12 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     })
 }
 
+/// Chunks of `chunk_keys` keys a sequence of `len` keys is split into (one
+/// when `chunk_keys` covers it, `u32::MAX` included; at least one).
+fn chunks_of(len: u32, chunk_keys: u32) -> u32 {
+    len.div_ceil(chunk_keys.min(len).max(1))
+}
+
 /// Work items of a cluster merge: every sequence gets `cluster` items, chunk
 /// c at rank c and chunks past its end empty (their blocks exit at once),
 /// longest sequences first.
@@ -799,7 +805,7 @@ fn cluster_work(seq_lens: &[u32], chunk_keys: u32, cluster: u32) -> Vec<WorkItem
     let mut work = Vec::with_capacity(seq_lens.len() * cluster as usize);
     for b in order {
         let len = seq_lens[b];
-        let chunks = len.div_ceil(chunk_keys.min(len).max(1));
+        let chunks = chunks_of(len, chunk_keys);
         for c in 0..cluster {
             // In u64: near MAX_SEQ_LEN, start + chunk_keys passes u32::MAX.
             let start = (c as u64 * chunk_keys as u64).min(len as u64);
@@ -819,7 +825,7 @@ fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: usize) -> (
     let mut merges = Vec::new();
     let mut num_slots = 0u32;
     for (b, &len) in seq_lens.iter().enumerate() {
-        let chunks = len.div_ceil(chunk_keys.min(len).max(1));
+        let chunks = chunks_of(len, chunk_keys);
         if chunks == 1 {
             work.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: len, partial_slot: DIRECT_OUTPUT });
             continue;

@@ -262,10 +262,20 @@ impl DecodeAttention {
     /// `P` must be the kernel's `#[repr(C)]` params type, and the launch shape
     /// and every address in `params` must be valid for that kernel.
     pub(crate) unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
-        let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
+        let func = self.function(name)?;
         let (gx, gy, gz) = grid;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernel", cuda::cuLaunchKernel(func, gx, gy, gz, threads, 1, 1, smem, stream, args.as_mut_ptr(), std::ptr::null_mut()))
+    }
+
+    /// A function of the module by name.
+    fn function(&self, name: &str) -> Result<cuda::CUfunction> {
+        self.functions.get(name).copied().ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))
+    }
+
+    /// The driver's cluster entry points (none before CUDA 12).
+    fn cluster_launcher(&self) -> Result<ClusterLauncher> {
+        self.cluster_launcher.ok_or_else(|| Error::Unsupported("thread-block clusters: this driver has no cuLaunchKernelEx".into()))
     }
 
     /// [`DecodeAttention::launch`] as clusters of `cluster` blocks along x.
@@ -273,8 +283,7 @@ impl DecodeAttention {
     /// # Safety
     /// As [`DecodeAttention::launch`]; `grid.0` a multiple of `cluster`.
     unsafe fn launch_clusters<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32, params: &P, stream: RawStream) -> Result<()> {
-        let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
-        let launcher = self.cluster_launcher.ok_or_else(|| Error::Unsupported("a cluster launch: this driver has no cuLaunchKernelEx".into()))?;
+        let (func, launcher) = (self.function(name)?, self.cluster_launcher()?);
         ensure(cluster.is_power_of_two() && grid.0 % cluster == 0, "plan", format!("a grid of whole clusters of {cluster} blocks"), grid.0)?;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, cluster, stream, args.as_mut_ptr()))
@@ -287,10 +296,7 @@ impl DecodeAttention {
         if plan.cluster <= 1 {
             return Ok(None);
         }
-        let shape = &plan.shape;
-        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), true).ok_or_else(|| Error::Unsupported("no kernel for this plan".into()))?;
-        let func = *self.functions.get(name).ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))?;
-        let launcher = self.cluster_launcher.ok_or_else(|| Error::Unsupported("clusters: this driver has no cuLaunchKernelEx".into()))?;
+        let (func, launcher) = (self.function(plan_kernel_name(plan)?)?, self.cluster_launcher()?);
         // SAFETY: an occupancy query on a function of this module.
         let n = unsafe { launcher.max_active_clusters(func, plan.grid(), plan.block_threads(), plan.smem_bytes, plan.cluster) };
         n.map(Some).map_err(|code| Error::Driver { call: "cuOccupancyMaxActiveClusters", code: code as u32 })
@@ -529,7 +535,7 @@ impl DecodeAttention {
             stages: plan.stages,
             cluster_log2: plan.cluster.max(1).trailing_zeros(),
         };
-        let name = decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1).expect("kernel looked up above");
+        let name = plan_kernel_name(plan)?;
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe {
@@ -608,4 +614,12 @@ impl DecodeAttention {
         // SAFETY: writes the `batch` lengths of the checked buffer.
         unsafe { self.launch(decode_attn_abi::ADVANCE_KERNEL, (blocks, 1, 1), 256, 0, &params, stream) }
     }
+}
+
+/// The attention kernel that runs `plan` (its cluster-merge twin for
+/// cluster plans).
+fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
+    let shape = &plan.shape;
+    decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1)
+        .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim)))
 }

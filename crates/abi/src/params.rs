@@ -344,9 +344,5 @@ pub const fn decode_block_item(x: u32, num_kv_heads: u32, cluster_log2: u32) -> 
 /// The kv head of the attention block at grid x index `x` (see
 /// [`decode_block_item`]).
 pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster_log2: u32) -> u32 {
-    if cluster_log2 == 0 {
-        x % num_kv_heads
-    } else {
-        (x >> cluster_log2) % num_kv_heads
-    }
+    (x >> cluster_log2) % num_kv_heads
 }

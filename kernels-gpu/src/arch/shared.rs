@@ -123,22 +123,3 @@ pub unsafe fn ld_shared_v2_u32(addr: u32) -> [u32; 2] {
 pub unsafe fn st_shared_u32(addr: u32, v: u32) {
     core::arch::asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
 }
-
-/// `st.shared.v2.b32`.
-///
-/// # Safety
-/// `addr` must be an 8-byte aligned address inside the block's shared memory.
-#[inline(always)]
-pub unsafe fn st_shared_v2_u32(addr: u32, v: [u32; 2]) {
-    core::arch::asm!("st.shared.v2.b32 [{a}], {{{x}, {y}}};", a = in(reg32) addr, x = in(reg32) v[0], y = in(reg32) v[1], options(nostack));
-}
-
-/// `st.shared.v4.b32`.
-///
-/// # Safety
-/// `addr` must be a 16-byte aligned address inside the block's shared memory.
-#[inline(always)]
-pub unsafe fn st_shared_v4_u32(addr: u32, v: [u32; 4]) {
-    core::arch::asm!("st.shared.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}};", a = in(reg32) addr,
-        x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3], options(nostack));
-}
