@@ -52,7 +52,7 @@
 //! ```
 
 pub mod check;
-mod cluster_launch;
+mod launch_ex;
 pub mod error;
 pub mod plan;
 pub mod quant;

@@ -382,6 +382,10 @@ impl Plan {
     pub fn merge_rows_per_block(&self) -> u32 {
         merge_rows_per_block(self.max_splits())
     }
+    /// Threads per merge-kernel block (`decode_attn_abi::merge_threads`).
+    pub fn merge_threads(&self) -> u32 {
+        decode_attn_abi::merge_threads(self.max_splits())
+    }
     /// Merge counters in the workspace: one per (sequence, kv head, row chunk).
     pub fn merge_counters(&self) -> u32 {
         // workspace_layout bounds batch × kv heads × row chunks to u32.

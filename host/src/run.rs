@@ -17,12 +17,12 @@ use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
 use decode_attn_abi::{
-    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_KERNELS, MERGE_THREADS,
+    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_KERNELS,
     QUANT_KERNELS, UTILITY_KERNELS,
 };
 
 use crate::check::{check_buffer, check_buffers, RunBuffers};
-use crate::cluster_launch::ClusterLauncher;
+use crate::launch_ex::{LaunchAttr, LaunchEx};
 use crate::error::{ensure, Error, Result};
 use crate::plan::{self, DeviceInfo, KernelInfo, MergeMode, Plan, PlanMode, PlanOptions};
 use crate::quant::KvTensor;
@@ -168,7 +168,7 @@ pub struct DecodeAttention {
     functions: HashMap<&'static str, cuda::CUfunction>,
     /// `cuLaunchKernelEx`, for cluster-merge plans (`None`: the driver has
     /// none, and `device.max_cluster` is 0).
-    cluster_launcher: Option<ClusterLauncher>,
+    launch_ex: Option<LaunchEx>,
 }
 
 // SAFETY: CUfunction handles are plain driver handles, valid in the module's
@@ -204,9 +204,9 @@ impl DecodeAttention {
             ))?;
         }
         // Clusters: compute capability 9.0+, launched with cuLaunchKernelEx.
-        let cluster_launcher = if device_attr(&dev, DeviceAttribute::ComputeCapabilityMajor)? >= 9 { ClusterLauncher::load() } else { None };
+        let launch_ex = if device_attr(&dev, DeviceAttribute::ComputeCapabilityMajor)? >= 9 { LaunchEx::load() } else { None };
         let device = DeviceInfo {
-            max_cluster: if cluster_launcher.is_some() { 8 } else { 0 },
+            max_cluster: if launch_ex.is_some() { 8 } else { 0 },
             sm_count: device_attr(&dev, DeviceAttribute::MultiprocessorCount)?,
             max_smem_per_block: optin as u32,
             max_smem_per_sm: device_attr(&dev, DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
@@ -235,7 +235,7 @@ impl DecodeAttention {
         for name in names {
             functions.insert(name, module.get_function(name)?.to_raw());
         }
-        Ok(DecodeAttention { _module: module, device, kernels, functions, cluster_launcher })
+        Ok(DecodeAttention { _module: module, device, kernels, functions, launch_ex })
     }
 
     pub fn device_info(&self) -> &DeviceInfo {
@@ -274,8 +274,8 @@ impl DecodeAttention {
     }
 
     /// The driver's cluster entry points (none before CUDA 12).
-    fn cluster_launcher(&self) -> Result<ClusterLauncher> {
-        self.cluster_launcher.ok_or_else(|| Error::Unsupported("thread-block clusters: this driver has no cuLaunchKernelEx".into()))
+    fn cluster_launcher(&self) -> Result<LaunchEx> {
+        self.launch_ex.ok_or_else(|| Error::Unsupported("thread-block clusters: this driver has no cuLaunchKernelEx".into()))
     }
 
     /// [`DecodeAttention::launch`] as clusters of `cluster` blocks along x.
@@ -286,7 +286,23 @@ impl DecodeAttention {
         let (func, launcher) = (self.function(name)?, self.cluster_launcher()?);
         ensure(cluster.is_power_of_two() && grid.0 % cluster == 0, "plan", format!("a grid of whole clusters of {cluster} blocks"), grid.0)?;
         let mut args = [params as *const P as *mut c_void];
-        driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, cluster, stream, args.as_mut_ptr()))
+        driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, LaunchAttr::Cluster(cluster), stream, args.as_mut_ptr()))
+    }
+
+    /// [`DecodeAttention::launch`] of a kernel that reads the results of the
+    /// stream's previous kernel only after `griddepcontrol.wait`: with
+    /// `cuLaunchKernelEx` it is a programmatic dependent launch, whose blocks
+    /// are scheduled while that kernel finishes (it executed
+    /// `griddepcontrol.launch_dependents`) instead of after it; without, a
+    /// plain launch (the wait is then a no-op).
+    ///
+    /// # Safety
+    /// As [`DecodeAttention::launch`].
+    unsafe fn launch_overlapping<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
+        let Some(launcher) = self.launch_ex else { return self.launch(name, grid, threads, smem, params, stream) };
+        let func = self.function(name)?;
+        let mut args = [params as *const P as *mut c_void];
+        driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, LaunchAttr::OverlapPrevious, stream, args.as_mut_ptr()))
     }
 
     /// How many of a cluster-merge plan's clusters can be resident at once
@@ -561,8 +577,9 @@ impl DecodeAttention {
             };
             let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");
             // SAFETY: reads the slots the attention kernel wrote (same
-            // stream, so ordered after it) and writes rows of `o`.
-            unsafe { self.launch(name, grid, MERGE_THREADS, 0, &merge, stream)? };
+            // stream; its blocks read them after `griddepcontrol.wait`, which
+            // waits for the attention grid and its writes) and writes rows of `o`.
+            unsafe { self.launch_overlapping(name, grid, plan.merge_threads(), 0, &merge, stream)? };
         }
         Ok(())
     }

@@ -78,6 +78,13 @@ pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
     // Plans of host lengths: no capacity length is needed (or read).
     let len = if p.chunks_per_seq != 0 { capacity_len(p.seq_lens, b, p.max_seq_len) } else { 0 };
     let seq = merge_item(p.merge, b, len, p.q_len, p.chunk_keys, p.chunks_per_seq);
+    // Launched as a programmatic dependent of the attention kernel, the
+    // block may run before that grid ends: the lengths and merge items were
+    // written before it began, its partials are waited for here. Every block
+    // waits, even one with nothing to merge, so that this grid never ends
+    // before the attention grid (later work in the stream is ordered after
+    // this grid only).
+    thread::wait_for_prerequisites();
     if seq.num_slots <= 1 {
         return;
     }
