@@ -131,11 +131,14 @@ fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel()
     assert!(c.max_splits() > 1);
     assert_eq!(c.merge_mode(), MergeMode::InAttention);
     assert_eq!(c.merge_grid(), None);
+    assert!(!c.overlaps_merge());
     // Grid B (2, 128K): 48 rows per block over ~128 slots, megabytes each.
     let b = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert!(b.max_splits() as u64 * 48 * 128 * 4 > IN_ATTENTION_MERGE_MAX_BYTES);
     assert_eq!(b.merge_mode(), MergeMode::Kernel);
     assert_eq!(b.merge_grid(), Some((2, 48, 1)));
+    // The merge kernel is a programmatic dependent launch of the attention kernel.
+    assert!(b.overlaps_merge());
     // Unsplit plans merge nothing, in either mode.
     let a = plan(&DecodeShape::bf16(512, 8, 1, 128, 1, 8192), &vec![8192; 512], dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!(a.merge_grid(), None);

@@ -382,9 +382,12 @@ impl Plan {
     pub fn merge_rows_per_block(&self) -> u32 {
         merge_rows_per_block(self.max_splits())
     }
-    /// Threads per merge-kernel block (`decode_attn_abi::merge_threads`).
-    pub fn merge_threads(&self) -> u32 {
-        decode_attn_abi::merge_threads(self.max_splits())
+    /// Whether the merge kernel is launched as a programmatic dependent of
+    /// the attention kernel (its blocks take the SMs the attention blocks
+    /// leave, with no launch gap; `DecodeAttention` falls back to a plain
+    /// launch on drivers without `cuLaunchKernelEx`).
+    pub fn overlaps_merge(&self) -> bool {
+        self.merge_grid().is_some()
     }
     /// Merge counters in the workspace: one per (sequence, kv head, row chunk).
     pub fn merge_counters(&self) -> u32 {

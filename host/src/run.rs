@@ -17,7 +17,7 @@ use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
 use decode_attn_abi::{
-    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_KERNELS,
+    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_KERNELS, MERGE_THREADS,
     QUANT_KERNELS, UTILITY_KERNELS,
 };
 
@@ -579,7 +579,13 @@ impl DecodeAttention {
             // SAFETY: reads the slots the attention kernel wrote (same
             // stream; its blocks read them after `griddepcontrol.wait`, which
             // waits for the attention grid and its writes) and writes rows of `o`.
-            unsafe { self.launch_overlapping(name, grid, plan.merge_threads(), 0, &merge, stream)? };
+            unsafe {
+                if plan.overlaps_merge() {
+                    self.launch_overlapping(name, grid, MERGE_THREADS, 0, &merge, stream)?
+                } else {
+                    self.launch(name, grid, MERGE_THREADS, 0, &merge, stream)?
+                }
+            };
         }
         Ok(())
     }

@@ -51,12 +51,6 @@ macro_rules! decode_kernels {
         /// Launched only by the host library, with the planner's launch shape.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            // A merge kernel launched after this one (programmatic dependent
-            // launch) may be scheduled as soon as every block has started;
-            // it waits for this grid's partials itself (`griddepcontrol.wait`).
-            if !decode_attn_abi::cluster_merge!($m) {
-                arch::thread::launch_dependents();
-            }
             decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, { decode_attn_abi::cluster_merge!($m) }, &p)
         }
     )*};

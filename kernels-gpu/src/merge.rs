@@ -13,7 +13,11 @@
 //! - the merge kernel (`merge_kernel`), one block per 1–4 output rows (fewer
 //!   for more slots), for plans whose merges would make that one block the
 //!   tail (many slots of many rows: grid B's 128 splits of 48 rows, 3 MB per
-//!   block).
+//!   block). The host launches it as a programmatic dependent of the
+//!   attention kernel, whose blocks execute `griddepcontrol.launch_dependents`
+//!   before writing their rows: the merge blocks are scheduled as the
+//!   attention blocks finish, with no launch gap, and wait for the partials
+//!   with `griddepcontrol.wait`.
 
 use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
 

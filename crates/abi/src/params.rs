@@ -169,7 +169,7 @@ pub const fn capacity_merge_item(batch: u32, seq_len: u32, q_len: u32, chunk_key
 /// Grid: x = sequence (its [`MergeItem`]; `num_slots` ≤ 1: nothing to do),
 /// y = min(ceil(q_len * num_q_heads / rows_per_block), 65535) groups of
 /// `rows_per_block` output rows, a grid-stride loop over the rest. Block:
-/// [`merge_threads`] threads.
+/// [`MERGE_THREADS`] threads.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct MergeParams {
@@ -204,19 +204,10 @@ pub const fn merge_rows_per_block(max_slots: u32) -> u32 {
     }
 }
 
-/// Threads of a merge-kernel block for sequences of up to `max_slots`
-/// partials: 128, and from 33 slots up to 512, so that the lanes summing one
-/// output's slots (up to 32 of them, `merge::merge_rows`) each load at most
-/// 8 slots: one batch of loads in flight instead of up to 4 in turn.
-pub const fn merge_threads(max_slots: u32) -> u32 {
-    if max_slots <= 32 {
-        128
-    } else if max_slots <= 64 {
-        256
-    } else {
-        512
-    }
-}
+/// Threads of a merge-kernel block. (256 and 512 for sequences of 33+
+/// slots, one batch of loads per lane instead of 2-4, measured 1-2 µs
+/// slower on grid B (64K, 4) and (128K, 2): docs/perf.md.)
+pub const MERGE_THREADS: u32 = 128;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);

@@ -505,6 +505,15 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
         cluster::merge_in_cluster::<F::Query, D>(p, &rows, seq_len);
         return;
     }
+    // A merge kernel launched after this grid (programmatic dependent
+    // launch) may be scheduled once every block got here: its blocks then
+    // take the SMs this grid's blocks leave, with no launch gap, and wait
+    // for the partials themselves (`griddepcontrol.wait`). (Triggered at
+    // block start instead, the merge blocks were packed onto the few SMs
+    // free at that moment: grid B (128K, 2) +4 µs, docs/perf.md.)
+    if !CLUSTER {
+        thread::launch_dependents();
+    }
     let quads_per_row = (D / 4) as u32;
     let mut idx = tid;
     while idx < rows_here * quads_per_row {
