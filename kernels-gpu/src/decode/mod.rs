@@ -317,13 +317,16 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     pipe.drain();
 
     let rows = [ra, rb];
-    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool| {
+    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
         if F::V_DIMS_INTERLEAVED {
             // Tiles 2m / 2m+1 hold the even / odd dims of 16m..16m+16:
             // this thread's four are the consecutive dims 16m + 4c ..+4.
             for m in 0..NT / 2 {
                 let (even, odd) = (&o[2 * m], &o[2 * m + 1]);
                 for (r, row) in rows.iter().enumerate() {
+                    if !live[r] {
+                        continue;
+                    }
                     let addr = acc + 4 * (row.local * pitch + 16 * m as u32 + 4 * (lane % 4));
                     let sc = scale[r];
                     let mut v = [even[2 * r] * sc, odd[2 * r] * sc, even[2 * r + 1] * sc, odd[2 * r + 1] * sc];
@@ -337,6 +340,9 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         } else {
             for (nt, frag) in o.iter().enumerate() {
                 for (r, row) in rows.iter().enumerate() {
+                    if !live[r] {
+                        continue;
+                    }
                     let addr = acc + 4 * (row.local * pitch + F::o_pair(nt as u32, lane % 4));
                     let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
                     if add {
@@ -434,9 +440,11 @@ unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u3
 /// Merges the `warps_k` states of each row in shared memory (the pipeline's
 /// buffers are free now) and writes the block's rows. Each thread holds two
 /// rows' states (`m`, `l`: equal on every lane that holds the row, the
-/// `publisher` lanes write them); `store(acc, pitch, scale, add)` writes (or
-/// adds) its accumulators, times each row's `scale`, into the fp32 rows at
-/// `acc`, which have `pitch` floats.
+/// `publisher` lanes write them); `store(acc, pitch, scale, add, live)` writes
+/// (or adds) its accumulators, times each row's `scale`, into the fp32 rows
+/// at `acc`, which have `pitch` floats, for the rows that are `live` (rows
+/// past the block's last are never read: an MHA block's 16-row tile holds
+/// one).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
@@ -448,7 +456,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     m: [f32; 2],
     l: [f32; 2],
     smem: u32,
-    store: impl Fn(u32, u32, [f32; 2], bool),
+    store: impl Fn(u32, u32, [f32; 2], bool, [bool; 2]),
 ) {
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -487,9 +495,12 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     }
 
     // Sum the rescaled accumulators, one warp_k at a time (deterministic).
+    let rows_total = p.group * p.q_len;
+    let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
+    let live = [rows[0].local < rows_here, rows[1].local < rows_here];
     for k in 0..p.warps_k {
         if warp_k == k {
-            store(acc, pitch, my_scale, k > 0);
+            store(acc, pitch, my_scale, k > 0, live);
         }
         thread::sync_threads();
     }
@@ -497,8 +508,6 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     // The work item's sequence and partial slot (`keep_item`).
     let [batch, partial_slot] = shared::ld_shared_v2_u32(smem + p.item_smem);
     let kvh = block_kv_head::<CLUSTER>(p);
-    let rows_total = p.group * p.q_len;
-    let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
     if CLUSTER && partial_slot != DIRECT_OUTPUT {
         let seq_len = shared::ld_shared_u32(smem + p.item_smem + 8);
         let rows = cluster::BlockRows { acc, pitch, fin: fin_smem, row0, rows_here, kvh, batch };

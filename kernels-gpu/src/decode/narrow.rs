@@ -154,11 +154,14 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     pipe.drain();
 
     let rows = [ra, rb];
-    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool| {
+    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
         for (np, frag) in o.iter().enumerate() {
             for half in 0..2 {
                 let dim = F::v_dim(2 * np as u32 + half as u32, g);
                 for (r, row) in rows.iter().enumerate() {
+                    if !live[r] {
+                        continue;
+                    }
                     let addr = acc + 4 * (row.local * pitch + dim);
                     let mut v = frag[2 * half + r] * scale[r];
                     if add {
