@@ -324,7 +324,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
             for m in 0..NT / 2 {
                 let (even, odd) = (&o[2 * m], &o[2 * m + 1]);
                 for (r, row) in rows.iter().enumerate() {
-                    if !live[r] {
+                    if !CLUSTER && !live[r] {
                         continue;
                     }
                     let addr = acc + 4 * (row.local * pitch + 16 * m as u32 + 4 * (lane % 4));
@@ -340,7 +340,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         } else {
             for (nt, frag) in o.iter().enumerate() {
                 for (r, row) in rows.iter().enumerate() {
-                    if !live[r] {
+                    if !CLUSTER && !live[r] {
                         continue;
                     }
                     let addr = acc + 4 * (row.local * pitch + F::o_pair(nt as u32, lane % 4));
@@ -437,6 +437,18 @@ unsafe fn q_fragment<const D: usize>(q_tile: u32, warp_m: u32, kc: u32, lane: u3
     mma::ldmatrix_x4(q_tile + swizzled(row, kc * 2 + j / 2, (D * 2) as u32))
 }
 
+/// Query rows of the block whose first row is `row0` (the last row chunk
+/// may hold fewer than `rows_per_block`).
+#[inline(always)]
+fn rows_here(p: &DecodeParams, row0: u32) -> u32 {
+    let rows_total = p.group * p.q_len;
+    if rows_total - row0 < p.rows_per_block {
+        rows_total - row0
+    } else {
+        p.rows_per_block
+    }
+}
+
 /// Merges the `warps_k` states of each row in shared memory (the pipeline's
 /// buffers are free now) and writes the block's rows. Each thread holds two
 /// rows' states (`m`, `l`: equal on every lane that holds the row, the
@@ -495,12 +507,16 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     }
 
     // Sum the rescaled accumulators, one warp_k at a time (deterministic).
-    let rows_total = p.group * p.q_len;
-    let rows_here = if rows_total - row0 < p.rows_per_block { rows_total - row0 } else { p.rows_per_block };
-    // (The cluster kernels store every row, as before: with the test the
-    // narrow int4-g32 one ran grid A B=128 2 % slower, its key loop
-    // unchanged; its rows are all live on that grid anyway.)
-    let live = if CLUSTER { [true; 2] } else { [rows[0].local < rows_here, rows[1].local < rows_here] };
+    // (The cluster kernels store every row and compute nothing for the test,
+    // as before it: with the test, ptxas allocated the whole narrow int4-g32
+    // cluster kernel's registers differently and grid A B=128 ran 3 %
+    // slower, its key loop unchanged; its rows are all live on that grid.)
+    let live = if CLUSTER {
+        [true; 2]
+    } else {
+        let rows_here = rows_here(p, row0);
+        [rows[0].local < rows_here, rows[1].local < rows_here]
+    };
     for k in 0..p.warps_k {
         if warp_k == k {
             store(acc, pitch, my_scale, k > 0, live);
@@ -511,6 +527,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     // The work item's sequence and partial slot (`keep_item`).
     let [batch, partial_slot] = shared::ld_shared_v2_u32(smem + p.item_smem);
     let kvh = block_kv_head::<CLUSTER>(p);
+    let rows_here = rows_here(p, row0);
     if CLUSTER && partial_slot != DIRECT_OUTPUT {
         let seq_len = shared::ld_shared_u32(smem + p.item_smem + 8);
         let rows = cluster::BlockRows { acc, pitch, fin: fin_smem, row0, rows_here, kvh, batch };

@@ -159,7 +159,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             for half in 0..2 {
                 let dim = F::v_dim(2 * np as u32 + half as u32, g);
                 for (r, row) in rows.iter().enumerate() {
-                    if !live[r] {
+                    if !CLUSTER && !live[r] {
                         continue;
                     }
                     let addr = acc + 4 * (row.local * pitch + dim);
