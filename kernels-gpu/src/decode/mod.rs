@@ -517,9 +517,23 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
         let rows_here = rows_here(p, row0);
         [rows[0].local < rows_here, rows[1].local < rows_here]
     };
-    for k in 0..p.warps_k {
-        if warp_k == k {
-            store(acc, pitch, my_scale, k > 0, live);
+    // Where the block's shared memory has room for one slice per warp past
+    // the row states (it is free after the key loop), every warp stores its
+    // tile at once and the output loop adds the slices in warp order, the
+    // same sums as one warp at a time, with one barrier instead of
+    // `warps_k` (the cluster kernels keep the loop: their merge reads one
+    // summed tile).
+    let slice = p.rows_per_block * pitch;
+    let slices = fin_smem + 8 * block_rows;
+    let parallel = !CLUSTER && p.warps_k > 1 && slices + 4 * (p.warps_k - 1) * slice <= smem + p.item_smem;
+    let slice_at = |k: u32| if k == 0 { acc } else { slices + 4 * (k - 1) * slice };
+    // (One call of `store`: a second one left the closure out of line and
+    // the accumulators in local memory.)
+    let rounds = if parallel { 1 } else { p.warps_k };
+    for k in 0..rounds {
+        if parallel || warp_k == k {
+            let (at, add) = if parallel { (slice_at(warp_k), false) } else { (acc, k > 0) };
+            store(at, pitch, my_scale, add, live);
         }
         thread::sync_threads();
     }
@@ -548,7 +562,13 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     while idx < rows_here * quads_per_row {
         let r = idx / quads_per_row;
         let c = (idx % quads_per_row) * 4;
-        let v = shared::ld_shared_v4_f32(acc + 4 * (r * pitch + c));
+        let mut v = shared::ld_shared_v4_f32(acc + 4 * (r * pitch + c));
+        if parallel {
+            for k in 1..p.warps_k {
+                let w = shared::ld_shared_v4_f32(slice_at(k) + 4 * (r * pitch + c));
+                v = [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]];
+            }
+        }
         let fin = shared::ld_shared_v2_f32(fin_smem + 8 * r);
         let global = row0 + r;
         let token = global / p.group;
