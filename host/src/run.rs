@@ -576,16 +576,11 @@ impl DecodeAttention {
                 rows_per_block: plan.merge_rows_per_block(),
             };
             let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");
+            // Every merge-kernel plan overlaps it (`Plan::overlaps_merge`).
             // SAFETY: reads the slots the attention kernel wrote (same
             // stream; its blocks read them after `griddepcontrol.wait`, which
             // waits for the attention grid and its writes) and writes rows of `o`.
-            unsafe {
-                if plan.overlaps_merge() {
-                    self.launch_overlapping(name, grid, MERGE_THREADS, 0, &merge, stream)?
-                } else {
-                    self.launch(name, grid, MERGE_THREADS, 0, &merge, stream)?
-                }
-            };
+            unsafe { self.launch_overlapping(name, grid, MERGE_THREADS, 0, &merge, stream)? };
         }
         Ok(())
     }

@@ -507,11 +507,11 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool>(
     }
 
     // Sum the warps' rescaled accumulators (deterministically, in warp
-    // order), storing only the block's live rows. (The cluster kernels
-    // store every row and compute nothing for the test,
-    // as before it: with the test, ptxas allocated the whole narrow int4-g32
-    // cluster kernel's registers differently and grid A B=128 ran 3 %
-    // slower, its key loop unchanged; its rows are all live on that grid.)
+    // order), storing only the block's live rows. The cluster kernels store
+    // every row and compute nothing for the test (hence `!CLUSTER &&` in the
+    // `store` closures too): with it, ptxas allocated the whole narrow
+    // int4-g32 cluster kernel's registers differently and grid A B=128 ran
+    // 3 % slower, its key loop unchanged; its rows are all live there.
     let live = if CLUSTER {
         [true; 2]
     } else {
