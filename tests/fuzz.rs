@@ -150,7 +150,7 @@ fn draw() -> impl Strategy<Value = Draw> {
     ];
     let capacity = prop_oneof![3 => Just(false), 1 => Just(true)];
     let split = prop_oneof![2 => Just(SplitKind::Auto), 1 => Just(SplitKind::Never), 2 => (1u32..600).prop_map(SplitKind::Chunk)];
-    let variant = prop_oneof![2 => Just(VariantChoice::Auto), 1 => Just(VariantChoice::Force(Variant::Wide)), 1 => Just(VariantChoice::Force(Variant::Narrow))];
+    let variant = prop_oneof![2 => Just(VariantChoice::Auto), 1 => Just(VariantChoice::Force(Variant::Wide)), 1 => Just(VariantChoice::Force(Variant::Narrow)), 1 => Just(VariantChoice::Force(Variant::Wgmma))];
     let dist = prop::sample::select(Distribution::ALL.to_vec());
     ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, (layout, capacity), (split, variant), dist, (any::<bool>(), any::<u64>())).prop_map(
         |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, (layout, capacity), (split, variant), dist, (q_f16, seed))| Draw {
@@ -256,7 +256,13 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         SplitKind::Never => SplitPolicy::Never,
         SplitKind::Chunk(k) => SplitPolicy::ChunkKeys(k),
     };
-    Case { shape, seq_lens: lens, split, variant: d.variant, dist: d.dist, seed: d.seed, paging, capacity: d.capacity }
+    // A forced variant that does not serve the drawn format and head dim
+    // (wgmma: unquantized, head_dim 128) falls back to the default choice.
+    let variant = match d.variant {
+        VariantChoice::Force(v) if !v.serves(format, d.head_dim) => VariantChoice::Auto,
+        v => v,
+    };
+    Case { shape, seq_lens: lens, split, variant, dist: d.dist, seed: d.seed, paging, capacity: d.capacity }
 }
 
 /// Per-format tallies.

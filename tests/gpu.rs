@@ -175,9 +175,19 @@ fn paged_cases() -> Vec<Case> {
     out
 }
 
-/// Each case once per kernel variant: both serve every shape.
+/// Each case once per kernel variant that serves its format and head dim
+/// (`Variant::serves`: wgmma only unquantized caches at head_dim 128).
 fn per_variant(cases: Vec<Case>) -> Vec<Case> {
-    cases.into_iter().flat_map(|c| Variant::ALL.map(|variant| Case { name: format!("{}/{}", c.name, variant.name()), variant, ..c.clone() })).collect()
+    cases
+        .into_iter()
+        .flat_map(|c| {
+            Variant::ALL
+                .into_iter()
+                .filter(|v| v.serves(c.shape.kv_format, c.shape.head_dim))
+                .map(|variant| Case { name: format!("{}/{}", c.name, variant.name()), variant, ..c.clone() })
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// A small set for compute-sanitizer (every kernel: each dtype × head dim,

@@ -330,10 +330,10 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
     ]
 }
 
-/// Plan options: every split policy, both variants (or Auto), and
+/// Plan options: every split policy, every variant (or Auto), and
 /// `warps_k` overrides that are often invalid.
 fn options() -> impl Strategy<Value = PlanOptions> {
-    let variant = prop_oneof![Just(VariantChoice::Auto), Just(VariantChoice::Force(Variant::Wide)), Just(VariantChoice::Force(Variant::Narrow))];
+    let variant = prop_oneof![3 => Just(VariantChoice::Auto), 3 => Just(VariantChoice::Force(Variant::Wide)), 3 => Just(VariantChoice::Force(Variant::Narrow)), 1 => Just(VariantChoice::Force(Variant::Wgmma))];
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
     let merge = prop_oneof![Just(MergeChoice::Auto), Just(MergeChoice::Global)];
     (split(), variant, warps_k, merge).prop_map(|(split, variant, warps_k, merge)| PlanOptions { split, variant, warps_k, merge })

@@ -156,7 +156,7 @@ enum PageTable {
 fn parse_variant(s: &str) -> Result<VariantChoice, String> {
     match s.trim() {
         "auto" => Ok(VariantChoice::Auto),
-        v => Variant::ALL.into_iter().find(|x| x.name() == v).map(VariantChoice::Force).ok_or_else(|| format!("unknown variant `{s}` (have: auto, wide, narrow)")),
+        v => Variant::ALL.into_iter().find(|x| x.name() == v).map(VariantChoice::Force).ok_or_else(|| format!("unknown variant `{s}` (have: auto, wide, narrow, wgmma)")),
     }
 }
 
@@ -353,7 +353,11 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         splits: plan.max_splits(),
         block: format!(
             "{}{}x{}w{} {gx}x{gy}x{gz}",
-            if plan.variant() == Variant::Narrow { "n" } else { "" },
+            match plan.variant() {
+                Variant::Narrow => "n",
+                Variant::Wgmma => "g",
+                Variant::Wide => "",
+            },
             plan.warps_m(),
             plan.warps_k(),
             if plan.cluster() > 1 { format!("c{}", plan.cluster()) } else { String::new() }

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS,
+    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -113,7 +113,9 @@ pub enum VariantChoice {
     /// rows (`group × q_len`), else `Wide`.
     #[default]
     Auto,
-    /// This variant whatever the shape (both serve every shape).
+    /// This variant whatever the shape (`Wide` and `Narrow` serve every
+    /// shape; `Wgmma` unquantized caches at head_dim 128, else the plan is
+    /// an `Err`).
     Force(Variant),
 }
 
@@ -671,7 +673,21 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     // Splitting only shortens work items, so the longest sequence bounds
     // every item's stages.
     let stages = stages_for(format, d, seq_lens.iter().copied().max().unwrap_or(1));
+    if !variant.serves(format, d) {
+        return Err(Error::Unsupported(format!("the {} variant serves unquantized caches at head_dim 128; this shape is {:?} at head_dim {d}", variant.name(), format)));
+    }
+    // Keys per warp step along a stage: the most warps along K a stage feeds.
+    let step_keys = if variant == Variant::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
     let (warps_m, warps_k, rows_per_block) = match variant {
+        // One warpgroup per 32-key step of a stage (two of a 64-key stage),
+        // as many as the kernel's block may hold.
+        Variant::Wgmma => {
+            let groups = (tile.keys_per_stage / WGMMA_KEYS).min(MAX_WARPS * MMA_M / WGMMA_M).min(kernel.max_threads_per_block / (WGMMA_M / MMA_M * 32));
+            if groups == 0 {
+                return Err(Error::Unsupported(format!("the wgmma kernel allows {} threads per block; a warpgroup needs 128", kernel.max_threads_per_block)));
+            }
+            (WGMMA_M / MMA_M, groups, WGMMA_M)
+        }
         Variant::Wide => {
             let (m, k) = block_shape(rows, tile.keys_per_stage, kernel);
             (m, k, m * MMA_M)
@@ -711,11 +727,11 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     let warps_k = match opts.warps_k {
         None => warps_k,
         Some(w) => {
-            let max_k = (tile.keys_per_stage / KEYS_PER_WARP_STEP).max(1);
+            let max_k = (tile.keys_per_stage / step_keys).max(1);
             ensure(
                 w.is_power_of_two() && w <= max_k && warps_m * w <= MAX_WARPS.min(kernel.max_threads_per_block / 32),
                 "warps_k",
-                format!("a power of two ≤ {} (one warp per 16 keys of a {}-key stage, ≤ {} warps per block)", max_k.min(MAX_WARPS / warps_m), tile.keys_per_stage, MAX_WARPS),
+                format!("a power of two ≤ {} (one warp per {step_keys} keys of a {}-key stage, ≤ {} warps per block)", max_k.min(MAX_WARPS / warps_m), tile.keys_per_stage, MAX_WARPS),
                 w,
             )?;
             w

@@ -248,7 +248,8 @@ impl DecodeAttention {
         // is checked against its block when it runs.
         self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
-                "no kernel for a {} cache with {} queries at head_dim {}",
+                "no {} kernel for a {} cache with {} queries at head_dim {}",
+                variant.name(),
                 shape.kv_format.name(),
                 shape.dtype.name(),
                 shape.head_dim

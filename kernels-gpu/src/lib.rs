@@ -45,7 +45,8 @@ macro_rules! kv_type {
 macro_rules! decode_kernels {
     ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident, $m:ident);)*) => {$(
         /// Attention over one KV format / dtype / head dim / variant /
-        /// addressing / merge; see `decode::decode` and `decode::decode_narrow`.
+        /// addressing / merge; see `decode::decode`, `decode::decode_narrow` and
+        /// `decode::decode_wgmma`.
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
@@ -65,6 +66,7 @@ macro_rules! paged {
 macro_rules! decode_body {
     (Wide, $t:ty, $d:literal, $paged:expr, $cluster:expr, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster>($p) };
     (Narrow, $t:ty, $d:literal, $paged:expr, $cluster:expr, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster>($p) };
+    (Wgmma, $t:ty, $d:literal, $paged:expr, $cluster:expr, $p:expr) => { decode::decode_wgmma::<$t, $d, $paged, $cluster>($p) };
 }
 
 macro_rules! merge_kernels {

@@ -25,7 +25,7 @@ struct Cli {
 enum Cmd {
     /// Build the kernels' PTX and print its path.
     Ptx {
-        /// SM architecture: sm_90 (default) or sm_80.
+        /// SM architecture (sm_90a, the one supported).
         #[arg(long, default_value = ptx_builder::DEFAULT_ARCH)]
         arch: String,
         /// Also print ptxas's registers / stack / spills per kernel.

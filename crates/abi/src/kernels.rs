@@ -9,8 +9,8 @@
 use crate::{Addressing, Dtype, KvFormat, Variant};
 
 /// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge)`;
-/// every (format, dtype, head_dim) has both variants, both addressings and
-/// both merges: `Global` kernels merge split sequences through global
+/// every (format, dtype, head_dim) has the variants that serve it
+/// (`Variant::serves`), both addressings and both merges: `Global` kernels merge split sequences through global
 /// memory, `Cluster` ones (`decode_cluster_*`) in a thread-block cluster.
 /// The cluster code is compiled only into the `Cluster` kernels: in the
 /// others, at their register caps, it moved ptxas to re-read special
@@ -243,6 +243,14 @@ macro_rules! decode_kernel_table {
             decode_cluster_paged_narrow_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Narrow, Paged, Cluster);
             decode_cluster_paged_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Wide, Paged, Cluster);
             decode_cluster_paged_narrow_kv_int4g128_q_f16_d256 => (Int4G128, F16, 256, Narrow, Paged, Cluster);
+            decode_wgmma_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wgmma, Strided, Global);
+            decode_wgmma_kv_f16_q_f16_d128 => (F16, F16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_kv_f16_q_f16_d128 => (F16, F16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wgmma, Paged, Global);
+            decode_paged_wgmma_kv_f16_q_f16_d128 => (F16, F16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wgmma, Paged, Cluster);
+            decode_cluster_paged_wgmma_kv_f16_q_f16_d128 => (F16, F16, 128, Wgmma, Paged, Cluster);
         }
     };
 }
@@ -400,11 +408,13 @@ impl DecodeKernel {
     ///   130 registers and so to one block per SM;
     /// - the wide kernels run grid B's 6-warp blocks two per SM (65536 / 384,
     ///   rounded down to the allocation unit of 8: 168). The paged bf16 one
-    ///   used 200 (187 with 2-chunk address batches), one block per SM.
+    ///   used 200 (187 with 2-chunk address batches), one block per SM;
+    /// - the wgmma kernels run two 8-warp blocks per SM (128).
     pub const fn register_cap(&self) -> Option<u32> {
         match self.variant {
             Variant::Narrow if self.format.is_quantized() && self.head_dim <= 128 => Some(128),
             Variant::Wide if self.head_dim <= 128 => Some(168),
+            Variant::Wgmma => Some(128),
             _ => None,
         }
     }

@@ -47,14 +47,30 @@ pub enum Variant {
     /// and V fragments are converted once per warp, and the O accumulator
     /// is half the size. For few rows per kv head (GQA decode, MHA).
     Narrow = 1,
+    /// Query rows along M as in `Wide`, on Hopper's warpgroup MMA
+    /// (`wgmma.mma_async`, sm_90a): each warpgroup of 4 warps computes
+    /// `WGMMA_M` (64) rows against `WGMMA_KEYS` keys per step, reading K and
+    /// V from shared memory once for all its rows instead of once per
+    /// 16-row warp. Unquantized caches at head_dim 128 only
+    /// ([`Variant::serves`]).
+    Wgmma = 2,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 2] = [Variant::Wide, Variant::Narrow];
+    pub const ALL: [Variant; 3] = [Variant::Wide, Variant::Narrow, Variant::Wgmma];
     pub const fn name(self) -> &'static str {
         match self {
             Variant::Wide => "wide",
             Variant::Narrow => "narrow",
+            Variant::Wgmma => "wgmma",
+        }
+    }
+    /// Whether the kernel table has this variant for a format and head dim
+    /// (`Wide` and `Narrow` serve every supported pair).
+    pub const fn serves(self, format: KvFormat, head_dim: u32) -> bool {
+        match self {
+            Variant::Wide | Variant::Narrow => format.supports_head_dim(head_dim),
+            Variant::Wgmma => !format.is_quantized() && head_dim == 128,
         }
     }
 }

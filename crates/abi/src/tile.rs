@@ -13,6 +13,11 @@ pub const NARROW_ROWS: u32 = 8;
 pub const MAX_WARPS_M: u32 = 4;
 /// Most warps in one block.
 pub const MAX_WARPS: u32 = 8;
+/// Rows of one warpgroup MMA (`Variant::Wgmma`): 4 warps of 16.
+pub const WGMMA_M: u32 = 64;
+/// Keys one warpgroup processes per step of `Variant::Wgmma` (the n of its
+/// score MMA, two k16 steps of its P·V).
+pub const WGMMA_KEYS: u32 = 32;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TileConfig {
@@ -146,7 +151,7 @@ pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant
     let rows = warps_m * MMA_M;
     if q_converted(format) {
         rows * head_dim * 2 + 4 * rows
-    } else if q_in_smem(head_dim) && matches!(variant, Variant::Wide) {
+    } else if matches!(variant, Variant::Wgmma) || (q_in_smem(head_dim) && matches!(variant, Variant::Wide)) {
         rows * head_dim * 2
     } else {
         0

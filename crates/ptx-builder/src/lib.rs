@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
-/// Architectures the kernels are built for (`mma.sync` bf16 needs sm_80).
-pub const SUPPORTED_ARCHS: [&str; 2] = ["sm_90", "sm_80"];
-pub const DEFAULT_ARCH: &str = "sm_90";
+/// Architectures the kernels are built for: Hopper with its
+/// architecture-specific features (`wgmma` needs sm_90a; the module then
+/// loads on sm_90 devices, H100 / H200, only).
+pub const SUPPORTED_ARCHS: [&str; 1] = ["sm_90a"];
+pub const DEFAULT_ARCH: &str = "sm_90a";
 
 #[derive(Clone, Debug)]
 pub struct PtxBuild {
@@ -24,7 +26,7 @@ pub struct PtxBuild {
     pub kernel_crate: PathBuf,
     /// Target directory for the nested build (kept between builds).
     pub target_dir: PathBuf,
-    /// `sm_90` (default) or `sm_80`.
+    /// `sm_90a` (the one supported).
     pub arch: String,
 }
 

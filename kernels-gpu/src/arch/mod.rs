@@ -17,3 +17,4 @@ pub mod mma;
 pub mod shared;
 pub mod thread;
 pub mod warp;
+pub mod wgmma;

@@ -22,8 +22,10 @@
 mod cluster;
 mod narrow;
 mod pipeline;
+mod wgmma;
 
 pub use narrow::decode_narrow;
+pub use wgmma::decode_wgmma;
 
 use decode_attn_abi::{acc_pitch, capacity_work_item, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M};
 
@@ -184,7 +186,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // first (after the pipeline's first loads are in flight).
     let q_conv = const { q_converted(F::FORMAT) };
     let q_smem = const { q_in_smem(D as u32) };
-    let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true, CLUSTER>::region_bytes(p);
+    let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true, CLUSTER, false>::region_bytes(p);
     let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
     let mut qf = [[0u32; 4]; KC];
     if q_conv {
@@ -201,7 +203,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     }
 
-    let pipe = Pipeline::<F, D, PAGED, true, CLUSTER>::new(p, item, kvh, smem);
+    let pipe = Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, item, kvh, smem);
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 

@@ -32,7 +32,7 @@ use crate::state;
 pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0) };
     type H<F> = <F as KvFormat>::Compute;
-    let cfg = Pipeline::<F, D, PAGED, false, CLUSTER>::CFG;
+    let cfg = Pipeline::<F, D, PAGED, false, CLUSTER, false>::CFG;
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -53,7 +53,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let rq = row_info(p, &item, seq_len, kvh, row0, g);
 
     let smem = shared::dynamic_smem_base();
-    let pipe = Pipeline::<F, D, PAGED, false, CLUSTER>::new(p, item, kvh, smem);
+    let pipe = Pipeline::<F, D, PAGED, false, CLUSTER, false>::new(p, item, kvh, smem);
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
@@ -61,7 +61,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let mut qb = [[0u32; 2]; KC];
     let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
     if const { q_converted(F::FORMAT) } {
-        let q_tile = smem + Pipeline::<F, D, PAGED, false, CLUSTER>::region_bytes(p);
+        let q_tile = smem + Pipeline::<F, D, PAGED, false, CLUSTER, false>::region_bytes(p);
         let q_scales = q_tile + MMA_M * (D as u32) * 2;
         convert_q::<F, D>(p, batch, kvh, row0, p.rows_per_block, q_tile, q_scales, warp_k, nthreads / 32, lane);
         thread::sync_threads();

@@ -14,7 +14,7 @@ pub use int8::Int8Kv;
 pub use plain::PlainKv;
 
 use crate::addressing::RowAddressing;
-use crate::arch::{math, mma};
+use crate::arch::{math, mma, wgmma};
 use decode_attn_abi::Dtype;
 
 /// The 16-bit float type the tensor cores compute in (Q, P and dequantized K/V).
@@ -26,6 +26,16 @@ pub trait Half {
     fn pack(lo: f32, hi: f32) -> u32;
     /// A packed pair back to two f32 (exact).
     fn unpack(x: u32) -> (f32, f32);
+    /// `arch::wgmma`'s score MMA (head_dim 128) in this type.
+    ///
+    /// # Safety
+    /// As `arch::wgmma::scores_bf16_d128`.
+    unsafe fn wgmma_scores_d128(q: u64, k: u64) -> [f32; 16];
+    /// `arch::wgmma`'s P·V MMA (head_dim 128) in this type.
+    ///
+    /// # Safety
+    /// As `arch::wgmma::pv_bf16_d128`.
+    unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64);
 }
 
 pub struct Bf16;
@@ -45,6 +55,14 @@ impl Half for Bf16 {
     fn unpack(x: u32) -> (f32, f32) {
         math::unpack_bf16x2(x)
     }
+    #[inline(always)]
+    unsafe fn wgmma_scores_d128(q: u64, k: u64) -> [f32; 16] {
+        wgmma::scores_bf16_d128(q, k)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
+        wgmma::pv_bf16_d128(o, a, v)
+    }
 }
 
 impl Half for F16 {
@@ -60,6 +78,14 @@ impl Half for F16 {
     #[inline(always)]
     fn unpack(x: u32) -> (f32, f32) {
         math::unpack_f16x2(x)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_scores_d128(q: u64, k: u64) -> [f32; 16] {
+        wgmma::scores_f16_d128(q, k)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
+        wgmma::pv_f16_d128(o, a, v)
     }
 }
 
@@ -150,10 +176,10 @@ pub trait KvFormat {
     ) {
         let row_bytes = Self::FORMAT.row_bytes(D as u32);
         if JOINT {
-            copy_rows::<A, U, true>(k, k_tile, v_delta, v_tile, first, end, keys, row_bytes, tid, nthreads)
+            copy_rows::<A, U, true, SwizzledRows>(k, k_tile, v_delta, v_tile, first, end, keys, row_bytes, tid, nthreads)
         } else {
-            copy_rows::<A, U, false>(k, k_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
-            copy_rows::<_, U, false>(Shifted { rows: k, by: v_delta }, v_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<A, U, false, SwizzledRows>(k, k_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<_, U, false, SwizzledRows>(Shifted { rows: k, by: v_delta }, v_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
         }
     }
 
@@ -192,9 +218,52 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
     row * row_bytes + ((chunk ^ ((row / rows_per_line) & mask)) << 4)
 }
 
+/// How a stage's rows are laid out in shared memory, and in which order a
+/// block's threads copy their 16-byte chunks (consecutive copies go to
+/// consecutive threads).
+pub trait TileLayout {
+    /// Row and chunk of the block's `c`-th copy, rows of `chunks` chunks.
+    fn place(c: u32, chunks: u32) -> (u32, u32);
+    /// Byte offset of chunk `chunk` of row `row` in the tile.
+    fn at(row: u32, chunk: u32, row_bytes: u32) -> u32;
+}
+
+/// Rows one after another, chunks [`swizzled`] for `ldmatrix`; a row's
+/// chunks are copied by consecutive threads (coalesced global reads).
+pub struct SwizzledRows;
+
+impl TileLayout for SwizzledRows {
+    #[inline(always)]
+    fn place(c: u32, chunks: u32) -> (u32, u32) {
+        (c / chunks, c % chunks)
+    }
+    #[inline(always)]
+    fn at(row: u32, chunk: u32, row_bytes: u32) -> u32 {
+        swizzled(row, chunk, row_bytes)
+    }
+}
+
+/// The warpgroup MMA's unswizzled layout (`arch::wgmma::descriptor`): each
+/// 8 rows form a block of `row_bytes / 16` core matrices, 128 bytes each
+/// (the 8 rows' chunk `c`); so core matrices are 128 bytes apart along the
+/// row and `8 · row_bytes` apart across rows. Eight consecutive threads copy
+/// one core matrix: 128 contiguous shared bytes, no bank conflicts.
+pub struct CoreMatrices;
+
+impl TileLayout for CoreMatrices {
+    #[inline(always)]
+    fn place(c: u32, chunks: u32) -> (u32, u32) {
+        (8 * (c / (8 * chunks)) + c % 8, (c / 8) % chunks)
+    }
+    #[inline(always)]
+    fn at(row: u32, chunk: u32, row_bytes: u32) -> u32 {
+        (row / 8) * 8 * row_bytes + chunk * 128 + (row % 8) * 16
+    }
+}
+
 /// Issues this thread's share of 16-byte `cp.async` copies of rows
-/// `first .. first + keys` (each `row_bytes` long) of `rows` into the
-/// swizzled `tile`, and when `PAIRED` also of the rows `v_delta` bytes on
+/// `first .. first + keys` (each `row_bytes` long) of `rows` into `tile`,
+/// laid out as `L`, and when `PAIRED` also of the rows `v_delta` bytes on
 /// into `v_tile` (V's, from K's: one row address, for paged caches one
 /// page-id lookup, per chunk pair). Rows at or past `end` read nothing and
 /// are zero-filled, their source address staying a valid one. The row copy
@@ -204,7 +273,7 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
 /// As [`KvFormat::load_kv_rows`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_rows<A: RowAddressing, const U: usize, const PAIRED: bool>(
+pub unsafe fn copy_rows<A: RowAddressing, const U: usize, const PAIRED: bool, L: TileLayout>(
     rows: A,
     tile: u32,
     v_delta: u64,
@@ -226,15 +295,16 @@ pub unsafe fn copy_rows<A: RowAddressing, const U: usize, const PAIRED: bool>(
         let mut src = [0u64; U];
         for (u, s) in src.iter_mut().enumerate() {
             let cc = c + u as u32 * nthreads;
-            let key = first + cc / chunks_per_row;
+            let (row, chunk) = L::place(cc, chunks_per_row);
+            let key = first + row;
             let src_key = if cc < total && key < end { key } else { first };
-            *s = rows.row(src_key) + ((cc % chunks_per_row) as u64) * 16;
+            *s = rows.row(src_key) + (chunk as u64) * 16;
         }
         for (u, &addr) in src.iter().enumerate() {
             let cc = c + u as u32 * nthreads;
             if cc < total {
-                let (row, chunk) = (cc / chunks_per_row, cc % chunks_per_row);
-                let (at, bytes) = (swizzled(row, chunk, row_bytes), if first + row < end { 16 } else { 0 });
+                let (row, chunk) = L::place(cc, chunks_per_row);
+                let (at, bytes) = (L::at(row, chunk, row_bytes), if first + row < end { 16 } else { 0 });
                 crate::arch::memory::cp_async_16(tile + at, addr, bytes);
                 if PAIRED {
                     crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);

@@ -1,0 +1,125 @@
+//! Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a) for `Variant::Wgmma`.
+//!
+//! A warpgroup is 4 consecutive warps (`warp / 4`); one `wgmma` computes a
+//! 64-row tile, warp `w % 4` of the group holding rows `16 (w % 4) ..+16` in
+//! exactly the `mma.m16n8k16` layouts (`arch::mma`): the accumulator's n8
+//! tile `j` is registers `4j .. 4j+4`, and an A operand from registers is
+//! the m16k16 A fragment. B (and a shared A) are read from shared memory
+//! through a [`descriptor`] of the "interleaved" (unswizzled) layout: 8×8
+//! core matrices of 16-bit values, each 8 rows of 16 contiguous bytes.
+//!
+//! Each function issues its MMAs, commits them and waits for them inside
+//! one `asm!` block, so no register it names is touched while they run; a
+//! `wgmma.fence` first orders the warps' earlier register writes (a
+//! rescaled accumulator, a new P) before the MMAs read them.
+
+/// A shared-memory matrix descriptor of the unswizzled layout: the tile
+/// starts at `addr` (16-byte aligned); core matrices adjacent along K are
+/// `leading` bytes apart and along M / N `stride` bytes apart (for an
+/// MN-major operand, `leading` is the step along K as well: CUTLASS's
+/// `make_gmma_desc`, INTERLEAVE). Addresses and offsets are kept in 16-byte
+/// units in 14-bit fields (shared memory stays below 256 KiB).
+#[inline(always)]
+pub const fn descriptor(addr: u32, leading: u32, stride: u32) -> u64 {
+    field(addr) | field(leading) << 16 | field(stride) << 32
+}
+
+/// A byte address or offset as a descriptor field (16-byte units, 14 bits).
+#[inline(always)]
+const fn field(bytes: u32) -> u64 {
+    ((bytes >> 4) & 0x3FFF) as u64
+}
+
+macro_rules! wgmma_d128 {
+    ($scores:ident, $pv:ident, $ty:literal) => {
+        /// `S = Q·Kᵀ` for one 64-row tile of Q and 32 keys, head_dim 128:
+        /// eight `m64n32k16` steps. `q` describes Q (K-major: rows × dims)
+        /// and `k` the 32 keys' K rows (K-major: keys × dims), both with
+        /// core matrices along the dims 128 bytes apart, so each step's
+        /// descriptors are the previous ones plus 256 bytes. Returns the
+        /// accumulator: n8 tile `j` (keys `8j..`) in elements `4j..4j+4`.
+        ///
+        /// # Safety
+        /// All 128 threads of the warpgroup call it together (it is
+        /// `.sync.aligned`); both tiles hold landed, finite values, made
+        /// visible to the async proxy (`memory::fence_proxy_async_shared`
+        /// before the barrier that publishes them).
+        #[inline(always)]
+        pub unsafe fn $scores(q: u64, k: u64) -> [f32; 16] {
+            let mut s = [0f32; 16];
+            core::arch::asm!(
+                concat!(
+                    "{{\n.reg .pred first, acc;\n.reg .b64 qd, kd;\n",
+                    "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, {q}, {k}, first, 1, 1, 0, 0;\n",
+                    "add.s64 qd, {q}, 16;\nadd.s64 kd, {k}, 16;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
+                    "add.s64 qd, qd, 16;\nadd.s64 kd, kd, 16;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
+                    "add.s64 qd, qd, 16;\nadd.s64 kd, kd, 16;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
+                    "add.s64 qd, qd, 16;\nadd.s64 kd, kd, 16;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
+                    "add.s64 qd, qd, 16;\nadd.s64 kd, kd, 16;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
+                    "add.s64 qd, qd, 16;\nadd.s64 kd, kd, 16;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
+                    "add.s64 qd, qd, 16;\nadd.s64 kd, kd, 16;\n",
+                    "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+                ),
+                q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32,
+                    s0 = out(reg32) s[0], s1 = out(reg32) s[1], s2 = out(reg32) s[2], s3 = out(reg32) s[3],
+                    s4 = out(reg32) s[4], s5 = out(reg32) s[5], s6 = out(reg32) s[6], s7 = out(reg32) s[7],
+                    s8 = out(reg32) s[8], s9 = out(reg32) s[9], s10 = out(reg32) s[10], s11 = out(reg32) s[11],
+                    s12 = out(reg32) s[12], s13 = out(reg32) s[13], s14 = out(reg32) s[14], s15 = out(reg32) s[15],
+                options(nostack)
+            );
+            s
+        }
+
+        /// `O += P·V` for 32 keys and head_dim 128: two `m64n128k16` steps
+        /// with P from registers (`a[h]`: the A fragment of keys `16h..`)
+        /// and V through `v`, its 32 keys' rows MN-major (keys × dims, dims
+        /// contiguous) with core matrices along the dims 128 bytes apart
+        /// and along the keys 2048 (so the second step reads `v` + 4096
+        /// bytes). `o[j]` is the accumulator's n8 tile `j` (dims `8j..`).
+        ///
+        /// # Safety
+        /// As the score MMA.
+        #[inline(always)]
+        pub unsafe fn $pv(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
+            core::arch::asm!(
+                concat!(
+                    "{{\n.reg .pred acc;\n.reg .b64 vd;\n",
+                    "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+                    "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty, " {{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}, {o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}, {o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}, {o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}, {{{a0}, {a1}, {a2}, {a3}}}, {v}, acc, 1, 1, 1;\n",
+                    "add.s64 vd, {v}, 256;\n",
+                    "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty, " {{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}, {o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}, {o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}, {o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}, {{{a4}, {a5}, {a6}, {a7}}}, vd, acc, 1, 1, 1;\n",
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+                ),
+                v = in(reg64) v, z = in(reg32) 0u32,
+                    o0 = inout(reg32) o[0][0], o1 = inout(reg32) o[0][1], o2 = inout(reg32) o[0][2], o3 = inout(reg32) o[0][3],
+                    o4 = inout(reg32) o[1][0], o5 = inout(reg32) o[1][1], o6 = inout(reg32) o[1][2], o7 = inout(reg32) o[1][3],
+                    o8 = inout(reg32) o[2][0], o9 = inout(reg32) o[2][1], o10 = inout(reg32) o[2][2], o11 = inout(reg32) o[2][3],
+                    o12 = inout(reg32) o[3][0], o13 = inout(reg32) o[3][1], o14 = inout(reg32) o[3][2], o15 = inout(reg32) o[3][3],
+                    o16 = inout(reg32) o[4][0], o17 = inout(reg32) o[4][1], o18 = inout(reg32) o[4][2], o19 = inout(reg32) o[4][3],
+                    o20 = inout(reg32) o[5][0], o21 = inout(reg32) o[5][1], o22 = inout(reg32) o[5][2], o23 = inout(reg32) o[5][3],
+                    o24 = inout(reg32) o[6][0], o25 = inout(reg32) o[6][1], o26 = inout(reg32) o[6][2], o27 = inout(reg32) o[6][3],
+                    o28 = inout(reg32) o[7][0], o29 = inout(reg32) o[7][1], o30 = inout(reg32) o[7][2], o31 = inout(reg32) o[7][3],
+                    o32 = inout(reg32) o[8][0], o33 = inout(reg32) o[8][1], o34 = inout(reg32) o[8][2], o35 = inout(reg32) o[8][3],
+                    o36 = inout(reg32) o[9][0], o37 = inout(reg32) o[9][1], o38 = inout(reg32) o[9][2], o39 = inout(reg32) o[9][3],
+                    o40 = inout(reg32) o[10][0], o41 = inout(reg32) o[10][1], o42 = inout(reg32) o[10][2], o43 = inout(reg32) o[10][3],
+                    o44 = inout(reg32) o[11][0], o45 = inout(reg32) o[11][1], o46 = inout(reg32) o[11][2], o47 = inout(reg32) o[11][3],
+                    o48 = inout(reg32) o[12][0], o49 = inout(reg32) o[12][1], o50 = inout(reg32) o[12][2], o51 = inout(reg32) o[12][3],
+                    o52 = inout(reg32) o[13][0], o53 = inout(reg32) o[13][1], o54 = inout(reg32) o[13][2], o55 = inout(reg32) o[13][3],
+                    o56 = inout(reg32) o[14][0], o57 = inout(reg32) o[14][1], o58 = inout(reg32) o[14][2], o59 = inout(reg32) o[14][3],
+                    o60 = inout(reg32) o[15][0], o61 = inout(reg32) o[15][1], o62 = inout(reg32) o[15][2], o63 = inout(reg32) o[15][3],
+                    a0 = in(reg32) a[0][0], a1 = in(reg32) a[0][1], a2 = in(reg32) a[0][2], a3 = in(reg32) a[0][3], a4 = in(reg32) a[1][0], a5 = in(reg32) a[1][1], a6 = in(reg32) a[1][2], a7 = in(reg32) a[1][3],
+                options(nostack)
+            );
+        }
+    };
+}
+wgmma_d128!(scores_bf16_d128, pv_bf16_d128, "bf16");
+wgmma_d128!(scores_f16_d128, pv_f16_d128, "f16");

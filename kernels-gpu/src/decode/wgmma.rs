@@ -1,0 +1,172 @@
+//! The wgmma variant (`Variant::Wgmma`): the wide variant's geometry —
+//! query rows along M, keys along N — on Hopper's warpgroup MMA.
+//!
+//! A block is `warps_k` warpgroups of 4 warps. Warpgroup `wk` takes the
+//! 32-key steps `wk, wk + warps_k, …` of every stage, and computes each
+//! step for all 64 rows of the block at once: `S = Q·Kᵀ` with Q and K read
+//! from shared memory by the tensor cores, an online softmax in registers
+//! (warp `w % 4` holds rows `16 (w % 4) ..+16` in the `mma.m16n8k16` C
+//! layout, exactly as a wide warp does), then `O += P·V` with P from
+//! registers and V from shared memory. Each K and V byte in shared memory
+//! is read once per warpgroup instead of once per 16-row warp (the wide
+//! kernel's `ldmatrix`), which is what limits the wide kernel on grid B's
+//! 48 rows. Stages and the Q tile are laid out as `CoreMatrices`; the
+//! epilogue is the wide variant's (`warps_m` = 4).
+
+use decode_attn_abi::{DecodeParams, WGMMA_KEYS, WGMMA_M};
+
+use super::pipeline::Pipeline;
+use super::{block_kv_head, block_work, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
+use crate::arch::wgmma::descriptor;
+use crate::arch::{math::ex2, memory, shared, thread, warp};
+use crate::format::{CoreMatrices, Half, KvFormat, TileLayout};
+use crate::state;
+
+/// Score tiles (n8) of one 32-key step.
+const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
+
+/// # Safety
+/// Launched by the host with the planner's grid, block (`warps_m` = 4) and
+/// shared memory, on buffers it validated.
+#[inline(always)]
+pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
+    const { assert!(D == 128 && !F::FORMAT.is_quantized()) };
+    type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool> = Pipeline<'a, F, D, PAGED, true, CLUSTER, true>;
+    let cfg = Pipe::<F, D, PAGED, CLUSTER>::CFG;
+    let row_bytes = (D * 2) as u32;
+
+    let tid = thread::thread_idx_x();
+    let nthreads = thread::block_dim_x();
+    let lane = tid % 32;
+    let warp = tid / 32;
+    let warp_m = warp % 4;
+    let warp_k = warp / 4;
+
+    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
+    keep_item(p, &item, tid);
+    let batch = item.batch;
+    let kvh = block_kv_head::<CLUSTER>(p);
+    let row0 = thread::block_idx_z() * p.rows_per_block;
+
+    let g = lane / 4;
+    let c2 = (lane % 4) * 2;
+    let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
+    let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
+
+    let smem = shared::dynamic_smem_base();
+    let q_tile = smem + Pipe::<F, D, PAGED, CLUSTER>::region_bytes(p);
+    stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
+    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem);
+    pipe.prefetch();
+    keep_seq_len::<CLUSTER>(p, seq_len, tid);
+
+    let mask_from = mask_from(p, &item, seq_len);
+    // Core matrices are 128 bytes apart along the head dims and
+    // `8 · row_bytes` apart along rows and keys (`CoreMatrices`).
+    let across_rows = 8 * row_bytes;
+    let q_desc = descriptor(q_tile, 128, across_rows);
+
+    let mut o = [[0f32; 4]; 16];
+    let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    let (mut l_a, mut l_b) = (0f32, 0f32);
+    let kt = cfg.keys_per_stage;
+    for t in 0..pipe.n_tiles {
+        let stage = pipe.advance(t);
+        let tile_first = item.kv_start + t * kt;
+        // Uniform over the warpgroup: its MMAs are issued by all 4 warps.
+        let mut sub = warp_k * WGMMA_KEYS;
+        while sub < kt && tile_first + sub < item.kv_end {
+            let key0 = tile_first + sub;
+            let at = (sub / 8) * across_rows;
+            let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(pipe.k_tile(stage) + at, 128, across_rows));
+            let mut s = [[0f32; 4]; STEP_TILES];
+            let masked = key0 + WGMMA_KEYS > mask_from;
+            #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
+            for n in 0..STEP_TILES {
+                for e in 0..4 {
+                    let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
+                    let limit = if e < 2 { ra.limit } else { rb.limit };
+                    s[n][e] = if masked && key >= limit { f32::NEG_INFINITY } else { raw[4 * n + e] * p.scale_log2 };
+                }
+            }
+            let (mut mx_a, mut mx_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+            for tile in s.iter() {
+                mx_a = mx_a.max(tile[0]).max(tile[1]);
+                mx_b = mx_b.max(tile[2]).max(tile[3]);
+            }
+            let (mx_a, mx_b) = (warp::quad_max(mx_a), warp::quad_max(mx_b));
+            let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK);
+            let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
+            let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
+            let (mut sum_a, mut sum_b) = (0f32, 0f32);
+            for tile in s.iter_mut() {
+                tile[0] = ex2(tile[0] - base_a);
+                tile[1] = ex2(tile[1] - base_a);
+                tile[2] = ex2(tile[2] - base_b);
+                tile[3] = ex2(tile[3] - base_b);
+                sum_a += tile[0] + tile[1];
+                sum_b += tile[2] + tile[3];
+            }
+            l_a = l_a * alpha_a + sum_a;
+            l_b = l_b * alpha_b + sum_b;
+            if moved {
+                for acc in o.iter_mut() {
+                    acc[0] *= alpha_a;
+                    acc[1] *= alpha_a;
+                    acc[2] *= alpha_b;
+                    acc[3] *= alpha_b;
+                }
+            }
+            // P (C layout of n8 tiles 2h, 2h+1) is the A fragment of keys 16h..16h+16.
+            type H<F> = <F as KvFormat>::Compute;
+            let pa = [0, 1].map(|h| {
+                let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
+                [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
+            });
+            // V is MN-major: along K (keys) the core matrices are `across_rows` apart.
+            F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(pipe.v_tile(stage) + at, across_rows, 128));
+            sub += p.warps_k * WGMMA_KEYS;
+        }
+    }
+    pipe.drain();
+
+    let rows = [ra, rb];
+    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
+        for (nt, frag) in o.iter().enumerate() {
+            for (r, row) in rows.iter().enumerate() {
+                if !CLUSTER && !live[r] {
+                    continue;
+                }
+                let addr = acc + 4 * (row.local * pitch + F::o_pair(nt as u32, lane % 4));
+                let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
+                if add {
+                    let old = shared::ld_shared_v2_f32(addr);
+                    v[0] += old[0];
+                    v[1] += old[1];
+                }
+                shared::st_shared_v2_f32(addr, v);
+            }
+        }
+    };
+    let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
+    epilogue::<F, D, CLUSTER>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+}
+
+/// Copies the block's `WGMMA_M` Q rows (zero-filled past its last row) into
+/// the tile at `q_tile`, laid out as `CoreMatrices`, in the first cp.async
+/// group (which the first pipeline wait covers).
+#[inline(always)]
+unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, q_tile: u32, tid: u32, nthreads: u32) {
+    let chunks = (D / 8) as u32;
+    let rows_total = p.group * p.q_len;
+    let mut c = tid;
+    while c < WGMMA_M * chunks {
+        let (local, chunk) = CoreMatrices::place(c, chunks);
+        let global = row0 + local;
+        let valid = local < p.rows_per_block && global < rows_total;
+        let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
+        let src = qo_row_addr::<D>(p.q, p, batch, token, head) + chunk as u64 * 16;
+        memory::cp_async_16(q_tile + CoreMatrices::at(local, chunk, (D * 2) as u32), src, if valid { 16 } else { 0 });
+        c += nthreads;
+    }
+}
