@@ -24,7 +24,7 @@ use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, PAGE_RING_SLOTS, t
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{memory, thread};
-use crate::format::{copy_rows, CoreMatrices, KvFormat};
+use crate::format::{copy_rows, KvFormat, Swizzle128};
 
 /// How rows are copied (docs/perf.md, "Paged caches, v2"): strided `WIDE`
 /// kernels issue K's and V's chunk of a row in pairs from one address,
@@ -32,13 +32,13 @@ use crate::format::{copy_rows, CoreMatrices, KvFormat};
 /// 2 at a time (their page-id reads overlap; 4 took the wide bf16 kernel to
 /// 200 registers, one grid-B block per SM), and strided narrow kernels copy
 /// K's rows then V's — what keeps them at ≤ 128 registers (two blocks per SM).
-/// `CORE` stages (the wgmma kernels, unquantized formats only) lay rows out
-/// as [`CoreMatrices`]. The warpgroup MMAs read them after the same wait and
+/// `WGMMA` stages (the wgmma kernels, unquantized formats only) lay rows out
+/// as [`Swizzle128`]. The warpgroup MMAs read them after the same wait and
 /// barrier as `ldmatrix` does, with no proxy fence (as CUTLASS's
 /// `MainloopSm90CpAsyncGmma`): `fence.proxy.async` compiles to a
 /// `MEMBAR.ALL.CTA` that also waited for the stages still in flight, and
 /// the kernel ran at half the wide kernel's speed (docs/perf.md).
-pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const CORE: bool> {
+pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> {
     p: &'a DecodeParams,
     /// Strided kernels: the sequence's rows (paged stages address theirs
     /// through `PagedStage`).
@@ -55,7 +55,7 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
     _format: PhantomData<F>,
 }
 
-impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const CORE: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, CORE> {
+impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, WGMMA> {
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32);
     /// Shared memory of the stages and (paged) the page-id ring, sized for
     /// the page size; the Q tile follows.
@@ -138,13 +138,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     unsafe fn load_rows<A: RowAddressing>(&self, k: A, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
         let (kt, vt, keys, delta) = (self.k_tile(stage), self.v_tile(stage), Self::CFG.keys_per_stage, self.v_delta());
-        const { assert!(!CORE || !F::FORMAT.is_quantized()) };
-        if CORE {
+        const { assert!(!WGMMA || !F::FORMAT.is_quantized()) };
+        if WGMMA {
             let row_bytes = Self::CFG.row_bytes;
             if A::PAGED {
-                copy_rows::<A, 2, true, CoreMatrices>(k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
+                copy_rows::<A, 2, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
             } else {
-                copy_rows::<A, 4, true, CoreMatrices>(k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
+                copy_rows::<A, 4, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
             }
         } else if WIDE && !A::PAGED {
             F::load_kv_rows::<D, A, 4, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)

@@ -10,8 +10,9 @@
 //! registers and V from shared memory. Each K and V byte in shared memory
 //! is read once per warpgroup instead of once per 16-row warp (the wide
 //! kernel's `ldmatrix`), which is what limits the wide kernel on grid B's
-//! 48 rows. Stages and the Q tile are laid out as `CoreMatrices`; the
-//! epilogue is the wide variant's (`warps_m` = 4).
+//! 48 rows. The Q tile (first in shared memory) and the stages after it
+//! are laid out as `Swizzle128`; the epilogue is the wide variant's
+//! (`warps_m` = 4).
 
 use decode_attn_abi::{DecodeParams, WGMMA_KEYS, WGMMA_M};
 
@@ -19,7 +20,7 @@ use super::pipeline::Pipeline;
 use super::{block_kv_head, block_work, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
 use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, memory, shared, thread, warp};
-use crate::format::{CoreMatrices, Half, KvFormat, TileLayout};
+use crate::format::{Half, KvFormat, Swizzle128, TileLayout};
 use crate::state;
 
 /// Score tiles (n8) of one 32-key step.
@@ -53,18 +54,21 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
 
+    // The Q tile first, then the stages: both on 1024-byte boundaries (the
+    // swizzle's period; the dynamic shared memory base is one).
     let smem = shared::dynamic_smem_base();
-    let q_tile = smem + Pipe::<F, D, PAGED, CLUSTER>::region_bytes(p);
+    let q_tile = smem;
+    const { assert!(Pipe::<F, D, PAGED, CLUSTER>::CFG.keys_per_stage == WGMMA_M) };
     stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
-    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem);
+    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + WGMMA_M * row_bytes);
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     let mask_from = mask_from(p, &item, seq_len);
-    // Core matrices are 128 bytes apart along the head dims and
-    // `8 · row_bytes` apart along rows and keys (`CoreMatrices`).
-    let across_rows = 8 * row_bytes;
-    let q_desc = descriptor(q_tile, 128, across_rows);
+    // Groups of 8 rows (or keys) are 1024 bytes apart; V's two column
+    // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
+    let q_desc = descriptor(q_tile, 16, 1024);
+    let column = WGMMA_M * 128;
 
     let mut o = [[0f32; 4]; 16];
     let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
@@ -77,8 +81,8 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
         let mut sub = warp_k * WGMMA_KEYS;
         while sub < kt && tile_first + sub < item.kv_end {
             let key0 = tile_first + sub;
-            let at = (sub / 8) * across_rows;
-            let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(pipe.k_tile(stage) + at, 128, across_rows));
+            let at = (sub / 8) * 1024;
+            let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(pipe.k_tile(stage) + at, 16, 1024));
             let mut s = [[0f32; 4]; STEP_TILES];
             let masked = key0 + WGMMA_KEYS > mask_from;
             #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
@@ -123,8 +127,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
                 [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
             });
-            // V is MN-major: along K (keys) the core matrices are `across_rows` apart.
-            F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(pipe.v_tile(stage) + at, across_rows, 128));
+            F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(pipe.v_tile(stage) + at, column, 1024));
             sub += p.warps_k * WGMMA_KEYS;
         }
     }
@@ -153,7 +156,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 }
 
 /// Copies the block's `WGMMA_M` Q rows (zero-filled past its last row) into
-/// the tile at `q_tile`, laid out as `CoreMatrices`, in the first cp.async
+/// the tile at `q_tile`, laid out as `Swizzle128`, in the first cp.async
 /// group (which the first pipeline wait covers).
 #[inline(always)]
 unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, q_tile: u32, tid: u32, nthreads: u32) {
@@ -161,12 +164,12 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
     let rows_total = p.group * p.q_len;
     let mut c = tid;
     while c < WGMMA_M * chunks {
-        let (local, chunk) = CoreMatrices::place(c, chunks);
+        let (local, chunk) = (c / chunks, c % chunks);
         let global = row0 + local;
         let valid = local < p.rows_per_block && global < rows_total;
         let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
         let src = qo_row_addr::<D>(p.q, p, batch, token, head) + chunk as u64 * 16;
-        memory::cp_async_16(q_tile + CoreMatrices::at(local, chunk, (D * 2) as u32), src, if valid { 16 } else { 0 });
+        memory::cp_async_16(q_tile + Swizzle128 { rows: WGMMA_M }.at(local, chunk, (D * 2) as u32), src, if valid { 16 } else { 0 });
         c += nthreads;
     }
 }

@@ -176,10 +176,10 @@ pub trait KvFormat {
     ) {
         let row_bytes = Self::FORMAT.row_bytes(D as u32);
         if JOINT {
-            copy_rows::<A, U, true, SwizzledRows>(k, k_tile, v_delta, v_tile, first, end, keys, row_bytes, tid, nthreads)
+            copy_rows::<A, U, true, _>(SwizzledRows, k, k_tile, v_delta, v_tile, first, end, keys, row_bytes, tid, nthreads)
         } else {
-            copy_rows::<A, U, false, SwizzledRows>(k, k_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
-            copy_rows::<_, U, false, SwizzledRows>(Shifted { rows: k, by: v_delta }, v_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<A, U, false, _>(SwizzledRows, k, k_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
+            copy_rows::<_, U, false, _>(SwizzledRows, Shifted { rows: k, by: v_delta }, v_tile, 0, 0, first, end, keys, row_bytes, tid, nthreads);
         }
     }
 
@@ -220,44 +220,40 @@ pub fn swizzled(row: u32, chunk: u32, row_bytes: u32) -> u32 {
 
 /// How a stage's rows are laid out in shared memory, and in which order a
 /// block's threads copy their 16-byte chunks (consecutive copies go to
-/// consecutive threads).
-pub trait TileLayout {
-    /// Row and chunk of the block's `c`-th copy, rows of `chunks` chunks.
-    fn place(c: u32, chunks: u32) -> (u32, u32);
+/// consecutive threads: a row's chunks, for coalesced global reads).
+pub trait TileLayout: Copy {
     /// Byte offset of chunk `chunk` of row `row` in the tile.
-    fn at(row: u32, chunk: u32, row_bytes: u32) -> u32;
+    fn at(self, row: u32, chunk: u32, row_bytes: u32) -> u32;
 }
 
-/// Rows one after another, chunks [`swizzled`] for `ldmatrix`; a row's
-/// chunks are copied by consecutive threads (coalesced global reads).
+/// Rows one after another, chunks [`swizzled`] for `ldmatrix`.
+#[derive(Clone, Copy)]
 pub struct SwizzledRows;
 
 impl TileLayout for SwizzledRows {
     #[inline(always)]
-    fn place(c: u32, chunks: u32) -> (u32, u32) {
-        (c / chunks, c % chunks)
-    }
-    #[inline(always)]
-    fn at(row: u32, chunk: u32, row_bytes: u32) -> u32 {
+    fn at(self, row: u32, chunk: u32, row_bytes: u32) -> u32 {
         swizzled(row, chunk, row_bytes)
     }
 }
 
-/// The warpgroup MMA's unswizzled layout (`arch::wgmma::descriptor`): each
-/// 8 rows form a block of `row_bytes / 16` core matrices, 128 bytes each
-/// (the 8 rows' chunk `c`); so core matrices are 128 bytes apart along the
-/// row and `8 · row_bytes` apart across rows. Eight consecutive threads copy
-/// one core matrix: 128 contiguous shared bytes, no bank conflicts.
-pub struct CoreMatrices;
+/// The warpgroup MMA's 128-byte swizzle (`arch::wgmma`, K-major for K and
+/// Q, MN-major for V: the same bytes): each row's 128-byte slices (64
+/// 16-bit values) go to column blocks of `rows × 128` bytes, row `r` of a
+/// block at `128 r`, its 16-byte chunk `c` at chunk `c ^ (r % 8)`. A
+/// quarter-warp copying one slice writes 8 different bank groups, and a
+/// warp reads whole 128-byte lines of global memory. Tiles start on
+/// 1024-byte boundaries (the swizzle's period).
+#[derive(Clone, Copy)]
+pub struct Swizzle128 {
+    /// Rows of the tile.
+    pub rows: u32,
+}
 
-impl TileLayout for CoreMatrices {
+impl TileLayout for Swizzle128 {
     #[inline(always)]
-    fn place(c: u32, chunks: u32) -> (u32, u32) {
-        (8 * (c / (8 * chunks)) + c % 8, (c / 8) % chunks)
-    }
-    #[inline(always)]
-    fn at(row: u32, chunk: u32, row_bytes: u32) -> u32 {
-        (row / 8) * 8 * row_bytes + chunk * 128 + (row % 8) * 16
+    fn at(self, row: u32, chunk: u32, _row_bytes: u32) -> u32 {
+        (chunk / 8) * self.rows * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4)
     }
 }
 
@@ -274,6 +270,7 @@ impl TileLayout for CoreMatrices {
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub unsafe fn copy_rows<A: RowAddressing, const U: usize, const PAIRED: bool, L: TileLayout>(
+    layout: L,
     rows: A,
     tile: u32,
     v_delta: u64,
@@ -295,16 +292,15 @@ pub unsafe fn copy_rows<A: RowAddressing, const U: usize, const PAIRED: bool, L:
         let mut src = [0u64; U];
         for (u, s) in src.iter_mut().enumerate() {
             let cc = c + u as u32 * nthreads;
-            let (row, chunk) = L::place(cc, chunks_per_row);
-            let key = first + row;
+            let key = first + cc / chunks_per_row;
             let src_key = if cc < total && key < end { key } else { first };
-            *s = rows.row(src_key) + (chunk as u64) * 16;
+            *s = rows.row(src_key) + ((cc % chunks_per_row) as u64) * 16;
         }
         for (u, &addr) in src.iter().enumerate() {
             let cc = c + u as u32 * nthreads;
             if cc < total {
-                let (row, chunk) = L::place(cc, chunks_per_row);
-                let (at, bytes) = (L::at(row, chunk, row_bytes), if first + row < end { 16 } else { 0 });
+                let (row, chunk) = (cc / chunks_per_row, cc % chunks_per_row);
+                let (at, bytes) = (layout.at(row, chunk, row_bytes), if first + row < end { 16 } else { 0 });
                 crate::arch::memory::cp_async_16(tile + at, addr, bytes);
                 if PAIRED {
                     crate::arch::memory::cp_async_16(v_tile + at, addr.wrapping_add(v_delta), bytes);
