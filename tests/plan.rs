@@ -1,7 +1,7 @@
 //! Planner invariants (CPU only).
 
 use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
-use decode_attn::{DecodeShape, DeviceInfo, KernelInfo, KvFormat, MergeChoice, MergeMode, PlanOptions, SplitPolicy, Variant, VariantChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KvFormat, MergeChoice, MergeMode, PlanOptions, SplitPolicy, Variant, VariantChoice};
 use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
@@ -307,9 +307,47 @@ fn wide_sixteen_bit_splits_fill_one_single_tile_block_per_sm() {
         assert_eq!(p.max_splits(), 16, "ctx {ctx}");
     }
     // Grid B (48 rows: three row tiles) still fills every resident block.
-    let b = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    let wide = PlanOptions { variant: VariantChoice::Force(Variant::Wide), ..opts(SplitPolicy::Auto) };
+    let b = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &KERNEL, &wide).unwrap();
     assert_eq!((b.warps_m(), b.blocks_per_sm()), (3, 2));
     assert_eq!(b.max_splits(), 4);
+}
+
+/// The wgmma kernels as ptxas builds them: 128 registers.
+const WGMMA_KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 1024, regs_per_thread: 128 };
+
+#[test]
+fn auto_picks_wgmma_for_unquantized_caches_with_more_than_two_row_tiles() {
+    let dev = &DeviceInfo::H100_SXM;
+    let variant = |shape: &DecodeShape| PlanOptions::default().variant_for(shape);
+    // Grid B (48 rows) in bf16 and fp16; 64 and 128 rows.
+    assert_eq!(variant(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096)), Variant::Wgmma);
+    assert_eq!(variant(&DecodeShape { dtype: Dtype::F16, kv_format: KvFormat::F16, ..DecodeShape::bf16(64, 16, 1, 128, 3, 4096) }), Variant::Wgmma);
+    assert_eq!(variant(&DecodeShape::bf16(2, 64, 1, 128, 2, 4096)), Variant::Wgmma);
+    // 32 rows and fewer, other head dims, quantized caches: not wgmma.
+    assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 128, 2, 4096)), Variant::Wide);
+    assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 64, 3, 4096)), Variant::Wide);
+    assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 256, 3, 4096)), Variant::Wide);
+    assert_eq!(variant(&quantized(KvFormat::Int8, 2, 16, 1, 3, 4096)), Variant::Wide);
+    // Grid B's plan: warpgroups of 64 rows, two per block (one per 32-key
+    // step of a 64-key stage), two blocks per SM, filled by the splits.
+    let p = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 2));
+    assert_eq!(p.max_splits(), 4);
+    assert_covers(&p);
+}
+
+#[test]
+fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
+    let o = PlanOptions { variant: VariantChoice::Force(Variant::Wgmma), ..Default::default() };
+    for shape in [quantized(KvFormat::Int8, 2, 16, 1, 3, 4096), DecodeShape::bf16(2, 16, 1, 64, 3, 4096), DecodeShape::bf16(2, 16, 1, 256, 3, 4096)] {
+        let e = plan(&shape, &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap_err();
+        assert!(e.to_string().contains("wgmma"), "{e}");
+    }
+    // Forced where it serves, it covers any rows (here 8, in one 64-row chunk).
+    let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 77], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
+    assert_eq!((p.variant(), p.rows_per_block(), p.row_chunks()), (Variant::Wgmma, 64, 1));
+    assert_covers(&p);
 }
 
 #[test]

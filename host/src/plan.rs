@@ -106,11 +106,17 @@ pub enum SplitPolicy {
     ChunkKeys(u32),
 }
 
+/// Rows per kv head past which `Auto` picks the wgmma variant where it
+/// serves the cache: its 64-row tiles would leave half their rows empty at
+/// 32 and fewer, where wide blocks of one or two row tiles serve instead.
+pub const WGMMA_AUTO_MIN_ROWS: u32 = 32;
+
 /// Which kernel variant serves the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum VariantChoice {
     /// `Narrow` for a quantized cache whose kv heads have at most 8 query
-    /// rows (`group × q_len`), else `Wide`.
+    /// rows (`group × q_len`); `Wgmma` for an unquantized one at head_dim
+    /// 128 with more than [`WGMMA_AUTO_MIN_ROWS`]; else `Wide`.
     #[default]
     Auto,
     /// This variant whatever the shape (`Wide` and `Narrow` serve every
@@ -161,6 +167,9 @@ impl PlanOptions {
             // faster for bf16 / fp16, whose fragments cost nothing to convert.
             VariantChoice::Auto => match shape.rows_per_kv_head() {
                 Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Variant::Narrow,
+                // Measured on an H100 (docs/perf.md, "Warpgroup MMA"): grid
+                // B's 48 rows 2.5-3.5 % faster than wide on every row.
+                Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Variant::Wgmma.serves(shape.kv_format, shape.head_dim) => Variant::Wgmma,
                 _ => Variant::Wide,
             },
         }
