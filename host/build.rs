@@ -1,6 +1,6 @@
 //! Builds `kernels-gpu` into PTX and hands it to the crate (`include_str!`),
 //! the way `cuda_builder` does for Rust-CUDA. `DECODE_ATTN_ARCH` selects the
-//! SM (`sm_90` default, `sm_80`). Also builds the stand-in `libcuda.so` that
+//! target (`sm_90a`, the one supported). Also builds the stand-in `libcuda.so` that
 //! binaries link against (see `build/cuda_stub.rs`), so no CUDA package has
 //! to be installed to build or to run the CPU tests.
 
