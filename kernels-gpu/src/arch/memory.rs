@@ -211,16 +211,6 @@ pub fn fence_acq_rel_gpu() {
     unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack)) }
 }
 
-/// `fence.proxy.async.shared::cta`: makes this thread's shared-memory
-/// writes (its landed `cp.async` copies) visible to the async proxy, which
-/// `wgmma` reads shared memory through; a block barrier after it publishes
-/// them to the other warpgroups' MMAs.
-#[inline(always)]
-pub fn fence_proxy_async_shared() {
-    // SAFETY: a fence has no operands.
-    unsafe { core::arch::asm!("fence.proxy.async.shared::cta;", options(nostack)) }
-}
-
 /// `atom.global.add.u32`: adds `v` at `addr`, returns the old value.
 ///
 /// # Safety

@@ -50,9 +50,9 @@ macro_rules! wgmma_d128 {
         ///
         /// # Safety
         /// All 128 threads of the warpgroup call it together (it is
-        /// `.sync.aligned`); both tiles hold landed, finite values, made
-        /// visible to the async proxy (`memory::fence_proxy_async_shared`
-        /// before the barrier that publishes them).
+        /// `.sync.aligned`); both tiles hold finite values landed by
+        /// `cp.async` before a block barrier (no proxy fence: as CUTLASS's
+        /// cp.async GMMA mainloop, `decode::pipeline`).
         #[inline(always)]
         pub unsafe fn $scores(q: u64, k: u64) -> [f32; 16] {
             let mut s = [0f32; 16];
