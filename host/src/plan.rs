@@ -167,7 +167,7 @@ impl PlanOptions {
             // faster for bf16 / fp16, whose fragments cost nothing to convert.
             VariantChoice::Auto => match shape.rows_per_kv_head() {
                 Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Variant::Narrow,
-                // Measured on an H100 (docs/perf.md, "Warpgroup MMA"): grid
+                // Measured on an H100 (docs/perf.md, "Twelfth session"): grid
                 // B's 48 rows 2.5-3.5 % faster than wide on every row.
                 Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Variant::Wgmma.serves(shape.kv_format, shape.head_dim) => Variant::Wgmma,
                 _ => Variant::Wide,
