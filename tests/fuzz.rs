@@ -257,7 +257,7 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         SplitKind::Chunk(k) => SplitPolicy::ChunkKeys(k),
     };
     // A forced variant that does not serve the drawn format and head dim
-    // (wgmma: unquantized, head_dim 128) falls back to the default choice.
+    // (wgmma: head_dim 128 only) falls back to the default choice.
     let variant = match d.variant {
         VariantChoice::Force(v) if !v.serves(format, d.head_dim) => VariantChoice::Auto,
         v => v,

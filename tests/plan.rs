@@ -213,8 +213,8 @@ fn auto_picks_narrow_for_quantized_caches_with_at_most_eight_rows_per_kv_head() 
         assert_eq!(narrow(&quantized(format, 4, 8, 1, 1, 4096)), Variant::Narrow);
         assert_eq!(narrow(&quantized(format, 1, 32, 8, 1, 4096)), Variant::Narrow);
         assert_eq!(narrow(&quantized(format, 2, 32, 32, 1, 4096)), Variant::Narrow);
-        // Grid B (48 rows) and 16 rows: wide.
-        assert_eq!(narrow(&quantized(format, 2, 16, 1, 3, 4096)), Variant::Wide);
+        // Grid B (48 rows): wgmma; 16 rows: wide.
+        assert_eq!(narrow(&quantized(format, 2, 16, 1, 3, 4096)), Variant::Wgmma);
         assert_eq!(narrow(&quantized(format, 2, 8, 1, 2, 4096)), Variant::Wide);
     }
     // bf16 stays wide (measured no faster narrow).
@@ -290,7 +290,8 @@ fn wide_int8_splits_still_fill_every_resident_block() {
     // Grid B (48 rows, wide, 6 warps): two blocks fit per SM and both are used.
     let kernel = KernelInfo { max_threads_per_block: 384, regs_per_thread: 160 };
     let shape = quantized(KvFormat::Int8, 128, 16, 1, 3, 2048);
-    let p = plan(&shape, &[2048; 128], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap();
+    let wide = PlanOptions { variant: VariantChoice::Force(Variant::Wide), ..opts(SplitPolicy::Auto) };
+    let p = plan(&shape, &[2048; 128], &DeviceInfo::H100_SXM, &kernel, &wide).unwrap();
     assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Variant::Wide, 3, 2, 2));
     assert_eq!(p.max_splits(), 2);
 }
@@ -317,33 +318,49 @@ fn wide_sixteen_bit_splits_fill_one_single_tile_block_per_sm() {
 const WGMMA_KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 1024, regs_per_thread: 128 };
 
 #[test]
-fn auto_picks_wgmma_for_unquantized_caches_with_more_than_two_row_tiles() {
+fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     let dev = &DeviceInfo::H100_SXM;
     let variant = |shape: &DecodeShape| PlanOptions::default().variant_for(shape);
     // Grid B (48 rows) in bf16 and fp16; 64 and 128 rows.
     assert_eq!(variant(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096)), Variant::Wgmma);
     assert_eq!(variant(&DecodeShape { dtype: Dtype::F16, kv_format: KvFormat::F16, ..DecodeShape::bf16(64, 16, 1, 128, 3, 4096) }), Variant::Wgmma);
     assert_eq!(variant(&DecodeShape::bf16(2, 64, 1, 128, 2, 4096)), Variant::Wgmma);
-    // 32 rows and fewer, other head dims, quantized caches: not wgmma.
+    // Quantized caches too (converted into 16-bit tiles in the kernel).
+    for format in [KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128] {
+        assert_eq!(variant(&quantized(format, 2, 16, 1, 3, 4096)), Variant::Wgmma);
+    }
+    // 32 rows and fewer, other head dims: not wgmma.
     assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 128, 2, 4096)), Variant::Wide);
+    assert_eq!(variant(&quantized(KvFormat::Int8, 2, 16, 1, 2, 4096)), Variant::Wide);
     assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 64, 3, 4096)), Variant::Wide);
     assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 256, 3, 4096)), Variant::Wide);
-    assert_eq!(variant(&quantized(KvFormat::Int8, 2, 16, 1, 3, 4096)), Variant::Wide);
+    assert_eq!(variant(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Variant::Wide);
     // Grid B's plan: warpgroups of 64 rows, two per block (one per 32-key
     // step of a 64-key stage), two blocks per SM, filled by the splits.
     let p = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
     assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 2));
     assert_eq!(p.max_splits(), 4);
     assert_covers(&p);
+    // Quantized: stages of 64 keys (not the wide kernels' 128), so the
+    // converted tiles fit beside three of them at two blocks per SM.
+    let q = plan(&quantized(KvFormat::Int8, 64, 16, 1, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((q.variant(), q.warps_k(), q.blocks_per_sm(), q.stages()), (Variant::Wgmma, 2, 2, 3));
+    assert_eq!(q.chunk_keys() % decode_attn::plan::stage_keys_for(KvFormat::Int8, 128, Variant::Wgmma), 0);
+    assert_covers(&q);
 }
 
 #[test]
 fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
     let o = PlanOptions { variant: VariantChoice::Force(Variant::Wgmma), ..Default::default() };
-    for shape in [quantized(KvFormat::Int8, 2, 16, 1, 3, 4096), DecodeShape::bf16(2, 16, 1, 64, 3, 4096), DecodeShape::bf16(2, 16, 1, 256, 3, 4096)] {
+    for shape in [DecodeShape::bf16(2, 16, 1, 64, 3, 4096), DecodeShape::bf16(2, 16, 1, 256, 3, 4096), DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }] {
         let e = plan(&shape, &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap_err();
         assert!(e.to_string().contains("wgmma"), "{e}");
     }
+    // Quantized caches at head_dim 128 have wgmma kernels (64-key stages,
+    // converted into 16-bit tiles first).
+    let q = plan(&quantized(KvFormat::Int8, 2, 16, 1, 3, 4096), &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
+    assert_eq!((q.variant(), q.rows_per_block(), q.stages()), (Variant::Wgmma, 64, 3));
+    assert_covers(&q);
     // Forced where it serves, it covers any rows (here 8, in one 64-row chunk).
     let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 77], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
     assert_eq!((p.variant(), p.rows_per_block(), p.row_chunks()), (Variant::Wgmma, 64, 1));

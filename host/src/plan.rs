@@ -115,13 +115,12 @@ pub const WGMMA_AUTO_MIN_ROWS: u32 = 32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum VariantChoice {
     /// `Narrow` for a quantized cache whose kv heads have at most 8 query
-    /// rows (`group × q_len`); `Wgmma` for an unquantized one at head_dim
-    /// 128 with more than [`WGMMA_AUTO_MIN_ROWS`]; else `Wide`.
+    /// rows (`group × q_len`); `Wgmma` for any cache at head_dim 128 with
+    /// more than [`WGMMA_AUTO_MIN_ROWS`]; else `Wide`.
     #[default]
     Auto,
     /// This variant whatever the shape (`Wide` and `Narrow` serve every
-    /// shape; `Wgmma` unquantized caches at head_dim 128, else the plan is
-    /// an `Err`).
+    /// shape; `Wgmma` head_dim 128, else the plan is an `Err`).
     Force(Variant),
 }
 
@@ -169,6 +168,8 @@ impl PlanOptions {
                 Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Variant::Narrow,
                 // Measured on an H100 (docs/perf.md, "Twelfth session"): grid
                 // B's 48 rows 2.5-3.5 % faster than wide on every row.
+                // Quantized caches too (docs/perf.md, "Thirteenth session"):
+                // grid B int8 6-9 % and int4-g32 21-25 % faster than wide.
                 Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Variant::Wgmma.serves(shape.kv_format, shape.head_dim) => Variant::Wgmma,
                 _ => Variant::Wide,
             },
@@ -673,18 +674,18 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     shape.validate_seq_lens(seq_lens)?;
     dev.validate()?;
     kernel.validate()?;
-    let tile = tile_config(shape.kv_format, shape.head_dim);
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
     let variant = opts.variant_for(shape);
     let page_shift = shape.page_geometry().map(|(shift, _)| shift);
     let (format, d) = (shape.kv_format, shape.head_dim);
+    if !variant.serves(format, d) {
+        return Err(Error::Unsupported(format!("the {} variant serves head_dim 128 only; this shape is {:?} at head_dim {d}", variant.name(), format)));
+    }
+    let tile = tile_config(format, d, variant);
     // Splitting only shortens work items, so the longest sequence bounds
     // every item's stages.
-    let stages = stages_for(format, d, seq_lens.iter().copied().max().unwrap_or(1));
-    if !variant.serves(format, d) {
-        return Err(Error::Unsupported(format!("the {} variant serves unquantized caches at head_dim 128; this shape is {:?} at head_dim {d}", variant.name(), format)));
-    }
+    let stages = stages_for(format, d, variant, seq_lens.iter().copied().max().unwrap_or(1));
     // Keys per warp step along a stage: the most warps along K a stage feeds.
     let step_keys = if variant == Variant::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
     let (warps_m, warps_k, rows_per_block) = match variant {
@@ -929,7 +930,14 @@ fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunks: u32, num
     })
 }
 
-/// Keys per pipeline stage for a format and head dim (chunks are multiples of it).
+/// Keys per pipeline stage of the wide and narrow kernels for a format and
+/// head dim (their chunks are multiples of it).
 pub fn stage_keys(format: decode_attn_abi::KvFormat, head_dim: u32) -> u32 {
-    tile_config(format, head_dim).keys_per_stage
+    stage_keys_for(format, head_dim, Variant::Wide)
+}
+
+/// Keys per pipeline stage of a variant's kernels (the wgmma kernels of
+/// quantized formats stage half the keys the others do).
+pub fn stage_keys_for(format: decode_attn_abi::KvFormat, head_dim: u32, variant: Variant) -> u32 {
+    tile_config(format, head_dim, variant).keys_per_stage
 }

@@ -251,6 +251,38 @@ macro_rules! decode_kernel_table {
             decode_paged_wgmma_kv_f16_q_f16_d128 => (F16, F16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wgmma, Paged, Cluster);
             decode_cluster_paged_wgmma_kv_f16_q_f16_d128 => (F16, F16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Cluster);
+            decode_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Global);
+            decode_cluster_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Cluster);
+            decode_paged_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Global);
+            decode_cluster_paged_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Cluster);
         }
     };
 }

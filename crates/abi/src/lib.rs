@@ -51,8 +51,9 @@ pub enum Variant {
     /// (`wgmma.mma_async`, sm_90a): each warpgroup of 4 warps computes
     /// `WGMMA_M` (64) rows against `WGMMA_KEYS` keys per step, reading K and
     /// V from shared memory once for all its rows instead of once per
-    /// 16-row warp. Unquantized caches at head_dim 128 only
-    /// ([`Variant::serves`]).
+    /// 16-row warp. Head_dim 128 only ([`Variant::serves`]); quantized
+    /// caches are first converted, each byte once per block, into 16-bit
+    /// tiles the MMAs read.
     Wgmma = 2,
 }
 
@@ -70,7 +71,7 @@ impl Variant {
     pub const fn serves(self, format: KvFormat, head_dim: u32) -> bool {
         match self {
             Variant::Wide | Variant::Narrow => format.supports_head_dim(head_dim),
-            Variant::Wgmma => !format.is_quantized() && head_dim == 128,
+            Variant::Wgmma => head_dim == 128 && format.supports_head_dim(head_dim),
         }
     }
 }

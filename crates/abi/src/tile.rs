@@ -54,8 +54,8 @@ impl TileConfig {
 /// 0..n, so short sequences take less shared memory and more blocks fit per
 /// SM (grid D (64, 128): 2 stages of 32 KiB instead of 3, 3 blocks per SM
 /// instead of 2). At least 1, at most `PIPELINE_STAGES`.
-pub const fn stages_for(format: KvFormat, head_dim: u32, longest_keys: u32) -> u32 {
-    let n = longest_keys.div_ceil(tile_config(format, head_dim).keys_per_stage);
+pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, longest_keys: u32) -> u32 {
+    let n = longest_keys.div_ceil(tile_config(format, head_dim, variant).keys_per_stage);
     if n == 0 {
         1
     } else if n > PIPELINE_STAGES {
@@ -65,17 +65,21 @@ pub const fn stages_for(format: KvFormat, head_dim: u32, longest_keys: u32) -> u
     }
 }
 
-pub const fn tile_config(format: KvFormat, head_dim: u32) -> TileConfig {
+/// The stage geometry of a format, head dim and kernel variant.
+pub const fn tile_config(format: KvFormat, head_dim: u32, variant: Variant) -> TileConfig {
     let row_bytes = format.row_bytes(head_dim);
     // ~32 KiB stages keep ≥ 2 blocks per SM (228 KiB) while one stage alone
     // covers the per-SM bytes in flight that HBM latency asks for; quantized
     // rows take twice the keys (measured: int8 stages of bf16's key count
-    // lost 7-24 % on grid A, docs/perf.md).
+    // lost 7-24 % on grid A, docs/perf.md) — except in the wgmma kernels,
+    // whose 16-bit tiles of converted keys ([`wgmma_prefix_bytes`]) take the
+    // shared memory a second stage's worth would: there a stage is one step
+    // of each of the block's two warpgroups, as for bf16.
     let keys_per_stage = match head_dim {
         64 => 128,
         128 => 64,
         _ => 32,
-    } * if format.is_quantized() { 2 } else { 1 };
+    } * if format.is_quantized() && !matches!(variant, Variant::Wgmma) { 2 } else { 1 };
     TileConfig { keys_per_stage, row_bytes, side_bytes: format.side_bytes(head_dim) }
 }
 
@@ -100,17 +104,32 @@ pub const PAGE_RING_SLOTS: u32 = PIPELINE_STAGES + 1;
 /// Bytes of the page-id ring of a paged kernel (`page_shift`: log2 of the
 /// page size; `None`: not paged): `PAGE_RING_SLOTS` slots, rounded up to 16
 /// bytes so the Q tile after it stays aligned.
-pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, page_shift: Option<u32>) -> u32 {
+pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, variant: Variant, page_shift: Option<u32>) -> u32 {
     match page_shift {
         None => 0,
-        Some(shift) => (PAGE_RING_SLOTS * 4 * page_ids_per_stage(tile_config(format, head_dim).keys_per_stage, shift)).next_multiple_of(16),
+        Some(shift) => (PAGE_RING_SLOTS * 4 * page_ids_per_stage(tile_config(format, head_dim, variant).keys_per_stage, shift)).next_multiple_of(16),
     }
 }
 
 /// Bytes from the start of shared memory to the Q tile: `stages` pipeline
 /// stages, then (paged) the page-id ring.
-pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, page_shift: Option<u32>, stages: u32) -> u32 {
-    tile_config(format, head_dim).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, page_shift)
+pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, variant: Variant, page_shift: Option<u32>, stages: u32) -> u32 {
+    tile_config(format, head_dim, variant).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, variant, page_shift)
+}
+
+/// Shared memory a wgmma block holds before its pipeline stages, every
+/// tile on a 1024-byte boundary (the 128-byte swizzle's period): the
+/// `WGMMA_M`-row Q tile in the compute type, and for quantized formats the
+/// two `WGMMA_M`-row tiles of K and V rows converted to 16 bits (each of the
+/// block's two warpgroups converts its 32-key step into half of their rows)
+/// and the per-row Q scales ([`q_converted`]).
+pub const fn wgmma_prefix_bytes(format: KvFormat, head_dim: u32) -> u32 {
+    let tile = WGMMA_M * head_dim * 2;
+    if q_converted(format) {
+        3 * tile + 4 * WGMMA_M
+    } else {
+        tile
+    }
 }
 
 /// Pipeline depth of every format (the kernel's `cp.async.wait_group`
@@ -146,12 +165,13 @@ pub const fn q_converted(format: KvFormat) -> bool {
 
 /// Bytes of the Q tile (after the pipeline buffers), per-row Q scales included.
 /// The `Narrow` variant keeps Q fragments in registers, so it needs the tile
-/// only to convert Q.
+/// only to convert Q. (The wgmma variant's tiles precede its stages:
+/// [`wgmma_prefix_bytes`].)
 pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant: Variant) -> u32 {
     let rows = warps_m * MMA_M;
     if q_converted(format) {
         rows * head_dim * 2 + 4 * rows
-    } else if matches!(variant, Variant::Wgmma) || (q_in_smem(head_dim) && matches!(variant, Variant::Wide)) {
+    } else if q_in_smem(head_dim) && matches!(variant, Variant::Wide) {
         rows * head_dim * 2
     } else {
         0
@@ -169,8 +189,8 @@ pub const ITEM_SMEM_BYTES: u32 = 16;
 /// `page_shift`: log2 of the page size of a paged cache (`None`: strided);
 /// `stages`: the pipeline stages it holds ([`stages_for`]).
 pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>, stages: u32) -> u32 {
-    let q_bytes = q_tile_bytes(format, head_dim, warps_m, variant);
-    let pipe = stage_region_bytes(format, head_dim, page_shift, stages) + q_bytes;
+    let q_bytes = if matches!(variant, Variant::Wgmma) { wgmma_prefix_bytes(format, head_dim) } else { q_tile_bytes(format, head_dim, warps_m, variant) };
+    let pipe = stage_region_bytes(format, head_dim, variant, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     (if pipe > epi { pipe } else { epi }).next_multiple_of(16) + ITEM_SMEM_BYTES
 }

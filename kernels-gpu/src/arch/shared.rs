@@ -123,3 +123,35 @@ pub unsafe fn ld_shared_v2_u32(addr: u32) -> [u32; 2] {
 pub unsafe fn st_shared_u32(addr: u32, v: u32) {
     core::arch::asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
 }
+
+/// `ld.shared.v4.b32`.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn ld_shared_v4_u32(addr: u32) -> [u32; 4] {
+    let (x, y, z, w): (u32, u32, u32, u32);
+    core::arch::asm!("ld.shared.v4.b32 {{{x}, {y}, {z}, {w}}}, [{a}];", a = in(reg32) addr,
+        x = out(reg32) x, y = out(reg32) y, z = out(reg32) z, w = out(reg32) w, options(readonly, nostack));
+    [x, y, z, w]
+}
+
+/// `st.shared.v4.b32`.
+///
+/// # Safety
+/// `addr` must be a 16-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn st_shared_v4_u32(addr: u32, v: [u32; 4]) {
+    core::arch::asm!("st.shared.v4.b32 [{a}], {{{x}, {y}, {z}, {w}}};", a = in(reg32) addr,
+        x = in(reg32) v[0], y = in(reg32) v[1], z = in(reg32) v[2], w = in(reg32) v[3], options(nostack));
+}
+
+/// `fence.proxy.async.shared::cta`: makes this thread's ordinary stores to
+/// shared memory visible to the async proxy (the tensor cores' `wgmma`
+/// operand reads) once a barrier orders the two; every thread that wrote
+/// calls it before that barrier.
+#[inline(always)]
+pub fn fence_proxy_async_shared() {
+    // SAFETY: a fence has no operands; not `nomem`, so stores stay before it.
+    unsafe { core::arch::asm!("fence.proxy.async.shared::cta;", options(nostack, preserves_flags)) }
+}

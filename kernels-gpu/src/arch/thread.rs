@@ -27,6 +27,17 @@ pub fn block_idx_x_fresh() -> u32 {
     unsafe { core::arch::asm!("mov.u32 {r}, %ctaid.x;", r = out(reg32) r, options(nomem, nostack, preserves_flags)) };
     r
 }
+/// `x`, through a `mov` the optimizer treats as a side effect: what is
+/// computed from the result is computed again at each call instead of
+/// once and held in registers across a loop (as [`block_idx_x_fresh`]).
+#[inline(always)]
+pub fn opaque(x: u32) -> u32 {
+    let r: u32;
+    // SAFETY: a register move.
+    unsafe { core::arch::asm!("mov.u32 {r}, {x};", r = out(reg32) r, x = in(reg32) x, options(nomem, nostack, preserves_flags)) };
+    r
+}
+
 #[inline(always)]
 pub fn block_idx_y() -> u32 {
     // SAFETY: as above.
@@ -53,6 +64,17 @@ pub fn sync_threads() {
     // SAFETY: a barrier has no memory-safety preconditions; reaching it from
     // all threads is the caller's control-flow obligation (a deadlock, not UB).
     unsafe { nvptx::_syncthreads() }
+}
+
+/// `bar.sync ID, COUNT`: a named barrier of the `COUNT` threads (a multiple
+/// of 32, whole warps) that use barrier `ID` (1..16; 0 is
+/// [`sync_threads`]'s) — a warpgroup's 128, say. Every one of them must
+/// reach it.
+#[inline(always)]
+pub fn sync_named(id: u32, count: u32) {
+    // SAFETY: as `sync_threads`; the memory clobber keeps shared accesses
+    // on their side of it.
+    unsafe { core::arch::asm!("bar.sync {i}, {n};", i = in(reg32) id, n = in(reg32) count, options(nostack)) }
 }
 
 /// Stops the kernel with an error (the launch reports `IllegalInstruction`).

@@ -23,7 +23,10 @@
 /// of 8 keys (MN-major), `leading` bytes the 64-element column blocks of an
 /// MN-major operand (K-major: unused, 16). As CUTLASS's `make_gmma_desc`
 /// (SW128). Addresses and offsets are kept in 16-byte units in 14-bit
-/// fields (shared memory stays below 256 KiB).
+/// fields (shared memory stays below 256 KiB), so the MMA functions add
+/// their steps' offsets to the low 32-bit word alone: the start address
+/// never carries into the leading offset (two 64-bit adds per descriptor
+/// were a quarter of the step's instructions).
 #[inline(always)]
 pub const fn descriptor(addr: u32, leading: u32, stride: u32) -> u64 {
     field(addr) | field(leading) << 16 | field(stride) << 32 | SWIZZLE_128B << 62
@@ -58,22 +61,23 @@ macro_rules! wgmma_d128 {
             let mut s = [0f32; 16];
             core::arch::asm!(
                 concat!(
-                    "{{\n.reg .pred first, acc;\n.reg .b64 qd, kd;\n",
+                    "{{\n.reg .pred first, acc;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka;\n",
+                    "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
                     "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, {q}, {k}, first, 1, 1, 0, 0;\n",
-                    "add.s64 qd, {q}, 2;\nadd.s64 kd, {k}, 2;\n",
+                    "add.u32 qa, ql, 2;\nadd.u32 ka, kl, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
-                    "add.s64 qd, {q}, 4;\nadd.s64 kd, {k}, 4;\n",
+                    "add.u32 qa, ql, 4;\nadd.u32 ka, kl, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
-                    "add.s64 qd, {q}, 6;\nadd.s64 kd, {k}, 6;\n",
+                    "add.u32 qa, ql, 6;\nadd.u32 ka, kl, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
-                    "add.s64 qd, {q}, 512;\nadd.s64 kd, {k}, 512;\n",
+                    "add.u32 qa, ql, 512;\nadd.u32 ka, kl, 512;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
-                    "add.s64 qd, {q}, 514;\nadd.s64 kd, {k}, 514;\n",
+                    "add.u32 qa, ql, 514;\nadd.u32 ka, kl, 514;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
-                    "add.s64 qd, {q}, 516;\nadd.s64 kd, {k}, 516;\n",
+                    "add.u32 qa, ql, 516;\nadd.u32 ka, kl, 516;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
-                    "add.s64 qd, {q}, 518;\nadd.s64 kd, {k}, 518;\n",
+                    "add.u32 qa, ql, 518;\nadd.u32 ka, kl, 518;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, qd, kd, acc, 1, 1, 0, 0;\n",
                     "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
                 ),
@@ -99,10 +103,10 @@ macro_rules! wgmma_d128 {
         pub unsafe fn $pv(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
             core::arch::asm!(
                 concat!(
-                    "{{\n.reg .pred acc;\n.reg .b64 vd;\n",
+                    "{{\n.reg .pred acc;\n.reg .b64 vd;\n.reg .b32 vl, vh;\n",
                     "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty, " {{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}, {o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}, {o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}, {o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}, {{{a0}, {a1}, {a2}, {a3}}}, {v}, acc, 1, 1, 1;\n",
-                    "add.s64 vd, {v}, 128;\n",
+                    "mov.b64 {{vl, vh}}, {v};\nadd.u32 vl, vl, 128;\nmov.b64 vd, {{vl, vh}};\n",
                     "wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty, " {{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}, {o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}, {o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}, {o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}, {{{a4}, {a5}, {a6}, {a7}}}, vd, acc, 1, 1, 1;\n",
                     "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
                 ),

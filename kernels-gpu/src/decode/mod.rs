@@ -27,7 +27,7 @@ mod wgmma;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 
-use decode_attn_abi::{acc_pitch, capacity_work_item, q_converted, q_in_smem, tile_config, DecodeParams, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M};
+use decode_attn_abi::{acc_pitch, capacity_work_item, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MMA_M};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
@@ -158,7 +158,7 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 #[inline(always)]
 pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
-    let cfg = const { tile_config(F::FORMAT, D as u32) };
+    let cfg = const { tile_config(F::FORMAT, D as u32, Variant::Wide) };
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -389,6 +389,18 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, rows: u32, q_tile: u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {
+    let at = |r: u32, dim: u32| {
+        let (kc, logical) = F::q_position(dim);
+        q_tile + swizzled(r, 2 * kc + logical / 8, (D * 2) as u32) + 2 * (logical % 8)
+    };
+    convert_q_to::<F, D>(p, batch, kvh, row0, rows, at, q_scales, warp, nwarps, lane)
+}
+
+/// [`convert_q`] into any layout: element (row, head dim) of the tile at
+/// `at(row, dim)`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, rows: u32, at: impl Fn(u32, u32) -> u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {
     const { assert!(D / 32 >= 2 && D % 32 == 0) };
     let per_lane = (D / 32) as u32;
     let rows_total = p.group * p.q_len;
@@ -417,10 +429,7 @@ pub(crate) unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, ba
         #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
         for j in 0..D / 32 {
             let v = x[j];
-            let dim = lane * per_lane + j as u32;
-            let (kc, logical) = F::q_position(dim);
-            let at = q_tile + swizzled(r, 2 * kc + logical / 8, (D * 2) as u32) + 2 * (logical % 8);
-            shared::st_shared_u16(at, F::Compute::pack(v * inv, 0.0));
+            shared::st_shared_u16(at(r, lane * per_lane + j as u32), F::Compute::pack(v * inv, 0.0));
         }
         if lane == 0 {
             shared::st_shared_f32(q_scales + 4 * r, scale);

@@ -1,4 +1,4 @@
-//! The global → shared pipeline both variants share: stages of
+//! The global → shared pipeline every variant shares: stages of
 //! `keys_per_stage` K and V rows (and their side data), `PIPELINE_STAGES`
 //! deep, filled with `cp.async` by every thread of the block.
 //!
@@ -20,11 +20,11 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, PAGE_RING_SLOTS, tile_config, DecodeParams, TileConfig, WorkItem, PIPELINE_STAGES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{memory, thread};
-use crate::format::{copy_rows, KvFormat, Swizzle128};
+use crate::format::{copy_rows, KvFormat, StageTiles, Swizzle128};
 
 /// How rows are copied (docs/perf.md, "Paged caches, v2"): strided `WIDE`
 /// kernels issue K's and V's chunk of a row in pairs from one address,
@@ -32,8 +32,9 @@ use crate::format::{copy_rows, KvFormat, Swizzle128};
 /// 2 at a time (their page-id reads overlap; 4 took the wide bf16 kernel to
 /// 200 registers, one grid-B block per SM), and strided narrow kernels copy
 /// K's rows then V's — what keeps them at ≤ 128 registers (two blocks per SM).
-/// `WGMMA` stages (the wgmma kernels, unquantized formats only) lay rows out
-/// as [`Swizzle128`]. The warpgroup MMAs read them after the same wait and
+/// `WGMMA` stages of unquantized formats lay rows out as [`Swizzle128`]
+/// (quantized ones land as in the wide kernels and are converted into such
+/// tiles, `KvFormat::stage_to_half`). The warpgroup MMAs read them after the same wait and
 /// barrier as `ldmatrix` does, with no proxy fence (as CUTLASS's
 /// `MainloopSm90CpAsyncGmma`): `fence.proxy.async` compiles to a
 /// `MEMBAR.ALL.CTA` that also waited for the stages still in flight, and
@@ -56,12 +57,15 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
 }
 
 impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, WGMMA> {
-    pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32);
+    /// The variant whose stage geometry this pipeline has (the wide and
+    /// narrow kernels share theirs).
+    const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
+    pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32, Self::VARIANT);
     /// Shared memory of the stages and (paged) the page-id ring, sized for
     /// the page size; the Q tile follows.
     #[inline(always)]
     pub fn region_bytes(p: &DecodeParams) -> u32 {
-        stage_region_bytes(F::FORMAT, D as u32, if PAGED { Some(p.page_shift) } else { None }, p.stages)
+        stage_region_bytes(F::FORMAT, D as u32, Self::VARIANT, if PAGED { Some(p.page_shift) } else { None }, p.stages)
     }
 
     /// The pipeline of work item `item`, kv head `kvh`, in shared memory from `smem`.
@@ -95,6 +99,11 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub fn v_side(&self, stage: u32) -> u32 {
         self.k_side(stage) + Self::CFG.side_bytes * Self::CFG.keys_per_stage
+    }
+    /// Every tile of `stage`.
+    #[inline(always)]
+    pub fn tiles(&self, stage: u32) -> StageTiles {
+        StageTiles { k: self.k_tile(stage), v: self.v_tile(stage), k_side: self.k_side(stage), v_side: self.v_side(stage) }
     }
 
     /// Bytes from a K row to the V row of the same token (the host gives
@@ -138,17 +147,16 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     unsafe fn load_rows<A: RowAddressing>(&self, k: A, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
         let (kt, vt, keys, delta) = (self.k_tile(stage), self.v_tile(stage), Self::CFG.keys_per_stage, self.v_delta());
-        const { assert!(!WGMMA || !F::FORMAT.is_quantized()) };
-        if WGMMA {
+        if WGMMA && !F::FORMAT.is_quantized() {
             let row_bytes = Self::CFG.row_bytes;
             if A::PAGED {
                 copy_rows::<A, 2, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
             } else {
                 copy_rows::<A, 4, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
             }
-        } else if WIDE && !A::PAGED {
+        } else if WIDE && !WGMMA && !A::PAGED {
             F::load_kv_rows::<D, A, 4, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
-        } else if A::PAGED {
+        } else if A::PAGED || WGMMA {
             F::load_kv_rows::<D, A, 2, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
         } else {
             F::load_kv_rows::<D, A, 2, false>(k, delta, kt, vt, first, end, keys, tid, nthreads)
@@ -159,7 +167,10 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// the page ids of tile `t + PIPELINE_STAGES - 1`).
     #[inline(always)]
     unsafe fn load(&self, t: u32) {
-        let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
+        // The wgmma kernels of quantized formats derive the thread's copy
+        // offsets afresh at each stage (see `fresh` below).
+        let tid = if WGMMA && F::FORMAT.is_quantized() { thread::opaque(thread::thread_idx_x()) } else { thread::thread_idx_x() };
+        let nthreads = thread::block_dim_x();
         let kt = Self::CFG.keys_per_stage;
         let stage = t % PIPELINE_STAGES;
         let first = self.item.kv_start + t * kt;
@@ -187,9 +198,22 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             }
             self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
         } else {
-            self.load_rows(self.k, stage, first, end, tid, nthreads);
+            // The wgmma kernels of quantized formats recompute their rows'
+            // bases at each stage: held through the key loop, the two 64-bit
+            // values were what their 128 registers spilled.
+            let fresh = WGMMA && F::FORMAT.is_quantized();
+            let (k, k_side) = if fresh {
+                let (p, batch, kvh) = (self.p, thread::opaque(self.item.batch), super::block_kv_head::<CLUSTER>(self.p));
+                (
+                    Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
+                    Strided::new(p.k_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+                )
+            } else {
+                (self.k, self.k_side)
+            };
+            self.load_rows(k, stage, first, end, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
-                F::load_kv_side::<D, _>(self.k_side, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
+                F::load_kv_side::<D, _>(k_side, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
             }
         }
     }

@@ -13,14 +13,22 @@
 //! 48 rows. The Q tile (first in shared memory) and the stages after it
 //! are laid out as `Swizzle128`; the epilogue is the wide variant's
 //! (`warps_m` = 4).
+//!
+//! Quantized caches land in their stages as in the wide kernels; before
+//! each step a warpgroup converts its 32 keys into its half of two 16-bit
+//! tiles (`KvFormat::stage_to_half`, each byte once per block where the
+//! wide kernel converts it once per 16-row warp), fences them for the
+//! tensor cores and meets at a named barrier; Q is converted once (as the
+//! wide kernel does, per row scaled by a power of two) and the scales int8
+//! keeps per row multiply the score columns (K) and P (V).
 
-use decode_attn_abi::{DecodeParams, WGMMA_KEYS, WGMMA_M};
+use decode_attn_abi::{q_converted, wgmma_prefix_bytes, DecodeParams, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
+use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
 use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, memory, shared, thread, warp};
-use crate::format::{Half, KvFormat, Swizzle128, TileLayout};
+use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
 use crate::state;
 
 /// Score tiles (n8) of one 32-key step.
@@ -31,10 +39,10 @@ const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
 /// shared memory, on buffers it validated.
 #[inline(always)]
 pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
-    const { assert!(D == 128 && !F::FORMAT.is_quantized()) };
+    const { assert!(D == 128) };
     type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool> = Pipeline<'a, F, D, PAGED, true, CLUSTER, true>;
     let cfg = Pipe::<F, D, PAGED, CLUSTER>::CFG;
-    let row_bytes = (D * 2) as u32;
+    let convert = const { q_converted(F::FORMAT) };
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -54,15 +62,28 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
 
-    // The Q tile first, then the stages: both on 1024-byte boundaries (the
-    // swizzle's period; the dynamic shared memory base is one).
+    // The Q tile first, then (quantized formats) the converted K and V
+    // tiles and the Q scales, then the stages: the tiles on 1024-byte
+    // boundaries (the swizzle's period; the dynamic shared memory base is
+    // one).
     let smem = shared::dynamic_smem_base();
+    let tile_bytes = WGMMA_M * (D as u32) * 2;
     let q_tile = smem;
+    let (k_half, v_half, q_scales) = (smem + tile_bytes, smem + 2 * tile_bytes, smem + 3 * tile_bytes);
     const { assert!(Pipe::<F, D, PAGED, CLUSTER>::CFG.keys_per_stage == WGMMA_M) };
-    stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
-    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + WGMMA_M * row_bytes);
+    if !convert {
+        stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
+    }
+    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32) });
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
+
+    if convert {
+        let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
+        convert_q_to::<F, D>(p, batch, kvh, row0, WGMMA_M, at, q_scales, warp, nthreads / 32, lane);
+        // (The first stage's barrier orders these stores before the MMAs.)
+        shared::fence_proxy_async_shared();
+    }
 
     let mask_from = mask_from(p, &item, seq_len);
     // Groups of 8 rows (or keys) are 1024 bytes apart; V's two column
@@ -81,38 +102,87 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
         let mut sub = warp_k * WGMMA_KEYS;
         while sub < kt && tile_first + sub < item.kv_end {
             let key0 = tile_first + sub;
-            let at = (sub / 8) * 1024;
-            let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(pipe.k_tile(stage) + at, 16, 1024));
+            let (k_rows, v_rows) = if convert {
+                // A later step of the stage first waits for the group's
+                // MMAs on its rows (the stage's barrier covered the first).
+                // This warpgroup's 32 rows of the converted tiles, and its barrier.
+                let (half_rows, group_barrier) = (warp_k * WGMMA_KEYS, 1 + warp_k);
+                if sub != half_rows {
+                    thread::sync_named(group_barrier, 128);
+                }
+                // (The thread's conversion addresses are recomputed at each
+                // step: held, they pushed the cluster kernels past 128
+                // registers.)
+                F::stage_to_half::<D>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
+                shared::fence_proxy_async_shared();
+                thread::sync_named(group_barrier, 128);
+                let at = (half_rows / 8) * 1024;
+                (k_half + at, v_half + at)
+            } else {
+                let at = (sub / 8) * 1024;
+                (pipe.k_tile(stage) + at, pipe.v_tile(stage) + at)
+            };
+            let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(k_rows, 16, 1024));
+            // Per-row factors of the scores: the softmax scale (base 2),
+            // times the power of two a converted Q row was scaled down by
+            // (read at each step: held, they cost the kernel its last
+            // registers).
+            let (scale_a, scale_b) = if convert {
+                let at = |r: u32| p.scale_log2 * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
+                (at(0), at(8))
+            } else {
+                (p.scale_log2, p.scale_log2)
+            };
+            // Per-key scales of this thread's keys 8n + c2 + {0, 1}
+            // (formats with per-row scales): K's multiply the scores, V's P
+            // (read where they are used: loaded together, V's scales were
+            // live through the softmax).
+            let scales = |side: u32| {
+                if F::SCALED {
+                    [0, 1, 2, 3].map(|n| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2)))
+                } else {
+                    [[1.0; 2]; STEP_TILES]
+                }
+            };
+            let kscale = scales(pipe.k_side(stage));
             let mut s = [[0f32; 4]; STEP_TILES];
-            let masked = key0 + WGMMA_KEYS > mask_from;
             #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
             for n in 0..STEP_TILES {
                 for e in 0..4 {
-                    let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                    let limit = if e < 2 { ra.limit } else { rb.limit };
-                    s[n][e] = if masked && key >= limit { f32::NEG_INFINITY } else { raw[4 * n + e] * p.scale_log2 };
+                    let row_scale = if e < 2 { scale_a } else { scale_b };
+                    s[n][e] = raw[4 * n + e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
                 }
             }
-            let (mut mx_a, mut mx_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-            for tile in s.iter() {
-                mx_a = mx_a.max(tile[0]).max(tile[1]);
-                mx_b = mx_b.max(tile[2]).max(tile[3]);
+            // Only the steps that reach past the first masked key test keys.
+            if key0 + WGMMA_KEYS > mask_from {
+                #[allow(clippy::needless_range_loop)]
+                for n in 0..STEP_TILES {
+                    for e in 0..4 {
+                        let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
+                        if key >= if e < 2 { ra.limit } else { rb.limit } {
+                            s[n][e] = f32::NEG_INFINITY;
+                        }
+                    }
+                }
             }
-            let (mx_a, mx_b) = (warp::quad_max(mx_a), warp::quad_max(mx_b));
-            let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK);
+            // Maxima and sums as trees (a chain of 8 dependent operations
+            // per row stalled the warps on fixed latencies).
+            let mx_a = warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max));
+            let mx_b = warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max));
+            // Formats without slack (int8: P carries V's scale) still skip
+            // the rescale when no row's max grew (slack 0, P ≤ 1): here it
+            // is 64 multiplies a step.
+            let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK.or(Some(0.0)));
             let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
             let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
-            let (mut sum_a, mut sum_b) = (0f32, 0f32);
             for tile in s.iter_mut() {
                 tile[0] = ex2(tile[0] - base_a);
                 tile[1] = ex2(tile[1] - base_a);
                 tile[2] = ex2(tile[2] - base_b);
                 tile[3] = ex2(tile[3] - base_b);
-                sum_a += tile[0] + tile[1];
-                sum_b += tile[2] + tile[3];
             }
-            l_a = l_a * alpha_a + sum_a;
-            l_b = l_b * alpha_b + sum_b;
+            l_a = l_a * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
+            l_b = l_b * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
             if moved {
                 for acc in o.iter_mut() {
                     acc[0] *= alpha_a;
@@ -121,26 +191,40 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                     acc[3] *= alpha_b;
                 }
             }
+            if F::SCALED {
+                let vscale = scales(pipe.v_side(stage));
+                #[allow(clippy::needless_range_loop)]
+                for n in 0..STEP_TILES {
+                    for e in 0..4 {
+                        s[n][e] *= vscale[n][e & 1];
+                    }
+                }
+            }
             // P (C layout of n8 tiles 2h, 2h+1) is the A fragment of keys 16h..16h+16.
             type H<F> = <F as KvFormat>::Compute;
             let pa = [0, 1].map(|h| {
                 let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
                 [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
             });
-            F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(pipe.v_tile(stage) + at, column, 1024));
+            F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(v_rows, column, 1024));
             sub += p.warps_k * WGMMA_KEYS;
         }
     }
     pipe.drain();
 
     let rows = [ra, rb];
+    // The lane's quad position afresh (held from the start, it was the
+    // value the quantized cluster kernels spilled).
+    let quad = thread::opaque(tid) % 4;
+    // V's rows are in head-dim order here (converted ones too): n8 tile
+    // `nt` holds dims 8 nt .., this thread two adjacent ones.
     let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
         for (nt, frag) in o.iter().enumerate() {
             for (r, row) in rows.iter().enumerate() {
                 if !CLUSTER && !live[r] {
                     continue;
                 }
-                let addr = acc + 4 * (row.local * pitch + F::o_pair(nt as u32, lane % 4));
+                let addr = acc + 4 * (row.local * pitch + 8 * nt as u32 + 2 * quad);
                 let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
                 if add {
                     let old = shared::ld_shared_v2_f32(addr);
@@ -152,7 +236,14 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D, CLUSTER>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    // (The warpgroup afresh too, for the same reason.)
+    epilogue::<F, D, CLUSTER>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+}
+
+/// `f` over four values as a tree: `f(f(x0, x1), f(x2, x3))`.
+#[inline(always)]
+fn tree(x: [f32; STEP_TILES], f: impl Fn(f32, f32) -> f32) -> f32 {
+    f(f(x[0], x[1]), f(x[2], x[3]))
 }
 
 /// Copies the block's `WGMMA_M` Q rows (zero-filled past its last row) into

@@ -16,9 +16,9 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::tile_config;
+use decode_attn_abi::{tile_config, Variant};
 
-use super::{swizzled, Half, KvFormat};
+use super::{conversion_job, swizzled, Half, KvFormat, StageTiles, TileLayout, HALF_TILE};
 use crate::arch::{math, mma, shared};
 
 pub struct Int4Kv<Q, const G: u32>(PhantomData<Q>);
@@ -83,7 +83,7 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// and high byte of each half-word) under one scale and zero.
     #[inline(always)]
     unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
-        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32) };
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
         let sr = cfg.side_bytes;
         let side = tile + cfg.side_offset();
         let (g, c) = (lane / 4, lane % 4);
@@ -107,7 +107,7 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// one set of per-key scales and zeros.
     #[inline(always)]
     unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
-        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32) };
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
         let sr = cfg.side_bytes;
         let side = tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * sr;
         let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(key + lane % 16, mp, (D / 2) as u32));
@@ -129,5 +129,30 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
             ];
         }
         out
+    }
+
+    /// Dequantized (scale and zero applied): a 16-byte chunk of a row (32
+    /// dims, one group's or part of one) becomes four 16-bit chunks, one
+    /// word each, its pairs in order.
+    #[inline(always)]
+    unsafe fn stage_to_half<const D: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+        let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wgmma).side_bytes };
+        let chunks = D as u32 / 32;
+        for i in 0..(2 * decode_attn_abi::WGMMA_KEYS / 8 * chunks) / 16 {
+            let (is_v, r, c) = conversion_job(t, i, chunks);
+            let (src, side, dst) = if is_v { (stage.v, stage.v_side, v_half) } else { (stage.k, stage.k_side, k_half) };
+            let w = shared::ld_shared_v4_u32(src + swizzled(key + r, c, (D / 2) as u32));
+            let sz = shared::ld_shared_u32(side + (key + r) * sr + 4 * (32 * c / G));
+            let (s, z) = (math::splat_half::<false>(sz), math::splat_half::<true>(sz));
+            for (n, &x) in w.iter().enumerate() {
+                let pairs = [
+                    dequant(magic_a::<D>(x), A, s, z),
+                    dequant(magic_b::<D>(x), B, s, z),
+                    dequant(magic_a::<D>(x >> 8), A, s, z),
+                    dequant(magic_b::<D>(x >> 8), B, s, z),
+                ];
+                shared::st_shared_v4_u32(dst + HALF_TILE.at(row + r, 4 * c + n as u32, 0), pairs);
+            }
+        }
     }
 }

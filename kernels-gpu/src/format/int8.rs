@@ -17,7 +17,7 @@
 
 use core::marker::PhantomData;
 
-use super::{swizzled, Half, KvFormat};
+use super::{conversion_job, swizzled, Half, KvFormat, StageTiles, TileLayout, HALF_TILE};
 use crate::arch::{math, mma, shared};
 
 pub struct Int8Kv<H>(PhantomData<H>);
@@ -91,5 +91,21 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         type H<T> = <T as KvFormat>::Compute;
         let frag = |a: u32, b: u32| [H::<Self>::pair(a, 0, 2), H::<Self>::pair(b, 0, 2), H::<Self>::pair(a, 1, 3), H::<Self>::pair(b, 1, 3)];
         [frag(w0, w1), frag(w2, w3)]
+    }
+
+    /// Exact integers (the body applies the scales): a 16-byte chunk of a
+    /// row (16 dims) becomes two 16-bit chunks, two instructions per pair.
+    #[inline(always)]
+    unsafe fn stage_to_half<const D: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+        let chunks = D as u32 / 16;
+        type H<T> = <T as KvFormat>::Compute;
+        for i in 0..(2 * decode_attn_abi::WGMMA_KEYS / 8 * chunks) / 16 {
+            let (is_v, r, c) = conversion_job(t, i, chunks);
+            let (src, dst) = if is_v { (stage.v, v_half) } else { (stage.k, k_half) };
+            let w = shared::ld_shared_v4_u32(src + swizzled(key + r, c, D as u32));
+            let half = |a: u32, b: u32| [H::<Self>::pair(a, 0, 1), H::<Self>::pair(a, 2, 3), H::<Self>::pair(b, 0, 1), H::<Self>::pair(b, 2, 3)];
+            shared::st_shared_v4_u32(dst + HALF_TILE.at(row + r, 2 * c, 0), half(w[0], w[1]));
+            shared::st_shared_v4_u32(dst + HALF_TILE.at(row + r, 2 * c + 1, 0), half(w[2], w[3]));
+        }
     }
 }

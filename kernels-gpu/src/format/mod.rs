@@ -15,7 +15,7 @@ pub use plain::PlainKv;
 
 use crate::addressing::RowAddressing;
 use crate::arch::{math, mma, wgmma};
-use decode_attn_abi::Dtype;
+use decode_attn_abi::{Dtype, WGMMA_M};
 
 /// The 16-bit float type the tensor cores compute in (Q, P and dequantized K/V).
 pub trait Half {
@@ -201,7 +201,51 @@ pub trait KvFormat {
     /// # Safety
     /// As [`KvFormat::k_fragment_pair`].
     unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2];
+
+    /// The wgmma kernels' conversion: K's and V's rows `key .. key +
+    /// WGMMA_KEYS` of a landed stage become `Compute` rows `row ..` of the
+    /// [`Swizzle128`] tiles `k_half` and `v_half` (`WGMMA_M` rows each),
+    /// head dims in order, as the tensor cores read them; side data the
+    /// format multiplies in here (int4's scales and zeros) is applied,
+    /// what the body applies (`SCALED`) is not. `t` (0..128) is the
+    /// thread's index in its warpgroup, whose threads convert together.
+    /// Formats the MMAs read as stored convert nothing.
+    ///
+    /// # Safety
+    /// The stage's rows must have landed (after the cp.async wait and
+    /// barrier); no MMA may be reading the destination rows.
+    #[inline(always)]
+    unsafe fn stage_to_half<const D: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+        let _ = (stage, key, k_half, v_half, row, t);
+    }
 }
+
+/// Shared addresses of one pipeline stage: K's and V's rows and side data.
+#[derive(Clone, Copy)]
+pub struct StageTiles {
+    pub k: u32,
+    pub v: u32,
+    pub k_side: u32,
+    pub v_side: u32,
+}
+
+/// Where a warpgroup's conversion jobs go: a quarter-warp's 8 threads take
+/// one 16-byte chunk index of 8 consecutive rows (`t % 8`), so their raw
+/// reads ([`swizzled`], rows of ≥ 64 bytes) and their 16-bit writes
+/// ([`Swizzle128`]) each touch 8 different bank groups. Job `j` of the
+/// `JOBS` (K's, then V's, 8-row blocks × chunks of `chunks` per row) is
+/// done by threads `t / 8 ≡ j (mod 16)`; returns (V's, row, chunk) of
+/// this thread's `i`-th job.
+#[inline(always)]
+pub fn conversion_job(t: u32, i: u32, chunks: u32) -> (bool, u32, u32) {
+    let j = t / 8 + 16 * i;
+    let per_tensor = decode_attn_abi::WGMMA_KEYS / 8 * chunks;
+    let (v, j) = (j >= per_tensor, j % per_tensor);
+    (v, 8 * (j / chunks) + t % 8, j % chunks)
+}
+
+/// The 16-bit tiles of the wgmma kernels ([`KvFormat::stage_to_half`]).
+pub const HALF_TILE: Swizzle128 = Swizzle128 { rows: WGMMA_M };
 
 /// Byte offset of 16-byte chunk `chunk` of row `row` in a tile whose rows are
 /// `row_bytes` long (a multiple of 16, at least 32). The chunk index is
