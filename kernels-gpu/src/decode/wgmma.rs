@@ -100,8 +100,14 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
         let tile_first = item.kv_start + t * kt;
         // Uniform over the warpgroup: its MMAs are issued by all 4 warps.
         let mut sub = warp_k * WGMMA_KEYS;
-        while sub < kt && tile_first + sub < item.kv_end {
+        // Converting warpgroups take every step of the stage, past the
+        // item's end too (converting and computing nothing there), so both
+        // meet their named barrier equally often: with the counts apart,
+        // compute-sanitizer's racecheck reported the epilogue's shared
+        // accesses, ordered by full barriers, as hazards.
+        while sub < kt && (convert || tile_first + sub < item.kv_end) {
             let key0 = tile_first + sub;
+            let live = !convert || key0 < item.kv_end;
             let (k_rows, v_rows) = if convert {
                 // A later step of the stage first waits for the group's
                 // MMAs on its rows (the stage's barrier covered the first).
@@ -113,8 +119,10 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 // (The thread's conversion addresses are recomputed at each
                 // step: held, they pushed the cluster kernels past 128
                 // registers.)
-                F::stage_to_half::<D>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
-                shared::fence_proxy_async_shared();
+                if live {
+                    F::stage_to_half::<D>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
+                    shared::fence_proxy_async_shared();
+                }
                 thread::sync_named(group_barrier, 128);
                 let at = (half_rows / 8) * 1024;
                 (k_half + at, v_half + at)
@@ -122,91 +130,93 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 let at = (sub / 8) * 1024;
                 (pipe.k_tile(stage) + at, pipe.v_tile(stage) + at)
             };
-            let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(k_rows, 16, 1024));
-            // Per-row factors of the scores: the softmax scale (base 2),
-            // times the power of two a converted Q row was scaled down by
-            // (read at each step: held, they cost the kernel its last
-            // registers).
-            let (scale_a, scale_b) = if convert {
-                let at = |r: u32| p.scale_log2 * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
-                (at(0), at(8))
-            } else {
-                (p.scale_log2, p.scale_log2)
-            };
-            // Per-key scales of this thread's keys 8n + c2 + {0, 1}
-            // (formats with per-row scales): K's multiply the scores, V's P
-            // (read where they are used: loaded together, V's scales were
-            // live through the softmax).
-            let scales = |side: u32| {
-                if F::SCALED {
-                    [0, 1, 2, 3].map(|n| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2)))
+            if live {
+                let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(k_rows, 16, 1024));
+                // Per-row factors of the scores: the softmax scale (base 2),
+                // times the power of two a converted Q row was scaled down by
+                // (read at each step: held, they cost the kernel its last
+                // registers).
+                let (scale_a, scale_b) = if convert {
+                    let at = |r: u32| p.scale_log2 * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
+                    (at(0), at(8))
                 } else {
-                    [[1.0; 2]; STEP_TILES]
-                }
-            };
-            let kscale = scales(pipe.k_side(stage));
-            let mut s = [[0f32; 4]; STEP_TILES];
-            #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
-            for n in 0..STEP_TILES {
-                for e in 0..4 {
-                    let row_scale = if e < 2 { scale_a } else { scale_b };
-                    s[n][e] = raw[4 * n + e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-                }
-            }
-            // Only the steps that reach past the first masked key test keys.
-            if key0 + WGMMA_KEYS > mask_from {
-                #[allow(clippy::needless_range_loop)]
+                    (p.scale_log2, p.scale_log2)
+                };
+                // Per-key scales of this thread's keys 8n + c2 + {0, 1}
+                // (formats with per-row scales): K's multiply the scores, V's P
+                // (read where they are used: loaded together, V's scales were
+                // live through the softmax).
+                let scales = |side: u32| {
+                    if F::SCALED {
+                        [0, 1, 2, 3].map(|n| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2)))
+                    } else {
+                        [[1.0; 2]; STEP_TILES]
+                    }
+                };
+                let kscale = scales(pipe.k_side(stage));
+                let mut s = [[0f32; 4]; STEP_TILES];
+                #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
                 for n in 0..STEP_TILES {
                     for e in 0..4 {
-                        let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                        if key >= if e < 2 { ra.limit } else { rb.limit } {
-                            s[n][e] = f32::NEG_INFINITY;
+                        let row_scale = if e < 2 { scale_a } else { scale_b };
+                        s[n][e] = raw[4 * n + e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
+                    }
+                }
+                // Only the steps that reach past the first masked key test keys.
+                if key0 + WGMMA_KEYS > mask_from {
+                    #[allow(clippy::needless_range_loop)]
+                    for n in 0..STEP_TILES {
+                        for e in 0..4 {
+                            let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
+                            if key >= if e < 2 { ra.limit } else { rb.limit } {
+                                s[n][e] = f32::NEG_INFINITY;
+                            }
                         }
                     }
                 }
-            }
-            // Maxima and sums as trees (a chain of 8 dependent operations
-            // per row stalled the warps on fixed latencies).
-            let mx_a = warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max));
-            let mx_b = warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max));
-            // Formats without slack (int8: P carries V's scale) still skip
-            // the rescale when no row's max grew (slack 0, P ≤ 1): here it
-            // is 64 multiplies a step.
-            let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK.or(Some(0.0)));
-            let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
-            let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
-            for tile in s.iter_mut() {
-                tile[0] = ex2(tile[0] - base_a);
-                tile[1] = ex2(tile[1] - base_a);
-                tile[2] = ex2(tile[2] - base_b);
-                tile[3] = ex2(tile[3] - base_b);
-            }
-            l_a = l_a * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
-            l_b = l_b * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
-            if moved {
-                for acc in o.iter_mut() {
-                    acc[0] *= alpha_a;
-                    acc[1] *= alpha_a;
-                    acc[2] *= alpha_b;
-                    acc[3] *= alpha_b;
+                // Maxima and sums as trees (a chain of 8 dependent operations
+                // per row stalled the warps on fixed latencies).
+                let mx_a = warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max));
+                let mx_b = warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max));
+                // Formats without slack (int8: P carries V's scale) still skip
+                // the rescale when no row's max grew (slack 0, P ≤ 1): here it
+                // is 64 multiplies a step.
+                let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK.or(Some(0.0)));
+                let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
+                let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
+                for tile in s.iter_mut() {
+                    tile[0] = ex2(tile[0] - base_a);
+                    tile[1] = ex2(tile[1] - base_a);
+                    tile[2] = ex2(tile[2] - base_b);
+                    tile[3] = ex2(tile[3] - base_b);
                 }
-            }
-            if F::SCALED {
-                let vscale = scales(pipe.v_side(stage));
-                #[allow(clippy::needless_range_loop)]
-                for n in 0..STEP_TILES {
-                    for e in 0..4 {
-                        s[n][e] *= vscale[n][e & 1];
+                l_a = l_a * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
+                l_b = l_b * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
+                if moved {
+                    for acc in o.iter_mut() {
+                        acc[0] *= alpha_a;
+                        acc[1] *= alpha_a;
+                        acc[2] *= alpha_b;
+                        acc[3] *= alpha_b;
                     }
                 }
+                if F::SCALED {
+                    let vscale = scales(pipe.v_side(stage));
+                    #[allow(clippy::needless_range_loop)]
+                    for n in 0..STEP_TILES {
+                        for e in 0..4 {
+                            s[n][e] *= vscale[n][e & 1];
+                        }
+                    }
+                }
+                // P (C layout of n8 tiles 2h, 2h+1) is the A fragment of keys 16h..16h+16.
+                type H<F> = <F as KvFormat>::Compute;
+                let pa = [0, 1].map(|h| {
+                    let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
+                    [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
+                });
+                F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(v_rows, column, 1024));
             }
-            // P (C layout of n8 tiles 2h, 2h+1) is the A fragment of keys 16h..16h+16.
-            type H<F> = <F as KvFormat>::Compute;
-            let pa = [0, 1].map(|h| {
-                let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
-                [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
-            });
-            F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(v_rows, column, 1024));
             sub += p.warps_k * WGMMA_KEYS;
         }
     }
