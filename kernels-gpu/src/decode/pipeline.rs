@@ -36,9 +36,10 @@ use crate::format::{copy_rows, KvFormat, StageTiles, Swizzle128};
 /// (quantized ones land as in the wide kernels and are converted into such
 /// tiles, `KvFormat::stage_to_half`). The warpgroup MMAs read them after the same wait and
 /// barrier as `ldmatrix` does, with no proxy fence (as CUTLASS's
-/// `MainloopSm90CpAsyncGmma`): `fence.proxy.async` compiles to a
-/// `MEMBAR.ALL.CTA` that also waited for the stages still in flight, and
-/// the kernel ran at half the wide kernel's speed (docs/perf.md).
+/// `MainloopSm90CpAsyncGmma`); the converted tiles, written by ordinary
+/// stores, are fenced. (The fence, a `MEMBAR.ALL.CTA` and a
+/// `FENCE.VIEW.ASYNC.S`, was measured to cost nothing either way:
+/// docs/perf.md, twelfth and thirteenth sessions.)
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> {
     p: &'a DecodeParams,
     /// Strided kernels: the sequence's rows (paged stages address theirs
