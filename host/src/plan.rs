@@ -169,7 +169,7 @@ impl PlanOptions {
                 // Measured on an H100 (docs/perf.md, "Twelfth session"): grid
                 // B's 48 rows 2.5-3.5 % faster than wide on every row.
                 // Quantized caches too (docs/perf.md, "Thirteenth session"):
-                // grid B int8 6-9 % and int4-g32 21-25 % faster than wide.
+                // grid B int8 8-10 % and int4-g32 23-25 % faster than wide.
                 Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Variant::Wgmma.serves(shape.kv_format, shape.head_dim) => Variant::Wgmma,
                 _ => Variant::Wide,
             },
