@@ -1,7 +1,9 @@
 //! Device buffers of one benchmark problem, untyped (bytes) so every dtype
 //! and KV format shares the code; views carry the element type.
 
-use decode_attn::cust::memory::{DeviceBuffer, DeviceCopy};
+use std::mem::ManuallyDrop;
+
+use decode_attn::cust::memory::{DeviceBuffer, DeviceCopy, DevicePointer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::cust::sys as cuda;
 use decode_attn::{DecodeAttention, DecodeShape, ElemType, KvCache, TensorMut, TensorRef};
@@ -19,8 +21,10 @@ pub fn kv_elem(shape: &DecodeShape) -> ElemType {
 /// Q, K, V and O of one problem (and K's and V's scales for quantized caches).
 pub struct BufferSet {
     pub q: DeviceBuffer<u8>,
-    pub k: DeviceBuffer<u8>,
-    pub v: DeviceBuffer<u8>,
+    /// K and V: their own allocations, or (`--kv-gap`) views into `kv_block`
+    /// (dropped only when they are their own: see `Drop`).
+    pub k: ManuallyDrop<DeviceBuffer<u8>>,
+    pub v: ManuallyDrop<DeviceBuffer<u8>>,
     pub o: DeviceBuffer<u8>,
     /// Side data of K and V as 32-bit words (int8 scales, int4 scale/zero pairs).
     pub scales: Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>,
@@ -28,6 +32,8 @@ pub struct BufferSet {
     /// A packed paged pool holding this set's K, V and side data: while
     /// set, `views` hands out views into it (see `BufferSet::pack`).
     pool: Option<PackedPool>,
+    /// `--kv-gap`: one allocation holding K, then `kv_gap` bytes, then V.
+    kv_block: Option<DeviceBuffer<u8>>,
     qo: ElemType,
     kv: ElemType,
 }
@@ -45,11 +51,26 @@ fn alloc(bytes: u64) -> Result<DeviceBuffer<u8>, String> {
 
 impl BufferSet {
     /// Allocates a set and fills Q, K and V with device-generated random
-    /// values (seeded by `seed`; never zeros) and O with NaN.
-    pub fn new(attn: &DecodeAttention, shape: &DecodeShape, seed: u64, stream: &Stream) -> Result<Self, String> {
+    /// values (seeded by `seed`; never zeros) and O with NaN. With `kv_gap`
+    /// (a multiple of 16) K and V share one allocation, V starting `kv_gap`
+    /// bytes after K's end: the distance from a K row to its V row, which
+    /// the kernels read together, is then `kv_bytes + kv_gap` exactly.
+    pub fn new(attn: &DecodeAttention, shape: &DecodeShape, seed: u64, kv_gap: Option<u64>, stream: &Stream) -> Result<Self, String> {
         let q_bytes = shape.q_bytes().ok_or("q size overflows")?;
         let kv_bytes = shape.kv_bytes_required().ok_or("kv size overflows")?;
-        let mut set = BufferSet { q: alloc(q_bytes)?, k: alloc(kv_bytes)?, v: alloc(kv_bytes)?, o: alloc(q_bytes)?, scales: None, pool: None, side: decode_attn::check::side_elem(shape.kv_format), qo: qo_elem(shape), kv: kv_elem(shape) };
+        let q = alloc(q_bytes)?;
+        let (k, v, kv_block) = match kv_gap {
+            None => (alloc(kv_bytes)?, alloc(kv_bytes)?, None),
+            Some(gap) => {
+                let block = alloc(2 * kv_bytes + gap)?;
+                let base = block.as_device_ptr().as_raw();
+                // SAFETY: both views lie inside `block`, which the set keeps
+                // alive and frees; `Drop` never frees the views themselves.
+                let view = |at: u64| unsafe { DeviceBuffer::from_raw_parts(DevicePointer::from_raw(base + at), kv_bytes as usize) };
+                (view(0), view(kv_bytes + gap), Some(block))
+            }
+        };
+        let mut set = BufferSet { q, k: ManuallyDrop::new(k), v: ManuallyDrop::new(v), o: alloc(q_bytes)?, scales: None, pool: None, kv_block, side: decode_attn::check::side_elem(shape.kv_format), qo: qo_elem(shape), kv: kv_elem(shape) };
         let e = |e: decode_attn::Error| e.to_string();
         let fill = |buf: &DeviceBuffer<u8>, elem: ElemType, s: u64| {
             // SAFETY: the buffer is alive and written only by this fill.
@@ -224,4 +245,16 @@ pub fn download<T: DeviceCopy + Default + Clone>(addr: u64, n: usize) -> Result<
     let status = unsafe { cuda::cuMemcpyDtoH_v2(h.as_mut_ptr() as *mut std::ffi::c_void, addr, n * std::mem::size_of::<T>()) };
     check::cuda(status, "cuMemcpyDtoH")?;
     Ok(h)
+}
+
+impl Drop for BufferSet {
+    fn drop(&mut self) {
+        if self.kv_block.is_none() {
+            // SAFETY: K and V are their own allocations here, dropped once.
+            unsafe {
+                ManuallyDrop::drop(&mut self.k);
+                ManuallyDrop::drop(&mut self.v);
+            }
+        }
+    }
 }

@@ -101,6 +101,18 @@ struct Args {
     /// sequence's chunks fit one) or global (never in a cluster).
     #[arg(long, value_enum, default_value = "auto")]
     merge: MergeArg,
+    /// Placement study: put each buffer set's K and V in one allocation, V
+    /// starting this many bytes (a multiple of 16) after K's end, so the
+    /// distance from a K row to its V row (which the kernels read
+    /// together) is K's size plus this. Default: separate allocations.
+    /// Every row prints where its buffer sets landed.
+    #[arg(long, value_parser = parse_kv_gap)]
+    kv_gap: Option<u64>,
+    /// Skip the warm-up row. By default the first row is timed once more,
+    /// first, and that result discarded: the first row a process timed
+    /// read up to 13 % slow on some rows (docs/perf.md, fourteenth session).
+    #[arg(long)]
+    no_warmup_row: bool,
     /// Appended to the output file names (several runs in one directory).
     #[arg(long, default_value = "")]
     tag: String,
@@ -157,6 +169,15 @@ fn parse_variant(s: &str) -> Result<VariantChoice, String> {
     match s.trim() {
         "auto" => Ok(VariantChoice::Auto),
         v => Variant::ALL.into_iter().find(|x| x.name() == v).map(VariantChoice::Force).ok_or_else(|| format!("unknown variant `{s}` (have: auto, wide, narrow, wgmma)")),
+    }
+}
+
+fn parse_kv_gap(s: &str) -> Result<u64, String> {
+    let gap: u64 = s.trim().parse().map_err(|e| format!("`{s}`: {e}"))?;
+    if gap % 16 == 0 {
+        Ok(gap)
+    } else {
+        Err(format!("{gap} is not a multiple of 16 (the kernels need 16-byte aligned rows)"))
     }
 }
 
@@ -241,6 +262,11 @@ fn run(args: &Args) -> Result<(), String> {
     };
     let bar = ProgressBar::new(specs.len() as u64).with_style(ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").map_err(|e| e.to_string())?);
     let t0 = std::time::Instant::now();
+    if let (Some(first), false) = (specs.first(), args.no_warmup_row) {
+        bar.set_message(format!("warm-up: {}", first.key()));
+        let w = bench_row(&attn, &stream, first, args, roofline, flush.as_ref())?;
+        eprintln!("  warm-up row (discarded): {} {:.1} µs", w.key, w.median_us);
+    }
     let mut rows = Vec::new();
     for spec in &specs {
         bar.set_message(spec.key());
@@ -303,7 +329,13 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     };
     let fits = (free as u64 * 6 / 10 / per_set).max(1);
     let n_sets = wanted.min(fits);
-    let mut sets: Vec<BufferSet> = (0..n_sets).map(|i| BufferSet::new(attn, &shape, i + 1, stream)).collect::<Result<_, _>>()?;
+    let mut sets: Vec<BufferSet> = (0..n_sets).map(|i| BufferSet::new(attn, &shape, i + 1, args.kv_gap, stream)).collect::<Result<_, _>>()?;
+    {
+        // Where each set landed (placement study: docs/perf.md, fourteenth session).
+        let at = |b: &DeviceBuffer<u8>| b.as_device_ptr().as_raw();
+        let sets_at: Vec<String> = sets.iter().map(|b| format!("Q {:#x} K {:#x} V {:#x} O {:#x}", at(&b.q), at(&b.k), at(&b.v), at(&b.o))).collect();
+        println!("  buffers: {}", sets_at.join("; "));
+    }
 
     // Correctness first, on the first copy.
     {
