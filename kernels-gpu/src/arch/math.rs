@@ -12,6 +12,18 @@ pub fn ex2(x: f32) -> f32 {
     r
 }
 
+/// `fma.rn.f32`: a·b + c, rounded once.
+#[inline(always)]
+pub fn fma(a: f32, b: f32, c: f32) -> f32 {
+    let r: f32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("fma.rn.f32 {r}, {a}, {b}, {c};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b, c = in(reg32) c,
+            options(pure, nomem, nostack));
+    }
+    r
+}
+
 /// `lg2.approx.ftz.f32`: log2(x).
 #[inline(always)]
 pub fn lg2(x: f32) -> f32 {

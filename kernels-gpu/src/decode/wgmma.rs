@@ -27,7 +27,7 @@ use decode_attn_abi::{q_converted, wgmma_prefix_bytes, DecodeParams, WGMMA_KEYS,
 use super::pipeline::Pipeline;
 use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
 use crate::arch::wgmma::descriptor;
-use crate::arch::{math::ex2, memory, shared, thread, warp};
+use crate::arch::{math::ex2, math::fma, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
 use crate::state;
 
@@ -154,11 +154,18 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                     }
                 };
                 let kscale = scales(pipe.k_side(stage));
+                // Converting kernels leave the row factors out of the
+                // scores: the maxima take them (positive: max(c·x) = c·max(x)
+                // exactly) and the exponent's FMA applies them, 16
+                // multiplies a step fewer (their step is issue-bound). Not
+                // in the int8 cluster kernels: at 128 registers they spilled
+                // 8-16 bytes with it.
+                let fold = convert && !(CLUSTER && F::SCALED);
                 let mut s = [[0f32; 4]; STEP_TILES];
                 #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
                 for n in 0..STEP_TILES {
                     for e in 0..4 {
-                        let row_scale = if e < 2 { scale_a } else { scale_b };
+                        let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
                         s[n][e] = raw[4 * n + e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
                     }
                 }
@@ -176,8 +183,8 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 }
                 // Maxima and sums as trees (a chain of 8 dependent operations
                 // per row stalled the warps on fixed latencies).
-                let mx_a = warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max));
-                let mx_b = warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max));
+                let (mx_a, mx_b) = (warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max)), warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max)));
+                let (mx_a, mx_b) = if fold { (mx_a * scale_a, mx_b * scale_b) } else { (mx_a, mx_b) };
                 // Formats without slack (int8: P carries V's scale) still skip
                 // the rescale when no row's max grew (slack 0, P ≤ 1): here it
                 // is 64 multiplies a step.
@@ -185,10 +192,17 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
                 let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
                 for tile in s.iter_mut() {
-                    tile[0] = ex2(tile[0] - base_a);
-                    tile[1] = ex2(tile[1] - base_a);
-                    tile[2] = ex2(tile[2] - base_b);
-                    tile[3] = ex2(tile[3] - base_b);
+                    if fold {
+                        tile[0] = ex2(fma(tile[0], scale_a, -base_a));
+                        tile[1] = ex2(fma(tile[1], scale_a, -base_a));
+                        tile[2] = ex2(fma(tile[2], scale_b, -base_b));
+                        tile[3] = ex2(fma(tile[3], scale_b, -base_b));
+                    } else {
+                        tile[0] = ex2(tile[0] - base_a);
+                        tile[1] = ex2(tile[1] - base_a);
+                        tile[2] = ex2(tile[2] - base_b);
+                        tile[3] = ex2(tile[3] - base_b);
+                    }
                 }
                 l_a = l_a * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
                 l_b = l_b * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
