@@ -320,7 +320,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
 
     // Enough copies that their total is ≥ 4× L2 (at least two), within 60 %
     // of free device memory.
-    let per_set = buffers::set_bytes(&shape);
+    let per_set = buffers::set_bytes(&shape) + args.kv_gap.unwrap_or(0);
     let l2 = attn.device_info().l2_bytes as u64;
     let (free, _) = decode_attn::cust::memory::mem_get_info().map_err(|e| e.to_string())?;
     let wanted = match args.l2 {

@@ -191,18 +191,12 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK.or(Some(0.0)));
                 let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
                 let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
+                let p2 = |x: f32, row_scale: f32, base: f32| if fold { ex2(fma(x, row_scale, -base)) } else { ex2(x - base) };
                 for tile in s.iter_mut() {
-                    if fold {
-                        tile[0] = ex2(fma(tile[0], scale_a, -base_a));
-                        tile[1] = ex2(fma(tile[1], scale_a, -base_a));
-                        tile[2] = ex2(fma(tile[2], scale_b, -base_b));
-                        tile[3] = ex2(fma(tile[3], scale_b, -base_b));
-                    } else {
-                        tile[0] = ex2(tile[0] - base_a);
-                        tile[1] = ex2(tile[1] - base_a);
-                        tile[2] = ex2(tile[2] - base_b);
-                        tile[3] = ex2(tile[3] - base_b);
-                    }
+                    tile[0] = p2(tile[0], scale_a, base_a);
+                    tile[1] = p2(tile[1], scale_a, base_a);
+                    tile[2] = p2(tile[2], scale_b, base_b);
+                    tile[3] = p2(tile[3], scale_b, base_b);
                 }
                 l_a = l_a * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
                 l_b = l_b * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
