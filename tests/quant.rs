@@ -24,7 +24,10 @@ proptest! {
         let mut back = vec![0f32; 64];
         dequantize_int8_row(&q, s, &mut back);
         for (a, b) in x.iter().zip(&back) {
-            prop_assert!((a - b).abs() <= 0.5 * s * (1.0 + 1e-5) + 1e-30, "{a} -> {b} (scale {s})");
+            // Half a step, plus the f32 rounding of `x / s` and `q · s` at
+            // |x|'s magnitude (a few ulps: a drawn -8461.549 came back 4e-4
+            // past half a step of 77.27).
+            prop_assert!((a - b).abs() <= 0.5 * s * (1.0 + 1e-5) + 4.0 * f32::EPSILON * a.abs() + 1e-30, "{a} -> {b} (scale {s})");
         }
         prop_assert!(q.iter().all(|&v| v != -128));
     }
