@@ -122,13 +122,49 @@ pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, variant: Varian
 /// `WGMMA_M`-row Q tile in the compute type, and for quantized formats the
 /// two `WGMMA_M`-row tiles of K and V rows converted to 16 bits (each of the
 /// block's two warpgroups converts its 32-key step into half of their rows)
-/// and the per-row Q scales ([`q_converted`]).
+/// and the per-row Q scales ([`q_converted`]), then the stages'
+/// transaction barriers ([`WGMMA_STAGE_BARRIER_BYTES`]).
 pub const fn wgmma_prefix_bytes(format: KvFormat, head_dim: u32) -> u32 {
     let tile = WGMMA_M * head_dim * 2;
     if q_converted(format) {
-        3 * tile + 4 * WGMMA_M
+        3 * tile + 4 * WGMMA_M + WGMMA_STAGE_BARRIER_BYTES
     } else {
         tile
+    }
+}
+
+/// The last bytes of a quantized wgmma block's prefix, just before its
+/// stages: one 8-byte `mbarrier` per pipeline stage, on which the bulk
+/// copies of a strided cache's rows complete (`decode::pipeline`), rounded
+/// up to keep the stages 16-byte aligned.
+pub const WGMMA_STAGE_BARRIER_BYTES: u32 = (8 * PIPELINE_STAGES).next_multiple_of(16);
+
+/// Where the quantized wgmma kernels' conversion jobs go
+/// (`KvFormat::stage_to_half`). Their raw stages hold rows one after another
+/// (as bulk copies land them), so a quarter-warp's 8 threads read 8
+/// different 16-byte bank groups when their raw chunks are 8 different
+/// (row within a 128-byte line, chunk) pairs, and write 8 different ones of
+/// the 16-bit `Swizzle128` tile (chunk XOR row mod 8) when the destination
+/// chunks differ after the XOR. With `chunks` raw chunks per row (head_dim 128):
+/// - 8 (int8: a chunk is 16 dims, the 16-bit chunks `2c`, `2c + 1`): the
+///   threads take chunks 0..8 of a row pair, chunks 0..4 of one row and
+///   4..8 of the other, so the two halves' destination chunks differ in the
+///   XOR's low bit;
+/// - 4 (int4: a chunk is 32 dims, the 16-bit chunks `4c .. 4c + 4`): the
+///   threads take 8 consecutive rows, thread `e` chunk `(c0 + e / 2) mod 4`.
+///
+/// Job `j` (K's, then V's) is done by the quarter-warp `t / 8 ≡ j (mod 16)`
+/// of the warpgroup's thread `t`; returns (V's, row, chunk) of the thread's
+/// `i`-th job, rows relative to the step's [`WGMMA_KEYS`]. The tests check
+/// that every (tensor, row, chunk) is one job and the bank patterns.
+pub const fn wgmma_conversion_job(t: u32, i: u32, chunks: u32) -> (bool, u32, u32) {
+    let (j, e) = (t / 8 + 16 * i, t % 8);
+    let per_tensor = WGMMA_KEYS * chunks / 8;
+    let (v, j) = (j >= per_tensor, j % per_tensor);
+    if chunks == 8 {
+        (v, 2 * (j / 2) + ((e / 4) ^ (j % 2)), e)
+    } else {
+        (v, 8 * (j / 4) + e, (j % 4 + e / 2) % 4)
     }
 }
 

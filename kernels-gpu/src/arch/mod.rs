@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod math;
+pub mod mbarrier;
 pub mod memory;
 pub mod mma;
 pub mod shared;

@@ -20,11 +20,11 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_STAGE_BARRIER_BYTES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
-use crate::arch::{memory, thread};
-use crate::format::{copy_rows, KvFormat, StageTiles, Swizzle128};
+use crate::arch::{mbarrier, memory, shared, thread};
+use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128};
 
 /// How rows are copied (docs/perf.md, "Paged caches, v2"): strided `WIDE`
 /// kernels issue K's and V's chunk of a row in pairs from one address,
@@ -37,7 +37,20 @@ use crate::format::{copy_rows, KvFormat, StageTiles, Swizzle128};
 /// tiles, `KvFormat::stage_to_half`). The warpgroup MMAs read them after the same wait and
 /// barrier as `ldmatrix` does, with no proxy fence (as CUTLASS's
 /// `MainloopSm90CpAsyncGmma`); the converted tiles, written by ordinary
-/// stores, are fenced. (The fence, a `MEMBAR.ALL.CTA` and a
+/// stores, are fenced.
+///
+/// Quantized wgmma stages hold rows one after another ([`LinearRows`]). In
+/// the strided kernels (`BULK`) one warp issues them as bulk copies
+/// (`cp.async.bulk`, one per tensor when a stage's rows are contiguous, else
+/// one per row) completing on the stage's transaction barrier, which every
+/// thread waits on before the stage's block barrier: the per-thread copy
+/// issue (~110 instructions per warp and stage, ~13 % of the step) was
+/// what limited these issue-bound kernels, and a run without those copies
+/// took int8 grid B from 53 to 40 µs (docs/perf.md, fifteenth session).
+/// Side data comes the same way. Rows past the item's end are not copied:
+/// their stale (or never written) bytes convert to finite values, and their
+/// side data, stored as zeros (a scale and zero of 0), makes them 0 —
+/// masked keys only need finite values. (The fence, a `MEMBAR.ALL.CTA` and a
 /// `FENCE.VIEW.ASYNC.S`, was measured to cost nothing either way:
 /// docs/perf.md, twelfth and thirteenth sessions.)
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> {
@@ -58,6 +71,8 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
 }
 
 impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, WGMMA> {
+    /// Rows land by bulk copies on transaction barriers (see the struct's docs).
+    const BULK: bool = WGMMA && F::FORMAT.is_quantized() && !PAGED;
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
@@ -120,6 +135,69 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         self.p.v_side.wrapping_sub(self.p.k_side)
     }
 
+    /// `BULK`: the transaction barrier of `stage`, in the last bytes before
+    /// the stages (`decode_attn_abi::wgmma_prefix_bytes`).
+    #[inline(always)]
+    fn barrier(&self, stage: u32) -> u32 {
+        self.smem - WGMMA_STAGE_BARRIER_BYTES + 8 * stage
+    }
+
+    /// `BULK`: issues tile `first ..`'s K and V rows and side data below
+    /// `end` into `stage` from warp 0 (`lane`: its lane): bulk copies on the
+    /// stage barrier, whose one arrival announces their bytes. Side data of
+    /// strided caches is contiguous over tokens and 16-byte aligned at a
+    /// stage's first token (`DecodeShape::side_strides`); its last bytes past
+    /// a multiple of 16, and zeros for the rows past `end`, are plain stores
+    /// (ordered before the stage's readers by the block barrier after the
+    /// wait).
+    #[inline(always)]
+    unsafe fn bulk_stage(&self, k: Strided, k_side: Strided, stage: u32, first: u32, end: u32, lane: u32) {
+        let (row_bytes, side_bytes, keys) = (Self::CFG.row_bytes, Self::CFG.side_bytes, Self::CFG.keys_per_stage);
+        let rows = (end - first).min(keys);
+        let (bar, kt, vt, delta) = (self.barrier(stage), self.k_tile(stage), self.v_tile(stage), self.v_delta());
+        let side = rows * side_bytes;
+        let side_bulk = side & !15;
+        if lane == 0 {
+            mbarrier::arrive_expect_tx(bar, 2 * (rows * row_bytes + side_bulk));
+        }
+        if k.token_stride == row_bytes as u64 {
+            if lane == 0 {
+                let src = k.row(first);
+                mbarrier::bulk_copy(kt, src, rows * row_bytes, bar);
+                mbarrier::bulk_copy(vt, src.wrapping_add(delta), rows * row_bytes, bar);
+            }
+        } else {
+            let mut r = lane;
+            while r < rows {
+                let src = k.row(first + r);
+                mbarrier::bulk_copy(kt + r * row_bytes, src, row_bytes, bar);
+                mbarrier::bulk_copy(vt + r * row_bytes, src.wrapping_add(delta), row_bytes, bar);
+                r += 32;
+            }
+        }
+        if side_bytes == 0 {
+            return;
+        }
+        let (ks, vs, src, side_delta) = (self.k_side(stage), self.v_side(stage), k_side.row(first), self.side_delta());
+        if lane == 0 && side_bulk > 0 {
+            mbarrier::bulk_copy(ks, src, side_bulk, bar);
+            mbarrier::bulk_copy(vs, src.wrapping_add(side_delta), side_bulk, bar);
+        }
+        // The last 4-12 bytes, then zeros (a scale and zero of 0) to the stage's end.
+        let mut w = side_bulk / 4 + lane;
+        while w < keys * side_bytes / 4 {
+            let at = 4 * w;
+            let (kv, vv) = if at < side {
+                (memory::ld_global_nc_u32(src + at as u64), memory::ld_global_nc_u32(src.wrapping_add(side_delta) + at as u64))
+            } else {
+                (0, 0)
+            };
+            shared::st_shared_u32(ks + at, kv);
+            shared::st_shared_u32(vs + at, vv);
+            w += 32;
+        }
+    }
+
     /// Shared address of the page ids of tile `t`.
     #[inline(always)]
     fn ids(&self, t: u32) -> u32 {
@@ -148,7 +226,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     unsafe fn load_rows<A: RowAddressing>(&self, k: A, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
         let (kt, vt, keys, delta) = (self.k_tile(stage), self.v_tile(stage), Self::CFG.keys_per_stage, self.v_delta());
-        if WGMMA && !F::FORMAT.is_quantized() {
+        if WGMMA && F::FORMAT.is_quantized() {
+            copy_rows::<A, 2, true, _>(LinearRows, k, kt, delta, vt, first, end, keys, Self::CFG.row_bytes, tid, nthreads)
+        } else if WGMMA {
             let row_bytes = Self::CFG.row_bytes;
             if A::PAGED {
                 copy_rows::<A, 2, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
@@ -212,6 +292,12 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             } else {
                 (self.k, self.k_side)
             };
+            if Self::BULK {
+                if tid < 32 {
+                    self.bulk_stage(k, k_side, stage, first, end, tid);
+                }
+                return;
+            }
             self.load_rows(k, stage, first, end, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
                 F::load_kv_side::<D, _>(k_side, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
@@ -225,6 +311,16 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// The params' buffers must hold the item's rows (the host checked them).
     #[inline(always)]
     pub unsafe fn prefetch(&self) {
+        if Self::BULK {
+            // The stage barriers, initialised before any thread waits on them.
+            if thread::thread_idx_x() == 0 {
+                for stage in 0..PIPELINE_STAGES {
+                    mbarrier::init(self.barrier(stage));
+                }
+                mbarrier::fence_init();
+            }
+            thread::sync_threads();
+        }
         if PAGED {
             // The first tiles' page ids, before any of their rows.
             let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
@@ -252,6 +348,10 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn advance(&self, t: u32) -> u32 {
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
+        if Self::BULK {
+            // Tile t is the (t / stages)-th use of its stage's barrier.
+            mbarrier::wait_parity(self.barrier(t % PIPELINE_STAGES), (t / PIPELINE_STAGES) & 1);
+        }
         thread::sync_threads();
         if t + PIPELINE_STAGES - 1 < self.n_tiles {
             self.load(t + PIPELINE_STAGES - 1);
@@ -267,6 +367,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn drain(&self) {
         memory::cp_async_wait::<0>();
+        if Self::BULK && thread::thread_idx_x() == 0 {
+            // Every tile was waited for in `advance`, and every thread has
+            // passed the last one's block barrier: no copy or waiter is left.
+            for stage in 0..PIPELINE_STAGES {
+                mbarrier::inval(self.barrier(stage));
+            }
+        }
         thread::sync_threads();
     }
 }

@@ -14,7 +14,8 @@
 //! are laid out as `Swizzle128`; the epilogue is the wide variant's
 //! (`warps_m` = 4).
 //!
-//! Quantized caches land in their stages as in the wide kernels; before
+//! Quantized caches land in their stages as plain rows (by bulk copies
+//! when strided, `decode::pipeline`); before
 //! each step a warpgroup converts its 32 keys into its half of two 16-bit
 //! tiles (`KvFormat::stage_to_half`, each byte once per block where the
 //! wide kernel converts it once per 16-row warp), fences them for the

@@ -17,7 +17,7 @@
 
 use core::marker::PhantomData;
 
-use super::{conversion_job, swizzled, Half, KvFormat, StageTiles, TileLayout, HALF_TILE};
+use super::{conversion_job, swizzled, Half, KvFormat, LinearRows, StageTiles, TileLayout, HALF_TILE};
 use crate::arch::{math, mma, shared};
 
 pub struct Int8Kv<H>(PhantomData<H>);
@@ -102,7 +102,7 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         for i in 0..(2 * decode_attn_abi::WGMMA_KEYS / 8 * chunks) / 16 {
             let (is_v, r, c) = conversion_job(t, i, chunks);
             let (src, dst) = if is_v { (stage.v, v_half) } else { (stage.k, k_half) };
-            let w = shared::ld_shared_v4_u32(src + swizzled(key + r, c, D as u32));
+            let w = shared::ld_shared_v4_u32(src + LinearRows.at(key + r, c, D as u32));
             let half = |a: u32, b: u32| [H::<Self>::pair(a, 0, 1), H::<Self>::pair(a, 2, 3), H::<Self>::pair(b, 0, 1), H::<Self>::pair(b, 2, 3)];
             shared::st_shared_v4_u32(dst + HALF_TILE.at(row + r, 2 * c, 0), half(w[0], w[1]));
             shared::st_shared_v4_u32(dst + HALF_TILE.at(row + r, 2 * c + 1, 0), half(w[2], w[3]));

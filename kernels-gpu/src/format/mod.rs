@@ -229,20 +229,7 @@ pub struct StageTiles {
     pub v_side: u32,
 }
 
-/// Where a warpgroup's conversion jobs go: a quarter-warp's 8 threads take
-/// one 16-byte chunk index of 8 consecutive rows (`t % 8`), so their raw
-/// reads ([`swizzled`], rows of ≥ 64 bytes) and their 16-bit writes
-/// ([`Swizzle128`]) each touch 8 different bank groups. Job `j` of the
-/// `JOBS` (K's, then V's, 8-row blocks × chunks of `chunks` per row) is
-/// done by threads `t / 8 ≡ j (mod 16)`; returns (V's, row, chunk) of
-/// this thread's `i`-th job.
-#[inline(always)]
-pub fn conversion_job(t: u32, i: u32, chunks: u32) -> (bool, u32, u32) {
-    let j = t / 8 + 16 * i;
-    let per_tensor = decode_attn_abi::WGMMA_KEYS / 8 * chunks;
-    let (v, j) = (j >= per_tensor, j % per_tensor);
-    (v, 8 * (j / chunks) + t % 8, j % chunks)
-}
+pub use decode_attn_abi::wgmma_conversion_job as conversion_job;
 
 /// The 16-bit tiles of the wgmma kernels ([`KvFormat::stage_to_half`]).
 pub const HALF_TILE: Swizzle128 = Swizzle128 { rows: WGMMA_M };
@@ -278,6 +265,19 @@ impl TileLayout for SwizzledRows {
     #[inline(always)]
     fn at(self, row: u32, chunk: u32, row_bytes: u32) -> u32 {
         swizzled(row, chunk, row_bytes)
+    }
+}
+
+/// Rows one after another, chunks in order: the quantized wgmma kernels'
+/// raw stages (one bulk copy lands a run of contiguous rows as it is;
+/// [`conversion_job`] reads it without bank conflicts).
+#[derive(Clone, Copy)]
+pub struct LinearRows;
+
+impl TileLayout for LinearRows {
+    #[inline(always)]
+    fn at(self, row: u32, chunk: u32, row_bytes: u32) -> u32 {
+        row * row_bytes + 16 * chunk
     }
 }
 
