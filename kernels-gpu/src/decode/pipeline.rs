@@ -33,26 +33,26 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128};
 /// 200 registers, one grid-B block per SM), and strided narrow kernels copy
 /// K's rows then V's — what keeps them at ≤ 128 registers (two blocks per SM).
 /// `WGMMA` stages of unquantized formats lay rows out as [`Swizzle128`]
-/// (quantized ones land as in the wide kernels and are converted into such
+/// (quantized ones land as plain rows, below, and are converted into such
 /// tiles, `KvFormat::stage_to_half`). The warpgroup MMAs read them after the same wait and
 /// barrier as `ldmatrix` does, with no proxy fence (as CUTLASS's
 /// `MainloopSm90CpAsyncGmma`); the converted tiles, written by ordinary
-/// stores, are fenced.
-///
-/// Quantized wgmma stages hold rows one after another ([`LinearRows`]). In
-/// the strided kernels (`BULK`) one warp issues them as bulk copies
-/// (`cp.async.bulk`, one per tensor when a stage's rows are contiguous, else
-/// one per row) completing on the stage's transaction barrier, which every
-/// thread waits on before the stage's block barrier: the per-thread copy
-/// issue (~110 instructions per warp and stage, ~13 % of the step) was
-/// what limited these issue-bound kernels, and a run without those copies
-/// took int8 grid B from 53 to 40 µs (docs/perf.md, fifteenth session).
-/// Side data comes the same way. Rows past the item's end are not copied:
-/// their stale (or never written) bytes convert to finite values, and their
-/// side data, stored as zeros (a scale and zero of 0), makes them 0 —
-/// masked keys only need finite values. (The fence, a `MEMBAR.ALL.CTA` and a
+/// stores, are fenced. (The fence, a `MEMBAR.ALL.CTA` and a
 /// `FENCE.VIEW.ASYNC.S`, was measured to cost nothing either way:
 /// docs/perf.md, twelfth and thirteenth sessions.)
+///
+/// Quantized wgmma stages hold rows one after another ([`LinearRows`]). In
+/// the strided kernels (`BULK`) warp 0 issues a stage's rows and side data
+/// as bulk copies (`cp.async.bulk`, one per tensor when the stage's rows are
+/// contiguous, else one per row) completing on the stage's transaction
+/// barrier, which every thread waits on before the stage's block barrier.
+/// These kernels are bound by instruction issue, and the per-thread
+/// `cp.async` issue of a stage was ~110 instructions per warp (docs/perf.md,
+/// fifteenth session). Rows past the item's end are not copied: their stale
+/// (or never written) bytes convert to finite values, and their side data,
+/// stored as zeros (a scale and zero of 0), makes them 0 — masked keys only
+/// need finite values. The paged ones copy rows with `cp.async` into the
+/// same layout (a bulk copy per page run spilled their 128 registers).
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> {
     p: &'a DecodeParams,
     /// Strided kernels: the sequence's rows (paged stages address theirs
