@@ -52,7 +52,9 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128};
 /// (or never written) bytes convert to finite values, and their side data,
 /// stored as zeros (a scale and zero of 0), makes them 0 — masked keys only
 /// need finite values. The paged ones copy rows with `cp.async` into the
-/// same layout (a bulk copy per page run spilled their 128 registers).
+/// same layout: a bulk copy per page run (rows only; with side data too the
+/// int8 kernels spilled) measured 2–5 % slower at 16-token pages and no
+/// faster at 64 (docs/perf.md, fifteenth session).
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> {
     p: &'a DecodeParams,
     /// Strided kernels: the sequence's rows (paged stages address theirs
