@@ -145,7 +145,8 @@ pub const WGMMA_STAGE_BARRIER_BYTES: u32 = (8 * PIPELINE_STAGES).next_multiple_o
 /// different 16-byte bank groups when their raw chunks are 8 different
 /// (row within a 128-byte line, chunk) pairs, and write 8 different ones of
 /// the 16-bit `Swizzle128` tile (chunk XOR row mod 8) when the destination
-/// chunks differ after the XOR. With `chunks` raw chunks per row (head_dim 128):
+/// chunks differ after the XOR. `chunks`, the raw chunks per row at
+/// head_dim 128 (the only one wgmma serves), is 8 or 4:
 /// - 8 (int8: a chunk is 16 dims, the 16-bit chunks `2c`, `2c + 1`): the
 ///   threads take chunks 0..8 of a row pair, chunks 0..4 of one row and
 ///   4..8 of the other, so the two halves' destination chunks differ in the

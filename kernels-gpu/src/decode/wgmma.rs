@@ -15,10 +15,10 @@
 //! (`warps_m` = 4).
 //!
 //! Quantized caches land in their stages as plain rows (by bulk copies
-//! when strided, `decode::pipeline`); before
-//! each step a warpgroup converts its 32 keys into its half of two 16-bit
-//! tiles (`KvFormat::stage_to_half`, each byte once per block where the
-//! wide kernel converts it once per 16-row warp), fences them for the
+//! when strided, `decode::pipeline`); before each step a warpgroup
+//! converts its 32 keys into its half of two 16-bit tiles
+//! (`KvFormat::stage_to_half`, each byte once per block where the wide
+//! kernel converts it once per 16-row warp), fences them for the
 //! tensor cores and meets at a named barrier; Q is converted once (as the
 //! wide kernel does, per row scaled by a power of two) and the scales int8
 //! keeps per row multiply the score columns (K) and P (V).

@@ -18,7 +18,7 @@ use core::marker::PhantomData;
 
 use decode_attn_abi::{tile_config, Variant};
 
-use super::{conversion_job, swizzled, Half, KvFormat, LinearRows, StageTiles, TileLayout, HALF_TILE};
+use super::{swizzled, Half, KvFormat, LinearRows, StageTiles, TileLayout, HALF_TILE};
 use crate::arch::{math, mma, shared};
 
 pub struct Int4Kv<Q, const G: u32>(PhantomData<Q>);
@@ -139,7 +139,7 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
         let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wgmma).side_bytes };
         let chunks = D as u32 / 32;
         for i in 0..(2 * decode_attn_abi::WGMMA_KEYS / 8 * chunks) / 16 {
-            let (is_v, r, c) = conversion_job(t, i, chunks);
+            let (is_v, r, c) = decode_attn_abi::wgmma_conversion_job(t, i, chunks);
             let (src, side, dst) = if is_v { (stage.v, stage.v_side, v_half) } else { (stage.k, stage.k_side, k_half) };
             let w = shared::ld_shared_v4_u32(src + LinearRows.at(key + r, c, (D / 2) as u32));
             let sz = shared::ld_shared_u32(side + (key + r) * sr + 4 * (32 * c / G));

@@ -17,7 +17,7 @@
 
 use core::marker::PhantomData;
 
-use super::{conversion_job, swizzled, Half, KvFormat, LinearRows, StageTiles, TileLayout, HALF_TILE};
+use super::{swizzled, Half, KvFormat, LinearRows, StageTiles, TileLayout, HALF_TILE};
 use crate::arch::{math, mma, shared};
 
 pub struct Int8Kv<H>(PhantomData<H>);
@@ -100,7 +100,7 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         let chunks = D as u32 / 16;
         type H<T> = <T as KvFormat>::Compute;
         for i in 0..(2 * decode_attn_abi::WGMMA_KEYS / 8 * chunks) / 16 {
-            let (is_v, r, c) = conversion_job(t, i, chunks);
+            let (is_v, r, c) = decode_attn_abi::wgmma_conversion_job(t, i, chunks);
             let (src, dst) = if is_v { (stage.v, v_half) } else { (stage.k, k_half) };
             let w = shared::ld_shared_v4_u32(src + LinearRows.at(key + r, c, D as u32));
             let half = |a: u32, b: u32| [H::<Self>::pair(a, 0, 1), H::<Self>::pair(a, 2, 3), H::<Self>::pair(b, 0, 1), H::<Self>::pair(b, 2, 3)];

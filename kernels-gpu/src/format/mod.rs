@@ -229,8 +229,6 @@ pub struct StageTiles {
     pub v_side: u32,
 }
 
-pub use decode_attn_abi::wgmma_conversion_job as conversion_job;
-
 /// The 16-bit tiles of the wgmma kernels ([`KvFormat::stage_to_half`]).
 pub const HALF_TILE: Swizzle128 = Swizzle128 { rows: WGMMA_M };
 
@@ -270,7 +268,7 @@ impl TileLayout for SwizzledRows {
 
 /// Rows one after another, chunks in order: the quantized wgmma kernels'
 /// raw stages (one bulk copy lands a run of contiguous rows as it is;
-/// [`conversion_job`] reads it without bank conflicts).
+/// `decode_attn_abi::wgmma_conversion_job` reads it without bank conflicts).
 #[derive(Clone, Copy)]
 pub struct LinearRows;
 
