@@ -341,10 +341,12 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 2));
     assert_eq!(p.max_splits(), 4);
     assert_covers(&p);
-    // Quantized: stages of 64 keys (not the wide kernels' 128), so the
-    // converted tiles fit beside three of them at two blocks per SM.
-    let q = plan(&quantized(KvFormat::Int8, 64, 16, 1, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((q.variant(), q.warps_k(), q.blocks_per_sm(), q.stages()), (Variant::Wgmma, 2, 2, 3));
+    // Quantized, strided: stages of 64 keys (not the wide kernels' 128), a
+    // producer warpgroup after the two compute ones (384 threads), buffers
+    // of converted tiles beside six stages, one block per SM.
+    let ws_kernel = KernelInfo { regs_per_thread: 168, max_threads_per_block: 384 };
+    let q = plan(&quantized(KvFormat::Int8, 64, 16, 1, 3, 4096), &[4096; 64], dev, &ws_kernel, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((q.variant(), q.warps_k(), q.block_threads(), q.blocks_per_sm(), q.stages()), (Variant::Wgmma, 2, 384, 1, decode_attn_abi::WGMMA_PRODUCER_STAGES));
     assert_eq!(q.chunk_keys() % decode_attn::plan::stage_keys_for(KvFormat::Int8, 128, Variant::Wgmma), 0);
     assert_covers(&q);
 }
@@ -357,9 +359,10 @@ fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
         assert!(e.to_string().contains("wgmma"), "{e}");
     }
     // Quantized caches at head_dim 128 have wgmma kernels (64-key stages,
-    // converted into 16-bit tiles first).
+    // converted into 16-bit tiles first; strided ones warp-specialised,
+    // six stages deep).
     let q = plan(&quantized(KvFormat::Int8, 2, 16, 1, 3, 4096), &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
-    assert_eq!((q.variant(), q.rows_per_block(), q.stages()), (Variant::Wgmma, 64, 3));
+    assert_eq!((q.variant(), q.rows_per_block(), q.stages()), (Variant::Wgmma, 64, decode_attn_abi::WGMMA_PRODUCER_STAGES));
     assert_covers(&q);
     // Forced where it serves, it covers any rows (here 8, in one 64-row chunk).
     let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 77], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M,
+    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_producer_warps, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -352,9 +352,10 @@ impl Plan {
     pub fn layout(&self) -> &WorkspaceLayout {
         &self.layout
     }
-    /// Threads per attention block.
+    /// Threads per attention block: the `warps_m × warps_k` compute warps,
+    /// then (warp-specialised wgmma kernels) the producer warps.
     pub fn block_threads(&self) -> u32 {
-        32 * self.warps_m * self.warps_k
+        block_threads(self.variant, &self.shape, self.warps_m, self.warps_k)
     }
     /// Attention grid: (work items × kv heads, 1, row chunks), a work
     /// item's kv heads consecutive, or with a cluster merge a cluster's
@@ -685,7 +686,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     let tile = tile_config(format, d, variant);
     // Splitting only shortens work items, so the longest sequence bounds
     // every item's stages.
-    let stages = stages_for(format, d, variant, seq_lens.iter().copied().max().unwrap_or(1));
+    let stages = stages_for(format, d, variant, page_shift.is_some(), seq_lens.iter().copied().max().unwrap_or(1));
     // Keys per warp step along a stage: the most warps along K a stage feeds.
     let step_keys = if variant == Variant::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
     let (warps_m, warps_k, rows_per_block) = match variant {
@@ -761,7 +762,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
             shape.head_dim, dev.max_smem_per_block
         )));
     }
-    let threads = 32 * warps_m * warps_k;
+    let threads = block_threads(variant, shape, warps_m, warps_k);
     let blocks_per_sm = blocks_per_sm(dev, kernel, threads, smem_bytes);
     if blocks_per_sm == 0 {
         return Err(Error::Unsupported(format!(
@@ -821,6 +822,14 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         cluster,
         layout,
     })
+}
+
+/// Threads of an attention block of `warps_m × warps_k` compute warps: the
+/// warp-specialised wgmma kernels add a producer warpgroup
+/// (`decode_attn_abi::wgmma_producer_warps`).
+fn block_threads(variant: Variant, shape: &DecodeShape, warps_m: u32, warps_k: u32) -> u32 {
+    let producer = if variant == Variant::Wgmma { wgmma_producer_warps(shape.kv_format, shape.page_geometry().is_some()) } else { 0 };
+    32 * (warps_m * warps_k + producer)
 }
 
 /// Chunks of `chunk_keys` keys a sequence of `len` keys is split into (one

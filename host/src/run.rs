@@ -185,6 +185,27 @@ fn driver(call: &'static str, status: cuda::CUresult) -> Result<()> {
     }
 }
 
+/// The kernels' module: the embedded PTX, which the driver compiles for the
+/// device (and caches), or, where `DECODE_ATTN_CUBIN` names a cubin that
+/// ptxas built from this very PTX, that cubin. (`cargo xtask bundle` writes
+/// one, with the hash of its PTX in `<cubin>.ptx-hash`: a fresh machine then
+/// skips the driver's compilation of the whole module, minutes for ~300
+/// kernels.) A cubin of other PTX, or an unreadable one, is an `Err`.
+fn load_module() -> Result<Module> {
+    let Some(path) = std::env::var_os("DECODE_ATTN_CUBIN") else {
+        return Ok(Module::from_ptx(crate::PTX, &[])?);
+    };
+    let path = std::path::PathBuf::from(path);
+    let hash_file = format!("{}.ptx-hash", path.display());
+    let want = format!("{:016x}", decode_attn_abi::ptx_hash(crate::PTX.as_bytes()));
+    let got = std::fs::read_to_string(&hash_file).map_err(|e| Error::invalid("DECODE_ATTN_CUBIN", format!("{hash_file} beside the cubin"), e))?;
+    if got.trim() != want {
+        return Err(Error::invalid("DECODE_ATTN_CUBIN", format!("a cubin built from this library's PTX (hash {want})"), format!("{} (hash {})", path.display(), got.trim())));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| Error::invalid("DECODE_ATTN_CUBIN", "a readable cubin", format!("{}: {e}", path.display())))?;
+    Ok(Module::from_cubin(bytes, &[])?)
+}
+
 fn device_attr(dev: &cust::device::Device, attr: DeviceAttribute) -> Result<u32> {
     Ok(dev.get_attribute(attr)? as u32)
 }
@@ -192,7 +213,7 @@ fn device_attr(dev: &cust::device::Device, attr: DeviceAttribute) -> Result<u32>
 impl DecodeAttention {
     /// Loads the PTX into the current context and reads the device's limits.
     pub fn new() -> Result<Self> {
-        let module = Module::from_ptx(crate::PTX, &[])?;
+        let module = load_module()?;
         let dev = cust::context::CurrentContext::get_device()?;
         let mut optin = 0i32;
         // SAFETY: plain attribute query on a valid device handle.

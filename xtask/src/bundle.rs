@@ -33,6 +33,8 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # also into $OUT/results.tgz as one file; a summary is printed last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
+# The kernels compiled ahead (see `cargo xtask bundle`), not by the driver.
+export DECODE_ATTN_CUBIN=${DECODE_ATTN_CUBIN:-$here/decode_attn.cubin}
 logs=${LOGS:-$here/logs}; mkdir -p "$logs"
 steps=${*:-tests bench}
 summary=()
@@ -92,6 +94,13 @@ pub fn bundle() -> Result<(), String> {
     let ws = workspace();
     let ptx = ptx_builder::PtxBuild::for_workspace(&ws, &ws.join("target"), ptx_builder::DEFAULT_ARCH).build()?;
     copy(&ptx, "decode_attn.ptx")?;
+    // The same PTX compiled ahead by ptxas: `run.sh` points the library at
+    // it (DECODE_ATTN_CUBIN), sparing a fresh GPU machine the driver's
+    // compilation of every kernel.
+    let ptxas = crate::ensure_ptxas().ok_or("the bundle's cubin needs ptxas: pip could not install nvidia-cuda-nvcc==13.0.88; set PTXAS")?;
+    run(Command::new(&ptxas).arg(format!("-arch={}", ptx_builder::DEFAULT_ARCH)).arg(&ptx).arg("-o").arg(dir.join("decode_attn.cubin")))?;
+    let text = std::fs::read(&ptx).map_err(|e| format!("{}: {e}", ptx.display()))?;
+    std::fs::write(dir.join("decode_attn.cubin.ptx-hash"), format!("{:016x}\n", decode_attn_abi::ptx_hash(&text))).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     run(Command::new("chmod").args(["+x"]).arg(dir.join("run.sh")))?;
     println!("{}", dir.display());

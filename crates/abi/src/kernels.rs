@@ -441,11 +441,14 @@ impl DecodeKernel {
     /// - the wide kernels run grid B's 6-warp blocks two per SM (65536 / 384,
     ///   rounded down to the allocation unit of 8: 168). The paged bf16 one
     ///   used 200 (187 with 2-chunk address batches), one block per SM;
-    /// - the wgmma kernels run two 8-warp blocks per SM (128).
+    /// - the wgmma kernels run two 8-warp blocks per SM (128), except the
+    ///   warp-specialised ones (`wgmma_producer_warps`): one 12-warp block
+    ///   (65536 / 384: 168).
     pub const fn register_cap(&self) -> Option<u32> {
         match self.variant {
             Variant::Narrow if self.format.is_quantized() && self.head_dim <= 128 => Some(128),
             Variant::Wide if self.head_dim <= 128 => Some(168),
+            Variant::Wgmma if crate::wgmma_producer_warps(self.format, matches!(self.addressing, Addressing::Paged)) > 0 => Some(168),
             Variant::Wgmma => Some(128),
             _ => None,
         }

@@ -117,7 +117,7 @@ pub struct DecodeParams {
     pub chunks_per_seq: u32,
     pub chunk_keys: u32,
     pub max_seq_len: u32,
-    /// Pipeline stages in the block's shared memory (1..=`PIPELINE_STAGES`,
+    /// Pipeline stages in the block's shared memory (1..=`max_stages`,
     /// [`crate::stages_for`]): no work item has more stages' keys than it
     /// holds. The page-id ring and the Q tile follow them.
     pub stages: u32,

@@ -53,17 +53,35 @@ impl TileConfig {
 /// `longest_keys` keys: a work item of n stages' keys touches only stages
 /// 0..n, so short sequences take less shared memory and more blocks fit per
 /// SM (grid D (64, 128): 2 stages of 32 KiB instead of 3, 3 blocks per SM
-/// instead of 2). At least 1, at most `PIPELINE_STAGES`.
-pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, longest_keys: u32) -> u32 {
+/// instead of 2). At least 1, at most [`max_stages`].
+pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, paged: bool, longest_keys: u32) -> u32 {
     let n = longest_keys.div_ceil(tile_config(format, head_dim, variant).keys_per_stage);
+    let max = max_stages(format, variant, paged);
     if n == 0 {
         1
-    } else if n > PIPELINE_STAGES {
-        PIPELINE_STAGES
+    } else if n > max {
+        max
     } else {
         n
     }
 }
+
+/// Pipeline stages of a kernel: [`WGMMA_PRODUCER_STAGES`] in the
+/// warp-specialised wgmma kernels ([`wgmma_producer_warps`]), else
+/// [`PIPELINE_STAGES`].
+pub const fn max_stages(format: KvFormat, variant: Variant, paged: bool) -> u32 {
+    if matches!(variant, Variant::Wgmma) && wgmma_producer_warps(format, paged) > 0 {
+        WGMMA_PRODUCER_STAGES
+    } else {
+        PIPELINE_STAGES
+    }
+}
+
+/// Stages of the warp-specialised wgmma kernels. Their one block per SM
+/// would have the shared memory for 6, but 6 measured 4-9 % slower than 3
+/// on every grid B row (docs/perf.md, sixteenth session), though the
+/// producer's most sampled stall was its wait for a stage's copies.
+pub const WGMMA_PRODUCER_STAGES: u32 = 3;
 
 /// The stage geometry of a format, head dim and kernel variant.
 pub const fn tile_config(format: KvFormat, head_dim: u32, variant: Variant) -> TileConfig {
@@ -117,27 +135,61 @@ pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, variant: Varian
     tile_config(format, head_dim, variant).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, variant, page_shift)
 }
 
-/// Shared memory a wgmma block holds before its pipeline stages, every
-/// tile on a 1024-byte boundary (the 128-byte swizzle's period): the
-/// `WGMMA_M`-row Q tile in the compute type, and for quantized formats the
-/// two `WGMMA_M`-row tiles of K and V rows converted to 16 bits (each of the
-/// block's two warpgroups converts its 32-key step into half of their rows)
-/// and the per-row Q scales ([`q_converted`]), then the stages'
-/// transaction barriers ([`WGMMA_STAGE_BARRIER_BYTES`]).
-pub const fn wgmma_prefix_bytes(format: KvFormat, head_dim: u32) -> u32 {
-    let tile = WGMMA_M * head_dim * 2;
-    if q_converted(format) {
-        3 * tile + 4 * WGMMA_M + WGMMA_STAGE_BARRIER_BYTES
+/// Warps of a wgmma block that only feed the others: 4 (one warpgroup) in
+/// the strided kernels of quantized formats, which are warp-specialised
+/// (`decode::wgmma`: this warpgroup issues the stages' bulk copies and
+/// converts them into 16-bit tiles, the `warps_k` warpgroups before it only
+/// compute), else 0. Their blocks run one per SM (384 threads at 168
+/// registers, [`DecodeKernel::register_cap`](crate::DecodeKernel::register_cap)).
+pub const fn wgmma_producer_warps(format: KvFormat, paged: bool) -> u32 {
+    if format.is_quantized() && !paged {
+        4
     } else {
-        tile
+        0
     }
 }
 
+/// Buffers of converted 16-bit K and V tiles in a warp-specialised wgmma
+/// block: the producer converts one while the compute warpgroups read the
+/// other.
+pub const WGMMA_CONVERTED_BUFFERS: u32 = 3;
+
+/// Shared memory a wgmma block holds before its pipeline stages, every
+/// tile on a 1024-byte boundary (the 128-byte swizzle's period): the
+/// `WGMMA_M`-row Q tile in the compute type, and for quantized formats:
+/// - the `WGMMA_M`-row tiles of K and V rows converted to 16 bits (each of
+///   the block's two compute warpgroups reads its 32-key step from half of
+///   their rows), [`WGMMA_CONVERTED_BUFFERS`] pairs of them in the
+///   warp-specialised kernels ([`wgmma_producer_warps`]), one otherwise;
+/// - the per-row Q scales ([`q_converted`]);
+/// - warp-specialised kernels: each converted buffer's K and V row scales
+///   (`WGMMA_M` f32 each), then the producer's barriers
+///   ([`WGMMA_PRODUCER_BARRIER_BYTES`]);
+/// - the stages' transaction barriers ([`WGMMA_STAGE_BARRIER_BYTES`]).
+pub const fn wgmma_prefix_bytes(format: KvFormat, head_dim: u32, paged: bool) -> u32 {
+    let tile = WGMMA_M * head_dim * 2;
+    if !q_converted(format) {
+        tile
+    } else if wgmma_producer_warps(format, paged) > 0 {
+        tile + WGMMA_CONVERTED_BUFFERS * (2 * tile + 2 * 4 * WGMMA_M) + 4 * WGMMA_M + WGMMA_PRODUCER_BARRIER_BYTES + WGMMA_STAGE_BARRIER_BYTES
+    } else {
+        3 * tile + 4 * WGMMA_M + WGMMA_STAGE_BARRIER_BYTES
+    }
+}
+
+/// Warp-specialised wgmma blocks' `mbarrier`s besides the stages' copy
+/// barriers: a "full" and an "empty" one for each half (32 keys) of each
+/// converted buffer, the producer announcing a converted half on the first
+/// and its compute warpgroup handing it back on the second, then a
+/// "consumed" one per stage, on which the producer's threads announce that
+/// they have read the stage (before its refill), rounded up to 16 bytes.
+pub const WGMMA_PRODUCER_BARRIER_BYTES: u32 = (8 * (2 * 2 * WGMMA_CONVERTED_BUFFERS + WGMMA_PRODUCER_STAGES)).next_multiple_of(16);
+
 /// The last bytes of a quantized wgmma block's prefix, just before its
-/// stages: one 8-byte `mbarrier` per pipeline stage, on which the bulk
-/// copies of a strided cache's rows complete (`decode::pipeline`), rounded
-/// up to keep the stages 16-byte aligned.
-pub const WGMMA_STAGE_BARRIER_BYTES: u32 = (8 * PIPELINE_STAGES).next_multiple_of(16);
+/// stages: one 8-byte `mbarrier` per stage of a warp-specialised kernel, on
+/// which the bulk copies of a strided cache's rows complete
+/// (`decode::pipeline`), rounded up to keep the stages 16-byte aligned.
+pub const WGMMA_STAGE_BARRIER_BYTES: u32 = (8 * WGMMA_PRODUCER_STAGES).next_multiple_of(16);
 
 /// Where the quantized wgmma kernels' conversion jobs go
 /// (`KvFormat::stage_to_half`). Their raw stages hold rows one after another
@@ -226,7 +278,7 @@ pub const ITEM_SMEM_BYTES: u32 = 16;
 /// `page_shift`: log2 of the page size of a paged cache (`None`: strided);
 /// `stages`: the pipeline stages it holds ([`stages_for`]).
 pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>, stages: u32) -> u32 {
-    let q_bytes = if matches!(variant, Variant::Wgmma) { wgmma_prefix_bytes(format, head_dim) } else { q_tile_bytes(format, head_dim, warps_m, variant) };
+    let q_bytes = if matches!(variant, Variant::Wgmma) { wgmma_prefix_bytes(format, head_dim, page_shift.is_some()) } else { q_tile_bytes(format, head_dim, warps_m, variant) };
     let pipe = stage_region_bytes(format, head_dim, variant, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     (if pipe > epi { pipe } else { epi }).next_multiple_of(16) + ITEM_SMEM_BYTES

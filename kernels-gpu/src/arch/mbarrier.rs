@@ -4,11 +4,14 @@
 //! and every thread waits on the barrier's phase, instead of each thread
 //! computing the addresses of its own 16-byte `cp.async` copies.
 //!
-//! A barrier here is initialised with one expected arrival per phase: the
+//! A copy barrier is initialised with one expected arrival per phase: the
 //! issuing thread's [`arrive_expect_tx`], which also announces the bytes
 //! the phase's copies will write. The phase completes when that arrival has
 //! happened and all those bytes have landed; waiters name the phase by its
-//! parity (the `n`-th use of a barrier waits for parity `n & 1`).
+//! parity (the `n`-th use of a barrier waits for parity `n & 1`). Barriers
+//! between warps ([`init_count`]) complete a phase when that many threads
+//! have called [`arrive`]; one that hands a buffer back is waited on first
+//! with parity 1, which a fresh barrier (in phase 0) reports as complete.
 
 /// `mbarrier.init` with one expected arrival per phase.
 ///
@@ -19,6 +22,26 @@
 #[inline(always)]
 pub unsafe fn init(bar: u32) {
     core::arch::asm!("mbarrier.init.shared::cta.b64 [{b}], 1;", b = in(reg32) bar, options(nostack));
+}
+
+/// `mbarrier.init` with `count` expected arrivals per phase.
+///
+/// # Safety
+/// As [`init`].
+#[inline(always)]
+pub unsafe fn init_count(bar: u32, count: u32) {
+    core::arch::asm!("mbarrier.init.shared::cta.b64 [{b}], {n};", b = in(reg32) bar, n = in(reg32) count, options(nostack));
+}
+
+/// `mbarrier.arrive` (release at CTA scope): this thread's arrival on the
+/// current phase; its earlier shared-memory writes are visible to the
+/// threads that then see the phase complete.
+///
+/// # Safety
+/// `bar` was initialised; no more arrivals per phase than its count.
+#[inline(always)]
+pub unsafe fn arrive(bar: u32) {
+    core::arch::asm!("{{\n.reg .b64 state;\nmbarrier.arrive.shared::cta.b64 state, [{b}];\n}}", b = in(reg32) bar, options(nostack));
 }
 
 /// `fence.mbarrier_init.release.cluster`: orders this thread's barrier

@@ -393,23 +393,81 @@ pub(crate) unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, ba
         let (kc, logical) = F::q_position(dim);
         q_tile + swizzled(r, 2 * kc + logical / 8, (D * 2) as u32) + 2 * (logical % 8)
     };
-    convert_q_to::<F, D>(p, batch, kvh, row0, rows, at, q_scales, warp, nwarps, lane)
+    convert_q_to::<F, D, 1>(p, batch, kvh, row0, rows, at, q_scales, warp, nwarps, lane)
 }
 
 /// [`convert_q`] into any layout: element (row, head dim) of the tile at
-/// `at(row, dim)`.
+/// `at(row, dim)`. `BATCH`: rows per warp whose loads are all issued before
+/// the first row is converted (each row's loads are a global round trip;
+/// one at a time they were 6-12 % of a one-block-per-SM kernel's samples
+/// on grid B); the warp's rows past `BATCH` go one at a time.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, rows: u32, at: impl Fn(u32, u32) -> u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {
-    const { assert!(D / 32 >= 2 && D % 32 == 0) };
+pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize, const BATCH: usize>(
+    p: &DecodeParams,
+    batch: u32,
+    kvh: u32,
+    row0: u32,
+    rows: u32,
+    at: impl Fn(u32, u32) -> u32,
+    q_scales: u32,
+    warp: u32,
+    nwarps: u32,
+    lane: u32,
+) {
+    const { assert!(D / 32 >= 2 && D % 32 == 0 && D <= 256 && BATCH >= 1) };
     let per_lane = (D / 32) as u32;
     let rows_total = p.group * p.q_len;
-    let mut r = warp;
-    while r < rows {
+    let row_src = |r: u32| {
         let global = row0 + r;
         let valid = r < p.rows_per_block && global < rows_total;
         let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
-        let src = qo_row_addr::<D>(p.q, p, batch, token, head) + (lane * per_lane * 2) as u64;
+        (valid, qo_row_addr::<D>(p.q, p, batch, token, head) + (lane * per_lane * 2) as u64)
+    };
+    // Converts row r from its words (2 per head dims 0..64, 64..128, …).
+    let convert = |r: u32, words: [u32; 4]| {
+        let mut x = [0f32; 8];
+        let mut amax = 0f32;
+        for w in 0..(D / 64) {
+            let (a, b) = F::Query::unpack(words[w]);
+            x[2 * w] = a;
+            x[2 * w + 1] = b;
+            amax = amax.max(a.abs()).max(b.abs());
+        }
+        let amax = warp::warp_max(amax);
+        let (inv, scale) = q_row_scale(amax);
+        #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
+        for j in 0..D / 32 {
+            shared::st_shared_u16(at(r, lane * per_lane + j as u32), F::Compute::pack(x[j] * inv, 0.0));
+        }
+        if lane == 0 {
+            shared::st_shared_f32(q_scales + 4 * r, scale);
+        }
+    };
+    let mut r = warp;
+    if BATCH > 1 {
+        // The warp's first `BATCH` rows: every load first, then the rows
+        // (constant indices keep the words in registers).
+        let mut early = [[0u32; 4]; BATCH];
+        unrolled::<BATCH>(|i| {
+            let (valid, src) = row_src(warp + i as u32 * nwarps);
+            if warp + (i as u32) * nwarps < rows && valid {
+                for j in 0..D / 64 {
+                    early[i][j] = memory::ld_global_nc_u32(src + 4 * j as u64);
+                }
+            }
+        });
+        unrolled::<BATCH>(|i| {
+            if warp + (i as u32) * nwarps < rows {
+                convert(warp + i as u32 * nwarps, early[i]);
+            }
+        });
+        r += BATCH as u32 * nwarps;
+    }
+    // (Rows one at a time stay written out as they were: the kernels at
+    // their register caps are laid out around them.)
+    while r < rows {
+        let (valid, src) = row_src(r);
         let mut x = [0f32; 8];
         let mut amax = 0f32;
         for w in 0..(D / 64) {
@@ -419,13 +477,7 @@ pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize>(p: &DecodeParams,
             amax = amax.max(a.abs()).max(b.abs());
         }
         let amax = warp::warp_max(amax);
-        let (inv, scale) = if amax > 0.0 {
-            let e = (amax.to_bits() >> 23) & 0xFF;
-            let inv = f32::from_bits((267u32.saturating_sub(e)).clamp(1, 254) << 23);
-            (inv, 1.0 / inv)
-        } else {
-            (1.0, 1.0)
-        };
+        let (inv, scale) = q_row_scale(amax);
         #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
         for j in 0..D / 32 {
             let v = x[j];
@@ -435,6 +487,35 @@ pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize>(p: &DecodeParams,
             shared::st_shared_f32(q_scales + 4 * r, scale);
         }
         r += nwarps;
+    }
+}
+
+/// `f(0)`, …, `f(N - 1)`, each call with a constant index (a loop that the
+/// compiler leaves rolled indexes its arrays, which then go to the stack).
+#[inline(always)]
+fn unrolled<const N: usize>(mut f: impl FnMut(usize)) {
+    const { assert!(N <= 8) };
+    macro_rules! at {
+        ($($i:literal)*) => {$(
+            if $i < N {
+                f($i);
+            }
+        )*};
+    }
+    at!(0 1 2 3 4 5 6 7);
+}
+
+/// The power of two a converted Q row is multiplied by (`inv`, so that its
+/// largest magnitude `amax` lands near 2^13 in 16 bits) and its inverse,
+/// the row's scale.
+#[inline(always)]
+fn q_row_scale(amax: f32) -> (f32, f32) {
+    if amax > 0.0 {
+        let e = (amax.to_bits() >> 23) & 0xFF;
+        let inv = f32::from_bits((267u32.saturating_sub(e)).clamp(1, 254) << 23);
+        (inv, 1.0 / inv)
+    } else {
+        (1.0, 1.0)
     }
 }
 

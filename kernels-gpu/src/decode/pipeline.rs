@@ -20,7 +20,7 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_STAGE_BARRIER_BYTES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{mbarrier, memory, shared, thread};
@@ -42,10 +42,12 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128};
 /// docs/perf.md, twelfth and thirteenth sessions.)
 ///
 /// Quantized wgmma stages hold rows one after another ([`LinearRows`]). In
-/// the strided kernels (`BULK`) warp 0 issues a stage's rows and side data
-/// as bulk copies (`cp.async.bulk`, one per tensor when the stage's rows are
-/// contiguous, else one per row) completing on the stage's transaction
-/// barrier, which every thread waits on before the stage's block barrier.
+/// the strided kernels, which are warp-specialised (`decode::wgmma`), one
+/// producer warp issues a stage's rows and side data as bulk copies
+/// (`cp.async.bulk`, one per tensor when the stage's rows are contiguous,
+/// else one per row) completing on the stage's transaction barrier, which
+/// the producer's threads wait on ([`Pipeline::issue_bulk`],
+/// [`Pipeline::wait_bulk`]).
 /// These kernels are bound by instruction issue, and the per-thread
 /// `cp.async` issue of a stage was ~110 instructions per warp (docs/perf.md,
 /// fifteenth session). Rows past the item's end are not copied: their stale
@@ -73,8 +75,6 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
 }
 
 impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, WGMMA> {
-    /// Rows land by bulk copies on transaction barriers (see the struct's docs).
-    const BULK: bool = WGMMA && F::FORMAT.is_quantized() && !PAGED;
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
@@ -137,21 +137,21 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         self.p.v_side.wrapping_sub(self.p.k_side)
     }
 
-    /// `BULK`: the transaction barrier of `stage`, in the last bytes before
+    /// Warp-specialised kernels: the transaction barrier of `stage`, in the last bytes before
     /// the stages (`decode_attn_abi::wgmma_prefix_bytes`).
     #[inline(always)]
     fn barrier(&self, stage: u32) -> u32 {
         self.smem - WGMMA_STAGE_BARRIER_BYTES + 8 * stage
     }
 
-    /// `BULK`: issues tile `first ..`'s K and V rows and side data below
+    /// Warp-specialised kernels: issues tile `first ..`'s K and V rows and side data below
     /// `end` into `stage` from warp 0 (`lane`: its lane): bulk copies on the
     /// stage barrier, whose one arrival announces their bytes. Side data of
     /// strided caches is contiguous over tokens and 16-byte aligned at a
     /// stage's first token (`DecodeShape::side_strides`); its last bytes past
     /// a multiple of 16, and zeros for the rows past `end`, are plain stores
-    /// (ordered before the stage's readers by the block barrier after the
-    /// wait).
+    /// by lane 0 before its arrival (ordered before the readers by the
+    /// barrier's phase).
     #[inline(always)]
     unsafe fn bulk_stage(&self, k: Strided, k_side: Strided, stage: u32, first: u32, end: u32, lane: u32) {
         let (row_bytes, side_bytes, keys) = (Self::CFG.row_bytes, Self::CFG.side_bytes, Self::CFG.keys_per_stage);
@@ -159,7 +159,23 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         let (bar, kt, vt, delta) = (self.barrier(stage), self.k_tile(stage), self.v_tile(stage), self.v_delta());
         let side = rows * side_bytes;
         let side_bulk = side & !15;
+        let (ks, vs, side_src, side_delta) = (self.k_side(stage), self.v_side(stage), k_side.row(first), self.side_delta());
         if lane == 0 {
+            // The side data's last 4-12 bytes, then zeros (a scale and zero
+            // of 0) to the stage's end: plain stores before the arrival,
+            // whose release the waiters' acquire pairs with (only a stage
+            // reaching past the item's end has any).
+            let mut at = side_bulk;
+            while at < keys * side_bytes {
+                let (kv, vv) = if at < side {
+                    (memory::ld_global_nc_u32(side_src + at as u64), memory::ld_global_nc_u32(side_src.wrapping_add(side_delta) + at as u64))
+                } else {
+                    (0, 0)
+                };
+                shared::st_shared_u32(ks + at, kv);
+                shared::st_shared_u32(vs + at, vv);
+                at += 4;
+            }
             mbarrier::arrive_expect_tx(bar, 2 * (rows * row_bytes + side_bulk));
         }
         if k.token_stride == row_bytes as u64 {
@@ -177,26 +193,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
                 r += 32;
             }
         }
-        if side_bytes == 0 {
-            return;
-        }
-        let (ks, vs, src, side_delta) = (self.k_side(stage), self.v_side(stage), k_side.row(first), self.side_delta());
         if lane == 0 && side_bulk > 0 {
-            mbarrier::bulk_copy(ks, src, side_bulk, bar);
-            mbarrier::bulk_copy(vs, src.wrapping_add(side_delta), side_bulk, bar);
-        }
-        // The last 4-12 bytes, then zeros (a scale and zero of 0) to the stage's end.
-        let mut w = side_bulk / 4 + lane;
-        while w < keys * side_bytes / 4 {
-            let at = 4 * w;
-            let (kv, vv) = if at < side {
-                (memory::ld_global_nc_u32(src + at as u64), memory::ld_global_nc_u32(src.wrapping_add(side_delta) + at as u64))
-            } else {
-                (0, 0)
-            };
-            shared::st_shared_u32(ks + at, kv);
-            shared::st_shared_u32(vs + at, vv);
-            w += 32;
+            mbarrier::bulk_copy(ks, side_src, side_bulk, bar);
+            mbarrier::bulk_copy(vs, side_src.wrapping_add(side_delta), side_bulk, bar);
         }
     }
 
@@ -250,8 +249,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// the page ids of tile `t + PIPELINE_STAGES - 1`).
     #[inline(always)]
     unsafe fn load(&self, t: u32) {
-        // The wgmma kernels of quantized formats derive the thread's copy
-        // offsets afresh at each stage (see `fresh` below).
+        // The paged wgmma kernels of quantized formats derive the thread's
+        // copy offsets afresh at each stage (held, they spilled at 128
+        // registers).
         let tid = if WGMMA && F::FORMAT.is_quantized() { thread::opaque(thread::thread_idx_x()) } else { thread::thread_idx_x() };
         let nthreads = thread::block_dim_x();
         let kt = Self::CFG.keys_per_stage;
@@ -281,28 +281,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             }
             self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
         } else {
-            // The wgmma kernels of quantized formats recompute their rows'
-            // bases at each stage: held through the key loop, the two 64-bit
-            // values were what their 128 registers spilled.
-            let fresh = WGMMA && F::FORMAT.is_quantized();
-            let (k, k_side) = if fresh {
-                let (p, batch, kvh) = (self.p, thread::opaque(self.item.batch), super::block_kv_head::<CLUSTER>(self.p));
-                (
-                    Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-                    Strided::new(p.k_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
-                )
-            } else {
-                (self.k, self.k_side)
-            };
-            if Self::BULK {
-                if tid < 32 {
-                    self.bulk_stage(k, k_side, stage, first, end, tid);
-                }
-                return;
-            }
-            self.load_rows(k, stage, first, end, tid, nthreads);
+            self.load_rows(self.k, stage, first, end, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
-                F::load_kv_side::<D, _>(k_side, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
+                F::load_kv_side::<D, _>(self.k_side, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
             }
         }
     }
@@ -313,16 +294,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// The params' buffers must hold the item's rows (the host checked them).
     #[inline(always)]
     pub unsafe fn prefetch(&self) {
-        if Self::BULK {
-            // The stage barriers, initialised before any thread waits on them.
-            if thread::thread_idx_x() == 0 {
-                for stage in 0..PIPELINE_STAGES {
-                    mbarrier::init(self.barrier(stage));
-                }
-                mbarrier::fence_init();
-            }
-            thread::sync_threads();
-        }
         if PAGED {
             // The first tiles' page ids, before any of their rows.
             let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
@@ -350,10 +321,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn advance(&self, t: u32) -> u32 {
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
-        if Self::BULK {
-            // Tile t is the (t / stages)-th use of its stage's barrier.
-            mbarrier::wait_parity(self.barrier(t % PIPELINE_STAGES), (t / PIPELINE_STAGES) & 1);
-        }
         thread::sync_threads();
         if t + PIPELINE_STAGES - 1 < self.n_tiles {
             self.load(t + PIPELINE_STAGES - 1);
@@ -369,13 +336,54 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn drain(&self) {
         memory::cp_async_wait::<0>();
-        if Self::BULK && thread::thread_idx_x() == 0 {
-            // Every tile was waited for in `advance`, and every thread has
-            // passed the last one's block barrier: no copy or waiter is left.
-            for stage in 0..PIPELINE_STAGES {
-                mbarrier::inval(self.barrier(stage));
-            }
-        }
         thread::sync_threads();
+    }
+
+    /// Warp-specialised kernels: initialises the stages' transaction barriers (one thread,
+    /// before a block barrier and any issue).
+    ///
+    /// # Safety
+    /// Called once, by one thread, before any other use of the barriers.
+    #[inline(always)]
+    pub unsafe fn init_bulk_barriers(&self) {
+        for stage in 0..WGMMA_PRODUCER_STAGES {
+            mbarrier::init(self.barrier(stage));
+        }
+    }
+
+    /// Warp-specialised kernels: issues tile `t`'s bulk copies into its stage, from one warp
+    /// (`lane`: its lane), after every reader of the stage's previous tile
+    /// is done with it.
+    ///
+    /// # Safety
+    /// As [`Pipeline::prefetch`]; the barriers were initialised and that
+    /// ordered before this call.
+    #[inline(always)]
+    pub unsafe fn issue_bulk(&self, t: u32, lane: u32) {
+        let first = self.item.kv_start + t * Self::CFG.keys_per_stage;
+        self.bulk_stage(self.k, self.k_side, t % WGMMA_PRODUCER_STAGES, first, self.item.kv_end, lane);
+    }
+
+    /// Warp-specialised kernels: waits until tile `t`'s copies (and the side data's plain
+    /// stores) have landed, for this thread.
+    ///
+    /// # Safety
+    /// Tile `t` was issued.
+    #[inline(always)]
+    pub unsafe fn wait_bulk(&self, t: u32) {
+        // Tile t is the (t / stages)-th use of its stage's barrier.
+        mbarrier::wait_parity(self.barrier(t % WGMMA_PRODUCER_STAGES), (t / WGMMA_PRODUCER_STAGES) & 1);
+    }
+
+    /// Warp-specialised kernels: ends the stage barriers' life (one thread, once every tile
+    /// was waited for and every waiter has passed a block barrier).
+    ///
+    /// # Safety
+    /// No copy is pending and no thread waits on them any more.
+    #[inline(always)]
+    pub unsafe fn inval_bulk_barriers(&self) {
+        for stage in 0..WGMMA_PRODUCER_STAGES {
+            mbarrier::inval(self.barrier(stage));
+        }
     }
 }

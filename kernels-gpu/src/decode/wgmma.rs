@@ -23,12 +23,12 @@
 //! wide kernel does, per row scaled by a power of two) and the scales int8
 //! keeps per row multiply the score columns (K) and P (V).
 
-use decode_attn_abi::{q_converted, wgmma_prefix_bytes, DecodeParams, WGMMA_KEYS, WGMMA_M};
+use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_producer_warps, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
 use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
 use crate::arch::wgmma::descriptor;
-use crate::arch::{math::ex2, math::fma, memory, shared, thread, warp};
+use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
 use crate::state;
 
@@ -41,6 +41,9 @@ const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
 #[inline(always)]
 pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
     const { assert!(D == 128) };
+    if const { wgmma_producer_warps(F::FORMAT, PAGED) > 0 } {
+        return decode_wgmma_specialized::<F, D, CLUSTER>(p);
+    }
     type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool> = Pipeline<'a, F, D, PAGED, true, CLUSTER, true>;
     let cfg = Pipe::<F, D, PAGED, CLUSTER>::CFG;
     let convert = const { q_converted(F::FORMAT) };
@@ -75,13 +78,13 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     if !convert {
         stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
     }
-    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32) });
+    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, PAGED) });
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     if convert {
         let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
-        convert_q_to::<F, D>(p, batch, kvh, row0, WGMMA_M, at, q_scales, warp, nthreads / 32, lane);
+        convert_q_to::<F, D, 1>(p, batch, kvh, row0, WGMMA_M, at, q_scales, warp, nthreads / 32, lane);
         // (The first stage's barrier orders these stores before the MMAs.)
         shared::fence_proxy_async_shared();
     }
@@ -93,8 +96,8 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     let column = WGMMA_M * 128;
 
     let mut o = [[0f32; 4]; 16];
-    let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
-    let (mut l_a, mut l_b) = (0f32, 0f32);
+    let mut m = [f32::NEG_INFINITY; 2];
+    let mut l = [0f32; 2];
     let kt = cfg.keys_per_stage;
     for t in 0..pipe.n_tiles {
         let stage = pipe.advance(t);
@@ -121,7 +124,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 // step: held, they pushed the cluster kernels past 128
                 // registers.)
                 if live {
-                    F::stage_to_half::<D>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
+                    F::stage_to_half::<D, false>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
                     shared::fence_proxy_async_shared();
                 }
                 thread::sync_named(group_barrier, 128);
@@ -132,99 +135,14 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 (pipe.k_tile(stage) + at, pipe.v_tile(stage) + at)
             };
             if live {
-                let raw = F::Compute::wgmma_scores_d128(q_desc, descriptor(k_rows, 16, 1024));
-                // Per-row factors of the scores: the softmax scale (base 2),
-                // times the power of two a converted Q row was scaled down by
-                // (read at each step: held, they cost the kernel its last
-                // registers).
-                let (scale_a, scale_b) = if convert {
-                    let at = |r: u32| p.scale_log2 * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
-                    (at(0), at(8))
-                } else {
-                    (p.scale_log2, p.scale_log2)
-                };
-                // Per-key scales of this thread's keys 8n + c2 + {0, 1}
-                // (formats with per-row scales): K's multiply the scores, V's P
-                // (read where they are used: loaded together, V's scales were
-                // live through the softmax).
-                let scales = |side: u32| {
-                    if F::SCALED {
-                        [0, 1, 2, 3].map(|n| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2)))
-                    } else {
-                        [[1.0; 2]; STEP_TILES]
-                    }
-                };
-                let kscale = scales(pipe.k_side(stage));
-                // Converting kernels leave the row factors out of the
-                // scores: the maxima take them (positive: max(c·x) = c·max(x)
-                // exactly) and the exponent's FMA applies them, 16
-                // multiplies a step fewer (their step is issue-bound). Not
-                // in the int8 cluster kernels: at 128 registers they spilled
-                // 8-16 bytes with it.
+                // (The side data's addresses are formed here, as before the
+                // step was a function: the paged quantized kernels sit at
+                // their 128-register cap.)
+                let (k_side, v_side) = if F::SCALED { (pipe.k_side(stage) + 4 * sub, pipe.v_side(stage) + 4 * sub) } else { (0, 0) };
                 let fold = convert && !(CLUSTER && F::SCALED);
-                let mut s = [[0f32; 4]; STEP_TILES];
-                #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
-                for n in 0..STEP_TILES {
-                    for e in 0..4 {
-                        let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
-                        s[n][e] = raw[4 * n + e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-                    }
-                }
-                // Only the steps that reach past the first masked key test keys.
-                if key0 + WGMMA_KEYS > mask_from {
-                    #[allow(clippy::needless_range_loop)]
-                    for n in 0..STEP_TILES {
-                        for e in 0..4 {
-                            let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                            if key >= if e < 2 { ra.limit } else { rb.limit } {
-                                s[n][e] = f32::NEG_INFINITY;
-                            }
-                        }
-                    }
-                }
-                // Maxima and sums as trees (a chain of 8 dependent operations
-                // per row stalled the warps on fixed latencies).
-                let (mx_a, mx_b) = (warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max)), warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max)));
-                let (mx_a, mx_b) = if fold { (mx_a * scale_a, mx_b * scale_b) } else { (mx_a, mx_b) };
-                // Formats without slack (int8: P carries V's scale) still skip
-                // the rescale when no row's max grew (slack 0, P ≤ 1): here it
-                // is 64 multiplies a step.
-                let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK.or(Some(0.0)));
-                let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
-                let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);
-                let p2 = |x: f32, row_scale: f32, base: f32| if fold { ex2(fma(x, row_scale, -base)) } else { ex2(x - base) };
-                for tile in s.iter_mut() {
-                    tile[0] = p2(tile[0], scale_a, base_a);
-                    tile[1] = p2(tile[1], scale_a, base_a);
-                    tile[2] = p2(tile[2], scale_b, base_b);
-                    tile[3] = p2(tile[3], scale_b, base_b);
-                }
-                l_a = l_a * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
-                l_b = l_b * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
-                if moved {
-                    for acc in o.iter_mut() {
-                        acc[0] *= alpha_a;
-                        acc[1] *= alpha_a;
-                        acc[2] *= alpha_b;
-                        acc[3] *= alpha_b;
-                    }
-                }
-                if F::SCALED {
-                    let vscale = scales(pipe.v_side(stage));
-                    #[allow(clippy::needless_range_loop)]
-                    for n in 0..STEP_TILES {
-                        for e in 0..4 {
-                            s[n][e] *= vscale[n][e & 1];
-                        }
-                    }
-                }
-                // P (C layout of n8 tiles 2h, 2h+1) is the A fragment of keys 16h..16h+16.
-                type H<F> = <F as KvFormat>::Compute;
-                let pa = [0, 1].map(|h| {
-                    let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
-                    [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
-                });
-                F::Compute::wgmma_pv_d128(&mut o, pa, descriptor(v_rows, column, 1024));
+                let ops = StepOperands { k: descriptor(k_rows, 16, 1024), v: descriptor(v_rows, column, 1024), k_scales: k_side, v_scales: v_side, key0 };
+                let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], mask_from };
+                step::<F>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
             }
             sub += p.warps_k * WGMMA_KEYS;
         }
@@ -254,9 +172,344 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
             }
         }
     };
-    let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
+    let l = l.map(warp::quad_sum);
     // (The warpgroup afresh too, for the same reason.)
-    epilogue::<F, D, CLUSTER>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, D, CLUSTER>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
+}
+
+/// The warp-specialised form of [`decode_wgmma`] for strided quantized
+/// caches (`decode_attn_abi::wgmma_producer_warps`): after the `warps_k`
+/// compute warpgroups comes a producer warpgroup, which
+/// - issues every stage's bulk copies from its first warp, all
+///   `WGMMA_PRODUCER_STAGES` ahead, and waits for them on the stage's barrier;
+/// - converts each 32-key half of a stage into a converted buffer's half
+///   (`KvFormat::stage_to_half`), copies the keys' scales beside it, fences
+///   the tiles for the tensor cores and arrives on the half's "full"
+///   barrier;
+/// - refills a raw stage once its 128 threads have arrived on the stage's
+///   "consumed" barrier, and reuses a converted half once its warpgroup
+///   arrived on the half's "empty" barrier.
+///
+/// Compute warpgroup `wk` takes the halves `h ≡ wk (mod warps_k)` of every
+/// stage, waiting on "full" and handing the half back on "empty" after its
+/// P·V MMAs completed. With two converted buffers the producer converts a
+/// stage while the previous one is computed: no compute warp copies,
+/// converts or meets the producer at a block barrier inside the key loop
+/// (in the unspecialised kernel, the copies' issue and the conversion were
+/// half of every warp's instructions, docs/perf.md). All warps meet at the
+/// block barriers of the prologue and the epilogue, and only there: inside
+/// the key loop every hand-over is an `mbarrier` (with a named barrier for
+/// the producer's refill, the warps met the block barriers after
+/// different counts of barriers, which compute-sanitizer's racecheck
+/// reported as hazards between the conversion's and the epilogue's
+/// stores). Halves past the item's end (only ever in its last stage) are
+/// skipped on both sides.
+#[inline(always)]
+unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: bool>(p: &DecodeParams) {
+    type Pipe<'a, F, const D: usize, const CLUSTER: bool> = Pipeline<'a, F, D, false, true, CLUSTER, true>;
+    const { assert!(Pipe::<F, D, CLUSTER>::CFG.keys_per_stage == 2 * WGMMA_KEYS) };
+    let tid = thread::thread_idx_x();
+    let nthreads = thread::block_dim_x();
+    let lane = tid % 32;
+    let warp = tid / 32;
+    let warp_m = warp % 4;
+    let group = warp / 4;
+    let producer = group >= p.warps_k;
+
+    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
+    keep_item(p, &item, tid);
+    let kvh = block_kv_head::<CLUSTER>(p);
+    let row0 = thread::block_idx_z() * p.rows_per_block;
+    let g = lane / 4;
+    let c2 = (lane % 4) * 2;
+    let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
+    let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
+
+    // Shared memory (`decode_attn_abi::wgmma_prefix_bytes`): the Q tile,
+    // the converted buffers' K and V tiles, the Q scales, the buffers'
+    // row scales, their barriers, then the stages (their barriers last
+    // before them).
+    let smem = shared::dynamic_smem_base();
+    let tile_bytes = WGMMA_M * (D as u32) * 2;
+    let q_tile = smem;
+    let k_half = |b: u32| smem + tile_bytes * (1 + 2 * b);
+    let v_half = |b: u32| smem + tile_bytes * (2 + 2 * b);
+    let q_scales = smem + tile_bytes * (1 + 2 * WGMMA_CONVERTED_BUFFERS);
+    // K's scales of buffer b, V's `4 * WGMMA_M` bytes on.
+    let row_scales = |b: u32| q_scales + 4 * WGMMA_M + 8 * WGMMA_M * b;
+    let slot_barriers = row_scales(WGMMA_CONVERTED_BUFFERS);
+    let full = |b: u32, h: u32| slot_barriers + 8 * (2 * b + h);
+    let empty = |b: u32, h: u32| full(b, h) + 8 * 2 * WGMMA_CONVERTED_BUFFERS;
+    let consumed = |stage: u32| slot_barriers + 8 * (4 * WGMMA_CONVERTED_BUFFERS + stage);
+    let pipe = Pipe::<F, D, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, false) });
+
+    if tid == 0 {
+        pipe.init_bulk_barriers();
+        for b in 0..WGMMA_CONVERTED_BUFFERS {
+            for h in 0..2 {
+                mbarrier::init_count(full(b, h), 128);
+                mbarrier::init_count(empty(b, h), 128);
+            }
+        }
+        for stage in 0..WGMMA_PRODUCER_STAGES {
+            mbarrier::init_count(consumed(stage), 128);
+        }
+        mbarrier::fence_init();
+    }
+    thread::sync_threads();
+    let first_producer_warp = 4 * p.warps_k;
+    if warp == first_producer_warp {
+        for t in 0..WGMMA_PRODUCER_STAGES.min(pipe.n_tiles) {
+            pipe.issue_bulk(t, lane);
+        }
+    }
+    keep_seq_len::<CLUSTER>(p, seq_len, tid);
+    let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
+    // (Every warp's rows at once: 64 rows over 8 or 12 warps.)
+    convert_q_to::<F, D, { (WGMMA_M / 8) as usize }>(p, item.batch, kvh, row0, WGMMA_M, at, q_scales, warp, nthreads / 32, lane);
+    shared::fence_proxy_async_shared();
+    // The Q tile and scales, for every warp.
+    thread::sync_threads();
+
+    let mut o = [[0f32; 4]; 16];
+    let mut m = [f32::NEG_INFINITY; 2];
+    let mut l = [0f32; 2];
+    let half_first = |t: u32, h: u32| item.kv_start + t * 2 * WGMMA_KEYS + h * WGMMA_KEYS;
+    if producer {
+        let pt = tid - 128 * p.warps_k;
+        for t in 0..pipe.n_tiles {
+            let stage = t % WGMMA_PRODUCER_STAGES;
+            pipe.wait_bulk(t);
+            let (b, parity) = (t % WGMMA_CONVERTED_BUFFERS, (t / WGMMA_CONVERTED_BUFFERS) & 1);
+            for h in 0..2 {
+                if half_first(t, h) >= item.kv_end {
+                    break;
+                }
+                // The n-th use of a half waits for the n-th hand-back (a
+                // fresh barrier reports parity 1 as complete).
+                mbarrier::wait_parity(empty(b, h), parity ^ 1);
+                F::stage_to_half::<D, true>(pipe.tiles(stage), h * WGMMA_KEYS, k_half(b), v_half(b), h * WGMMA_KEYS, pt);
+                if F::SCALED && pt < 2 * WGMMA_KEYS {
+                    // One thread per key and tensor: K's scales, then V's.
+                    let (is_v, r) = (pt / WGMMA_KEYS, h * WGMMA_KEYS + pt % WGMMA_KEYS);
+                    let src = if is_v == 1 { pipe.v_side(stage) } else { pipe.k_side(stage) };
+                    shared::st_shared_f32(row_scales(b) + 4 * WGMMA_M * is_v + 4 * r, shared::ld_shared_f32(src + 4 * r));
+                }
+                shared::fence_proxy_async_shared();
+                mbarrier::arrive(full(b, h));
+            }
+            mbarrier::arrive(consumed(stage));
+            if t + WGMMA_PRODUCER_STAGES < pipe.n_tiles && pt < 32 {
+                // Every producer thread has read the stage: refill it.
+                mbarrier::wait_parity(consumed(stage), (t / WGMMA_PRODUCER_STAGES) & 1);
+                pipe.issue_bulk(t + WGMMA_PRODUCER_STAGES, pt);
+            }
+        }
+    } else {
+        let mask_from = mask_from(p, &item, seq_len);
+        // Groups of 8 rows (or keys) are 1024 bytes apart; V's two column
+        // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
+        let q_desc = descriptor(q_tile, 16, 1024);
+        let column = WGMMA_M * 128;
+        let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], mask_from };
+        for t in 0..pipe.n_tiles {
+            let (b, parity) = (t % WGMMA_CONVERTED_BUFFERS, (t / WGMMA_CONVERTED_BUFFERS) & 1);
+            let mut h = group;
+            while h < 2 && half_first(t, h) < item.kv_end {
+                mbarrier::wait_parity(full(b, h), parity);
+                let rows = (h * WGMMA_KEYS / 8) * 1024;
+                let scales = row_scales(b) + 4 * h * WGMMA_KEYS;
+                let ops = StepOperands {
+                    k: descriptor(k_half(b) + rows, 16, 1024),
+                    v: descriptor(v_half(b) + rows, column, 1024),
+                    k_scales: scales,
+                    v_scales: scales + 4 * WGMMA_M,
+                    key0: half_first(t, h),
+                };
+                // The unspecialised kernels' fold: a paged cache (which
+                // they serve) then gives the same bits as a strided one.
+                step::<F>(p, q_desc, q_scales, true, !(CLUSTER && F::SCALED), &ops, &view, &mut o, &mut m, &mut l);
+                mbarrier::arrive(empty(b, h));
+                h += p.warps_k;
+            }
+        }
+    }
+    // Every wait is behind every warp: the barriers' memory is free.
+    thread::sync_threads();
+    if tid == 0 {
+        pipe.inval_bulk_barriers();
+        for b in 0..WGMMA_CONVERTED_BUFFERS {
+            for h in 0..2 {
+                mbarrier::inval(full(b, h));
+                mbarrier::inval(empty(b, h));
+            }
+        }
+        for stage in 0..WGMMA_PRODUCER_STAGES {
+            mbarrier::inval(consumed(stage));
+        }
+    }
+
+    let rows = [ra, rb];
+    let quad = thread::opaque(tid) % 4;
+    // As the unspecialised kernel's; the producer's warps take part in the
+    // epilogue's barriers and output loop, storing no accumulator.
+    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
+        if producer {
+            return;
+        }
+        for (nt, frag) in o.iter().enumerate() {
+            for (r, row) in rows.iter().enumerate() {
+                if !CLUSTER && !live[r] {
+                    continue;
+                }
+                let addr = acc + 4 * (row.local * pitch + 8 * nt as u32 + 2 * quad);
+                let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
+                if add {
+                    let old = shared::ld_shared_v2_f32(addr);
+                    v[0] += old[0];
+                    v[1] += old[1];
+                }
+                shared::st_shared_v2_f32(addr, v);
+            }
+        }
+    };
+    let l = l.map(warp::quad_sum);
+    let warp_k = if producer { 0 } else { group };
+    epilogue::<F, D, CLUSTER>(p, row0, warp_k, quad == 0 && !producer, rows, m, l, smem, store);
+}
+
+/// What one warpgroup's 32-key step reads: the K and V rows' descriptors,
+/// the addresses of the keys' K and V scales (formats with per-row scales:
+/// `F::SCALED`), and the step's first key.
+pub(super) struct StepOperands {
+    pub k: u64,
+    pub v: u64,
+    pub k_scales: u32,
+    pub v_scales: u32,
+    pub key0: u32,
+}
+
+/// The thread's place in the step: its warp's 16 rows, its rows `g` and
+/// `g + 8` in them and its keys `8n + c2 + {0, 1}`, the rows' key limits and
+/// the first key any row masks.
+pub(super) struct RowView {
+    pub warp_m: u32,
+    pub g: u32,
+    pub c2: u32,
+    pub limits: [u32; 2],
+    pub mask_from: u32,
+}
+
+/// One warpgroup's 32-key step over the block's 64 rows: `S = Q·Kᵀ`, the
+/// online softmax of S into the rows' maxima `m` and sums `l`, and
+/// `O += P·V`. `convert`: Q was converted (quantized formats), its rows'
+/// powers of two in `q_scales`; `fold`: the row factors go into the
+/// exponent's FMA instead of the scores.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub(super) unsafe fn step<F: KvFormat>(
+    p: &DecodeParams,
+    q_desc: u64,
+    q_scales: u32,
+    convert: bool,
+    fold: bool,
+    ops: &StepOperands,
+    view: &RowView,
+    o: &mut [[f32; 4]; 16],
+    m: &mut [f32; 2],
+    l: &mut [f32; 2],
+) {
+    let (warp_m, g, c2, key0) = (view.warp_m, view.g, view.c2, ops.key0);
+    let raw = F::Compute::wgmma_scores_d128(q_desc, ops.k);
+    // Per-row factors of the scores: the softmax scale (base 2),
+    // times the power of two a converted Q row was scaled down by
+    // (read at each step: held, they cost the kernel its last
+    // registers).
+    let (scale_a, scale_b) = if convert {
+        let at = |r: u32| p.scale_log2 * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
+        (at(0), at(8))
+    } else {
+        (p.scale_log2, p.scale_log2)
+    };
+    // Per-key scales of this thread's keys 8n + c2 + {0, 1}
+    // (formats with per-row scales): K's multiply the scores, V's P
+    // (read where they are used: loaded together, V's scales were
+    // live through the softmax).
+    let scales = |side: u32| {
+        if F::SCALED {
+            [0, 1, 2, 3].map(|n| shared::ld_shared_v2_f32(side + 4 * (8 * n + c2)))
+        } else {
+            [[1.0; 2]; STEP_TILES]
+        }
+    };
+    let kscale = scales(ops.k_scales);
+    // Converting kernels leave the row factors out of the scores when
+    // `fold`: the maxima take them (positive: max(c·x) = c·max(x)
+    // exactly) and the exponent's FMA applies them, 16 multiplies a
+    // step fewer (their step is issue-bound).
+    let mut s = [[0f32; 4]; STEP_TILES];
+    #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
+    for n in 0..STEP_TILES {
+        for e in 0..4 {
+            let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
+            s[n][e] = raw[4 * n + e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
+        }
+    }
+    // Only the steps that reach past the first masked key test keys.
+    if key0 + WGMMA_KEYS > view.mask_from {
+        #[allow(clippy::needless_range_loop)]
+        for n in 0..STEP_TILES {
+            for e in 0..4 {
+                let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
+                if key >= view.limits[e / 2] {
+                    s[n][e] = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
+    // Maxima and sums as trees (a chain of 8 dependent operations
+    // per row stalled the warps on fixed latencies).
+    let (mx_a, mx_b) = (warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max)), warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max)));
+    let (mx_a, mx_b) = if fold { (mx_a * scale_a, mx_b * scale_b) } else { (mx_a, mx_b) };
+    // Formats without slack (int8: P carries V's scale) still skip
+    // the rescale when no row's max grew (slack 0, P ≤ 1): here it
+    // is 64 multiplies a step.
+    let moved = state::warp_must_move(*m, [mx_a, mx_b], F::RESCALE_SLACK.or(Some(0.0)));
+    let (alpha_a, base_a) = state::advance_if(&mut m[0], mx_a, moved);
+    let (alpha_b, base_b) = state::advance_if(&mut m[1], mx_b, moved);
+    let p2 = |x: f32, row_scale: f32, base: f32| if fold { ex2(fma(x, row_scale, -base)) } else { ex2(x - base) };
+    for tile in s.iter_mut() {
+        tile[0] = p2(tile[0], scale_a, base_a);
+        tile[1] = p2(tile[1], scale_a, base_a);
+        tile[2] = p2(tile[2], scale_b, base_b);
+        tile[3] = p2(tile[3], scale_b, base_b);
+    }
+    l[0] = l[0] * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
+    l[1] = l[1] * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
+    if moved {
+        for acc in o.iter_mut() {
+            acc[0] *= alpha_a;
+            acc[1] *= alpha_a;
+            acc[2] *= alpha_b;
+            acc[3] *= alpha_b;
+        }
+    }
+    if F::SCALED {
+        let vscale = scales(ops.v_scales);
+        #[allow(clippy::needless_range_loop)]
+        for n in 0..STEP_TILES {
+            for e in 0..4 {
+                s[n][e] *= vscale[n][e & 1];
+            }
+        }
+    }
+    // P (C layout of n8 tiles 2h, 2h+1) is the A fragment of keys 16h..16h+16.
+    type H<F> = <F as KvFormat>::Compute;
+    let pa = [0, 1].map(|h| {
+        let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
+        [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
+    });
+    F::Compute::wgmma_pv_d128(o, pa, ops.v);
 }
 
 /// `f` over four values as a tree: `f(f(x0, x1), f(x2, x3))`.

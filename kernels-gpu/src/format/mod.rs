@@ -209,13 +209,17 @@ pub trait KvFormat {
     /// format multiplies in here (int4's scales and zeros) is applied,
     /// what the body applies (`SCALED`) is not. `t` (0..128) is the
     /// thread's index in its warpgroup, whose threads convert together.
+    /// `EAGER`: every load of the thread's jobs is issued before the first
+    /// conversion (the compiler cannot move a load above an earlier store
+    /// to shared memory, so otherwise each job waits out its own load's
+    /// latency; worth the registers in the warp-specialised producer).
     /// Formats the MMAs read as stored convert nothing.
     ///
     /// # Safety
     /// The stage's rows must have landed (after the cp.async wait and
     /// barrier); no MMA may be reading the destination rows.
     #[inline(always)]
-    unsafe fn stage_to_half<const D: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+    unsafe fn stage_to_half<const D: usize, const EAGER: bool>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
         let _ = (stage, key, k_half, v_half, row, t);
     }
 }
