@@ -176,15 +176,22 @@ fn paged_cases() -> Vec<Case> {
 }
 
 /// Each case once per kernel variant that serves its format and head dim
-/// (`Variant::serves`: wgmma only unquantized caches at head_dim 128).
+/// (`Variant::serves`: wgmma only at head_dim 128), and where the wgmma
+/// kernel comes in two warp specialisations (strided quantized caches) once
+/// more with the unspecialised one (`…/wgmma-unspecialized`; `…/wgmma` runs
+/// the planner's choice, the specialised kernel on these small grids).
 fn per_variant(cases: Vec<Case>) -> Vec<Case> {
     cases
         .into_iter()
         .flat_map(|c| {
+            let both = decode_attn_abi::wgmma_specializable(c.shape.kv_format, c.paging.is_some());
             Variant::ALL
                 .into_iter()
                 .filter(|v| v.serves(c.shape.kv_format, c.shape.head_dim))
-                .map(|variant| Case { name: format!("{}/{}", c.name, variant.name()), variant, ..c.clone() })
+                .flat_map(|variant| {
+                    let extra = (both && variant == Variant::Wgmma).then(|| Case { name: format!("{}/wgmma-unspecialized", c.name), variant, ..c.clone() });
+                    std::iter::once(Case { name: format!("{}/{}", c.name, variant.name()), variant, ..c.clone() }).chain(extra)
+                })
                 .collect::<Vec<_>>()
         })
         .collect()
@@ -363,7 +370,7 @@ fn main() {
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let merge = common::merge_named(&case.name);
-    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge };
+    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge, specialize: common::specialize_named(&case.name) };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
         let pool = paged::Pool::new(&p, paging, seed)?;

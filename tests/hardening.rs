@@ -13,7 +13,7 @@ use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SplitPolicy, Variant, VariantChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -336,7 +336,8 @@ fn options() -> impl Strategy<Value = PlanOptions> {
     let variant = prop_oneof![3 => Just(VariantChoice::Auto), 3 => Just(VariantChoice::Force(Variant::Wide)), 3 => Just(VariantChoice::Force(Variant::Narrow)), 1 => Just(VariantChoice::Force(Variant::Wgmma))];
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
     let merge = prop_oneof![Just(MergeChoice::Auto), Just(MergeChoice::Global)];
-    (split(), variant, warps_k, merge).prop_map(|(split, variant, warps_k, merge)| PlanOptions { split, variant, warps_k, merge })
+    let specialize = prop_oneof![8 => Just(SpecializeChoice::Auto), 1 => Just(SpecializeChoice::Never), 1 => Just(SpecializeChoice::Always)];
+    (split(), variant, warps_k, merge, specialize).prop_map(|(split, variant, warps_k, merge, specialize)| PlanOptions { split, variant, warps_k, merge, specialize })
 }
 
 fn split() -> impl Strategy<Value = SplitPolicy> {
@@ -374,7 +375,9 @@ fn most_random_draws_reach_the_planner() {
             Err(e) => if std::env::var_os("WHY").is_some() { eprintln!("{:?}", e.param()) },
         }
     }
-    assert!(ok >= 200 && split_plans >= 50 && narrow >= 50 && ok - narrow >= 50, "{ok} Ok plans, {split_plans} with splits, {narrow} narrow, of 1000 draws");
+    // (A tenth of the draws ask for the warp-specialised kernel, which most
+    // shapes have not: those are `Err`s by design.)
+    assert!(ok >= 150 && split_plans >= 40 && narrow >= 40 && ok - narrow >= 50, "{ok} Ok plans, {split_plans} with splits, {narrow} narrow, of 1000 draws");
 }
 
 proptest! {

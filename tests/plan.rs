@@ -1,7 +1,7 @@
 //! Planner invariants (CPU only).
 
 use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KvFormat, MergeChoice, MergeMode, PlanOptions, SplitPolicy, Variant, VariantChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice};
 use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
@@ -341,9 +341,10 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 2));
     assert_eq!(p.max_splits(), 4);
     assert_covers(&p);
-    // Quantized, strided: stages of 64 keys (not the wide kernels' 128), a
-    // producer warpgroup after the two compute ones (384 threads), buffers
-    // of converted tiles beside six stages, one block per SM.
+    // Quantized, strided: stages of 64 keys (not the wide kernels' 128); on
+    // this one-wave grid the warp-specialised kernel, whose producer
+    // warpgroup follows the two compute ones (384 threads), with buffers of
+    // converted tiles beside its stages, one block per SM.
     let ws_kernel = KernelInfo { regs_per_thread: 168, max_threads_per_block: 384 };
     let q = plan(&quantized(KvFormat::Int8, 64, 16, 1, 3, 4096), &[4096; 64], dev, &ws_kernel, &opts(SplitPolicy::Auto)).unwrap();
     assert_eq!((q.variant(), q.warps_k(), q.block_threads(), q.blocks_per_sm(), q.stages()), (Variant::Wgmma, 2, 384, 1, decode_attn_abi::WGMMA_PRODUCER_STAGES));
@@ -359,8 +360,8 @@ fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
         assert!(e.to_string().contains("wgmma"), "{e}");
     }
     // Quantized caches at head_dim 128 have wgmma kernels (64-key stages,
-    // converted into 16-bit tiles first; strided ones warp-specialised,
-    // six stages deep).
+    // converted into 16-bit tiles first; on a one-wave grid of a strided
+    // cache the warp-specialised one).
     let q = plan(&quantized(KvFormat::Int8, 2, 16, 1, 3, 4096), &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
     assert_eq!((q.variant(), q.rows_per_block(), q.stages()), (Variant::Wgmma, 64, decode_attn_abi::WGMMA_PRODUCER_STAGES));
     assert_covers(&q);
@@ -368,6 +369,63 @@ fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
     let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 77], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
     assert_eq!((p.variant(), p.rows_per_block(), p.row_chunks()), (Variant::Wgmma, 64, 1));
     assert_covers(&p);
+}
+
+/// The two wgmma kernels of a strided quantized cache as the library reads
+/// them: the unspecialised one at its 128-register cap, the
+/// warp-specialised one (384 threads) at 168.
+struct BothWgmmaKernels;
+
+impl KernelLimits for BothWgmmaKernels {
+    fn limits(&self, specialized: bool) -> KernelInfo {
+        if specialized {
+            KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 }
+        } else {
+            WGMMA_KERNEL
+        }
+    }
+}
+
+#[test]
+fn strided_quantized_wgmma_plans_are_warp_specialised_when_their_grid_fits_one_wave() {
+    let dev = &DeviceInfo::H100_SXM; // 132 SMs
+    for format in [KvFormat::Int8, KvFormat::Int4G32] {
+        // Grid B (2K, 128): 128 blocks, one wave at one block per SM.
+        let p = plan(&quantized(format, 128, 16, 1, 3, 2048), &[2048; 128], dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
+        assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm(), p.fits_one_wave(dev)), (true, 384, 1, true));
+        assert_covers(&p);
+        // Grid B (1K, 256): 256 blocks would take two waves at one per SM;
+        // the unspecialised kernel runs them in one at two per SM.
+        let lens = [1024; 256];
+        let shape = quantized(format, 256, 16, 1, 3, 1024);
+        let p = plan(&shape, &lens, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
+        assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm(), p.fits_one_wave(dev), p.max_splits()), (false, 256, 2, true, 1));
+        assert_covers(&p);
+        // Either kernel on request.
+        let always = PlanOptions { specialize: SpecializeChoice::Always, ..Default::default() };
+        let never = PlanOptions { specialize: SpecializeChoice::Never, ..Default::default() };
+        let p = plan(&shape, &lens, dev, &BothWgmmaKernels, &always).unwrap();
+        assert_eq!((p.warp_specialized(), p.block_threads(), p.fits_one_wave(dev)), (true, 384, false));
+        let p = plan(&quantized(format, 128, 16, 1, 3, 2048), &[2048; 128], dev, &BothWgmmaKernels, &never).unwrap();
+        assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm()), (false, 256, 2));
+        // Capacity plans choose as their lengths at capacity do.
+        let cap = decode_attn::plan::plan_capacity(&shape, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
+        assert!(!cap.warp_specialized());
+    }
+    // None exists for 16-bit or paged caches, nor for other variants:
+    // asking for one is an error that says so; `Auto` runs the one there is.
+    let always = PlanOptions { specialize: SpecializeChoice::Always, ..Default::default() };
+    let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 512, order: PageOrder::TokenMajor, page_bytes: None }, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) };
+    let table: Vec<i32> = (0..2 * paged.pages_per_seq() as i32).collect();
+    let e = decode_attn::plan::plan_paged(&paged, &[4096, 4096], &table, dev, &BothWgmmaKernels, &always).unwrap_err();
+    assert!(e.to_string().contains("warp-specialised") && e.to_string().contains("paged"), "{e}");
+    let p = decode_attn::plan::plan_paged(&paged, &[4096, 4096], &table, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((p.variant(), p.warp_specialized(), p.block_threads()), (Variant::Wgmma, false, 256));
+    for shape in [DecodeShape::bf16(2, 16, 1, 128, 3, 4096), quantized(KvFormat::Int8, 2, 4, 1, 1, 4096)] {
+        let e = plan(&shape, &[4096, 4096], dev, &BothWgmmaKernels, &always).unwrap_err();
+        assert!(e.to_string().contains("warp-specialised"), "{e}");
+        assert!(!plan(&shape, &[4096, 4096], dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap().warp_specialized());
+    }
 }
 
 #[test]

@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -101,6 +101,12 @@ struct Args {
     /// sequence's chunks fit one) or global (never in a cluster).
     #[arg(long, value_enum, default_value = "auto")]
     merge: MergeArg,
+    /// Warp-specialised wgmma kernel of strided quantized caches (block
+    /// column `gs…`): auto (when its grid fits one wave), never or always.
+    /// Paged columns run the unspecialised kernel whatever this says (no
+    /// paged kernel is specialised).
+    #[arg(long, value_enum, default_value = "auto")]
+    specialize: SpecializeArg,
     /// Placement study: put each buffer set's K and V in one allocation, V
     /// starting this many bytes (a multiple of 16) after K's end, so the
     /// distance from a K row to its V row (which the kernels read
@@ -126,6 +132,23 @@ enum MergeArg {
     Auto,
     Cluster,
     Global,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum SpecializeArg {
+    Auto,
+    Never,
+    Always,
+}
+
+impl SpecializeArg {
+    fn choice(self) -> SpecializeChoice {
+        match self {
+            SpecializeArg::Auto => SpecializeChoice::Auto,
+            SpecializeArg::Never => SpecializeChoice::Never,
+            SpecializeArg::Always => SpecializeChoice::Always,
+        }
+    }
 }
 
 impl MergeArg {
@@ -311,7 +334,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: args.layout.kv_layout(), scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
-    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice() };
+    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice() };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     if let Some(resident) = attn.resident_clusters(&plan).map_err(|e| e.to_string())? {
         println!("  {} clusters of {} blocks, {resident} resident at once", plan.grid().0 / plan.cluster(), plan.cluster());
@@ -387,6 +410,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
             "{}{}x{}w{} {gx}x{gy}x{gz}",
             match plan.variant() {
                 Variant::Narrow => "n",
+                Variant::Wgmma if plan.warp_specialized() => "gs",
                 Variant::Wgmma => "g",
                 Variant::Wide => "",
             },
@@ -517,7 +541,7 @@ fn paged_runs(
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
-    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge };
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_producer_warps, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M,
+    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -124,6 +124,28 @@ pub enum VariantChoice {
     Force(Variant),
 }
 
+/// Whether a wgmma plan of a strided quantized cache runs the
+/// warp-specialised kernel (`decode_attn_abi::wgmma_specializable`: a
+/// producer warpgroup copies and converts the stages, one 384-thread block
+/// per SM) or the unspecialised one (every warp copies, converts and
+/// computes, two 256-thread blocks per SM).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SpecializeChoice {
+    /// The warp-specialised kernel when its grid fits one wave (at most one
+    /// block per SM), else the unspecialised one. Measured on an H100
+    /// (docs/perf.md, sixteenth and seventeenth sessions): specialised
+    /// one-wave grids 4–9 % (int8) and 1–6 % (int4-g32) faster on grid B,
+    /// but its 256 blocks of (1K, 256) took two waves, 14–17 % slower than
+    /// the unspecialised kernel's one.
+    #[default]
+    Auto,
+    /// The unspecialised kernel.
+    Never,
+    /// The warp-specialised kernel; an `Err` where none exists (not the
+    /// wgmma variant, a 16-bit or a paged cache).
+    Always,
+}
+
 /// How split sequences may be merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MergeChoice {
@@ -154,6 +176,7 @@ pub struct PlanOptions {
     /// warps resident.
     pub warps_k: Option<u32>,
     pub merge: MergeChoice,
+    pub specialize: SpecializeChoice,
 }
 
 impl PlanOptions {
@@ -265,6 +288,8 @@ pub struct Plan {
     /// sequence has this many work items, chunks past its end empty; a
     /// power of two); 0 when sequences merge through global memory.
     pub(crate) cluster: u32,
+    /// Runs the warp-specialised wgmma kernel ([`SpecializeChoice`]).
+    pub(crate) specialized: bool,
     pub(crate) layout: WorkspaceLayout,
 }
 
@@ -346,6 +371,17 @@ impl Plan {
         self.blocks_per_sm
     }
     /// Blocks per thread-block cluster (0: no clusters; see [`MergeMode::Cluster`]).
+    /// Whether the plan runs the warp-specialised wgmma kernel
+    /// ([`SpecializeChoice`]).
+    pub fn warp_specialized(&self) -> bool {
+        self.specialized
+    }
+    /// Whether every block of the grid is resident at once (one wave at
+    /// [`Plan::blocks_per_sm`]).
+    pub fn fits_one_wave(&self, dev: &DeviceInfo) -> bool {
+        let (x, y, z) = self.grid();
+        x as u64 * y as u64 * z as u64 <= dev.sm_count as u64 * self.blocks_per_sm as u64
+    }
     pub fn cluster(&self) -> u32 {
         self.cluster
     }
@@ -355,7 +391,7 @@ impl Plan {
     /// Threads per attention block: the `warps_m × warps_k` compute warps,
     /// then (warp-specialised wgmma kernels) the producer warps.
     pub fn block_threads(&self) -> u32 {
-        block_threads(self.variant, &self.shape, self.warps_m, self.warps_k)
+        block_threads(self.specialized, self.warps_m, self.warps_k)
     }
     /// Attention grid: (work items × kv heads, 1, row chunks), a work
     /// item's kv heads consecutive, or with a cluster merge a cluster's
@@ -593,9 +629,24 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
     }
 }
 
-/// Makes the plan. `kernel` describes the attention kernel that will run it.
+/// The limits of the attention kernels a plan picks from: one
+/// [`KernelInfo`] serves for both warp specialisations (tests, offline
+/// planning); [`DecodeAttention`](crate::DecodeAttention) reads each
+/// kernel's own.
+pub trait KernelLimits {
+    /// The unspecialised (`false`) or warp-specialised (`true`) kernel's limits.
+    fn limits(&self, specialized: bool) -> KernelInfo;
+}
+
+impl KernelLimits for KernelInfo {
+    fn limits(&self, _specialized: bool) -> KernelInfo {
+        *self
+    }
+}
+
+/// Makes the plan. `kernel` describes the attention kernels that may run it.
 /// Paged caches need their block table: [`plan_paged`].
-pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
+pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     ensure(!shape.is_paged(), "block_table", "a block table for the paged layout (plan_paged)", "none")?;
     make_plan(shape, seq_lens, Vec::new(), dev, kernel, opts)
@@ -605,7 +656,7 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &Ke
 /// shape.pages_per_seq()]` page ids, row-major; the pages that hold each
 /// sequence's `seq_lens[b]` tokens must be ids of the pool. The table is
 /// uploaded with the plan's metadata.
-pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
+pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     shape.validate_seq_lens(seq_lens)?;
     let crate::shape::KvLayout::Paged { page_size, num_pages, .. } = shape.kv_layout else {
@@ -622,7 +673,7 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 /// and chunk size are those [`plan`] picks for every sequence at capacity;
 /// shorter sequences leave their chunks past the end idle (each such block
 /// returns at once).
-pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
+pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
     let planned = make_plan(shape, &at_capacity, Vec::new(), dev, kernel, opts)?;
@@ -671,7 +722,33 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
     Ok(())
 }
 
-fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions) -> Result<Plan> {
+fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
+    let variant = opts.variant_for(shape);
+    let specializable = variant == Variant::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
+    match opts.specialize {
+        SpecializeChoice::Never => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(false), opts, false),
+        SpecializeChoice::Always if !specializable => Err(Error::Unsupported(format!(
+            "no warp-specialised kernel for the {} variant over a {} {} cache (only wgmma over strided quantized caches)",
+            variant.name(),
+            if shape.is_paged() { "paged" } else { "strided" },
+            shape.kv_format.name()
+        ))),
+        SpecializeChoice::Always => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(true), opts, true),
+        SpecializeChoice::Auto if specializable => {
+            let specialized = make_plan_for(shape, seq_lens, block_table.clone(), dev, &kernel.limits(true), opts, true)?;
+            if specialized.fits_one_wave(dev) {
+                Ok(specialized)
+            } else {
+                make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(false), opts, false)
+            }
+        }
+        SpecializeChoice::Auto => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(false), opts, false),
+    }
+}
+
+/// [`make_plan`] for one kernel: `specialized` picks the warp-specialised
+/// wgmma kernel, which `kernel` describes.
+fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions, specialized: bool) -> Result<Plan> {
     shape.validate_seq_lens(seq_lens)?;
     dev.validate()?;
     kernel.validate()?;
@@ -686,7 +763,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     let tile = tile_config(format, d, variant);
     // Splitting only shortens work items, so the longest sequence bounds
     // every item's stages.
-    let stages = stages_for(format, d, variant, page_shift.is_some(), seq_lens.iter().copied().max().unwrap_or(1));
+    let stages = stages_for(format, d, variant, specialized, seq_lens.iter().copied().max().unwrap_or(1));
     // Keys per warp step along a stage: the most warps along K a stage feeds.
     let step_keys = if variant == Variant::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
     let (warps_m, warps_k, rows_per_block) = match variant {
@@ -704,7 +781,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
             (m, k, m * MMA_M)
         }
         Variant::Narrow => {
-            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, page_shift, stages);
+            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, page_shift, stages, false);
             let larger = narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
             let splits = match opts.split {
                 SplitPolicy::Never => false,
@@ -755,14 +832,14 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
-    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift, stages);
+    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift, stages, specialized);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
             shape.head_dim, dev.max_smem_per_block
         )));
     }
-    let threads = block_threads(variant, shape, warps_m, warps_k);
+    let threads = block_threads(specialized, warps_m, warps_k);
     let blocks_per_sm = blocks_per_sm(dev, kernel, threads, smem_bytes);
     if blocks_per_sm == 0 {
         return Err(Error::Unsupported(format!(
@@ -820,15 +897,16 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         stages,
         blocks_per_sm,
         cluster,
+        specialized,
         layout,
     })
 }
 
 /// Threads of an attention block of `warps_m × warps_k` compute warps: the
 /// warp-specialised wgmma kernels add a producer warpgroup
-/// (`decode_attn_abi::wgmma_producer_warps`).
-fn block_threads(variant: Variant, shape: &DecodeShape, warps_m: u32, warps_k: u32) -> u32 {
-    let producer = if variant == Variant::Wgmma { wgmma_producer_warps(shape.kv_format, shape.page_geometry().is_some()) } else { 0 };
+/// (`decode_attn_abi::WGMMA_PRODUCER_WARPS`).
+fn block_threads(specialized: bool, warps_m: u32, warps_k: u32) -> u32 {
+    let producer = if specialized { WGMMA_PRODUCER_WARPS } else { 0 };
     32 * (warps_m * warps_k + producer)
 }
 

@@ -161,8 +161,9 @@ pub struct DecodeAttention {
     /// Keeps the functions below alive.
     _module: Module,
     device: DeviceInfo,
-    /// Keyed by (format, dtype, head dim, variant, addressing, cluster merge).
-    kernels: HashMap<(KvFormat, Dtype, u32, Variant, Addressing, bool), KernelInfo>,
+    /// Keyed by (format, dtype, head dim, variant, addressing, cluster
+    /// merge, warp specialisation).
+    kernels: HashMap<(KvFormat, Dtype, u32, Variant, Addressing, bool, bool), KernelInfo>,
     /// Every kernel of the module, looked up once: launching then makes no
     /// driver call but the launch (safe inside a stream capture).
     functions: HashMap<&'static str, cuda::CUfunction>,
@@ -249,7 +250,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster), info);
+            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster, k.specialized), info);
         }
         let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
         let mut functions = HashMap::new();
@@ -263,11 +264,12 @@ impl DecodeAttention {
         &self.device
     }
 
-    fn kernel_info(&self, shape: &DecodeShape, variant: Variant) -> Result<KernelInfo> {
+    fn kernel_info(&self, shape: &DecodeShape, variant: Variant) -> Result<ShapeKernels> {
         shape.validate()?;
-        // Plans are made for the global-merge kernel; a cluster plan's kernel
-        // is checked against its block when it runs.
-        self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false)).copied().ok_or_else(|| {
+        // Plans are made for the global-merge kernels; a cluster plan's
+        // kernel is checked against its block when it runs.
+        let key = |specialized| (shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false, specialized);
+        let unspecialized = self.kernels.get(&key(false)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
                 "no {} kernel for a {} cache with {} queries at head_dim {}",
                 variant.name(),
@@ -275,7 +277,8 @@ impl DecodeAttention {
                 shape.dtype.name(),
                 shape.head_dim
             ))
-        })
+        })?;
+        Ok(ShapeKernels { unspecialized, specialized: self.kernels.get(&key(true)).copied() })
     }
 
     /// Launches kernel `name` with `params` as its single by-value argument.
@@ -496,7 +499,7 @@ impl DecodeAttention {
             (PlanMode::Capacity { .. }, Some(step)) => step.check_for(shape)?,
         }
         // The plan's shape was validated by `plan()`; only the lookup is needed.
-        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1)).copied().ok_or_else(|| {
+        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized)).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
         })?;
         ensure(
@@ -656,10 +659,25 @@ impl DecodeAttention {
     }
 }
 
+/// The global-merge attention kernels of one shape and variant, both warp
+/// specialisations where both exist.
+struct ShapeKernels {
+    unspecialized: KernelInfo,
+    specialized: Option<KernelInfo>,
+}
+
+impl plan::KernelLimits for ShapeKernels {
+    fn limits(&self, specialized: bool) -> KernelInfo {
+        // The planner asks for the specialised kernel only where the table
+        // has one (`wgmma_specializable`).
+        if specialized { self.specialized.unwrap_or(self.unspecialized) } else { self.unspecialized }
+    }
+}
+
 /// The attention kernel that runs `plan` (its cluster-merge twin for
 /// cluster plans).
 fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
     let shape = &plan.shape;
-    decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1)
+    decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized)
         .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim)))
 }

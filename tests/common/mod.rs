@@ -349,6 +349,16 @@ pub fn merge_named(name: &str) -> decode_attn::MergeChoice {
     }
 }
 
+/// The warp specialisation a case's name asks for: `wgmma-unspecialized`
+/// the unspecialised wgmma kernel, else the planner's choice.
+pub fn specialize_named(name: &str) -> decode_attn::SpecializeChoice {
+    if name.contains("wgmma-unspecialized") {
+        decode_attn::SpecializeChoice::Never
+    } else {
+        decode_attn::SpecializeChoice::Auto
+    }
+}
+
 /// An error when a case named for a merge (`merge-kernel`, `global-merge`,
 /// `cluster-merge`) was planned to merge another way.
 pub fn check_merge_named(name: &str, plan: &Plan) -> std::result::Result<(), String> {

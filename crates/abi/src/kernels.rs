@@ -4,14 +4,17 @@
 //! kernel cannot be named on one side and missing on the other.
 //!
 //! A table macro takes the name of a macro and calls it with every entry:
-//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim, Variant, Addressing); ... }`.
+//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim, Variant, Addressing, Merge[, Specialized]); ... }`.
 
 use crate::{Addressing, Dtype, KvFormat, Variant};
 
-/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge)`;
+/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge[, Specialized])`;
 /// every (format, dtype, head_dim) has the variants that serve it
 /// (`Variant::serves`), both addressings and both merges: `Global` kernels merge split sequences through global
 /// memory, `Cluster` ones (`decode_cluster_*`) in a thread-block cluster.
+/// Where the wgmma kernels can be warp-specialised
+/// (`wgmma_specializable`: strided quantized caches) both forms exist; the
+/// `Specialized` ones are `decode_*wgmma_ws_*`.
 /// The cluster code is compiled only into the `Cluster` kernels: in the
 /// others, at their register caps, it moved ptxas to re-read special
 /// registers in the stage loop (narrow int4-g32: 2 % slower, docs/perf.md).
@@ -252,35 +255,51 @@ macro_rules! decode_kernel_table {
             decode_cluster_paged_wgmma_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wgmma, Paged, Cluster);
             decode_cluster_paged_wgmma_kv_f16_q_f16_d128 => (F16, F16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Cluster);
             decode_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Global);
+            decode_wgmma_ws_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Cluster);
+            decode_cluster_wgmma_ws_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Global);
             decode_cluster_paged_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Cluster);
         }
@@ -420,6 +439,10 @@ pub struct DecodeKernel {
     pub addressing: Addressing,
     /// Merges split sequences in a thread-block cluster (`DecodeParams::cluster_log2`).
     pub cluster: bool,
+    /// A warp-specialised wgmma kernel (`wgmma_specializable`): a producer
+    /// warpgroup of [`WGMMA_PRODUCER_WARPS`](crate::WGMMA_PRODUCER_WARPS)
+    /// after the compute warpgroups.
+    pub specialized: bool,
     pub name: &'static str,
 }
 
@@ -442,13 +465,13 @@ impl DecodeKernel {
     ///   rounded down to the allocation unit of 8: 168). The paged bf16 one
     ///   used 200 (187 with 2-chunk address batches), one block per SM;
     /// - the wgmma kernels run two 8-warp blocks per SM (128), except the
-    ///   warp-specialised ones (`wgmma_producer_warps`): one 12-warp block
+    ///   warp-specialised ones (`specialized`): one 12-warp block
     ///   (65536 / 384: 168).
     pub const fn register_cap(&self) -> Option<u32> {
         match self.variant {
             Variant::Narrow if self.format.is_quantized() && self.head_dim <= 128 => Some(128),
             Variant::Wide if self.head_dim <= 128 => Some(168),
-            Variant::Wgmma if crate::wgmma_producer_warps(self.format, matches!(self.addressing, Addressing::Paged)) > 0 => Some(168),
+            Variant::Wgmma if self.specialized => Some(168),
             Variant::Wgmma => Some(128),
             _ => None,
         }
@@ -466,8 +489,19 @@ macro_rules! cluster_merge {
     };
 }
 
+/// `true` for a table entry marked `Specialized`.
+#[macro_export]
+macro_rules! warp_specialized {
+    () => {
+        false
+    };
+    (Specialized) => {
+        true
+    };
+}
+
 macro_rules! decode_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident, $m:ident);)*) => {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident, $m:ident $(, $s:ident)?);)*) => {
         /// Every attention kernel in the PTX module.
         pub const DECODE_KERNELS: &[DecodeKernel] = &[$(DecodeKernel {
             format: KvFormat::$f,
@@ -476,6 +510,7 @@ macro_rules! decode_list {
             variant: Variant::$v,
             addressing: Addressing::$a,
             cluster: cluster_merge!($m),
+            specialized: warp_specialized!($($s)?),
             name: stringify!($name),
         },)*];
     };
@@ -495,8 +530,9 @@ merge_kernel_table!(merge_list);
 pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
 
 /// Name of the attention kernel for a (format, dtype, head_dim, variant,
-/// addressing, cluster merge), or `None` when the table has no such kernel.
-pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing, cluster: bool) -> Option<&'static str> {
+/// addressing, cluster merge, warp specialisation), or `None` when the
+/// table has no such kernel.
+pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing, cluster: bool, specialized: bool) -> Option<&'static str> {
     let mut i = 0;
     while i < DECODE_KERNELS.len() {
         let k = &DECODE_KERNELS[i];
@@ -506,6 +542,7 @@ pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, v
             && k.variant as u32 == variant as u32
             && k.addressing as u32 == addressing as u32
             && k.cluster == cluster
+            && k.specialized == specialized
         {
             return Some(k.name);
         }

@@ -54,9 +54,10 @@ impl TileConfig {
 /// 0..n, so short sequences take less shared memory and more blocks fit per
 /// SM (grid D (64, 128): 2 stages of 32 KiB instead of 3, 3 blocks per SM
 /// instead of 2). At least 1, at most [`max_stages`].
-pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, paged: bool, longest_keys: u32) -> u32 {
+/// `specialized`: a warp-specialised wgmma kernel ([`wgmma_specializable`]).
+pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, specialized: bool, longest_keys: u32) -> u32 {
     let n = longest_keys.div_ceil(tile_config(format, head_dim, variant).keys_per_stage);
-    let max = max_stages(format, variant, paged);
+    let max = max_stages(specialized);
     if n == 0 {
         1
     } else if n > max {
@@ -67,10 +68,10 @@ pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, paged
 }
 
 /// Pipeline stages of a kernel: [`WGMMA_PRODUCER_STAGES`] in the
-/// warp-specialised wgmma kernels ([`wgmma_producer_warps`]), else
+/// warp-specialised wgmma kernels ([`wgmma_specializable`]), else
 /// [`PIPELINE_STAGES`].
-pub const fn max_stages(format: KvFormat, variant: Variant, paged: bool) -> u32 {
-    if matches!(variant, Variant::Wgmma) && wgmma_producer_warps(format, paged) > 0 {
+pub const fn max_stages(specialized: bool) -> u32 {
+    if specialized {
         WGMMA_PRODUCER_STAGES
     } else {
         PIPELINE_STAGES
@@ -135,19 +136,23 @@ pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, variant: Varian
     tile_config(format, head_dim, variant).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, variant, page_shift)
 }
 
-/// Warps of a wgmma block that only feed the others: 4 (one warpgroup) in
-/// the strided kernels of quantized formats, which are warp-specialised
-/// (`decode::wgmma`: this warpgroup issues the stages' bulk copies and
-/// converts them into 16-bit tiles, the `warps_k` warpgroups before it only
-/// compute), else 0. Their blocks run one per SM (384 threads at 168
-/// registers, [`DecodeKernel::register_cap`](crate::DecodeKernel::register_cap)).
-pub const fn wgmma_producer_warps(format: KvFormat, paged: bool) -> u32 {
-    if format.is_quantized() && !paged {
-        4
-    } else {
-        0
-    }
+/// Whether the wgmma kernels of a format and addressing come in a
+/// warp-specialised form too (`DecodeKernel::specialized`): the strided
+/// kernels of quantized formats. There a producer warpgroup
+/// ([`WGMMA_PRODUCER_WARPS`]) issues the stages' bulk copies and converts
+/// them into 16-bit tiles while the `warps_k` warpgroups before it only
+/// compute (`decode::wgmma`). Their blocks run one per SM (384 threads at
+/// 168 registers, [`DecodeKernel::register_cap`](crate::DecodeKernel::register_cap)),
+/// the unspecialised ones two: the planner takes the specialised kernel
+/// when its grid fits one wave (`host::plan`, docs/perf.md, seventeenth
+/// session).
+pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
+    format.is_quantized() && !paged
 }
+
+/// Warps of a warp-specialised wgmma block that only feed the others: one
+/// warpgroup, after the compute warpgroups.
+pub const WGMMA_PRODUCER_WARPS: u32 = 4;
 
 /// Buffers of converted 16-bit K and V tiles in a warp-specialised wgmma
 /// block: the producer converts one while the compute warpgroups read the
@@ -160,17 +165,17 @@ pub const WGMMA_CONVERTED_BUFFERS: u32 = 3;
 /// - the `WGMMA_M`-row tiles of K and V rows converted to 16 bits (each of
 ///   the block's two compute warpgroups reads its 32-key step from half of
 ///   their rows), [`WGMMA_CONVERTED_BUFFERS`] pairs of them in the
-///   warp-specialised kernels ([`wgmma_producer_warps`]), one otherwise;
+///   warp-specialised kernels (`specialized`, [`wgmma_specializable`]), one otherwise;
 /// - the per-row Q scales ([`q_converted`]);
 /// - warp-specialised kernels: each converted buffer's K and V row scales
 ///   (`WGMMA_M` f32 each), then the producer's barriers
 ///   ([`WGMMA_PRODUCER_BARRIER_BYTES`]);
 /// - the stages' transaction barriers ([`WGMMA_STAGE_BARRIER_BYTES`]).
-pub const fn wgmma_prefix_bytes(format: KvFormat, head_dim: u32, paged: bool) -> u32 {
+pub const fn wgmma_prefix_bytes(format: KvFormat, head_dim: u32, specialized: bool) -> u32 {
     let tile = WGMMA_M * head_dim * 2;
     if !q_converted(format) {
         tile
-    } else if wgmma_producer_warps(format, paged) > 0 {
+    } else if specialized {
         tile + WGMMA_CONVERTED_BUFFERS * (2 * tile + 2 * 4 * WGMMA_M) + 4 * WGMMA_M + WGMMA_PRODUCER_BARRIER_BYTES + WGMMA_STAGE_BARRIER_BYTES
     } else {
         3 * tile + 4 * WGMMA_M + WGMMA_STAGE_BARRIER_BYTES
@@ -276,9 +281,11 @@ pub const ITEM_SMEM_BYTES: u32 = 16;
 /// pipeline (stages, page-id ring, Q tile) and the epilogue's buffers, then
 /// [`ITEM_SMEM_BYTES`].
 /// `page_shift`: log2 of the page size of a paged cache (`None`: strided);
-/// `stages`: the pipeline stages it holds ([`stages_for`]).
-pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>, stages: u32) -> u32 {
-    let q_bytes = if matches!(variant, Variant::Wgmma) { wgmma_prefix_bytes(format, head_dim, page_shift.is_some()) } else { q_tile_bytes(format, head_dim, warps_m, variant) };
+/// `stages`: the pipeline stages it holds ([`stages_for`]); `specialized`:
+/// a warp-specialised wgmma kernel.
+#[allow(clippy::too_many_arguments)]
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>, stages: u32, specialized: bool) -> u32 {
+    let q_bytes = if matches!(variant, Variant::Wgmma) { wgmma_prefix_bytes(format, head_dim, specialized) } else { q_tile_bytes(format, head_dim, warps_m, variant) };
     let pipe = stage_region_bytes(format, head_dim, variant, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     (if pipe > epi { pipe } else { epi }).next_multiple_of(16) + ITEM_SMEM_BYTES

@@ -42,12 +42,13 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128};
 /// docs/perf.md, twelfth and thirteenth sessions.)
 ///
 /// Quantized wgmma stages hold rows one after another ([`LinearRows`]). In
-/// the strided kernels, which are warp-specialised (`decode::wgmma`), one
-/// producer warp issues a stage's rows and side data as bulk copies
-/// (`cp.async.bulk`, one per tensor when the stage's rows are contiguous,
-/// else one per row) completing on the stage's transaction barrier, which
-/// the producer's threads wait on ([`Pipeline::issue_bulk`],
-/// [`Pipeline::wait_bulk`]).
+/// the strided kernels one warp issues a stage's rows and side data as bulk
+/// copies (`cp.async.bulk`, one per tensor when the stage's rows are
+/// contiguous, else one per row) completing on the stage's transaction
+/// barrier: in the warp-specialised kernels (`decode::wgmma`) a producer
+/// warp, whose warpgroup waits on the barrier ([`Pipeline::issue_bulk`],
+/// [`Pipeline::wait_bulk`]); in the unspecialised ones warp 0 (`BULK`),
+/// every thread waiting on it before the stage's block barrier.
 /// These kernels are bound by instruction issue, and the per-thread
 /// `cp.async` issue of a stage was ~110 instructions per warp (docs/perf.md,
 /// fifteenth session). Rows past the item's end are not copied: their stale
@@ -75,6 +76,12 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
 }
 
 impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, WGMMA> {
+    /// Rows land by bulk copies on transaction barriers (see the struct's
+    /// docs) in [`Pipeline::prefetch`] / [`Pipeline::advance`]: the
+    /// unspecialised strided quantized wgmma kernels. (The warp-specialised
+    /// ones issue and wait through [`Pipeline::issue_bulk`] /
+    /// [`Pipeline::wait_bulk`] instead of those.)
+    const BULK: bool = WGMMA && F::FORMAT.is_quantized() && !PAGED;
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
@@ -137,14 +144,14 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         self.p.v_side.wrapping_sub(self.p.k_side)
     }
 
-    /// Warp-specialised kernels: the transaction barrier of `stage`, in the last bytes before
+    /// Strided quantized wgmma kernels: the transaction barrier of `stage`, in the last bytes before
     /// the stages (`decode_attn_abi::wgmma_prefix_bytes`).
     #[inline(always)]
     fn barrier(&self, stage: u32) -> u32 {
         self.smem - WGMMA_STAGE_BARRIER_BYTES + 8 * stage
     }
 
-    /// Warp-specialised kernels: issues tile `first ..`'s K and V rows and side data below
+    /// Strided quantized wgmma kernels: issues tile `first ..`'s K and V rows and side data below
     /// `end` into `stage` from warp 0 (`lane`: its lane): bulk copies on the
     /// stage barrier, whose one arrival announces their bytes. Side data of
     /// strided caches is contiguous over tokens and 16-byte aligned at a
@@ -280,6 +287,16 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
                 F::load_kv_side::<D, _>(ks, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
             }
             self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
+        } else if Self::BULK {
+            // The rows' bases afresh at each stage: held through the key
+            // loop, the two 64-bit values were what the unspecialised
+            // kernels' 128 registers spilled.
+            if tid < 32 {
+                let (p, batch, kvh) = (self.p, thread::opaque(self.item.batch), super::block_kv_head::<CLUSTER>(self.p));
+                let k = Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
+                let k_side = Strided::new(p.k_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
+                self.bulk_stage(k, k_side, stage, first, end, tid);
+            }
         } else {
             self.load_rows(self.k, stage, first, end, tid, nthreads);
             if Self::CFG.side_bytes > 0 {
@@ -294,6 +311,16 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// The params' buffers must hold the item's rows (the host checked them).
     #[inline(always)]
     pub unsafe fn prefetch(&self) {
+        if Self::BULK {
+            // Both kinds of strided quantized kernel use the same barriers.
+            const { assert!(PIPELINE_STAGES == WGMMA_PRODUCER_STAGES) };
+            // The stage barriers, initialised before any thread waits on them.
+            if thread::thread_idx_x() == 0 {
+                self.init_bulk_barriers();
+                mbarrier::fence_init();
+            }
+            thread::sync_threads();
+        }
         if PAGED {
             // The first tiles' page ids, before any of their rows.
             let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
@@ -321,6 +348,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn advance(&self, t: u32) -> u32 {
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
+        if Self::BULK {
+            self.wait_bulk(t);
+        }
         thread::sync_threads();
         if t + PIPELINE_STAGES - 1 < self.n_tiles {
             self.load(t + PIPELINE_STAGES - 1);
@@ -336,10 +366,15 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn drain(&self) {
         memory::cp_async_wait::<0>();
+        if Self::BULK && thread::thread_idx_x() == 0 {
+            // Every tile was waited for in `advance`, and every thread has
+            // passed the last one's block barrier: no copy or waiter is left.
+            self.inval_bulk_barriers();
+        }
         thread::sync_threads();
     }
 
-    /// Warp-specialised kernels: initialises the stages' transaction barriers (one thread,
+    /// Strided quantized wgmma kernels: initialises the stages' transaction barriers (one thread,
     /// before a block barrier and any issue).
     ///
     /// # Safety
@@ -364,7 +399,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         self.bulk_stage(self.k, self.k_side, t % WGMMA_PRODUCER_STAGES, first, self.item.kv_end, lane);
     }
 
-    /// Warp-specialised kernels: waits until tile `t`'s copies (and the side data's plain
+    /// Strided quantized wgmma kernels: waits until tile `t`'s copies (and the side data's plain
     /// stores) have landed, for this thread.
     ///
     /// # Safety
@@ -375,7 +410,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         mbarrier::wait_parity(self.barrier(t % WGMMA_PRODUCER_STAGES), (t / WGMMA_PRODUCER_STAGES) & 1);
     }
 
-    /// Warp-specialised kernels: ends the stage barriers' life (one thread, once every tile
+    /// Strided quantized wgmma kernels: ends the stage barriers' life (one thread, once every tile
     /// was waited for and every waiter has passed a block barrier).
     ///
     /// # Safety

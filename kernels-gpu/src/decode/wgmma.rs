@@ -23,7 +23,7 @@
 //! wide kernel does, per row scaled by a power of two) and the scales int8
 //! keeps per row multiply the score columns (K) and P (V).
 
-use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_producer_warps, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
+use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
 use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
@@ -39,9 +39,9 @@ const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
 /// Launched by the host with the planner's grid, block (`warps_m` = 4) and
 /// shared memory, on buffers it validated.
 #[inline(always)]
-pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
-    const { assert!(D == 128) };
-    if const { wgmma_producer_warps(F::FORMAT, PAGED) > 0 } {
+pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool, const SPECIALIZED: bool>(p: &DecodeParams) {
+    const { assert!(D == 128 && (!SPECIALIZED || wgmma_specializable(F::FORMAT, PAGED))) };
+    if SPECIALIZED {
         return decode_wgmma_specialized::<F, D, CLUSTER>(p);
     }
     type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool> = Pipeline<'a, F, D, PAGED, true, CLUSTER, true>;
@@ -78,7 +78,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     if !convert {
         stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
     }
-    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, PAGED) });
+    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, false) });
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
@@ -178,7 +178,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 }
 
 /// The warp-specialised form of [`decode_wgmma`] for strided quantized
-/// caches (`decode_attn_abi::wgmma_producer_warps`): after the `warps_k`
+/// caches (`decode_attn_abi::wgmma_specializable`): after the `warps_k`
 /// compute warpgroups comes a producer warpgroup, which
 /// - issues every stage's bulk copies from its first warp, all
 ///   `WGMMA_PRODUCER_STAGES` ahead, and waits for them on the stage's barrier;
@@ -241,7 +241,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     let full = |b: u32, h: u32| slot_barriers + 8 * (2 * b + h);
     let empty = |b: u32, h: u32| full(b, h) + 8 * 2 * WGMMA_CONVERTED_BUFFERS;
     let consumed = |stage: u32| slot_barriers + 8 * (4 * WGMMA_CONVERTED_BUFFERS + stage);
-    let pipe = Pipe::<F, D, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, false) });
+    let pipe = Pipe::<F, D, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, true) });
 
     if tid == 0 {
         pipe.init_bulk_barriers();
