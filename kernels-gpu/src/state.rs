@@ -35,6 +35,18 @@ pub fn finish(m: f32, l: f32) -> (f32, f32) {
     }
 }
 
+/// Rescales a thread's `mma.m16n8` accumulator tiles (`c0, c1` in its
+/// first row, `c2, c3` in its second) by the rows' factors `alpha`.
+#[inline(always)]
+pub fn rescale_rows<const N: usize>(o: &mut [[f32; 4]; N], alpha: [f32; 2]) {
+    for acc in o.iter_mut() {
+        acc[0] *= alpha[0];
+        acc[1] *= alpha[0];
+        acc[2] *= alpha[1];
+        acc[3] *= alpha[1];
+    }
+}
+
 /// Lazy rescaling: a warp moves its rows' running maxima only when some row's
 /// new logits exceed its max by more than `slack` (base 2); otherwise every
 /// max stays, the step's terms are `2^(s - m) ≤ 2^slack`, and the warp skips

@@ -281,12 +281,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
             l_a = l_a * alpha_a + (s[0][0] + s[0][1] + s[1][0] + s[1][1]);
             l_b = l_b * alpha_b + (s[0][2] + s[0][3] + s[1][2] + s[1][3]);
             if moved {
-                for acc in o.iter_mut() {
-                    acc[0] *= alpha_a;
-                    acc[1] *= alpha_a;
-                    acc[2] *= alpha_b;
-                    acc[3] *= alpha_b;
-                }
+                state::rescale_rows(&mut o, [alpha_a, alpha_b]);
             }
             if F::SCALED {
                 #[allow(clippy::needless_range_loop)]
