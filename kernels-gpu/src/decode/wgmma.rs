@@ -26,7 +26,7 @@
 use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, RowInfo};
+use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
 use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
@@ -153,35 +153,28 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     // The lane's quad position afresh (held from the start, it was the
     // value the quantized cluster kernels spilled).
     let quad = thread::opaque(tid) % 4;
-    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| store_fragments::<CLUSTER>(&o, &rows, quad, acc, pitch, scale, add, live);
+    // V's rows are in head-dim order here (converted ones too): n8 tile
+    // `nt` holds dims 8 nt .., this thread two adjacent ones.
+    let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
+        for (nt, frag) in o.iter().enumerate() {
+            for (r, row) in rows.iter().enumerate() {
+                if !CLUSTER && !live[r] {
+                    continue;
+                }
+                let addr = acc + 4 * (row.local * pitch + 8 * nt as u32 + 2 * quad);
+                let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
+                if add {
+                    let old = shared::ld_shared_v2_f32(addr);
+                    v[0] += old[0];
+                    v[1] += old[1];
+                }
+                shared::st_shared_v2_f32(addr, v);
+            }
+        }
+    };
     let l = l.map(warp::quad_sum);
     // (The warpgroup afresh too, for the same reason.)
     epilogue::<F, D, CLUSTER>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
-}
-
-/// The epilogue's `store` of a compute thread: its O fragments, scaled per
-/// row, stored into (or added to) the accumulator rows at `acc` (`pitch`
-/// floats a row). V's rows are in head-dim order (converted ones too): n8
-/// tile `nt` holds dims `8 nt ..`, this thread (`quad`: its place in its
-/// quad) two adjacent ones.
-#[allow(clippy::too_many_arguments)]
-#[inline(always)]
-unsafe fn store_fragments<const CLUSTER: bool>(o: &[[f32; 4]; 16], rows: &[RowInfo; 2], quad: u32, acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]) {
-    for (nt, frag) in o.iter().enumerate() {
-        for (r, row) in rows.iter().enumerate() {
-            if !CLUSTER && !live[r] {
-                continue;
-            }
-            let addr = acc + 4 * (row.local * pitch + 8 * nt as u32 + 2 * quad);
-            let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
-            if add {
-                let old = shared::ld_shared_v2_f32(addr);
-                v[0] += old[0];
-                v[1] += old[1];
-            }
-            shared::st_shared_v2_f32(addr, v);
-        }
-    }
 }
 
 /// The warp-specialised form of [`decode_wgmma`] for strided quantized
@@ -358,11 +351,26 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
 
     let rows = [ra, rb];
     let quad = thread::opaque(tid) % 4;
-    // The producer's warps take part in the epilogue's barriers and output
-    // loop, storing no accumulator.
+    // As the unspecialised kernel's; the producer's warps take part in the
+    // epilogue's barriers and output loop, storing no accumulator.
     let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
-        if !producer {
-            store_fragments::<CLUSTER>(&o, &rows, quad, acc, pitch, scale, add, live)
+        if producer {
+            return;
+        }
+        for (nt, frag) in o.iter().enumerate() {
+            for (r, row) in rows.iter().enumerate() {
+                if !CLUSTER && !live[r] {
+                    continue;
+                }
+                let addr = acc + 4 * (row.local * pitch + 8 * nt as u32 + 2 * quad);
+                let mut v = [frag[2 * r] * scale[r], frag[2 * r + 1] * scale[r]];
+                if add {
+                    let old = shared::ld_shared_v2_f32(addr);
+                    v[0] += old[0];
+                    v[1] += old[1];
+                }
+                shared::st_shared_v2_f32(addr, v);
+            }
         }
     };
     let l = l.map(warp::quad_sum);
@@ -479,7 +487,12 @@ pub(super) unsafe fn step<F: KvFormat>(
     l[0] = l[0] * alpha_a + tree(s.map(|t| t[0] + t[1]), |x, y| x + y);
     l[1] = l[1] * alpha_b + tree(s.map(|t| t[2] + t[3]), |x, y| x + y);
     if moved {
-        state::rescale_rows(o, [alpha_a, alpha_b]);
+        for acc in o.iter_mut() {
+            acc[0] *= alpha_a;
+            acc[1] *= alpha_a;
+            acc[2] *= alpha_b;
+            acc[3] *= alpha_b;
+        }
     }
     if F::SCALED {
         let vscale = scales(ops.v_scales);
