@@ -305,7 +305,7 @@ fn threads() -> usize {
 
 /// The warp specialisation a case asks for: a third of the cases (by
 /// seed, so a case replays as drawn) run the unspecialised wgmma kernel
-/// where both exist (quantized caches); the others the planner's
+/// where both exist (strided quantized caches); the others the planner's
 /// choice, which on most drawn grids (one wave) is the specialised one.
 fn specialize_for(case: &Case) -> SpecializeChoice {
     if case.seed % 3 == 0 {

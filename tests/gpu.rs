@@ -177,14 +177,14 @@ fn paged_cases() -> Vec<Case> {
 
 /// Each case once per kernel variant that serves its format and head dim
 /// (`Variant::serves`: wgmma only at head_dim 128), and where the wgmma
-/// kernel comes in two warp specialisations (quantized caches) once
+/// kernel comes in two warp specialisations (strided quantized caches) once
 /// more with the unspecialised one (`…/wgmma-unspecialized`; `…/wgmma` runs
 /// the planner's choice, the specialised kernel on these small grids).
 fn per_variant(cases: Vec<Case>) -> Vec<Case> {
     cases
         .into_iter()
         .flat_map(|c| {
-            let both = decode_attn_abi::wgmma_specializable(c.shape.kv_format);
+            let both = decode_attn_abi::wgmma_specializable(c.shape.kv_format, c.paging.is_some());
             Variant::ALL
                 .into_iter()
                 .filter(|v| v.serves(c.shape.kv_format, c.shape.head_dim))

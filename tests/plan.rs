@@ -371,7 +371,7 @@ fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
     assert_covers(&p);
 }
 
-/// The two wgmma kernels of a quantized cache as the library reads
+/// The two wgmma kernels of a strided quantized cache as the library reads
 /// them: the unspecialised one at its 128-register cap, the
 /// warp-specialised one (384 threads) at 168.
 struct BothWgmmaKernels;
@@ -412,19 +412,15 @@ fn strided_quantized_wgmma_plans_are_warp_specialised_when_their_grid_fits_one_w
         let cap = decode_attn::plan::plan_capacity(&shape, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
         assert!(!cap.warp_specialized());
     }
-    // Paged caches choose the same way (grid B (1K, 256) paged: two blocks
-    // per SM; two sequences: one wave, specialised).
+    // None exists for 16-bit or paged caches, nor for other variants:
+    // asking for one is an error that says so; `Auto` runs the one there is.
     let always = PlanOptions { specialize: SpecializeChoice::Always, ..Default::default() };
-    let paged = |batch: u32, cap: u32| DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 16 * 1024, order: PageOrder::TokenMajor, page_bytes: None }, ..quantized(KvFormat::Int8, batch, 16, 1, 3, cap) };
-    let table = |s: &DecodeShape| (0..(s.batch * s.pages_per_seq()) as i32).collect::<Vec<i32>>();
-    let (few, many) = (paged(2, 4096), paged(256, 1024));
-    let p = decode_attn::plan::plan_paged(&few, &[4096, 4096], &table(&few), dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((p.variant(), p.warp_specialized(), p.block_threads()), (Variant::Wgmma, true, 384));
-    let p = decode_attn::plan::plan_paged(&many, &[1024; 256], &table(&many), dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm()), (false, 256, 2));
-    assert!(decode_attn::plan::plan_paged(&many, &[1024; 256], &table(&many), dev, &BothWgmmaKernels, &always).unwrap().warp_specialized());
-    // None exists for 16-bit caches, nor for the other variants: asking for
-    // one is an error that says so; `Auto` runs the one there is.
+    let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 512, order: PageOrder::TokenMajor, page_bytes: None }, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) };
+    let table: Vec<i32> = (0..2 * paged.pages_per_seq() as i32).collect();
+    let e = decode_attn::plan::plan_paged(&paged, &[4096, 4096], &table, dev, &BothWgmmaKernels, &always).unwrap_err();
+    assert!(e.to_string().contains("warp-specialised") && e.to_string().contains("paged"), "{e}");
+    let p = decode_attn::plan::plan_paged(&paged, &[4096, 4096], &table, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((p.variant(), p.warp_specialized(), p.block_threads()), (Variant::Wgmma, false, 256));
     for shape in [DecodeShape::bf16(2, 16, 1, 128, 3, 4096), quantized(KvFormat::Int8, 2, 4, 1, 1, 4096)] {
         let e = plan(&shape, &[4096, 4096], dev, &BothWgmmaKernels, &always).unwrap_err();
         assert!(e.to_string().contains("warp-specialised"), "{e}");

@@ -30,7 +30,7 @@ fn the_kernel_table_covers_every_supported_combination() {
             for (q, v) in dtypes.into_iter().flat_map(|q| Variant::ALL.into_iter().filter(move |v| v.serves(f, d)).map(move |v| (q, v))) {
                 for (a, cluster) in Addressing::ALL.into_iter().flat_map(|a| [(a, false), (a, true)]) {
                     assert!(decode_kernel_name(f, q, d, v, a, cluster, false).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}");
-                    let specializable = v == Variant::Wgmma && wgmma_specializable(f);
+                    let specializable = v == Variant::Wgmma && wgmma_specializable(f, a == Addressing::Paged);
                     assert_eq!(
                         decode_kernel_name(f, q, d, v, a, cluster, true).is_some(),
                         specializable,

@@ -101,9 +101,10 @@ struct Args {
     /// sequence's chunks fit one) or global (never in a cluster).
     #[arg(long, value_enum, default_value = "auto")]
     merge: MergeArg,
-    /// Warp-specialised wgmma kernel of quantized caches (block column
-    /// `gs…`): auto (when its grid fits one wave), never or always. The
-    /// paged columns' bit-identity check runs the contiguous plan's kernel.
+    /// Warp-specialised wgmma kernel of strided quantized caches (block
+    /// column `gs…`): auto (when its grid fits one wave), never or always.
+    /// Paged columns run the unspecialised kernel whatever this says (no
+    /// paged kernel is specialised).
     #[arg(long, value_enum, default_value = "auto")]
     specialize: SpecializeArg,
     /// Placement study: put each buffer set's K and V in one allocation, V
@@ -540,8 +541,7 @@ fn paged_runs(
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
-    let specialize = if contiguous.warp_specialized() { SpecializeChoice::Always } else { SpecializeChoice::Never };
-    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize };
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));

@@ -124,7 +124,7 @@ pub enum VariantChoice {
     Force(Variant),
 }
 
-/// Whether a wgmma plan of a quantized cache (strided or paged) runs the
+/// Whether a wgmma plan of a strided quantized cache runs the
 /// warp-specialised kernel (`decode_attn_abi::wgmma_specializable`: a
 /// producer warpgroup copies and converts the stages, one 384-thread block
 /// per SM) or the unspecialised one (every warp copies, converts and
@@ -142,7 +142,7 @@ pub enum SpecializeChoice {
     /// The unspecialised kernel.
     Never,
     /// The warp-specialised kernel; an `Err` where none exists (not the
-    /// wgmma variant, or a 16-bit cache).
+    /// wgmma variant, a 16-bit or a paged cache).
     Always,
 }
 
@@ -724,12 +724,13 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     let variant = opts.variant_for(shape);
-    let specializable = variant == Variant::Wgmma && wgmma_specializable(shape.kv_format);
+    let specializable = variant == Variant::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
     match opts.specialize {
         SpecializeChoice::Never => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(false), opts, false),
         SpecializeChoice::Always if !specializable => Err(Error::Unsupported(format!(
-            "no warp-specialised kernel for the {} variant over a {} cache (only wgmma over quantized caches)",
+            "no warp-specialised kernel for the {} variant over a {} {} cache (only wgmma over strided quantized caches)",
             variant.name(),
+            if shape.is_paged() { "paged" } else { "strided" },
             shape.kv_format.name()
         ))),
         SpecializeChoice::Always => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(true), opts, true),

@@ -71,30 +71,15 @@ pub struct PagedStage<'a, const W: u8> {
     pub first_page: u32,
 }
 
-/// Pool address, page stride, token stride and head stride of rows `W`.
-#[inline(always)]
-fn geometry<const W: u8>(p: &DecodeParams) -> (u64, u64, u64, u64) {
-    match W {
-        paged_rows::K => (p.k, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-        _ => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
-    }
-}
-
-/// Address of token `token`'s row `W` of kv head `kvh` in page `id`. Ids
-/// past the pool (or negative) read its last page: a corrupt table cannot
-/// send a copy outside the pool.
-#[inline(always)]
-fn paged_row<const W: u8>(p: &DecodeParams, kvh: u32, id: u32, token: u32) -> u64 {
-    let id = id.min(p.num_pages - 1);
-    let within = token & ((1u32 << p.page_shift) - 1);
-    let (base, page, tok, head) = geometry::<W>(p);
-    base + id as u64 * page + within as u64 * tok + kvh as u64 * head
-}
-
 impl<const W: u8> PagedStage<'_, W> {
+    /// Pool address, page stride, token stride and head stride of rows `W`.
     #[inline(always)]
     fn geometry(&self) -> (u64, u64, u64, u64) {
-        geometry::<W>(self.p)
+        let p = self.p;
+        match W {
+            paged_rows::K => (p.k, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
+            _ => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+        }
     }
 
     /// The stage's rows as strided ones, when every token from `first` to
@@ -114,36 +99,13 @@ impl<const W: u8> RowAddressing for PagedStage<'_, W> {
         let slot = (token >> p.page_shift) - self.first_page;
         // SAFETY: the pipeline fetched one id per page of the stage (up to
         // the sequence's end) into `ids`; tokens past the end are never
-        // asked for (copies read `first` instead).
-        let id = unsafe { shared::ld_shared_u32(self.ids + 4 * slot) };
-        paged_row::<W>(p, self.kvh, id, token)
-    }
-    #[inline(always)]
-    fn page_tokens(&self) -> u32 {
-        1 << self.p.page_shift
-    }
-}
-
-/// The rows `W` of a paged cache with each token's page id read from the
-/// sequence's block-table row in global memory (`table`) at each use: for
-/// copying threads that share no page-id ring (the warp-specialised wgmma
-/// producer). The reads hit L1 after a stage's first (32 ids a line).
-#[derive(Clone, Copy)]
-pub struct PagedTable<'a, const W: u8> {
-    pub p: &'a DecodeParams,
-    pub kvh: u32,
-    /// Global address of the sequence's block-table row.
-    pub table: u64,
-}
-
-impl<const W: u8> RowAddressing for PagedTable<'_, W> {
-    const PAGED: bool = true;
-    #[inline(always)]
-    fn row(&self, token: u32) -> u64 {
-        // SAFETY: the host checked the table (`[batch, pages_per_seq]`)
-        // and tokens below the sequence's end are within its row.
-        let id = unsafe { crate::arch::memory::ld_global_nc_u32(self.table + 4 * (token >> self.p.page_shift) as u64) };
-        paged_row::<W>(self.p, self.kvh, id, token)
+        // asked for (copies read `first` instead). Ids past the pool (or
+        // negative) read its last page: a corrupt table cannot send a copy
+        // outside the pool.
+        let id = unsafe { shared::ld_shared_u32(self.ids + 4 * slot) }.min(p.num_pages - 1);
+        let within = token & ((1u32 << p.page_shift) - 1);
+        let (base, page, tok, head) = self.geometry();
+        base + id as u64 * page + within as u64 * tok + self.kvh as u64 * head
     }
     #[inline(always)]
     fn page_tokens(&self) -> u32 {

@@ -13,7 +13,7 @@ use crate::{Addressing, Dtype, KvFormat, Variant};
 /// (`Variant::serves`), both addressings and both merges: `Global` kernels merge split sequences through global
 /// memory, `Cluster` ones (`decode_cluster_*`) in a thread-block cluster.
 /// Where the wgmma kernels can be warp-specialised
-/// (`wgmma_specializable`: quantized caches) both forms exist; the
+/// (`wgmma_specializable`: strided quantized caches) both forms exist; the
 /// `Specialized` ones are `decode_*wgmma_ws_*`.
 /// The cluster code is compiled only into the `Cluster` kernels: in the
 /// others, at their register caps, it moved ptxas to re-read special
@@ -259,65 +259,49 @@ macro_rules! decode_kernel_table {
             decode_cluster_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wgmma, Paged, Cluster, Specialized);
             decode_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Global);
             decode_wgmma_ws_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int8_q_f16_d128 => (Int8, F16, 128, Wgmma, Paged, Cluster, Specialized);
             decode_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Global);
             decode_wgmma_ws_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int4g32_q_bf16_d128 => (Int4G32, Bf16, 128, Wgmma, Paged, Cluster, Specialized);
             decode_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Global);
             decode_wgmma_ws_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int4g32_q_f16_d128 => (Int4G32, F16, 128, Wgmma, Paged, Cluster, Specialized);
             decode_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Global);
             decode_wgmma_ws_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int4g64_q_bf16_d128 => (Int4G64, Bf16, 128, Wgmma, Paged, Cluster, Specialized);
             decode_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Global);
             decode_wgmma_ws_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int4g64_q_f16_d128 => (Int4G64, F16, 128, Wgmma, Paged, Cluster, Specialized);
             decode_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Global);
             decode_wgmma_ws_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int4g128_q_bf16_d128 => (Int4G128, Bf16, 128, Wgmma, Paged, Cluster, Specialized);
             decode_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Global);
             decode_wgmma_ws_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Global, Specialized);
             decode_cluster_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Cluster);
             decode_cluster_wgmma_ws_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Strided, Cluster, Specialized);
             decode_paged_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Global);
-            decode_paged_wgmma_ws_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Global, Specialized);
             decode_cluster_paged_wgmma_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Cluster);
-            decode_cluster_paged_wgmma_ws_kv_int4g128_q_f16_d128 => (Int4G128, F16, 128, Wgmma, Paged, Cluster, Specialized);
         }
     };
 }

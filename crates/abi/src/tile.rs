@@ -136,19 +136,18 @@ pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, variant: Varian
     tile_config(format, head_dim, variant).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, variant, page_shift)
 }
 
-/// Whether the wgmma kernels of a format come in a
-/// warp-specialised form too (`DecodeKernel::specialized`): those of
-/// quantized formats, strided and paged. There a producer warpgroup
-/// ([`WGMMA_PRODUCER_WARPS`]) issues the stages' copies (strided: bulk
-/// copies; paged: its threads' `cp.async`s) and converts them into 16-bit
-/// tiles while the `warps_k` warpgroups before it only compute
-/// (`decode::wgmma`). Their blocks run one per SM (384 threads at
+/// Whether the wgmma kernels of a format and addressing come in a
+/// warp-specialised form too (`DecodeKernel::specialized`): the strided
+/// kernels of quantized formats. There a producer warpgroup
+/// ([`WGMMA_PRODUCER_WARPS`]) issues the stages' bulk copies and converts
+/// them into 16-bit tiles while the `warps_k` warpgroups before it only
+/// compute (`decode::wgmma`). Their blocks run one per SM (384 threads at
 /// 168 registers, [`DecodeKernel::register_cap`](crate::DecodeKernel::register_cap)),
 /// the unspecialised ones two: the planner takes the specialised kernel
 /// when its grid fits one wave (`host::plan`, docs/perf.md, seventeenth
 /// session).
-pub const fn wgmma_specializable(format: KvFormat) -> bool {
-    format.is_quantized()
+pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
+    format.is_quantized() && !paged
 }
 
 /// Warps of a warp-specialised wgmma block that only feed the others: one

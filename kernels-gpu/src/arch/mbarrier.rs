@@ -111,17 +111,3 @@ pub unsafe fn bulk_copy(dst: u32, src: u64, bytes: u32, bar: u32) {
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [{d}], [{s}], {n}, [{b}];",
         d = in(reg32) dst, s = in(reg64) src, n = in(reg32) bytes, b = in(reg32) bar, options(nostack));
 }
-
-/// `cp.async.mbarrier.arrive.noinc`: an arrival on `bar` once every
-/// `cp.async` this thread issued before has completed (the copies' data
-/// visible to the phase's waiters). `noinc`: the arrival counts against
-/// the count the barrier was initialised with ([`init_count`]: one per
-/// copying thread).
-///
-/// # Safety
-/// `bar` an initialised barrier of the block whose phase expects this
-/// thread's arrival.
-#[inline(always)]
-pub unsafe fn cp_async_arrive_noinc(bar: u32) {
-    core::arch::asm!("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{b}];", b = in(reg32) bar, options(nostack));
-}

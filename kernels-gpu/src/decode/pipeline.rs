@@ -20,9 +20,9 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_PRODUCER_WARPS, WGMMA_STAGE_BARRIER_BYTES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
 
-use crate::addressing::{paged_rows, PagedStage, PagedTable, RowAddressing, Strided};
+use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{mbarrier, memory, shared, thread};
 use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128};
 
@@ -312,7 +312,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn prefetch(&self) {
         if Self::BULK {
-            // Both kinds of quantized wgmma kernel use the same barriers.
+            // Both kinds of strided quantized kernel use the same barriers.
             const { assert!(PIPELINE_STAGES == WGMMA_PRODUCER_STAGES) };
             // The stage barriers, initialised before any thread waits on them.
             if thread::thread_idx_x() == 0 {
@@ -374,48 +374,16 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         thread::sync_threads();
     }
 
-    /// Quantized wgmma kernels' stage barriers: initialises them (one
-    /// thread, before a block barrier and any issue). Strided stages arrive
-    /// by bulk copies (one arrival a phase, with their bytes); paged ones
-    /// by the warp-specialised producer's `cp.async`s (an arrival from each
-    /// of its threads, [`Pipeline::issue_paged`]).
+    /// Strided quantized wgmma kernels: initialises the stages' transaction barriers (one thread,
+    /// before a block barrier and any issue).
     ///
     /// # Safety
     /// Called once, by one thread, before any other use of the barriers.
     #[inline(always)]
     pub unsafe fn init_bulk_barriers(&self) {
         for stage in 0..WGMMA_PRODUCER_STAGES {
-            if PAGED {
-                mbarrier::init_count(self.barrier(stage), 32 * WGMMA_PRODUCER_WARPS);
-            } else {
-                mbarrier::init(self.barrier(stage));
-            }
+            mbarrier::init(self.barrier(stage));
         }
-    }
-
-    /// Warp-specialised paged kernels: issues this producer thread's
-    /// (`pt`: its index in the producer warpgroup) share of tile `t`'s rows
-    /// and side data into its stage as `cp.async` copies, page ids read
-    /// from the block table ([`PagedTable`]), and its arrival on the
-    /// stage's barrier once they have landed. Rows past the item's end are
-    /// zero-filled (as the unspecialised paged kernels' are).
-    ///
-    /// # Safety
-    /// As [`Pipeline::issue_bulk`]; every producer thread calls it for
-    /// every tile, in order.
-    #[inline(always)]
-    pub unsafe fn issue_paged(&self, t: u32, pt: u32) {
-        let (kt, threads) = (Self::CFG.keys_per_stage, 32 * WGMMA_PRODUCER_WARPS);
-        let stage = t % WGMMA_PRODUCER_STAGES;
-        let first = self.item.kv_start + t * kt;
-        let (p, kvh, end) = (self.p, super::block_kv_head::<CLUSTER>(self.p), self.item.kv_end);
-        let k = PagedTable::<{ paged_rows::K }> { p, kvh, table: self.table };
-        copy_rows::<_, 4, true, _>(LinearRows, k, self.k_tile(stage), self.v_delta(), self.v_tile(stage), first, end, kt, Self::CFG.row_bytes, pt, threads);
-        if Self::CFG.side_bytes > 0 {
-            let ks = PagedTable::<{ paged_rows::K_SIDE }> { p, kvh, table: self.table };
-            F::load_kv_side::<D, _>(ks, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, pt, threads);
-        }
-        mbarrier::cp_async_arrive_noinc(self.barrier(stage));
     }
 
     /// Warp-specialised kernels: issues tile `t`'s bulk copies into its stage, from one warp

@@ -40,9 +40,9 @@ const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
 /// shared memory, on buffers it validated.
 #[inline(always)]
 pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool, const SPECIALIZED: bool>(p: &DecodeParams) {
-    const { assert!(D == 128 && (!SPECIALIZED || wgmma_specializable(F::FORMAT))) };
+    const { assert!(D == 128 && (!SPECIALIZED || wgmma_specializable(F::FORMAT, PAGED))) };
     if SPECIALIZED {
-        return decode_wgmma_specialized::<F, D, PAGED, CLUSTER>(p);
+        return decode_wgmma_specialized::<F, D, CLUSTER>(p);
     }
     type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool> = Pipeline<'a, F, D, PAGED, true, CLUSTER, true>;
     let cfg = Pipe::<F, D, PAGED, CLUSTER>::CFG;
@@ -177,8 +177,8 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     epilogue::<F, D, CLUSTER>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
 }
 
-/// The warp-specialised form of [`decode_wgmma`] for quantized caches
-/// (`decode_attn_abi::wgmma_specializable`): after the `warps_k`
+/// The warp-specialised form of [`decode_wgmma`] for strided quantized
+/// caches (`decode_attn_abi::wgmma_specializable`): after the `warps_k`
 /// compute warpgroups comes a producer warpgroup, which
 /// - issues every stage's bulk copies from its first warp, all
 ///   `WGMMA_PRODUCER_STAGES` ahead, and waits for them on the stage's barrier;
@@ -205,9 +205,9 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 /// stores). Halves past the item's end (only ever in its last stage) are
 /// skipped on both sides.
 #[inline(always)]
-unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
-    type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool> = Pipeline<'a, F, D, PAGED, true, CLUSTER, true>;
-    const { assert!(Pipe::<F, D, PAGED, CLUSTER>::CFG.keys_per_stage == 2 * WGMMA_KEYS) };
+unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: bool>(p: &DecodeParams) {
+    type Pipe<'a, F, const D: usize, const CLUSTER: bool> = Pipeline<'a, F, D, false, true, CLUSTER, true>;
+    const { assert!(Pipe::<F, D, CLUSTER>::CFG.keys_per_stage == 2 * WGMMA_KEYS) };
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
     let lane = tid % 32;
@@ -241,7 +241,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const PAGED: boo
     let full = |b: u32, h: u32| slot_barriers + 8 * (2 * b + h);
     let empty = |b: u32, h: u32| full(b, h) + 8 * 2 * WGMMA_CONVERTED_BUFFERS;
     let consumed = |stage: u32| slot_barriers + 8 * (4 * WGMMA_CONVERTED_BUFFERS + stage);
-    let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, true) });
+    let pipe = Pipe::<F, D, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, true) });
 
     if tid == 0 {
         pipe.init_bulk_barriers();
@@ -258,13 +258,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const PAGED: boo
     }
     thread::sync_threads();
     let first_producer_warp = 4 * p.warps_k;
-    // Strided stages: bulk copies from the producer's first warp; paged
-    // ones: every producer thread's `cp.async`s.
-    if PAGED && producer {
-        for t in 0..WGMMA_PRODUCER_STAGES.min(pipe.n_tiles) {
-            pipe.issue_paged(t, tid - 32 * first_producer_warp);
-        }
-    } else if !PAGED && warp == first_producer_warp {
+    if warp == first_producer_warp {
         for t in 0..WGMMA_PRODUCER_STAGES.min(pipe.n_tiles) {
             pipe.issue_bulk(t, lane);
         }
@@ -305,14 +299,10 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const PAGED: boo
                 mbarrier::arrive(full(b, h));
             }
             mbarrier::arrive(consumed(stage));
-            if t + WGMMA_PRODUCER_STAGES < pipe.n_tiles && (PAGED || pt < 32) {
+            if t + WGMMA_PRODUCER_STAGES < pipe.n_tiles && pt < 32 {
                 // Every producer thread has read the stage: refill it.
                 mbarrier::wait_parity(consumed(stage), (t / WGMMA_PRODUCER_STAGES) & 1);
-                if PAGED {
-                    pipe.issue_paged(t + WGMMA_PRODUCER_STAGES, pt);
-                } else {
-                    pipe.issue_bulk(t + WGMMA_PRODUCER_STAGES, pt);
-                }
+                pipe.issue_bulk(t + WGMMA_PRODUCER_STAGES, pt);
             }
         }
     } else {
