@@ -132,11 +132,11 @@ pub enum VariantChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SpecializeChoice {
     /// The warp-specialised kernel when its grid fits one wave (at most one
-    /// block per SM), else the unspecialised one. Measured on an H100
-    /// (docs/perf.md, sixteenth and seventeenth sessions): specialised
-    /// one-wave grids 4–9 % (int8) and 1–6 % (int4-g32) faster on grid B,
-    /// but its 256 blocks of (1K, 256) took two waves, 14–17 % slower than
-    /// the unspecialised kernel's one.
+    /// block per SM), else the unspecialised one. Measured side by side on
+    /// an H100 (docs/perf.md, seventeenth session): on grid B's seven
+    /// one-wave rows the specialised kernel is 4–9 % (int8) and 0–5 %
+    /// (int4-g32) faster, on (1K, 256), whose 256 blocks it runs in two
+    /// waves, 13–17 % slower.
     #[default]
     Auto,
     /// The unspecialised kernel.
@@ -370,7 +370,6 @@ impl Plan {
     pub fn blocks_per_sm(&self) -> u32 {
         self.blocks_per_sm
     }
-    /// Blocks per thread-block cluster (0: no clusters; see [`MergeMode::Cluster`]).
     /// Whether the plan runs the warp-specialised wgmma kernel
     /// ([`SpecializeChoice`]).
     pub fn warp_specialized(&self) -> bool {
@@ -382,6 +381,7 @@ impl Plan {
         let (x, y, z) = self.grid();
         x as u64 * y as u64 * z as u64 <= dev.sm_count as u64 * self.blocks_per_sm as u64
     }
+    /// Blocks per thread-block cluster (0: no clusters; see [`MergeMode::Cluster`]).
     pub fn cluster(&self) -> u32 {
         self.cluster
     }
@@ -725,36 +725,38 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     let variant = opts.variant_for(shape);
     let specializable = variant == Variant::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
+    let make = |block_table, specialized| make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(specialized), opts, variant, specialized);
     match opts.specialize {
-        SpecializeChoice::Never => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(false), opts, false),
+        SpecializeChoice::Never => make(block_table, false),
         SpecializeChoice::Always if !specializable => Err(Error::Unsupported(format!(
             "no warp-specialised kernel for the {} variant over a {} {} cache (only wgmma over strided quantized caches)",
             variant.name(),
             if shape.is_paged() { "paged" } else { "strided" },
             shape.kv_format.name()
         ))),
-        SpecializeChoice::Always => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(true), opts, true),
+        SpecializeChoice::Always => make(block_table, true),
         SpecializeChoice::Auto if specializable => {
-            let specialized = make_plan_for(shape, seq_lens, block_table.clone(), dev, &kernel.limits(true), opts, true)?;
+            let specialized = make(block_table, true)?;
             if specialized.fits_one_wave(dev) {
                 Ok(specialized)
             } else {
-                make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(false), opts, false)
+                make(specialized.block_table, false)
             }
         }
-        SpecializeChoice::Auto => make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(false), opts, false),
+        SpecializeChoice::Auto => make(block_table, false),
     }
 }
 
-/// [`make_plan`] for one kernel: `specialized` picks the warp-specialised
-/// wgmma kernel, which `kernel` describes.
-fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions, specialized: bool) -> Result<Plan> {
+/// [`make_plan`] for one kernel of `variant` (`opts.variant_for(shape)`):
+/// `specialized` picks the warp-specialised wgmma kernel, which `kernel`
+/// describes.
+#[allow(clippy::too_many_arguments)]
+fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions, variant: Variant, specialized: bool) -> Result<Plan> {
     shape.validate_seq_lens(seq_lens)?;
     dev.validate()?;
     kernel.validate()?;
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
-    let variant = opts.variant_for(shape);
     let page_shift = shape.page_geometry().map(|(shift, _)| shift);
     let (format, d) = (shape.kv_format, shape.head_dim);
     if !variant.serves(format, d) {

@@ -352,7 +352,10 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     let rows = [ra, rb];
     let quad = thread::opaque(tid) % 4;
     // As the unspecialised kernel's; the producer's warps take part in the
-    // epilogue's barriers and output loop, storing no accumulator.
+    // epilogue's barriers and output loop, storing no accumulator. (One
+    // helper for both closures changed the order of the scaling in these
+    // kernels' epilogues and measured int4-g32 grid B 1-4 % slower:
+    // docs/perf.md, seventeenth session.)
     let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
         if producer {
             return;
