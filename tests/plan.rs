@@ -318,6 +318,23 @@ fn wide_sixteen_bit_splits_fill_one_single_tile_block_per_sm() {
 const WGMMA_KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 1024, regs_per_thread: 128 };
 
 #[test]
+fn sixteen_bit_wgmma_splits_fill_one_block_per_sm() {
+    // Grid B in bf16 and fp16: the split rows get about 2048-key chunks,
+    // one block per SM though two fit (126-128 of the H100's 132 SMs:
+    // (128K, 2) takes 63 equal chunks of 33 stages); (2K, 128) stays
+    // unsplit, and so does (1K, 256), whose 256 blocks need both slots.
+    let dev = &DeviceInfo::H100_SXM;
+    for (dtype, kv_format) in [(Dtype::Bf16, KvFormat::Bf16), (Dtype::F16, KvFormat::F16)] {
+        for (ctx, batch, splits) in [(1024u32, 256u32, 1u32), (2048, 128, 1), (4096, 64, 2), (8192, 32, 4), (16384, 16, 8), (65536, 4, 32), (131072, 2, 63)] {
+            let shape = DecodeShape { dtype, kv_format, ..DecodeShape::bf16(batch, 16, 1, 128, 3, ctx) };
+            let p = plan(&shape, &vec![ctx; batch as usize], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+            assert_eq!((p.variant(), p.blocks_per_sm(), p.max_splits()), (Variant::Wgmma, 2, splits), "{dtype:?} ({ctx}, {batch})");
+            assert_covers(&p);
+        }
+    }
+}
+
+#[test]
 fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     let dev = &DeviceInfo::H100_SXM;
     let variant = |shape: &DecodeShape| PlanOptions::default().variant_for(shape);
@@ -336,10 +353,11 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 256, 3, 4096)), Variant::Wide);
     assert_eq!(variant(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Variant::Wide);
     // Grid B's plan: warpgroups of 64 rows, two per block (one per 32-key
-    // step of a 64-key stage), two blocks per SM, filled by the splits.
+    // step of a 64-key stage); two blocks fit per SM, but the splits fill
+    // one per SM (2 × 64 = 128 blocks: docs/perf.md, eighteenth session).
     let p = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
     assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 2));
-    assert_eq!(p.max_splits(), 4);
+    assert_eq!(p.max_splits(), 2);
     assert_covers(&p);
     // Quantized, strided: stages of 64 keys (not the wide kernels' 128); on
     // this one-wave grid the warp-specialised kernel, whose producer

@@ -544,16 +544,25 @@ pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo
 /// - so does one 4-warp wide bf16 / fp16 block of one row tile (H100: grid
 ///   C 8K / 32K / 128K 23.2 / 57.1 / 187.5 → 21.7 / 55.0 / 184.3 µs with
 ///   16 splits instead of 32, grid A B=64 / 128 −1.5 / −1.9 %, no row
-///   slower; `docs/perf.md`, "Splits for one block per SM").
+///   slower; `docs/perf.md`, "Splits for one block per SM");
+/// - so does one 8-warp bf16 / fp16 wgmma block (two warpgroups; H100,
+///   grid B's split rows: 2048-key chunks, one block per SM, 3.0-4.9 µs
+///   faster than 1024-key chunks filling both block slots, on every row
+///   from (2K, 128) to (128K, 2); half the partials to merge, and the
+///   attention kernel alone streams as fast; `docs/perf.md`, eighteenth
+///   session).
 ///
 /// int4 (measured: its steps do about twice int8's work per byte, and more
-/// resident warps hide more of it) and blocks of several row tiles (grid B: one
-/// per SM made B ≤ 64 up to 13 % slower; the wide int8 kernel's 3 row-tile
-/// warps convert the same bytes) gain from every resident warp.
+/// resident warps hide more of it) and blocks of several row tiles on
+/// `mma.sync` (grid B: one per SM made B ≤ 64 up to 13 % slower; the wide
+/// int8 kernel's 3 row-tile warps convert the same bytes) gain from every
+/// resident warp, as do the quantized wgmma kernels (their warp-specialised
+/// form, one block per SM, is planned where its grid fits one wave).
 pub fn saturating_warps_per_sm(format: KvFormat, variant: Variant, warps_m: u32) -> Option<u32> {
     match (format, variant) {
         (KvFormat::Int8, Variant::Narrow) => Some(8),
         (KvFormat::Bf16 | KvFormat::F16, Variant::Wide) if warps_m == 1 => Some(4),
+        (KvFormat::Bf16 | KvFormat::F16, Variant::Wgmma) => Some(8),
         _ => None,
     }
 }
