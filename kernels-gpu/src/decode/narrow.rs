@@ -46,16 +46,18 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let row0 = thread::block_idx_z() * p.rows_per_block;
 
     let (g, c) = (lane / 4, lane % 4);
-    // This thread's score / output columns (rows 2c, 2c+1) and the row whose
-    // Q it holds as a B fragment (row g).
-    let ra = row_info(p, &item, seq_len, kvh, row0, 2 * c);
-    let rb = row_info(p, &item, seq_len, kvh, row0, 2 * c + 1);
-    let rq = row_info(p, &item, seq_len, kvh, row0, g);
 
     let smem = shared::dynamic_smem_base();
     let pipe = Pipeline::<F, D, PAGED, false, CLUSTER, false>::new(p, item, kvh, smem);
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
+
+    // This thread's score / output columns (rows 2c, 2c+1) and the row whose
+    // Q it holds as a B fragment (row g), after the first copies are out
+    // (their key limits wait for the sequence's length: as the wide kernel).
+    let ra = row_info(p, &item, seq_len, kvh, row0, 2 * c);
+    let rb = row_info(p, &item, seq_len, kvh, row0, 2 * c + 1);
+    let rq = row_info(p, &item, seq_len, kvh, row0, g);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];

@@ -63,8 +63,14 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 
     let g = lane / 4;
     let c2 = (lane % 4) * 2;
-    let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
-    let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
+    // The rows' key limits wait for the sequence's length, a load behind
+    // the work item's: computed before the first copies, a branch on them
+    // held the copies back by that load's round trip (docs/perf.md,
+    // eighteenth session), so the kernels of 16-bit caches compute them
+    // after. (The converting ones keep them here: later, their held values
+    // spilled at the 128-register cap.)
+    let rows = || [warp_m * 16 + g, warp_m * 16 + g + 8].map(|r| row_info(p, &item, seq_len, kvh, row0, r));
+    let early_rows = convert.then(rows);
 
     // The Q tile first, then (quantized formats) the converted K and V
     // tiles and the Q scales, then the stages: the tiles on 1024-byte
@@ -81,6 +87,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     let pipe = Pipe::<F, D, PAGED, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, false) });
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
+    let [ra, rb] = early_rows.unwrap_or_else(rows);
 
     if convert {
         let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
@@ -222,6 +229,9 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     let row0 = thread::block_idx_z() * p.rows_per_block;
     let g = lane / 4;
     let c2 = (lane % 4) * 2;
+    // (Computed after the producer's first copies, the rows' limits
+    // measured no faster here: −0.5 … +1.4 % on grid B int8 / int4-g32,
+    // docs/perf.md, eighteenth session.)
     let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
 
