@@ -50,8 +50,6 @@ pub(crate) struct RowInfo {
 
 #[inline(always)]
 pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
-    // (`row_at`'s lines written out: through it, LLVM ordered the
-    // warp-specialised kernels' prologue differently, for nothing.)
     let global = row0 + local;
     let valid = local < p.rows_per_block && global < p.group * p.q_len;
     let token = if valid { global / p.group } else { 0 };
@@ -60,17 +58,6 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     let causal = seq_len - p.q_len + 1 + token;
     let limit = if valid && causal < item.kv_end { causal } else { item.kv_end };
     RowInfo { local, valid, token, head, limit }
-}
-
-/// Row `local` of the block: whether it exists, its token and its head (what
-/// [`row_info`] knows before the sequence's length).
-#[inline(always)]
-fn row_at(p: &DecodeParams, kvh: u32, row0: u32, local: u32) -> (bool, u32, u32) {
-    let global = row0 + local;
-    let valid = local < p.rows_per_block && global < p.group * p.q_len;
-    let token = if valid { global / p.group } else { 0 };
-    let head = kvh * p.group + if valid { global % p.group } else { 0 };
-    (valid, token, head)
 }
 
 /// This block's work item and its sequence's length: from the uploaded
@@ -199,27 +186,17 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let q_smem = const { q_in_smem(D as u32) };
     let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true, CLUSTER, false>::region_bytes(p);
     let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
-    let mut qf = [[0u32; 4]; KC];
-    if q_conv {
-        // convert_q fills the tile once the pipeline's first loads are out.
-    } else if q_smem {
+    if !q_conv && q_smem {
         stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
-    } else {
-        let [(a_valid, a_token, a_head), (b_valid, b_token, b_head)] = [warp_m * MMA_M + g, warp_m * MMA_M + g + 8].map(|r| row_at(p, kvh, row0, r));
-        let qa_addr = qo_row_addr::<D>(p.q, p, batch, a_token, a_head);
-        let qb_addr = qo_row_addr::<D>(p.q, p, batch, b_token, b_head);
-        let load_q = |valid: bool, addr: u64, dim: u32| if valid { memory::ld_global_nc_u32(addr + dim as u64 * 2) } else { 0 };
-        for (kc, f) in qf.iter_mut().enumerate() {
-            let d = kc as u32 * 16 + c2;
-            *f = [load_q(a_valid, qa_addr, d), load_q(b_valid, qb_addr, d), load_q(a_valid, qa_addr, d + 8), load_q(b_valid, qb_addr, d + 8)];
-        }
     }
     // The rows' key limits wait for the sequence's length, a load behind
     // the work item's: computed before the first copies, a branch on them
     // held every warp's copies back by that load's round trip
     // (docs/perf.md, eighteenth session), so the kernels of 16-bit caches
-    // compute them after. (Converting kernels keep them first: later, the
-    // held values took the d256 int4 cluster kernel past 255 registers.)
+    // compute them after, and Q's register loads with them (issued before
+    // the copies, with the rows' divisions, they measured D (1, 1K) 0.4 µs
+    // slower). (Converting kernels keep the rows first: later, the held
+    // values took the d256 int4 cluster kernel past 255 registers.)
     let rows = || [warp_m * MMA_M + g, warp_m * MMA_M + g + 8].map(|r| row_info(p, &item, seq_len, kvh, row0, r));
     let early_rows = q_conv.then(rows);
 
@@ -228,6 +205,17 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     let [ra, rb] = early_rows.unwrap_or_else(rows);
+    let mut qf = [[0u32; 4]; KC];
+    if !q_conv && !q_smem {
+        // (convert_q fills the tile of converted formats below.)
+        let qa_addr = qo_row_addr::<D>(p.q, p, batch, ra.token, ra.head);
+        let qb_addr = qo_row_addr::<D>(p.q, p, batch, rb.token, rb.head);
+        let load_q = |valid: bool, addr: u64, dim: u32| if valid { memory::ld_global_nc_u32(addr + dim as u64 * 2) } else { 0 };
+        for (kc, f) in qf.iter_mut().enumerate() {
+            let d = kc as u32 * 16 + c2;
+            *f = [load_q(ra.valid, qa_addr, d), load_q(rb.valid, qb_addr, d), load_q(ra.valid, qa_addr, d + 8), load_q(rb.valid, qb_addr, d + 8)];
+        }
+    }
 
     // Per-row factors of the scores: the softmax scale (base 2), times the
     // power of two a converted Q row was scaled down by.
