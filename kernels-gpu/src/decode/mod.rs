@@ -60,6 +60,13 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     RowInfo { local, valid, token, head, limit }
 }
 
+/// A thread's two rows of an `m16` C fragment: `first` (`g` within its
+/// warp's tile) and `first + 8`.
+#[inline(always)]
+pub(crate) fn row_pair(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, first: u32) -> [RowInfo; 2] {
+    [first, first + 8].map(|r| row_info(p, item, seq_len, kvh, row0, r))
+}
+
 /// This block's work item and its sequence's length: from the uploaded
 /// work list, or (capacity plans) from the sequence's device length. `None`
 /// for an empty item (a capacity-mode chunk past its sequence's end): the
@@ -197,7 +204,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // the copies, with the rows' divisions, they measured D (1, 1K) 0.4 µs
     // slower). (Converting kernels keep the rows first: later, the held
     // values took the d256 int4 cluster kernel past 255 registers.)
-    let rows = || [warp_m * MMA_M + g, warp_m * MMA_M + g + 8].map(|r| row_info(p, &item, seq_len, kvh, row0, r));
+    let rows = || row_pair(p, &item, seq_len, kvh, row0, warp_m * MMA_M + g);
     let early_rows = q_conv.then(rows);
 
     let pipe = Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, item, kvh, smem);

@@ -26,7 +26,7 @@
 use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
+use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair};
 use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
@@ -63,13 +63,10 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 
     let g = lane / 4;
     let c2 = (lane % 4) * 2;
-    // The rows' key limits wait for the sequence's length, a load behind
-    // the work item's: computed before the first copies, a branch on them
-    // held the copies back by that load's round trip (docs/perf.md,
-    // eighteenth session), so the kernels of 16-bit caches compute them
-    // after. (The converting ones keep them here: later, their held values
-    // spilled at the 128-register cap.)
-    let rows = || [warp_m * 16 + g, warp_m * 16 + g + 8].map(|r| row_info(p, &item, seq_len, kvh, row0, r));
+    // The rows after the first copies for 16-bit caches, as the wide kernel
+    // (`decode::decode`) has them; converting kernels keep them here (later,
+    // their held values spilled at the 128-register cap).
+    let rows = || row_pair(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let early_rows = convert.then(rows);
 
     // The Q tile first, then (quantized formats) the converted K and V
@@ -229,9 +226,10 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     let row0 = thread::block_idx_z() * p.rows_per_block;
     let g = lane / 4;
     let c2 = (lane % 4) * 2;
-    // (Computed after the producer's first copies, the rows' limits
-    // measured no faster here: −0.5 … +1.4 % on grid B int8 / int4-g32,
-    // docs/perf.md, eighteenth session.)
+    // The rows first: after the producer's first copies they measured no
+    // faster here (−0.5 … +1.4 % on grid B int8 / int4-g32, docs/perf.md,
+    // eighteenth session). Written out, not `row_pair`: through it LLVM
+    // ordered this kernel's prologue differently.
     let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
 
