@@ -323,7 +323,7 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
         4 => Just((DEV, KERNEL)),
         1 => (extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32()).prop_map(
             |(sm, smem_b, smem_sm, thr, regs, mtpb, rpt)| (
-                DeviceInfo { sm_count: sm, max_smem_per_block: smem_b, max_smem_per_sm: smem_sm, max_threads_per_sm: thr, regs_per_sm: regs, l2_bytes: 0, max_cluster: 8, cooperative: true },
+                DeviceInfo { sm_count: sm, max_smem_per_block: smem_b, max_smem_per_sm: smem_sm, max_threads_per_sm: thr, regs_per_sm: regs, l2_bytes: 0, max_cluster: 8 },
                 KernelInfo { max_threads_per_block: mtpb, regs_per_thread: rpt },
             )
         ),

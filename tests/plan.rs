@@ -133,9 +133,7 @@ fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel()
     assert_eq!(c.merge_grid(), None);
     assert!(!c.overlaps_merge());
     // Grid B (2, 128K): 48 rows per block over ~128 slots, megabytes each.
-    // (Not spread over the blocks: `large_merges_spread_over_their_blocks_in_one_wave`.)
-    let no_spread = PlanOptions { merge: MergeChoice::NoSpread, ..Default::default() };
-    let b = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &no_spread).unwrap();
+    let b = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert!(b.max_splits() as u64 * 48 * 128 * 4 > IN_ATTENTION_MERGE_MAX_BYTES);
     assert_eq!(b.merge_mode(), MergeMode::Kernel);
     assert_eq!(b.merge_grid(), Some((2, 48, 1)));
@@ -144,36 +142,6 @@ fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel()
     // Unsplit plans merge nothing, in either mode.
     let a = plan(&DecodeShape::bf16(512, 8, 1, 128, 1, 8192), &vec![8192; 512], dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!(a.merge_grid(), None);
-}
-
-#[test]
-fn large_merges_spread_over_their_blocks_in_one_wave() {
-    let dev = &DeviceInfo::H100_SXM;
-    // Grid B (2, 128K): ~64 slots of 48 rows, one wave of blocks.
-    let shape = DecodeShape::bf16(2, 16, 1, 128, 3, 131072);
-    let b = plan(&shape, &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert!(b.max_splits() > 1 && b.fits_one_wave(dev));
-    assert_eq!(b.merge_mode(), MergeMode::Spread);
-    // Launched cooperatively (its blocks wait for each other), with no merge kernel.
-    assert!(b.cooperative());
-    assert_eq!((b.merge_grid(), b.overlaps_merge()), (None, false));
-    // A capacity plan of the shape spreads the same way.
-    let cap = decode_attn::plan::plan_capacity(&shape, dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert_eq!(cap.merge_mode(), MergeMode::Spread);
-    // The merge kernel instead: without cooperative launches, when asked,
-    // and for a grid of several waves (chunks of 256 keys: 1024 blocks).
-    let no_coop = DeviceInfo { cooperative: false, ..*dev };
-    assert_eq!(plan(&shape, &[131072; 2], &no_coop, &KERNEL, &PlanOptions::default()).unwrap().merge_mode(), MergeMode::Kernel);
-    let no_spread = PlanOptions { merge: MergeChoice::NoSpread, ..Default::default() };
-    assert_eq!(plan(&shape, &[131072; 2], dev, &KERNEL, &no_spread).unwrap().merge_mode(), MergeMode::Kernel);
-    let waves = plan(&shape, &[131072; 2], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(256))).unwrap();
-    assert!(!waves.fits_one_wave(dev));
-    assert_eq!((waves.merge_mode(), waves.cooperative()), (MergeMode::Kernel, false));
-    // Small merges stay with the last block (grid C 8K), unsplit plans merge nothing.
-    let c = plan(&DecodeShape::bf16(1, 32, 8, 128, 1, 8192), &[8192], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert_eq!((c.merge_mode(), c.cooperative()), (MergeMode::InAttention, false));
-    let a = plan(&DecodeShape::bf16(128, 8, 1, 128, 1, 8192), &vec![8192; 128], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert!(a.max_splits() == 1 && !a.cooperative());
 }
 
 #[test]

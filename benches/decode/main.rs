@@ -91,11 +91,6 @@ struct Args {
     /// bit-identical to the planned one first.
     #[arg(long)]
     graph: bool,
-    /// Also time a plain read of each row's K/V bytes over the same rotated
-    /// copies (`DecodeAttention::read_floor`): the %floor column, read time
-    /// over the row's time.
-    #[arg(long)]
-    floor: bool,
     /// Contiguous cache layout: nhd (`[batch, len, Hkv, D]`, default) or
     /// hnd (`[batch, Hkv, len, D]`: each kv head's rows contiguous). Not
     /// with --paged (its pools are built from NHD rows).
@@ -137,8 +132,6 @@ enum MergeArg {
     Auto,
     Cluster,
     Global,
-    /// As auto, with large merges by the merge kernel (no cooperative launch).
-    NoSpread,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -164,7 +157,6 @@ impl MergeArg {
             MergeArg::Auto => MergeChoice::Auto,
             MergeArg::Cluster => MergeChoice::Cluster,
             MergeArg::Global => MergeChoice::Global,
-            MergeArg::NoSpread => MergeChoice::NoSpread,
         }
     }
 }
@@ -391,7 +383,6 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         }
     }
     let graph_us = if args.graph { graph_median(attn, stream, &plan, &opts, &mut sets, args.iters as usize)? } else { 0.0 };
-    let floor_us = if args.floor { median(&timing::time_reads(attn, stream, &sets, args.iters as usize)?) } else { 0.0 };
     let bytes = plan.bytes_moved();
     let gbps = bytes as f64 / (med * 1e-6) / 1e9;
     let cold = n_sets * per_set >= 4 * l2 || args.l2 == L2Mode::Flush;
@@ -441,7 +432,6 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         paged16_us: paged_us[0],
         paged64_us: paged_us[1],
         graph_us,
-        floor_us,
     })
 }
 

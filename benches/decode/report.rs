@@ -47,11 +47,6 @@ pub struct RowResult {
     /// a capacity plan (one attention launch, plus the merge kernel for large merges; 0: not run).
     #[serde(default)]
     pub graph_us: f64,
-    /// `--floor`: median time of a plain read of the row's K/V bytes (side
-    /// data included) over the same rotated copies, every SM full of
-    /// 16-byte loads: the fastest those bytes were read (0: not run).
-    #[serde(default)]
-    pub floor_us: f64,
 }
 
 impl RowResult {
@@ -60,15 +55,6 @@ impl RowResult {
     pub fn paged_overhead(&self, paged_us: f64) -> String {
         if paged_us > 0.0 && self.median_us > 0.0 {
             format!("{:+.1}%", 100.0 * (paged_us / self.median_us - 1.0))
-        } else {
-            "—".into()
-        }
-    }
-
-    /// The read floor's time over the row's, in % ("—" when not run).
-    pub fn pct_floor(&self) -> String {
-        if self.floor_us > 0.0 && self.median_us > 0.0 {
-            format!("{:.1}%", 100.0 * self.floor_us / self.median_us)
         } else {
             "—".into()
         }
@@ -109,16 +95,16 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7} {:>7}  status",
-            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph", "%floor"
+            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7}  status",
+            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7} {:>7}  {} {}",
+                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7}  {} {}",
                 r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.buffer_sets, r.bytes as f64 / 1e6,
                 r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.speedup_vs_bf16, r.rel_err,
-                r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.paged_overhead(r.graph_us), r.pct_floor(), r.status, r.note
+                r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.paged_overhead(r.graph_us), r.status, r.note
             );
         }
         s

@@ -180,31 +180,3 @@ pub fn time_graphs(attn: &DecodeAttention, stream: &Stream, graphs: &[crate::cud
     stream.synchronize().map_err(|e| format!("graph failed: {e}"))?;
     (0..iters).map(|i| elapsed_us(&starts[i], &stops[i])).collect()
 }
-
-/// Per-launch times (µs) of the read floor over each set's K, V and side
-/// data in turn (`DecodeAttention::read_floor`), timed like the planned
-/// launches: queued behind a busy-wait, rotating over the sets.
-pub fn time_reads(attn: &DecodeAttention, stream: &Stream, sets: &[BufferSet], iters: usize) -> Result<Vec<f64>, String> {
-    let mut sink = DeviceBuffer::<u32>::zeroed(1).map_err(|e| e.to_string())?;
-    let read = |set: &BufferSet, sink: &mut DeviceBuffer<u32>| -> Result<(), String> {
-        let mut regions: Vec<decode_attn::TensorRef> = vec![(&*set.k).into(), (&*set.v).into()];
-        if let Some((ks, vs)) = &set.scales {
-            regions.extend([decode_attn::TensorRef::from(ks), decode_attn::TensorRef::from(vs)]);
-        }
-        attn.read_floor(&regions, sink.into(), stream).map_err(|e| e.to_string())
-    };
-    for set in sets {
-        read(set, &mut sink)?; // warm-up
-    }
-    stream.synchronize().map_err(|e| e.to_string())?;
-    let events = |k| (0..k).map(|_| event()).collect::<Result<Vec<_>, _>>();
-    let (starts, stops) = (events(iters)?, events(iters)?);
-    attn.gpu_sleep(Duration::from_micros(2000 + 40 * iters as u64), stream).map_err(|e| e.to_string())?;
-    for i in 0..iters {
-        starts[i].record(stream).map_err(|e| e.to_string())?;
-        read(&sets[(i + 1) % sets.len()], &mut sink)?;
-        stops[i].record(stream).map_err(|e| e.to_string())?;
-    }
-    stream.synchronize().map_err(|e| format!("read floor failed: {e}"))?;
-    (0..iters).map(|i| elapsed_us(&starts[i], &stops[i])).collect()
-}

@@ -27,10 +27,6 @@ pub struct DeviceInfo {
     /// portable size) on compute capability 9.0 and later with a driver
     /// that has `cuLaunchKernelEx`, else 0 (no cluster merge).
     pub max_cluster: u32,
-    /// Whether grids may be launched cooperatively (every block resident at
-    /// once, `CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH`): needed by the spread
-    /// merge ([`MergeMode::Spread`]).
-    pub cooperative: bool,
 }
 
 impl DeviceInfo {
@@ -54,7 +50,6 @@ impl DeviceInfo {
         regs_per_sm: 65536,
         l2_bytes: 50 * 1024 * 1024,
         max_cluster: 8,
-        cooperative: true,
     };
 }
 
@@ -162,13 +157,8 @@ pub enum MergeChoice {
     /// In a cluster whenever no sequence has more chunks than the device's
     /// largest cluster (`DeviceInfo::max_cluster`); else as `Auto`.
     Cluster,
-    /// Through fp32 partials in global memory, never in a cluster
-    /// ([`merge_mode`], spread where [`spreads`] allows).
+    /// Through fp32 partials in global memory, never in a cluster.
     Global,
-    /// As `Auto`, but large merges by the merge kernel, never spread: no
-    /// cooperative launch (for a GPU shared with other work, where a grid's
-    /// blocks may not all be resident at once).
-    NoSpread,
 }
 
 /// Most chunks per sequence the `Auto` merge puts in a cluster. Measured on
@@ -221,12 +211,6 @@ pub enum MergeMode {
     /// In the attention kernel: the last block of each (sequence, kv head,
     /// row chunk) to finish merges its rows. No second launch.
     InAttention,
-    /// In the attention kernel, spread over the sequence's blocks: each
-    /// waits until every chunk's partial is written, then merges its share
-    /// of the rows' outputs. No second launch and no one block as the tail;
-    /// the grid is launched cooperatively (every block resident at once),
-    /// so it must fit one wave ([`spreads`]).
-    Spread,
     /// By the merge kernel, launched after the attention kernel, one block
     /// per 1–4 output rows: for merges too large for one block to finish
     /// without becoming the tail ([`IN_ATTENTION_MERGE_MAX_BYTES`]).
@@ -243,23 +227,12 @@ pub const IN_ATTENTION_MERGE_MAX_BYTES: u64 = 64 << 10;
 
 /// The merge mode for sequences of up to `max_slots` partials, of blocks of
 /// `rows` query rows of `head_dim`.
-/// [`MergeMode::Kernel`] merges become [`MergeMode::Spread`] where [`spreads`] allows.
 pub fn merge_mode(max_slots: u32, rows: u32, head_dim: u32) -> MergeMode {
     if max_slots as u64 * rows as u64 * head_dim as u64 * 4 <= IN_ATTENTION_MERGE_MAX_BYTES {
         MergeMode::InAttention
     } else {
         MergeMode::Kernel
     }
-}
-
-/// Whether `plan`'s large merges ([`MergeMode::Kernel`] by [`merge_mode`])
-/// run spread over its blocks ([`MergeMode::Spread`]): the options allow it,
-/// the device launches cooperative grids, and every block of the grid is
-/// resident at once ([`Plan::fits_one_wave`]; its blocks wait for each
-/// other). Measured on an H100 (docs/perf.md, "Nineteenth session").
-pub fn spreads(plan: &Plan, dev: &DeviceInfo, opts: &PlanOptions) -> bool {
-    let allowed = matches!(opts.merge, MergeChoice::Auto | MergeChoice::Global | MergeChoice::Cluster);
-    allowed && dev.cooperative && plan.cluster <= 1 && plan.global_merge_mode() == MergeMode::Kernel && plan.fits_one_wave(dev)
 }
 
 /// What a plan's launches are fixed by.
@@ -317,8 +290,6 @@ pub struct Plan {
     pub(crate) cluster: u32,
     /// Runs the warp-specialised wgmma kernel ([`SpecializeChoice`]).
     pub(crate) specialized: bool,
-    /// Large merges spread over the blocks, launched cooperatively ([`spreads`]).
-    pub(crate) spread: bool,
     pub(crate) layout: WorkspaceLayout,
 }
 
@@ -443,18 +414,6 @@ impl Plan {
         if self.cluster > 1 {
             return MergeMode::Cluster;
         }
-        match self.global_merge_mode() {
-            MergeMode::Kernel if self.spread => MergeMode::Spread,
-            mode => mode,
-        }
-    }
-    /// Whether the attention grid is launched cooperatively (every block
-    /// resident at once): [`MergeMode::Spread`] plans.
-    pub fn cooperative(&self) -> bool {
-        self.merge_mode() == MergeMode::Spread
-    }
-    /// [`merge_mode`] of this plan's largest merge (through global memory).
-    fn global_merge_mode(&self) -> MergeMode {
         merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dim)
     }
     /// Merge-kernel grid ([`MergeMode::Kernel`] plans that split; else
@@ -741,9 +700,16 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // device lengths. The merge counters and partials remain.
     let layout = workspace_layout(0, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
-    let mut plan = Plan { mode: PlanMode::Capacity { chunks_per_seq }, chunk_keys, num_slots, cluster, work: Vec::new(), merges: Vec::new(), layout, spread: false, ..planned };
-    plan.spread = spreads(&plan, dev, opts);
-    Ok(plan)
+    Ok(Plan {
+        mode: PlanMode::Capacity { chunks_per_seq },
+        chunk_keys,
+        num_slots,
+        cluster,
+        work: Vec::new(),
+        merges: Vec::new(),
+        layout,
+        ..planned
+    })
 }
 
 /// Checks a block table: `pages_per_seq` entries per sequence, and the
@@ -923,7 +889,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
 
-    let mut plan = Plan {
+    Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
         mode: PlanMode::Lengths,
         shape: shape.clone(),
@@ -943,11 +909,8 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         blocks_per_sm,
         cluster,
         specialized,
-        spread: false,
         layout,
-    };
-    plan.spread = spreads(&plan, dev, opts);
-    Ok(plan)
+    })
 }
 
 /// Threads of an attention block of `warps_m × warps_k` compute warps: the
@@ -1019,7 +982,7 @@ fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: usize) -> (
 /// memory).
 pub fn cluster_size(chunks: u32, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
     let most = match opts.merge {
-        MergeChoice::Auto | MergeChoice::NoSpread => AUTO_CLUSTER_MAX.min(dev.max_cluster),
+        MergeChoice::Auto => AUTO_CLUSTER_MAX.min(dev.max_cluster),
         MergeChoice::Cluster => dev.max_cluster,
         MergeChoice::Global => 0,
     };

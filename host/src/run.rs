@@ -1,8 +1,7 @@
 //! The run step: load the module once per context, fill params from a plan,
 //! enqueue the attention kernel (split sequences are merged inside it, by
-//! their last block, by all their blocks in a cooperative grid or by a
-//! thread-block cluster per sequence, or by the merge kernel after it, as
-//! the plan says);
+//! their last block or by a thread-block cluster per sequence, or by the
+//! merge kernel after it, as the plan says);
 //! capacity plans' blocks read the lengths on the device. No heuristics and
 //! no allocation here. Every entry point exists for `cust` types and for raw
 //! `CUdeviceptr` / `CUstream` handles (the `_raw` methods, for cudarc,
@@ -226,15 +225,6 @@ impl DecodeAttention {
                 dev.as_raw(),
             ))?;
         }
-        let mut cooperative = 0i32;
-        // SAFETY: as above (cust's `DeviceAttribute` lacks this one).
-        unsafe {
-            driver("cuDeviceGetAttribute", cuda::cuDeviceGetAttribute(
-                &mut cooperative,
-                cuda::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH,
-                dev.as_raw(),
-            ))?;
-        }
         // Clusters: compute capability 9.0+, launched with cuLaunchKernelEx.
         let launch_ex = if device_attr(&dev, DeviceAttribute::ComputeCapabilityMajor)? >= 9 { LaunchEx::load() } else { None };
         let device = DeviceInfo {
@@ -245,7 +235,6 @@ impl DecodeAttention {
             max_threads_per_sm: device_attr(&dev, DeviceAttribute::MaxThreadsPerMultiprocessor)?,
             regs_per_sm: device_attr(&dev, DeviceAttribute::MaxRegistersPerMultiprocessor)?,
             l2_bytes: device_attr(&dev, DeviceAttribute::L2CacheSize)?,
-            cooperative: cooperative != 0,
         };
         let mut kernels = HashMap::new();
         for k in DECODE_KERNELS {
@@ -302,18 +291,6 @@ impl DecodeAttention {
         let (gx, gy, gz) = grid;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernel", cuda::cuLaunchKernel(func, gx, gy, gz, threads, 1, 1, smem, stream, args.as_mut_ptr(), std::ptr::null_mut()))
-    }
-
-    /// [`DecodeAttention::launch`] as a cooperative grid
-    /// (`cuLaunchCooperativeKernel`: every block resident at once).
-    ///
-    /// # Safety
-    /// As [`DecodeAttention::launch`].
-    unsafe fn launch_cooperative<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
-        let func = self.function(name)?;
-        let (gx, gy, gz) = grid;
-        let mut args = [params as *const P as *mut c_void];
-        driver("cuLaunchCooperativeKernel", cuda::cuLaunchCooperativeKernel(func, gx, gy, gz, threads, 1, 1, smem, stream, args.as_mut_ptr()))
     }
 
     /// A function of the module by name.
@@ -592,13 +569,12 @@ impl DecodeAttention {
             num_pages,
             item_smem: plan.smem_bytes - decode_attn_abi::ITEM_SMEM_BYTES,
             merge: ws + plan.layout.merges as u64,
-            merge_counters: if matches!(plan.merge_mode(), MergeMode::InAttention | MergeMode::Spread) { ws + plan.layout.merge_counters as u64 } else { 0 },
+            merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + plan.layout.merge_counters as u64 } else { 0 },
             chunks_per_seq,
             chunk_keys: plan.chunk_keys,
             max_seq_len: shape.max_seq_len,
             stages: plan.stages,
             cluster_log2: plan.cluster.max(1).trailing_zeros(),
-            merge_spread: plan.cooperative() as u32,
         };
         let name = plan_kernel_name(plan)?;
         // SAFETY: the grid, block and shared memory are the plan's; every
@@ -606,10 +582,6 @@ impl DecodeAttention {
         unsafe {
             if plan.cluster > 1 {
                 self.launch_clusters(name, plan.grid(), plan.block_threads(), plan.smem_bytes, plan.cluster, &params, stream)?
-            } else if plan.cooperative() {
-                // The spread merge's blocks wait for each other: the driver
-                // launches the grid only with every block resident (or fails).
-                self.launch_cooperative(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)?
             } else {
                 self.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes, &params, stream)?
             }
@@ -667,28 +639,6 @@ impl DecodeAttention {
         let params = decode_attn_abi::SleepParams { ns };
         // SAFETY: the kernel touches no memory.
         unsafe { self.launch(decode_attn_abi::SLEEP_KERNEL, (1, 1, 1), 32, 0, &params, stream.as_inner()) }
-    }
-
-    /// Reads `regions` (up to `decode_attn_abi::READ_REGIONS` buffers, each
-    /// 16-byte aligned with a multiple of 16 bytes) once, as fast as a plain
-    /// read goes: every SM full of 16-byte loads, several in flight per
-    /// thread. Benchmarks time it over a row's K/V bytes as the floor an
-    /// attention kernel reading those bytes is compared with. `sink`: one
-    /// u32 the kernel may write (practically never: see `ReadParams`).
-    pub fn read_floor(&self, regions: &[TensorRef<'_>], sink: TensorMut<'_>, stream: &Stream) -> Result<()> {
-        use decode_attn_abi::{ReadParams, READ_KERNEL, READ_REGIONS, READ_THREADS};
-        ensure(regions.len() <= READ_REGIONS, "regions", format!("at most {READ_REGIONS} buffers"), regions.len())?;
-        check_buffer("sink", &sink.desc(), ElemType::U32, 4)?;
-        let mut params = ReadParams { sink: sink.addr, ..Default::default() };
-        for (i, r) in regions.iter().enumerate() {
-            let bytes = r.len as u64 * r.elem.size_bytes() as u64;
-            ensure(r.addr % 16 == 0 && bytes % 16 == 0, format!("regions[{i}]"), "a 16-byte aligned buffer of a multiple of 16 bytes", format!("{:#x}, {bytes} B", r.addr))?;
-            (params.src[i], params.bytes[i]) = (r.addr, bytes);
-        }
-        // Every SM full: 2048 threads of 512.
-        let blocks = self.device.sm_count * (self.device.max_threads_per_sm / READ_THREADS).max(1);
-        // SAFETY: reads the checked regions, may write the checked sink word.
-        unsafe { self.launch(READ_KERNEL, (blocks, 1, 1), READ_THREADS, 0, &params, stream.as_inner()) }
     }
 
     /// Grows every nonzero device length by `by` tokens, capped at the

@@ -20,11 +20,10 @@ pub mod format;
 pub mod lengths;
 pub mod merge;
 pub mod quant;
-pub mod read;
 pub mod sleep;
 pub mod state;
 
-use decode_attn_abi::{AdvanceParams, DecodeParams, FillParams, MergeParams, QuantParams, ReadParams, SleepParams};
+use decode_attn_abi::{AdvanceParams, DecodeParams, FillParams, MergeParams, QuantParams, SleepParams};
 use format::{Bf16, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
@@ -139,15 +138,6 @@ pub unsafe extern "ptx-kernel" fn fill_random_f16(p: FillParams) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gpu_sleep(p: SleepParams) {
     sleep::sleep(&p)
-}
-
-/// Reads a row's K/V bytes once (the benchmarks' read floor).
-///
-/// # Safety
-/// See `read::read_floor`.
-#[no_mangle]
-pub unsafe extern "ptx-kernel" fn read_floor(p: ReadParams) {
-    read::read_floor(&p)
 }
 
 /// Grows each sequence's device length by `p.by` (the end of a CUDA-graph

@@ -4,17 +4,12 @@
 //! lse = -inf and weight 0. The sum runs over slots in a fixed order, so
 //! results do not depend on which block merges.
 //!
-//! Three ways, one merge routine (`merge_rows`), the plan picks:
-//! - inside the attention kernel (`merge_in_attention`): each block of a
-//!   split sequence counts itself in its (sequence, kv head, row chunk)
-//!   counter after writing its partial, and the block that arrives last
-//!   merges those rows. No second launch, and one sequence's merge overlaps
-//!   the others' attention; but one block reads every slot of its rows.
-//! - spread over the sequence's blocks (`DecodeParams::merge_spread`, a
-//!   cooperative launch, so every block of the grid is resident): each
-//!   block counts itself, waits until the counter shows every slot written,
-//!   and merges its share of the rows' outputs. No second launch and no
-//!   single block as the tail, for merges too large for one block.
+//! Two ways, one merge routine (`merge_rows`), the plan picks:
+//! - inside the attention kernel (`merge_if_last`): each block of a split
+//!   sequence counts itself in its (sequence, kv head, row chunk) counter
+//!   after writing its partial, and the block that arrives last merges
+//!   those rows. No second launch, and one sequence's merge overlaps the
+//!   others' attention; but one block reads every slot of its rows.
 //! - the merge kernel (`merge_kernel`), one block per 1–4 output rows (fewer
 //!   for more slots), for plans whose merges would make that one block the
 //!   tail (many slots of many rows: grid B's 128 splits of 48 rows, 3 MB per
@@ -32,60 +27,36 @@ use crate::format::Half;
 use crate::state;
 
 /// After a split block wrote its partial rows (`rows_here` of them):
-/// counts the block, and merges the sequence's slots of those rows — all of
-/// them in the block that arrives last, or (`p.merge_spread`) this block's
-/// share of them once every block has arrived. `flag`: 4 bytes of free
-/// shared memory. Every thread of the block calls it.
+/// counts the block, and in the last block of the sequence merges every
+/// slot of those rows. `flag`: 4 bytes of free shared memory. Every thread
+/// of the block calls it.
 ///
 /// The block's work item, kv head and first row are recomputed here (once
 /// per block) rather than kept live across the attention loop.
 ///
 /// # Safety
 /// `p.merge` and `p.merge_counters` as `DecodeParams` documents them; the
-/// block's partial rows are written; with `p.merge_spread`, every block of
-/// the grid is resident (a cooperative launch), or the wait below may never
-/// end.
+/// block's partial rows are written.
 #[inline(always)]
-pub(crate) unsafe fn merge_in_attention<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, rows_here: u32, flag: u32) {
+pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, rows_here: u32, flag: u32) {
     // A block that merges has a work item.
     let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
     let (kvh, row0) = (crate::decode::block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
     let seq = merge_item(p.merge, item.batch, seq_len, p.q_len, p.chunk_keys, p.chunks_per_seq);
     let index = (item.batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;
-    let spread = p.merge_spread != 0;
     // Every thread's partial rows are written before thread 0 releases them.
     thread::sync_threads();
     if thread::thread_idx_x() == 0 {
         memory::fence_acq_rel_gpu();
-        let arrived = memory::atom_add_u32(counter, 1) + 1;
-        let merges = if spread {
-            // The other blocks of the sequence are resident (or done): wait
-            // for their arrivals, acquire their rows, and count this block
-            // again. The count reaches twice the slots only after every
-            // block has passed this wait; that block leaves it at zero for
-            // the next launch.
-            let mut seen = arrived;
-            while seen < seq.num_slots {
-                memory::nanosleep(64);
-                seen = memory::ld_relaxed_gpu_u32(counter);
-            }
+        let last = memory::atom_add_u32(counter, 1) + 1 == seq.num_slots;
+        if last {
+            // Acquire the other blocks' rows (the barrier below passes this
+            // on to the block), and leave the counter at zero for the next launch.
             memory::fence_acq_rel_gpu();
-            if memory::atom_add_u32(counter, 1) + 1 == 2 * seq.num_slots {
-                memory::st_global_u32(counter, 0);
-            }
-            true
-        } else {
-            let last = arrived == seq.num_slots;
-            if last {
-                // Acquire the other blocks' rows (the barrier below passes this
-                // on to the block), and leave the counter at zero for the next launch.
-                memory::fence_acq_rel_gpu();
-                memory::st_global_u32(counter, 0);
-            }
-            last
-        };
-        shared::st_shared_u32(flag, merges as u32);
+            memory::st_global_u32(counter, 0);
+        }
+        shared::st_shared_u32(flag, last as u32);
     }
     thread::sync_threads();
     if shared::ld_shared_u32(flag) != 0 {
@@ -95,15 +66,7 @@ pub(crate) unsafe fn merge_in_attention<H: Half, const D: usize, const CLUSTER: 
             let global = row0 + r;
             (global / p.group, kvh * p.group + global % p.group)
         };
-        let outputs = rows_here * (D / 4) as u32;
-        let span = if spread {
-            // This block's share: slot s of n takes outputs [s·o/n, (s+1)·o/n).
-            let (s, n) = ((item.partial_slot - seq.first_slot) as u64, seq.num_slots as u64);
-            ((s * outputs as u64 / n) as u32, ((s + 1) * outputs as u64 / n) as u32)
-        } else {
-            (0, outputs)
-        };
-        merge_rows::<H, D>(&target, item.batch, &seq, span, row_of);
+        merge_rows::<H, D>(&target, item.batch, &seq, rows_here, row_of);
     }
 }
 
@@ -134,7 +97,7 @@ pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
     let mut first = thread::block_idx_y() * per_block;
     while first < rows {
         let n = per_block.min(rows - first);
-        merge_rows::<H, D>(&target, seq.batch, &seq, (0, n * (D / 4) as u32), |r| ((first + r) / p.num_q_heads, (first + r) % p.num_q_heads));
+        merge_rows::<H, D>(&target, seq.batch, &seq, n, |r| ((first + r) / p.num_q_heads, (first + r) % p.num_q_heads));
         first += thread::grid_dim_y() * per_block;
     }
 }
@@ -218,29 +181,28 @@ impl Merged {
     }
 }
 
-/// The block merges outputs `span.0 .. span.1` of sequence
-/// `batch`'s rows, row `r` being (token, head) `row_of(r)`: output `i` is
-/// the 4 consecutive dims `4 (i % (D/4)) ..` of row `i / (D/4)`, summed over
-/// the slots by a group of `g` lanes (as many as the block has threads to
-/// spare, up to 32), which then combine their states.
+/// The block merges `rows` rows of sequence `batch`, row `r` being
+/// (token, head) `row_of(r)`: each output is 4 consecutive dims of one row,
+/// summed over the slots by a group of `g` lanes (as many as the block has
+/// threads to spare, up to 32), which then combine their states.
 ///
 /// A lane keeps up to `SLOT_BATCH` slot loads in flight for one output;
 /// when there are more outputs than lanes and at most 2 slots (a 48-row
 /// block of 2 slots has 8 outputs per lane), it loads 2 outputs' slots at
 /// once instead, halving the load round trips the block waits out in turn.
 #[inline(always)]
-unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &MergeItem, span: (u32, u32), row_of: impl Fn(u32) -> (u32, u32)) {
+unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &MergeItem, rows: u32, row_of: impl Fn(u32) -> (u32, u32)) {
     let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
-    let outputs = span.1 - span.0;
+    let outputs = rows * (D / 4) as u32;
     let mut g = 1;
     while g < 32 && g < seq.num_slots && 2 * g * outputs <= nthreads {
         g *= 2;
     }
     if g == 1 && seq.num_slots <= 2 && outputs > nthreads {
         // (g = 1 as a constant: no group reduction in this copy.)
-        merge_passes::<H, D, 2, 4>(p, batch, seq, span, 1, tid, nthreads, row_of)
+        merge_passes::<H, D, 2, 4>(p, batch, seq, outputs, 1, tid, nthreads, row_of)
     } else {
-        merge_passes::<H, D, 1, SLOT_BATCH>(p, batch, seq, span, g, tid, nthreads, row_of)
+        merge_passes::<H, D, 1, SLOT_BATCH>(p, batch, seq, outputs, g, tid, nthreads, row_of)
     }
 }
 
@@ -248,26 +210,23 @@ unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &Merg
 /// `LOADS / U` slots per batch of `LOADS` loads.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn merge_passes<H: Half, const D: usize, const U: usize, const LOADS: usize>(p: &Target, batch: u32, seq: &MergeItem, span: (u32, u32), g: u32, tid: u32, nthreads: u32, row_of: impl Fn(u32) -> (u32, u32)) {
-    // (The span's end and the lanes' first outputs, offset by its start:
-    // no register more than for a span from 0.)
-    let (begin, end) = span;
+unsafe fn merge_passes<H: Half, const D: usize, const U: usize, const LOADS: usize>(p: &Target, batch: u32, seq: &MergeItem, outputs: u32, g: u32, tid: u32, nthreads: u32, row_of: impl Fn(u32) -> (u32, u32)) {
     let per_batch = LOADS / U;
     let quads = (D / 4) as u32;
     let part = tid % g;
     let per_pass = nthreads / g;
     // Loop bounds are the same on every lane of a warp (the shuffles need
     // the whole warp): lanes past the last output load and store nothing.
-    let mut warp_first = begin + (tid - tid % 32) / g;
-    let mut first = begin + tid / g;
-    while warp_first < end {
+    let mut warp_first = (tid - tid % 32) / g;
+    let mut first = tid / g;
+    while warp_first < outputs {
         // (token, head, first dim, exists) of this lane's outputs, computed
         // once per pass (`row_of` divides by the group size).
         let mut at = [(0u32, 0u32, 0u32, false); U];
         #[allow(clippy::needless_range_loop)]
         for u in 0..U {
             let out = first + u as u32 * per_pass;
-            let valid = out < end;
+            let valid = out < outputs;
             let (token, head) = row_of(if valid { out / quads } else { 0 });
             at[u] = (token, head, (out % quads) * 4, valid);
         }

@@ -338,16 +338,12 @@ pub mod cuda;
 
 /// The split merge a case's name asks for: `global-merge` cases merge
 /// through global memory, `cluster-merge` ones in thread-block clusters
-/// (up to 8 chunks), `merge-kernel` ones never spread over a cooperative
-/// grid (the merge kernel takes the large merges), the others as the
-/// planner picks (`spread-merge` cases: spread).
+/// (up to 8 chunks), the others as the planner picks.
 pub fn merge_named(name: &str) -> decode_attn::MergeChoice {
     if name.contains("global-merge") {
         decode_attn::MergeChoice::Global
     } else if name.contains("cluster-merge") {
         decode_attn::MergeChoice::Cluster
-    } else if name.contains("merge-kernel") {
-        decode_attn::MergeChoice::NoSpread
     } else {
         decode_attn::MergeChoice::Auto
     }
@@ -364,10 +360,10 @@ pub fn specialize_named(name: &str) -> decode_attn::SpecializeChoice {
 }
 
 /// An error when a case named for a merge (`merge-kernel`, `global-merge`,
-/// `cluster-merge`, `spread-merge`) was planned to merge another way.
+/// `cluster-merge`) was planned to merge another way.
 pub fn check_merge_named(name: &str, plan: &Plan) -> std::result::Result<(), String> {
-    use decode_attn::MergeMode::{Cluster, InAttention, Kernel, Spread};
-    let named = [("merge-kernel", Kernel), ("global-merge", InAttention), ("cluster-merge", Cluster), ("spread-merge", Spread)];
+    use decode_attn::MergeMode::{Cluster, InAttention, Kernel};
+    let named = [("merge-kernel", Kernel), ("global-merge", InAttention), ("cluster-merge", Cluster)];
     match named.into_iter().find(|(tag, _)| name.contains(tag)) {
         Some((tag, mode)) if plan.merge_mode() != mode => Err(format!("merge mode {:?}: the case is named for {tag}", plan.merge_mode())),
         _ => Ok(()),

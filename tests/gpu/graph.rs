@@ -373,18 +373,6 @@ pub fn cases() -> Vec<GraphCase> {
             start_lens: vec![8, 37, 700, 1500],
             split: SplitPolicy::ChunkKeys(64),
         });
-        // Chunks of 256 keys: 9 per sequence at capacity (≥ 147 KB a
-        // block), 72 blocks (one wave anywhere): merged spread over each
-        // sequence's live blocks, 1 to 9 as the lengths grow.
-        out.push(GraphCase {
-            name: format!("graph-replay/{}/contiguous-spread-merge/q8/{STEPS}-steps", format.name()),
-            format,
-            dtype,
-            q_len: 8,
-            paging: None,
-            start_lens: vec![8, 37, 700, 1500],
-            split: SplitPolicy::ChunkKeys(256),
-        });
     }
     out
 }

@@ -527,7 +527,7 @@ merge_kernel_table!(merge_list);
 
 /// Utility kernels (random fill, busy-wait, length advance), by the names
 /// their params use.
-pub const UTILITY_KERNELS: [&str; 5] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL, crate::READ_KERNEL];
+pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
 
 /// Name of the attention kernel for a (format, dtype, head_dim, variant,
 /// addressing, cluster merge, warp specialisation), or `None` when the

@@ -106,9 +106,8 @@ pub struct DecodeParams {
     /// `[batch, num_kv_heads, row_chunks]` u32 arrival counters of split
     /// sequences' blocks, zero before the launch: the block that brings a
     /// counter to its sequence's `num_slots` merges the partials and resets
-    /// it to zero (with `merge_spread`, every block merges a share and the
-    /// counter returns to zero as below). 0: the blocks only write their
-    /// partials, and the merge kernel ([`MergeParams`]) runs after the grid.
+    /// it to zero. 0: the blocks only write their partials, and the merge
+    /// kernel ([`MergeParams`]) runs after the grid.
     pub merge_counters: u64,
     /// Capacity plans (0 otherwise): block x derives its work item from the
     /// device length of sequence `x / chunks_per_seq` (`seq_lens`, capped at
@@ -131,12 +130,6 @@ pub struct DecodeParams {
     /// A power of two so that a block finds its item and kv head with
     /// shifts: the paged kernels recompute the kv head at every stage.
     pub cluster_log2: u32,
-    /// Non-zero: split sequences merge spread over their blocks — each block
-    /// counts itself in `merge_counters`, waits until every slot of its
-    /// sequence is written and merges its share of the outputs. Launched
-    /// cooperatively (every block resident), as the wait requires. Zero:
-    /// the last block to arrive merges everything (`merge_counters` ≠ 0).
-    pub merge_spread: u32,
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -271,28 +264,6 @@ pub struct AdvanceParams {
 }
 
 pub const ADVANCE_KERNEL: &str = "advance_seq_lens";
-
-/// Parameters of the read-floor kernel (benchmarks): reads regions
-/// `src[i] .. src[i] + bytes[i]` (16-byte aligned, `bytes[i]` a multiple of
-/// 16; unused regions have 0 bytes) once, front to back over the whole grid
-/// with 16-byte loads, several in flight per thread. A row's K/V bytes read
-/// this way give the fastest time a plain read of them takes: the floor an
-/// attention kernel reading the same bytes is compared with. `sink`: a
-/// 4-byte word written only if the loaded words' XOR is one value (the
-/// loads' results are used, and nothing is written in practice).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct ReadParams {
-    pub src: [u64; READ_REGIONS],
-    pub bytes: [u64; READ_REGIONS],
-    pub sink: u64,
-}
-
-/// Regions one read-floor launch reads (K, V and their side data).
-pub const READ_REGIONS: usize = 4;
-/// Threads per read-floor block.
-pub const READ_THREADS: u32 = 512;
-pub const READ_KERNEL: &str = "read_floor";
 
 /// Parameters of the store / quantize / dequantize kernels (store: a
 /// 16-bit cache's append, a plain copy). One warp per row

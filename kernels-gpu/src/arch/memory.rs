@@ -221,24 +221,3 @@ pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
     core::arch::asm!("atom.global.add.u32 {r}, [{a}], {v};", r = out(reg32) r, a = in(reg64) addr, v = in(reg32) v, options(nostack));
     r
 }
-
-/// `ld.relaxed.gpu.global.u32`: a load that observes other blocks' atomics
-/// and stores at `addr` (never a stale L1 line); no ordering by itself (a
-/// fence after it acquires what the writer released).
-///
-/// # Safety
-/// `addr` must be a 4-byte aligned readable global address.
-#[inline(always)]
-pub unsafe fn ld_relaxed_gpu_u32(addr: u64) -> u32 {
-    let r: u32;
-    core::arch::asm!("ld.relaxed.gpu.global.u32 {r}, [{a}];", r = out(reg32) r, a = in(reg64) addr, options(nostack));
-    r
-}
-
-/// `nanosleep.u32`: suspends the thread for up to about `ns` nanoseconds (a
-/// spinning thread's polls then take fewer issue slots and L2 requests).
-#[inline(always)]
-pub fn nanosleep(ns: u32) {
-    // SAFETY: a scheduling hint; no memory effect.
-    unsafe { core::arch::asm!("nanosleep.u32 {n};", n = in(reg32) ns, options(nomem, nostack, preserves_flags)) };
-}
