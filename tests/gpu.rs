@@ -83,10 +83,6 @@ fn cases() -> Vec<Case> {
         // Grid B-like MQA packing: 16 heads x 3 tokens = 48 rows per block.
         add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Auto, Heavy, None);
         add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], Never, Normal, None);
-        // Items of 4 and 5 stages (the wgmma kernel's ring 4 and 5 deep, its
-        // blocks an SM each) and of 65 (a ring of 6, wrapping around).
-        add("mqa-48rows-deep", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], ChunkKeys(256), Heavy, None);
-        add("mqa-48rows-deep", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], ChunkKeys(320), Normal, None);
         // 65 slots of 48 rows (1.6 MB a block): merged by the merge kernel.
         add("mqa-48rows-merge-kernel", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], ChunkKeys(64), Heavy, None);
         // 32 heads x 8 tokens = 256 rows: several row chunks per kv head.

@@ -2,7 +2,7 @@
 
 use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice};
-use decode_attn_abi::{DEEP_STAGES, MAX_WARPS, PIPELINE_STAGES};
+use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -142,28 +142,6 @@ fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel()
     // Unsplit plans merge nothing, in either mode.
     let a = plan(&DecodeShape::bf16(512, 8, 1, 128, 1, 8192), &vec![8192; 512], dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!(a.merge_grid(), None);
-}
-
-#[test]
-fn sixteen_bit_wgmma_blocks_with_an_sm_each_get_a_deep_pipeline() {
-    let dev = &DeviceInfo::H100_SXM;
-    // Grid B (2K, 128): 128 unsplit blocks, one per SM: six stages.
-    let b = plan(&DecodeShape::bf16(128, 16, 1, 128, 3, 2048), &[2048; 128], dev, &WGMMA_KERNEL, &PlanOptions::default()).unwrap();
-    assert_eq!((b.variant(), b.stages(), b.blocks_per_sm()), (Variant::Wgmma, DEEP_STAGES, 1));
-    assert!(b.smem_bytes() <= dev.max_smem_per_block);
-    // Split rows too (one chunk a block), and no more stages than the item fills.
-    let split = plan(&DecodeShape::bf16(16, 16, 1, 128, 3, 16384), &[16384; 16], dev, &WGMMA_KERNEL, &PlanOptions::default()).unwrap();
-    assert!(split.max_splits() > 1 && split.stages() == DEEP_STAGES);
-    let short = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 256), &[256, 200], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Never)).unwrap();
-    assert_eq!(short.stages(), 4);
-    // Grid B (1K, 256): 256 blocks share the SMs two by two: three stages.
-    let two = plan(&DecodeShape::bf16(256, 16, 1, 128, 3, 1024), &[1024; 256], dev, &WGMMA_KERNEL, &PlanOptions::default()).unwrap();
-    assert_eq!((two.stages(), two.blocks_per_sm()), (PIPELINE_STAGES, 2));
-    // Not the quantized or paged wgmma kernels, nor the wide kernel.
-    let int8 = DecodeShape { kv_format: KvFormat::Int8, ..DecodeShape::bf16(128, 16, 1, 128, 3, 2048) };
-    assert!(plan(&int8, &[2048; 128], dev, &WGMMA_KERNEL, &PlanOptions::default()).unwrap().stages() <= PIPELINE_STAGES);
-    let wide = plan(&DecodeShape::bf16(128, 8, 1, 128, 1, 8192), &[8192; 128], dev, &WGMMA_KERNEL, &PlanOptions::default()).unwrap();
-    assert_eq!((wide.variant(), wide.stages()), (Variant::Wide, PIPELINE_STAGES));
 }
 
 #[test]
@@ -342,17 +320,15 @@ const WGMMA_KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 1024, regs_
 #[test]
 fn sixteen_bit_wgmma_splits_fill_one_block_per_sm() {
     // Grid B in bf16 and fp16: the split rows get about 2048-key chunks,
-    // one block per SM though two fit at three stages (126-128 of the
-    // H100's 132 SMs: (128K, 2) takes 63 equal chunks of 33 stages), whose
-    // rest of the SM then goes to a deeper pipeline; (2K, 128) stays
+    // one block per SM though two fit (126-128 of the H100's 132 SMs:
+    // (128K, 2) takes 63 equal chunks of 33 stages); (2K, 128) stays
     // unsplit, and so does (1K, 256), whose 256 blocks need both slots.
     let dev = &DeviceInfo::H100_SXM;
     for (dtype, kv_format) in [(Dtype::Bf16, KvFormat::Bf16), (Dtype::F16, KvFormat::F16)] {
         for (ctx, batch, splits) in [(1024u32, 256u32, 1u32), (2048, 128, 1), (4096, 64, 2), (8192, 32, 4), (16384, 16, 8), (65536, 4, 32), (131072, 2, 63)] {
             let shape = DecodeShape { dtype, kv_format, ..DecodeShape::bf16(batch, 16, 1, 128, 3, ctx) };
             let p = plan(&shape, &vec![ctx; batch as usize], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
-            let per_sm = if batch == 256 { 2 } else { 1 };
-            assert_eq!((p.variant(), p.blocks_per_sm(), p.max_splits()), (Variant::Wgmma, per_sm, splits), "{dtype:?} ({ctx}, {batch})");
+            assert_eq!((p.variant(), p.blocks_per_sm(), p.max_splits()), (Variant::Wgmma, 2, splits), "{dtype:?} ({ctx}, {batch})");
             assert_covers(&p);
         }
     }
@@ -378,10 +354,9 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     assert_eq!(variant(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Variant::Wide);
     // Grid B's plan: warpgroups of 64 rows, two per block (one per 32-key
     // step of a 64-key stage); two blocks fit per SM, but the splits fill
-    // one per SM (2 × 64 = 128 blocks: docs/perf.md, eighteenth session),
-    // whose shared memory then holds a deeper pipeline (one block per SM).
+    // one per SM (2 × 64 = 128 blocks: docs/perf.md, eighteenth session).
     let p = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 1));
+    assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 2));
     assert_eq!(p.max_splits(), 2);
     assert_covers(&p);
     // Quantized, strided: stages of 64 keys (not the wide kernels' 128); on

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, deep_pipeline, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS, DEEP_STAGES,
+    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -888,18 +888,6 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
     };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
-    let blocks = work.len() as u64 * blocks_per_len;
-    let longest_item = seq_lens.iter().map(|&l| l.min(chunk_keys)).max().unwrap_or(1);
-    let (stages, smem_bytes, blocks_per_sm) = match deep_stages(shape, variant, specialized, blocks, longest_item, dev) {
-        Some(deep) if deep > stages => {
-            let smem = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift, deep, specialized);
-            match self::blocks_per_sm(dev, kernel, threads, smem) {
-                fit if fit > 0 && smem <= dev.max_smem_per_block => (deep, smem, fit),
-                _ => (stages, smem_bytes, blocks_per_sm),
-            }
-        }
-        _ => (stages, smem_bytes, blocks_per_sm),
-    };
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
@@ -923,21 +911,6 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         specialized,
         layout,
     })
-}
-
-/// Stages of a deep pipeline ([`deep_pipeline`]) for a grid of `blocks`
-/// blocks whose longest work item has `longest_item` keys: as many as that
-/// item fills, up to [`DEEP_STAGES`], when every block has an SM of its own
-/// (`blocks ≤ sm_count`, so the deeper ring's shared memory costs no
-/// resident block); `None` where the kernel has none or the grid needs more
-/// than one block per SM. Measured on an H100 (docs/perf.md, nineteenth
-/// session).
-pub fn deep_stages(shape: &DecodeShape, variant: Variant, specialized: bool, blocks: u64, longest_item: u32, dev: &DeviceInfo) -> Option<u32> {
-    if specialized || !deep_pipeline(shape.kv_format, variant, shape.is_paged()) || blocks > dev.sm_count as u64 {
-        return None;
-    }
-    let tiles = longest_item.div_ceil(tile_config(shape.kv_format, shape.head_dim, variant).keys_per_stage);
-    Some(tiles.clamp(1, DEEP_STAGES))
 }
 
 /// Threads of an attention block of `warps_m × warps_k` compute warps: the

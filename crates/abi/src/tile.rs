@@ -227,23 +227,8 @@ pub const fn wgmma_conversion_job(t: u32, i: u32, chunks: u32) -> (bool, u32, u3
 }
 
 /// Pipeline depth of every format (the kernel's `cp.async.wait_group`
-/// immediate is derived from it, so it is one constant, not per format),
-/// except where [`deep_pipeline`] allows more.
+/// immediate is derived from it, so it is one constant, not per format).
 pub const PIPELINE_STAGES: u32 = 3;
-
-/// Most stages of a [`deep_pipeline`] kernel: with the 16 KiB Q tile, six
-/// 32 KiB stages are 208 KiB, one block per SM.
-pub const DEEP_STAGES: u32 = 6;
-
-/// Whether a kernel's ring of `cp.async` stages may be deeper than
-/// [`PIPELINE_STAGES`] (up to [`DEEP_STAGES`]; `DecodeParams::stages` then
-/// sets the depth): the strided wgmma kernels of 16-bit caches, whose
-/// blocks, where the grid gives each one an SM of its own, hold five
-/// stages in flight instead of two. The planner decides (`host::plan`,
-/// docs/perf.md, nineteenth session).
-pub const fn deep_pipeline(format: KvFormat, variant: Variant, paged: bool) -> bool {
-    matches!(variant, Variant::Wgmma) && !format.is_quantized() && !paged
-}
 
 /// fp32 pitch (in floats) of one row of the block's output accumulator in
 /// shared memory; padded so the quad-strided fragment stores spread over banks.

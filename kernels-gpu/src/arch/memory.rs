@@ -49,19 +49,6 @@ pub fn cp_async_wait<const N: u32>() {
     unsafe { core::arch::asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
 }
 
-/// [`cp_async_wait`] with a run-time count (`n` ≤ 4; larger waits for 4):
-/// one uniform branch per immediate.
-#[inline(always)]
-pub fn cp_async_wait_dyn(n: u32) {
-    match n {
-        0 => cp_async_wait::<0>(),
-        1 => cp_async_wait::<1>(),
-        2 => cp_async_wait::<2>(),
-        3 => cp_async_wait::<3>(),
-        _ => cp_async_wait::<4>(),
-    }
-}
-
 /// `ld.global.nc.b32`: read-only load through the non-coherent cache.
 ///
 /// # Safety

@@ -5,9 +5,7 @@
 //! A block's shared memory holds `p.stages` stages (fewer than
 //! `PIPELINE_STAGES` only when the plan's longest work item fills fewer,
 //! `decode_attn_abi::stages_for`): an item of n stages' keys touches stages
-//! 0..n only, so the ring never reaches past what was reserved. The strided
-//! 16-bit wgmma kernels' ring is `p.stages` deep when the plan gives more
-//! (`decode_attn_abi::deep_pipeline`).
+//! 0..n only, so the ring never reaches past what was reserved.
 //!
 //! Paged caches: a stage's rows are addressed through the page ids of its
 //! pages, which the block copies from the block table into a ring in shared
@@ -22,7 +20,7 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{deep_pipeline, page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{mbarrier, memory, shared, thread};
@@ -84,8 +82,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// ones issue and wait through [`Pipeline::issue_bulk`] /
     /// [`Pipeline::wait_bulk`] instead of those.)
     const BULK: bool = WGMMA && F::FORMAT.is_quantized() && !PAGED;
-    /// The ring may be deeper than `PIPELINE_STAGES` ([`deep_pipeline`]).
-    const DEEP: bool = deep_pipeline(F::FORMAT, Self::VARIANT, PAGED);
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
@@ -129,18 +125,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     pub fn v_side(&self, stage: u32) -> u32 {
         self.k_side(stage) + Self::CFG.side_bytes * Self::CFG.keys_per_stage
     }
-    /// Stages in the ring: `p.stages` where the plan gives a deep pipeline
-    /// more than `PIPELINE_STAGES`, else `PIPELINE_STAGES` (with fewer
-    /// stages reserved, the item's tiles never wrap around the ring).
-    #[inline(always)]
-    fn depth(&self) -> u32 {
-        if Self::DEEP && self.p.stages > PIPELINE_STAGES {
-            self.p.stages
-        } else {
-            PIPELINE_STAGES
-        }
-    }
-
     /// Every tile of `stage`.
     #[inline(always)]
     pub fn tiles(&self, stage: u32) -> StageTiles {
@@ -278,7 +262,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         let tid = if WGMMA && F::FORMAT.is_quantized() { thread::opaque(thread::thread_idx_x()) } else { thread::thread_idx_x() };
         let nthreads = thread::block_dim_x();
         let kt = Self::CFG.keys_per_stage;
-        let stage = if Self::DEEP { t % self.depth() } else { t % PIPELINE_STAGES };
+        let stage = t % PIPELINE_STAGES;
         let first = self.item.kv_start + t * kt;
         let end = self.item.kv_end;
         if PAGED {
@@ -321,7 +305,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
     }
 
-    /// Starts the first `depth - 1` tiles (one commit group each).
+    /// Starts the first `PIPELINE_STAGES - 1` tiles (one commit group each).
     ///
     /// # Safety
     /// The params' buffers must hold the item's rows (the host checked them).
@@ -347,8 +331,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             memory::cp_async_wait::<0>();
             thread::sync_threads();
         }
-        let ahead = if Self::DEEP { self.depth() - 1 } else { PIPELINE_STAGES - 1 };
-        for t in 0..ahead {
+        for t in 0..PIPELINE_STAGES - 1 {
             if t < self.n_tiles {
                 self.load(t);
             }
@@ -357,24 +340,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     }
 
     /// Waits until tile `t` has landed for the whole block and starts the
-    /// tile `depth - 1` ahead (into the stage consumed in step `t - 1`,
-    /// which every warp finished before this barrier). Returns `t`'s stage.
+    /// tile `PIPELINE_STAGES - 1` ahead (into the stage consumed in step
+    /// `t - 1`, which every warp finished before this barrier). Returns `t`'s stage.
     ///
     /// # Safety
     /// As [`Pipeline::prefetch`]; every thread of the block calls it.
     #[inline(always)]
     pub unsafe fn advance(&self, t: u32) -> u32 {
-        if Self::DEEP {
-            // (The other kernels keep their constant ring: their PTX is unchanged.)
-            let depth = self.depth();
-            memory::cp_async_wait_dyn(depth - 2);
-            thread::sync_threads();
-            if t + depth - 1 < self.n_tiles {
-                self.load(t + depth - 1);
-            }
-            memory::cp_async_commit();
-            return t % depth;
-        }
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
         if Self::BULK {
             self.wait_bulk(t);
