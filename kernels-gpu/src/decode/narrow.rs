@@ -17,7 +17,7 @@
 //! `2c` and `2c + 1` (c = lane % 4) for keys `g` and `g + 8`, so row maxima
 //! and sums reduce over the 8 lanes of a column, not a quad.
 
-use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MMA_M};
+use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
 
 use super::pipeline::Pipeline;
 use super::{block_kv_head, block_work, keep_item, keep_seq_len, convert_q, epilogue, mask_from, qo_row_addr, row_info};
@@ -175,5 +175,5 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue::<F, D, CLUSTER>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }

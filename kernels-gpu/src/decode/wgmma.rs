@@ -35,6 +35,10 @@ use crate::state;
 /// Score tiles (n8) of one 32-key step.
 const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
 
+/// Most compute warpgroups of a block (one per 32-key step of a 64-key
+/// stage): the epilogue's bound on the row states it combines.
+const WGMMA_WARPS_K: usize = (WGMMA_M / WGMMA_KEYS) as usize;
+
 /// # Safety
 /// Launched by the host with the planner's grid, block (`warps_m` = 4) and
 /// shared memory, on buffers it validated.
@@ -178,7 +182,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     };
     let l = l.map(warp::quad_sum);
     // (The warpgroup afresh too, for the same reason.)
-    epilogue::<F, D, CLUSTER>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
+    epilogue::<F, D, CLUSTER, WGMMA_WARPS_K>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
 }
 
 /// The warp-specialised form of [`decode_wgmma`] for strided quantized
@@ -386,7 +390,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     };
     let l = l.map(warp::quad_sum);
     let warp_k = if producer { 0 } else { group };
-    epilogue::<F, D, CLUSTER>(p, row0, warp_k, quad == 0 && !producer, rows, m, l, smem, store);
+    epilogue::<F, D, CLUSTER, WGMMA_WARPS_K>(p, row0, warp_k, quad == 0 && !producer, rows, m, l, smem, store);
 }
 
 /// What one warpgroup's 32-key step reads: the K and V rows' descriptors,
