@@ -22,28 +22,31 @@
 use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
 
 use crate::arch::{math::rcp, memory, shared, thread, warp};
-use crate::decode::{block_work, capacity_len};
+use crate::decode::capacity_len;
 use crate::format::Half;
 use crate::state;
 
-/// After a split block wrote its partial rows (`rows_here` of them):
-/// counts the block, and in the last block of the sequence merges every
-/// slot of those rows. `flag`: 4 bytes of free shared memory. Every thread
-/// of the block calls it.
+/// After a split block wrote its partial rows (`rows_here` of them) of
+/// sequence `batch`: counts the block, and in the last block of the
+/// sequence merges every slot of those rows. `flag`: 4 bytes of free shared
+/// memory. Every thread of the block calls it.
 ///
-/// The block's work item, kv head and first row are recomputed here (once
-/// per block) rather than kept live across the attention loop.
+/// The sequence comes from the epilogue (`keep_item`'s shared copy): its
+/// merge item is then one global load (capacity plans: the device length,
+/// one load), where the work item's re-read, its length and then the merge
+/// item were three dependent ones before the block could count itself
+/// (docs/perf.md, nineteenth session). The kv head and first row are
+/// recomputed rather than kept live across the attention loop.
 ///
 /// # Safety
 /// `p.merge` and `p.merge_counters` as `DecodeParams` documents them; the
 /// block's partial rows are written.
 #[inline(always)]
-pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, rows_here: u32, flag: u32) {
-    // A block that merges has a work item.
-    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
+pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
     let (kvh, row0) = (crate::decode::block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
-    let seq = merge_item(p.merge, item.batch, seq_len, p.q_len, p.chunk_keys, p.chunks_per_seq);
-    let index = (item.batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
+    let len = if p.chunks_per_seq != 0 { capacity_len(p.seq_lens, batch, p.max_seq_len) } else { 0 };
+    let seq = merge_item(p.merge, batch, len, p.q_len, p.chunk_keys, p.chunks_per_seq);
+    let index = (batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;
     // Every thread's partial rows are written before thread 0 releases them.
     thread::sync_threads();
@@ -66,7 +69,7 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>
             let global = row0 + r;
             (global / p.group, kvh * p.group + global % p.group)
         };
-        merge_rows::<H, D>(&target, item.batch, &seq, rows_here, row_of);
+        merge_rows::<H, D>(&target, batch, &seq, rows_here, row_of);
     }
 }
 

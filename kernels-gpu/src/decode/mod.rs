@@ -721,6 +721,6 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     }
     if partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
-        crate::merge::merge_if_last::<F::Query, D, CLUSTER>(p, rows_here, acc);
+        crate::merge::merge_if_last::<F::Query, D, CLUSTER>(p, batch, rows_here, acc);
     }
 }
