@@ -44,8 +44,7 @@ use crate::state;
 #[inline(always)]
 pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
     let (kvh, row0) = (crate::decode::block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
-    let len = if p.chunks_per_seq != 0 { capacity_len(p.seq_lens, batch, p.max_seq_len) } else { 0 };
-    let seq = merge_item(p.merge, batch, len, p.q_len, p.chunk_keys, p.chunks_per_seq);
+    let seq = merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq);
     let index = (batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;
     // Every thread's partial rows are written before thread 0 releases them.
@@ -81,10 +80,7 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>
 /// attention kernel wrote every slot of the merge items.
 #[inline(always)]
 pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
-    let b = thread::block_idx_x();
-    // Plans of host lengths: no capacity length is needed (or read).
-    let len = if p.chunks_per_seq != 0 { capacity_len(p.seq_lens, b, p.max_seq_len) } else { 0 };
-    let seq = merge_item(p.merge, b, len, p.q_len, p.chunk_keys, p.chunks_per_seq);
+    let seq = merge_item(p.merge, p.seq_lens, p.max_seq_len, thread::block_idx_x(), p.q_len, p.chunk_keys, p.chunks_per_seq);
     // Launched as a programmatic dependent of the attention kernel, the
     // block may run before that grid ends: the lengths and merge items were
     // written before it began, its partials are waited for here. Every block
@@ -105,11 +101,14 @@ pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
     }
 }
 
-/// Sequence `batch`'s merge item: from its current (capped) length `len`
-/// for capacity plans (`chunks_per_seq` ≠ 0), else from the uploaded
-/// `[batch]` items at `merge`.
+/// Sequence `batch`'s merge item: for capacity plans (`chunks_per_seq` ≠
+/// 0) from its device length in `seq_lens` (capped at `max_seq_len`), else
+/// from the uploaded `[batch]` items at `merge` (no length is read).
 #[inline(always)]
-unsafe fn merge_item(merge: u64, batch: u32, len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> MergeItem {
+unsafe fn merge_item(merge: u64, seq_lens: u64, max_seq_len: u32, batch: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> MergeItem {
+    // (The length as a value before the branch, as the callers had it: read
+    // inside the branch, LLVM laid out 146 kernels' merge paths anew.)
+    let len = if chunks_per_seq != 0 { capacity_len(seq_lens, batch, max_seq_len) } else { 0 };
     if chunks_per_seq != 0 {
         capacity_merge_item(batch, len, q_len, chunk_keys, chunks_per_seq)
     } else {
