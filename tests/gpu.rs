@@ -100,6 +100,12 @@ fn cases() -> Vec<Case> {
         // Found by the fuzzer (zero-mean constant V rows cancelled; see
         // Distribution::ConstantRows): one row of 320 constant keys.
         add("fuzz-constant-rows", shape(dtype, 1, 1, 1, 128, 1, 320, KvLayout::Nhd), vec![320], Auto, Distribution::ConstantRows, Some(2802738965915679055));
+        // Equal lengths whose items a capacity plan would derive: the
+        // blocks compute them from the length in the params (no work list),
+        // merged in the attention kernel, by the merge kernel, and unsplit.
+        add("uniform-in-attention-merge", shape(dtype, 2, 8, 2, 128, 3, 2048, KvLayout::Nhd), vec![2048, 2048], ChunkKeys(512), Heavy, None);
+        add("uniform-merge-kernel", shape(dtype, 2, 16, 1, 128, 3, 4096, KvLayout::Nhd), vec![4096, 4096], ChunkKeys(64), Heavy, None);
+        add("uniform-unsplit", shape(dtype, 3, 4, 4, 128, 1, 700, KvLayout::Nhd), vec![700; 3], Never, Normal, None);
         // Many sequences with random lengths and the automatic planner.
         let mut rng = decode_attn::testing::Rng::new(7);
         let lens: Vec<u32> = (0..24).map(|_| 1 + rng.below(3000) as u32).collect();
@@ -123,6 +129,9 @@ fn cases() -> Vec<Case> {
             add("gqa8-split-cluster-merge", q(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
             add("gqa8-split-global-merge", q(shape(dtype, 2, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 6000], ChunkKeys(3000), Heavy, None);
             add("mha-8-chunks-cluster-merge", q(shape(dtype, 3, 4, 4, 128, 2, 4096, KvLayout::Hnd)), vec![4096, 1000, 2], ChunkKeys(512), Heavy, None);
+            add("uniform-in-attention-merge", q(shape(dtype, 2, 8, 2, 128, 3, 2048, KvLayout::Nhd)), vec![2048, 2048], ChunkKeys(512), Heavy, None);
+            add("uniform-merge-kernel", q(shape(dtype, 2, 16, 1, 128, 3, 4096, KvLayout::Nhd)), vec![4096, 4096], ChunkKeys(128), Heavy, None);
+            add("uniform-unsplit", q(shape(dtype, 3, 4, 4, 128, 1, 700, KvLayout::Nhd)), vec![700; 3], Never, Normal, None);
             // Padded strides (in the cache's values): 16 bytes of padding per row, 2 rows per token.
             let pad = 128 / format.bits();
             let padded = KvLayout::Strided { batch: 40 * 2 * (128 + pad) as u64, token: 2 * (128 + pad) as u64, head: (128 + pad) as u64 };
@@ -165,6 +174,8 @@ fn paged_cases() -> Vec<Case> {
                 add(format, dtype, 128, packing(ps, other), 16, 1, 1, lens.clone(), SplitPolicy::Auto);
             }
         }
+        // Equal lengths (items from the length in the params), split.
+        add(format, dtype, 128, Paging::packed(16, TokenMajor), 8, 2, 3, vec![3 * stage; 2], SplitPolicy::ChunkKeys(stage));
         for d in [64u32, 256].into_iter().filter(|&d| format.supports_head_dim(d)) {
             let stage = decode_attn::plan::stage_keys(format, d);
             for packing in [Paging::new, Paging::packed] {

@@ -511,3 +511,30 @@ fn auto_splits_cut_the_longest_sequence_into_equal_chunks() {
         }
     }
 }
+
+#[test]
+fn equal_lengths_run_without_a_work_list_when_the_items_are_a_capacity_plans() {
+    let dev = &DeviceInfo::H100_SXM;
+    let merge_global = PlanOptions { split: SplitPolicy::ChunkKeys(256), merge: MergeChoice::Global, ..Default::default() };
+    // Grid D (1, 1K): four chunks of 256 keys per kv head, merged in the
+    // attention kernel: the blocks derive their items from the length.
+    let d = DecodeShape::bf16(1, 32, 32, 128, 1, 1024);
+    let p = plan(&d, &[1024], dev, &KERNEL, &merge_global).unwrap();
+    assert_eq!((p.max_splits(), p.uniform_len()), (4, Some(1024)));
+    // Unsplit and merge-kernel plans alike.
+    let b = DecodeShape::bf16(4, 16, 1, 128, 3, 4096);
+    assert_eq!(plan(&b, &[4096; 4], dev, &KERNEL, &opts(SplitPolicy::Never)).unwrap().uniform_len(), Some(4096));
+    let p = plan(&b, &[4096; 4], dev, &KERNEL, &PlanOptions { split: SplitPolicy::ChunkKeys(64), ..Default::default() }).unwrap();
+    assert_eq!((p.merge_mode(), p.uniform_len()), (MergeMode::Kernel, Some(4096)));
+    // Ragged lengths keep the list; so do equal lengths whose short last
+    // chunks the list orders after every full one (1000 = 3 × 256 + 232).
+    assert_eq!(plan(&b, &[4096, 4096, 4096, 4095], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap().uniform_len(), None);
+    assert_eq!(plan(&b, &[1000; 4], dev, &KERNEL, &merge_global).unwrap().uniform_len(), None);
+    // A single sequence's short last chunk is last either way.
+    assert_eq!(plan(&d, &[1000], dev, &KERNEL, &merge_global).unwrap().uniform_len(), Some(1000));
+    // Cluster merges and capacity plans never.
+    let cluster = PlanOptions { split: SplitPolicy::ChunkKeys(512), merge: MergeChoice::Cluster, ..Default::default() };
+    let p = plan(&d, &[1024], dev, &KERNEL, &cluster).unwrap();
+    assert_eq!((p.merge_mode(), p.uniform_len()), (MergeMode::Cluster, None));
+    assert_eq!(decode_attn::plan::plan_capacity(&d, dev, &KERNEL, &merge_global).unwrap().uniform_len(), None);
+}

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
+    capacity_merge_item, capacity_work_item, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -290,6 +290,11 @@ pub struct Plan {
     pub(crate) cluster: u32,
     /// Runs the warp-specialised wgmma kernel ([`SpecializeChoice`]).
     pub(crate) specialized: bool,
+    /// `(length, chunks per sequence)` when every sequence has the same
+    /// length and the work and merge items are exactly a capacity plan's at
+    /// that length ([`uniform_work`]): runs pass the length in the kernel's
+    /// params, so no block loads its work item, length or merge item.
+    pub(crate) uniform: Option<(u32, u32)>,
     pub(crate) layout: WorkspaceLayout,
 }
 
@@ -320,6 +325,12 @@ impl Plan {
     }
     pub fn mode(&self) -> PlanMode {
         self.mode
+    }
+    /// The length every sequence has when the plan's blocks compute their
+    /// work from it instead of loading a work list (equal host lengths whose
+    /// items are a capacity plan's at that length; not cluster merges).
+    pub fn uniform_len(&self) -> Option<u32> {
+        self.uniform.map(|(len, _)| len)
     }
     /// Whether runs read lengths (and the block table) from device memory.
     pub fn is_capacity(&self) -> bool {
@@ -707,6 +718,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
         cluster,
         work: Vec::new(),
         merges: Vec::new(),
+        uniform: None,
         layout,
         ..planned
     })
@@ -888,6 +900,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
     };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
+    let uniform = if cluster > 1 { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len) };
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
@@ -909,8 +922,31 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         blocks_per_sm,
         cluster,
         specialized,
+        uniform,
         layout,
     })
+}
+
+/// `(length, chunks per sequence)` when every sequence of `seq_lens` has
+/// the same length and `work` / `merges` are item for item what a capacity
+/// plan's blocks derive at that length (`decode_attn_abi::capacity_work_item`,
+/// `capacity_merge_item`): then a run passes the length in the params and
+/// a null length pointer, and every block computes its item instead of
+/// loading it — one dependent load fewer before its first copy, and the
+/// merging block's merge item too (the work list is evicted from L2 by the
+/// time a step that streams the cache reads it). Cluster plans keep their
+/// list (their slots are ranks, not a capacity plan's).
+pub fn uniform_work(seq_lens: &[u32], work: &[WorkItem], merges: &[MergeItem], chunk_keys: u32, q_len: u32) -> Option<(u32, u32)> {
+    let &len = seq_lens.first()?;
+    if seq_lens.iter().any(|&l| l != len) {
+        return None;
+    }
+    let chunks = chunks_of(len, chunk_keys);
+    let same_work = work.len() as u64 == seq_lens.len() as u64 * chunks as u64
+        && work.iter().enumerate().all(|(x, w)| capacity_work_item(x as u32, len, q_len, chunk_keys, chunks) == Some(*w));
+    let same_merges = merges.is_empty() && chunks == 1
+        || merges.len() == seq_lens.len() && merges.iter().enumerate().all(|(b, m)| capacity_merge_item(b as u32, len, q_len, chunk_keys, chunks) == *m);
+    (same_work && same_merges).then_some((len, chunks))
 }
 
 /// Threads of an attention block of `warps_m × warps_k` compute warps: the

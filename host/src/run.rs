@@ -519,10 +519,13 @@ impl DecodeAttention {
             // a pageable source is staged before this call returns.
             unsafe { driver("cuMemcpyHtoDAsync", cuda::cuMemcpyHtoDAsync_v2(ws, meta.as_ptr() as *const c_void, meta.len(), stream))? };
         }
-        // Capacity plans: the blocks read the device lengths themselves.
-        let (chunks_per_seq, seq_lens) = match (plan.mode, step) {
-            (PlanMode::Capacity { chunks_per_seq }, Some(step)) => (chunks_per_seq, step.seq_lens.addr),
-            _ => (0, ws + plan.layout.seq_lens as u64),
+        // Capacity plans: the blocks read the device lengths themselves;
+        // uniform ones (`Plan::uniform`) take theirs from the params (a null
+        // length pointer: every sequence is `max_seq_len` long).
+        let (chunks_per_seq, seq_lens, max_seq_len) = match (plan.mode, step, plan.uniform) {
+            (PlanMode::Capacity { chunks_per_seq }, Some(step), _) => (chunks_per_seq, step.seq_lens.addr, shape.max_seq_len),
+            (PlanMode::Lengths, _, Some((len, chunks_per_seq))) => (chunks_per_seq, 0, len),
+            _ => (0, ws + plan.layout.seq_lens as u64, shape.max_seq_len),
         };
 
         let (page_shift, num_pages) = shape.page_geometry().unwrap_or((0, 0));
@@ -572,7 +575,7 @@ impl DecodeAttention {
             merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + plan.layout.merge_counters as u64 } else { 0 },
             chunks_per_seq,
             chunk_keys: plan.chunk_keys,
-            max_seq_len: shape.max_seq_len,
+            max_seq_len,
             stages: plan.stages,
             cluster_log2: plan.cluster.max(1).trailing_zeros(),
         };
@@ -597,7 +600,7 @@ impl DecodeAttention {
                 seq_lens,
                 chunks_per_seq,
                 chunk_keys: plan.chunk_keys,
-                max_seq_len: shape.max_seq_len,
+                max_seq_len,
                 rows_per_block: plan.merge_rows_per_block(),
             };
             let name = merge_kernel_name(shape.dtype, shape.head_dim).expect("validated head_dim");

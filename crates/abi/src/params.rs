@@ -56,6 +56,8 @@ pub struct DecodeParams {
     /// `[num_work_items]` [`WorkItem`].
     pub work: u64,
     /// `[batch]` u32: current length of each sequence, new tokens included.
+    /// Null in a uniform plan's run (`chunks_per_seq` set): every sequence
+    /// is `max_seq_len` long, and no block loads a length.
     pub seq_lens: u64,
     pub k_stride_batch: u64,
     pub k_stride_token: u64,
@@ -114,6 +116,9 @@ pub struct DecodeParams {
     /// `max_seq_len`) with [`capacity_work_item`], and its merge item with
     /// [`capacity_merge_item`]; `work` and `merge` are not read. No launch
     /// before the attention kernel, so a graph of a step is one kernel.
+    /// Plans of host lengths that are all equal and whose items are these
+    /// (`host::plan::uniform_work`) run the same way, with a null
+    /// `seq_lens` and their length as `max_seq_len`.
     pub chunks_per_seq: u32,
     pub chunk_keys: u32,
     pub max_seq_len: u32,

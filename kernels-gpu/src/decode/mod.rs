@@ -137,6 +137,10 @@ pub(crate) fn cluster_log2<const CLUSTER: bool>(p: &DecodeParams) -> u32 {
 /// (a larger value is read as the capacity).
 #[inline(always)]
 pub(crate) unsafe fn capacity_len(seq_lens: u64, batch: u32, max_seq_len: u32) -> u32 {
+    if seq_lens == 0 {
+        // A uniform plan (`DecodeParams::seq_lens`): every sequence is this long.
+        return max_seq_len;
+    }
     (*(seq_lens as *const u32).add(batch as usize)).min(max_seq_len)
 }
 
