@@ -178,7 +178,36 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_m = warp % p.warps_m;
     let warp_k = warp / p.warps_m;
 
-    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
+    // Capacity plans (16-bit strided caches): a sequence's first chunk
+    // starts at key 0 whatever the sequence's device length, so its block
+    // issues its first stages for the chunk at full capacity before that
+    // length arrives (rows below the capacity are in bounds), and zeroes
+    // the copied rows past the real end as they land
+    // (`Pipeline::advance_guessed`). Without it every block of a CUDA-graph
+    // step waited for its length's round trip before its first copy,
+    // which planned launches of equal lengths no longer do
+    // (`plan::uniform_work`; docs/perf.md, twentieth session).
+    let guessed_end = if const { !PAGED && !CLUSTER && !F::FORMAT.is_quantized() } && p.chunks_per_seq != 0 && p.seq_lens != 0 {
+        let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, 0);
+        if x % p.chunks_per_seq == 0 {
+            let end = p.chunk_keys.min(p.max_seq_len);
+            let guess = WorkItem { batch: x / p.chunks_per_seq, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
+            Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, guess, block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base()).prefetch();
+            end
+        } else {
+            0
+        }
+    } else {
+        0
+    };
+    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else {
+        // (A sequence shorter than its new tokens: no work, but the guessed
+        // copies must land before the block's shared memory is released.)
+        if guessed_end != 0 {
+            memory::cp_async_wait::<0>();
+        }
+        return;
+    };
     keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head::<CLUSTER>(p);
@@ -212,7 +241,9 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let early_rows = q_conv.then(rows);
 
     let pipe = Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, item, kvh, smem);
-    pipe.prefetch();
+    if guessed_end == 0 {
+        pipe.prefetch();
+    }
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     let [ra, rb] = early_rows.unwrap_or_else(rows);
@@ -249,7 +280,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // (A closure-taking loop helper shared with the other variant cost the
     // narrow int4 kernel 34 registers; the loop stays written out.)
     for t in 0..pipe.n_tiles {
-        let stage = pipe.advance(t);
+        let stage = pipe.advance_guessed(t, guessed_end);
         let tile_first = item.kv_start + t * kt;
         let mut sub = warp_k * KEYS_PER_WARP_STEP;
         while sub < kt && tile_first + sub < item.kv_end {
