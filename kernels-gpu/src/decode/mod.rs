@@ -187,20 +187,24 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // step waited for its length's round trip before its first copy,
     // which planned launches of equal lengths no longer do
     // (`plan::uniform_work`; docs/perf.md, twentieth session).
-    let guessed_end = if const { !PAGED && !CLUSTER && !F::FORMAT.is_quantized() } && p.chunks_per_seq != 0 && p.seq_lens != 0 {
+    let (guessed_end, work) = if const { !PAGED && !CLUSTER && !F::FORMAT.is_quantized() } && p.chunks_per_seq != 0 && p.seq_lens != 0 {
         let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, 0);
         if x % p.chunks_per_seq == 0 {
+            // The length's load first, its use after the copies: issued
+            // behind them it came back behind their bytes (bf16 D (64,
+            // 128)'s graph replay +3 µs, docs/perf.md).
+            let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
             let end = p.chunk_keys.min(p.max_seq_len);
             let guess = WorkItem { batch: x / p.chunks_per_seq, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
             Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, guess, block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base()).prefetch();
-            end
+            (end, capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq).map(|item| (item, len)))
         } else {
-            0
+            (0, block_work::<CLUSTER>(p))
         }
     } else {
-        0
+        (0, block_work::<CLUSTER>(p))
     };
-    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else {
+    let Some((item, seq_len)) = work else {
         // (A sequence shorter than its new tokens: no work, but the guessed
         // copies must land before the block's shared memory is released.)
         if guessed_end != 0 {
