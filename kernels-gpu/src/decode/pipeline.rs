@@ -83,7 +83,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// [`Pipeline::wait_bulk`] instead of those.)
     const BULK: bool = WGMMA && F::FORMAT.is_quantized() && !PAGED;
     /// Pipelines whose first tiles may be issued for a guessed item
-    /// ([`Pipeline::advance_guessed`]): the strided wide kernels'.
+    /// ([`Pipeline::zero_past_guessed_end`]): the strided wide kernels'.
     const GUESSABLE: bool = WIDE && !WGMMA && !PAGED;
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
@@ -350,28 +350,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// As [`Pipeline::prefetch`]; every thread of the block calls it.
     #[inline(always)]
     pub unsafe fn advance(&self, t: u32) -> u32 {
-        self.advance_guessed(t, 0)
-    }
-
-    /// [`Pipeline::advance`] of a pipeline whose first tiles were issued
-    /// for a guessed item `0 .. guessed_end` (0: none) of the same rows
-    /// before this one's end was known (`decode::decode`): rows of those
-    /// tiles at or past the real end were copied rather than zero-filled,
-    /// so before the block barrier each thread zeroes the ones it copied
-    /// (its own copies have landed: same thread, after its wait). Strided
-    /// 16-bit wide kernels only (their copy's thread-to-chunk mapping).
-    ///
-    /// # Safety
-    /// As [`Pipeline::advance`]; `guessed_end` ≥ the item's end, the item
-    /// starting at key 0.
-    #[inline(always)]
-    pub unsafe fn advance_guessed(&self, t: u32, guessed_end: u32) -> u32 {
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
         if Self::BULK {
             self.wait_bulk(t);
-        }
-        if Self::GUESSABLE && t < PIPELINE_STAGES - 1 && self.item.kv_end < guessed_end.min((t + 1) * Self::CFG.keys_per_stage) {
-            self.zero_rows_past_end(t);
         }
         thread::sync_threads();
         if t + PIPELINE_STAGES - 1 < self.n_tiles {
@@ -379,6 +360,32 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
         memory::cp_async_commit();
         t % PIPELINE_STAGES
+    }
+
+    /// A pipeline whose first tiles were issued for a guessed item
+    /// `0 .. guessed_end` of the same rows before this one's end was known
+    /// (`decode::decode`): rows of those tiles at or past the real end were
+    /// copied rather than zero-filled. Waits for this thread's copies and
+    /// zeroes the ones it issued there (same thread, after its wait; the
+    /// first [`Pipeline::advance`]'s block barrier orders them before any
+    /// reader). Only when the real end falls inside those tiles: a sequence
+    /// shorter than its first stages.
+    ///
+    /// # Safety
+    /// As [`Pipeline::advance`]; every thread of the block calls it; the
+    /// item starts at key 0 and ends at or before `guessed_end`.
+    #[inline(always)]
+    pub unsafe fn zero_past_guessed_end(&self, guessed_end: u32) {
+        let kt = Self::CFG.keys_per_stage;
+        if !Self::GUESSABLE || self.item.kv_end >= guessed_end.min((PIPELINE_STAGES - 1) * kt) {
+            return;
+        }
+        memory::cp_async_wait::<0>();
+        for t in 0..PIPELINE_STAGES - 1 {
+            if self.item.kv_end < guessed_end.min((t + 1) * kt) {
+                self.zero_rows_past_end(t);
+            }
+        }
     }
 
     /// Zeroes this thread's chunks (as `copy_rows` assigns them in the
