@@ -330,12 +330,12 @@ fn main() {
         }
     }
     for dtype in Dtype::ALL {
-        for split in [SplitPolicy::Never, SplitPolicy::ChunkKeys(128)] {
-            let name = format!("{}/capacity-sequences-without-work/{split:?}", dtype.name());
+        for (cap, split) in [(512, SplitPolicy::Never), (512, SplitPolicy::ChunkKeys(128)), (40, SplitPolicy::Auto)] {
+            let name = format!("{}/capacity-sequences-without-work/cap{cap}/{split:?}", dtype.name());
             if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
                 continue;
             }
-            match capacity_sequences_without_work(&attn, &stream, dtype, split) {
+            match capacity_sequences_without_work(&attn, &stream, dtype, cap, split) {
                 Ok(err) => {
                     println!("ok   {name:<60} rel_l2={err:.2e}, the other rows untouched");
                     passed += 1;
@@ -425,23 +425,25 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
     check_outputs(&outs, &reference).map(|err| (err, plan.max_splits()))
 }
 
-/// A capacity plan (wide kernel, 16-bit cache of capacity 512) whose device
-/// lengths leave sequences without work: one shorter than its new tokens
-/// (1 < q_len 2) and an empty slot (0). Their blocks return before any
-/// work (in the wide kernel after first-stage copies issued before the
+/// A capacity plan (wide kernel, 16-bit cache of capacity `cap`) whose
+/// device lengths leave sequences without work: one shorter than its new
+/// tokens (1 < q_len 2) and an empty slot (0). Their blocks return before
+/// any work (in the wide kernel after first-stage copies issued before the
 /// length was known, which must land before they leave); the other
-/// sequence (300 keys) matches the reference, and the rows of the two
-/// keep their NaN poison. The error of that sequence's rows.
-fn capacity_sequences_without_work(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, split: SplitPolicy) -> Result<f64, String> {
+/// sequence (300 keys, or 30 of a capacity of 40: one stage, whose copied
+/// rows past the length are zeroed) matches the reference, and the rows of
+/// the two keep their NaN poison. The error of that sequence's rows.
+fn capacity_sequences_without_work(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, cap: u32, split: SplitPolicy) -> Result<f64, String> {
     use decode_attn::cust::memory::DeviceBuffer;
     let e = |e: decode_attn::Error| e.to_string();
-    let s = shape(dtype, 3, 8, 2, 128, 2, 512, KvLayout::Nhd);
+    let s = shape(dtype, 3, 8, 2, 128, 2, cap, KvLayout::Nhd);
+    let long = if cap > 300 { 300 } else { 30 };
     let opts = PlanOptions { split, variant: VariantChoice::Force(Variant::Wide), ..Default::default() };
     let plan = attn.plan_capacity(&s, &opts).map_err(e)?;
     let mut ws = Workspace::for_plan(&plan).map_err(e)?;
-    // The inputs of lengths 300, 2, 2 (rows past them NaN); the device says 300, 1, 0.
-    let mut p = Problem::new(&s, &[300, 2, 2], Distribution::Normal, 77).map_err(e)?;
-    let lens = DeviceBuffer::from_slice(&[300u32, 1, 0]).map_err(|e| e.to_string())?;
+    // The inputs of lengths `long`, 2, 2 (rows past them NaN); the device says `long`, 1, 0.
+    let mut p = Problem::new(&s, &[long, 2, 2], Distribution::Normal, 77).map_err(e)?;
+    let lens = DeviceBuffer::from_slice(&[long, 1, 0]).map_err(|e| e.to_string())?;
     let step = decode_attn::StepInputs::lengths(&lens);
     let outs = p.run_twice(stream, |p| {
         let cache = p.own_cache();

@@ -381,10 +381,15 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             return;
         }
         memory::cp_async_wait::<0>();
-        for t in 0..PIPELINE_STAGES - 1 {
+        // Only the tiles the guess issued (`t · kt < guessed_end`): a plan
+        // of one stage has no second tile in shared memory (zeroing it
+        // anyway wrote past the block's allocation, found by the fuzzer).
+        let mut t = 0;
+        while t < PIPELINE_STAGES - 1 && t * kt < guessed_end {
             if self.item.kv_end < guessed_end.min((t + 1) * kt) {
                 self.zero_rows_past_end(t);
             }
+            t += 1;
         }
     }
 
