@@ -178,53 +178,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_m = warp % p.warps_m;
     let warp_k = warp / p.warps_m;
 
-    // Capacity plans (16-bit strided caches): a sequence's first chunk
-    // starts at key 0 whatever the sequence's device length, so its block
-    // issues its first stages for the chunk at full capacity before that
-    // length arrives (rows below the capacity are in bounds), and zeroes
-    // the copied rows past the real end (`Pipeline::zero_past_guessed_end`).
-    // Without it every block of a CUDA-graph step waited for its length's
-    // round trip before its first copy, which planned launches of equal
-    // lengths no longer do (`plan::uniform_work`; docs/perf.md, twentieth
-    // session). One `prefetch` for both paths: a second one cost the
-    // planned launches 0.2-0.4 µs on grid D.
-    let early = const { !PAGED && !CLUSTER && !F::FORMAT.is_quantized() };
-    let (item, seq_len, guessed_end) = if early {
-        let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, 0);
-        let guessing = p.chunks_per_seq != 0 && p.seq_lens != 0 && x % p.chunks_per_seq == 0;
-        let (first_item, known, guess_len) = if guessing {
-            // The length's load first, its use after the copies: issued
-            // behind them it came back behind their bytes (D (64, 128)'s
-            // graph replay 3 µs slower, docs/perf.md).
-            let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
-            (WorkItem { batch: x / p.chunks_per_seq, kv_start: 0, kv_end: p.chunk_keys.min(p.max_seq_len), partial_slot: DIRECT_OUTPUT }, None, len)
-        } else {
-            let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
-            (item, Some((item, seq_len)), 0)
-        };
-        let (kvh, smem) = (block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base());
-        if const { q_in_smem(D as u32) } {
-            // (Its copies join the first stage's group, as below.)
-            let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true, CLUSTER, false>::region_bytes(p);
-            stage_q::<D>(p, first_item.batch, kvh, thread::block_idx_z() * p.rows_per_block, q_tile, tid, nthreads);
-        }
-        Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, first_item, kvh, smem).prefetch();
-        match known {
-            Some((item, seq_len)) => (item, seq_len, 0),
-            None => match capacity_work_item(x, guess_len, p.q_len, p.chunk_keys, p.chunks_per_seq) {
-                Some(item) => (item, guess_len, first_item.kv_end),
-                None => {
-                    // No work (a sequence shorter than its new tokens): the
-                    // guessed copies land before the block's memory is released.
-                    memory::cp_async_wait::<0>();
-                    return;
-                }
-            },
-        }
-    } else {
-        let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
-        (item, seq_len, 0)
-    };
+    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head::<CLUSTER>(p);
@@ -243,7 +197,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let q_smem = const { q_in_smem(D as u32) };
     let q_tile = smem + pipeline::Pipeline::<F, D, PAGED, true, CLUSTER, false>::region_bytes(p);
     let q_scales = q_tile + p.warps_m * MMA_M * (D as u32) * 2;
-    if !early && !q_conv && q_smem {
+    if !q_conv && q_smem {
         stage_q::<D>(p, batch, kvh, row0, q_tile, tid, nthreads);
     }
     // The rows' key limits wait for the sequence's length, a load behind
@@ -258,11 +212,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let early_rows = q_conv.then(rows);
 
     let pipe = Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, item, kvh, smem);
-    if !early {
-        pipe.prefetch();
-    } else if guessed_end != 0 {
-        pipe.zero_past_guessed_end(guessed_end);
-    }
+    pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     let [ra, rb] = early_rows.unwrap_or_else(rows);
