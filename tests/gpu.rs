@@ -428,11 +428,12 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
 /// A capacity plan (wide kernel, 16-bit cache of capacity `cap`) whose
 /// device lengths leave sequences without work: one shorter than its new
 /// tokens (1 < q_len 2) and an empty slot (0). Their blocks return before
-/// any work (in the wide kernel after first-stage copies issued before the
-/// length was known, which must land before they leave); the other
-/// sequence (300 keys, or 30 of a capacity of 40: one stage, whose copied
-/// rows past the length are zeroed) matches the reference, and the rows of
+/// any work; the other sequence (300 keys, or 30 of a capacity of 40: a
+/// plan of one stage, split or not) matches the reference, and the rows of
 /// the two keep their NaN poison. The error of that sequence's rows.
+/// (Written for a kernel that issued a capacity block's first copies
+/// before its length arrived, docs/perf.md, twentieth session; kept for
+/// the early return itself.)
 fn capacity_sequences_without_work(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, cap: u32, split: SplitPolicy) -> Result<f64, String> {
     use decode_attn::cust::memory::DeviceBuffer;
     let e = |e: decode_attn::Error| e.to_string();
