@@ -538,3 +538,50 @@ fn equal_lengths_run_without_a_work_list_when_the_items_are_a_capacity_plans() {
     assert_eq!((p.merge_mode(), p.uniform_len()), (MergeMode::Cluster, None));
     assert_eq!(decode_attn::plan::plan_capacity(&d, dev, &KERNEL, &merge_global).unwrap().uniform_len(), None);
 }
+
+/// The kernels of a 16-bit wide strided shape as the library reads them:
+/// the planned launches' kernel, and its capacity twin at more registers.
+struct WideAndTwin {
+    twin: KernelInfo,
+}
+
+impl KernelLimits for WideAndTwin {
+    fn limits(&self, _specialized: bool) -> KernelInfo {
+        KernelInfo { max_threads_per_block: 384, regs_per_thread: 118 }
+    }
+    fn capacity_limits(&self, _specialized: bool) -> KernelInfo {
+        self.twin
+    }
+}
+
+#[test]
+fn capacity_plans_of_sixteen_bit_wide_strided_shapes_run_the_capacity_twin_planned_for_its_limits() {
+    let dev = &DeviceInfo::H100_SXM;
+    let global = PlanOptions { split: SplitPolicy::ChunkKeys(256), merge: MergeChoice::Global, ..Default::default() };
+    for (d, twin) in [(64, true), (128, true), (256, false)] {
+        let shape = DecodeShape::bf16(64, 32, 32, d, 1, 128);
+        let kernels = WideAndTwin { twin: KernelInfo { max_threads_per_block: 384, regs_per_thread: 121 } };
+        let cap = decode_attn::plan::plan_capacity(&shape, dev, &kernels, &global).unwrap();
+        assert_eq!((cap.variant(), cap.runs_capacity_twin()), (Variant::Wide, twin), "d{d}");
+        // Planned launches of the same lengths never run it.
+        let planned = plan(&shape, &[128; 64], dev, &kernels, &global).unwrap();
+        assert!(!planned.runs_capacity_twin());
+        // The capacity plan is made for the twin's registers: one that
+        // cannot fit a second block per SM gets one.
+        let heavy = WideAndTwin { twin: KernelInfo { max_threads_per_block: 384, regs_per_thread: 255 } };
+        if twin {
+            let cap = decode_attn::plan::plan_capacity(&shape, dev, &heavy, &global).unwrap();
+            let regs_per_block = 256 * (255u32 * 32).div_ceil(256) * cap.block_threads().div_ceil(32);
+            assert!(cap.blocks_per_sm() <= dev.regs_per_sm / regs_per_block, "d{d}: {} blocks per SM", cap.blocks_per_sm());
+        }
+    }
+    // Quantized, paged and cluster capacity plans have no twin.
+    let int8 = quantized(KvFormat::Int8, 64, 32, 32, 1, 128);
+    assert!(!decode_attn::plan::plan_capacity(&int8, dev, &KERNEL, &global).unwrap().runs_capacity_twin());
+    let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 512, order: PageOrder::TokenMajor, page_bytes: None }, ..DecodeShape::bf16(64, 32, 32, 128, 1, 128) };
+    assert!(!decode_attn::plan::plan_capacity(&paged, dev, &KERNEL, &global).unwrap().runs_capacity_twin());
+    let cluster = PlanOptions { split: SplitPolicy::ChunkKeys(256), merge: MergeChoice::Cluster, ..Default::default() };
+    let long = DecodeShape::bf16(1, 32, 32, 128, 1, 1024);
+    let p = decode_attn::plan::plan_capacity(&long, dev, &KERNEL, &cluster).unwrap();
+    assert_eq!((p.cluster() > 1, p.runs_capacity_twin()), (true, false));
+}

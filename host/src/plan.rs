@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    capacity_merge_item, capacity_work_item, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
+    capacity_merge_item, capacity_work_item, decode_smem_bytes, has_capacity_twin, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -386,6 +386,13 @@ impl Plan {
     pub fn warp_specialized(&self) -> bool {
         self.specialized
     }
+    /// Whether the plan runs a capacity twin
+    /// (`decode_attn_abi::has_capacity_twin`): a capacity plan of a shape
+    /// that has one.
+    pub fn runs_capacity_twin(&self) -> bool {
+        let s = &self.shape;
+        self.is_capacity() && has_capacity_twin(s.kv_format, s.head_dim, self.variant, s.is_paged(), self.cluster > 1)
+    }
     /// Whether every block of the grid is resident at once (one wave at
     /// [`Plan::blocks_per_sm`]).
     pub fn fits_one_wave(&self, dev: &DeviceInfo) -> bool {
@@ -656,6 +663,22 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
 pub trait KernelLimits {
     /// The unspecialised (`false`) or warp-specialised (`true`) kernel's limits.
     fn limits(&self, specialized: bool) -> KernelInfo;
+
+    /// The limits of the kernel a capacity plan launches: the capacity twin
+    /// where the shape has one (`decode_attn_abi::has_capacity_twin`),
+    /// else the same as [`KernelLimits::limits`].
+    fn capacity_limits(&self, specialized: bool) -> KernelInfo {
+        self.limits(specialized)
+    }
+}
+
+/// A capacity plan's view of `K`: its kernels are the capacity twins.
+struct CapacityKernels<'a, K>(&'a K);
+
+impl<K: KernelLimits> KernelLimits for CapacityKernels<'_, K> {
+    fn limits(&self, specialized: bool) -> KernelInfo {
+        self.0.capacity_limits(specialized)
+    }
 }
 
 impl KernelLimits for KernelInfo {
@@ -696,7 +719,7 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
-    let planned = make_plan(shape, &at_capacity, Vec::new(), dev, kernel, opts)?;
+    let planned = make_plan(shape, &at_capacity, Vec::new(), dev, &CapacityKernels(kernel), opts)?;
     let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
     // Each sequence's chunks are one cluster when they fit one (its size a
     // power of two: the chunks past the capacity, like those past a step's

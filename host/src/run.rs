@@ -155,15 +155,17 @@ impl<'a> StepInputs<'a> {
     }
 }
 
+/// An attention kernel's identity in the table: format, dtype, head dim,
+/// variant, addressing, cluster merge, warp specialisation, capacity twin.
+type KernelKey = (KvFormat, Dtype, u32, Variant, Addressing, bool, bool, bool);
+
 /// The library's entry point: the loaded kernels and the device they run on.
 /// Create one per CUDA context (it must be current when calling `new`).
 pub struct DecodeAttention {
     /// Keeps the functions below alive.
     _module: Module,
     device: DeviceInfo,
-    /// Keyed by (format, dtype, head dim, variant, addressing, cluster
-    /// merge, warp specialisation).
-    kernels: HashMap<(KvFormat, Dtype, u32, Variant, Addressing, bool, bool), KernelInfo>,
+    kernels: HashMap<KernelKey, KernelInfo>,
     /// Every kernel of the module, looked up once: launching then makes no
     /// driver call but the launch (safe inside a stream capture).
     functions: HashMap<&'static str, cuda::CUfunction>,
@@ -250,7 +252,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster, k.specialized), info);
+            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster, k.specialized, k.capacity), info);
         }
         let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
         let mut functions = HashMap::new();
@@ -268,8 +270,8 @@ impl DecodeAttention {
         shape.validate()?;
         // Plans are made for the global-merge kernels; a cluster plan's
         // kernel is checked against its block when it runs.
-        let key = |specialized| (shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false, specialized);
-        let unspecialized = self.kernels.get(&key(false)).copied().ok_or_else(|| {
+        let key = |specialized, capacity| (shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false, specialized, capacity);
+        let unspecialized = self.kernels.get(&key(false, false)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
                 "no {} kernel for a {} cache with {} queries at head_dim {}",
                 variant.name(),
@@ -278,7 +280,7 @@ impl DecodeAttention {
                 shape.head_dim
             ))
         })?;
-        Ok(ShapeKernels { unspecialized, specialized: self.kernels.get(&key(true)).copied() })
+        Ok(ShapeKernels { unspecialized, specialized: self.kernels.get(&key(true, false)).copied(), capacity: self.kernels.get(&key(false, true)).copied() })
     }
 
     /// Launches kernel `name` with `params` as its single by-value argument.
@@ -499,7 +501,8 @@ impl DecodeAttention {
             (PlanMode::Capacity { .. }, Some(step)) => step.check_for(shape)?,
         }
         // The plan's shape was validated by `plan()`; only the lookup is needed.
-        let kernel = self.kernels.get(&(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized)).copied().ok_or_else(|| {
+        let key = (shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin());
+        let kernel = self.kernels.get(&key).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
         })?;
         ensure(
@@ -663,10 +666,11 @@ impl DecodeAttention {
 }
 
 /// The global-merge attention kernels of one shape and variant, both warp
-/// specialisations where both exist.
+/// specialisations and the capacity twin where they exist.
 struct ShapeKernels {
     unspecialized: KernelInfo,
     specialized: Option<KernelInfo>,
+    capacity: Option<KernelInfo>,
 }
 
 impl plan::KernelLimits for ShapeKernels {
@@ -675,12 +679,20 @@ impl plan::KernelLimits for ShapeKernels {
         // has one (`wgmma_specializable`).
         if specialized { self.specialized.unwrap_or(self.unspecialized) } else { self.unspecialized }
     }
+
+    fn capacity_limits(&self, specialized: bool) -> KernelInfo {
+        // (No kernel is both: twins are of unspecialised wide kernels.)
+        match self.capacity {
+            Some(twin) if !specialized => twin,
+            _ => self.limits(specialized),
+        }
+    }
 }
 
-/// The attention kernel that runs `plan` (its cluster-merge twin for
-/// cluster plans).
+/// The attention kernel that runs `plan` (its cluster-merge form for
+/// cluster plans, its capacity twin for capacity plans that have one).
 fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
     let shape = &plan.shape;
-    decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized)
+    decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin())
         .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim)))
 }

@@ -4,17 +4,23 @@
 //! kernel cannot be named on one side and missing on the other.
 //!
 //! A table macro takes the name of a macro and calls it with every entry:
-//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim, Variant, Addressing, Merge[, Specialized]); ... }`.
+//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim, Variant, Addressing, Merge[, Specialized | Capacity]); ... }`.
 
 use crate::{Addressing, Dtype, KvFormat, Variant};
 
-/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge[, Specialized])`;
+/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge[, Specialized | Capacity])`;
 /// every (format, dtype, head_dim) has the variants that serve it
 /// (`Variant::serves`), both addressings and both merges: `Global` kernels merge split sequences through global
 /// memory, `Cluster` ones (`decode_cluster_*`) in a thread-block cluster.
 /// Where the wgmma kernels can be warp-specialised
 /// (`wgmma_specializable`: strided quantized caches) both forms exist; the
 /// `Specialized` ones are `decode_*wgmma_ws_*`.
+/// The strided wide kernels of 16-bit caches at head dims 64 and 128 have
+/// a `Capacity` twin (`decode_capacity_*`), launched for capacity plans of
+/// device lengths (CUDA-graph steps): its blocks of a sequence's first
+/// chunk issue their first copies before their length arrives. The same
+/// code in the planned launches' kernels slowed them (docs/perf.md,
+/// twentieth session).
 /// The cluster code is compiled only into the `Cluster` kernels: in the
 /// others, at their register caps, it moved ptxas to re-read special
 /// registers in the stage loop (narrow int4-g32: 2 % slower, docs/perf.md).
@@ -34,6 +40,10 @@ macro_rules! decode_kernel_table {
             decode_narrow_kv_f16_q_f16_d128 => (F16, F16, 128, Narrow, Strided, Global);
             decode_kv_f16_q_f16_d256 => (F16, F16, 256, Wide, Strided, Global);
             decode_narrow_kv_f16_q_f16_d256 => (F16, F16, 256, Narrow, Strided, Global);
+            decode_capacity_kv_bf16_q_bf16_d64 => (Bf16, Bf16, 64, Wide, Strided, Global, Capacity);
+            decode_capacity_kv_bf16_q_bf16_d128 => (Bf16, Bf16, 128, Wide, Strided, Global, Capacity);
+            decode_capacity_kv_f16_q_f16_d64 => (F16, F16, 64, Wide, Strided, Global, Capacity);
+            decode_capacity_kv_f16_q_f16_d128 => (F16, F16, 128, Wide, Strided, Global, Capacity);
             decode_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Wide, Strided, Global);
             decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Strided, Global);
             decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Strided, Global);
@@ -443,6 +453,10 @@ pub struct DecodeKernel {
     /// warpgroup of [`WGMMA_PRODUCER_WARPS`](crate::WGMMA_PRODUCER_WARPS)
     /// after the compute warpgroups.
     pub specialized: bool,
+    /// A capacity kernel (`Capacity` entries): launched for capacity plans
+    /// of device lengths, where it differs from its twin only in when its
+    /// first copies are issued.
+    pub capacity: bool,
     pub name: &'static str,
 }
 
@@ -498,6 +512,23 @@ macro_rules! warp_specialized {
     (Specialized) => {
         true
     };
+    (Capacity) => {
+        false
+    };
+}
+
+/// `true` for a table entry marked `Capacity`.
+#[macro_export]
+macro_rules! capacity_kernel {
+    () => {
+        false
+    };
+    (Specialized) => {
+        false
+    };
+    (Capacity) => {
+        true
+    };
 }
 
 macro_rules! decode_list {
@@ -511,6 +542,7 @@ macro_rules! decode_list {
             addressing: Addressing::$a,
             cluster: cluster_merge!($m),
             specialized: warp_specialized!($($s)?),
+            capacity: capacity_kernel!($($s)?),
             name: stringify!($name),
         },)*];
     };
@@ -530,9 +562,10 @@ merge_kernel_table!(merge_list);
 pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
 
 /// Name of the attention kernel for a (format, dtype, head_dim, variant,
-/// addressing, cluster merge, warp specialisation), or `None` when the
-/// table has no such kernel.
-pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing, cluster: bool, specialized: bool) -> Option<&'static str> {
+/// addressing, cluster merge, warp specialisation, capacity form), or
+/// `None` when the table has no such kernel.
+#[allow(clippy::too_many_arguments)]
+pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing, cluster: bool, specialized: bool, capacity: bool) -> Option<&'static str> {
     let mut i = 0;
     while i < DECODE_KERNELS.len() {
         let k = &DECODE_KERNELS[i];
@@ -543,6 +576,7 @@ pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, v
             && k.addressing as u32 == addressing as u32
             && k.cluster == cluster
             && k.specialized == specialized
+            && k.capacity == capacity
         {
             return Some(k.name);
         }

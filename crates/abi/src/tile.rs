@@ -150,6 +150,19 @@ pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
     format.is_quantized() && !paged
 }
 
+/// Whether an attention kernel has a capacity twin
+/// (`DecodeKernel::capacity`), launched for capacity plans of device
+/// lengths: the strided wide kernels of 16-bit caches that keep Q in
+/// registers (head dims up to 128), global merge. A block of a sequence's
+/// first chunk issues its first stages for the chunk at full capacity
+/// before its device length arrives, and zeroes the rows it copied past
+/// that length as they land (`decode::decode`); a Q staged in shared
+/// memory, converted formats, page ids and cluster ranks would each need
+/// that length or their own copies first.
+pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, variant: Variant, paged: bool, cluster: bool) -> bool {
+    !format.is_quantized() && !q_in_smem(head_dim) && matches!(variant, Variant::Wide) && !paged && !cluster
+}
+
 /// Warps of a warp-specialised wgmma block that only feed the others: one
 /// warpgroup, after the compute warpgroups.
 pub const WGMMA_PRODUCER_WARPS: u32 = 4;

@@ -27,7 +27,7 @@ mod wgmma;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 
-use decode_attn_abi::{acc_pitch, capacity_work_item, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
+use decode_attn_abi::{acc_pitch, capacity_work_item, has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
@@ -167,8 +167,12 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 /// Launched by the host with the grid, block and shared memory the planner
 /// computed for these params (see the module docs), on buffers it validated.
 #[inline(always)]
-pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
+pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool, const GUESS: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
+    // The guess (below) is for strided 16-bit caches whose Q is in
+    // registers: a Q staged in shared memory would be copied after the
+    // guessed stages, outside the first wait's groups.
+    const { assert!(!GUESS || has_capacity_twin(F::FORMAT, D as u32, Variant::Wide, PAGED, CLUSTER)) };
     let cfg = const { tile_config(F::FORMAT, D as u32, Variant::Wide) };
 
     let tid = thread::thread_idx_x();
@@ -178,7 +182,43 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let warp_m = warp % p.warps_m;
     let warp_k = warp / p.warps_m;
 
-    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
+    // Capacity kernels (`GUESS`: the table's `Capacity` entries, which the
+    // host launches for capacity plans of device lengths): a sequence's
+    // first chunk starts at key 0 whatever the sequence's device length,
+    // so its block issues its first stages for the chunk at full capacity
+    // before that length arrives (rows below the capacity are in bounds),
+    // and zeroes the copied rows past the real end as they land
+    // (`Pipeline::advance_guessed`). Without it every block of a CUDA-graph
+    // step waited for its length's round trip before its first copy,
+    // which planned launches of equal lengths no longer do
+    // (`plan::uniform_work`). In the planned launches' kernels the same
+    // code cost 0.2-0.4 µs on grid D, hence separate entry points
+    // (docs/perf.md, twentieth and twenty-first sessions).
+    let (guessed_end, work) = if GUESS && p.chunks_per_seq != 0 && p.seq_lens != 0 {
+        let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, 0);
+        if x % p.chunks_per_seq == 0 {
+            // The length's load first, its use after the copies: issued
+            // behind them it came back behind their bytes (bf16 D (64,
+            // 128)'s graph replay +3 µs, docs/perf.md).
+            let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
+            let end = p.chunk_keys.min(p.max_seq_len);
+            let guess = WorkItem { batch: x / p.chunks_per_seq, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
+            Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, guess, block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base()).prefetch();
+            (end, capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq).map(|item| (item, len)))
+        } else {
+            (0, block_work::<CLUSTER>(p))
+        }
+    } else {
+        (0, block_work::<CLUSTER>(p))
+    };
+    let Some((item, seq_len)) = work else {
+        // (A sequence shorter than its new tokens: no work, but the guessed
+        // copies must land before the block's shared memory is released.)
+        if guessed_end != 0 {
+            memory::cp_async_wait::<0>();
+        }
+        return;
+    };
     keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head::<CLUSTER>(p);
@@ -212,7 +252,9 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let early_rows = q_conv.then(rows);
 
     let pipe = Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, item, kvh, smem);
-    pipe.prefetch();
+    if guessed_end == 0 {
+        pipe.prefetch();
+    }
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     let [ra, rb] = early_rows.unwrap_or_else(rows);
@@ -249,7 +291,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // (A closure-taking loop helper shared with the other variant cost the
     // narrow int4 kernel 34 registers; the loop stays written out.)
     for t in 0..pipe.n_tiles {
-        let stage = pipe.advance(t);
+        let stage = pipe.advance_guessed(t, guessed_end);
         let tile_first = item.kv_start + t * kt;
         let mut sub = warp_k * KEYS_PER_WARP_STEP;
         while sub < kt && tile_first + sub < item.kv_end {

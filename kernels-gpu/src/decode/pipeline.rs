@@ -24,7 +24,7 @@ use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, Decod
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{mbarrier, memory, shared, thread};
-use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128};
+use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, SwizzledRows, TileLayout};
 
 /// How rows are copied (docs/perf.md, "Paged caches, v2"): strided `WIDE`
 /// kernels issue K's and V's chunk of a row in pairs from one address,
@@ -82,6 +82,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// ones issue and wait through [`Pipeline::issue_bulk`] /
     /// [`Pipeline::wait_bulk`] instead of those.)
     const BULK: bool = WGMMA && F::FORMAT.is_quantized() && !PAGED;
+    /// Pipelines whose first tiles may be issued for a guessed item
+    /// ([`Pipeline::advance_guessed`]): the strided wide kernels'.
+    const GUESSABLE: bool = WIDE && !WGMMA && !PAGED;
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
@@ -347,9 +350,28 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// As [`Pipeline::prefetch`]; every thread of the block calls it.
     #[inline(always)]
     pub unsafe fn advance(&self, t: u32) -> u32 {
+        self.advance_guessed(t, 0)
+    }
+
+    /// [`Pipeline::advance`] of a pipeline whose first tiles were issued
+    /// for a guessed item `0 .. guessed_end` (0: none) of the same rows
+    /// before this one's end was known (`decode::decode`): rows of those
+    /// tiles at or past the real end were copied rather than zero-filled,
+    /// so before the block barrier each thread zeroes the ones it copied
+    /// (its own copies have landed: same thread, after its wait). Strided
+    /// 16-bit wide kernels only (their copy's thread-to-chunk mapping).
+    ///
+    /// # Safety
+    /// As [`Pipeline::advance`]; `guessed_end` ≥ the item's end, the item
+    /// starting at key 0.
+    #[inline(always)]
+    pub unsafe fn advance_guessed(&self, t: u32, guessed_end: u32) -> u32 {
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
         if Self::BULK {
             self.wait_bulk(t);
+        }
+        if Self::GUESSABLE && t < PIPELINE_STAGES - 1 && self.item.kv_end < guessed_end.min((t + 1) * Self::CFG.keys_per_stage) {
+            self.zero_rows_past_end(t);
         }
         thread::sync_threads();
         if t + PIPELINE_STAGES - 1 < self.n_tiles {
@@ -357,6 +379,28 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
         memory::cp_async_commit();
         t % PIPELINE_STAGES
+    }
+
+    /// Zeroes this thread's chunks (as `copy_rows` assigns them in the
+    /// strided wide kernels: chunk `tid + k · nthreads` of the tile's
+    /// swizzled rows, K's and V's) of tile `t`'s rows at or past the item's end.
+    #[inline(always)]
+    unsafe fn zero_rows_past_end(&self, t: u32) {
+        let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
+        let (keys, row_bytes) = (Self::CFG.keys_per_stage, Self::CFG.row_bytes);
+        let chunks_per_row = row_bytes / 16;
+        let (stage, first) = (t % PIPELINE_STAGES, self.item.kv_start + t * keys);
+        let (kt, vt) = (self.k_tile(stage), self.v_tile(stage));
+        let mut c = tid;
+        while c < keys * chunks_per_row {
+            let row = c / chunks_per_row;
+            if first + row >= self.item.kv_end {
+                let at = SwizzledRows.at(row, c % chunks_per_row, row_bytes);
+                shared::st_shared_v4_u32(kt + at, [0; 4]);
+                shared::st_shared_v4_u32(vt + at, [0; 4]);
+            }
+            c += nthreads;
+        }
     }
 
     /// Waits for every copy and the block (before shared memory is reused).
