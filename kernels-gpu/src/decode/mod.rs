@@ -34,6 +34,9 @@ use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
 use pipeline::Pipeline;
 
+/// Output quads per round of the epilogue's output loop (`epilogue`).
+pub(crate) const OUT_BATCH: usize = 4;
+
 /// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
 #[derive(Clone, Copy)]
 pub(crate) struct RowInfo {
@@ -416,7 +419,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, OUT_BATCH>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
 /// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
@@ -609,7 +612,7 @@ fn rows_here(p: &DecodeParams, row0: u32) -> u32 {
 /// one).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, const WARPS_K: usize>(
+pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, const WARPS_K: usize, const OUT_BATCH: usize>(
     p: &DecodeParams,
     row0: u32,
     warp_k: u32,
@@ -735,35 +738,101 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     if !CLUSTER {
         thread::launch_dependents();
     }
+    // The output loop takes `OUT_BATCH` of the thread's quads per round and
+    // issues all their shared-memory loads (the accumulator, every warp's
+    // slice, the row's finish) before using any: one quad at a time, each
+    // round waited out its loads' latency in turn (the per-block
+    // timestamps: 1.5 µs of grid B's 2.6 µs epilogue; docs/perf.md,
+    // nineteenth and twenty-first sessions). (The unspecialised quantized
+    // wgmma kernels take 1, the loop as it was: any change to it spilled
+    // them at their 128-register cap.)
     let quads_per_row = (D / 4) as u32;
-    let mut idx = tid;
-    while idx < rows_here * quads_per_row {
-        let r = idx / quads_per_row;
-        let c = (idx % quads_per_row) * 4;
-        let mut v = shared::ld_shared_v4_f32(acc + 4 * (r * pitch + c));
-        if parallel {
-            for k in 1..p.warps_k {
-                let w = shared::ld_shared_v4_f32(slice_at(k) + 4 * (r * pitch + c));
-                v = [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]];
+    if OUT_BATCH == 1 {
+        let mut idx = tid;
+        while idx < rows_here * quads_per_row {
+            let r = idx / quads_per_row;
+            let c = (idx % quads_per_row) * 4;
+            let mut v = shared::ld_shared_v4_f32(acc + 4 * (r * pitch + c));
+            if parallel {
+                for k in 1..p.warps_k {
+                    let w = shared::ld_shared_v4_f32(slice_at(k) + 4 * (r * pitch + c));
+                    v = [v[0] + w[0], v[1] + w[1], v[2] + w[2], v[3] + w[3]];
+                }
             }
-        }
-        let fin = shared::ld_shared_v2_f32(fin_smem + 8 * r);
-        let global = row0 + r;
-        let token = global / p.group;
-        let head = kvh * p.group + global % p.group;
-        let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
-        if partial_slot == DIRECT_OUTPUT {
-            let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
-            type H<F> = <F as KvFormat>::Query;
-            memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
-        } else {
-            let row = (partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
-            memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
-            if c == 0 {
-                memory::st_global_f32(p.partial_lse + 4 * row, fin[1]);
+            let fin = shared::ld_shared_v2_f32(fin_smem + 8 * r);
+            let global = row0 + r;
+            let token = global / p.group;
+            let head = kvh * p.group + global % p.group;
+            let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
+            if partial_slot == DIRECT_OUTPUT {
+                let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
+                type H<F> = <F as KvFormat>::Query;
+                memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
+            } else {
+                let row = (partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+                memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
+                if c == 0 {
+                    memory::st_global_f32(p.partial_lse + 4 * row, fin[1]);
+                }
             }
+            idx += nthreads;
         }
-        idx += nthreads;
+    }
+    if OUT_BATCH > 1 {
+        let total = rows_here * quads_per_row;
+        let mut first = tid;
+        while first < total {
+            let idx = core::array::from_fn::<u32, OUT_BATCH, _>(|u| first + u as u32 * nthreads);
+            let at = idx.map(|i| 4 * ((i / quads_per_row) * pitch + (i % quads_per_row) * 4));
+            // (In the order one quad at a time took them: the accumulator, the
+            // slices, the finish.)
+            let live = |u: usize| u == 0 || idx[u] < total;
+            let mut v = [[0f32; 4]; OUT_BATCH];
+            for u in 0..OUT_BATCH {
+                if live(u) {
+                    v[u] = shared::ld_shared_v4_f32(acc + at[u]);
+                }
+            }
+            if parallel {
+                for k in 1..p.warps_k {
+                    for u in 0..OUT_BATCH {
+                        if live(u) {
+                            let w = shared::ld_shared_v4_f32(slice_at(k) + at[u]);
+                            v[u] = [v[u][0] + w[0], v[u][1] + w[1], v[u][2] + w[2], v[u][3] + w[3]];
+                        }
+                    }
+                }
+            }
+            let mut fin = [[0f32; 2]; OUT_BATCH];
+            for u in 0..OUT_BATCH {
+                if live(u) {
+                    fin[u] = shared::ld_shared_v2_f32(fin_smem + 8 * (idx[u] / quads_per_row));
+                }
+            }
+            for u in 0..OUT_BATCH {
+                if !live(u) {
+                    break;
+                }
+                let (r, c) = (idx[u] / quads_per_row, (idx[u] % quads_per_row) * 4);
+                let global = row0 + r;
+                let token = global / p.group;
+                let head = kvh * p.group + global % p.group;
+                let f = fin[u];
+                let v = [v[u][0] * f[0], v[u][1] * f[0], v[u][2] * f[0], v[u][3] * f[0]];
+                if partial_slot == DIRECT_OUTPUT {
+                    let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
+                    type H<F> = <F as KvFormat>::Query;
+                    memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
+                } else {
+                    let row = (partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+                    memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
+                    if c == 0 {
+                        memory::st_global_f32(p.partial_lse + 4 * row, f[1]);
+                    }
+                }
+            }
+            first += OUT_BATCH as u32 * nthreads;
+        }
     }
     if partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
