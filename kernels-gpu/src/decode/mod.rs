@@ -34,7 +34,7 @@ use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
 use pipeline::Pipeline;
 
-/// Output quads per round of the epilogue's output loop (`epilogue`).
+/// Output quads per round of the wgmma kernels' output loop (`epilogue`).
 pub(crate) const OUT_BATCH: usize = 4;
 
 /// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
@@ -419,7 +419,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, OUT_BATCH>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
 /// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
@@ -743,9 +743,12 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // slice, the row's finish) before using any: one quad at a time, each
     // round waited out its loads' latency in turn (the per-block
     // timestamps: 1.5 µs of grid B's 2.6 µs epilogue; docs/perf.md,
-    // nineteenth and twenty-first sessions). (The unspecialised quantized
-    // wgmma kernels take 1, the loop as it was: any change to it spilled
-    // them at their 128-register cap.)
+    // nineteenth and twenty-first sessions). The wgmma kernels (48-64 rows
+    // a block, 6-8 quads a thread) take 4; the wide and narrow ones (1-16
+    // live rows, at most 4 quads a thread) keep the loop as it was (1):
+    // with 4 their grid D (64, 128) read 1 µs slower. So do the
+    // unspecialised quantized wgmma kernels, which any change to the loop
+    // spilled at their 128-register cap.
     let quads_per_row = (D / 4) as u32;
     if OUT_BATCH == 1 {
         let mut idx = tid;

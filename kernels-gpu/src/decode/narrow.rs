@@ -20,7 +20,7 @@
 use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, keep_item, keep_seq_len, convert_q, epilogue, OUT_BATCH, mask_from, qo_row_addr, row_info};
+use super::{block_kv_head, block_work, keep_item, keep_seq_len, convert_q, epilogue, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -175,5 +175,5 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, OUT_BATCH>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }
