@@ -763,21 +763,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                 }
             }
             let fin = shared::ld_shared_v2_f32(fin_smem + 8 * r);
-            let global = row0 + r;
-            let token = global / p.group;
-            let head = kvh * p.group + global % p.group;
-            let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
-            if partial_slot == DIRECT_OUTPUT {
-                let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
-                type H<F> = <F as KvFormat>::Query;
-                memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
-            } else {
-                let row = (partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
-                memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
-                if c == 0 {
-                    memory::st_global_f32(p.partial_lse + 4 * row, fin[1]);
-                }
-            }
+            emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v, fin);
             idx += nthreads;
         }
     }
@@ -817,22 +803,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                     break;
                 }
                 let (r, c) = (idx[u] / quads_per_row, (idx[u] % quads_per_row) * 4);
-                let global = row0 + r;
-                let token = global / p.group;
-                let head = kvh * p.group + global % p.group;
-                let f = fin[u];
-                let v = [v[u][0] * f[0], v[u][1] * f[0], v[u][2] * f[0], v[u][3] * f[0]];
-                if partial_slot == DIRECT_OUTPUT {
-                    let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
-                    type H<F> = <F as KvFormat>::Query;
-                    memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
-                } else {
-                    let row = (partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
-                    memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
-                    if c == 0 {
-                        memory::st_global_f32(p.partial_lse + 4 * row, f[1]);
-                    }
-                }
+                emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v[u], fin[u]);
             }
             first += OUT_BATCH as u32 * nthreads;
         }
@@ -840,5 +811,28 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     if partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
         crate::merge::merge_if_last::<F::Query, D, CLUSTER>(p, batch, rows_here, acc);
+    }
+}
+
+/// One output quad of the epilogue: values `c .. c + 4` of the block's
+/// packed row `global` (its accumulator sum `v`, its finish `fin` =
+/// [1 / l, lse]), scaled and stored to O, or with the row's lse to the
+/// work item's partial slot.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn emit_quad<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, global: u32, partial_slot: u32, c: u32, v: [f32; 4], fin: [f32; 2]) {
+    let token = global / p.group;
+    let head = kvh * p.group + global % p.group;
+    let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
+    if partial_slot == DIRECT_OUTPUT {
+        let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
+        type H<F> = <F as KvFormat>::Query;
+        memory::st_global_v2_u32(addr, [H::<F>::pack(v[0], v[1]), H::<F>::pack(v[2], v[3])]);
+    } else {
+        let row = (partial_slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+        memory::st_global_v4_f32(p.partial_o + 4 * (row * D as u64 + c as u64), v);
+        if c == 0 {
+            memory::st_global_f32(p.partial_lse + 4 * row, fin[1]);
+        }
     }
 }
