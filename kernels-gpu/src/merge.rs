@@ -50,12 +50,13 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>
     // Every thread's partial rows are written before thread 0 releases them.
     thread::sync_threads();
     if thread::thread_idx_x() == 0 {
-        memory::fence_acq_rel_gpu();
-        let last = memory::atom_add_u32(counter, 1) + 1 == seq.num_slots;
+        // Releases the block's rows and, for the last block, acquires the
+        // other blocks' (the barrier below passes this on to the block): one
+        // acquire-release atomic, not fences on both sides of a relaxed one
+        // (whose second `MEMBAR` the last block waited out before merging).
+        let last = memory::atom_add_acq_rel_gpu_u32(counter, 1) + 1 == seq.num_slots;
         if last {
-            // Acquire the other blocks' rows (the barrier below passes this
-            // on to the block), and leave the counter at zero for the next launch.
-            memory::fence_acq_rel_gpu();
+            // Leave the counter at zero for the next launch.
             memory::st_global_u32(counter, 0);
         }
         shared::st_shared_u32(flag, last as u32);

@@ -203,21 +203,19 @@ pub unsafe fn ld_global_cg_v4_f32(addr: u64) -> [f32; 4] {
     [x, y, z, w]
 }
 
-/// `fence.acq_rel.gpu`: orders this thread's memory accesses (and, after
-/// a block barrier, those of the block it observed) against other blocks'.
-#[inline(always)]
-pub fn fence_acq_rel_gpu() {
-    // SAFETY: a fence has no operands.
-    unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack)) }
-}
-
-/// `atom.global.add.u32`: adds `v` at `addr`, returns the old value.
+/// `atom.acq_rel.gpu.global.add.u32`: adds `v` at `addr` and returns the
+/// old value, releasing this thread's earlier accesses (and, after a block
+/// barrier, those of the block it observed) and acquiring those released
+/// to `addr` before it. One `MEMBAR` before the atomic and an L1
+/// invalidation after, where `fence.acq_rel.gpu` on both sides of a
+/// relaxed atomic takes a second `MEMBAR` after it (SASS, sm_90a).
 ///
 /// # Safety
 /// `addr` must be a 4-byte aligned global address of the kernel's.
 #[inline(always)]
-pub unsafe fn atom_add_u32(addr: u64, v: u32) -> u32 {
+pub unsafe fn atom_add_acq_rel_gpu_u32(addr: u64, v: u32) -> u32 {
     let r: u32;
-    core::arch::asm!("atom.global.add.u32 {r}, [{a}], {v};", r = out(reg32) r, a = in(reg64) addr, v = in(reg32) v, options(nostack));
+    core::arch::asm!("atom.acq_rel.gpu.global.add.u32 {r}, [{a}], {v};", r = out(reg32) r, a = in(reg64) addr, v = in(reg32) v, options(nostack));
     r
 }
+
