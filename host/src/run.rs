@@ -501,8 +501,7 @@ impl DecodeAttention {
             (PlanMode::Capacity { .. }, Some(step)) => step.check_for(shape)?,
         }
         // The plan's shape was validated by `plan()`; only the lookup is needed.
-        let key = (shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin());
-        let kernel = self.kernels.get(&key).copied().ok_or_else(|| {
+        let kernel = self.kernels.get(&plan_kernel_key(plan)).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
         })?;
         ensure(
@@ -689,10 +688,19 @@ impl plan::KernelLimits for ShapeKernels {
     }
 }
 
-/// The attention kernel that runs `plan` (its cluster-merge form for
-/// cluster plans, its capacity twin for capacity plans that have one).
+/// The identity of the attention kernel that runs `plan` (its
+/// cluster-merge form for cluster plans, its capacity twin for capacity
+/// plans that have one): the one key both its name and its limits are
+/// looked up by.
+fn plan_kernel_key(plan: &Plan) -> KernelKey {
+    let shape = &plan.shape;
+    (shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin())
+}
+
+/// The name of the attention kernel that runs `plan` ([`plan_kernel_key`]).
 fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
     let shape = &plan.shape;
-    decode_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin())
+    let (format, dtype, head_dim, variant, addressing, cluster, specialized, capacity) = plan_kernel_key(plan);
+    decode_kernel_name(format, dtype, head_dim, variant, addressing, cluster, specialized, capacity)
         .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim)))
 }
