@@ -63,7 +63,6 @@ fn cases() -> Vec<Case> {
                 SplitPolicy::Auto => "auto".to_string(),
                 SplitPolicy::Never => "nosplit".to_string(),
                 SplitPolicy::ChunkKeys(k) => format!("chunk{k}"),
-                SplitPolicy::Tail { keys, pieces } => format!("tail{keys}x{pieces}"),
             },
             dist
         );
@@ -71,9 +70,6 @@ fn cases() -> Vec<Case> {
     };
     use Distribution::{HeavyTailed as Heavy, Normal};
     use SplitPolicy::{Auto, ChunkKeys, Never};
-    // Each sequence's last keys as separate chunks listed after the first
-    // chunks (3, 1 and 0 tail chunks here), merged with them.
-    let tail = SplitPolicy::Tail { keys: 300, pieces: 3 };
     for dtype in Dtype::ALL {
         for d in [64u32, 128, 256] {
             let stage = decode_attn::plan::stage_keys(KvFormat::Bf16, d);
@@ -110,7 +106,6 @@ fn cases() -> Vec<Case> {
         add("uniform-in-attention-merge", shape(dtype, 2, 8, 2, 128, 3, 2048, KvLayout::Nhd), vec![2048, 2048], ChunkKeys(512), Heavy, None);
         add("uniform-merge-kernel", shape(dtype, 2, 16, 1, 128, 3, 4096, KvLayout::Nhd), vec![4096, 4096], ChunkKeys(64), Heavy, None);
         add("uniform-unsplit", shape(dtype, 3, 4, 4, 128, 1, 700, KvLayout::Nhd), vec![700; 3], Never, Normal, None);
-        add("gqa8-tail-chunks", shape(dtype, 3, 8, 1, 128, 1, 8192, KvLayout::Nhd), vec![8192, 400, 100], tail, Heavy, None);
         // Many sequences with random lengths and the automatic planner.
         let mut rng = decode_attn::testing::Rng::new(7);
         let lens: Vec<u32> = (0..24).map(|_| 1 + rng.below(3000) as u32).collect();
@@ -137,7 +132,6 @@ fn cases() -> Vec<Case> {
             add("uniform-in-attention-merge", q(shape(dtype, 2, 8, 2, 128, 3, 2048, KvLayout::Nhd)), vec![2048, 2048], ChunkKeys(512), Heavy, None);
             add("uniform-merge-kernel", q(shape(dtype, 2, 16, 1, 128, 3, 4096, KvLayout::Nhd)), vec![4096, 4096], ChunkKeys(128), Heavy, None);
             add("uniform-unsplit", q(shape(dtype, 3, 4, 4, 128, 1, 700, KvLayout::Nhd)), vec![700; 3], Never, Normal, None);
-            add("gqa8-tail-chunks", q(shape(dtype, 3, 8, 1, 128, 1, 8192, KvLayout::Nhd)), vec![8192, 400, 100], tail, Heavy, None);
             // Padded strides (in the cache's values): 16 bytes of padding per row, 2 rows per token.
             let pad = 128 / format.bits();
             let padded = KvLayout::Strided { batch: 40 * 2 * (128 + pad) as u64, token: 2 * (128 + pad) as u64, head: (128 + pad) as u64 };
@@ -405,9 +399,7 @@ fn main() {
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let merge = common::merge_named(&case.name);
-    // Tail splits run as planned for timing: one block per SM (padded shared memory).
-    let max_blocks_per_sm = matches!(case.split, SplitPolicy::Tail { .. }).then_some(1);
-    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge, specialize: common::specialize_named(&case.name), max_blocks_per_sm };
+    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge, specialize: common::specialize_named(&case.name) };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
         let pool = paged::Pool::new(&p, paging, seed)?;

@@ -337,9 +337,7 @@ fn options() -> impl Strategy<Value = PlanOptions> {
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
     let merge = prop_oneof![Just(MergeChoice::Auto), Just(MergeChoice::Global)];
     let specialize = prop_oneof![8 => Just(SpecializeChoice::Auto), 1 => Just(SpecializeChoice::Never), 1 => Just(SpecializeChoice::Always)];
-    let max_blocks_per_sm = prop_oneof![8 => Just(None), 1 => (0u32..4).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
-    (split(), variant, warps_k, merge, specialize, max_blocks_per_sm)
-        .prop_map(|(split, variant, warps_k, merge, specialize, max_blocks_per_sm)| PlanOptions { split, variant, warps_k, merge, specialize, max_blocks_per_sm })
+    (split(), variant, warps_k, merge, specialize).prop_map(|(split, variant, warps_k, merge, specialize)| PlanOptions { split, variant, warps_k, merge, specialize })
 }
 
 fn split() -> impl Strategy<Value = SplitPolicy> {
@@ -348,8 +346,6 @@ fn split() -> impl Strategy<Value = SplitPolicy> {
         1 => Just(SplitPolicy::Never),
         3 => (1u32..5000).prop_map(SplitPolicy::ChunkKeys),
         1 => extreme_u32().prop_map(SplitPolicy::ChunkKeys),
-        1 => (0u32..3000, 0u32..70).prop_map(|(keys, pieces)| SplitPolicy::Tail { keys, pieces }),
-        1 => (extreme_u32(), extreme_u32()).prop_map(|(keys, pieces)| SplitPolicy::Tail { keys, pieces }),
     ]
 }
 

@@ -24,12 +24,7 @@ proptest! {
         hkv in 1u32..9,
         q_len in 1u32..9,
         d_idx in 0usize..3,
-        policy in prop_oneof![
-            Just(SplitPolicy::Auto),
-            Just(SplitPolicy::Never),
-            (1u32..5000).prop_map(SplitPolicy::ChunkKeys),
-            (1u32..3000, 1u32..5).prop_map(|(keys, pieces)| SplitPolicy::Tail { keys, pieces }),
-        ],
+        policy in prop_oneof![Just(SplitPolicy::Auto), Just(SplitPolicy::Never), (1u32..5000).prop_map(SplitPolicy::ChunkKeys)],
     ) {
         let lens: Vec<u32> = lens.into_iter().map(|l| l.max(q_len)).collect();
         let d = [64, 128, 256][d_idx];
@@ -46,11 +41,7 @@ proptest! {
         let keys = stage_keys(KvFormat::Bf16, d);
         prop_assert!(p.work().iter().all(|w| (w.kv_end - w.kv_start).div_ceil(keys).min(PIPELINE_STAGES) <= p.stages()));
         // Work is ordered longest first (cluster plans: sequences, longest first).
-        // (tail plans: every sequence's first chunk before any tail chunk).
-        if let SplitPolicy::Tail { .. } = policy {
-            let firsts = p.work().iter().take_while(|w| w.kv_start == 0).count();
-            prop_assert_eq!(firsts, lens.len());
-        } else if p.cluster() > 1 {
+        if p.cluster() > 1 {
             let lens: Vec<u32> = p.work().chunks(p.cluster() as usize).map(|g| p.seq_lens()[g[0].batch as usize]).collect();
             prop_assert!(lens.windows(2).all(|w| w[0] >= w[1]));
         } else {
@@ -60,42 +51,6 @@ proptest! {
         if let SplitPolicy::ChunkKeys(_) = policy {
             prop_assert_eq!(p.chunk_keys() % stage_keys(KvFormat::Bf16, d), 0);
         }
-    }
-}
-
-#[test]
-fn tail_split_runs_the_last_keys_as_chunks_after_every_first_chunk() {
-    let dev = &DeviceInfo::H100_SXM;
-    let tail = PlanOptions { split: SplitPolicy::Tail { keys: 200, pieces: 2 }, max_blocks_per_sm: Some(1), ..Default::default() };
-    let p = plan(&DecodeShape::bf16(4, 8, 1, 128, 1, 8192), &[8192, 8192, 600, 100], dev, &KERNEL, &tail).unwrap();
-    assert_covers(&p);
-    let stage = stage_keys(KvFormat::Bf16, 128);
-    let keys = 200u32.div_ceil(stage) * stage;
-    let spans: Vec<(u32, u32, u32)> = p.work().iter().map(|w| (w.batch, w.kv_start, w.kv_end)).collect();
-    let main = 8192 - 2 * keys;
-    // First chunks in batch order; then each split sequence's first tail
-    // chunk, then the second; a sequence of 100 keys has no tail.
-    assert_eq!(&spans[..4], &[(0, 0, main), (1, 0, main), (2, 0, 600 - 2 * keys), (3, 0, 100)]);
-    assert_eq!(&spans[4..], &[(0, main, main + keys), (1, main, main + keys), (2, 600 - 2 * keys, 600 - keys), (0, main + keys, 8192), (1, main + keys, 8192), (2, 600 - keys, 600)]);
-    assert_eq!(p.max_splits(), 3);
-    assert_eq!(p.cluster(), 0, "tail chunks merge through global memory");
-    // One block per SM: the tail blocks wait for an SM whose first chunk ended.
-    assert_eq!(p.blocks_per_sm(), 1);
-    assert!(p.smem_bytes() <= dev.max_smem_per_block);
-    let capacity = decode_attn::plan::plan_capacity(&DecodeShape::bf16(4, 8, 1, 128, 1, 8192), dev, &KERNEL, &tail);
-    assert!(capacity.is_err(), "a capacity plan derives equal chunks; it cannot run a tail split");
-}
-
-#[test]
-fn max_blocks_per_sm_pads_shared_memory_only_when_more_would_fit() {
-    let dev = &DeviceInfo::H100_SXM;
-    let shape = DecodeShape::bf16(64, 32, 32, 128, 1, 128);
-    let free = plan(&shape, &[128; 64], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert!(free.blocks_per_sm() >= 2);
-    for n in 1..=free.blocks_per_sm() + 1 {
-        let capped = plan(&shape, &[128; 64], dev, &KERNEL, &PlanOptions { max_blocks_per_sm: Some(n), ..Default::default() }).unwrap();
-        assert_eq!(capped.blocks_per_sm(), n.min(free.blocks_per_sm()), "cap {n}");
-        assert!(capped.smem_bytes() >= free.smem_bytes() && capped.smem_bytes() % 16 == 0);
     }
 }
 

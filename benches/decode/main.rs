@@ -69,13 +69,6 @@ struct Args {
     /// Warps along the keys per block (default: the planner's choice).
     #[arg(long)]
     warps_k: Option<u32>,
-    /// Split off each sequence's last PIECES × KEYS keys as PIECES chunks
-    /// run after every first chunk (`SplitPolicy::Tail`; an experiment).
-    #[arg(long, value_name = "KEYS:PIECES", value_parser = parse_tail)]
-    tail: Option<(u32, u32)>,
-    /// At most this many attention blocks per SM (shared memory padded).
-    #[arg(long)]
-    blocks_per_sm: Option<u32>,
     /// Also time each row in a paged pool (pages of 16 and 64 tokens, block
     /// tables in shuffled order): the pg16 / pg64 columns, paged time over
     /// contiguous time. The output with an identity table is checked
@@ -200,12 +193,6 @@ fn parse_variant(s: &str) -> Result<VariantChoice, String> {
         "auto" => Ok(VariantChoice::Auto),
         v => Variant::ALL.into_iter().find(|x| x.name() == v).map(VariantChoice::Force).ok_or_else(|| format!("unknown variant `{s}` (have: auto, wide, narrow, wgmma)")),
     }
-}
-
-fn parse_tail(s: &str) -> Result<(u32, u32), String> {
-    let (keys, pieces) = s.trim().split_once(':').ok_or_else(|| format!("`{s}`: expected KEYS:PIECES, e.g. 256:2"))?;
-    let num = |x: &str| x.parse::<u32>().map_err(|e| format!("`{x}` in `{s}`: {e}"));
-    Ok((num(keys)?, num(pieces)?))
 }
 
 fn parse_kv_gap(s: &str) -> Result<u64, String> {
@@ -346,11 +333,8 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let dtype = s.format.required_dtype().unwrap_or(Dtype::Bf16);
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: args.layout.kv_layout(), scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
-    let split = match (args.tail, args.chunk_keys) {
-        (Some((keys, pieces)), _) => SplitPolicy::Tail { keys, pieces },
-        (None, chunk) => chunk.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys),
-    };
-    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice(), max_blocks_per_sm: args.blocks_per_sm };
+    let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
+    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice() };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     if let Some(resident) = attn.resident_clusters(&plan).map_err(|e| e.to_string())? {
         println!("  {} clusters of {} blocks, {resident} resident at once", plan.grid().0 / plan.cluster(), plan.cluster());
@@ -556,12 +540,8 @@ fn paged_runs(
     // The check runs the contiguous plan's block shape (the paged planner
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
-    let split = match opts.split {
-        tail @ SplitPolicy::Tail { .. } => tail,
-        _ if contiguous.chunk_keys() == u32::MAX => SplitPolicy::Never,
-        _ => SplitPolicy::ChunkKeys(contiguous.chunk_keys()),
-    };
-    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto, max_blocks_per_sm: opts.max_blocks_per_sm };
+    let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));

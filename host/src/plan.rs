@@ -104,13 +104,6 @@ pub enum SplitPolicy {
     Never,
     /// Chunks of this many keys (rounded up to a whole pipeline stage).
     ChunkKeys(u32),
-    /// Each sequence's last `pieces × keys` keys (`keys` rounded up to a
-    /// whole stage) as `pieces` separate chunks after one chunk of the rest,
-    /// listed after every sequence's first chunk: with one block per SM
-    /// ([`PlanOptions::max_blocks_per_sm`]) the tail chunks start on the
-    /// SMs whose first chunk ended first. An experiment (docs/perf.md,
-    /// twenty-second session).
-    Tail { keys: u32, pieces: u32 },
 }
 
 /// Rows per kv head past which `Auto` picks the wgmma variant where it
@@ -184,9 +177,6 @@ pub struct PlanOptions {
     pub warps_k: Option<u32>,
     pub merge: MergeChoice,
     pub specialize: SpecializeChoice,
-    /// At most this many attention blocks per SM: the plan asks for
-    /// enough shared memory that no more fit (`None`: as many as fit).
-    pub max_blocks_per_sm: Option<u32>,
 }
 
 impl PlanOptions {
@@ -728,9 +718,6 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 /// returns at once).
 pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
-    if let SplitPolicy::Tail { .. } = opts.split {
-        return Err(Error::invalid("split", "Auto, Never or ChunkKeys for a capacity plan (its blocks derive equal chunks from the device lengths)", "Tail"));
-    }
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
     let planned = make_plan(shape, &at_capacity, Vec::new(), dev, &CapacityKernels(kernel), opts)?;
     let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
@@ -845,7 +832,6 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
             let splits = match opts.split {
                 SplitPolicy::Never => false,
                 SplitPolicy::ChunkKeys(k) => seq_lens.iter().any(|&l| l > k),
-                SplitPolicy::Tail { keys, .. } => seq_lens.iter().any(|&l| l > keys),
                 SplitPolicy::Auto => {
                     let per_sm = useful_blocks_per_sm(format, variant, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
                     let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
@@ -893,15 +879,6 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         rows,
     )?;
     let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift, stages, specialized);
-    let smem_bytes = match opts.max_blocks_per_sm {
-        None => smem_bytes,
-        Some(n) => {
-            ensure(n >= 1, "max_blocks_per_sm", "at least 1", n)?;
-            // Blocks per SM by shared memory: ⌊per SM / (bytes + 1 KiB reserved)⌋.
-            let fewest = (dev.max_smem_per_sm / n.saturating_add(1)).saturating_sub(1024) + 16;
-            smem_bytes.max(fewest.next_multiple_of(16))
-        }
-    };
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
@@ -917,19 +894,11 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         )));
     }
     let blocks_per_len = shape.num_kv_heads as u64 * row_chunks as u64;
-    let stage_round = |keys: u32| keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage);
     let chunk_keys = match opts.split {
         SplitPolicy::Never => u32::MAX,
-        SplitPolicy::Tail { keys, pieces } => {
-            ensure(keys >= 1, "split.keys", "at least 1", keys)?;
-            ensure((1..=64).contains(&pieces), "split.pieces", "1 ..= 64", pieces)?;
-            // The longest first chunk (reported; the items carry their own).
-            let tail = stage_round(keys).saturating_mul(pieces);
-            seq_lens.iter().map(|&l| l.saturating_sub(tail).max(1)).max().unwrap_or(1)
-        }
         SplitPolicy::ChunkKeys(keys) => {
             ensure(keys >= 1, "split.chunk_keys", "at least 1", keys)?;
-            stage_round(keys)
+            keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage)
         }
         SplitPolicy::Auto => {
             let per_sm = useful_blocks_per_sm(format, variant, warps_m, warps_m * warps_k, blocks_per_sm) as u64;
@@ -939,27 +908,13 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
 
     // Count before building: a tiny chunk over long sequences must be an
     // `Err`, not an allocation failure.
-    let tail = match opts.split {
-        SplitPolicy::Tail { keys, pieces } => Some((stage_round(keys), pieces)),
-        _ => None,
-    };
-    let chunks_of_len = |l: u32| match tail {
-        Some((keys, pieces)) => 1 + tail_pieces(l, keys, pieces),
-        None => chunks_of(l, chunk_keys),
-    };
-    let total_items = seq_lens.iter().map(|&l| chunks_of_len(l) as u64).fold(0u64, u64::saturating_add);
-    let param = match opts.split {
-        SplitPolicy::ChunkKeys(_) => "split.chunk_keys",
-        SplitPolicy::Tail { .. } => "split.pieces",
-        _ => "seq_lens",
-    };
+    let total_items = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys) as u64).fold(0u64, u64::saturating_add);
+    let param = if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { "seq_lens" };
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
-    let max_chunks = seq_lens.iter().map(|&l| chunks_of_len(l)).max().unwrap_or(1);
-    let cluster = if tail.is_some() { 0 } else { cluster_size(max_chunks, dev, opts) };
-    let (work, merges, num_slots) = if let Some((keys, pieces)) = tail {
-        tail_merge_work(seq_lens, keys, pieces)
-    } else if cluster > 1 {
+    let max_chunks = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
+    let cluster = cluster_size(max_chunks, dev, opts);
+    let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
         (cluster_work(seq_lens, chunk_keys, cluster), Vec::new(), 0)
@@ -968,7 +923,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
     };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("seq_lens", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
-    let uniform = if cluster > 1 || tail.is_some() { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len) };
+    let uniform = if cluster > 1 { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len) };
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
@@ -1076,40 +1031,6 @@ fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: usize) -> (
     }
     work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
     (work, merges, num_slots)
-}
-
-/// Work items of [`SplitPolicy::Tail`]: every sequence's first chunk (all
-/// keys but its last `pieces × keys`), then the tail chunks, first tail
-/// chunk of every sequence before the second; a sequence too short for the
-/// tail keeps as many whole tail chunks as leave its first one a key.
-fn tail_merge_work(seq_lens: &[u32], keys: u32, pieces: u32) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
-    let mut first = Vec::with_capacity(seq_lens.len());
-    let mut tails = Vec::new();
-    let mut merges = Vec::new();
-    let mut num_slots = 0u32;
-    for (b, &len) in seq_lens.iter().enumerate() {
-        let n = tail_pieces(len, keys, pieces);
-        if n == 0 {
-            first.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: len, partial_slot: DIRECT_OUTPUT });
-            continue;
-        }
-        let main = len - n * keys;
-        merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: n + 1, _pad: 0 });
-        first.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: main, partial_slot: num_slots });
-        for c in 0..n {
-            let start = main + c * keys;
-            tails.push((c, WorkItem { batch: b as u32, kv_start: start, kv_end: start + keys, partial_slot: num_slots + 1 + c }));
-        }
-        num_slots += n + 1;
-    }
-    tails.sort_by_key(|&(c, _)| c);
-    first.extend(tails.into_iter().map(|(_, w)| w));
-    (first, merges, num_slots)
-}
-
-/// Tail chunks of [`SplitPolicy::Tail`] in a sequence of `len` keys.
-fn tail_pieces(len: u32, keys: u32, pieces: u32) -> u32 {
-    pieces.min(len.saturating_sub(1) / keys.max(1))
 }
 
 /// Blocks per cluster of a cluster merge for sequences of up to `chunks`
