@@ -146,8 +146,7 @@ pub struct DecodeParams {
 /// were). Each attention block of a capacity plan computes its own item.
 #[inline(always)]
 pub const fn capacity_work_item(x: u32, seq_len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> Option<WorkItem> {
-    let batch = x / chunks_per_seq;
-    let c = x % chunks_per_seq;
+    let (batch, c) = div_rem(x, chunks_per_seq);
     let start = c as u64 * chunk_keys as u64;
     if seq_len < q_len || start >= seq_len as u64 {
         return None;
@@ -352,4 +351,22 @@ pub const fn decode_block_item(x: u32, num_kv_heads: u32, cluster_log2: u32) -> 
 /// [`decode_block_item`]).
 pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster_log2: u32) -> u32 {
     (x >> cluster_log2) % num_kv_heads
+}
+
+/// `(n / d, n % d)` for a divisor `d` ≥ 1 known only at run time: a shift
+/// and a mask when `d` is a power of two (every head count, group size and
+/// chunk count of the benchmark grids), else the division. On the GPU a
+/// division by a run-time value is a dependent chain of ~15 instructions
+/// (a float reciprocal and its corrections), and the kernels take several
+/// before their first copy and in their epilogue, where each block's time
+/// counts about threefold on the many-block rows (docs/perf.md,
+/// twenty-second session). (`d` = 0 gives (n, n) rather than a trap; no caller passes it.)
+#[inline(always)]
+pub const fn div_rem(n: u32, d: u32) -> (u32, u32) {
+    let mask = d.wrapping_sub(1);
+    if d & mask == 0 {
+        (n >> (d.trailing_zeros() & 31), n & mask)
+    } else {
+        (n / d, n % d)
+    }
 }

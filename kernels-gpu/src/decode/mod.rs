@@ -27,7 +27,7 @@ mod wgmma;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 
-use decode_attn_abi::{acc_pitch, capacity_work_item, has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
+use decode_attn_abi::{acc_pitch, capacity_work_item, div_rem, has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
@@ -76,9 +76,9 @@ pub(crate) fn row_pair(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 /// whole block returns before any barrier.
 #[inline(always)]
 pub(crate) unsafe fn block_work<const CLUSTER: bool>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, cluster_log2::<CLUSTER>(p));
+    let x = block_item::<CLUSTER>(p, thread::block_idx_x_fresh());
     let (item, seq_len) = if p.chunks_per_seq != 0 {
-        let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
+        let len = capacity_len(p.seq_lens, div_rem(x, p.chunks_per_seq).0, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
     } else {
         let item = *(p.work as *const WorkItem).add(x as usize);
@@ -122,7 +122,24 @@ pub(crate) unsafe fn keep_seq_len<const CLUSTER: bool>(p: &DecodeParams, seq_len
 /// kernels a register, 8-byte spills at their caps).
 #[inline(always)]
 pub(crate) fn block_kv_head<const CLUSTER: bool>(p: &DecodeParams) -> u32 {
-    decode_attn_abi::decode_block_kv_head(thread::block_idx_x_fresh(), p.num_kv_heads, cluster_log2::<CLUSTER>(p))
+    let x = thread::block_idx_x_fresh();
+    if CLUSTER {
+        decode_attn_abi::decode_block_kv_head(x, p.num_kv_heads, p.cluster_log2)
+    } else {
+        div_rem(x, p.num_kv_heads).1
+    }
+}
+
+/// The work item of grid-x index `x` (`decode_attn_abi::decode_block_item`;
+/// without clusters by [`div_rem`]: the cluster kernels, which recompute
+/// it at every stage, keep the plain division, whose code is smaller).
+#[inline(always)]
+pub(crate) fn block_item<const CLUSTER: bool>(p: &DecodeParams, x: u32) -> u32 {
+    if CLUSTER {
+        decode_attn_abi::decode_block_item(x, p.num_kv_heads, p.cluster_log2)
+    } else {
+        div_rem(x, p.num_kv_heads).0
+    }
 }
 
 /// log2 of the blocks per cluster: the launch's in a `Cluster` kernel, 0
@@ -198,14 +215,14 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // code cost 0.2-0.4 µs on grid D, hence separate entry points
     // (docs/perf.md, twentieth and twenty-first sessions).
     let (guessed_end, work) = if GUESS && p.chunks_per_seq != 0 && p.seq_lens != 0 {
-        let x = decode_attn_abi::decode_block_item(thread::block_idx_x_fresh(), p.num_kv_heads, 0);
-        if x % p.chunks_per_seq == 0 {
+        let x = block_item::<false>(p, thread::block_idx_x_fresh());
+        if div_rem(x, p.chunks_per_seq).1 == 0 {
             // The length's load first, its use after the copies: issued
             // behind them it came back behind their bytes (bf16 D (64,
             // 128)'s graph replay +3 µs, docs/perf.md).
-            let len = capacity_len(p.seq_lens, x / p.chunks_per_seq, p.max_seq_len);
+            let len = capacity_len(p.seq_lens, div_rem(x, p.chunks_per_seq).0, p.max_seq_len);
             let end = p.chunk_keys.min(p.max_seq_len);
-            let guess = WorkItem { batch: x / p.chunks_per_seq, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
+            let guess = WorkItem { batch: div_rem(x, p.chunks_per_seq).0, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
             Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, guess, block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base()).prefetch();
             (end, capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq).map(|item| (item, len)))
         } else {
@@ -435,7 +452,7 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
         let chunk = c % chunks_per_row;
         let global = row0 + local;
         let valid = local < p.rows_per_block && global < rows_total;
-        let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
+        let (token, head) = if valid { let (q, r) = div_rem(global, p.group); (q, kvh * p.group + r) } else { (0, kvh * p.group) };
         let src = qo_row_addr::<D>(p.q, p, batch, token, head) + chunk as u64 * 16;
         memory::cp_async_16(q_tile + swizzled(local, chunk, (D * 2) as u32), src, if valid { 16 } else { 0 });
         c += nthreads;
@@ -482,7 +499,7 @@ pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize, const BATCH: usiz
     let row_src = |r: u32| {
         let global = row0 + r;
         let valid = r < p.rows_per_block && global < rows_total;
-        let (token, head) = if valid { (global / p.group, kvh * p.group + global % p.group) } else { (0, kvh * p.group) };
+        let (token, head) = if valid { let (q, r) = div_rem(global, p.group); (q, kvh * p.group + r) } else { (0, kvh * p.group) };
         (valid, qo_row_addr::<D>(p.q, p, batch, token, head) + (lane * per_lane * 2) as u64)
     };
     // Converts row r from its words (2 per head dims 0..64, 64..128, …).
@@ -821,8 +838,8 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn emit_quad<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, global: u32, partial_slot: u32, c: u32, v: [f32; 4], fin: [f32; 2]) {
-    let token = global / p.group;
-    let head = kvh * p.group + global % p.group;
+    let (token, r) = div_rem(global, p.group);
+    let head = kvh * p.group + r;
     let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
     if partial_slot == DIRECT_OUTPUT {
         let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;
