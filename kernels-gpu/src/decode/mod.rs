@@ -649,12 +649,33 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     let l_smem = m_smem + 4 * p.warps_k * block_rows;
     let fin_smem = l_smem + 4 * p.warps_k * block_rows;
 
+    // Where the block's shared memory has room for one slice per warp past
+    // the row states (it is free after the key loop), every warp stores its
+    // tile at once and the output loop adds the slices in warp order, the
+    // same sums as one warp at a time, with one barrier instead of
+    // `warps_k` (the cluster kernels keep the loop: their merge reads one
+    // summed tile).
+    let slice = p.rows_per_block * pitch;
+    let slices = fin_smem + 8 * block_rows;
+    let parallel = !CLUSTER && p.warps_k > 1 && slices + 4 * (p.warps_k - 1) * slice <= smem + p.item_smem;
+    let slice_at = |k: u32| if k == 0 { acc } else { slices + 4 * (k - 1) * slice };
+    // `fused` (the wide and narrow kernels, up to 8 warps along K, with
+    // every slice in room): each warp stores its accumulator unscaled beside
+    // its row states, and the output loop combines the states of its row
+    // and scales the slices itself (the same factors, products and sums in
+    // the same order). The pass below — every thread combining both its
+    // rows' states between two barriers before the stores — cost a wide
+    // block ~0.6 µs of its epilogue (docs/perf.md, twenty-second session).
+    let fused = WARPS_K > 2 && parallel;
+
     if publisher {
         for (r, row) in rows.iter().enumerate() {
             shared::st_shared_f32(m_smem + 4 * (warp_k * block_rows + row.local), m[r]);
             shared::st_shared_f32(l_smem + 4 * (warp_k * block_rows + row.local), l[r]);
         }
     }
+    let mut my_scale = [1f32; 2];
+    if !fused {
     thread::sync_threads();
 
     // Each thread merges its two rows' states over warps_k (no sync). With
@@ -702,6 +723,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
             shared::st_shared_v2_f32(fin_smem + 8 * row.local, [inv_l, lse]);
         }
     }
+    }
 
     // Sum the warps' rescaled accumulators (deterministically, in warp
     // order), storing only the block's live rows. The cluster kernels store
@@ -715,16 +737,6 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
         let rows_here = rows_here(p, row0);
         [rows[0].local < rows_here, rows[1].local < rows_here]
     };
-    // Where the block's shared memory has room for one slice per warp past
-    // the row states (it is free after the key loop), every warp stores its
-    // tile at once and the output loop adds the slices in warp order, the
-    // same sums as one warp at a time, with one barrier instead of
-    // `warps_k` (the cluster kernels keep the loop: their merge reads one
-    // summed tile).
-    let slice = p.rows_per_block * pitch;
-    let slices = fin_smem + 8 * block_rows;
-    let parallel = !CLUSTER && p.warps_k > 1 && slices + 4 * (p.warps_k - 1) * slice <= smem + p.item_smem;
-    let slice_at = |k: u32| if k == 0 { acc } else { slices + 4 * (k - 1) * slice };
     // (One call of `store`: a second one left the closure out of line and
     // the accumulators in local memory.)
     let rounds = if parallel { 1 } else { p.warps_k };
@@ -767,7 +779,39 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // unspecialised quantized wgmma kernels, which any change to the loop
     // spilled at their 128-register cap.
     let quads_per_row = (D / 4) as u32;
-    if OUT_BATCH == 1 {
+    if fused {
+        let mut idx = tid;
+        while idx < rows_here * quads_per_row {
+            let r = idx / quads_per_row;
+            let c = (idx % quads_per_row) * 4;
+            // The row's states, every load issued before any use (slots
+            // past `warps_k` stay (-inf, 0): factor 0, adding nothing).
+            let mut ms = [f32::NEG_INFINITY; WARPS_K];
+            let mut ls = [0f32; WARPS_K];
+            for k in 0..WARPS_K {
+                if (k as u32) < p.warps_k {
+                    ms[k] = shared::ld_shared_f32(m_smem + 4 * (k as u32 * block_rows + r));
+                    ls[k] = shared::ld_shared_f32(l_smem + 4 * (k as u32 * block_rows + r));
+                }
+            }
+            let big_m = ms.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let big_l = (0..WARPS_K).fold(0f32, |a, k| a + ls[k] * state::rescale(ms[k], big_m));
+            let (inv_l, lse) = state::finish(big_m, big_l);
+            let at = 4 * (r * pitch + c);
+            let mut v = [0f32; 4];
+            for k in 0..WARPS_K {
+                if (k as u32) < p.warps_k {
+                    let w = state::rescale(ms[k], big_m);
+                    let sk = shared::ld_shared_v4_f32(slice_at(k as u32) + at);
+                    let sk = [sk[0] * w, sk[1] * w, sk[2] * w, sk[3] * w];
+                    v = if k == 0 { sk } else { [v[0] + sk[0], v[1] + sk[1], v[2] + sk[2], v[3] + sk[3]] };
+                }
+            }
+            emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v, [inv_l, lse]);
+            idx += nthreads;
+        }
+    }
+    if OUT_BATCH == 1 && !fused {
         let mut idx = tid;
         while idx < rows_here * quads_per_row {
             let r = idx / quads_per_row;
