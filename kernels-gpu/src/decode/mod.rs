@@ -676,53 +676,52 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     }
     let mut my_scale = [1f32; 2];
     if !fused {
-    thread::sync_threads();
+        thread::sync_threads();
 
-    // Each thread merges its two rows' states over warps_k (no sync). With
-    // up to 8 warps along K (the wide and narrow kernels) every warp's
-    // (m, l) of both rows is loaded first (an unrolled loop), then
-    // combined: loaded where they were combined, each load's latency was
-    // waited out in turn, 0.6-0.8 µs of every block's epilogue
-    // (docs/perf.md, nineteenth session); slots past `warps_k` stay
-    // (-inf, 0), which add nothing. The wgmma kernels (2 warpgroups) keep
-    // the loop: their quantized ones, at 128 registers, spilled with the
-    // states loaded first.
-    let mut ms = [[f32::NEG_INFINITY; WARPS_K]; 2];
-    let mut ls = [[0f32; WARPS_K]; 2];
-    if WARPS_K > 2 {
-        for k in 0..WARPS_K {
-            if (k as u32) < p.warps_k {
-                for (r, row) in rows.iter().enumerate() {
-                    let at = 4 * (k as u32 * block_rows + row.local);
-                    ms[r][k] = shared::ld_shared_f32(m_smem + at);
-                    ls[r][k] = shared::ld_shared_f32(l_smem + at);
+        // Each thread merges its two rows' states over warps_k (no sync). With
+        // up to 8 warps along K (the wide and narrow kernels) every warp's
+        // (m, l) of both rows is loaded first (an unrolled loop), then
+        // combined: loaded where they were combined, each load's latency was
+        // waited out in turn, 0.6-0.8 µs of every block's epilogue
+        // (docs/perf.md, nineteenth session); slots past `warps_k` stay
+        // (-inf, 0), which add nothing. The wgmma kernels (2 warpgroups) keep
+        // the loop: their quantized ones, at 128 registers, spilled with the
+        // states loaded first.
+        let mut ms = [[f32::NEG_INFINITY; WARPS_K]; 2];
+        let mut ls = [[0f32; WARPS_K]; 2];
+        if WARPS_K > 2 {
+            for k in 0..WARPS_K {
+                if (k as u32) < p.warps_k {
+                    for (r, row) in rows.iter().enumerate() {
+                        let at = 4 * (k as u32 * block_rows + row.local);
+                        ms[r][k] = shared::ld_shared_f32(m_smem + at);
+                        ls[r][k] = shared::ld_shared_f32(l_smem + at);
+                    }
                 }
             }
         }
-    }
-    let mut my_scale = [0f32; 2];
-    for (r, row) in rows.iter().enumerate() {
-        let (big_m, big_l) = if WARPS_K > 2 {
-            let big_m = ms[r].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            (big_m, (0..WARPS_K).fold(0f32, |acc, k| acc + ls[r][k] * state::rescale(ms[r][k], big_m)))
-        } else {
-            let mut big_m = f32::NEG_INFINITY;
-            for k in 0..p.warps_k {
-                big_m = big_m.max(shared::ld_shared_f32(m_smem + 4 * (k * block_rows + row.local)));
+        for (r, row) in rows.iter().enumerate() {
+            let (big_m, big_l) = if WARPS_K > 2 {
+                let big_m = ms[r].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                (big_m, (0..WARPS_K).fold(0f32, |acc, k| acc + ls[r][k] * state::rescale(ms[r][k], big_m)))
+            } else {
+                let mut big_m = f32::NEG_INFINITY;
+                for k in 0..p.warps_k {
+                    big_m = big_m.max(shared::ld_shared_f32(m_smem + 4 * (k * block_rows + row.local)));
+                }
+                let mut big_l = 0f32;
+                for k in 0..p.warps_k {
+                    let mk = shared::ld_shared_f32(m_smem + 4 * (k * block_rows + row.local));
+                    big_l += shared::ld_shared_f32(l_smem + 4 * (k * block_rows + row.local)) * state::rescale(mk, big_m);
+                }
+                (big_m, big_l)
+            };
+            my_scale[r] = state::rescale(m[r], big_m);
+            if warp_k == 0 && publisher {
+                let (inv_l, lse) = state::finish(big_m, big_l);
+                shared::st_shared_v2_f32(fin_smem + 8 * row.local, [inv_l, lse]);
             }
-            let mut big_l = 0f32;
-            for k in 0..p.warps_k {
-                let mk = shared::ld_shared_f32(m_smem + 4 * (k * block_rows + row.local));
-                big_l += shared::ld_shared_f32(l_smem + 4 * (k * block_rows + row.local)) * state::rescale(mk, big_m);
-            }
-            (big_m, big_l)
-        };
-        my_scale[r] = state::rescale(m[r], big_m);
-        if warp_k == 0 && publisher {
-            let (inv_l, lse) = state::finish(big_m, big_l);
-            shared::st_shared_v2_f32(fin_smem + 8 * row.local, [inv_l, lse]);
         }
-    }
     }
 
     // Sum the warps' rescaled accumulators (deterministically, in warp
