@@ -55,6 +55,17 @@ proptest! {
 }
 
 #[test]
+fn div_rem_is_the_division_for_every_divisor() {
+    // The kernels' shift-and-mask for powers of two, the division otherwise.
+    let ns = [0u32, 1, 2, 3, 7, 8, 31, 32, 33, 1000, 65_535, 1 << 20, (1 << 31) + 5, u32::MAX - 1, u32::MAX];
+    for d in (1u32..=300).chain([1 << 16, (1 << 16) + 1, 1 << 31, u32::MAX]) {
+        for &n in &ns {
+            assert_eq!(decode_attn_abi::div_rem(n, d), (n / d, n % d), "{n} / {d}");
+        }
+    }
+}
+
+#[test]
 fn no_split_when_one_wave_is_already_full() {
     // Grid A at B=512: 512 blocks of 1 kv head >= 132 SMs x 2 blocks.
     let shape = DecodeShape::bf16(512, 8, 1, 128, 1, 8192);

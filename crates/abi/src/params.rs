@@ -360,7 +360,8 @@ pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster_log2: u32) 
 /// (a float reciprocal and its corrections), and the kernels take several
 /// before their first copy and in their epilogue, where each block's time
 /// counts about threefold on the many-block rows (docs/perf.md,
-/// twenty-second session). (`d` = 0 gives (n, n) rather than a trap; no caller passes it.)
+/// twenty-second session). (`d` = 0 gives (n, n) rather than a trap; no
+/// caller passes it.)
 #[inline(always)]
 pub const fn div_rem(n: u32, d: u32) -> (u32, u32) {
     let mask = d.wrapping_sub(1);

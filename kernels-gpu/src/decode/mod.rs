@@ -663,9 +663,11 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // every slice in room): each warp stores its accumulator unscaled beside
     // its row states, and the output loop combines the states of its row
     // and scales the slices itself (the same factors, products and sums in
-    // the same order). The pass below — every thread combining both its
-    // rows' states between two barriers before the stores — cost a wide
-    // block ~0.6 µs of its epilogue (docs/perf.md, twenty-second session).
+    // the same order). The `!fused` pass — every thread combining both its
+    // rows' states between two barriers before the stores — took 0.4 µs of
+    // a D (64, 128) block's 1.2 µs epilogue (per-block timestamps); fused,
+    // the small 16-bit rows ran 0.1-0.3 µs and narrow int4 grid A 1 %
+    // faster (docs/perf.md, twenty-second session).
     let fused = WARPS_K > 2 && parallel;
 
     if publisher {
