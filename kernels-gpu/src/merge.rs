@@ -19,7 +19,7 @@
 //!   attention blocks finish, with no launch gap, and wait for the partials
 //!   with `griddepcontrol.wait`.
 
-use decode_attn_abi::{capacity_merge_item, div_rem, DecodeParams, MergeItem, MergeParams};
+use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
 
 use crate::arch::{math::rcp, memory, shared, thread, warp};
 use crate::decode::capacity_len;
@@ -65,10 +65,7 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>
     if shared::ld_shared_u32(flag) != 0 {
         let target = Target { partial_o: p.partial_o, partial_lse: p.partial_lse, o: p.o, q_len: p.q_len, num_q_heads: p.num_q_heads };
         // Packed row r of the block: token-major over the kv head's group.
-        let row_of = |r: u32| {
-            let global = row0 + r;
-            { let (q, r) = div_rem(global, p.group); (q, kvh * p.group + r) }
-        };
+        let row_of = |r: u32| crate::decode::token_head(p, kvh, row0 + r);
         merge_rows::<H, D>(&target, batch, &seq, rows_here, row_of);
     }
 }

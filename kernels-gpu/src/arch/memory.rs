@@ -218,4 +218,3 @@ pub unsafe fn atom_add_acq_rel_gpu_u32(addr: u64, v: u32) -> u32 {
     core::arch::asm!("atom.acq_rel.gpu.global.add.u32 {r}, [{a}], {v};", r = out(reg32) r, a = in(reg64) addr, v = in(reg32) v, options(nostack));
     r
 }
-

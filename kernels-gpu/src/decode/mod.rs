@@ -51,6 +51,16 @@ pub(crate) struct RowInfo {
     limit: u32,
 }
 
+/// The (token, query head) of packed row `global` of kv head `kvh`: rows
+/// are `token * group + head_in_group`. (`row_info` keeps the plain
+/// division: with [`div_rem`] there, spills moved between the 168-register
+/// kernels, docs/perf.md, twenty-second session.)
+#[inline(always)]
+pub(crate) fn token_head(p: &DecodeParams, kvh: u32, global: u32) -> (u32, u32) {
+    let (token, in_group) = div_rem(global, p.group);
+    (token, kvh * p.group + in_group)
+}
+
 #[inline(always)]
 pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
     let global = row0 + local;
@@ -216,13 +226,14 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // (docs/perf.md, twentieth and twenty-first sessions).
     let (guessed_end, work) = if GUESS && p.chunks_per_seq != 0 && p.seq_lens != 0 {
         let x = block_item::<false>(p, thread::block_idx_x_fresh());
-        if div_rem(x, p.chunks_per_seq).1 == 0 {
+        let (seq, chunk) = div_rem(x, p.chunks_per_seq);
+        if chunk == 0 {
             // The length's load first, its use after the copies: issued
             // behind them it came back behind their bytes (bf16 D (64,
             // 128)'s graph replay +3 µs, docs/perf.md).
-            let len = capacity_len(p.seq_lens, div_rem(x, p.chunks_per_seq).0, p.max_seq_len);
+            let len = capacity_len(p.seq_lens, seq, p.max_seq_len);
             let end = p.chunk_keys.min(p.max_seq_len);
-            let guess = WorkItem { batch: div_rem(x, p.chunks_per_seq).0, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
+            let guess = WorkItem { batch: seq, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
             Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, guess, block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base()).prefetch();
             (end, capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq).map(|item| (item, len)))
         } else {
@@ -452,7 +463,7 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
         let chunk = c % chunks_per_row;
         let global = row0 + local;
         let valid = local < p.rows_per_block && global < rows_total;
-        let (token, head) = if valid { let (q, r) = div_rem(global, p.group); (q, kvh * p.group + r) } else { (0, kvh * p.group) };
+        let (token, head) = if valid { token_head(p, kvh, global) } else { (0, kvh * p.group) };
         let src = qo_row_addr::<D>(p.q, p, batch, token, head) + chunk as u64 * 16;
         memory::cp_async_16(q_tile + swizzled(local, chunk, (D * 2) as u32), src, if valid { 16 } else { 0 });
         c += nthreads;
@@ -499,7 +510,7 @@ pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize, const BATCH: usiz
     let row_src = |r: u32| {
         let global = row0 + r;
         let valid = r < p.rows_per_block && global < rows_total;
-        let (token, head) = if valid { let (q, r) = div_rem(global, p.group); (q, kvh * p.group + r) } else { (0, kvh * p.group) };
+        let (token, head) = if valid { token_head(p, kvh, global) } else { (0, kvh * p.group) };
         (valid, qo_row_addr::<D>(p.q, p, batch, token, head) + (lane * per_lane * 2) as u64)
     };
     // Converts row r from its words (2 per head dims 0..64, 64..128, …).
@@ -883,8 +894,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn emit_quad<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, global: u32, partial_slot: u32, c: u32, v: [f32; 4], fin: [f32; 2]) {
-    let (token, r) = div_rem(global, p.group);
-    let head = kvh * p.group + r;
+    let (token, head) = token_head(p, kvh, global);
     let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
     if partial_slot == DIRECT_OUTPUT {
         let addr = qo_row_addr::<D>(p.o, p, batch, token, head) + c as u64 * 2;

@@ -23,10 +23,10 @@
 //! wide kernel does, per row scaled by a power of two) and the scales int8
 //! keeps per row multiply the score columns (K) and P (V).
 
-use decode_attn_abi::{div_rem, q_converted, wgmma_prefix_bytes, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
+use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, OUT_BATCH};
+use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, token_head, OUT_BATCH};
 use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
@@ -551,7 +551,7 @@ unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: 
         let (local, chunk) = (c / chunks, c % chunks);
         let global = row0 + local;
         let valid = local < p.rows_per_block && global < rows_total;
-        let (token, head) = if valid { let (q, r) = div_rem(global, p.group); (q, kvh * p.group + r) } else { (0, kvh * p.group) };
+        let (token, head) = if valid { token_head(p, kvh, global) } else { (0, kvh * p.group) };
         let src = qo_row_addr::<D>(p.q, p, batch, token, head) + chunk as u64 * 16;
         memory::cp_async_16(q_tile + Swizzle128 { rows: WGMMA_M }.at(local, chunk, (D * 2) as u32), src, if valid { 16 } else { 0 });
         c += nthreads;
