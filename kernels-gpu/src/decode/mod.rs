@@ -679,7 +679,10 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // a D (64, 128) block's 1.2 µs epilogue (per-block timestamps); fused,
     // the small 16-bit rows ran 0.1-0.3 µs and narrow int4 grid A 1 %
     // faster (docs/perf.md, twenty-second session).
-    let fused = WARPS_K > 2 && parallel;
+    // The wgmma kernels (two warpgroups, `OUT_BATCH` quads a round) take
+    // the fused path too, batched; the unspecialised quantized ones (one
+    // quad a round at their 128-register cap) keep the states pass.
+    let fused = (WARPS_K > 2 || OUT_BATCH > 1) && parallel;
 
     if publisher {
         for (r, row) in rows.iter().enumerate() {
@@ -791,7 +794,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // unspecialised quantized wgmma kernels, which any change to the loop
     // spilled at their 128-register cap.
     let quads_per_row = (D / 4) as u32;
-    if fused {
+    if fused && OUT_BATCH == 1 {
         let mut idx = tid;
         while idx < rows_here * quads_per_row {
             let r = idx / quads_per_row;
@@ -840,7 +843,53 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
             idx += nthreads;
         }
     }
-    if OUT_BATCH > 1 {
+    if fused && OUT_BATCH > 1 {
+        // As the loop above, `OUT_BATCH` quads a round: every state and
+        // slice load of the round issued before any use.
+        let total = rows_here * quads_per_row;
+        let mut first = tid;
+        while first < total {
+            let idx = core::array::from_fn::<u32, OUT_BATCH, _>(|u| first + u as u32 * nthreads);
+            let row = idx.map(|i| i / quads_per_row);
+            let at = idx.map(|i| 4 * ((i / quads_per_row) * pitch + (i % quads_per_row) * 4));
+            let live = |u: usize| u == 0 || idx[u] < total;
+            let mut ms = [[f32::NEG_INFINITY; WARPS_K]; OUT_BATCH];
+            let mut ls = [[0f32; WARPS_K]; OUT_BATCH];
+            let mut sk = [[[0f32; 4]; WARPS_K]; OUT_BATCH];
+            for u in 0..OUT_BATCH {
+                if live(u) {
+                    for k in 0..WARPS_K {
+                        if (k as u32) < p.warps_k {
+                            ms[u][k] = shared::ld_shared_f32(m_smem + 4 * (k as u32 * block_rows + row[u]));
+                            ls[u][k] = shared::ld_shared_f32(l_smem + 4 * (k as u32 * block_rows + row[u]));
+                            sk[u][k] = shared::ld_shared_v4_f32(slice_at(k as u32) + at[u]);
+                        }
+                    }
+                }
+            }
+            for u in 0..OUT_BATCH {
+                if !live(u) {
+                    break;
+                }
+                let big_m = ms[u].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                let big_l = (0..WARPS_K).fold(0f32, |a, k| a + ls[u][k] * state::rescale(ms[u][k], big_m));
+                let (inv_l, lse) = state::finish(big_m, big_l);
+                let mut v = [0f32; 4];
+                for k in 0..WARPS_K {
+                    if (k as u32) < p.warps_k {
+                        let w = state::rescale(ms[u][k], big_m);
+                        let s = sk[u][k];
+                        let s = [s[0] * w, s[1] * w, s[2] * w, s[3] * w];
+                        v = if k == 0 { s } else { [v[0] + s[0], v[1] + s[1], v[2] + s[2], v[3] + s[3]] };
+                    }
+                }
+                let c = (idx[u] % quads_per_row) * 4;
+                emit_quad::<F, D>(p, batch, kvh, row0 + row[u], partial_slot, c, v, [inv_l, lse]);
+            }
+            first += OUT_BATCH as u32 * nthreads;
+        }
+    }
+    if OUT_BATCH > 1 && !fused {
         let total = rows_here * quads_per_row;
         let mut first = tid;
         while first < total {
