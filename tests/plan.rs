@@ -192,6 +192,14 @@ fn sequences_split_into_at_most_a_cluster_of_chunks_merge_in_the_cluster() {
     let two = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 3000], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(4096))).unwrap();
     assert_eq!((two.cluster(), two.merge_mode()), (2, MergeMode::Cluster));
     assert_covers(&two);
+    // ... and for 16-bit caches only: quantized ones merge the same split
+    // through global memory (measured faster since the one-atomic merge).
+    for format in [KvFormat::Int8, KvFormat::Int4G32] {
+        let q = plan(&quantized(format, 2, 8, 1, 1, 8192), &[8192, 3000], dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(4096))).unwrap();
+        assert_eq!((q.cluster(), q.merge_mode(), q.max_splits()), (0, MergeMode::InAttention, 2), "{format:?}");
+        let forced = plan(&quantized(format, 2, 8, 1, 1, 8192), &[8192, 3000], dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(4096)) }).unwrap();
+        assert_eq!(forced.cluster(), 2, "{format:?}");
+    }
     // Not when asked for a global merge, without clusters, or above 8 chunks.
     let global = PlanOptions { merge: MergeChoice::Global, ..Default::default() };
     assert_eq!(plan(&shape, &[1024], dev, &KERNEL, &global).unwrap().merge_mode(), MergeMode::InAttention);

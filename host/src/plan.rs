@@ -149,9 +149,10 @@ pub enum SpecializeChoice {
 /// How split sequences may be merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MergeChoice {
-    /// In a thread-block cluster ([`MergeMode::Cluster`]) when the device
-    /// has clusters and no sequence has more than [`AUTO_CLUSTER_MAX`]
-    /// chunks; else through global memory ([`merge_mode`]).
+    /// In a thread-block cluster ([`MergeMode::Cluster`]) when the cache is
+    /// 16-bit, the device has clusters and no sequence has more than
+    /// [`AUTO_CLUSTER_MAX`] chunks; else through global memory
+    /// ([`merge_mode`]).
     #[default]
     Auto,
     /// In a cluster whenever no sequence has more chunks than the device's
@@ -166,6 +167,16 @@ pub enum MergeChoice {
 /// faster than the global merge (grid B (128, 2K), A B=64, int4 A B=128);
 /// clusters of 4 and 8 were up to 1.5× slower on most rows.
 pub const AUTO_CLUSTER_MAX: u32 = 2;
+
+/// Whether the `Auto` merge may use a cluster for this cache format: 16-bit
+/// caches only. Since the in-attention merge became one acquire-release
+/// atomic (twenty-first session), the quantized kernels' two-chunk rows run
+/// 1.3-3.5 % faster merged through global memory (int8 A B=64, grid B
+/// (4K, 64), int4 A B=128; docs/perf.md, twenty-third session), while the
+/// 16-bit grid B (4K, 64) still runs 2-3 % faster in clusters.
+pub fn auto_cluster_allowed(format: KvFormat) -> bool {
+    !format.is_quantized()
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanOptions {
@@ -725,7 +736,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // power of two: the chunks past the capacity, like those past a step's
     // lengths, exit at once).
     let chunks = chunks_of(shape.max_seq_len, chunk_keys);
-    let cluster = cluster_size(chunks, dev, opts);
+    let cluster = cluster_size(chunks, shape.kv_format, dev, opts);
     let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
@@ -913,7 +924,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
     let max_chunks = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
-    let cluster = cluster_size(max_chunks, dev, opts);
+    let cluster = cluster_size(max_chunks, shape.kv_format, dev, opts);
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
@@ -1039,9 +1050,10 @@ fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: usize) -> (
 /// sequences split, the options allow a cluster that large
 /// ([`MergeChoice`]) and the device has one; else 0 (merge through global
 /// memory).
-pub fn cluster_size(chunks: u32, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
+pub fn cluster_size(chunks: u32, format: KvFormat, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
     let most = match opts.merge {
-        MergeChoice::Auto => AUTO_CLUSTER_MAX.min(dev.max_cluster),
+        MergeChoice::Auto if auto_cluster_allowed(format) => AUTO_CLUSTER_MAX.min(dev.max_cluster),
+        MergeChoice::Auto => 0,
         MergeChoice::Cluster => dev.max_cluster,
         MergeChoice::Global => 0,
     };

@@ -3,13 +3,20 @@
 /// `cp.async.cg.shared.global` of 16 bytes; when `src_bytes` is 0 nothing is
 /// read and the 16 destination bytes are zero-filled.
 ///
+/// The copy asks L2 for the 128 bytes around it (`.L2::128B`): a 64-byte
+/// int4 row of an NHD cache shares its 128 bytes with the next kv head's
+/// row, which that head's block (reading the same tokens at about the same
+/// time) then finds in L2. Measured on an H100: int4-g32 grid C 128K 12 %
+/// and D (128, 2K) 5 % faster, every other row unchanged; `.L2::256B` no
+/// better (docs/perf.md, twenty-third session).
+///
 /// # Safety
 /// `dst` must be a 16-byte aligned shared address of the block; `src` a
 /// 16-byte aligned global address readable for `src_bytes` (0..=16) bytes;
 /// the destination bytes past `src_bytes` are zero-filled.
 #[inline(always)]
 pub unsafe fn cp_async_16(dst: u32, src: u64, src_bytes: u32) {
-    core::arch::asm!("cp.async.cg.shared.global [{d}], [{s}], 16, {n};",
+    core::arch::asm!("cp.async.cg.shared.global.L2::128B [{d}], [{s}], 16, {n};",
         d = in(reg32) dst, s = in(reg64) src, n = in(reg32) src_bytes, options(nostack));
 }
 
