@@ -6,7 +6,7 @@
 
 use decode_attn_abi::DecodeParams;
 
-use crate::arch::shared;
+use crate::arch::{memory, shared};
 
 /// The rows of one (sequence, kv head) of K or V (or of their side data).
 pub trait RowAddressing: Copy {
@@ -59,19 +59,25 @@ pub mod paged_rows {
 /// The rows `W` (a [`paged_rows`] constant) of one stage of a paged cache:
 /// tokens from a page-aligned `first_page << page_shift` on, whose page ids
 /// (`i32`, one per page of the stage) the pipeline copied to shared memory
-/// at `ids`. Pool addresses and strides are read from the kernel's params
-/// at each use rather than kept in registers (they are constant-bank
-/// operands), which keeps the paged kernels near the strided ones' registers.
+/// at `ids` — or, `TABLE`, read from the sequence's block-table row at
+/// `table` (global memory) as each address is formed: the block's first
+/// stages, which would otherwise wait for the ids' copy and a block
+/// barrier before any row copy. Pool addresses and strides are read from
+/// the kernel's params at each use rather than kept in registers (they are
+/// constant-bank operands), which keeps the paged kernels near the strided
+/// ones' registers.
 #[derive(Clone, Copy)]
-pub struct PagedStage<'a, const W: u8> {
+pub struct PagedStage<'a, const W: u8, const TABLE: bool = false> {
     pub p: &'a DecodeParams,
     pub kvh: u32,
-    /// Shared address of the stage's page ids.
+    /// Shared address of the stage's page ids (not `TABLE`).
     pub ids: u32,
     pub first_page: u32,
+    /// Global address of the sequence's block-table row (`TABLE`).
+    pub table: u64,
 }
 
-impl<const W: u8> PagedStage<'_, W> {
+impl<const W: u8, const TABLE: bool> PagedStage<'_, W, TABLE> {
     /// Pool address, page stride, token stride and head stride of rows `W`.
     #[inline(always)]
     fn geometry(&self) -> (u64, u64, u64, u64) {
@@ -91,18 +97,24 @@ impl<const W: u8> PagedStage<'_, W> {
     }
 }
 
-impl<const W: u8> RowAddressing for PagedStage<'_, W> {
+impl<const W: u8, const TABLE: bool> RowAddressing for PagedStage<'_, W, TABLE> {
     const PAGED: bool = true;
     #[inline(always)]
     fn row(&self, token: u32) -> u64 {
         let p = self.p;
-        let slot = (token >> p.page_shift) - self.first_page;
         // SAFETY: the pipeline fetched one id per page of the stage (up to
-        // the sequence's end) into `ids`; tokens past the end are never
-        // asked for (copies read `first` instead). Ids past the pool (or
-        // negative) read its last page: a corrupt table cannot send a copy
-        // outside the pool.
-        let id = unsafe { shared::ld_shared_u32(self.ids + 4 * slot) }.min(p.num_pages - 1);
+        // the sequence's end) into `ids`, or the table row (checked by the
+        // host to hold the sequence's pages) is read directly; tokens past
+        // the end are never asked for (copies read `first` instead). Ids
+        // past the pool (or negative) read its last page: a corrupt table
+        // cannot send a copy outside the pool.
+        let id = if TABLE {
+            unsafe { memory::ld_global_nc_u32(self.table + 4 * (token >> p.page_shift) as u64) }
+        } else {
+            let slot = (token >> p.page_shift) - self.first_page;
+            unsafe { shared::ld_shared_u32(self.ids + 4 * slot) }
+        }
+        .min(p.num_pages - 1);
         let within = token & ((1u32 << p.page_shift) - 1);
         let (base, page, tok, head) = self.geometry();
         base + id as u64 * page + within as u64 * tok + self.kvh as u64 * head

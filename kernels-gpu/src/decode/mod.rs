@@ -152,17 +152,6 @@ pub(crate) fn block_item<const CLUSTER: bool>(p: &DecodeParams, x: u32) -> u32 {
     }
 }
 
-/// log2 of the blocks per cluster: the launch's in a `Cluster` kernel, 0
-/// (a constant: no cluster code) in the others.
-#[inline(always)]
-pub(crate) fn cluster_log2<const CLUSTER: bool>(p: &DecodeParams) -> u32 {
-    if CLUSTER {
-        p.cluster_log2
-    } else {
-        0
-    }
-}
-
 /// Capacity plans: sequence `batch`'s device length, capped at the capacity
 /// (a larger value is read as the capacity).
 #[inline(always)]

@@ -11,12 +11,13 @@
 //! pages, which the block copies from the block table into a ring in shared
 //! memory once per stage. The ids of tile `u` travel in the copy group of
 //! tile `u - (PIPELINE_STAGES - 1)`, so the wait that precedes issuing tile
-//! `u`'s rows has already covered them; the first tiles' ids are fetched
-//! (and waited for) before the first rows. The ring has one slot more than
-//! the pipeline has stages: the prologue issues tiles 0 and 1 with no
-//! barrier between them, and tile 1's issue starts the copy of tile 3's
-//! ids, which with one slot per stage would land in the slot a slower warp
-//! may still be reading tile 0's ids from.
+//! `u`'s rows has already covered them. The first tiles' ids are fetched
+//! (and waited for) before the first rows — except in the 16-bit kernels,
+//! whose first tiles' rows read their ids from the block table as their
+//! addresses are formed (`Pipeline::TABLE_PROLOGUE`). The ring has one slot
+//! more than the pipeline has stages, so that the ids of the tile a fast
+//! warp fetches never land where a slower warp may still read the ids of
+//! the tile before.
 
 use core::marker::PhantomData;
 
@@ -85,6 +86,14 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// Pipelines whose first tiles may be issued for a guessed item
     /// ([`Pipeline::advance_guessed`]): the strided wide kernels'.
     const GUESSABLE: bool = WIDE && !WGMMA && !PAGED;
+    /// Paged pipelines whose first tiles' rows read their page ids from the
+    /// block table itself ([`PagedStage`]'s `TABLE`) rather than from the
+    /// ring, which the prologue would fill and wait for behind a block
+    /// barrier: the 16-bit ones but the narrow cluster kernels. (In the
+    /// quantized ones the table's address held through the copies spilled
+    /// the paged wgmma kernels at their 128 registers and moved the head
+    /// dim 64 wide ones past 128.)
+    const TABLE_PROLOGUE: bool = PAGED && !F::FORMAT.is_quantized() && (WIDE || WGMMA || !CLUSTER);
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
@@ -246,7 +255,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             } else {
                 copy_rows::<A, 4, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
             }
-        } else if WIDE && !WGMMA && !A::PAGED {
+        } else if WIDE && !WGMMA && (!A::PAGED || (!F::FORMAT.is_quantized() && !CLUSTER && D == 128)) {
             F::load_kv_rows::<D, A, 4, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
         } else if A::PAGED || WGMMA {
             F::load_kv_rows::<D, A, 2, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
@@ -255,10 +264,40 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
     }
 
-    /// Issues this thread's copies of tile `t` into its stage (paged: and
-    /// the page ids of tile `t + PIPELINE_STAGES - 1`).
+    /// [`Pipeline::load`]'s paged copies of tile `t` (`TABLE`: the page ids
+    /// from the block table instead of the ring).
     #[inline(always)]
-    unsafe fn load(&self, t: u32) {
+    unsafe fn load_paged<const TABLE: bool>(&self, t: u32, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
+        let kt = Self::CFG.keys_per_stage;
+        let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
+        let (p, kvh) = (self.p, super::block_kv_head::<CLUSTER>(self.p));
+        // (Only for unquantized formats: in the narrow int4 kernels this
+        // second path cost 28-31 registers, past two blocks per SM. The
+        // paths stay written out: one copy helper shared by all three
+        // moved narrow int4-g64 from 128 to 146 registers.)
+        let table = self.table;
+        if Self::CFG.side_bytes == 0 && kt <= 1 << p.page_shift {
+            // The whole stage is in one page (stages start on multiples
+            // of `kt`): one id, then rows as at strides from its start.
+            let k = PagedStage::<{ paged_rows::K }, TABLE> { p, kvh, ids, first_page, table }.single_page(first);
+            self.load_rows(k, stage, first, end, tid, nthreads);
+            self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
+            return;
+        }
+        let k = PagedStage::<{ paged_rows::K }, TABLE> { p, kvh, ids, first_page, table };
+        self.load_rows(k, stage, first, end, tid, nthreads);
+        if Self::CFG.side_bytes > 0 {
+            let ks = PagedStage::<{ paged_rows::K_SIDE }, TABLE> { p, kvh, ids, first_page, table };
+            F::load_kv_side::<D, _>(ks, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
+        }
+        self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
+    }
+
+    /// Issues this thread's copies of tile `t` into its stage (paged: and
+    /// the page ids of tile `t + PIPELINE_STAGES - 1`; `TABLE`: its own
+    /// page ids read from the block table rather than the ring).
+    #[inline(always)]
+    unsafe fn load<const TABLE: bool>(&self, t: u32) {
         // The paged wgmma kernels of quantized formats derive the thread's
         // copy offsets afresh at each stage (held, they spilled at 128
         // registers).
@@ -269,27 +308,11 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         let first = self.item.kv_start + t * kt;
         let end = self.item.kv_end;
         if PAGED {
-            let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
-            let (p, kvh) = (self.p, super::block_kv_head::<CLUSTER>(self.p));
-            // (Only for unquantized formats: in the narrow int4 kernels this
-            // second path cost 28-31 registers, past two blocks per SM. The
-            // paths stay written out: one copy helper shared by all three
-            // moved narrow int4-g64 from 128 to 146 registers.)
-            if Self::CFG.side_bytes == 0 && kt <= 1 << p.page_shift {
-                // The whole stage is in one page (stages start on multiples
-                // of `kt`): one id, then rows as at strides from its start.
-                let k = PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page }.single_page(first);
-                self.load_rows(k, stage, first, end, tid, nthreads);
-                self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
-                return;
+            if TABLE && Self::TABLE_PROLOGUE {
+                self.load_paged::<true>(t, stage, first, end, tid, nthreads);
+            } else {
+                self.load_paged::<false>(t, stage, first, end, tid, nthreads);
             }
-            let k = PagedStage::<{ paged_rows::K }> { p, kvh, ids, first_page };
-            self.load_rows(k, stage, first, end, tid, nthreads);
-            if Self::CFG.side_bytes > 0 {
-                let ks = PagedStage::<{ paged_rows::K_SIDE }> { p, kvh, ids, first_page };
-                F::load_kv_side::<D, _>(ks, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
-            }
-            self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
         } else if Self::BULK {
             // The rows' bases afresh at each stage: held through the key
             // loop, the two 64-bit values were what the unspecialised
@@ -324,7 +347,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             }
             thread::sync_threads();
         }
-        if PAGED {
+        if PAGED && !Self::TABLE_PROLOGUE {
             // The first tiles' page ids, before any of their rows.
             let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
             for t in 0..PIPELINE_STAGES - 1 {
@@ -336,7 +359,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
         for t in 0..PIPELINE_STAGES - 1 {
             if t < self.n_tiles {
-                self.load(t);
+                self.load::<PAGED>(t);
             }
             memory::cp_async_commit();
         }
@@ -375,7 +398,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
         thread::sync_threads();
         if t + PIPELINE_STAGES - 1 < self.n_tiles {
-            self.load(t + PIPELINE_STAGES - 1);
+            self.load::<false>(t + PIPELINE_STAGES - 1);
         }
         memory::cp_async_commit();
         t % PIPELINE_STAGES
