@@ -69,17 +69,6 @@ pub unsafe fn ld_global_nc_u32(addr: u64) -> u32 {
     r
 }
 
-/// `prefetch.global.L2`: asks L2 for the line at `addr` (and translates the
-/// address, which is what the paged pipeline issues it for: a page's
-/// translation ahead of its copies).
-///
-/// # Safety
-/// `addr` must be a global address of the kernel's buffers.
-#[inline(always)]
-pub unsafe fn prefetch_l2(addr: u64) {
-    core::arch::asm!("prefetch.global.L2 [{a}];", a = in(reg64) addr, options(nostack, readonly));
-}
-
 /// `ld.global.nc.v4.f32`.
 ///
 /// # Safety

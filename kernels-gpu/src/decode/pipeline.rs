@@ -94,11 +94,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// the paged wgmma kernels at their 128 registers and moved the head
     /// dim 64 wide ones past 128.)
     const TABLE_PROLOGUE: bool = PAGED && !F::FORMAT.is_quantized() && (WIDE || WGMMA || !CLUSTER);
-    /// How many tiles ahead of the tile being issued its copies fetch page
-    /// ids into the ring: one more in the `TABLE_PROLOGUE` pipelines, whose
-    /// block then translates the pages of the tile after next
-    /// ([`Pipeline::touch_pages`]) while the next tile's rows are in flight.
-    const IDS_AHEAD: u32 = if Self::TABLE_PROLOGUE { PIPELINE_STAGES } else { PIPELINE_STAGES - 1 };
     /// The variant whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
@@ -260,7 +255,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             } else {
                 copy_rows::<A, 4, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
             }
-        } else if WIDE && !WGMMA && !A::PAGED {
+        } else if WIDE && !WGMMA && (!A::PAGED || (!F::FORMAT.is_quantized() && !CLUSTER && D == 128)) {
             F::load_kv_rows::<D, A, 4, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
         } else if A::PAGED || WGMMA {
             F::load_kv_rows::<D, A, 2, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
@@ -286,7 +281,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             // of `kt`): one id, then rows as at strides from its start.
             let k = PagedStage::<{ paged_rows::K }, TABLE> { p, kvh, ids, first_page, table }.single_page(first);
             self.load_rows(k, stage, first, end, tid, nthreads);
-            self.fetch_ids(t + Self::IDS_AHEAD, tid, nthreads);
+            self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
             return;
         }
         let k = PagedStage::<{ paged_rows::K }, TABLE> { p, kvh, ids, first_page, table };
@@ -295,33 +290,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             let ks = PagedStage::<{ paged_rows::K_SIDE }, TABLE> { p, kvh, ids, first_page, table };
             F::load_kv_side::<D, _>(ks, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
         }
-        self.fetch_ids(t + Self::IDS_AHEAD, tid, nthreads);
-    }
-
-    /// `TABLE_PROLOGUE` pipelines: the first lanes of warp 0 prefetch to L2
-    /// the first line of K's and V's rows in each page of tile `t`, whose
-    /// ids have landed: the pages' address translations (and those lines)
-    /// are then in place when the tile's copies are issued a step later.
-    /// (Pages of a shuffled pool are scattered over the pool; each stage of
-    /// a 16-token-page cache starts four translations.)
-    #[inline(always)]
-    unsafe fn touch_pages(&self, t: u32) {
-        let tid = thread::thread_idx_x();
-        if t >= self.n_tiles || tid >= 32 {
-            return;
-        }
-        let p = self.p;
-        let first = self.item.kv_start + t * Self::CFG.keys_per_stage;
-        let last = (first + Self::CFG.keys_per_stage).min(self.item.kv_end) - 1;
-        let (p0, p1) = (first >> p.page_shift, last >> p.page_shift);
-        let k = PagedStage::<{ paged_rows::K }> { p, kvh: super::block_kv_head::<CLUSTER>(p), ids: self.ids(t), first_page: p0, table: 0 };
-        let mut i = tid;
-        while p0 + i <= p1 {
-            let row = k.row(if i == 0 { first } else { (p0 + i) << p.page_shift });
-            memory::prefetch_l2(row);
-            memory::prefetch_l2(row.wrapping_add(self.v_delta()));
-            i += 32;
-        }
+        self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
     }
 
     /// Issues this thread's copies of tile `t` into its stage (paged: and
@@ -378,11 +347,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             }
             thread::sync_threads();
         }
-        if Self::TABLE_PROLOGUE {
-            // The ids of the first tile that reads the ring, in tile 0's
-            // copy group (tile 0's copies fetch those of the one after).
-            self.fetch_ids(PIPELINE_STAGES - 1, thread::thread_idx_x(), thread::block_dim_x());
-        }
         if PAGED && !Self::TABLE_PROLOGUE {
             // The first tiles' page ids, before any of their rows.
             let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
@@ -437,9 +401,6 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             self.load::<false>(t + PIPELINE_STAGES - 1);
         }
         memory::cp_async_commit();
-        if Self::TABLE_PROLOGUE {
-            self.touch_pages(t + PIPELINE_STAGES);
-        }
         t % PIPELINE_STAGES
     }
 
