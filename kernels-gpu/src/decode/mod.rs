@@ -798,20 +798,9 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                     ls[k] = shared::ld_shared_f32(l_smem + 4 * (k as u32 * block_rows + r));
                 }
             }
-            let big_m = ms.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let big_l = (0..WARPS_K).fold(0f32, |a, k| a + ls[k] * state::rescale(ms[k], big_m));
-            let (inv_l, lse) = state::finish(big_m, big_l);
             let at = 4 * (r * pitch + c);
-            let mut v = [0f32; 4];
-            for k in 0..WARPS_K {
-                if (k as u32) < p.warps_k {
-                    let w = state::rescale(ms[k], big_m);
-                    let sk = shared::ld_shared_v4_f32(slice_at(k as u32) + at);
-                    let sk = [sk[0] * w, sk[1] * w, sk[2] * w, sk[3] * w];
-                    v = if k == 0 { sk } else { [v[0] + sk[0], v[1] + sk[1], v[2] + sk[2], v[3] + sk[3]] };
-                }
-            }
-            emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v, [inv_l, lse]);
+            let (v, fin) = combine_slices(p.warps_k, &ms, &ls, |k| shared::ld_shared_v4_f32(slice_at(k as u32) + at));
+            emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v, fin);
             idx += nthreads;
         }
     }
@@ -839,8 +828,8 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
         let mut first = tid;
         while first < total {
             let idx = core::array::from_fn::<u32, OUT_BATCH, _>(|u| first + u as u32 * nthreads);
-            let row = idx.map(|i| i / quads_per_row);
-            let at = idx.map(|i| 4 * ((i / quads_per_row) * pitch + (i % quads_per_row) * 4));
+            let (row, col) = (idx.map(|i| i / quads_per_row), idx.map(|i| (i % quads_per_row) * 4));
+            let at = core::array::from_fn::<u32, OUT_BATCH, _>(|u| 4 * (row[u] * pitch + col[u]));
             let live = |u: usize| u == 0 || idx[u] < total;
             let mut ms = [[f32::NEG_INFINITY; WARPS_K]; OUT_BATCH];
             let mut ls = [[0f32; WARPS_K]; OUT_BATCH];
@@ -860,20 +849,8 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                 if !live(u) {
                     break;
                 }
-                let big_m = ms[u].iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-                let big_l = (0..WARPS_K).fold(0f32, |a, k| a + ls[u][k] * state::rescale(ms[u][k], big_m));
-                let (inv_l, lse) = state::finish(big_m, big_l);
-                let mut v = [0f32; 4];
-                for k in 0..WARPS_K {
-                    if (k as u32) < p.warps_k {
-                        let w = state::rescale(ms[u][k], big_m);
-                        let s = sk[u][k];
-                        let s = [s[0] * w, s[1] * w, s[2] * w, s[3] * w];
-                        v = if k == 0 { s } else { [v[0] + s[0], v[1] + s[1], v[2] + s[2], v[3] + s[3]] };
-                    }
-                }
-                let c = (idx[u] % quads_per_row) * 4;
-                emit_quad::<F, D>(p, batch, kvh, row0 + row[u], partial_slot, c, v, [inv_l, lse]);
+                let (v, fin) = combine_slices(p.warps_k, &ms[u], &ls[u], |k| sk[u][k]);
+                emit_quad::<F, D>(p, batch, kvh, row0 + row[u], partial_slot, col[u], v, fin);
             }
             first += OUT_BATCH as u32 * nthreads;
         }
@@ -923,6 +900,28 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
         // The accumulator rows were read above; its first word is free.
         crate::merge::merge_if_last::<F::Query, D, CLUSTER>(p, batch, rows_here, acc);
     }
+}
+
+/// The fused epilogue's output quad of one row: the warps' row states
+/// (`ms`, `ls`; slots past `warps_k` are (-inf, 0)) combined into the
+/// row's finish [1 / l, lse], and the warps' unscaled slices of the quad
+/// (`slice(k)`, called for `k < warps_k` only) scaled by their factors and
+/// added in warp order.
+#[inline(always)]
+fn combine_slices<const WARPS_K: usize>(warps_k: u32, ms: &[f32; WARPS_K], ls: &[f32; WARPS_K], slice: impl Fn(usize) -> [f32; 4]) -> ([f32; 4], [f32; 2]) {
+    let big_m = ms.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let big_l = (0..WARPS_K).fold(0f32, |a, k| a + ls[k] * state::rescale(ms[k], big_m));
+    let (inv_l, lse) = state::finish(big_m, big_l);
+    let mut v = [0f32; 4];
+    for k in 0..WARPS_K {
+        if (k as u32) < warps_k {
+            let w = state::rescale(ms[k], big_m);
+            let s = slice(k);
+            let s = [s[0] * w, s[1] * w, s[2] * w, s[3] * w];
+            v = if k == 0 { s } else { [v[0] + s[0], v[1] + s[1], v[2] + s[2], v[3] + s[3]] };
+        }
+    }
+    (v, [inv_l, lse])
 }
 
 /// One output quad of the epilogue: values `c .. c + 4` of the block's

@@ -255,7 +255,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             } else {
                 copy_rows::<A, 4, true, _>(Swizzle128 { rows: keys }, k, kt, delta, vt, first, end, keys, row_bytes, tid, nthreads)
             }
-        } else if WIDE && !WGMMA && (!A::PAGED || (!F::FORMAT.is_quantized() && !CLUSTER && D == 128)) {
+        } else if WIDE && !WGMMA && !A::PAGED {
             F::load_kv_rows::<D, A, 4, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
         } else if A::PAGED || WGMMA {
             F::load_kv_rows::<D, A, 2, true>(k, delta, kt, vt, first, end, keys, tid, nthreads)
@@ -270,12 +270,11 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     unsafe fn load_paged<const TABLE: bool>(&self, t: u32, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
         let kt = Self::CFG.keys_per_stage;
         let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
-        let (p, kvh) = (self.p, super::block_kv_head::<CLUSTER>(self.p));
+        let (p, kvh, table) = (self.p, super::block_kv_head::<CLUSTER>(self.p), self.table);
         // (Only for unquantized formats: in the narrow int4 kernels this
         // second path cost 28-31 registers, past two blocks per SM. The
         // paths stay written out: one copy helper shared by all three
         // moved narrow int4-g64 from 128 to 146 registers.)
-        let table = self.table;
         if Self::CFG.side_bytes == 0 && kt <= 1 << p.page_shift {
             // The whole stage is in one page (stages start on multiples
             // of `kt`): one id, then rows as at strides from its start.
@@ -294,10 +293,11 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     }
 
     /// Issues this thread's copies of tile `t` into its stage (paged: and
-    /// the page ids of tile `t + PIPELINE_STAGES - 1`; `TABLE`: its own
-    /// page ids read from the block table rather than the ring).
+    /// the page ids of tile `t + PIPELINE_STAGES - 1`). `PROLOGUE`: one of
+    /// the tiles [`Pipeline::prefetch`] issues, whose page ids the
+    /// `TABLE_PROLOGUE` pipelines read from the block table.
     #[inline(always)]
-    unsafe fn load<const TABLE: bool>(&self, t: u32) {
+    unsafe fn load<const PROLOGUE: bool>(&self, t: u32) {
         // The paged wgmma kernels of quantized formats derive the thread's
         // copy offsets afresh at each stage (held, they spilled at 128
         // registers).
@@ -308,7 +308,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         let first = self.item.kv_start + t * kt;
         let end = self.item.kv_end;
         if PAGED {
-            if TABLE && Self::TABLE_PROLOGUE {
+            if PROLOGUE && Self::TABLE_PROLOGUE {
                 self.load_paged::<true>(t, stage, first, end, tid, nthreads);
             } else {
                 self.load_paged::<false>(t, stage, first, end, tid, nthreads);
@@ -359,7 +359,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
         for t in 0..PIPELINE_STAGES - 1 {
             if t < self.n_tiles {
-                self.load::<PAGED>(t);
+                self.load::<true>(t);
             }
             memory::cp_async_commit();
         }
