@@ -41,6 +41,16 @@ struct Args {
     /// `C B=1 ctx=131072 Hq=32 Hkv=8 q=1 D=128 int8`), e.g. for a profiler.
     #[arg(long, value_name = "TEXT")]
     row: Option<String>,
+    /// Grid-size study: every row of grids A, B and D at this batch instead
+    /// of the grid's own (the keys say which; grid C stays at B = 1).
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..=65536))]
+    batch: Option<u32>,
+    /// Head-dim study: every row at this head dim (64, 128 or 256), its kv
+    /// heads scaled by 128 / D where they divide (grids C and D: the same
+    /// bytes a row, in rows of another size), its query heads by the same
+    /// factor (the group kept).
+    #[arg(long, value_name = "D", value_parser = ["64", "128", "256"])]
+    head_dim: Option<String>,
     /// CUDA device ordinal.
     #[arg(long, default_value_t = 0)]
     device: u32,
@@ -276,6 +286,23 @@ fn run(args: &Args) -> Result<(), String> {
 
     let grids: Vec<char> = args.grid.iter().map(|g| g.to_ascii_uppercase()).collect();
     let mut specs = grids::rows(&grids, &args.format, args.quick);
+    if let Some(batch) = args.batch {
+        for spec in specs.iter_mut().filter(|s| s.grid != 'C') {
+            spec.batch = batch;
+        }
+        specs.dedup();
+    }
+    if let Some(d) = args.head_dim.as_deref().and_then(|d| d.parse::<u32>().ok()) {
+        for spec in specs.iter_mut() {
+            let group = spec.hq / spec.hkv;
+            let scaled = spec.hkv as u64 * 128;
+            if scaled % d as u64 == 0 && scaled / d as u64 >= 1 {
+                spec.hkv = (scaled / d as u64) as u32;
+                spec.hq = spec.hkv * group;
+            }
+            spec.head_dim = d;
+        }
+    }
     if let Some(text) = &args.row {
         specs.retain(|r| r.key().contains(text.as_str()));
     }
