@@ -28,7 +28,7 @@ use decode_attn::plan::stage_keys;
 use decode_attn::reference::relative_l2_error;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::cust::memory::DeviceBuffer;
-use decode_attn::{DecodeAttention, DecodeShape, KvFormat, KvLayout, PlanOptions, SpecializeChoice, SplitPolicy, StepInputs, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SpecializeChoice, SplitPolicy, StepInputs, Variant, VariantChoice, Workspace};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestError, TestRunner};
 
@@ -272,6 +272,8 @@ struct Tally {
     /// Cases read through a paged pool, and cases run as capacity plans.
     paged: u64,
     capacity: u64,
+    /// Cases run with two kv heads a block (`HeadPairChoice`).
+    head_pairs: u64,
     worst: BTreeMap<Distribution, f64>,
     splits: u64,
     longest: u32,
@@ -339,7 +341,15 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     let plan = Tally::time(tally, "plan", || match (case.capacity, &pool) {
         (true, _) => gpu.attn.plan_capacity(shape, &opts),
         (false, Some(pool)) => gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, &opts),
-        (false, None) => gpu.attn.plan(shape, &case.seq_lens, &opts),
+        (false, None) => gpu.attn.plan(shape, &case.seq_lens, &opts).and_then(|p| {
+            // Half the cases that could run head pairs (by seed) do, whether
+            // or not the planner would pick them for this grid.
+            if case.seed % 2 == 0 && p.heads_per_block() == 1 && decode_attn::plan::head_pair_unsupported(&p).is_none() {
+                gpu.attn.plan(shape, &case.seq_lens, &PlanOptions { head_pair: HeadPairChoice::Always, ..opts })
+            } else {
+                Ok(p)
+            }
+        }),
     })
     .map_err(|e| format!("plan: {e}"))?;
     let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;
@@ -373,6 +383,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     t.splits += (plan.max_splits() > 1) as u64;
     t.paged += case.paging.is_some() as u64;
     t.capacity += case.capacity as u64;
+    t.head_pairs += (plan.heads_per_block() > 1) as u64;
     let w = t.worst.entry(case.dist).or_insert(0.0);
     *w = w.max(cmp.rel_l2);
     Ok(())
@@ -502,12 +513,13 @@ fn main() {
                     println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
                 }
                 println!(
-                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans; longest sequence {}, most rows per kv head {}) in {:.0} s",
+                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs; longest sequence {}, most rows per kv head {}) in {:.0} s",
                     format.name(),
                     tally.passed,
                     tally.splits,
                     tally.paged,
                     tally.capacity,
+                    tally.head_pairs,
                     tally.longest,
                     tally.most_rows,
                     secs

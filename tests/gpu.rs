@@ -18,7 +18,7 @@ mod quant;
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
 use decode_attn::testing::Distribution;
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
 
 const TOLERANCE: f64 = 1e-2;
 
@@ -146,7 +146,40 @@ fn cases() -> Vec<Case> {
         add("fuzz-int4-large-logits", s, vec![50826], Auto, Distribution::LargeMagnitude, Some(5985957890130226063));
     }
     out.extend(paged_cases());
-    per_variant(out)
+    let mut all = per_variant(out);
+    all.extend(head_pair_cases(false));
+    all
+}
+
+/// Blocks of two adjacent kv heads (`HeadPairChoice::Always`, the narrow
+/// int8 kernels at head dim 128): MHA with ragged lengths
+/// (one sequence of a single key), GQA with q_len 3, token-major, head-major
+/// and padded strides, every length off and on the pair's 64-key tiles.
+/// `small`: the sanitizer's sizes.
+fn head_pair_cases(small: bool) -> Vec<Case> {
+    let mut out = Vec::new();
+    for format in [KvFormat::Int8] {
+        for dtype in Dtype::ALL {
+            let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, dist: Distribution| {
+                let s = DecodeShape { kv_format: format, ..s };
+                let name = format!("{}/{}/head-pair-{name}/hq{}-hkv{}/q{}/narrow", format.name(), dtype.name(), s.num_q_heads, s.num_kv_heads, s.q_len);
+                out.push(Case { name, variant: Variant::Narrow, shape: s, seq_lens, split: SplitPolicy::Never, dist, seed: None, paging: None });
+            };
+            let pad = 128 / format.bits();
+            let padded = KvLayout::Strided { batch: 300 * 4 * (128 + pad) as u64, token: 4 * (128 + pad) as u64, head: (128 + pad) as u64 };
+            if small {
+                add("mha", shape(dtype, 2, 4, 4, 128, 1, 130, KvLayout::Nhd), vec![130, 1], Distribution::Normal);
+                add("gqa", shape(dtype, 2, 8, 4, 128, 3, 70, KvLayout::Hnd), vec![70, 63], Distribution::HeavyTailed);
+            } else {
+                add("mha", shape(dtype, 3, 8, 8, 128, 1, 2100, KvLayout::Nhd), vec![2100, 1, 777], Distribution::Normal);
+                add("mha", shape(dtype, 2, 32, 32, 128, 1, 1024, KvLayout::Nhd), vec![1024, 1024], Distribution::HeavyTailed);
+                add("gqa", shape(dtype, 2, 8, 4, 128, 3, 1500, KvLayout::Nhd), vec![1500, 130], Distribution::HeavyTailed);
+                add("gqa-hnd", shape(dtype, 2, 16, 2, 128, 1, 1000, KvLayout::Hnd), vec![1000, 999], Distribution::Normal);
+                add("padded", shape(dtype, 2, 8, 4, 128, 2, 300, padded), vec![300, 65], Distribution::Normal);
+            }
+        }
+    }
+    out
 }
 
 /// Paged caches: every format × page sizes 1, 16, 256 × both page orders,
@@ -238,7 +271,9 @@ fn sanitize_cases() -> Vec<Case> {
     }
     // Paged kernels: each format at page sizes 1 and 16 (D = 128).
     out.extend(paged_cases().into_iter().filter(|c| c.shape.head_dim == 128 && c.paging.is_some_and(|p| p.page_size <= 16) && c.shape.num_kv_heads == 2));
-    per_variant(out)
+    let mut all = per_variant(out);
+    all.extend(head_pair_cases(true));
+    all
 }
 
 /// Quantize / append / dequantize round trips: every quantized format ×
@@ -399,7 +434,8 @@ fn main() {
 /// reference, and the two outputs must be bit-identical (a difference is a race).
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let merge = common::merge_named(&case.name);
-    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge, specialize: common::specialize_named(&case.name) };
+    let head_pair = if case.name.contains("/head-pair-") { HeadPairChoice::Always } else { HeadPairChoice::Auto };
+    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge, specialize: common::specialize_named(&case.name), head_pair };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
         let pool = paged::Pool::new(&p, paging, seed)?;
@@ -409,6 +445,9 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
     }
     let plan = attn.plan(&case.shape, &case.seq_lens, &opts).map_err(|e| e.to_string())?;
     common::check_merge_named(&case.name, &plan)?;
+    if head_pair == HeadPairChoice::Always && plan.heads_per_block() != 2 {
+        return Err(format!("a head-pair case planned {} kv heads a block", plan.heads_per_block()));
+    }
     if std::env::var_os("GPU_TESTS_VERBOSE").is_some() {
         eprintln!("  plan: grid {:?} block {} smem {} work {:?}", plan.grid(), plan.block_threads(), plan.smem_bytes(), &plan.work()[..plan.work().len().min(4)]);
     }

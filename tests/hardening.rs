@@ -13,7 +13,7 @@ use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -337,7 +337,11 @@ fn options() -> impl Strategy<Value = PlanOptions> {
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
     let merge = prop_oneof![Just(MergeChoice::Auto), Just(MergeChoice::Global)];
     let specialize = prop_oneof![8 => Just(SpecializeChoice::Auto), 1 => Just(SpecializeChoice::Never), 1 => Just(SpecializeChoice::Always)];
-    (split(), variant, warps_k, merge, specialize).prop_map(|(split, variant, warps_k, merge, specialize)| PlanOptions { split, variant, warps_k, merge, specialize })
+    (split(), variant, warps_k, merge, specialize, head_pair()).prop_map(|(split, variant, warps_k, merge, specialize, head_pair)| PlanOptions { split, variant, warps_k, merge, specialize, head_pair })
+}
+
+fn head_pair() -> impl Strategy<Value = HeadPairChoice> {
+    prop_oneof![3 => Just(HeadPairChoice::Auto), 1 => Just(HeadPairChoice::Never), 1 => Just(HeadPairChoice::Always)]
 }
 
 fn split() -> impl Strategy<Value = SplitPolicy> {

@@ -604,3 +604,63 @@ fn capacity_plans_of_sixteen_bit_wide_strided_shapes_run_the_capacity_twin_plann
     let p = decode_attn::plan::plan_capacity(&long, dev, &KERNEL, &cluster).unwrap();
     assert_eq!((p.cluster() > 1, p.runs_capacity_twin()), (true, false));
 }
+
+#[test]
+fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_grid_stays_full() {
+    use decode_attn::plan::{head_pair_unsupported, plan_capacity, plan_paged};
+    use decode_attn::HeadPairChoice;
+    let dev = &DeviceInfo::H100_SXM; // 132 SMs
+    let kernel = KernelInfo { max_threads_per_block: 512, regs_per_thread: 128 };
+    let always = PlanOptions { head_pair: HeadPairChoice::Always, ..Default::default() };
+    let never = PlanOptions { head_pair: HeadPairChoice::Never, ..Default::default() };
+    for format in [KvFormat::Int8] {
+        // Grid D (128, 2K): 4096 unsplit one-head blocks, 2048 pairs.
+        let shape = quantized(format, 128, 32, 32, 1, 2048);
+        let lens = [2048; 128];
+        let p = plan(&shape, &lens, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap();
+        assert_eq!((p.variant(), p.heads_per_block(), p.grid(), p.max_splits()), (Variant::Narrow, 2, (2048, 1, 1), 1));
+        assert_eq!(p.block_threads(), 32 * p.warps_k(), "the pair's warps split over its heads");
+        let one = plan(&shape, &lens, dev, &kernel, &never).unwrap();
+        assert_eq!((one.heads_per_block(), one.grid(), one.block_threads()), (1, (4096, 1, 1), p.block_threads()));
+        // Head-major rows are not adjacent: Auto keeps one head a block,
+        // Always pairs them anyway.
+        let hnd = DecodeShape { kv_layout: KvLayout::Hnd, ..shape.clone() };
+        assert_eq!(plan(&hnd, &lens, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
+        assert_eq!(plan(&hnd, &lens, dev, &kernel, &always).unwrap().heads_per_block(), 2);
+        // Grid D (8, 1K): 256 blocks; 128 pairs would not fill two waves.
+        let small = quantized(format, 8, 32, 32, 1, 1024);
+        assert_eq!(plan(&small, &[1024; 8], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
+        assert_eq!(plan(&small, &[1024; 8], dev, &kernel, &always).unwrap().heads_per_block(), 2);
+        // Split sequences (grid C 128K) keep one head a block: Always says why.
+        let split = quantized(format, 1, 32, 8, 1, 131_072);
+        let p = plan(&split, &[131_072], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap();
+        assert!(p.max_splits() > 1 && p.heads_per_block() == 1);
+        assert_eq!(head_pair_unsupported(&p), Some("head pairs run unsplit plans of host lengths only"));
+        assert!(plan(&split, &[131_072], dev, &kernel, &always).unwrap_err().to_string().contains("unsplit"));
+        // So do capacity plans and paged caches.
+        assert_eq!(plan_capacity(&shape, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
+        assert!(plan_capacity(&shape, dev, &kernel, &always).is_err());
+        let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 256, order: PageOrder::TokenMajor, page_bytes: None }, ..quantized(format, 2, 8, 8, 1, 2048) };
+        let table: Vec<i32> = (0..2 * paged.pages_per_seq() as i32).collect();
+        assert_eq!(plan_paged(&paged, &[2048, 2048], &table, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
+        assert!(plan_paged(&paged, &[2048, 2048], &table, dev, &kernel, &always).unwrap_err().to_string().contains("paged"));
+        // An odd number of kv heads cannot pair.
+        assert!(plan(&quantized(format, 128, 3, 3, 1, 2048), &lens, dev, &kernel, &always).is_err());
+    }
+    // A short sequence's pair takes twice the stages of one head (64 keys
+    // of each head a stage): 130 keys, three stages rather than two.
+    let short = quantized(KvFormat::Int8, 264, 8, 8, 1, 130);
+    let (one, two) = (plan(&short, &[130; 264], dev, &kernel, &never).unwrap(), plan(&short, &[130; 264], dev, &kernel, &always).unwrap());
+    assert_eq!((one.stages(), two.stages(), two.heads_per_block()), (2, 3, 2));
+    assert!(two.smem_bytes() > one.smem_bytes());
+    // No pair kernel for 16-bit caches (their rows are 256 bytes already),
+    // int4 (its 64-byte rows read their neighbours' through L2 already, and
+    // pairs measured 10 % slower on grid D (128, 2K)) or other head dims.
+    let int4 = quantized(KvFormat::Int4G32, 128, 32, 32, 1, 2048);
+    assert_eq!(plan(&int4, &[2048; 128], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
+    assert!(plan(&int4, &[2048; 128], dev, &kernel, &always).unwrap_err().to_string().contains("no head-pair kernel"));
+    let bf16 = DecodeShape::bf16(128, 32, 32, 128, 1, 2048);
+    let forced = PlanOptions { variant: VariantChoice::Force(Variant::Narrow), ..Default::default() };
+    assert_eq!(plan(&bf16, &[2048; 128], dev, &kernel, &forced).unwrap().heads_per_block(), 1);
+    assert!(plan(&bf16, &[2048; 128], dev, &kernel, &PlanOptions { head_pair: HeadPairChoice::Always, ..forced }).unwrap_err().to_string().contains("no head-pair kernel"));
+}

@@ -29,16 +29,16 @@ fn the_kernel_table_covers_every_supported_combination() {
             };
             for (q, v) in dtypes.into_iter().flat_map(|q| Variant::ALL.into_iter().filter(move |v| v.serves(f, d)).map(move |v| (q, v))) {
                 for (a, cluster) in Addressing::ALL.into_iter().flat_map(|a| [(a, false), (a, true)]) {
-                    assert!(decode_kernel_name(f, q, d, v, a, cluster, false, false).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}");
+                    assert!(decode_kernel_name(f, q, d, v, a, cluster, false, false, 1).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}");
                     let specializable = v == Variant::Wgmma && wgmma_specializable(f, a == Addressing::Paged);
                     let twin = has_capacity_twin(f, d, v, a == Addressing::Paged, cluster);
                     assert_eq!(
-                        decode_kernel_name(f, q, d, v, a, cluster, false, true).is_some(),
+                        decode_kernel_name(f, q, d, v, a, cluster, false, true, 1).is_some(),
                         twin,
                         "capacity twin of {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}: expected {twin}"
                     );
                     assert_eq!(
-                        decode_kernel_name(f, q, d, v, a, cluster, true, false).is_some(),
+                        decode_kernel_name(f, q, d, v, a, cluster, true, false, 1).is_some(),
                         specializable,
                         "warp-specialised kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}: expected {specializable}"
                     );

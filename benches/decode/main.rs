@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -117,6 +117,14 @@ struct Args {
     /// paged kernel is specialised).
     #[arg(long, value_enum, default_value = "auto")]
     specialize: SpecializeArg,
+    /// Blocks of two adjacent kv heads (block column `…h2`) for narrow
+    /// plans of strided int8 caches at head_dim 128: auto (token-major
+    /// caches, unsplit, at least two waves of paired blocks), never or
+    /// always (rows that cannot pair report an error). The paged and graph
+    /// columns run one head a block; their outputs are checked against the
+    /// contiguous plan with one head a block.
+    #[arg(long, value_enum, default_value = "auto")]
+    head_pair: SpecializeArg,
     /// Placement study: put each buffer set's K and V in one allocation, V
     /// starting this many bytes (a multiple of 16) after K's end, so the
     /// distance from a K row to its V row (which the kernels read
@@ -157,6 +165,13 @@ impl SpecializeArg {
             SpecializeArg::Auto => SpecializeChoice::Auto,
             SpecializeArg::Never => SpecializeChoice::Never,
             SpecializeArg::Always => SpecializeChoice::Always,
+        }
+    }
+    fn head_pair(self) -> HeadPairChoice {
+        match self {
+            SpecializeArg::Auto => HeadPairChoice::Auto,
+            SpecializeArg::Never => HeadPairChoice::Never,
+            SpecializeArg::Always => HeadPairChoice::Always,
         }
     }
 }
@@ -361,7 +376,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: args.layout.kv_layout(), scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
-    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice() };
+    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice(), head_pair: args.head_pair.head_pair() };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     if let Some(resident) = attn.resident_clusters(&plan).map_err(|e| e.to_string())? {
         println!("  {} clusters of {} blocks, {resident} resident at once", plan.grid().0 / plan.cluster(), plan.cluster());
@@ -401,15 +416,20 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         _ => run.rotate(&mut sets)?,
     };
     let med = median(&t.total);
+    // Paged and capacity plans run one head a block: their outputs are
+    // checked against the contiguous plan of the same blocks.
+    let one_head = PlanOptions { head_pair: HeadPairChoice::Never, ..opts };
+    let unpaired = if plan.heads_per_block() > 1 && (args.paged || args.graph) { Some(attn.plan(&shape, &seq_lens, &one_head).map_err(|e| e.to_string())?) } else { None };
+    let checked = unpaired.as_ref().unwrap_or(&plan);
     let mut paged_us = [0.0f64; 2];
     if args.paged {
         for (slot, ps) in [16u32, 64].into_iter().enumerate() {
             if s.ctx % ps == 0 {
-                paged_us[slot] = paged_median(attn, stream, &plan, &opts, ps, (args.page_table, args.page_layout), &mut sets, args.iters as usize)?;
+                paged_us[slot] = paged_median(attn, stream, checked, &one_head, ps, (args.page_table, args.page_layout), &mut sets, args.iters as usize)?;
             }
         }
     }
-    let graph_us = if args.graph { graph_median(attn, stream, &plan, &opts, &mut sets, args.iters as usize)? } else { 0.0 };
+    let graph_us = if args.graph { graph_median(attn, stream, checked, &one_head, &mut sets, args.iters as usize)? } else { 0.0 };
     let bytes = plan.bytes_moved();
     let gbps = bytes as f64 / (med * 1e-6) / 1e9;
     let cold = n_sets * per_set >= 4 * l2 || args.l2 == L2Mode::Flush;
@@ -443,7 +463,13 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
             },
             plan.warps_m(),
             plan.warps_k(),
-            if plan.cluster() > 1 { format!("c{}", plan.cluster()) } else { String::new() }
+            if plan.cluster() > 1 {
+                format!("c{}", plan.cluster())
+            } else if plan.heads_per_block() > 1 {
+                format!("h{}", plan.heads_per_block())
+            } else {
+                String::new()
+            }
         ),
         buffer_sets: n_sets as u32,
         median_us: med,
@@ -568,7 +594,7 @@ fn paged_runs(
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
-    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto };
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto, head_pair: HeadPairChoice::Never };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));

@@ -146,6 +146,94 @@ pub enum SpecializeChoice {
     Always,
 }
 
+/// Whether a narrow plan of a strided quantized cache runs blocks of two
+/// adjacent kv heads (`DecodeKernel::heads_per_block`): half of each
+/// block's warps per head, each stage holding half its keys of both. In a
+/// token-major cache a token's rows of the two heads are one piece of
+/// twice a row's bytes; HBM serves 128-byte pieces scattered at the token
+/// stride more slowly than 256-byte ones (docs/design/nhd-head-groups.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HeadPairChoice {
+    /// Head pairs where the plan allows them ([`head_pair_unsupported`]),
+    /// the cache is token-major (adjacent heads' rows adjacent) and the
+    /// paired grid still fills at least [`HEAD_PAIR_MIN_WAVES`] waves.
+    #[default]
+    Auto,
+    /// One kv head per block.
+    Never,
+    /// Head pairs; an `Err` where the plan does not allow them.
+    Always,
+}
+
+/// Waves (blocks resident at once) a paired grid must fill for `Auto` to
+/// pair heads: pairing halves the blocks, which the one-wave rows cannot
+/// spare (their fixed costs per block are not overlapped; docs/perf.md,
+/// twenty-fourth session).
+pub const HEAD_PAIR_MIN_WAVES: u64 = 2;
+
+/// Why a plan cannot run head pairs, or `None` when it can: the narrow
+/// variant over a strided cache, unsplit (a pair's block writes its rows
+/// directly; the in-attention merge counts one head's blocks), no cluster
+/// or warp specialisation, lengths from the host (capacity plans keep one
+/// head a block), an even number of kv heads, warps to share out, and a
+/// pair kernel in the table for the format, dtype and head dim.
+pub fn head_pair_unsupported(plan: &Plan) -> Option<&'static str> {
+    let s = &plan.shape;
+    if plan.variant != Variant::Narrow || s.is_paged() || plan.cluster > 1 || plan.specialized {
+        Some("head pairs run the narrow variant over a strided cache, without clusters")
+    } else if plan.is_capacity() || plan.num_slots > 0 || !plan.merges.is_empty() {
+        Some("head pairs run unsplit plans of host lengths only")
+    } else if s.num_kv_heads % 2 != 0 || plan.warps_k < 2 || plan.warps_m != 1 {
+        Some("head pairs need an even number of kv heads and at least two warps a block")
+    } else if decode_attn_abi::decode_kernel_name(s.kv_format, s.dtype, s.head_dim, Variant::Narrow, s.addressing(), false, false, false, 2).is_none() {
+        Some("no head-pair kernel for this format, dtype and head dim (int8 at head_dim 128)")
+    } else {
+        None
+    }
+}
+
+/// `plan` with head pairs where `choice` asks for them and the plan allows.
+/// A pair's stage holds half its keys of each head, so a work item takes
+/// twice the stages: short ones reserve more (`stages_for`), and the
+/// shared memory and blocks per SM follow.
+fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: HeadPairChoice) -> Result<Plan> {
+    let why_not = head_pair_unsupported(&plan);
+    let pair = match choice {
+        HeadPairChoice::Never => false,
+        HeadPairChoice::Always => match why_not {
+            Some(why) => return Err(Error::Unsupported(why.into())),
+            None => true,
+        },
+        HeadPairChoice::Auto => {
+            let s = &plan.shape;
+            // Adjacent heads' rows adjacent: what makes a pair's piece one.
+            let head_bytes = s.kv_strides().head.checked_mul(s.kv_format.bits() as u64).map(|b| b / 8);
+            let adjacent = head_bytes == Some(s.kv_format.row_bytes(s.head_dim) as u64);
+            let (x, y, z) = plan.grid();
+            let paired_blocks = x as u64 / 2 * y as u64 * z as u64;
+            why_not.is_none() && adjacent && paired_blocks >= HEAD_PAIR_MIN_WAVES * dev.sm_count as u64 * plan.blocks_per_sm as u64
+        }
+    };
+    if pair {
+        let s = &plan.shape;
+        let longest = plan.seq_lens.iter().copied().max().unwrap_or(1);
+        let stages = stages_for(s.kv_format, s.head_dim, Variant::Narrow, false, longest.saturating_mul(2));
+        if stages != plan.stages {
+            let smem = decode_smem_bytes(s.kv_format, s.head_dim, plan.warps_m, plan.warps_k, Variant::Narrow, None, stages, false);
+            let per_sm = blocks_per_sm(dev, kernel, plan.block_threads(), smem);
+            if smem > dev.max_smem_per_block || per_sm == 0 {
+                return match choice {
+                    HeadPairChoice::Always => Err(Error::Unsupported(format!("a head pair's {stages} stages need {smem} bytes of shared memory a block; this device allows {}", dev.max_smem_per_block))),
+                    _ => Ok(plan),
+                };
+            }
+            (plan.stages, plan.smem_bytes, plan.blocks_per_sm) = (stages, smem, per_sm);
+        }
+        plan.heads_per_block = 2;
+    }
+    Ok(plan)
+}
+
 /// How split sequences may be merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MergeChoice {
@@ -188,6 +276,7 @@ pub struct PlanOptions {
     pub warps_k: Option<u32>,
     pub merge: MergeChoice,
     pub specialize: SpecializeChoice,
+    pub head_pair: HeadPairChoice,
 }
 
 impl PlanOptions {
@@ -301,6 +390,9 @@ pub struct Plan {
     pub(crate) cluster: u32,
     /// Runs the warp-specialised wgmma kernel ([`SpecializeChoice`]).
     pub(crate) specialized: bool,
+    /// Kv heads per block: 2 for head pairs ([`HeadPairChoice`]), whose
+    /// `warps_k` warps split evenly over the two heads.
+    pub(crate) heads_per_block: u32,
     /// `(length, chunks per sequence)` when every sequence has the same
     /// length and the work and merge items are exactly a capacity plan's at
     /// that length ([`uniform_work`]): runs pass the length in the kernel's
@@ -397,6 +489,10 @@ impl Plan {
     pub fn warp_specialized(&self) -> bool {
         self.specialized
     }
+    /// Kv heads per block (2: head pairs, [`HeadPairChoice`]).
+    pub fn heads_per_block(&self) -> u32 {
+        self.heads_per_block
+    }
     /// Whether the plan runs a capacity twin
     /// (`decode_attn_abi::has_capacity_twin`): a capacity plan of a shape
     /// that has one.
@@ -427,7 +523,7 @@ impl Plan {
     /// chunks (`decode_attn_abi::decode_grid_x`, `decode_block_item`).
     pub fn grid(&self) -> (u32, u32, u32) {
         // make_plan / plan_capacity bound the product by MAX_GRID_X.
-        (decode_attn_abi::decode_grid_x(self.work_items(), self.shape.num_kv_heads), 1, self.row_chunks)
+        (decode_attn_abi::decode_grid_x(self.work_items(), self.shape.num_kv_heads / self.heads_per_block), 1, self.row_chunks)
     }
     /// Work items of a run: the list's length, or for a capacity plan
     /// `batch × chunks_per_seq` (those past a sequence's end return at once).
@@ -703,7 +799,7 @@ impl KernelLimits for KernelInfo {
 pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     ensure(!shape.is_paged(), "block_table", "a block table for the paged layout (plan_paged)", "none")?;
-    make_plan(shape, seq_lens, Vec::new(), dev, kernel, opts)
+    pair_heads(make_plan(shape, seq_lens, Vec::new(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
 }
 
 /// Makes the plan of a paged cache: `block_table` is `[batch,
@@ -717,6 +813,9 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
         return Err(Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a block table", "another layout"));
     };
     check_block_table(block_table, seq_lens, shape.pages_per_seq(), page_size, num_pages)?;
+    if opts.head_pair == HeadPairChoice::Always {
+        return Err(Error::Unsupported("head pairs run strided caches, not paged ones".into()));
+    }
     make_plan(shape, seq_lens, block_table.to_vec(), dev, kernel, opts)
 }
 
@@ -729,6 +828,9 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 /// returns at once).
 pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
+    if opts.head_pair == HeadPairChoice::Always {
+        return Err(Error::Unsupported("head pairs run plans of host lengths, not capacity plans".into()));
+    }
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
     let planned = make_plan(shape, &at_capacity, Vec::new(), dev, &CapacityKernels(kernel), opts)?;
     let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
@@ -956,6 +1058,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         blocks_per_sm,
         cluster,
         specialized,
+        heads_per_block: 1,
         uniform,
         layout,
     })

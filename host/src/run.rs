@@ -157,7 +157,7 @@ impl<'a> StepInputs<'a> {
 
 /// An attention kernel's identity in the table: format, dtype, head dim,
 /// variant, addressing, cluster merge, warp specialisation, capacity twin.
-type KernelKey = (KvFormat, Dtype, u32, Variant, Addressing, bool, bool, bool);
+type KernelKey = (KvFormat, Dtype, u32, Variant, Addressing, bool, bool, bool, u32);
 
 /// The library's entry point: the loaded kernels and the device they run on.
 /// Create one per CUDA context (it must be current when calling `new`).
@@ -252,7 +252,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster, k.specialized, k.capacity), info);
+            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster, k.specialized, k.capacity, k.heads_per_block), info);
         }
         let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
         let mut functions = HashMap::new();
@@ -270,7 +270,7 @@ impl DecodeAttention {
         shape.validate()?;
         // Plans are made for the global-merge kernels; a cluster plan's
         // kernel is checked against its block when it runs.
-        let key = |specialized, capacity| (shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false, specialized, capacity);
+        let key = |specialized, capacity| (shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false, specialized, capacity, 1);
         let unspecialized = self.kernels.get(&key(false, false)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
                 "no {} kernel for a {} cache with {} queries at head_dim {}",
@@ -565,7 +565,8 @@ impl DecodeAttention {
             group: shape.group_size(),
             rows_per_block: plan.rows_per_block,
             warps_m: plan.warps_m,
-            warps_k: plan.warps_k,
+            // (Head pairs: one head's warps.)
+            warps_k: plan.warps_k / plan.heads_per_block,
             scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
             num_kv_heads: shape.num_kv_heads,
             block_table,
@@ -694,13 +695,13 @@ impl plan::KernelLimits for ShapeKernels {
 /// looked up by.
 fn plan_kernel_key(plan: &Plan) -> KernelKey {
     let shape = &plan.shape;
-    (shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin())
+    (shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin(), plan.heads_per_block)
 }
 
 /// The name of the attention kernel that runs `plan` ([`plan_kernel_key`]).
 fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
     let shape = &plan.shape;
-    let (format, dtype, head_dim, variant, addressing, cluster, specialized, capacity) = plan_kernel_key(plan);
-    decode_kernel_name(format, dtype, head_dim, variant, addressing, cluster, specialized, capacity)
+    let (format, dtype, head_dim, variant, addressing, cluster, specialized, capacity, heads_per_block) = plan_kernel_key(plan);
+    decode_kernel_name(format, dtype, head_dim, variant, addressing, cluster, specialized, capacity, heads_per_block)
         .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim)))
 }

@@ -52,7 +52,7 @@ macro_rules! decode_kernels {
         /// Launched only by the host library, with the planner's launch shape.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, { decode_attn_abi::cluster_merge!($m) }, { decode_attn_abi::warp_specialized!($($s)?) }, { decode_attn_abi::capacity_kernel!($($s)?) }, &p)
+            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, { decode_attn_abi::cluster_merge!($m) }, { decode_attn_abi::warp_specialized!($($s)?) }, { decode_attn_abi::capacity_kernel!($($s)?) }, { decode_attn_abi::heads_per_block!($($s)?) }, &p)
         }
     )*};
 }
@@ -64,9 +64,9 @@ macro_rules! paged {
 }
 
 macro_rules! decode_body {
-    (Wide, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, $cap>($p) };
-    (Narrow, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster>($p) };
-    (Wgmma, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $p:expr) => { decode::decode_wgmma::<$t, $d, $paged, $cluster, $spec>($p) };
+    (Wide, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $heads:expr, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, $cap>($p) };
+    (Narrow, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $heads:expr, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster, $heads>($p) };
+    (Wgmma, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $heads:expr, $p:expr) => { decode::decode_wgmma::<$t, $d, $paged, $cluster, $spec>($p) };
 }
 
 macro_rules! merge_kernels {

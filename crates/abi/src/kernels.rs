@@ -48,12 +48,14 @@ macro_rules! decode_kernel_table {
             decode_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Strided, Global);
             decode_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Strided, Global);
             decode_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Strided, Global);
+            decode_narrow_pair_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Strided, Global, HeadPair);
             decode_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Strided, Global);
             decode_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Strided, Global);
             decode_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Strided, Global);
             decode_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Strided, Global);
             decode_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Strided, Global);
             decode_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Strided, Global);
+            decode_narrow_pair_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Strided, Global, HeadPair);
             decode_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Strided, Global);
             decode_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Strided, Global);
             decode_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Strided, Global);
@@ -457,6 +459,11 @@ pub struct DecodeKernel {
     /// of device lengths, where it differs from its twin only in when its
     /// first copies are issued.
     pub capacity: bool,
+    /// Adjacent kv heads one block reads (`HeadPair` entries: 2). In a
+    /// token-major cache their rows of a token are one piece of
+    /// `2 · row_bytes`: 128-byte int8 rows read as 256-byte ones, which HBM
+    /// serves as fast as head-major rows (docs/design/nhd-head-groups.md).
+    pub heads_per_block: u32,
     pub name: &'static str,
 }
 
@@ -515,6 +522,9 @@ macro_rules! warp_specialized {
     (Capacity) => {
         false
     };
+    (HeadPair) => {
+        false
+    };
 }
 
 /// `true` for a table entry marked `Capacity`.
@@ -528,6 +538,27 @@ macro_rules! capacity_kernel {
     };
     (Capacity) => {
         true
+    };
+    (HeadPair) => {
+        false
+    };
+}
+
+/// Kv heads one block of a table entry reads: 2 for an entry marked
+/// `HeadPair` (`DecodeKernel::heads_per_block`), else 1.
+#[macro_export]
+macro_rules! heads_per_block {
+    () => {
+        1
+    };
+    (Specialized) => {
+        1
+    };
+    (Capacity) => {
+        1
+    };
+    (HeadPair) => {
+        2
     };
 }
 
@@ -543,6 +574,7 @@ macro_rules! decode_list {
             cluster: cluster_merge!($m),
             specialized: warp_specialized!($($s)?),
             capacity: capacity_kernel!($($s)?),
+            heads_per_block: heads_per_block!($($s)?),
             name: stringify!($name),
         },)*];
     };
@@ -562,10 +594,20 @@ merge_kernel_table!(merge_list);
 pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
 
 /// Name of the attention kernel for a (format, dtype, head_dim, variant,
-/// addressing, cluster merge, warp specialisation, capacity form), or
-/// `None` when the table has no such kernel.
+/// addressing, cluster merge, warp specialisation, capacity form, kv heads
+/// per block), or `None` when the table has no such kernel.
 #[allow(clippy::too_many_arguments)]
-pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, variant: Variant, addressing: Addressing, cluster: bool, specialized: bool, capacity: bool) -> Option<&'static str> {
+pub const fn decode_kernel_name(
+    format: KvFormat,
+    dtype: Dtype,
+    head_dim: u32,
+    variant: Variant,
+    addressing: Addressing,
+    cluster: bool,
+    specialized: bool,
+    capacity: bool,
+    heads_per_block: u32,
+) -> Option<&'static str> {
     let mut i = 0;
     while i < DECODE_KERNELS.len() {
         let k = &DECODE_KERNELS[i];
@@ -577,6 +619,7 @@ pub const fn decode_kernel_name(format: KvFormat, dtype: Dtype, head_dim: u32, v
             && k.cluster == cluster
             && k.specialized == specialized
             && k.capacity == capacity
+            && k.heads_per_block == heads_per_block
         {
             return Some(k.name);
         }

@@ -27,7 +27,7 @@ mod wgmma;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 
-use decode_attn_abi::{acc_pitch, capacity_work_item, div_rem, has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
+use decode_attn_abi::{acc_pitch, capacity_work_item, div_rem, has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
@@ -86,7 +86,14 @@ pub(crate) fn row_pair(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
 /// whole block returns before any barrier.
 #[inline(always)]
 pub(crate) unsafe fn block_work<const CLUSTER: bool>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    let x = block_item::<CLUSTER>(p, thread::block_idx_x_fresh());
+    block_work_of::<CLUSTER, 1>(p)
+}
+
+/// [`block_work`] of a block that reads `HG` adjacent kv heads (grid x =
+/// work item × `num_kv_heads / HG` + head pair).
+#[inline(always)]
+pub(crate) unsafe fn block_work_of<const CLUSTER: bool, const HG: u32>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
+    let x = block_item_of::<CLUSTER, HG>(p, thread::block_idx_x_fresh());
     let (item, seq_len) = if p.chunks_per_seq != 0 {
         let len = capacity_len(p.seq_lens, div_rem(x, p.chunks_per_seq).0, p.max_seq_len);
         (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
@@ -137,6 +144,28 @@ pub(crate) fn block_kv_head<const CLUSTER: bool>(p: &DecodeParams) -> u32 {
         decode_attn_abi::decode_block_kv_head(x, p.num_kv_heads, p.cluster_log2)
     } else {
         div_rem(x, p.num_kv_heads).1
+    }
+}
+
+/// The first of the `HG` adjacent kv heads of this block
+/// ([`block_kv_head`] when `HG` = 1; never a cluster kernel otherwise).
+#[inline(always)]
+pub(crate) fn block_first_head<const CLUSTER: bool, const HG: u32>(p: &DecodeParams) -> u32 {
+    if HG == 1 {
+        block_kv_head::<CLUSTER>(p)
+    } else {
+        div_rem(thread::block_idx_x_fresh(), p.num_kv_heads / HG).1 * HG
+    }
+}
+
+/// The work item of grid-x index `x` in a grid of `HG`-head blocks
+/// ([`block_item`] when `HG` = 1).
+#[inline(always)]
+pub(crate) fn block_item_of<const CLUSTER: bool, const HG: u32>(p: &DecodeParams, x: u32) -> u32 {
+    if HG == 1 {
+        block_item::<CLUSTER>(p, x)
+    } else {
+        div_rem(x, p.num_kv_heads / HG).0
     }
 }
 
@@ -640,6 +669,28 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     smem: u32,
     store: impl Fn(u32, u32, [f32; 2], bool, [bool; 2]),
 ) {
+    epilogue_of::<F, D, CLUSTER, WARPS_K, OUT_BATCH, 1>(p, row0, warp_k, publisher, rows, m, l, smem, store)
+}
+
+/// [`epilogue`] of a narrow block of `HG` adjacent kv heads: head `s`'s
+/// rows are the block's rows `8 s ..` (`RowInfo::local`; the 16-row tile
+/// of the narrow kernel has room for two heads' 8), `warp_k` and
+/// `p.warps_k` count one head's warps, and the block writes its outputs
+/// directly (the planner gives head pairs unsplit work only).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn epilogue_of<F: KvFormat, const D: usize, const CLUSTER: bool, const WARPS_K: usize, const OUT_BATCH: usize, const HG: u32>(
+    p: &DecodeParams,
+    row0: u32,
+    warp_k: u32,
+    publisher: bool,
+    rows: [RowInfo; 2],
+    m: [f32; 2],
+    l: [f32; 2],
+    smem: u32,
+    store: impl Fn(u32, u32, [f32; 2], bool, [bool; 2]),
+) {
+    const { assert!(HG == 1 || (!CLUSTER && OUT_BATCH == 1 && HG * NARROW_ROWS <= MMA_M)) };
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
     let block_rows = p.warps_m * MMA_M;
@@ -655,7 +706,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // same sums as one warp at a time, with one barrier instead of
     // `warps_k` (the cluster kernels keep the loop: their merge reads one
     // summed tile).
-    let slice = p.rows_per_block * pitch;
+    let slice = if HG == 1 { p.rows_per_block * pitch } else { block_rows * pitch };
     let slices = fin_smem + 8 * block_rows;
     let parallel = !CLUSTER && p.warps_k > 1 && slices + 4 * (p.warps_k - 1) * slice <= smem + p.item_smem;
     let slice_at = |k: u32| if k == 0 { acc } else { slices + 4 * (k - 1) * slice };
@@ -739,7 +790,9 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
         [true; 2]
     } else {
         let rows_here = rows_here(p, row0);
-        [rows[0].local < rows_here, rows[1].local < rows_here]
+        // (A head pair's second head's rows are 8 on: its row within the head.)
+        let in_head = |local: u32| if HG == 1 { local } else { local % NARROW_ROWS };
+        [in_head(rows[0].local) < rows_here, in_head(rows[1].local) < rows_here]
     };
     // (One call of `store`: a second one left the closure out of line and
     // the accumulators in local memory.)
@@ -754,8 +807,11 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
 
     // The work item's sequence and partial slot (`keep_item`).
     let [batch, partial_slot] = shared::ld_shared_v2_u32(smem + p.item_smem);
-    let kvh = block_kv_head::<CLUSTER>(p);
+    let kvh = block_first_head::<CLUSTER, HG>(p);
     let rows_here = rows_here(p, row0);
+    // Output row `i` (of `HG · rows_here`): its head's index in the block
+    // and its row in that head.
+    let head_row = |i: u32| if HG == 1 { (0, i) } else { div_rem(i, rows_here) };
     if CLUSTER && partial_slot != DIRECT_OUTPUT {
         let seq_len = shared::ld_shared_u32(smem + p.item_smem + 8);
         let rows = cluster::BlockRows { acc, pitch, fin: fin_smem, row0, rows_here, kvh, batch };
@@ -785,8 +841,9 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     let quads_per_row = (D / 4) as u32;
     if fused && OUT_BATCH == 1 {
         let mut idx = tid;
-        while idx < rows_here * quads_per_row {
-            let r = idx / quads_per_row;
+        while idx < HG * rows_here * quads_per_row {
+            let (slot, row) = head_row(idx / quads_per_row);
+            let r = slot * NARROW_ROWS + row;
             let c = (idx % quads_per_row) * 4;
             // The row's states, every load issued before any use (slots
             // past `warps_k` stay (-inf, 0): factor 0, adding nothing).
@@ -800,14 +857,15 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
             }
             let at = 4 * (r * pitch + c);
             let (v, fin) = combine_slices(p.warps_k, &ms, &ls, |k| shared::ld_shared_v4_f32(slice_at(k as u32) + at));
-            emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v, fin);
+            emit_quad::<F, D>(p, batch, kvh + slot, row0 + row, partial_slot, c, v, fin);
             idx += nthreads;
         }
     }
     if OUT_BATCH == 1 && !fused {
         let mut idx = tid;
-        while idx < rows_here * quads_per_row {
-            let r = idx / quads_per_row;
+        while idx < HG * rows_here * quads_per_row {
+            let (slot, row) = head_row(idx / quads_per_row);
+            let r = slot * NARROW_ROWS + row;
             let c = (idx % quads_per_row) * 4;
             let mut v = shared::ld_shared_v4_f32(acc + 4 * (r * pitch + c));
             if parallel {
@@ -817,7 +875,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                 }
             }
             let fin = shared::ld_shared_v2_f32(fin_smem + 8 * r);
-            emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v, fin);
+            emit_quad::<F, D>(p, batch, kvh + slot, row0 + row, partial_slot, c, v, fin);
             idx += nthreads;
         }
     }
@@ -896,7 +954,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
             first += OUT_BATCH as u32 * nthreads;
         }
     }
-    if partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
+    if HG == 1 && partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
         crate::merge::merge_if_last::<F::Query, D, CLUSTER>(p, batch, rows_here, acc);
     }

@@ -16,56 +16,74 @@
 //! B fragment with one `movmatrix.trans` per 8 keys. Each thread holds rows
 //! `2c` and `2c + 1` (c = lane % 4) for keys `g` and `g + 8`, so row maxima
 //! and sums reduce over the 8 lanes of a column, not a quad.
+//!
+//! `HG` = 2 (the `HeadPair` entries, strided caches): a block reads two
+//! adjacent kv heads, warps `0 .. warps_k` the first and the next
+//! `warps_k` the second, each half as the whole block does for one head,
+//! over half a stage's keys of its head (`Pipeline::head_tiles`). A
+//! token-major cache then hands out each token's two rows as one piece of
+//! twice the row's bytes (docs/design/nhd-head-groups.md).
 
-use decode_attn_abi::{q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
+use decode_attn_abi::{div_rem, q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, keep_item, keep_seq_len, convert_q, epilogue, mask_from, qo_row_addr, row_info};
+use super::{block_first_head, block_work_of, convert_q, epilogue_of, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
 
 /// # Safety
 /// As [`super::decode`]: launched with the planner's grid (`rows_per_block`
-/// = 8, `warps_m` = 1), block and shared memory, on validated buffers.
+/// = 8, `warps_m` = 1; `HG` = 2: `warps_k` warps per head, grid x over
+/// head pairs), block and shared memory, on validated buffers.
 #[inline(always)]
-pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
-    const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0) };
+pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) {
+    const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0 && (HG == 1 || (HG == 2 && !PAGED && !CLUSTER))) };
     type H<F> = <F as KvFormat>::Compute;
-    let cfg = Pipeline::<F, D, PAGED, false, CLUSTER, false>::CFG;
+    type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool, const HG: u32> = Pipeline<'a, F, D, PAGED, false, CLUSTER, false, HG>;
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
     let lane = tid % 32;
-    let warp_k = tid / 32;
+    // The warp's head in the block (`HG` > 1) and its place along the keys.
+    let (slot, warp_k) = if HG == 1 { (0, tid / 32) } else { div_rem(tid / 32, p.warps_k) };
 
-    let Some((item, seq_len)) = block_work::<CLUSTER>(p) else { return };
+    let Some((item, seq_len)) = block_work_of::<CLUSTER, HG>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
-    let kvh = block_kv_head::<CLUSTER>(p);
+    let kvh0 = block_first_head::<CLUSTER, HG>(p);
+    let kvh = kvh0 + slot;
     let row0 = thread::block_idx_z() * p.rows_per_block;
 
     let (g, c) = (lane / 4, lane % 4);
 
     let smem = shared::dynamic_smem_base();
-    let pipe = Pipeline::<F, D, PAGED, false, CLUSTER, false>::new(p, item, kvh, smem);
+    let pipe = Pipe::<F, D, PAGED, CLUSTER, HG>::new(p, item, kvh0, smem);
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     // This thread's score / output columns (rows 2c, 2c+1) and the row whose
     // Q it holds as a B fragment (row g), after the first copies are out
     // (their key limits wait for the sequence's length: as the wide kernel).
-    let ra = row_info(p, &item, seq_len, kvh, row0, 2 * c);
-    let rb = row_info(p, &item, seq_len, kvh, row0, 2 * c + 1);
+    // A head pair's second head's rows are the block's rows 8 on.
+    let at_slot = |mut r: super::RowInfo| {
+        r.local += slot * NARROW_ROWS;
+        r
+    };
+    let ra = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c));
+    let rb = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c + 1));
     let rq = row_info(p, &item, seq_len, kvh, row0, g);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];
     let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
     if const { q_converted(F::FORMAT) } {
-        let q_tile = smem + Pipeline::<F, D, PAGED, false, CLUSTER, false>::region_bytes(p);
-        let q_scales = q_tile + MMA_M * (D as u32) * 2;
-        convert_q::<F, D>(p, batch, kvh, row0, p.rows_per_block, q_tile, q_scales, warp_k, nthreads / 32, lane);
+        // Each head's warps convert its rows into its 8 rows of the tile.
+        let q_all = smem + Pipe::<F, D, PAGED, CLUSTER, HG>::region_bytes(p);
+        let q_scales = q_all + MMA_M * (D as u32) * 2;
+        let q_tile = q_all + slot * NARROW_ROWS * (D as u32) * 2;
+        let q_warps = if HG == 1 { nthreads / 32 } else { p.warps_k };
+        convert_q::<F, D>(p, batch, kvh, row0, p.rows_per_block, q_tile, q_scales + 4 * slot * NARROW_ROWS, warp_k, q_warps, lane);
         thread::sync_threads();
         for (kc, f) in qb.iter_mut().enumerate() {
             let at = |half: u32| q_tile + swizzled(g, 2 * kc as u32 + half, (D * 2) as u32) + 4 * c;
@@ -91,11 +109,12 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     // This thread's share of each row's sum (its keys only; reduced at the end).
     let (mut l_a, mut l_b) = (0f32, 0f32);
 
-    let kt = cfg.keys_per_stage;
+    let kt = Pipe::<F, D, PAGED, CLUSTER, HG>::TILE_KEYS;
     // (A closure-taking loop helper shared with the other variant cost the
     // narrow int4 kernel 34 registers; the loop stays written out.)
     for t in 0..pipe.n_tiles {
         let stage = pipe.advance(t);
+        let tiles = pipe.head_tiles(stage, slot);
         let tile_first = item.kv_start + t * kt;
         let mut sub = warp_k * KEYS_PER_WARP_STEP;
         while sub < kt && tile_first + sub < item.kv_end {
@@ -103,7 +122,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             // s = Sᵀ: (key g, row 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1).
             let mut s = [0f32; 4];
             for kp in 0..KC / 2 {
-                let pair = F::k_fragment_pair::<D>(pipe.k_tile(stage), sub, kp as u32, lane);
+                let pair = if HG == 1 { F::k_fragment_pair::<D>(tiles.k, sub, kp as u32, lane) } else { F::k_fragment_pair_in::<D>(tiles.k, tiles.k_side, sub, kp as u32, lane) };
                 for (h, b) in pair.iter().enumerate() {
                     s = F::Compute::mma([b[0], b[2], b[1], b[3]], qb[2 * kp + h], s);
                 }
@@ -111,7 +130,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             // Quantized formats: K's scales multiply score rows (keys), V's P.
             let (kscale, vscale) = if F::SCALED {
                 let at = |side: u32, k: u32| shared::ld_shared_f32(side + 4 * (sub + k));
-                ([at(pipe.k_side(stage), g), at(pipe.k_side(stage), g + 8)], [at(pipe.v_side(stage), g), at(pipe.v_side(stage), g + 8)])
+                ([at(tiles.k_side, g), at(tiles.k_side, g + 8)], [at(tiles.v_side, g), at(tiles.v_side, g + 8)])
             } else {
                 ([1.0; 2], [1.0; 2])
             };
@@ -145,7 +164,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             // (key g | rows 2c, 2c+1) pairs, transposed: (row g | keys 2c, 2c+1).
             let pt = [mma::movmatrix_trans(H::<F>::pack(s[0], s[1])), mma::movmatrix_trans(H::<F>::pack(s[2], s[3]))];
             for mp in 0..NP / 2 {
-                let pair = F::v_fragment_pair::<D>(pipe.v_tile(stage), sub, mp as u32, lane);
+                let pair = if HG == 1 { F::v_fragment_pair::<D>(tiles.v, sub, mp as u32, lane) } else { F::v_fragment_pair_in::<D>(tiles.v, tiles.v_side, sub, mp as u32, lane) };
                 for (h, b) in pair.iter().enumerate() {
                     o[2 * mp + h] = F::Compute::mma([b[0], b[2], b[1], b[3]], pt, o[2 * mp + h]);
                 }
@@ -175,5 +194,5 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue_of::<F, D, CLUSTER, { MAX_WARPS as usize }, 1, HG>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }

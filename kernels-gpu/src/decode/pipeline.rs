@@ -62,7 +62,13 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, Swi
 /// same layout: a bulk copy per page run (rows only; with side data too the
 /// int8 kernels spilled) measured 2–5 % slower at 16-token pages and no
 /// faster at 64 (docs/perf.md, fifteenth session).
-pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> {
+///
+/// `HG` > 1 (strided narrow kernels of a head pair, `decode_narrow`): a
+/// stage holds `keys_per_stage / HG` keys of each of the block's `HG`
+/// adjacent kv heads, head `h`'s rows (and side data) in the `h`-th part of
+/// each tile ([`Pipeline::head_tiles`]), so the stage's bytes and the
+/// fragment loaders stay those of one head.
+pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool, const HG: u32 = 1> {
     p: &'a DecodeParams,
     /// Strided kernels: the sequence's rows (paged stages address theirs
     /// through `PagedStage`).
@@ -79,7 +85,7 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
     _format: PhantomData<F>,
 }
 
-impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, WGMMA> {
+impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool, const HG: u32> Pipeline<'a, F, D, PAGED, WIDE, CLUSTER, WGMMA, HG> {
     /// Rows land by bulk copies on transaction barriers (see the struct's
     /// docs) in [`Pipeline::prefetch`] / [`Pipeline::advance`]: the
     /// unspecialised strided quantized wgmma kernels. (The warp-specialised
@@ -101,6 +107,11 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// narrow kernels share theirs).
     const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32, Self::VARIANT);
+    /// Keys of one kv head a stage holds (`HG` heads share it).
+    pub const TILE_KEYS: u32 = {
+        assert!(HG == 1 || (!PAGED && !WIDE && !CLUSTER && !WGMMA && Self::CFG.keys_per_stage % (HG * 16) == 0));
+        Self::CFG.keys_per_stage / HG
+    };
     /// Shared memory of the stages and (paged) the page-id ring, sized for
     /// the page size; the Q tile follows.
     #[inline(always)]
@@ -119,7 +130,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             smem,
             item,
             table: p.block_table + 4 * (item.batch as u64 * p.table_stride as u64),
-            n_tiles: (item.kv_end - item.kv_start).div_ceil(Self::CFG.keys_per_stage),
+            n_tiles: (item.kv_end - item.kv_start).div_ceil(Self::TILE_KEYS),
             _format: PhantomData,
         }
     }
@@ -144,6 +155,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub fn tiles(&self, stage: u32) -> StageTiles {
         StageTiles { k: self.k_tile(stage), v: self.v_tile(stage), k_side: self.k_side(stage), v_side: self.v_side(stage) }
+    }
+    /// The tiles of `stage` that hold the block's `h`-th kv head's keys
+    /// (`HG` > 1; [`Pipeline::tiles`] otherwise).
+    #[inline(always)]
+    pub fn head_tiles(&self, stage: u32, h: u32) -> StageTiles {
+        let (rows, side) = (h * Self::TILE_KEYS * Self::CFG.row_bytes, h * Self::TILE_KEYS * Self::CFG.side_bytes);
+        StageTiles { k: self.k_tile(stage) + rows, v: self.v_tile(stage) + rows, k_side: self.k_side(stage) + side, v_side: self.v_side(stage) + side }
     }
 
     /// Bytes from a K row to the V row of the same token (the host gives
@@ -308,9 +326,32 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         let nthreads = thread::block_dim_x();
         let kt = Self::CFG.keys_per_stage;
         let stage = t % PIPELINE_STAGES;
-        let first = self.item.kv_start + t * kt;
+        let first = self.item.kv_start + t * Self::TILE_KEYS;
         let end = self.item.kv_end;
-        if PAGED {
+        if HG > 1 {
+            // K's rows of the stage's tokens, then V's, the heads'
+            // interleaved: consecutive threads copy a token's row of one
+            // head, then the next head's (its next bytes in a token-major
+            // cache), so one warp's copies cover whole `HG`-row pieces, as a
+            // row of `HG` times the head dim would be read. Each row lands in
+            // its head's part of the tiles.
+            // (The row bases afresh at each stage, as the bulk copies':
+            // held through the key loop, they spilled the pair kernels at
+            // their 128 registers.)
+            let (p, keys) = (self.p, Self::TILE_KEYS);
+            let (batch, kvh0) = (thread::opaque(self.item.batch), super::block_first_head::<CLUSTER, HG>(p));
+            let k = Strided::new(p.k, batch, kvh0, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
+            // (Two calls: a loop over the pair (K, V) put it on the stack.)
+            copy_head_rows::<HG>(k, p.k_stride_head, 0, self.k_tile(stage), keys, first, end, Self::CFG.row_bytes, tid, nthreads);
+            copy_head_rows::<HG>(k, p.k_stride_head, self.v_delta(), self.v_tile(stage), keys, first, end, Self::CFG.row_bytes, tid, nthreads);
+            if Self::CFG.side_bytes > 0 {
+                for h in 0..HG {
+                    let tiles = self.head_tiles(stage, h);
+                    let side = Strided::new(p.k_side, batch, kvh0 + h, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
+                    F::load_kv_side::<D, _>(side, self.side_delta(), tiles.k_side, tiles.v_side, first, end, keys, tid, nthreads);
+                }
+            }
+        } else if PAGED {
             if PROLOGUE && Self::TABLE_PROLOGUE {
                 self.load_paged::<true>(t, stage, first, end, tid, nthreads);
             } else {
@@ -490,5 +531,30 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         for stage in 0..WGMMA_PRODUCER_STAGES {
             mbarrier::inval(self.barrier(stage));
         }
+    }
+}
+
+/// Copies rows `first .. first + keys` of `HG` adjacent kv heads (head `h`'s
+/// row of a token `h · head_stride` bytes after head 0's, `delta` bytes on
+/// from K's rows: 0 for K, V's offset for V) into the heads' consecutive
+/// tiles of `keys` swizzled rows from `tile` (head `h`'s at `tile + h · keys
+/// · row_bytes`); rows at or past `end` are zero-filled. Chunk `c` of the
+/// copy is token `c / (HG · chunks)`, head `c / chunks mod HG`: consecutive
+/// threads read a token's heads one after another.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn copy_head_rows<const HG: u32>(k: Strided, head_stride: u64, delta: u64, tile: u32, keys: u32, first: u32, end: u32, row_bytes: u32, tid: u32, nthreads: u32) {
+    let chunks = row_bytes / 16;
+    let per_token = HG * chunks;
+    let total = keys * per_token;
+    let mut c = tid;
+    while c < total {
+        let (row, hc) = (c / per_token, c % per_token);
+        let (h, chunk) = (hc / chunks, hc % chunks);
+        let valid = first + row < end;
+        let src = k.row(if valid { first + row } else { first }).wrapping_add(delta) + h as u64 * head_stride + chunk as u64 * 16;
+        let at = tile + h * keys * row_bytes + SwizzledRows.at(row, chunk, row_bytes);
+        memory::cp_async_16(at, src, if valid { 16 } else { 0 });
+        c += nthreads;
     }
 }

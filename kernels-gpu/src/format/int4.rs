@@ -84,8 +84,13 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     #[inline(always)]
     unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
         let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
+        Self::k_fragment_pair_in::<D>(tile, tile + cfg.side_offset(), key, kp, lane)
+    }
+
+    #[inline(always)]
+    unsafe fn k_fragment_pair_in<const D: usize>(tile: u32, side: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
         let sr = cfg.side_bytes;
-        let side = tile + cfg.side_offset();
         let (g, c) = (lane / 4, lane % 4);
         let group = (32 * kp + 8 * c) / G;
         let mut out = [[0u32; 4]; 2];
@@ -108,8 +113,13 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     #[inline(always)]
     unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
         let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
+        Self::v_fragment_pair_in::<D>(tile, tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * cfg.side_bytes, key, mp, lane)
+    }
+
+    #[inline(always)]
+    unsafe fn v_fragment_pair_in<const D: usize>(tile: u32, side: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
         let sr = cfg.side_bytes;
-        let side = tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * sr;
         let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(key + lane % 16, mp, (D / 2) as u32));
         let group = 32 * mp / G;
         let c2 = 2 * (lane % 4);

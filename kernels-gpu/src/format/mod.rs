@@ -202,6 +202,28 @@ pub trait KvFormat {
     /// As [`KvFormat::k_fragment_pair`].
     unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2];
 
+    /// [`KvFormat::k_fragment_pair`] of a K tile whose rows' side data is
+    /// at `side` rather than where a whole stage puts it (a head pair's
+    /// second head: `Pipeline::head_tiles`). Formats that dequantize
+    /// without side data in the fragment ignore it.
+    ///
+    /// # Safety
+    /// As [`KvFormat::k_fragment_pair`].
+    #[inline(always)]
+    unsafe fn k_fragment_pair_in<const D: usize>(tile: u32, _side: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
+        Self::k_fragment_pair::<D>(tile, key, kp, lane)
+    }
+
+    /// [`KvFormat::v_fragment_pair`] with V's side data at `side` (as
+    /// [`KvFormat::k_fragment_pair_in`]).
+    ///
+    /// # Safety
+    /// As [`KvFormat::k_fragment_pair`].
+    #[inline(always)]
+    unsafe fn v_fragment_pair_in<const D: usize>(tile: u32, _side: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
+        Self::v_fragment_pair::<D>(tile, key, mp, lane)
+    }
+
     /// The wgmma kernels' conversion: K's and V's rows `key .. key +
     /// WGMMA_KEYS` of a landed stage become `Compute` rows `row ..` of the
     /// [`Swizzle128`] tiles `k_half` and `v_half` (`WGMMA_M` rows each),
