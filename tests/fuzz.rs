@@ -338,18 +338,20 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         None => None,
     };
     let shape = pool.as_ref().map_or(&case.shape, |pool| &pool.shape);
+    // Half the strided cases that could run head pairs (by seed) do,
+    // whether or not the planner would pick them for this grid.
+    let paired = |p: decode_attn::Plan, again: &dyn Fn(&PlanOptions) -> decode_attn::Result<decode_attn::Plan>| {
+        if case.seed % 2 == 0 && p.heads_per_block() == 1 && decode_attn::plan::head_pair_unsupported(&p).is_none() {
+            again(&PlanOptions { head_pair: HeadPairChoice::Always, ..opts })
+        } else {
+            Ok(p)
+        }
+    };
     let plan = Tally::time(tally, "plan", || match (case.capacity, &pool) {
-        (true, _) => gpu.attn.plan_capacity(shape, &opts),
+        (true, None) => gpu.attn.plan_capacity(shape, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan_capacity(shape, o))),
+        (true, Some(_)) => gpu.attn.plan_capacity(shape, &opts),
         (false, Some(pool)) => gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, &opts),
-        (false, None) => gpu.attn.plan(shape, &case.seq_lens, &opts).and_then(|p| {
-            // Half the cases that could run head pairs (by seed) do, whether
-            // or not the planner would pick them for this grid.
-            if case.seed % 2 == 0 && p.heads_per_block() == 1 && decode_attn::plan::head_pair_unsupported(&p).is_none() {
-                gpu.attn.plan(shape, &case.seq_lens, &PlanOptions { head_pair: HeadPairChoice::Always, ..opts })
-            } else {
-                Ok(p)
-            }
-        }),
+        (false, None) => gpu.attn.plan(shape, &case.seq_lens, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan(shape, &case.seq_lens, o))),
     })
     .map_err(|e| format!("plan: {e}"))?;
     let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;

@@ -365,12 +365,13 @@ fn main() {
         }
     }
     for dtype in Dtype::ALL {
-        for (cap, split) in [(512, SplitPolicy::Never), (512, SplitPolicy::ChunkKeys(128)), (40, SplitPolicy::Auto)] {
-            let name = format!("{}/capacity-sequences-without-work/cap{cap}/{split:?}", dtype.name());
+        for (cap, split, pair) in [(512, SplitPolicy::Never, false), (512, SplitPolicy::ChunkKeys(128), false), (40, SplitPolicy::Auto, false), (512, SplitPolicy::Never, true)] {
+            let what = if pair { "int8/head-pair-" } else { "" };
+            let name = format!("{}/{what}capacity-sequences-without-work/cap{cap}/{split:?}", dtype.name());
             if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
                 continue;
             }
-            match capacity_sequences_without_work(&attn, &stream, dtype, cap, split) {
+            match capacity_sequences_without_work(&attn, &stream, dtype, cap, split, pair) {
                 Ok(err) => {
                     println!("ok   {name:<60} rel_l2={err:.2e}, the other rows untouched");
                     passed += 1;
@@ -472,14 +473,23 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
 /// the two keep their NaN poison. The error of that sequence's rows.
 /// (Written for a kernel that issued a capacity block's first copies
 /// before its length arrived, docs/perf.md, twentieth session; kept for
-/// the early return itself.)
-fn capacity_sequences_without_work(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, cap: u32, split: SplitPolicy) -> Result<f64, String> {
+/// the early return itself.) `pair`: the same with an int8 cache on the
+/// narrow kernel with head pairs (`HeadPairChoice::Always`).
+fn capacity_sequences_without_work(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, cap: u32, split: SplitPolicy, pair: bool) -> Result<f64, String> {
     use decode_attn::cust::memory::DeviceBuffer;
     let e = |e: decode_attn::Error| e.to_string();
     let s = shape(dtype, 3, 8, 2, 128, 2, cap, KvLayout::Nhd);
     let long = if cap > 300 { 300 } else { 30 };
     let opts = PlanOptions { split, variant: VariantChoice::Force(Variant::Wide), ..Default::default() };
+    let (s, opts) = if pair {
+        (DecodeShape { kv_format: KvFormat::Int8, ..s }, PlanOptions { variant: VariantChoice::Force(Variant::Narrow), head_pair: HeadPairChoice::Always, ..opts })
+    } else {
+        (s, opts)
+    };
     let plan = attn.plan_capacity(&s, &opts).map_err(e)?;
+    if plan.heads_per_block() != if pair { 2 } else { 1 } {
+        return Err(format!("planned {} kv heads a block", plan.heads_per_block()));
+    }
     let mut ws = Workspace::for_plan(&plan).map_err(e)?;
     // The inputs of lengths `long`, 2, 2 (rows past them NaN); the device says `long`, 1, 0.
     let mut p = Problem::new(&s, &[long, 2, 2], Distribution::Normal, 77).map_err(e)?;

@@ -174,15 +174,14 @@ pub const HEAD_PAIR_MIN_WAVES: u64 = 2;
 /// Why a plan cannot run head pairs, or `None` when it can: the narrow
 /// variant over a strided cache, unsplit (a pair's block writes its rows
 /// directly; the in-attention merge counts one head's blocks), no cluster
-/// or warp specialisation, lengths from the host (capacity plans keep one
-/// head a block), an even number of kv heads, warps to share out, and a
+/// or warp specialisation, an even number of kv heads, warps to share out, and a
 /// pair kernel in the table for the format, dtype and head dim.
 pub fn head_pair_unsupported(plan: &Plan) -> Option<&'static str> {
     let s = &plan.shape;
     if plan.variant != Variant::Narrow || s.is_paged() || plan.cluster > 1 || plan.specialized {
         Some("head pairs run the narrow variant over a strided cache, without clusters")
-    } else if plan.is_capacity() || plan.num_slots > 0 || !plan.merges.is_empty() {
-        Some("head pairs run unsplit plans of host lengths only")
+    } else if plan.num_slots > 0 || !plan.merges.is_empty() {
+        Some("head pairs run unsplit plans only")
     } else if s.num_kv_heads % 2 != 0 || plan.warps_k < 2 || plan.warps_m != 1 {
         Some("head pairs need an even number of kv heads and at least two warps a block")
     } else if decode_attn_abi::decode_kernel_name(s.kv_format, s.dtype, s.head_dim, Variant::Narrow, s.addressing(), false, false, false, 2).is_none() {
@@ -828,9 +827,6 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 /// returns at once).
 pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
-    if opts.head_pair == HeadPairChoice::Always {
-        return Err(Error::Unsupported("head pairs run plans of host lengths, not capacity plans".into()));
-    }
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
     let planned = make_plan(shape, &at_capacity, Vec::new(), dev, &CapacityKernels(kernel), opts)?;
     let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
@@ -847,7 +843,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // device lengths. The merge counters and partials remain.
     let layout = workspace_layout(0, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
-    Ok(Plan {
+    let capacity = Plan {
         mode: PlanMode::Capacity { chunks_per_seq },
         chunk_keys,
         num_slots,
@@ -857,7 +853,14 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
         uniform: None,
         layout,
         ..planned
-    })
+    };
+    if shape.is_paged() {
+        if opts.head_pair == HeadPairChoice::Always {
+            return Err(Error::Unsupported("head pairs run strided caches, not paged ones".into()));
+        }
+        return Ok(capacity);
+    }
+    pair_heads(capacity, dev, &kernel.capacity_limits(false), opts.head_pair)
 }
 
 /// Checks a block table: `pages_per_seq` entries per sequence, and the
