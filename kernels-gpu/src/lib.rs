@@ -52,7 +52,7 @@ macro_rules! decode_kernels {
         /// Launched only by the host library, with the planner's launch shape.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, { decode_attn_abi::cluster_merge!($m) }, { decode_attn_abi::warp_specialized!($($s)?) }, { decode_attn_abi::capacity_kernel!($($s)?) }, { decode_attn_abi::heads_per_block!($($s)?) }, &p)
+            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, { decode_attn_abi::cluster_merge!($m) }, { decode_attn_abi::kernel_form!($($s)?).specialized() }, { decode_attn_abi::kernel_form!($($s)?).capacity() }, { decode_attn_abi::kernel_form!($($s)?).heads_per_block() }, &p)
         }
     )*};
 }

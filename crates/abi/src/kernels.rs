@@ -8,7 +8,8 @@
 
 use crate::{Addressing, Dtype, KvFormat, Variant};
 
-/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge[, Specialized | Capacity])`;
+/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge[, Specialized | Capacity | HeadPair])`
+/// (the last marker: [`KernelForm`]);
 /// every (format, dtype, head_dim) has the variants that serve it
 /// (`Variant::serves`), both addressings and both merges: `Global` kernels merge split sequences through global
 /// memory, `Cluster` ones (`decode_cluster_*`) in a thread-block cluster.
@@ -24,6 +25,9 @@ use crate::{Addressing, Dtype, KvFormat, Variant};
 /// The cluster code is compiled only into the `Cluster` kernels: in the
 /// others, at their register caps, it moved ptxas to re-read special
 /// registers in the stage loop (narrow int4-g32: 2 % slower, docs/perf.md).
+/// The narrow int8 kernels at head dim 128 have a `HeadPair` form
+/// (`decode_narrow_pair_*`): blocks of two adjacent kv heads, for
+/// token-major caches (docs/design/nhd-head-groups.md).
 #[macro_export]
 macro_rules! decode_kernel_table {
     ($m:ident) => {
@@ -510,55 +514,43 @@ macro_rules! cluster_merge {
     };
 }
 
-/// `true` for a table entry marked `Specialized`.
-#[macro_export]
-macro_rules! warp_specialized {
-    () => {
-        false
-    };
-    (Specialized) => {
-        true
-    };
-    (Capacity) => {
-        false
-    };
-    (HeadPair) => {
-        false
-    };
+/// The form of a table entry, from its optional last marker: `Plain`
+/// (none), `Specialized` (a warp-specialised wgmma kernel), `Capacity` (a
+/// capacity twin) or `HeadPair` (a narrow kernel of two adjacent kv heads a
+/// block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KernelForm {
+    Plain,
+    Specialized,
+    Capacity,
+    HeadPair,
 }
 
-/// `true` for a table entry marked `Capacity`.
-#[macro_export]
-macro_rules! capacity_kernel {
-    () => {
-        false
-    };
-    (Specialized) => {
-        false
-    };
-    (Capacity) => {
-        true
-    };
-    (HeadPair) => {
-        false
-    };
+impl KernelForm {
+    pub const fn specialized(self) -> bool {
+        matches!(self, KernelForm::Specialized)
+    }
+    pub const fn capacity(self) -> bool {
+        matches!(self, KernelForm::Capacity)
+    }
+    /// Kv heads one block reads (`DecodeKernel::heads_per_block`).
+    pub const fn heads_per_block(self) -> u32 {
+        if matches!(self, KernelForm::HeadPair) {
+            2
+        } else {
+            1
+        }
+    }
 }
 
-/// Kv heads one block of a table entry reads: 2 for an entry marked
-/// `HeadPair` (`DecodeKernel::heads_per_block`), else 1.
+/// The [`KernelForm`] of a table entry's optional last marker.
 #[macro_export]
-macro_rules! heads_per_block {
+macro_rules! kernel_form {
     () => {
-        1
+        $crate::KernelForm::Plain
     };
-    (Specialized) => {
-        1
-    };
-    (Capacity) => {
-        1
-    };
-    (HeadPair) => {
-        2
+    ($form:ident) => {
+        $crate::KernelForm::$form
     };
 }
 
@@ -572,9 +564,9 @@ macro_rules! decode_list {
             variant: Variant::$v,
             addressing: Addressing::$a,
             cluster: cluster_merge!($m),
-            specialized: warp_specialized!($($s)?),
-            capacity: capacity_kernel!($($s)?),
-            heads_per_block: heads_per_block!($($s)?),
+            specialized: kernel_form!($($s)?).specialized(),
+            capacity: kernel_form!($($s)?).capacity(),
+            heads_per_block: kernel_form!($($s)?).heads_per_block(),
             name: stringify!($name),
         },)*];
     };
