@@ -179,7 +179,7 @@ pub const HEAD_PAIR_MIN_WAVES: u64 = 2;
 pub fn head_pair_unsupported(plan: &Plan) -> Option<&'static str> {
     let s = &plan.shape;
     if plan.variant != Variant::Narrow || s.is_paged() || plan.cluster > 1 || plan.specialized {
-        Some("head pairs run the narrow variant over a strided cache, without clusters")
+        Some("head pairs run the narrow variant over a strided (not paged) cache, without clusters")
     } else if plan.num_slots > 0 || !plan.merges.is_empty() {
         Some("head pairs run unsplit plans only")
     } else if s.num_kv_heads % 2 != 0 || plan.warps_k < 2 || plan.warps_m != 1 {
@@ -812,10 +812,7 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
         return Err(Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a block table", "another layout"));
     };
     check_block_table(block_table, seq_lens, shape.pages_per_seq(), page_size, num_pages)?;
-    if opts.head_pair == HeadPairChoice::Always {
-        return Err(Error::Unsupported("head pairs run strided caches, not paged ones".into()));
-    }
-    make_plan(shape, seq_lens, block_table.to_vec(), dev, kernel, opts)
+    pair_heads(make_plan(shape, seq_lens, block_table.to_vec(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
 }
 
 /// Makes a capacity plan ([`PlanMode::Capacity`]): launches fixed by the
@@ -854,12 +851,6 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
         layout,
         ..planned
     };
-    if shape.is_paged() {
-        if opts.head_pair == HeadPairChoice::Always {
-            return Err(Error::Unsupported("head pairs run strided caches, not paged ones".into()));
-        }
-        return Ok(capacity);
-    }
     pair_heads(capacity, dev, &kernel.capacity_limits(false), opts.head_pair)
 }
 

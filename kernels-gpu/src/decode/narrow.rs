@@ -121,6 +121,10 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
             let key0 = tile_first + sub;
             // s = Sᵀ: (key g, row 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1).
             let mut s = [0f32; 4];
+            // (One head a block: the fragment loaders that find side data
+            // from the tile, as before pairs existed, which keeps those
+            // kernels' code as measured; a pair's second head gives its
+            // side data's address, `KvFormat::k_fragment_pair_in`.)
             for kp in 0..KC / 2 {
                 let pair = if HG == 1 { F::k_fragment_pair::<D>(tiles.k, sub, kp as u32, lane) } else { F::k_fragment_pair_in::<D>(tiles.k, tiles.k_side, sub, kp as u32, lane) };
                 for (h, b) in pair.iter().enumerate() {

@@ -540,7 +540,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
 /// tiles of `keys` swizzled rows from `tile` (head `h`'s at `tile + h · keys
 /// · row_bytes`); rows at or past `end` are zero-filled. Chunk `c` of the
 /// copy is token `c / (HG · chunks)`, head `c / chunks mod HG`: consecutive
-/// threads read a token's heads one after another.
+/// threads read a token's heads one after another. (`copy_rows` reads a
+/// row's chunks as consecutive bytes; the second head's row is a head
+/// stride away, the next bytes only in a token-major cache.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn copy_head_rows<const HG: u32>(k: Strided, head_stride: u64, delta: u64, tile: u32, keys: u32, first: u32, end: u32, row_bytes: u32, tid: u32, nthreads: u32) {
