@@ -179,6 +179,19 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
     if !format.supports_head_dim(d.head_dim) {
         d.head_dim = 128;
     }
+    // The head-pair family: one int8 draw in 16 (by seed, so persisted
+    // seeds replay their cases) made into a shape the head-pair kernels
+    // serve — head dim 128, strided token-major rows, an even number of kv
+    // heads, at most 8 rows per kv head, unsplit — which random draws
+    // almost never are; `check_case` then pairs it (an even seed).
+    if format == KvFormat::Int8 && d.seed % 16 == 6 {
+        d.head_dim = 128;
+        d.layout = LayoutKind::Nhd;
+        d.split = SplitKind::Never;
+        d.num_kv_heads = (d.num_kv_heads + 1) & !1;
+        d.group = d.group.min((8 / d.q_len).max(1));
+        d.variant = VariantChoice::Auto;
+    }
     let d = &d;
     let stage = stage_keys(format, d.head_dim);
     let q_len = d.q_len;
