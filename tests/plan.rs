@@ -606,7 +606,7 @@ fn capacity_plans_of_sixteen_bit_wide_strided_shapes_run_the_capacity_twin_plann
 }
 
 #[test]
-fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_grid_stays_full() {
+fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_stay_busy_and_sequences_are_long() {
     use decode_attn::plan::{head_pair_unsupported, plan_capacity, plan_paged};
     use decode_attn::HeadPairChoice;
     let dev = &DeviceInfo::H100_SXM; // 132 SMs
@@ -627,10 +627,19 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_grid
         let hnd = DecodeShape { kv_layout: KvLayout::Hnd, ..shape.clone() };
         assert_eq!(plan(&hnd, &lens, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
         assert_eq!(plan(&hnd, &lens, dev, &kernel, &always).unwrap().heads_per_block(), 2);
-        // Grid D (8, 1K): 256 blocks; 128 pairs would not fill two waves.
+        // Grid D (8, 1K): 256 blocks, 128 pairs: 4 of the 132 SMs idle,
+        // and pairs pay for that (measured 2 % faster).
         let small = quantized(format, 8, 32, 32, 1, 1024);
-        assert_eq!(plan(&small, &[1024; 8], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
-        assert_eq!(plan(&small, &[1024; 8], dev, &kernel, &always).unwrap().heads_per_block(), 2);
+        assert_eq!(plan(&small, &[1024; 8], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 2);
+        // Half the SMs idle (128 unsplit blocks, 64 pairs): one head a block.
+        let few = quantized(format, 4, 32, 32, 1, 2048);
+        assert_eq!(plan(&few, &[2048; 4], dev, &kernel, &opts(SplitPolicy::Never)).unwrap().heads_per_block(), 1);
+        assert_eq!(plan(&few, &[2048; 4], dev, &kernel, &PlanOptions { head_pair: HeadPairChoice::Always, ..opts(SplitPolicy::Never) }).unwrap().heads_per_block(), 2);
+        // Grid D (64, 128): short sequences (two pair stages a block,
+        // measured 10 % slower paired) keep one head a block.
+        let short = quantized(format, 64, 32, 32, 1, 128);
+        assert_eq!(plan(&short, &[128; 64], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
+        assert_eq!(plan(&short, &[128; 64], dev, &kernel, &always).unwrap().heads_per_block(), 2);
         // Split sequences (grid C 128K) keep one head a block: Always says why.
         let split = quantized(format, 1, 32, 8, 1, 131_072);
         let p = plan(&split, &[131_072], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap();

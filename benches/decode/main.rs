@@ -119,7 +119,8 @@ struct Args {
     specialize: SpecializeArg,
     /// Blocks of two adjacent kv heads (block column `…h2`) for narrow
     /// plans of strided int8 caches at head_dim 128: auto (token-major
-    /// caches, unsplit, at least two waves of paired blocks), never or
+    /// caches, unsplit, sequences of 512 keys on average, the paired grid
+    /// keeping 95 % of the busy SMs), never or
     /// always (rows that cannot pair report an error). Graph rows pair as
     /// the planned launch does; the paged columns run one head a block,
     /// checked against the contiguous plan with one head a block.

@@ -155,8 +155,10 @@ pub enum SpecializeChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum HeadPairChoice {
     /// Head pairs where the plan allows them ([`head_pair_unsupported`]),
-    /// the cache is token-major (adjacent heads' rows adjacent) and the
-    /// paired grid still fills at least [`HEAD_PAIR_MIN_WAVES`] waves.
+    /// the cache is token-major (adjacent heads' rows adjacent), the
+    /// sequences average at least [`HEAD_PAIR_MIN_MEAN_KEYS`] keys and the
+    /// paired grid keeps [`HEAD_PAIR_MIN_BUSY_SMS_PERCENT`] % of the SMs
+    /// the unpaired one keeps busy.
     #[default]
     Auto,
     /// One kv head per block.
@@ -165,11 +167,22 @@ pub enum HeadPairChoice {
     Always,
 }
 
-/// Waves (blocks resident at once) a paired grid must fill for `Auto` to
-/// pair heads: pairing halves the blocks, which the one-wave rows cannot
-/// spare (their fixed costs per block are not overlapped; docs/perf.md,
-/// twenty-fourth session).
-pub const HEAD_PAIR_MIN_WAVES: u64 = 2;
+/// Keys a plan's sequences must average for `Auto` to pair heads. A
+/// pair's stage holds half its keys of each head, so a short sequence
+/// takes twice the stages and the pipeline's fill and drain weigh more:
+/// on an H100, int8 grid D (64, 128) (two pair stages a block) ran 10 %
+/// slower paired, (8, 1K) 2 % and (128, 2K) 3.7 % faster (docs/perf.md,
+/// twenty-fifth session). 512 keys (eight pair stages) lies between the
+/// rows measured; no row between them was.
+pub const HEAD_PAIR_MIN_MEAN_KEYS: u64 = 512;
+
+/// The share (%) of the SMs busy with the unpaired grid that the paired one
+/// (half the blocks) must keep busy for `Auto` to pair heads. Pairs read a
+/// token-major int8 cache 2-4 % faster; an SM left idle costs its share:
+/// grid D (8, 1K)'s 128 pairs on 132 SMs (3 % idle) measured 2 % faster
+/// than its 256 one-head blocks, so a grid that leaves 5 % idle is about
+/// where pairs stop paying (the break-even is not measured).
+pub const HEAD_PAIR_MIN_BUSY_SMS_PERCENT: u64 = 95;
 
 /// Why a plan cannot run head pairs, or `None` when it can: the narrow
 /// variant over a strided cache, unsplit (a pair's block writes its rows
@@ -209,8 +222,12 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
             let head_bytes = s.kv_strides().head.checked_mul(s.kv_format.bits() as u64).map(|b| b / 8);
             let adjacent = head_bytes == Some(s.kv_format.row_bytes(s.head_dim) as u64);
             let (x, y, z) = plan.grid();
-            let paired_blocks = x as u64 / 2 * y as u64 * z as u64;
-            why_not.is_none() && adjacent && paired_blocks >= HEAD_PAIR_MIN_WAVES * dev.sm_count as u64 * plan.blocks_per_sm as u64
+            let blocks = x as u64 * y as u64 * z as u64;
+            let busy = |blocks: u64| blocks.min(dev.sm_count as u64);
+            let keeps_sms = 100 * busy(blocks / 2) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT * busy(blocks);
+            let total_keys: u64 = plan.seq_lens.iter().map(|&l| l as u64).sum();
+            let long_enough = total_keys >= HEAD_PAIR_MIN_MEAN_KEYS * plan.seq_lens.len() as u64;
+            why_not.is_none() && adjacent && keeps_sms && long_enough
         }
     };
     if pair {
