@@ -181,12 +181,16 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
     }
     // The head-pair family: one int8 draw in 16 (by seed, so persisted
     // seeds replay their cases) made into a shape the head-pair kernels
-    // serve — head dim 128, strided token-major rows, an even number of kv
+    // serve — head dim 128, token-major rows (strided, or a pool of
+    // token-major pages where the draw was paged), an even number of kv
     // heads, at most 8 rows per kv head, unsplit — which random draws
     // almost never are; `check_case` then pairs it (an even seed).
     if format == KvFormat::Int8 && d.seed % 16 == 6 {
         d.head_dim = 128;
-        d.layout = LayoutKind::Nhd;
+        d.layout = match d.layout {
+            LayoutKind::Paged(e, _) => LayoutKind::Paged(e, false),
+            _ => LayoutKind::Nhd,
+        };
         d.split = SplitKind::Never;
         d.num_kv_heads = (d.num_kv_heads + 1) & !1;
         d.group = d.group.min((8 / d.q_len).max(1));
@@ -351,8 +355,8 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         None => None,
     };
     let shape = pool.as_ref().map_or(&case.shape, |pool| &pool.shape);
-    // Half the strided cases that could run head pairs (by seed) do,
-    // whether or not the planner would pick them for this grid.
+    // Half the cases that could run head pairs (by seed) do, strided or
+    // paged, whether or not the planner would pick them for this grid.
     let paired = |p: decode_attn::Plan, again: &dyn Fn(&PlanOptions) -> decode_attn::Result<decode_attn::Plan>| {
         if case.seed % 2 == 0 && p.heads_per_block() == 1 && decode_attn::plan::head_pair_unsupported(&p).is_none() {
             again(&PlanOptions { head_pair: HeadPairChoice::Always, ..opts })
@@ -362,8 +366,8 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     };
     let plan = Tally::time(tally, "plan", || match (case.capacity, &pool) {
         (true, None) => gpu.attn.plan_capacity(shape, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan_capacity(shape, o))),
-        (true, Some(_)) => gpu.attn.plan_capacity(shape, &opts),
-        (false, Some(pool)) => gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, &opts),
+        (true, Some(_)) => gpu.attn.plan_capacity(shape, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan_capacity(shape, o))),
+        (false, Some(pool)) => gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, o))),
         (false, None) => gpu.attn.plan(shape, &case.seq_lens, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan(shape, &case.seq_lens, o))),
     })
     .map_err(|e| format!("plan: {e}"))?;

@@ -154,28 +154,41 @@ fn cases() -> Vec<Case> {
 /// Blocks of two adjacent kv heads (`HeadPairChoice::Always`, the narrow
 /// int8 kernels at head dim 128): MHA with ragged lengths
 /// (one sequence of a single key), GQA with q_len 3, token-major, head-major
-/// and padded strides, every length off and on the pair's 64-key tiles.
+/// and padded strides, and pools of 1-, 16- and 256-token pages (token- and
+/// head-major, packed and not), every length off and on the pair's 64-key tiles.
 /// `small`: the sanitizer's sizes.
 fn head_pair_cases(small: bool) -> Vec<Case> {
     let mut out = Vec::new();
     for format in [KvFormat::Int8] {
         for dtype in Dtype::ALL {
-            let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, dist: Distribution| {
+            let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, dist: Distribution, paging: Option<paged::Paging>| {
                 let s = DecodeShape { kv_format: format, ..s };
                 let name = format!("{}/{}/head-pair-{name}/hq{}-hkv{}/q{}/narrow", format.name(), dtype.name(), s.num_q_heads, s.num_kv_heads, s.q_len);
-                out.push(Case { name, variant: Variant::Narrow, shape: s, seq_lens, split: SplitPolicy::Never, dist, seed: None, paging: None });
+                out.push(Case { name, variant: Variant::Narrow, shape: s, seq_lens, split: SplitPolicy::Never, dist, seed: None, paging });
             };
             let pad = 128 / format.bits();
             let padded = KvLayout::Strided { batch: 300 * 4 * (128 + pad) as u64, token: 4 * (128 + pad) as u64, head: (128 + pad) as u64 };
+            // Paged pools (the pool's layout from `Paging`; the shape's
+            // capacity a multiple of the page size): token-major pages hold
+            // a token's heads side by side, head-major ones do not (pairs
+            // still run there when asked for).
+            let paged_case = |ps: u32, order: decode_attn::PageOrder, packed: bool| Some(paged::Paging { page_size: ps, order, packed });
+            use decode_attn::PageOrder::{HeadMajor, TokenMajor};
             if small {
-                add("mha", shape(dtype, 2, 4, 4, 128, 1, 130, KvLayout::Nhd), vec![130, 1], Distribution::Normal);
-                add("gqa", shape(dtype, 2, 8, 4, 128, 3, 70, KvLayout::Hnd), vec![70, 63], Distribution::HeavyTailed);
+                add("mha", shape(dtype, 2, 4, 4, 128, 1, 130, KvLayout::Nhd), vec![130, 1], Distribution::Normal, None);
+                add("gqa", shape(dtype, 2, 8, 4, 128, 3, 70, KvLayout::Hnd), vec![70, 63], Distribution::HeavyTailed, None);
+                add("paged16-mha", shape(dtype, 2, 4, 4, 128, 1, 144, KvLayout::Nhd), vec![130, 1], Distribution::Normal, paged_case(16, TokenMajor, true));
+                add("paged1-gqa", shape(dtype, 2, 8, 4, 128, 3, 72, KvLayout::Nhd), vec![70, 63], Distribution::HeavyTailed, paged_case(1, TokenMajor, false));
             } else {
-                add("mha", shape(dtype, 3, 8, 8, 128, 1, 2100, KvLayout::Nhd), vec![2100, 1, 777], Distribution::Normal);
-                add("mha", shape(dtype, 2, 32, 32, 128, 1, 1024, KvLayout::Nhd), vec![1024, 1024], Distribution::HeavyTailed);
-                add("gqa", shape(dtype, 2, 8, 4, 128, 3, 1500, KvLayout::Nhd), vec![1500, 130], Distribution::HeavyTailed);
-                add("gqa-hnd", shape(dtype, 2, 16, 2, 128, 1, 1000, KvLayout::Hnd), vec![1000, 999], Distribution::Normal);
-                add("padded", shape(dtype, 2, 8, 4, 128, 2, 300, padded), vec![300, 65], Distribution::Normal);
+                add("paged16-mha", shape(dtype, 3, 8, 8, 128, 1, 2112, KvLayout::Nhd), vec![2100, 1, 777], Distribution::Normal, paged_case(16, TokenMajor, false));
+                add("paged16-packed-mha", shape(dtype, 2, 32, 32, 128, 1, 1024, KvLayout::Nhd), vec![1024, 1024], Distribution::HeavyTailed, paged_case(16, TokenMajor, true));
+                add("paged1-gqa", shape(dtype, 2, 8, 4, 128, 3, 1500, KvLayout::Nhd), vec![1500, 130], Distribution::HeavyTailed, paged_case(1, TokenMajor, true));
+                add("paged256-headmajor-gqa", shape(dtype, 2, 16, 2, 128, 1, 1024, KvLayout::Nhd), vec![1000, 999], Distribution::Normal, paged_case(256, HeadMajor, false));
+                add("mha", shape(dtype, 3, 8, 8, 128, 1, 2100, KvLayout::Nhd), vec![2100, 1, 777], Distribution::Normal, None);
+                add("mha", shape(dtype, 2, 32, 32, 128, 1, 1024, KvLayout::Nhd), vec![1024, 1024], Distribution::HeavyTailed, None);
+                add("gqa", shape(dtype, 2, 8, 4, 128, 3, 1500, KvLayout::Nhd), vec![1500, 130], Distribution::HeavyTailed, None);
+                add("gqa-hnd", shape(dtype, 2, 16, 2, 128, 1, 1000, KvLayout::Hnd), vec![1000, 999], Distribution::Normal, None);
+                add("padded", shape(dtype, 2, 8, 4, 128, 2, 300, padded), vec![300, 65], Distribution::Normal, None);
             }
         }
     }
@@ -440,6 +453,12 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
         let pool = paged::Pool::new(&p, paging, seed)?;
+        if head_pair == HeadPairChoice::Always {
+            let plan = attn.plan_paged(&pool.shape, &p.seq_lens, &pool.table, &opts).map_err(|e| e.to_string())?;
+            if plan.heads_per_block() != 2 {
+                return Err(format!("a paged head-pair case planned {} kv heads a block", plan.heads_per_block()));
+            }
+        }
         let (outs, splits) = paged::run(attn, stream, &mut p, &pool, &opts)?;
         let reference = p.reference(None).map_err(|e| e.to_string())?;
         return check_outputs(&outs, &reference).map(|err| (err, splits));

@@ -647,15 +647,21 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_
         assert_eq!(head_pair_unsupported(&p), Some("head pairs run unsplit plans only"));
         assert!(plan(&split, &[131_072], dev, &kernel, &always).unwrap_err().to_string().contains("unsplit"));
         // Capacity plans pair as their lengths at capacity do (a CUDA graph
-        // of the step runs the kernel the planned launch does); paged
-        // caches keep one head a block.
+        // of the step runs the kernel the planned launch does).
         assert_eq!(plan_capacity(&shape, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 2);
         assert_eq!(plan_capacity(&shape, dev, &kernel, &never).unwrap().heads_per_block(), 1);
         assert_eq!(plan_capacity(&split, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
-        let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 256, order: PageOrder::TokenMajor, page_bytes: None }, ..quantized(format, 2, 8, 8, 1, 2048) };
-        let table: Vec<i32> = (0..2 * paged.pages_per_seq() as i32).collect();
-        assert_eq!(plan_paged(&paged, &[2048, 2048], &table, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
-        assert!(plan_paged(&paged, &[2048, 2048], &table, dev, &kernel, &always).unwrap_err().to_string().contains("paged"));
+        // Token-major pages hold a token's heads side by side: paged grid D
+        // (128, 2K) pairs as the contiguous one does; head-major pages pair
+        // only when asked.
+        for (order, auto_heads) in [(PageOrder::TokenMajor, 2), (PageOrder::HeadMajor, 1)] {
+            let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 128 * 128, order, page_bytes: None }, ..shape.clone() };
+            let table: Vec<i32> = (0..128 * paged.pages_per_seq() as i32).collect();
+            let p = plan_paged(&paged, &lens, &table, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap();
+            assert_eq!((p.heads_per_block(), p.grid()), (auto_heads, (4096 / auto_heads, 1, 1)), "{order:?}");
+            assert_eq!(plan_paged(&paged, &lens, &table, dev, &kernel, &always).unwrap().heads_per_block(), 2);
+            assert_eq!(plan_paged(&paged, &lens, &table, dev, &kernel, &never).unwrap().heads_per_block(), 1);
+        }
         // An odd number of kv heads cannot pair.
         assert!(plan(&quantized(format, 128, 3, 3, 1, 2048), &lens, dev, &kernel, &always).is_err());
     }

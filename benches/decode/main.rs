@@ -118,12 +118,12 @@ struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     specialize: SpecializeArg,
     /// Blocks of two adjacent kv heads (block column `…h2`) for narrow
-    /// plans of strided int8 caches at head_dim 128: auto (token-major
-    /// caches, unsplit, sequences of 512 keys on average, the paired grid
+    /// plans of int8 caches at head_dim 128: auto (token-major caches and
+    /// pools, unsplit, sequences of 512 keys on average, the paired grid
     /// keeping 95 % of the busy SMs), never or
-    /// always (rows that cannot pair report an error). Graph rows pair as
-    /// the planned launch does; the paged columns run one head a block,
-    /// checked against the contiguous plan with one head a block.
+    /// always (rows that cannot pair report an error). Graph rows and the
+    /// paged columns pair as the planned launch does (a paged pair's output
+    /// is checked against the contiguous pair's).
     #[arg(long, value_enum, default_value = "auto")]
     head_pair: SpecializeArg,
     /// Placement study: put each buffer set's K and V in one allocation, V
@@ -417,16 +417,11 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         _ => run.rotate(&mut sets)?,
     };
     let med = median(&t.total);
-    // Paged plans run one head a block: their outputs are checked against
-    // the contiguous plan of the same blocks.
-    let one_head = PlanOptions { head_pair: HeadPairChoice::Never, ..opts };
-    let unpaired = if plan.heads_per_block() > 1 && args.paged { Some(attn.plan(&shape, &seq_lens, &one_head).map_err(|e| e.to_string())?) } else { None };
-    let checked = unpaired.as_ref().unwrap_or(&plan);
     let mut paged_us = [0.0f64; 2];
     if args.paged {
         for (slot, ps) in [16u32, 64].into_iter().enumerate() {
             if s.ctx % ps == 0 {
-                paged_us[slot] = paged_median(attn, stream, checked, &one_head, ps, (args.page_table, args.page_layout), &mut sets, args.iters as usize)?;
+                paged_us[slot] = paged_median(attn, stream, &plan, &opts, ps, (args.page_table, args.page_layout), &mut sets, args.iters as usize)?;
             }
         }
     }
@@ -595,7 +590,8 @@ fn paged_runs(
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
-    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto, head_pair: HeadPairChoice::Never };
+    let head_pair = if contiguous.heads_per_block() > 1 { HeadPairChoice::Always } else { HeadPairChoice::Never };
+    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto, head_pair };
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));

@@ -185,14 +185,14 @@ pub const HEAD_PAIR_MIN_MEAN_KEYS: u64 = 512;
 pub const HEAD_PAIR_MIN_BUSY_SMS_PERCENT: u64 = 95;
 
 /// Why a plan cannot run head pairs, or `None` when it can: the narrow
-/// variant over a strided cache, unsplit (a pair's block writes its rows
+/// variant (strided or paged), unsplit (a pair's block writes its rows
 /// directly; the in-attention merge counts one head's blocks), no cluster
 /// or warp specialisation, an even number of kv heads, warps to share out, and a
-/// pair kernel in the table for the format, dtype and head dim.
+/// pair kernel in the table for the format, dtype, head dim and addressing.
 pub fn head_pair_unsupported(plan: &Plan) -> Option<&'static str> {
     let s = &plan.shape;
-    if plan.variant != Variant::Narrow || s.is_paged() || plan.cluster > 1 || plan.specialized {
-        Some("head pairs run the narrow variant over a strided (not paged) cache, without clusters")
+    if plan.variant != Variant::Narrow || plan.cluster > 1 || plan.specialized {
+        Some("head pairs run the narrow variant, without clusters")
     } else if plan.num_slots > 0 || !plan.merges.is_empty() {
         Some("head pairs run unsplit plans only")
     } else if s.num_kv_heads % 2 != 0 || plan.warps_k < 2 || plan.warps_m != 1 {
@@ -235,7 +235,8 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
         let longest = plan.seq_lens.iter().copied().max().unwrap_or(1);
         let stages = stages_for(s.kv_format, s.head_dim, Variant::Narrow, false, longest.saturating_mul(2));
         if stages != plan.stages {
-            let smem = decode_smem_bytes(s.kv_format, s.head_dim, plan.warps_m, plan.warps_k, Variant::Narrow, None, stages, false);
+            let page_shift = s.page_geometry().map(|(shift, _)| shift);
+            let smem = decode_smem_bytes(s.kv_format, s.head_dim, plan.warps_m, plan.warps_k, Variant::Narrow, page_shift, stages, false);
             let per_sm = blocks_per_sm(dev, kernel, plan.block_threads(), smem);
             if smem > dev.max_smem_per_block || per_sm == 0 {
                 return match choice {

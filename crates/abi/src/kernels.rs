@@ -26,8 +26,9 @@ use crate::{Addressing, Dtype, KvFormat, Variant};
 /// others, at their register caps, it moved ptxas to re-read special
 /// registers in the stage loop (narrow int4-g32: 2 % slower, docs/perf.md).
 /// The narrow int8 kernels at head dim 128 have a `HeadPair` form
-/// (`decode_narrow_pair_*`): blocks of two adjacent kv heads, for
-/// token-major caches (docs/design/nhd-head-groups.md).
+/// (`decode_narrow_pair_*`, `decode_paged_narrow_pair_*`): blocks of two
+/// adjacent kv heads, for token-major caches and pools
+/// (docs/design/nhd-head-groups.md).
 #[macro_export]
 macro_rules! decode_kernel_table {
     ($m:ident) => {
@@ -110,12 +111,14 @@ macro_rules! decode_kernel_table {
             decode_paged_narrow_kv_int8_q_bf16_d64 => (Int8, Bf16, 64, Narrow, Paged, Global);
             decode_paged_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Wide, Paged, Global);
             decode_paged_narrow_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Paged, Global);
+            decode_paged_narrow_pair_kv_int8_q_bf16_d128 => (Int8, Bf16, 128, Narrow, Paged, Global, HeadPair);
             decode_paged_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Wide, Paged, Global);
             decode_paged_narrow_kv_int8_q_bf16_d256 => (Int8, Bf16, 256, Narrow, Paged, Global);
             decode_paged_kv_int8_q_f16_d64 => (Int8, F16, 64, Wide, Paged, Global);
             decode_paged_narrow_kv_int8_q_f16_d64 => (Int8, F16, 64, Narrow, Paged, Global);
             decode_paged_kv_int8_q_f16_d128 => (Int8, F16, 128, Wide, Paged, Global);
             decode_paged_narrow_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Paged, Global);
+            decode_paged_narrow_pair_kv_int8_q_f16_d128 => (Int8, F16, 128, Narrow, Paged, Global, HeadPair);
             decode_paged_kv_int8_q_f16_d256 => (Int8, F16, 256, Wide, Paged, Global);
             decode_paged_narrow_kv_int8_q_f16_d256 => (Int8, F16, 256, Narrow, Paged, Global);
             decode_paged_kv_int4g32_q_bf16_d64 => (Int4G32, Bf16, 64, Wide, Paged, Global);

@@ -17,7 +17,7 @@
 //! `2c` and `2c + 1` (c = lane % 4) for keys `g` and `g + 8`, so row maxima
 //! and sums reduce over the 8 lanes of a column, not a quad.
 //!
-//! `HG` = 2 (the `HeadPair` entries, strided caches): a block reads two
+//! `HG` = 2 (the `HeadPair` entries, strided caches and pools): a block reads two
 //! adjacent kv heads, warps `0 .. warps_k` the first and the next
 //! `warps_k` the second, each half as the whole block does for one head,
 //! over half a stage's keys of its head (`Pipeline::head_tiles`). A
@@ -38,7 +38,7 @@ use crate::state;
 /// head pairs), block and shared memory, on validated buffers.
 #[inline(always)]
 pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) {
-    const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0 && (HG == 1 || (HG == 2 && !PAGED && !CLUSTER))) };
+    const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0 && (HG == 1 || (HG == 2 && !CLUSTER))) };
     type H<F> = <F as KvFormat>::Compute;
     type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool, const HG: u32> = Pipeline<'a, F, D, PAGED, false, CLUSTER, false, HG>;
 

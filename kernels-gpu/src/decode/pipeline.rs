@@ -109,7 +109,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32, Self::VARIANT);
     /// Keys of one kv head a stage holds (`HG` heads share it).
     pub const TILE_KEYS: u32 = {
-        assert!(HG == 1 || (!PAGED && !WIDE && !CLUSTER && !WGMMA && Self::CFG.keys_per_stage % (HG * 16) == 0));
+        assert!(HG == 1 || (!WIDE && !CLUSTER && !WGMMA && Self::CFG.keys_per_stage % (HG * 16) == 0));
         Self::CFG.keys_per_stage / HG
     };
     /// Shared memory of the stages and (paged) the page-id ring, sized for
@@ -252,8 +252,8 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         if t >= self.n_tiles {
             return;
         }
-        let first = self.item.kv_start + t * Self::CFG.keys_per_stage;
-        let last = (first + Self::CFG.keys_per_stage).min(self.item.kv_end) - 1;
+        let first = self.item.kv_start + t * Self::TILE_KEYS;
+        let last = (first + Self::TILE_KEYS).min(self.item.kv_end) - 1;
         let (p0, p1) = (first >> self.p.page_shift, last >> self.p.page_shift);
         let mut i = tid;
         while p0 + i <= p1 {
@@ -313,6 +313,25 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
     }
 
+    /// [`Pipeline::load`]'s copies of a stage of `HG` adjacent kv heads
+    /// (`HG` > 1): K's rows of the stage's tokens, then V's, through
+    /// `copy_head_rows` from `k` (head `h`'s rows a head stride after head
+    /// 0's), and each head's side data through `side(h)`.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn load_head_rows<A: RowAddressing + Copy, S: RowAddressing>(&self, k: A, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32, side: impl Fn(u32) -> S) {
+        let (p, keys, row_bytes) = (self.p, Self::TILE_KEYS, Self::CFG.row_bytes);
+        // (Two calls: a loop over the pair (K, V) put it on the stack.)
+        copy_head_rows::<HG, A>(k, p.k_stride_head, 0, self.k_tile(stage), keys, first, end, row_bytes, tid, nthreads);
+        copy_head_rows::<HG, A>(k, p.k_stride_head, self.v_delta(), self.v_tile(stage), keys, first, end, row_bytes, tid, nthreads);
+        if Self::CFG.side_bytes > 0 {
+            for h in 0..HG {
+                let tiles = self.head_tiles(stage, h);
+                F::load_kv_side::<D, _>(side(h), self.side_delta(), tiles.k_side, tiles.v_side, first, end, keys, tid, nthreads);
+            }
+        }
+    }
+
     /// Issues this thread's copies of tile `t` into its stage (paged: and
     /// the page ids of tile `t + PIPELINE_STAGES - 1`). `PROLOGUE`: one of
     /// the tiles [`Pipeline::prefetch`] issues, whose page ids the
@@ -338,18 +357,21 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             // (The row bases afresh at each stage, as the bulk copies':
             // held through the key loop, they spilled the pair kernels at
             // their 128 registers.)
-            let (p, keys) = (self.p, Self::TILE_KEYS);
-            let (batch, kvh0) = (thread::opaque(self.item.batch), super::block_first_head::<CLUSTER, HG>(p));
-            let k = Strided::new(p.k, batch, kvh0, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
-            // (Two calls: a loop over the pair (K, V) put it on the stack.)
-            copy_head_rows::<HG>(k, p.k_stride_head, 0, self.k_tile(stage), keys, first, end, Self::CFG.row_bytes, tid, nthreads);
-            copy_head_rows::<HG>(k, p.k_stride_head, self.v_delta(), self.v_tile(stage), keys, first, end, Self::CFG.row_bytes, tid, nthreads);
-            if Self::CFG.side_bytes > 0 {
-                for h in 0..HG {
-                    let tiles = self.head_tiles(stage, h);
-                    let side = Strided::new(p.k_side, batch, kvh0 + h, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
-                    F::load_kv_side::<D, _>(side, self.side_delta(), tiles.k_side, tiles.v_side, first, end, keys, tid, nthreads);
-                }
+            // Paged: the rows of a token's page as the one-head kernels
+            // find them, the second head's a head stride on (token-major
+            // pages hold a token's heads side by side); the page ids of
+            // tile `t + PIPELINE_STAGES - 1` after.
+            let p = self.p;
+            if PAGED {
+                let kvh0 = super::block_first_head::<CLUSTER, HG>(p);
+                let (ids, first_page, table) = (self.ids(t), first >> p.page_shift, self.table);
+                let k = PagedStage::<{ paged_rows::K }, false> { p, kvh: kvh0, ids, first_page, table };
+                self.load_head_rows(k, stage, first, end, tid, nthreads, |h| PagedStage::<{ paged_rows::K_SIDE }, false> { p, kvh: kvh0 + h, ids, first_page, table });
+                self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
+            } else {
+                let (batch, kvh0) = (thread::opaque(self.item.batch), super::block_first_head::<CLUSTER, HG>(p));
+                let k = Strided::new(p.k, batch, kvh0, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
+                self.load_head_rows(k, stage, first, end, tid, nthreads, |h| Strided::new(p.k_side, batch, kvh0 + h, p.side_stride_batch, p.side_stride_token, p.side_stride_head));
             }
         } else if PAGED {
             if PROLOGUE && Self::TABLE_PROLOGUE {
@@ -545,7 +567,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
 /// stride away, the next bytes only in a token-major cache.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn copy_head_rows<const HG: u32>(k: Strided, head_stride: u64, delta: u64, tile: u32, keys: u32, first: u32, end: u32, row_bytes: u32, tid: u32, nthreads: u32) {
+unsafe fn copy_head_rows<const HG: u32, A: RowAddressing>(k: A, head_stride: u64, delta: u64, tile: u32, keys: u32, first: u32, end: u32, row_bytes: u32, tid: u32, nthreads: u32) {
     let chunks = row_bytes / 16;
     let per_token = HG * chunks;
     let total = keys * per_token;
