@@ -653,7 +653,9 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_
         assert_eq!(plan_capacity(&split, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
         // Token-major pages hold a token's heads side by side: paged grid D
         // (128, 2K) pairs as the contiguous one does; head-major pages pair
-        // only when asked.
+        // only when asked. A paged grid D (8, 1K) does not: its 128 pairs
+        // would run one block a SM, with nothing to hide each stage's wait
+        // for its page ids.
         for (order, auto_heads) in [(PageOrder::TokenMajor, 2), (PageOrder::HeadMajor, 1)] {
             let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 128 * 128, order, page_bytes: None }, ..shape.clone() };
             let table: Vec<i32> = (0..128 * paged.pages_per_seq() as i32).collect();
@@ -662,6 +664,10 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_
             assert_eq!(plan_paged(&paged, &lens, &table, dev, &kernel, &always).unwrap().heads_per_block(), 2);
             assert_eq!(plan_paged(&paged, &lens, &table, dev, &kernel, &never).unwrap().heads_per_block(), 1);
         }
+        let paged_small = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 8 * 64, order: PageOrder::TokenMajor, page_bytes: None }, ..small.clone() };
+        let table: Vec<i32> = (0..8 * paged_small.pages_per_seq() as i32).collect();
+        assert_eq!(plan_paged(&paged_small, &[1024; 8], &table, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
+        assert_eq!(plan_paged(&paged_small, &[1024; 8], &table, dev, &kernel, &always).unwrap().heads_per_block(), 2);
         // An odd number of kv heads cannot pair.
         assert!(plan(&quantized(format, 128, 3, 3, 1, 2048), &lens, dev, &kernel, &always).is_err());
     }

@@ -156,9 +156,10 @@ pub enum SpecializeChoice {
 pub enum HeadPairChoice {
     /// Head pairs where the plan allows them ([`head_pair_unsupported`]),
     /// the cache is token-major (adjacent heads' rows adjacent), the
-    /// sequences average at least [`HEAD_PAIR_MIN_MEAN_KEYS`] keys and the
+    /// sequences average at least [`HEAD_PAIR_MIN_MEAN_KEYS`] keys, the
     /// paired grid keeps [`HEAD_PAIR_MIN_BUSY_SMS_PERCENT`] % of the SMs
-    /// the unpaired one keeps busy.
+    /// the unpaired one keeps busy, and (paged pools) it fills
+    /// [`HEAD_PAIR_PAGED_MIN_WAVES`] waves.
     #[default]
     Auto,
     /// One kv head per block.
@@ -183,6 +184,16 @@ pub const HEAD_PAIR_MIN_MEAN_KEYS: u64 = 512;
 /// than its 256 one-head blocks, so a grid that leaves 5 % idle is about
 /// where pairs stop paying (the break-even is not measured).
 pub const HEAD_PAIR_MIN_BUSY_SMS_PERCENT: u64 = 95;
+
+/// Waves (the unpaired plan's resident blocks) a paired grid of a paged
+/// cache must fill for `Auto` to pair heads. A paged block waits for each
+/// stage's page ids before its copies; a second resident block hides that,
+/// and pairing takes it away where the grid is short: int8 grid D (8, 1K)
+/// in 16-token pages read +20 % over contiguous paired (128 pairs, one a
+/// SM) against +5.5 % unpaired (256 blocks, two a SM), while D (128, 2K)
+/// (2048 pairs) read +4.6 % paired against +6.3 % (docs/perf.md,
+/// twenty-fifth session).
+pub const HEAD_PAIR_PAGED_MIN_WAVES: u64 = 2;
 
 /// Why a plan cannot run head pairs, or `None` when it can: the narrow
 /// variant (strided or paged), unsplit (a pair's block writes its rows
@@ -225,9 +236,11 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
             let blocks = x as u64 * y as u64 * z as u64;
             let busy = |blocks: u64| blocks.min(dev.sm_count as u64);
             let keeps_sms = 100 * busy(blocks / 2) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT * busy(blocks);
+            let slots = dev.sm_count as u64 * plan.blocks_per_sm as u64;
+            let paged_waves = !s.is_paged() || blocks / 2 >= HEAD_PAIR_PAGED_MIN_WAVES * slots;
             let total_keys: u64 = plan.seq_lens.iter().map(|&l| l as u64).sum();
             let long_enough = total_keys >= HEAD_PAIR_MIN_MEAN_KEYS * plan.seq_lens.len() as u64;
-            why_not.is_none() && adjacent && keeps_sms && long_enough
+            why_not.is_none() && adjacent && keeps_sms && long_enough && paged_waves
         }
     };
     if pair {

@@ -37,6 +37,15 @@ use pipeline::Pipeline;
 /// Output quads per round of the wgmma kernels' output loop (`epilogue`).
 pub(crate) const OUT_BATCH: usize = 4;
 
+/// [`OUT_BATCH`] of the warp-specialised wgmma kernels. Their 384 threads
+/// take grid B's 48 rows' quads in one round of 4, whose 8.7 KB of code
+/// each warp runs once: Nsight Compute counted 8.5 % of int8 (16K, 16)'s
+/// warp samples waiting on instruction fetch there. Two rounds of 2 (the
+/// second from the instruction cache) measured 0.2-0.6 µs faster on the
+/// grid B rows they run, one quad a round 1-1.5 µs slower on int4-g32
+/// (docs/perf.md, twenty-fifth session).
+pub(crate) const SPECIALIZED_OUT_BATCH: usize = 2;
+
 /// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
 #[derive(Clone, Copy)]
 pub(crate) struct RowInfo {

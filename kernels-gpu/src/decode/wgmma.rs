@@ -26,7 +26,7 @@
 use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, token_head, OUT_BATCH};
+use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, token_head, OUT_BATCH, SPECIALIZED_OUT_BATCH};
 use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
@@ -396,7 +396,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     };
     let l = l.map(warp::quad_sum);
     let warp_k = if producer { 0 } else { group };
-    epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, OUT_BATCH>(p, row0, warp_k, quad == 0 && !producer, rows, m, l, smem, store);
+    epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, SPECIALIZED_OUT_BATCH>(p, row0, warp_k, quad == 0 && !producer, rows, m, l, smem, store);
 }
 
 /// What one warpgroup's 32-key step reads: the K and V rows' descriptors,
