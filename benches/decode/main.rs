@@ -120,7 +120,7 @@ struct Args {
     /// Blocks of two adjacent kv heads (block column `…h2`) for narrow
     /// plans of int8 caches at head_dim 128: auto (token-major caches and
     /// pools, unsplit, sequences of 512 keys on average, the paired grid
-    /// keeping 95 % of the busy SMs), never or
+    /// keeping 95 % of the busy SMs and, in a pool, filling two waves), never or
     /// always (rows that cannot pair report an error). Graph rows and the
     /// paged columns pair as the planned launch does (a paged pair's output
     /// is checked against the contiguous pair's).
