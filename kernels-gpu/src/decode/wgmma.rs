@@ -211,7 +211,9 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 /// converts or meets the producer at a block barrier inside the key loop
 /// (in the unspecialised kernel, the copies' issue and the conversion were
 /// half of every warp's instructions, docs/perf.md). All warps meet at the
-/// block barriers of the prologue and the epilogue, and only there: inside
+/// block barriers after the barriers' initialisation and in the epilogue,
+/// and only there (the compute warps convert Q and meet at a named barrier
+/// of their own): inside
 /// the key loop every hand-over is an `mbarrier` (with a named barrier for
 /// the producer's refill, the warps met the block barriers after
 /// different counts of barriers, which compute-sanitizer's racecheck
@@ -223,7 +225,6 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     type Pipe<'a, F, const D: usize, const CLUSTER: bool> = Pipeline<'a, F, D, false, true, CLUSTER, true>;
     const { assert!(Pipe::<F, D, CLUSTER>::CFG.keys_per_stage == 2 * WGMMA_KEYS) };
     let tid = thread::thread_idx_x();
-    let nthreads = thread::block_dim_x();
     let lane = tid % 32;
     let warp = tid / 32;
     let warp_m = warp % 4;
@@ -282,12 +283,17 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
         }
     }
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
-    let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
-    // (Every warp's rows at once: 64 rows over 8 or 12 warps.)
-    convert_q_to::<F, D, { (WGMMA_M / 8) as usize }>(p, item.batch, kvh, row0, WGMMA_M, at, q_scales, warp, nthreads / 32, lane);
-    shared::fence_proxy_async_shared();
-    // The Q tile and scales, for every warp.
-    thread::sync_threads();
+    // Q is the compute warps' alone (8 rows each, one batch of loads), met
+    // at a named barrier among them: the producer goes on to its first
+    // conversion as soon as the first stage lands, not after Q's global
+    // loads and a block barrier (12 % of int8 (16K, 16)'s warp samples
+    // were in this prologue, docs/perf.md, twenty-fifth session).
+    if !producer {
+        let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
+        convert_q_to::<F, D, { (WGMMA_M / 8) as usize }>(p, item.batch, kvh, row0, WGMMA_M, at, q_scales, warp, 4 * p.warps_k, lane);
+        shared::fence_proxy_async_shared();
+        thread::sync_named(1, 128 * p.warps_k);
+    }
 
     let mut o = [[0f32; 4]; 16];
     let mut m = [f32::NEG_INFINITY; 2];
