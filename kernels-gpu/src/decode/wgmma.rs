@@ -212,7 +212,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 /// (in the unspecialised kernel, the copies' issue and the conversion were
 /// half of every warp's instructions, docs/perf.md). All warps meet at the
 /// block barriers after the barriers' initialisation and in the epilogue,
-/// and only there (the compute warps convert Q and meet at a named barrier
+/// and only there (the compute warps convert Q and meet on an `mbarrier`
 /// of their own): inside
 /// the key loop every hand-over is an `mbarrier` (with a named barrier for
 /// the producer's refill, the warps met the block barriers after
@@ -260,6 +260,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     let full = |b: u32, h: u32| slot_barriers + 8 * (2 * b + h);
     let empty = |b: u32, h: u32| full(b, h) + 8 * 2 * WGMMA_CONVERTED_BUFFERS;
     let consumed = |stage: u32| slot_barriers + 8 * (4 * WGMMA_CONVERTED_BUFFERS + stage);
+    let q_ready = consumed(WGMMA_PRODUCER_STAGES);
     let pipe = Pipe::<F, D, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, true) });
 
     if tid == 0 {
@@ -273,6 +274,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
         for stage in 0..WGMMA_PRODUCER_STAGES {
             mbarrier::init_count(consumed(stage), 128);
         }
+        mbarrier::init_count(q_ready, 128 * p.warps_k);
         mbarrier::fence_init();
     }
     thread::sync_threads();
@@ -284,15 +286,20 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     }
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
     // Q is the compute warps' alone (8 rows each, one batch of loads), met
-    // at a named barrier among them: the producer goes on to its first
+    // on an mbarrier of their own: the producer goes on to its first
     // conversion as soon as the first stage lands, not after Q's global
     // loads and a block barrier (12 % of int8 (16K, 16)'s warp samples
-    // were in this prologue, docs/perf.md, twenty-fifth session).
+    // were in this prologue; 1-3 % faster on grid B, docs/perf.md,
+    // twenty-fifth session). (A named barrier among the compute warps
+    // timed the same, but the warps then met unequal counts of barriers,
+    // which compute-sanitizer's racecheck reports as hazards between the
+    // epilogue's stores and loads, ordered by block barriers.)
     if !producer {
         let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
         convert_q_to::<F, D, { (WGMMA_M / 8) as usize }>(p, item.batch, kvh, row0, WGMMA_M, at, q_scales, warp, 4 * p.warps_k, lane);
         shared::fence_proxy_async_shared();
-        thread::sync_named(1, 128 * p.warps_k);
+        mbarrier::arrive(q_ready);
+        mbarrier::wait_parity(q_ready, 0);
     }
 
     let mut o = [[0f32; 4]; 16];
@@ -371,6 +378,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
         for stage in 0..WGMMA_PRODUCER_STAGES {
             mbarrier::inval(consumed(stage));
         }
+        mbarrier::inval(q_ready);
     }
 
     let rows = [ra, rb];
