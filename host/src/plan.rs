@@ -146,7 +146,7 @@ pub enum SpecializeChoice {
     Always,
 }
 
-/// Whether a narrow plan of a strided quantized cache runs blocks of two
+/// Whether a narrow plan of a quantized cache (strided or paged) runs blocks of two
 /// adjacent kv heads (`DecodeKernel::heads_per_block`): half of each
 /// block's warps per head, each stage holding half its keys of both. In a
 /// token-major cache a token's rows of the two heads are one piece of
@@ -234,10 +234,11 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
             let adjacent = head_bytes == Some(s.kv_format.row_bytes(s.head_dim) as u64);
             let (x, y, z) = plan.grid();
             let blocks = x as u64 * y as u64 * z as u64;
+            let paired = blocks / 2;
             let busy = |blocks: u64| blocks.min(dev.sm_count as u64);
-            let keeps_sms = 100 * busy(blocks / 2) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT * busy(blocks);
+            let keeps_sms = 100 * busy(paired) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT * busy(blocks);
             let slots = dev.sm_count as u64 * plan.blocks_per_sm as u64;
-            let paged_waves = !s.is_paged() || blocks / 2 >= HEAD_PAIR_PAGED_MIN_WAVES * slots;
+            let paged_waves = !s.is_paged() || paired >= HEAD_PAIR_PAGED_MIN_WAVES * slots;
             let total_keys: u64 = plan.seq_lens.iter().map(|&l| l as u64).sum();
             let long_enough = total_keys >= HEAD_PAIR_MIN_MEAN_KEYS * plan.seq_lens.len() as u64;
             why_not.is_none() && adjacent && keeps_sms && long_enough && paged_waves

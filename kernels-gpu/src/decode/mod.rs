@@ -474,7 +474,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1, 1>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
 
 /// Copies the block's Q rows (`warps_m * 16`, zero-filled past the last
@@ -665,30 +665,15 @@ fn rows_here(p: &DecodeParams, row0: u32) -> u32 {
 /// at `acc`, which have `pitch` floats, for the rows that are `live` (rows
 /// past the block's last are never read: an MHA block's 16-row tile holds
 /// one).
+///
+/// `HG` > 1: a narrow block of `HG` adjacent kv heads. Head `s`'s rows are
+/// the block's rows `8 s ..` (`RowInfo::local`; the 16-row tile of the
+/// narrow kernel has room for two heads' 8), `warp_k` and `p.warps_k`
+/// count one head's warps, and the block writes its outputs directly (the
+/// planner gives head pairs unsplit work only).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, const WARPS_K: usize, const OUT_BATCH: usize>(
-    p: &DecodeParams,
-    row0: u32,
-    warp_k: u32,
-    publisher: bool,
-    rows: [RowInfo; 2],
-    m: [f32; 2],
-    l: [f32; 2],
-    smem: u32,
-    store: impl Fn(u32, u32, [f32; 2], bool, [bool; 2]),
-) {
-    epilogue_of::<F, D, CLUSTER, WARPS_K, OUT_BATCH, 1>(p, row0, warp_k, publisher, rows, m, l, smem, store)
-}
-
-/// [`epilogue`] of a narrow block of `HG` adjacent kv heads: head `s`'s
-/// rows are the block's rows `8 s ..` (`RowInfo::local`; the 16-row tile
-/// of the narrow kernel has room for two heads' 8), `warp_k` and
-/// `p.warps_k` count one head's warps, and the block writes its outputs
-/// directly (the planner gives head pairs unsplit work only).
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn epilogue_of<F: KvFormat, const D: usize, const CLUSTER: bool, const WARPS_K: usize, const OUT_BATCH: usize, const HG: u32>(
+pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, const WARPS_K: usize, const OUT_BATCH: usize, const HG: u32>(
     p: &DecodeParams,
     row0: u32,
     warp_k: u32,

@@ -27,7 +27,7 @@
 use decode_attn_abi::{div_rem, q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
 
 use super::pipeline::Pipeline;
-use super::{block_first_head, block_work_of, convert_q, epilogue_of, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
+use super::{block_first_head, block_work_of, convert_q, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -198,5 +198,5 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue_of::<F, D, CLUSTER, { MAX_WARPS as usize }, 1, HG>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1, HG>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }

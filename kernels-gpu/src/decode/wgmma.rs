@@ -185,9 +185,9 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
     // (At their 128-register cap the quantized kernels output one quad per
     // round: `OUT_BATCH` spilled them.)
     if const { F::FORMAT.is_quantized() } {
-        epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, 1>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
+        epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, 1, 1>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
     } else {
-        epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, OUT_BATCH>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
+        epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, OUT_BATCH, 1>(p, row0, thread::opaque(tid) / 128, quad == 0, rows, m, l, smem, store);
     }
 }
 
@@ -410,7 +410,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     };
     let l = l.map(warp::quad_sum);
     let warp_k = if producer { 0 } else { group };
-    epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, SPECIALIZED_OUT_BATCH>(p, row0, warp_k, quad == 0 && !producer, rows, m, l, smem, store);
+    epilogue::<F, D, CLUSTER, WGMMA_WARPS_K, SPECIALIZED_OUT_BATCH, 1>(p, row0, warp_k, quad == 0 && !producer, rows, m, l, smem, store);
 }
 
 /// What one warpgroup's 32-key step reads: the K and V rows' descriptors,
