@@ -522,8 +522,11 @@ fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, 
 
 /// The row's buffers read as a pool of `ps`-token pages (token-major NHD
 /// rows of a sequence are consecutive pages): first with the identity table,
-/// whose output must equal the contiguous plan's bit for bit, then timed
-/// with the pages of the table shuffled (every page still read once).
+/// whose output must equal the contiguous plan's bit for bit (a
+/// warp-specialised plan's unspecialised twin: no paged kernel is
+/// specialised, and the specialised kernels' 64-key steps sum in another
+/// order), then timed with the pages of the table shuffled (every page
+/// still read once).
 #[allow(clippy::too_many_arguments)]
 fn paged_median(
     attn: &DecodeAttention,
@@ -539,7 +542,12 @@ fn paged_median(
     let num_pages = shape.batch * (shape.max_seq_len / ps);
     let pshape = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor, page_bytes: None }, ..shape.clone() };
     let identity: Vec<i32> = (0..num_pages as i32).collect();
-    let reference = output_of(attn, stream, contiguous, None, &mut sets[0])?;
+    let reference = if contiguous.warp_specialized() {
+        let twin = attn.plan(shape, contiguous.seq_lens(), &same_shape(contiguous, opts, SpecializeChoice::Never)).map_err(|e| e.to_string())?;
+        output_of(attn, stream, &twin, None, &mut sets[0])?
+    } else {
+        output_of(attn, stream, contiguous, None, &mut sets[0])?
+    };
     if layout == PageLayout::Packed {
         // One pool per set, built from its values and its side data in the
         // dense paged layout.
@@ -570,6 +578,14 @@ fn paged_median(
     result
 }
 
+/// Options that plan `contiguous`'s block shape (split, warps, variant,
+/// merge, head pairs) again, with `specialize`.
+fn same_shape(contiguous: &decode_attn::Plan, opts: &PlanOptions, specialize: SpecializeChoice) -> PlanOptions {
+    let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
+    let head_pair = if contiguous.heads_per_block() > 1 { HeadPairChoice::Always } else { HeadPairChoice::Never };
+    PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize, head_pair }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn paged_runs(
     attn: &DecodeAttention,
@@ -589,10 +605,7 @@ fn paged_runs(
     // The check runs the contiguous plan's block shape (the paged planner
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
-    let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
-    let head_pair = if contiguous.heads_per_block() > 1 { HeadPairChoice::Always } else { HeadPairChoice::Never };
-    let same_shape = PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize: SpecializeChoice::Auto, head_pair };
-    let paged = attn.plan_paged(pshape, lens, &identity, &same_shape).map_err(e)?;
+    let paged = attn.plan_paged(pshape, lens, &identity, &same_shape(contiguous, opts, SpecializeChoice::Auto)).map_err(e)?;
     if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
         return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));
     }

@@ -168,9 +168,11 @@ pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, variant: Variant
 pub const WGMMA_PRODUCER_WARPS: u32 = 4;
 
 /// Buffers of converted 16-bit K and V tiles in a warp-specialised wgmma
-/// block: the producer converts one while the compute warpgroups read the
-/// other.
-pub const WGMMA_CONVERTED_BUFFERS: u32 = 3;
+/// block: the producer converts into one while the compute warpgroups read
+/// others. Each compute warpgroup takes whole stages, alternately, so the
+/// count is a multiple of two (a buffer is always the same warpgroup's)
+/// and four lets the producer run a stage ahead of each.
+pub const WGMMA_CONVERTED_BUFFERS: u32 = 4;
 
 /// Shared memory a wgmma block holds before its pipeline stages, every
 /// tile on a 1024-byte boundary (the 128-byte swizzle's period): the

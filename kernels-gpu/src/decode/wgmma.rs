@@ -35,6 +35,10 @@ use crate::state;
 /// Score tiles (n8) of one 32-key step.
 const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
 
+/// Score tiles (n8) of one 64-key step: a warp-specialised kernel's
+/// warpgroups take whole stages (half the steps' fixed work a key).
+const STAGE_TILES: usize = 2 * STEP_TILES;
+
 /// Most compute warpgroups of a block (one per 32-key step of a 64-key
 /// stage): the epilogue's bound on the row states it combines.
 const WGMMA_WARPS_K: usize = (WGMMA_M / WGMMA_KEYS) as usize;
@@ -150,7 +154,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 let fold = convert && !(CLUSTER && F::SCALED);
                 let ops = StepOperands { k: descriptor(k_rows, 16, 1024), v: descriptor(v_rows, column, 1024), k_scales: k_side, v_scales: v_side, key0 };
                 let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], mask_from };
-                step::<F>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
+                step::<F, STEP_TILES>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
             }
             sub += p.warps_k * WGMMA_KEYS;
         }
@@ -204,10 +208,11 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 ///   "consumed" barrier, and reuses a converted half once its warpgroup
 ///   arrived on the half's "empty" barrier.
 ///
-/// Compute warpgroup `wk` takes the halves `h ≡ wk (mod warps_k)` of every
-/// stage, waiting on "full" and handing the half back on "empty" after its
-/// P·V MMAs completed. With two converted buffers the producer converts a
-/// stage while the previous one is computed: no compute warp copies,
+/// Compute warpgroup `wk` takes the stages `t ≡ wk (mod warps_k)` whole, in
+/// one 64-key step each, waiting on both halves' "full" and handing them
+/// back on "empty" after its P·V MMAs completed. With four converted
+/// buffers the producer converts a stage while the previous ones are
+/// computed: no compute warp copies,
 /// converts or meets the producer at a block barrier inside the key loop
 /// (in the unspecialised kernel, the copies' issue and the conversion were
 /// half of every warp's instructions, docs/perf.md). All warps meet at the
@@ -218,8 +223,8 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 /// the producer's refill, the warps met the block barriers after
 /// different counts of barriers, which compute-sanitizer's racecheck
 /// reported as hazards between the conversion's and the epilogue's
-/// stores). Halves past the item's end (only ever in its last stage) are
-/// skipped on both sides.
+/// stores). A last stage's half past the item's end is converted and
+/// computed too (masked, its scales zero).
 #[inline(always)]
 unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: bool>(p: &DecodeParams) {
     type Pipe<'a, F, const D: usize, const CLUSTER: bool> = Pipeline<'a, F, D, false, true, CLUSTER, true>;
@@ -312,10 +317,11 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
             let stage = t % WGMMA_PRODUCER_STAGES;
             pipe.wait_bulk(t);
             let (b, parity) = (t % WGMMA_CONVERTED_BUFFERS, (t / WGMMA_CONVERTED_BUFFERS) & 1);
+            // Both halves, the second past the item's end too: the compute
+            // warpgroup takes the whole stage in one step, and such keys
+            // (masked) read finite converted values and zero scales (the
+            // stage's side data is zero-filled past the end).
             for h in 0..2 {
-                if half_first(t, h) >= item.kv_end {
-                    break;
-                }
                 // The n-th use of a half waits for the n-th hand-back (a
                 // fresh barrier reports parity 1 as complete).
                 mbarrier::wait_parity(empty(b, h), parity ^ 1);
@@ -343,26 +349,33 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
         let q_desc = descriptor(q_tile, 16, 1024);
         let column = WGMMA_M * 128;
         let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], mask_from };
-        for t in 0..pipe.n_tiles {
+        // Warpgroup `group` takes the stages `t ≡ group (mod warps_k)`
+        // whole, in 64-key steps: half the 32-key steps' maxima, votes,
+        // rescales and MMA waits a key. Stage `t` is in buffer
+        // `t % WGMMA_CONVERTED_BUFFERS`, a multiple of `warps_k`: each
+        // buffer is one warpgroup's, which waits on every phase of its
+        // barriers (a warpgroup skipping a phase could take an old phase's
+        // parity for the new one's).
+        const { assert!(WGMMA_CONVERTED_BUFFERS % WGMMA_WARPS_K as u32 == 0) };
+        let mut t = group;
+        while t < pipe.n_tiles {
             let (b, parity) = (t % WGMMA_CONVERTED_BUFFERS, (t / WGMMA_CONVERTED_BUFFERS) & 1);
-            let mut h = group;
-            while h < 2 && half_first(t, h) < item.kv_end {
-                mbarrier::wait_parity(full(b, h), parity);
-                let rows = (h * WGMMA_KEYS / 8) * 1024;
-                let scales = row_scales(b) + 4 * h * WGMMA_KEYS;
-                let ops = StepOperands {
-                    k: descriptor(k_half(b) + rows, 16, 1024),
-                    v: descriptor(v_half(b) + rows, column, 1024),
-                    k_scales: scales,
-                    v_scales: scales + 4 * WGMMA_M,
-                    key0: half_first(t, h),
-                };
-                // The unspecialised kernels' fold: a paged cache (which
-                // they serve) then gives the same bits as a strided one.
-                step::<F>(p, q_desc, q_scales, true, !(CLUSTER && F::SCALED), &ops, &view, &mut o, &mut m, &mut l);
-                mbarrier::arrive(empty(b, h));
-                h += p.warps_k;
-            }
+            mbarrier::wait_parity(full(b, 0), parity);
+            mbarrier::wait_parity(full(b, 1), parity);
+            let ops = StepOperands {
+                k: descriptor(k_half(b), 16, 1024),
+                v: descriptor(v_half(b), column, 1024),
+                k_scales: row_scales(b),
+                v_scales: row_scales(b) + 4 * WGMMA_M,
+                key0: half_first(t, 0),
+            };
+            // The unspecialised kernels' fold (their 32-key steps give
+            // other bits: the bench checks paged rows against the strided
+            // unspecialised kernel).
+            step::<F, STAGE_TILES>(p, q_desc, q_scales, true, !(CLUSTER && F::SCALED), &ops, &view, &mut o, &mut m, &mut l);
+            mbarrier::arrive(empty(b, 0));
+            mbarrier::arrive(empty(b, 1));
+            t += p.warps_k;
         }
     }
     // Every wait is behind every warp: the barriers' memory is free.
@@ -435,14 +448,15 @@ pub(super) struct RowView {
     pub mask_from: u32,
 }
 
-/// One warpgroup's 32-key step over the block's 64 rows: `S = Q·Kᵀ`, the
-/// online softmax of S into the rows' maxima `m` and sums `l`, and
-/// `O += P·V`. `convert`: Q was converted (quantized formats), its rows'
-/// powers of two in `q_scales`; `fold`: the row factors go into the
-/// exponent's FMA instead of the scores.
+/// One warpgroup's step of `8 T` keys (`T`: [`STEP_TILES`] or
+/// [`STAGE_TILES`]) over the block's 64 rows: `S = Q·Kᵀ`, the online
+/// softmax of S into the rows' maxima `m` and sums `l`, and `O += P·V`.
+/// `convert`: Q was converted (quantized formats), its rows' powers of two
+/// in `q_scales`; `fold`: the row factors go into the exponent's FMA
+/// instead of the scores.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn step<F: KvFormat>(
+pub(super) unsafe fn step<F: KvFormat, const T: usize>(
     p: &DecodeParams,
     q_desc: u64,
     q_scales: u32,
@@ -455,7 +469,7 @@ pub(super) unsafe fn step<F: KvFormat>(
     l: &mut [f32; 2],
 ) {
     let (warp_m, g, c2, key0) = (view.warp_m, view.g, view.c2, ops.key0);
-    let raw = F::Compute::wgmma_scores_d128(q_desc, ops.k);
+    let raw = scores::<F::Compute, T>(q_desc, ops.k);
     // Per-row factors of the scores: the softmax scale (base 2),
     // times the power of two a converted Q row was scaled down by
     // (read at each step: held, they cost the kernel its last
@@ -472,9 +486,9 @@ pub(super) unsafe fn step<F: KvFormat>(
     // live through the softmax).
     let scales = |side: u32| {
         if F::SCALED {
-            [0, 1, 2, 3].map(|n| shared::ld_shared_v2_f32(side + 4 * (8 * n + c2)))
+            core::array::from_fn::<_, T, _>(|n| shared::ld_shared_v2_f32(side + 4 * (8 * n as u32 + c2)))
         } else {
-            [[1.0; 2]; STEP_TILES]
+            [[1.0; 2]; T]
         }
     };
     let kscale = scales(ops.k_scales);
@@ -482,18 +496,18 @@ pub(super) unsafe fn step<F: KvFormat>(
     // `fold`: the maxima take them (positive: max(c·x) = c·max(x)
     // exactly) and the exponent's FMA applies them, 16 multiplies a
     // step fewer (their step is issue-bound).
-    let mut s = [[0f32; 4]; STEP_TILES];
+    let mut s = [[0f32; 4]; T];
     #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
-    for n in 0..STEP_TILES {
+    for n in 0..T {
         for e in 0..4 {
             let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
-            s[n][e] = raw[4 * n + e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
+            s[n][e] = raw[n][e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
         }
     }
     // Only the steps that reach past the first masked key test keys.
-    if key0 + WGMMA_KEYS > view.mask_from {
+    if key0 + 8 * T as u32 > view.mask_from {
         #[allow(clippy::needless_range_loop)]
-        for n in 0..STEP_TILES {
+        for n in 0..T {
             for e in 0..4 {
                 let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
                 if key >= view.limits[e / 2] {
@@ -532,25 +546,62 @@ pub(super) unsafe fn step<F: KvFormat>(
     if F::SCALED {
         let vscale = scales(ops.v_scales);
         #[allow(clippy::needless_range_loop)]
-        for n in 0..STEP_TILES {
+        for n in 0..T {
             for e in 0..4 {
                 s[n][e] *= vscale[n][e & 1];
             }
         }
     }
-    // P (C layout of n8 tiles 2h, 2h+1) is the A fragment of keys 16h..16h+16.
-    type H<F> = <F as KvFormat>::Compute;
-    let pa = [0, 1].map(|h| {
-        let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
-        [H::<F>::pack(lo[0], lo[1]), H::<F>::pack(lo[2], lo[3]), H::<F>::pack(hi[0], hi[1]), H::<F>::pack(hi[2], hi[3])]
-    });
-    F::Compute::wgmma_pv_d128(o, pa, ops.v);
+    pv::<F::Compute, T>(o, &s, ops.v);
 }
 
-/// `f` over four values as a tree: `f(f(x0, x1), f(x2, x3))`.
+/// The score MMA of a step of `T` n8 tiles of keys, as tiles.
 #[inline(always)]
-fn tree(x: [f32; STEP_TILES], f: impl Fn(f32, f32) -> f32) -> f32 {
-    f(f(x[0], x[1]), f(x[2], x[3]))
+unsafe fn scores<H: Half, const T: usize>(q: u64, k: u64) -> [[f32; 4]; T] {
+    const { assert!(T == STEP_TILES || T == STAGE_TILES) };
+    // (Each branch indexes its own accumulator within its length: the
+    // other is not compiled for this `T`.)
+    if T == STEP_TILES {
+        let r = H::wgmma_scores_d128(q, k);
+        core::array::from_fn(|n| [r[4 * n], r[4 * n + 1], r[4 * n + 2], r[4 * n + 3]])
+    } else {
+        let r = H::wgmma_scores64_d128(q, k);
+        core::array::from_fn(|n| [r[4 * n], r[4 * n + 1], r[4 * n + 2], r[4 * n + 3]])
+    }
+}
+
+/// `O += P·V` for a step of `T` n8 tiles of keys, P in the score MMA's C
+/// layout: n8 tiles `2h, 2h+1` are the A fragment of keys `16h..16h+16`.
+#[inline(always)]
+unsafe fn pv<H: Half, const T: usize>(o: &mut [[f32; 4]; 16], s: &[[f32; 4]; T], v: u64) {
+    let a = |h: usize| {
+        let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
+        [H::pack(lo[0], lo[1]), H::pack(lo[2], lo[3]), H::pack(hi[0], hi[1]), H::pack(hi[2], hi[3])]
+    };
+    if T == STEP_TILES {
+        H::wgmma_pv_d128(o, [0, 1].map(a), v);
+    } else {
+        H::wgmma_pv64_d128(o, [a(0), a(1), a(2), a(3)], v);
+    }
+}
+
+/// `f` over `T` values as a tree of adjacent pairs (four:
+/// `f(f(x0, x1), f(x2, x3))`).
+#[inline(always)]
+fn tree<const T: usize>(mut x: [f32; T], f: impl Fn(f32, f32) -> f32) -> f32 {
+    if T == 4 {
+        // (Written out, as before the 64-key steps: the loop below gives
+        // the same pairs, in another instruction order.)
+        return f(f(x[0], x[1]), f(x[2], x[3]));
+    }
+    let mut w = T;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            x[i] = f(x[2 * i], x[2 * i + 1]);
+        }
+    }
+    x[0]
 }
 
 /// Copies the block's `WGMMA_M` Q rows (zero-filled past its last row) into

@@ -36,6 +36,16 @@ pub trait Half {
     /// # Safety
     /// As `arch::wgmma::pv_bf16_d128`.
     unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64);
+    /// `arch::wgmma`'s 64-key score MMA (head_dim 128) in this type.
+    ///
+    /// # Safety
+    /// As `arch::wgmma::scores64_bf16_d128`.
+    unsafe fn wgmma_scores64_d128(q: u64, k: u64) -> [f32; 32];
+    /// `arch::wgmma`'s 64-key P·V MMA (head_dim 128) in this type.
+    ///
+    /// # Safety
+    /// As `arch::wgmma::pv64_bf16_d128`.
+    unsafe fn wgmma_pv64_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 4], v: u64);
 }
 
 pub struct Bf16;
@@ -63,6 +73,14 @@ impl Half for Bf16 {
     unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
         wgmma::pv_bf16_d128(o, a, v)
     }
+    #[inline(always)]
+    unsafe fn wgmma_scores64_d128(q: u64, k: u64) -> [f32; 32] {
+        wgmma::scores64_bf16_d128(q, k)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_pv64_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 4], v: u64) {
+        wgmma::pv64_bf16_d128(o, a, v)
+    }
 }
 
 impl Half for F16 {
@@ -86,6 +104,14 @@ impl Half for F16 {
     #[inline(always)]
     unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
         wgmma::pv_f16_d128(o, a, v)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_scores64_d128(q: u64, k: u64) -> [f32; 32] {
+        wgmma::scores64_f16_d128(q, k)
+    }
+    #[inline(always)]
+    unsafe fn wgmma_pv64_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 4], v: u64) {
+        wgmma::pv64_f16_d128(o, a, v)
     }
 }
 
