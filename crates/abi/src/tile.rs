@@ -82,7 +82,7 @@ pub const fn max_stages(specialized: bool) -> u32 {
 /// would have the shared memory for 6, but 6 measured 4-9 % slower than 3
 /// on every grid B row (docs/perf.md, sixteenth session), though the
 /// producer's most sampled stall was its wait for a stage's copies.
-pub const WGMMA_PRODUCER_STAGES: u32 = 3;
+pub const WGMMA_PRODUCER_STAGES: u32 = 4;
 
 /// The stage geometry of a format, head dim and kernel variant.
 pub const fn tile_config(format: KvFormat, head_dim: u32, variant: Variant) -> TileConfig {

@@ -404,8 +404,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn prefetch(&self) {
         if Self::BULK {
-            // Both kinds of strided quantized kernel use the same barriers.
-            const { assert!(PIPELINE_STAGES == WGMMA_PRODUCER_STAGES) };
+            // Both kinds of strided quantized kernel use the same barriers
+            // (the unspecialised ones the first `PIPELINE_STAGES`).
+            const { assert!(PIPELINE_STAGES <= WGMMA_PRODUCER_STAGES) };
             // The stage barriers, initialised before any thread waits on them.
             if thread::thread_idx_x() == 0 {
                 self.init_bulk_barriers();
@@ -457,7 +458,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     pub unsafe fn advance_guessed(&self, t: u32, guessed_end: u32) -> u32 {
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
         if Self::BULK {
-            self.wait_bulk(t);
+            // Tile t is the (t / stages)-th use of its stage's barrier (the
+            // unspecialised kernels use the first `PIPELINE_STAGES`).
+            mbarrier::wait_parity(self.barrier(t % PIPELINE_STAGES), (t / PIPELINE_STAGES) & 1);
         }
         if Self::GUESSABLE && t < PIPELINE_STAGES - 1 && self.item.kv_end < guessed_end.min((t + 1) * Self::CFG.keys_per_stage) {
             self.zero_rows_past_end(t);
