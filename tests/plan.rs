@@ -384,7 +384,7 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     // converted tiles beside its stages, one block per SM.
     let ws_kernel = KernelInfo { regs_per_thread: 168, max_threads_per_block: 384 };
     let q = plan(&quantized(KvFormat::Int8, 64, 16, 1, 3, 4096), &[4096; 64], dev, &ws_kernel, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((q.variant(), q.warps_k(), q.block_threads(), q.blocks_per_sm(), q.stages()), (Variant::Wgmma, 2, 384, 1, decode_attn_abi::WGMMA_PRODUCER_STAGES));
+    assert_eq!((q.variant(), q.warps_k(), q.block_threads(), q.blocks_per_sm(), q.stages()), (Variant::Wgmma, 2, 384, 1, decode_attn_abi::wgmma_producer_stages(KvFormat::Int8)));
     assert_eq!(q.chunk_keys() % decode_attn::plan::stage_keys_for(KvFormat::Int8, 128, Variant::Wgmma), 0);
     assert_covers(&q);
 }
@@ -400,7 +400,7 @@ fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
     // converted into 16-bit tiles first; on a one-wave grid of a strided
     // cache the warp-specialised one).
     let q = plan(&quantized(KvFormat::Int8, 2, 16, 1, 3, 4096), &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
-    assert_eq!((q.variant(), q.rows_per_block(), q.stages()), (Variant::Wgmma, 64, decode_attn_abi::WGMMA_PRODUCER_STAGES));
+    assert_eq!((q.variant(), q.rows_per_block(), q.stages()), (Variant::Wgmma, 64, decode_attn_abi::wgmma_producer_stages(KvFormat::Int8)));
     assert_covers(&q);
     // Forced where it serves, it covers any rows (here 8, in one 64-row chunk).
     let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 77], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
@@ -424,20 +424,27 @@ impl KernelLimits for BothWgmmaKernels {
 }
 
 #[test]
-fn strided_quantized_wgmma_plans_are_warp_specialised_when_their_grid_fits_one_wave() {
+fn strided_quantized_wgmma_plans_are_warp_specialised_when_their_grid_fits_one_wave_or_two_for_int8() {
     let dev = &DeviceInfo::H100_SXM; // 132 SMs
     for format in [KvFormat::Int8, KvFormat::Int4G32] {
         // Grid B (2K, 128): 128 blocks, one wave at one block per SM.
         let p = plan(&quantized(format, 128, 16, 1, 3, 2048), &[2048; 128], dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
         assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm(), p.fits_one_wave(dev)), (true, 384, 1, true));
         assert_covers(&p);
-        // Grid B (1K, 256): 256 blocks would take two waves at one per SM;
-        // the unspecialised kernel runs them in one at two per SM.
+        // Grid B (1K, 256): 256 blocks take two waves at one per SM; int8
+        // runs them so (measured faster), int4 on the unspecialised kernel
+        // in one wave at two per SM.
         let lens = [1024; 256];
         let shape = quantized(format, 256, 16, 1, 3, 1024);
         let p = plan(&shape, &lens, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
-        assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm(), p.fits_one_wave(dev), p.max_splits()), (false, 256, 2, true, 1));
+        let two_waves = (true, 384, 1, 2, 1);
+        let one_wave_unspecialised = (false, 256, 2, 1, 1);
+        let expected = if format == KvFormat::Int8 { two_waves } else { one_wave_unspecialised };
+        assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm(), p.waves(dev), p.max_splits()), expected);
         assert_covers(&p);
+        // Three waves at one per SM: the unspecialised kernel for both.
+        let p = plan(&quantized(format, 384, 16, 1, 3, 1024), &[1024; 384], dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
+        assert_eq!((p.warp_specialized(), p.blocks_per_sm(), p.waves(dev)), (false, 2, 2));
         // Either kernel on request.
         let always = PlanOptions { specialize: SpecializeChoice::Always, ..Default::default() };
         let never = PlanOptions { specialize: SpecializeChoice::Never, ..Default::default() };
@@ -447,7 +454,7 @@ fn strided_quantized_wgmma_plans_are_warp_specialised_when_their_grid_fits_one_w
         assert_eq!((p.warp_specialized(), p.block_threads(), p.blocks_per_sm()), (false, 256, 2));
         // Capacity plans choose as their lengths at capacity do.
         let cap = decode_attn::plan::plan_capacity(&shape, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
-        assert!(!cap.warp_specialized());
+        assert_eq!(cap.warp_specialized(), format == KvFormat::Int8);
     }
     // None exists for 16-bit or paged caches, nor for other variants:
     // asking for one is an error that says so; `Auto` runs the one there is.

@@ -132,11 +132,13 @@ pub enum VariantChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SpecializeChoice {
     /// The warp-specialised kernel when its grid fits one wave (at most one
-    /// block per SM), else the unspecialised one. Measured side by side on
-    /// an H100 (docs/perf.md, seventeenth session): on grid B's seven
-    /// one-wave rows the specialised kernel is 4–9 % (int8) and 0–5 %
-    /// (int4-g32) faster, on (1K, 256), whose 256 blocks it runs in two
-    /// waves, 13–17 % slower.
+    /// block per SM; int8: two waves), else the unspecialised one. Measured
+    /// side by side on an H100 (docs/perf.md, twenty-sixth session): on
+    /// grid B's seven one-wave rows the specialised kernel is 10–15 %
+    /// (int8) and 6–10 % (int4-g32) faster; on (1K, 256), whose 256 blocks
+    /// it runs in two waves, 2 % faster (int8) and 2 % slower (int4-g32).
+    /// Grids of more waves are unmeasured and keep the unspecialised
+    /// kernel, whose two blocks per SM overlap each other's start and end.
     #[default]
     Auto,
     /// The unspecialised kernel.
@@ -534,8 +536,13 @@ impl Plan {
     /// Whether every block of the grid is resident at once (one wave at
     /// [`Plan::blocks_per_sm`]).
     pub fn fits_one_wave(&self, dev: &DeviceInfo) -> bool {
+        self.waves(dev) <= 1
+    }
+    /// Waves of the grid at [`Plan::blocks_per_sm`]: the resident rounds its
+    /// blocks need.
+    pub fn waves(&self, dev: &DeviceInfo) -> u64 {
         let (x, y, z) = self.grid();
-        x as u64 * y as u64 * z as u64 <= dev.sm_count as u64 * self.blocks_per_sm as u64
+        (x as u64 * y as u64 * z as u64).div_ceil(dev.sm_count as u64 * self.blocks_per_sm as u64)
     }
     /// Blocks per thread-block cluster (0: no clusters; see [`MergeMode::Cluster`]).
     pub fn cluster(&self) -> u32 {
@@ -905,6 +912,15 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
     Ok(())
 }
 
+/// The most waves of blocks for which [`SpecializeChoice::Auto`] picks the
+/// warp-specialised kernel (measured: docs/perf.md, twenty-sixth session).
+fn specialized_max_waves(format: KvFormat) -> u64 {
+    match format {
+        KvFormat::Int8 => 2,
+        _ => 1,
+    }
+}
+
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     let variant = opts.variant_for(shape);
     let specializable = variant == Variant::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
@@ -920,7 +936,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         SpecializeChoice::Always => make(block_table, true),
         SpecializeChoice::Auto if specializable => {
             let specialized = make(block_table, true)?;
-            if specialized.fits_one_wave(dev) {
+            if specialized.waves(dev) <= specialized_max_waves(shape.kv_format) {
                 Ok(specialized)
             } else {
                 make(specialized.block_table, false)

@@ -57,7 +57,7 @@ impl TileConfig {
 /// `specialized`: a warp-specialised wgmma kernel ([`wgmma_specializable`]).
 pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, specialized: bool, longest_keys: u32) -> u32 {
     let n = longest_keys.div_ceil(tile_config(format, head_dim, variant).keys_per_stage);
-    let max = max_stages(specialized);
+    let max = max_stages(format, specialized);
     if n == 0 {
         1
     } else if n > max {
@@ -67,22 +67,34 @@ pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, speci
     }
 }
 
-/// Pipeline stages of a kernel: [`WGMMA_PRODUCER_STAGES`] in the
+/// Pipeline stages of a kernel: [`wgmma_producer_stages`] in the
 /// warp-specialised wgmma kernels ([`wgmma_specializable`]), else
 /// [`PIPELINE_STAGES`].
-pub const fn max_stages(specialized: bool) -> u32 {
+pub const fn max_stages(format: KvFormat, specialized: bool) -> u32 {
     if specialized {
-        WGMMA_PRODUCER_STAGES
+        wgmma_producer_stages(format)
     } else {
         PIPELINE_STAGES
     }
 }
 
-/// Stages of the warp-specialised wgmma kernels. Their one block per SM
-/// would have the shared memory for 6, but 6 measured 4-9 % slower than 3
-/// on every grid B row (docs/perf.md, sixteenth session), though the
-/// producer's most sampled stall was its wait for a stage's copies.
+/// Most stages of a warp-specialised wgmma kernel ([`wgmma_producer_stages`]):
+/// the room its barrier blocks keep.
 pub const WGMMA_PRODUCER_STAGES: u32 = 4;
+
+/// Stages of the warp-specialised wgmma kernel of `format`. Measured on an
+/// H100 (docs/perf.md): 6 were 4-9 % slower than 3 on every grid B row
+/// when the compute warps took 32-key steps (sixteenth session); with
+/// 64-key steps (twenty-sixth) 4 are 0-3 % faster than 3 for int8, whose
+/// producer waits for copies, and 0-1.5 % slower for int4, whose producer
+/// is busy converting. (The unspecialised kernels keep [`PIPELINE_STAGES`],
+/// at most this many.)
+pub const fn wgmma_producer_stages(format: KvFormat) -> u32 {
+    match format {
+        KvFormat::Int8 => WGMMA_PRODUCER_STAGES,
+        _ => 3,
+    }
+}
 
 /// The stage geometry of a format, head dim and kernel variant.
 pub const fn tile_config(format: KvFormat, head_dim: u32, variant: Variant) -> TileConfig {

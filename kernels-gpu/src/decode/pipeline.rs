@@ -21,7 +21,7 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, wgmma_producer_stages, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{mbarrier, memory, shared, thread};
@@ -532,7 +532,8 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn issue_bulk(&self, t: u32, lane: u32) {
         let first = self.item.kv_start + t * Self::CFG.keys_per_stage;
-        self.bulk_stage(self.k, self.k_side, t % WGMMA_PRODUCER_STAGES, first, self.item.kv_end, lane);
+        let stages = const { wgmma_producer_stages(F::FORMAT) };
+        self.bulk_stage(self.k, self.k_side, t % stages, first, self.item.kv_end, lane);
     }
 
     /// Strided quantized wgmma kernels: waits until tile `t`'s copies (and the side data's plain
@@ -543,7 +544,8 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     #[inline(always)]
     pub unsafe fn wait_bulk(&self, t: u32) {
         // Tile t is the (t / stages)-th use of its stage's barrier.
-        mbarrier::wait_parity(self.barrier(t % WGMMA_PRODUCER_STAGES), (t / WGMMA_PRODUCER_STAGES) & 1);
+        let stages = const { wgmma_producer_stages(F::FORMAT) };
+        mbarrier::wait_parity(self.barrier(t % stages), (t / stages) & 1);
     }
 
     /// Strided quantized wgmma kernels: ends the stage barriers' life (one thread, once every tile

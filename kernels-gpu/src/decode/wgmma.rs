@@ -23,7 +23,7 @@
 //! wide kernel does, per row scaled by a power of two) and the scales int8
 //! keeps per row multiply the score columns (K) and P (V).
 
-use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
+use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_producer_stages, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
 use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, token_head, OUT_BATCH, SPECIALIZED_OUT_BATCH};
@@ -199,7 +199,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 /// caches (`decode_attn_abi::wgmma_specializable`): after the `warps_k`
 /// compute warpgroups comes a producer warpgroup, which
 /// - issues every stage's bulk copies from its first warp, all
-///   `WGMMA_PRODUCER_STAGES` ahead, and waits for them on the stage's barrier;
+///   `wgmma_producer_stages` ahead, and waits for them on the stage's barrier;
 /// - converts each 32-key half of a stage into a converted buffer's half
 ///   (`KvFormat::stage_to_half`), copies the keys' scales beside it, fences
 ///   the tiles for the tensor cores and arrives on the half's "full"
@@ -265,7 +265,9 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     let full = |b: u32, h: u32| slot_barriers + 8 * (2 * b + h);
     let empty = |b: u32, h: u32| full(b, h) + 8 * 2 * WGMMA_CONVERTED_BUFFERS;
     let consumed = |stage: u32| slot_barriers + 8 * (4 * WGMMA_CONVERTED_BUFFERS + stage);
+    // (After the most stages' barriers: the block layout is the format's.)
     let q_ready = consumed(WGMMA_PRODUCER_STAGES);
+    let stages = const { wgmma_producer_stages(F::FORMAT) };
     let pipe = Pipe::<F, D, CLUSTER>::new(p, item, kvh, smem + const { wgmma_prefix_bytes(F::FORMAT, D as u32, true) });
 
     if tid == 0 {
@@ -276,7 +278,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
                 mbarrier::init_count(empty(b, h), 128);
             }
         }
-        for stage in 0..WGMMA_PRODUCER_STAGES {
+        for stage in 0..stages {
             mbarrier::init_count(consumed(stage), 128);
         }
         mbarrier::init_count(q_ready, 128 * p.warps_k);
@@ -285,7 +287,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     thread::sync_threads();
     let first_producer_warp = 4 * p.warps_k;
     if warp == first_producer_warp {
-        for t in 0..WGMMA_PRODUCER_STAGES.min(pipe.n_tiles) {
+        for t in 0..stages.min(pipe.n_tiles) {
             pipe.issue_bulk(t, lane);
         }
     }
@@ -314,7 +316,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     if producer {
         let pt = tid - 128 * p.warps_k;
         for t in 0..pipe.n_tiles {
-            let stage = t % WGMMA_PRODUCER_STAGES;
+            let stage = t % stages;
             pipe.wait_bulk(t);
             let (b, parity) = (t % WGMMA_CONVERTED_BUFFERS, (t / WGMMA_CONVERTED_BUFFERS) & 1);
             // Both halves, the second past the item's end too: the compute
@@ -336,10 +338,10 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
                 mbarrier::arrive(full(b, h));
             }
             mbarrier::arrive(consumed(stage));
-            if t + WGMMA_PRODUCER_STAGES < pipe.n_tiles && pt < 32 {
+            if t + stages < pipe.n_tiles && pt < 32 {
                 // Every producer thread has read the stage: refill it.
-                mbarrier::wait_parity(consumed(stage), (t / WGMMA_PRODUCER_STAGES) & 1);
-                pipe.issue_bulk(t + WGMMA_PRODUCER_STAGES, pt);
+                mbarrier::wait_parity(consumed(stage), (t / stages) & 1);
+                pipe.issue_bulk(t + stages, pt);
             }
         }
     } else {
@@ -388,7 +390,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
                 mbarrier::inval(empty(b, h));
             }
         }
-        for stage in 0..WGMMA_PRODUCER_STAGES {
+        for stage in 0..stages {
             mbarrier::inval(consumed(stage));
         }
         mbarrier::inval(q_ready);
