@@ -210,13 +210,13 @@ pub const fn wgmma_prefix_bytes(format: KvFormat, head_dim: u32, specialized: bo
 }
 
 /// Warp-specialised wgmma blocks' `mbarrier`s besides the stages' copy
-/// barriers: a "full" and an "empty" one for each half (32 keys) of each
-/// converted buffer, the producer announcing a converted half on the first
-/// and its compute warpgroup handing it back on the second, then a
-/// "consumed" one per stage, on which the producer's threads announce that
-/// they have read the stage (before its refill), then one on which the
-/// compute warps meet once they have converted Q; rounded up to 16 bytes.
-pub const WGMMA_PRODUCER_BARRIER_BYTES: u32 = (8 * (2 * 2 * WGMMA_CONVERTED_BUFFERS + WGMMA_PRODUCER_STAGES + 1)).next_multiple_of(16);
+/// barriers: a "full" and an "empty" one for each converted buffer, the
+/// producer announcing a converted stage on the first and its compute
+/// warpgroup handing it back on the second, then a "consumed" one per
+/// stage, on which the producer's threads announce that they have read the
+/// stage (before its refill), then one on which the compute warps meet
+/// once they have converted Q; rounded up to 16 bytes.
+pub const WGMMA_PRODUCER_BARRIER_BYTES: u32 = (8 * (2 * WGMMA_CONVERTED_BUFFERS + WGMMA_PRODUCER_STAGES + 1)).next_multiple_of(16);
 
 /// The last bytes of a quantized wgmma block's prefix, just before its
 /// stages: one 8-byte `mbarrier` per stage of a warp-specialised kernel, on

@@ -136,7 +136,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 // step: held, they pushed the cluster kernels past 128
                 // registers.)
                 if live {
-                    F::stage_to_half::<D, false>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
+                    F::stage_to_half::<D, false, 1>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
                     shared::fence_proxy_async_shared();
                 }
                 thread::sync_named(group_barrier, 128);
@@ -262,9 +262,9 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     // K's scales of buffer b, V's `4 * WGMMA_M` bytes on.
     let row_scales = |b: u32| q_scales + 4 * WGMMA_M + 8 * WGMMA_M * b;
     let slot_barriers = row_scales(WGMMA_CONVERTED_BUFFERS);
-    let full = |b: u32, h: u32| slot_barriers + 8 * (2 * b + h);
-    let empty = |b: u32, h: u32| full(b, h) + 8 * 2 * WGMMA_CONVERTED_BUFFERS;
-    let consumed = |stage: u32| slot_barriers + 8 * (4 * WGMMA_CONVERTED_BUFFERS + stage);
+    let full = |b: u32| slot_barriers + 8 * b;
+    let empty = |b: u32| full(b) + 8 * WGMMA_CONVERTED_BUFFERS;
+    let consumed = |stage: u32| slot_barriers + 8 * (2 * WGMMA_CONVERTED_BUFFERS + stage);
     // (After the most stages' barriers: the block layout is the format's.)
     let q_ready = consumed(WGMMA_PRODUCER_STAGES);
     let stages = const { wgmma_producer_stages(F::FORMAT) };
@@ -273,10 +273,8 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     if tid == 0 {
         pipe.init_bulk_barriers();
         for b in 0..WGMMA_CONVERTED_BUFFERS {
-            for h in 0..2 {
-                mbarrier::init_count(full(b, h), 128);
-                mbarrier::init_count(empty(b, h), 128);
-            }
+            mbarrier::init_count(full(b), 128);
+            mbarrier::init_count(empty(b), 128);
         }
         for stage in 0..stages {
             mbarrier::init_count(consumed(stage), 128);
@@ -319,24 +317,24 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
             let stage = t % stages;
             pipe.wait_bulk(t);
             let (b, parity) = (t % WGMMA_CONVERTED_BUFFERS, (t / WGMMA_CONVERTED_BUFFERS) & 1);
-            // Both halves, the second past the item's end too: the compute
-            // warpgroup takes the whole stage in one step, and such keys
-            // (masked) read finite converted values and zero scales (the
-            // stage's side data is zero-filled past the end).
-            for h in 0..2 {
-                // The n-th use of a half waits for the n-th hand-back (a
-                // fresh barrier reports parity 1 as complete).
-                mbarrier::wait_parity(empty(b, h), parity ^ 1);
-                F::stage_to_half::<D, true>(pipe.tiles(stage), h * WGMMA_KEYS, k_half(b), v_half(b), h * WGMMA_KEYS, pt);
-                if F::SCALED && pt < 2 * WGMMA_KEYS {
-                    // One thread per key and tensor: K's scales, then V's.
-                    let (is_v, r) = (pt / WGMMA_KEYS, h * WGMMA_KEYS + pt % WGMMA_KEYS);
-                    let src = if is_v == 1 { pipe.v_side(stage) } else { pipe.k_side(stage) };
-                    shared::st_shared_f32(row_scales(b) + 4 * WGMMA_M * is_v + 4 * r, shared::ld_shared_f32(src + 4 * r));
-                }
-                shared::fence_proxy_async_shared();
-                mbarrier::arrive(full(b, h));
+            // The whole stage in one conversion (every load of the thread's
+            // four jobs first), the second half past the item's end too:
+            // the compute warpgroup takes the stage in one step, and such
+            // keys (masked) read finite converted values and zero scales
+            // (the stage's side data is zero-filled past the end). The
+            // n-th use of a buffer waits for the n-th hand-back (a fresh
+            // barrier reports parity 1 as complete).
+            mbarrier::wait_parity(empty(b), parity ^ 1);
+            F::stage_to_half::<D, true, 2>(pipe.tiles(stage), 0, k_half(b), v_half(b), 0, pt);
+            if F::SCALED {
+                // One thread per key and tensor: K's scales, then V's.
+                const { assert!(2 * WGMMA_M == 128) };
+                let (is_v, r) = (pt / WGMMA_M, pt % WGMMA_M);
+                let src = if is_v == 1 { pipe.v_side(stage) } else { pipe.k_side(stage) };
+                shared::st_shared_f32(row_scales(b) + 4 * WGMMA_M * is_v + 4 * r, shared::ld_shared_f32(src + 4 * r));
             }
+            shared::fence_proxy_async_shared();
+            mbarrier::arrive(full(b));
             mbarrier::arrive(consumed(stage));
             if t + stages < pipe.n_tiles && pt < 32 {
                 // Every producer thread has read the stage: refill it.
@@ -362,8 +360,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
         let mut t = group;
         while t < pipe.n_tiles {
             let (b, parity) = (t % WGMMA_CONVERTED_BUFFERS, (t / WGMMA_CONVERTED_BUFFERS) & 1);
-            mbarrier::wait_parity(full(b, 0), parity);
-            mbarrier::wait_parity(full(b, 1), parity);
+            mbarrier::wait_parity(full(b), parity);
             let ops = StepOperands {
                 k: descriptor(k_half(b), 16, 1024),
                 v: descriptor(v_half(b), column, 1024),
@@ -375,8 +372,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
             // other bits: the bench checks paged rows against the strided
             // unspecialised kernel).
             step::<F, STAGE_TILES>(p, q_desc, q_scales, true, !(CLUSTER && F::SCALED), &ops, &view, &mut o, &mut m, &mut l);
-            mbarrier::arrive(empty(b, 0));
-            mbarrier::arrive(empty(b, 1));
+            mbarrier::arrive(empty(b));
             t += p.warps_k;
         }
     }
@@ -385,10 +381,8 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     if tid == 0 {
         pipe.inval_bulk_barriers();
         for b in 0..WGMMA_CONVERTED_BUFFERS {
-            for h in 0..2 {
-                mbarrier::inval(full(b, h));
-                mbarrier::inval(empty(b, h));
-            }
+            mbarrier::inval(full(b));
+            mbarrier::inval(empty(b));
         }
         for stage in 0..stages {
             mbarrier::inval(consumed(stage));

@@ -145,35 +145,40 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// dims, one group's or part of one) becomes four 16-bit chunks, one
     /// word each, its pairs in order.
     #[inline(always)]
-    unsafe fn stage_to_half<const D: usize, const EAGER: bool>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+    unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
         let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wgmma).side_bytes };
         let chunks = D as u32 / 32;
         const JOBS: usize = (2 * decode_attn_abi::WGMMA_KEYS / 8 * 4 / 16) as usize;
-        const { assert!(D == 128) };
-        let job = |i: usize| {
+        const { assert!(D == 128 && (HALVES == 1 || HALVES == 2)) };
+        let job = |h: usize, i: usize| {
             let (is_v, r, c) = decode_attn_abi::wgmma_conversion_job(t, i as u32, chunks);
+            let r = r + h as u32 * decode_attn_abi::WGMMA_KEYS;
             let (src, side, dst) = if is_v { (stage.v, stage.v_side, v_half) } else { (stage.k, stage.k_side, k_half) };
             (src + LinearRows.at(key + r, c, (D / 2) as u32), side + (key + r) * sr + 4 * (32 * c / G), dst, row + r, c)
         };
-        let mut eager = [([0u32; 4], 0u32); JOBS];
+        let mut eager = [[([0u32; 4], 0u32); JOBS]; HALVES];
         if EAGER {
-            for (i, e) in eager.iter_mut().enumerate() {
-                let (src, side, ..) = job(i);
-                *e = (shared::ld_shared_v4_u32(src), shared::ld_shared_u32(side));
+            for (h, jobs) in eager.iter_mut().enumerate() {
+                for (i, e) in jobs.iter_mut().enumerate() {
+                    let (src, side, ..) = job(h, i);
+                    *e = (shared::ld_shared_v4_u32(src), shared::ld_shared_u32(side));
+                }
             }
         }
-        for (i, early) in eager.iter().enumerate() {
-            let (src, side, dst, r, c) = job(i);
-            let (w, sz) = if EAGER { *early } else { (shared::ld_shared_v4_u32(src), shared::ld_shared_u32(side)) };
-            let (s, z) = (math::splat_half::<false>(sz), math::splat_half::<true>(sz));
-            for (n, &x) in w.iter().enumerate() {
-                let pairs = [
-                    dequant(magic_a::<D>(x), A, s, z),
-                    dequant(magic_b::<D>(x), B, s, z),
-                    dequant(magic_a::<D>(x >> 8), A, s, z),
-                    dequant(magic_b::<D>(x >> 8), B, s, z),
-                ];
-                shared::st_shared_v4_u32(dst + HALF_TILE.at(r, 4 * c + n as u32, 0), pairs);
+        for (h, jobs) in eager.iter().enumerate() {
+            for (i, early) in jobs.iter().enumerate() {
+                let (src, side, dst, r, c) = job(h, i);
+                let (w, sz) = if EAGER { *early } else { (shared::ld_shared_v4_u32(src), shared::ld_shared_u32(side)) };
+                let (s, z) = (math::splat_half::<false>(sz), math::splat_half::<true>(sz));
+                for (n, &x) in w.iter().enumerate() {
+                    let pairs = [
+                        dequant(magic_a::<D>(x), A, s, z),
+                        dequant(magic_b::<D>(x), B, s, z),
+                        dequant(magic_a::<D>(x >> 8), A, s, z),
+                        dequant(magic_b::<D>(x >> 8), B, s, z),
+                    ];
+                    shared::st_shared_v4_u32(dst + HALF_TILE.at(r, 4 * c + n as u32, 0), pairs);
+                }
             }
         }
     }

@@ -96,28 +96,33 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
     /// Exact integers (the body applies the scales): a 16-byte chunk of a
     /// row (16 dims) becomes two 16-bit chunks, two instructions per pair.
     #[inline(always)]
-    unsafe fn stage_to_half<const D: usize, const EAGER: bool>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+    unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
         let chunks = D as u32 / 16;
         type H<T> = <T as KvFormat>::Compute;
         const JOBS: usize = (2 * decode_attn_abi::WGMMA_KEYS / 8 * 8 / 16) as usize;
-        const { assert!(D == 128) };
-        let job = |i: usize| {
+        const { assert!(D == 128 && (HALVES == 1 || HALVES == 2)) };
+        let job = |h: usize, i: usize| {
             let (is_v, r, c) = decode_attn_abi::wgmma_conversion_job(t, i as u32, chunks);
+            let r = r + h as u32 * decode_attn_abi::WGMMA_KEYS;
             let (src, dst) = if is_v { (stage.v, v_half) } else { (stage.k, k_half) };
             (src + LinearRows.at(key + r, c, D as u32), dst + HALF_TILE.at(row + r, 2 * c, 0), dst + HALF_TILE.at(row + r, 2 * c + 1, 0))
         };
-        let mut eager = [[0u32; 4]; JOBS];
+        let mut eager = [[[0u32; 4]; JOBS]; HALVES];
         if EAGER {
-            for (i, w) in eager.iter_mut().enumerate() {
-                *w = shared::ld_shared_v4_u32(job(i).0);
+            for (h, jobs) in eager.iter_mut().enumerate() {
+                for (i, w) in jobs.iter_mut().enumerate() {
+                    *w = shared::ld_shared_v4_u32(job(h, i).0);
+                }
             }
         }
-        for (i, early) in eager.iter().enumerate() {
-            let (src, lo, hi) = job(i);
-            let w = if EAGER { *early } else { shared::ld_shared_v4_u32(src) };
-            let half = |a: u32, b: u32| [H::<Self>::pair(a, 0, 1), H::<Self>::pair(a, 2, 3), H::<Self>::pair(b, 0, 1), H::<Self>::pair(b, 2, 3)];
-            shared::st_shared_v4_u32(lo, half(w[0], w[1]));
-            shared::st_shared_v4_u32(hi, half(w[2], w[3]));
+        for (h, jobs) in eager.iter().enumerate() {
+            for (i, early) in jobs.iter().enumerate() {
+                let (src, lo, hi) = job(h, i);
+                let w = if EAGER { *early } else { shared::ld_shared_v4_u32(src) };
+                let half = |a: u32, b: u32| [H::<Self>::pair(a, 0, 1), H::<Self>::pair(a, 2, 3), H::<Self>::pair(b, 0, 1), H::<Self>::pair(b, 2, 3)];
+                shared::st_shared_v4_u32(lo, half(w[0], w[1]));
+                shared::st_shared_v4_u32(hi, half(w[2], w[3]));
+            }
         }
     }
 }

@@ -251,12 +251,14 @@ pub trait KvFormat {
     }
 
     /// The wgmma kernels' conversion: K's and V's rows `key .. key +
-    /// WGMMA_KEYS` of a landed stage become `Compute` rows `row ..` of the
+    /// HALVES · WGMMA_KEYS` of a landed stage become `Compute` rows `row ..` of the
     /// [`Swizzle128`] tiles `k_half` and `v_half` (`WGMMA_M` rows each),
     /// head dims in order, as the tensor cores read them; side data the
     /// format multiplies in here (int4's scales and zeros) is applied,
     /// what the body applies (`SCALED`) is not. `t` (0..128) is the
     /// thread's index in its warpgroup, whose threads convert together.
+    /// `HALVES` (1 or 2) 32-key halves in one call (a thread's jobs of the
+    /// second half are the first's, 32 rows on).
     /// `EAGER`: every load of the thread's jobs is issued before the first
     /// conversion (the compiler cannot move a load above an earlier store
     /// to shared memory, so otherwise each job waits out its own load's
@@ -267,7 +269,7 @@ pub trait KvFormat {
     /// The stage's rows must have landed (after the cp.async wait and
     /// barrier); no MMA may be reading the destination rows.
     #[inline(always)]
-    unsafe fn stage_to_half<const D: usize, const EAGER: bool>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+    unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
         let _ = (stage, key, k_half, v_half, row, t);
     }
 }
