@@ -913,9 +913,7 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 
 /// The most waves of blocks for which [`SpecializeChoice::Auto`] picks the
 /// warp-specialised kernel (measured: docs/perf.md, twenty-sixth session).
-fn specialized_max_waves(_format: KvFormat) -> u64 {
-    2
-}
+const SPECIALIZED_MAX_WAVES: u64 = 2;
 
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     let variant = opts.variant_for(shape);
@@ -932,7 +930,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
         SpecializeChoice::Always => make(block_table, true),
         SpecializeChoice::Auto if specializable => {
             let specialized = make(block_table, true)?;
-            if specialized.waves(dev) <= specialized_max_waves(shape.kv_format) {
+            if specialized.waves(dev) <= SPECIALIZED_MAX_WAVES {
                 Ok(specialized)
             } else {
                 make(specialized.block_table, false)

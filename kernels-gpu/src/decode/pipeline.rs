@@ -458,9 +458,8 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     pub unsafe fn advance_guessed(&self, t: u32, guessed_end: u32) -> u32 {
         memory::cp_async_wait::<{ PIPELINE_STAGES - 2 }>();
         if Self::BULK {
-            // Tile t is the (t / stages)-th use of its stage's barrier (the
-            // unspecialised kernels use the first `PIPELINE_STAGES`).
-            mbarrier::wait_parity(self.barrier(t % PIPELINE_STAGES), (t / PIPELINE_STAGES) & 1);
+            // (The unspecialised kernels use the first `PIPELINE_STAGES`.)
+            self.wait_bulk_in(t, PIPELINE_STAGES);
         }
         if Self::GUESSABLE && t < PIPELINE_STAGES - 1 && self.item.kv_end < guessed_end.min((t + 1) * Self::CFG.keys_per_stage) {
             self.zero_rows_past_end(t);
@@ -543,8 +542,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// Tile `t` was issued.
     #[inline(always)]
     pub unsafe fn wait_bulk(&self, t: u32) {
+        self.wait_bulk_in(t, const { wgmma_producer_stages(F::FORMAT) });
+    }
+
+    /// [`Pipeline::wait_bulk`] in a ring of `stages` barriers.
+    #[inline(always)]
+    unsafe fn wait_bulk_in(&self, t: u32, stages: u32) {
         // Tile t is the (t / stages)-th use of its stage's barrier.
-        let stages = const { wgmma_producer_stages(F::FORMAT) };
         mbarrier::wait_parity(self.barrier(t % stages), (t / stages) & 1);
     }
 

@@ -310,7 +310,6 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
     let mut o = [[0f32; 4]; 16];
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0f32; 2];
-    let half_first = |t: u32, h: u32| item.kv_start + t * 2 * WGMMA_KEYS + h * WGMMA_KEYS;
     if producer {
         let pt = tid - 128 * p.warps_k;
         for t in 0..pipe.n_tiles {
@@ -366,7 +365,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
                 v: descriptor(v_half(b), column, 1024),
                 k_scales: row_scales(b),
                 v_scales: row_scales(b) + 4 * WGMMA_M,
-                key0: half_first(t, 0),
+                key0: item.kv_start + t * 2 * WGMMA_KEYS,
             };
             // The unspecialised kernels' fold (their 32-key steps give
             // other bits: the bench checks paged rows against the strided

@@ -51,6 +51,28 @@ pub trait Half {
 pub struct Bf16;
 pub struct F16;
 
+/// [`Half`]'s wgmma methods as `arch::wgmma`'s functions of one type.
+macro_rules! wgmma_methods {
+    ($scores:ident, $pv:ident, $scores64:ident, $pv64:ident) => {
+        #[inline(always)]
+        unsafe fn wgmma_scores_d128(q: u64, k: u64) -> [f32; 16] {
+            wgmma::$scores(q, k)
+        }
+        #[inline(always)]
+        unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
+            wgmma::$pv(o, a, v)
+        }
+        #[inline(always)]
+        unsafe fn wgmma_scores64_d128(q: u64, k: u64) -> [f32; 32] {
+            wgmma::$scores64(q, k)
+        }
+        #[inline(always)]
+        unsafe fn wgmma_pv64_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 4], v: u64) {
+            wgmma::$pv64(o, a, v)
+        }
+    };
+}
+
 impl Half for Bf16 {
     const DTYPE: Dtype = Dtype::Bf16;
     #[inline(always)]
@@ -65,22 +87,7 @@ impl Half for Bf16 {
     fn unpack(x: u32) -> (f32, f32) {
         math::unpack_bf16x2(x)
     }
-    #[inline(always)]
-    unsafe fn wgmma_scores_d128(q: u64, k: u64) -> [f32; 16] {
-        wgmma::scores_bf16_d128(q, k)
-    }
-    #[inline(always)]
-    unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
-        wgmma::pv_bf16_d128(o, a, v)
-    }
-    #[inline(always)]
-    unsafe fn wgmma_scores64_d128(q: u64, k: u64) -> [f32; 32] {
-        wgmma::scores64_bf16_d128(q, k)
-    }
-    #[inline(always)]
-    unsafe fn wgmma_pv64_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 4], v: u64) {
-        wgmma::pv64_bf16_d128(o, a, v)
-    }
+    wgmma_methods!(scores_bf16_d128, pv_bf16_d128, scores64_bf16_d128, pv64_bf16_d128);
 }
 
 impl Half for F16 {
@@ -97,22 +104,7 @@ impl Half for F16 {
     fn unpack(x: u32) -> (f32, f32) {
         math::unpack_f16x2(x)
     }
-    #[inline(always)]
-    unsafe fn wgmma_scores_d128(q: u64, k: u64) -> [f32; 16] {
-        wgmma::scores_f16_d128(q, k)
-    }
-    #[inline(always)]
-    unsafe fn wgmma_pv_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 2], v: u64) {
-        wgmma::pv_f16_d128(o, a, v)
-    }
-    #[inline(always)]
-    unsafe fn wgmma_scores64_d128(q: u64, k: u64) -> [f32; 32] {
-        wgmma::scores64_f16_d128(q, k)
-    }
-    #[inline(always)]
-    unsafe fn wgmma_pv64_d128(o: &mut [[f32; 4]; 16], a: [[u32; 4]; 4], v: u64) {
-        wgmma::pv64_f16_d128(o, a, v)
-    }
+    wgmma_methods!(scores_f16_d128, pv_f16_d128, scores64_f16_d128, pv64_f16_d128);
 }
 
 pub trait KvFormat {
