@@ -28,7 +28,7 @@ use decode_attn::plan::stage_keys;
 use decode_attn::reference::relative_l2_error;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::cust::memory::DeviceBuffer;
-use decode_attn::{DecodeAttention, DecodeShape, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SpecializeChoice, SplitPolicy, StepInputs, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SpecializeChoice, SplitPolicy, StepInputs, Family, FamilyChoice, Workspace};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestError, TestRunner};
 
@@ -80,7 +80,7 @@ struct Draw {
     layout: LayoutKind,
     capacity: bool,
     split: SplitKind,
-    variant: VariantChoice,
+    family: FamilyChoice,
     dist: Distribution,
     /// Query dtype f16 (else bf16), where the format allows either.
     q_f16: bool,
@@ -121,7 +121,7 @@ struct Case {
     shape: DecodeShape,
     seq_lens: Vec<u32>,
     split: SplitPolicy,
-    variant: VariantChoice,
+    family: FamilyChoice,
     dist: Distribution,
     seed: u64,
     /// Read through a paged pool holding the same rows.
@@ -150,10 +150,10 @@ fn draw() -> impl Strategy<Value = Draw> {
     ];
     let capacity = prop_oneof![3 => Just(false), 1 => Just(true)];
     let split = prop_oneof![2 => Just(SplitKind::Auto), 1 => Just(SplitKind::Never), 2 => (1u32..600).prop_map(SplitKind::Chunk)];
-    let variant = prop_oneof![2 => Just(VariantChoice::Auto), 1 => Just(VariantChoice::Force(Variant::Wide)), 1 => Just(VariantChoice::Force(Variant::Narrow)), 1 => Just(VariantChoice::Force(Variant::Wgmma))];
+    let family = prop_oneof![2 => Just(FamilyChoice::Auto), 1 => Just(FamilyChoice::Force(Family::Wide)), 1 => Just(FamilyChoice::Force(Family::Narrow)), 1 => Just(FamilyChoice::Force(Family::Wgmma))];
     let dist = prop::sample::select(Distribution::ALL.to_vec());
-    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, (layout, capacity), (split, variant), dist, (any::<bool>(), any::<u64>())).prop_map(
-        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, (layout, capacity), (split, variant), dist, (q_f16, seed))| Draw {
+    ((head_dim, 1u32..=8, hkv, group), lens, 0u32..3, (layout, capacity), (split, family), dist, (any::<bool>(), any::<u64>())).prop_map(
+        |((head_dim, q_len, num_kv_heads, group), lens, extra_capacity, (layout, capacity), (split, family), dist, (q_f16, seed))| Draw {
             head_dim,
             q_len,
             num_kv_heads,
@@ -163,7 +163,7 @@ fn draw() -> impl Strategy<Value = Draw> {
             layout,
             capacity,
             split,
-            variant,
+            family,
             dist,
             q_f16,
             seed,
@@ -194,7 +194,7 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         d.split = SplitKind::Never;
         d.num_kv_heads = (d.num_kv_heads + 1) & !1;
         d.group = d.group.min((8 / d.q_len).max(1));
-        d.variant = VariantChoice::Auto;
+        d.family = FamilyChoice::Auto;
     }
     let d = &d;
     let stage = stage_keys(format, d.head_dim);
@@ -273,13 +273,13 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         SplitKind::Never => SplitPolicy::Never,
         SplitKind::Chunk(k) => SplitPolicy::ChunkKeys(k),
     };
-    // A forced variant that does not serve the drawn format and head dim
+    // A forced family that does not serve the drawn format and head dim
     // (wgmma: head_dim 128 only) falls back to the default choice.
-    let variant = match d.variant {
-        VariantChoice::Force(v) if !v.serves(format, d.head_dim) => VariantChoice::Auto,
+    let family = match d.family {
+        FamilyChoice::Force(v) if !v.serves(format, d.head_dim) => FamilyChoice::Auto,
         v => v,
     };
-    Case { shape, seq_lens: lens, split, variant, dist: d.dist, seed: d.seed, paging, capacity: d.capacity }
+    Case { shape, seq_lens: lens, split, family, dist: d.dist, seed: d.seed, paging, capacity: d.capacity }
 }
 
 /// Per-format tallies.
@@ -348,7 +348,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         tally.borrow_mut().passed += 1;
         return Ok(());
     };
-    let opts = PlanOptions { split: case.split, variant: case.variant, warps_k: None, specialize: specialize_for(case), ..Default::default() };
+    let opts = PlanOptions { split: case.split, family: case.family, warps_k: None, specialize: specialize_for(case), ..Default::default() };
     let mut p = Tally::time(tally, "upload", || Problem::for_attention(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
     let pool = match case.paging {
         Some(paging) => Some(Tally::time(tally, "upload", || paged::Pool::new(&p, paging, case.seed))?),
@@ -423,7 +423,7 @@ fn describe(c: &Case) -> String {
         c.paging,
         c.capacity,
         c.split,
-        c.variant,
+        c.family,
         c.dist,
         &c.seq_lens[..c.seq_lens.len().min(4)]
     )
@@ -582,7 +582,7 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
         if i % 50 == 0 {
             return check_case(Some(gpu), &case, &tally);
         }
-        let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split, variant: case.variant, warps_k: None, specialize: specialize_for(&case), ..Default::default() }).map_err(|e| e.to_string())?;
+        let plan = gpu.attn.plan(&case.shape, &case.seq_lens, &PlanOptions { split: case.split, family: case.family, warps_k: None, specialize: specialize_for(&case), ..Default::default() }).map_err(|e| e.to_string())?;
         let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
         let (q, k, v) = problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, 1).map_err(|e| e.to_string())?;
         let mut p = Problem::for_attention(&case.shape, &case.seq_lens, q, k, v).map_err(|e| e.to_string())?;

@@ -18,15 +18,15 @@ mod quant;
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
 use decode_attn::testing::Distribution;
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SplitPolicy, Family, FamilyChoice, Workspace};
 
 const TOLERANCE: f64 = 1e-2;
 
 #[derive(Clone)]
 struct Case {
     name: String,
-    /// Kernel variant (every case runs once per variant: `per_variant`).
-    variant: Variant,
+    /// Kernel family (every case runs once per family: `per_family`).
+    family: Family,
     shape: DecodeShape,
     seq_lens: Vec<u32>,
     split: SplitPolicy,
@@ -66,7 +66,7 @@ fn cases() -> Vec<Case> {
             },
             dist
         );
-        out.push(Case { name: tag, variant: Variant::Wide, shape, seq_lens, split, dist, seed, paging: None });
+        out.push(Case { name: tag, family: Family::Wide, shape, seq_lens, split, dist, seed, paging: None });
     };
     use Distribution::{HeavyTailed as Heavy, Normal};
     use SplitPolicy::{Auto, ChunkKeys, Never};
@@ -146,7 +146,7 @@ fn cases() -> Vec<Case> {
         add("fuzz-int4-large-logits", s, vec![50826], Auto, Distribution::LargeMagnitude, Some(5985957890130226063));
     }
     out.extend(paged_cases());
-    let mut all = per_variant(out);
+    let mut all = per_family(out);
     all.extend(head_pair_cases(false));
     all
 }
@@ -164,7 +164,7 @@ fn head_pair_cases(small: bool) -> Vec<Case> {
             let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, dist: Distribution, paging: Option<paged::Paging>| {
                 let s = DecodeShape { kv_format: format, ..s };
                 let name = format!("{}/{}/head-pair-{name}/hq{}-hkv{}/q{}/narrow", format.name(), dtype.name(), s.num_q_heads, s.num_kv_heads, s.q_len);
-                out.push(Case { name, variant: Variant::Narrow, shape: s, seq_lens, split: SplitPolicy::Never, dist, seed: None, paging });
+                out.push(Case { name, family: Family::Narrow, shape: s, seq_lens, split: SplitPolicy::Never, dist, seed: None, paging });
             };
             let pad = 128 / format.bits();
             let padded = KvLayout::Strided { batch: 300 * 4 * (128 + pad) as u64, token: 4 * (128 + pad) as u64, head: (128 + pad) as u64 };
@@ -207,7 +207,7 @@ fn paged_cases() -> Vec<Case> {
         let cap = lens.iter().copied().max().unwrap_or(1).next_multiple_of(paging.page_size.max(4));
         let s = DecodeShape { kv_format: format, ..shape(dtype, lens.len() as u32, hq, hkv, d, q_len, cap, KvLayout::Nhd) };
         let name = format!("{}/{}/{}/hq{hq}-hkv{hkv}/d{d}/q{q_len}/{split:?}", format.name(), dtype.name(), paging.name());
-        out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens, split, dist: Distribution::HeavyTailed, seed: None, paging: Some(paging) });
+        out.push(Case { name, family: Family::Wide, shape: s, seq_lens: lens, split, dist: Distribution::HeavyTailed, seed: None, paging: Some(paging) });
     };
     for format in KvFormat::ALL {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::Bf16 } else { Dtype::F16 });
@@ -232,22 +232,22 @@ fn paged_cases() -> Vec<Case> {
     out
 }
 
-/// Each case once per kernel variant that serves its format and head dim
-/// (`Variant::serves`: wgmma only at head_dim 128), and where the wgmma
+/// Each case once per kernel family that serves its format and head dim
+/// (`Family::serves`: wgmma only at head_dim 128), and where the wgmma
 /// kernel comes in two warp specialisations (strided quantized caches) once
 /// more with the unspecialised one (`…/wgmma-unspecialized`; `…/wgmma` runs
 /// the planner's choice, the specialised kernel on these small grids).
-fn per_variant(cases: Vec<Case>) -> Vec<Case> {
+fn per_family(cases: Vec<Case>) -> Vec<Case> {
     cases
         .into_iter()
         .flat_map(|c| {
             let both = decode_attn_abi::wgmma_specializable(c.shape.kv_format, c.paging.is_some());
-            Variant::ALL
+            Family::ALL
                 .into_iter()
                 .filter(|v| v.serves(c.shape.kv_format, c.shape.head_dim))
-                .flat_map(|variant| {
-                    let extra = (both && variant == Variant::Wgmma).then(|| Case { name: format!("{}/wgmma-unspecialized", c.name), variant, ..c.clone() });
-                    std::iter::once(Case { name: format!("{}/{}", c.name, variant.name()), variant, ..c.clone() }).chain(extra)
+                .flat_map(|family| {
+                    let extra = (both && family == Family::Wgmma).then(|| Case { name: format!("{}/wgmma-unspecialized", c.name), family, ..c.clone() });
+                    std::iter::once(Case { name: format!("{}/{}", c.name, family.name()), family, ..c.clone() }).chain(extra)
                 })
                 .collect::<Vec<_>>()
         })
@@ -266,7 +266,7 @@ fn sanitize_cases() -> Vec<Case> {
             for split in [SplitPolicy::ChunkKeys(stage), SplitPolicy::Never] {
                 let s = shape(dtype, 4, 8, 2, d, 3, 2 * stage + 1, KvLayout::Nhd);
                 let name = format!("{}/sanitize/d{d}/{split:?}", dtype.name());
-                out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
+                out.push(Case { name, family: Family::Wide, shape: s, seq_lens: lens.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
             }
             for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized() && f.supports_head_dim(d)) {
                 let stage8 = decode_attn::plan::stage_keys(format, d);
@@ -274,17 +274,17 @@ fn sanitize_cases() -> Vec<Case> {
                 for split in [SplitPolicy::ChunkKeys(stage8), SplitPolicy::Never] {
                     let s = DecodeShape { kv_format: format, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Hnd) };
                     let name = format!("{}/{}/sanitize/d{d}/{split:?}", format.name(), dtype.name());
-                    out.push(Case { name, variant: Variant::Wide, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
+                    out.push(Case { name, family: Family::Wide, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
                 }
             }
         }
         // The largest group × q_len: 64 heads × 8 tokens = 512 rows, 8 row chunks.
         let s = shape(dtype, 2, 64, 1, 128, 8, 200, KvLayout::Hnd);
-        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), variant: Variant::Wide, shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None, paging: None });
+        out.push(Case { name: format!("{}/sanitize/rows512", dtype.name()), family: Family::Wide, shape: s, seq_lens: vec![200, 9], split: SplitPolicy::ChunkKeys(64), dist: Distribution::HeavyTailed, seed: None, paging: None });
     }
     // Paged kernels: each format at page sizes 1 and 16 (D = 128).
     out.extend(paged_cases().into_iter().filter(|c| c.shape.head_dim == 128 && c.paging.is_some_and(|p| p.page_size <= 16) && c.shape.num_kv_heads == 2));
-    let mut all = per_variant(out);
+    let mut all = per_family(out);
     all.extend(head_pair_cases(true));
     all
 }
@@ -449,7 +449,7 @@ fn main() {
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let merge = common::merge_named(&case.name);
     let head_pair = if case.name.contains("/head-pair-") { HeadPairChoice::Always } else { HeadPairChoice::Auto };
-    let opts = PlanOptions { split: case.split, variant: VariantChoice::Force(case.variant), warps_k: None, merge, specialize: common::specialize_named(&case.name), head_pair };
+    let opts = PlanOptions { split: case.split, family: FamilyChoice::Force(case.family), warps_k: None, merge, specialize: common::specialize_named(&case.name), head_pair };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
         let pool = paged::Pool::new(&p, paging, seed)?;
@@ -499,9 +499,9 @@ fn capacity_sequences_without_work(attn: &DecodeAttention, stream: &Stream, dtyp
     let e = |e: decode_attn::Error| e.to_string();
     let s = shape(dtype, 3, 8, 2, 128, 2, cap, KvLayout::Nhd);
     let long = if cap > 300 { 300 } else { 30 };
-    let opts = PlanOptions { split, variant: VariantChoice::Force(Variant::Wide), ..Default::default() };
+    let opts = PlanOptions { split, family: FamilyChoice::Force(Family::Wide), ..Default::default() };
     let (s, opts) = if pair {
-        (DecodeShape { kv_format: KvFormat::Int8, ..s }, PlanOptions { variant: VariantChoice::Force(Variant::Narrow), head_pair: HeadPairChoice::Always, ..opts })
+        (DecodeShape { kv_format: KvFormat::Int8, ..s }, PlanOptions { family: FamilyChoice::Force(Family::Narrow), head_pair: HeadPairChoice::Always, ..opts })
     } else {
         (s, opts)
     };

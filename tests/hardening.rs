@@ -13,7 +13,7 @@ use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -330,14 +330,14 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
     ]
 }
 
-/// Plan options: every split policy, every variant (or Auto), and
+/// Plan options: every split policy, every family (or Auto), and
 /// `warps_k` overrides that are often invalid.
 fn options() -> impl Strategy<Value = PlanOptions> {
-    let variant = prop_oneof![3 => Just(VariantChoice::Auto), 3 => Just(VariantChoice::Force(Variant::Wide)), 3 => Just(VariantChoice::Force(Variant::Narrow)), 1 => Just(VariantChoice::Force(Variant::Wgmma))];
+    let family = prop_oneof![3 => Just(FamilyChoice::Auto), 3 => Just(FamilyChoice::Force(Family::Wide)), 3 => Just(FamilyChoice::Force(Family::Narrow)), 1 => Just(FamilyChoice::Force(Family::Wgmma))];
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
     let merge = prop_oneof![Just(MergeChoice::Auto), Just(MergeChoice::Global)];
     let specialize = prop_oneof![8 => Just(SpecializeChoice::Auto), 1 => Just(SpecializeChoice::Never), 1 => Just(SpecializeChoice::Always)];
-    (split(), variant, warps_k, merge, specialize, head_pair()).prop_map(|(split, variant, warps_k, merge, specialize, head_pair)| PlanOptions { split, variant, warps_k, merge, specialize, head_pair })
+    (split(), family, warps_k, merge, specialize, head_pair()).prop_map(|(split, family, warps_k, merge, specialize, head_pair)| PlanOptions { split, family, warps_k, merge, specialize, head_pair })
 }
 
 fn head_pair() -> impl Strategy<Value = HeadPairChoice> {
@@ -374,7 +374,7 @@ fn most_random_draws_reach_the_planner() {
             Ok(p) => {
                 ok += 1;
                 split_plans += !p.merges().is_empty() as u32;
-                narrow += (p.variant() == Variant::Narrow) as u32;
+                narrow += (p.family() == Family::Narrow) as u32;
             }
             Err(e) => if std::env::var_os("WHY").is_some() { eprintln!("{:?}", e.param()) },
         }

@@ -1,7 +1,7 @@
 //! Planner invariants (CPU only).
 
 use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
 use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
@@ -226,26 +226,26 @@ fn quantized(format: KvFormat, batch: u32, hq: u32, hkv: u32, q_len: u32, cap: u
 
 #[test]
 fn auto_picks_narrow_for_quantized_caches_with_at_most_eight_rows_per_kv_head() {
-    let narrow = |shape: &DecodeShape| plan(shape, &vec![4096; shape.batch as usize], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap().variant();
+    let narrow = |shape: &DecodeShape| plan(shape, &vec![4096; shape.batch as usize], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap().family();
     // Grid A (8 rows), grid C (4), MHA (1): narrow for int8 / int4.
     for format in [KvFormat::Int8, KvFormat::Int4G32] {
-        assert_eq!(narrow(&quantized(format, 4, 8, 1, 1, 4096)), Variant::Narrow);
-        assert_eq!(narrow(&quantized(format, 1, 32, 8, 1, 4096)), Variant::Narrow);
-        assert_eq!(narrow(&quantized(format, 2, 32, 32, 1, 4096)), Variant::Narrow);
+        assert_eq!(narrow(&quantized(format, 4, 8, 1, 1, 4096)), Family::Narrow);
+        assert_eq!(narrow(&quantized(format, 1, 32, 8, 1, 4096)), Family::Narrow);
+        assert_eq!(narrow(&quantized(format, 2, 32, 32, 1, 4096)), Family::Narrow);
         // Grid B (48 rows): wgmma; 16 rows: wide.
-        assert_eq!(narrow(&quantized(format, 2, 16, 1, 3, 4096)), Variant::Wgmma);
-        assert_eq!(narrow(&quantized(format, 2, 8, 1, 2, 4096)), Variant::Wide);
+        assert_eq!(narrow(&quantized(format, 2, 16, 1, 3, 4096)), Family::Wgmma);
+        assert_eq!(narrow(&quantized(format, 2, 8, 1, 2, 4096)), Family::Wide);
     }
     // bf16 stays wide (measured no faster narrow).
-    assert_eq!(narrow(&DecodeShape::bf16(4, 8, 1, 128, 1, 4096)), Variant::Wide);
+    assert_eq!(narrow(&DecodeShape::bf16(4, 8, 1, 128, 1, 4096)), Family::Wide);
 }
 
 #[test]
 fn a_forced_narrow_plan_covers_many_rows_in_chunks_of_eight() {
     let shape = DecodeShape::bf16(2, 32, 1, 128, 3, 1000);
-    let o = PlanOptions { variant: VariantChoice::Force(Variant::Narrow), ..Default::default() };
+    let o = PlanOptions { family: FamilyChoice::Force(Family::Narrow), ..Default::default() };
     let p = plan(&shape, &[1000, 7], &DeviceInfo::H100_SXM, &KERNEL, &o).unwrap();
-    assert_eq!((p.variant(), p.rows_per_block(), p.row_chunks(), p.warps_m()), (Variant::Narrow, 8, 12, 1));
+    assert_eq!((p.family(), p.rows_per_block(), p.row_chunks(), p.warps_m()), (Family::Narrow, 8, 12, 1));
     assert_covers(&p);
 }
 
@@ -309,9 +309,9 @@ fn wide_int8_splits_still_fill_every_resident_block() {
     // Grid B (48 rows, wide, 6 warps): two blocks fit per SM and both are used.
     let kernel = KernelInfo { max_threads_per_block: 384, regs_per_thread: 160 };
     let shape = quantized(KvFormat::Int8, 128, 16, 1, 3, 2048);
-    let wide = PlanOptions { variant: VariantChoice::Force(Variant::Wide), ..opts(SplitPolicy::Auto) };
+    let wide = PlanOptions { family: FamilyChoice::Force(Family::Wide), ..opts(SplitPolicy::Auto) };
     let p = plan(&shape, &[2048; 128], &DeviceInfo::H100_SXM, &kernel, &wide).unwrap();
-    assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Variant::Wide, 3, 2, 2));
+    assert_eq!((p.family(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Family::Wide, 3, 2, 2));
     assert_eq!(p.max_splits(), 2);
 }
 
@@ -323,11 +323,11 @@ fn wide_sixteen_bit_splits_fill_one_single_tile_block_per_sm() {
     let dev = &DeviceInfo::H100_SXM;
     for ctx in [8192u32, 32768, 131072] {
         let p = plan(&DecodeShape::bf16(1, 32, 8, 128, 1, ctx), &[ctx], dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
-        assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Variant::Wide, 1, 4, 2));
+        assert_eq!((p.family(), p.warps_m(), p.warps_k(), p.blocks_per_sm()), (Family::Wide, 1, 4, 2));
         assert_eq!(p.max_splits(), 16, "ctx {ctx}");
     }
     // Grid B (48 rows: three row tiles) still fills every resident block.
-    let wide = PlanOptions { variant: VariantChoice::Force(Variant::Wide), ..opts(SplitPolicy::Auto) };
+    let wide = PlanOptions { family: FamilyChoice::Force(Family::Wide), ..opts(SplitPolicy::Auto) };
     let b = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &KERNEL, &wide).unwrap();
     assert_eq!((b.warps_m(), b.blocks_per_sm()), (3, 2));
     assert_eq!(b.max_splits(), 4);
@@ -347,7 +347,7 @@ fn sixteen_bit_wgmma_splits_fill_one_block_per_sm() {
         for (ctx, batch, splits) in [(1024u32, 256u32, 1u32), (2048, 128, 1), (4096, 64, 2), (8192, 32, 4), (16384, 16, 8), (65536, 4, 32), (131072, 2, 63)] {
             let shape = DecodeShape { dtype, kv_format, ..DecodeShape::bf16(batch, 16, 1, 128, 3, ctx) };
             let p = plan(&shape, &vec![ctx; batch as usize], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
-            assert_eq!((p.variant(), p.blocks_per_sm(), p.max_splits()), (Variant::Wgmma, 2, splits), "{dtype:?} ({ctx}, {batch})");
+            assert_eq!((p.family(), p.blocks_per_sm(), p.max_splits()), (Family::Wgmma, 2, splits), "{dtype:?} ({ctx}, {batch})");
             assert_covers(&p);
         }
     }
@@ -356,26 +356,26 @@ fn sixteen_bit_wgmma_splits_fill_one_block_per_sm() {
 #[test]
 fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     let dev = &DeviceInfo::H100_SXM;
-    let variant = |shape: &DecodeShape| PlanOptions::default().variant_for(shape);
+    let family = |shape: &DecodeShape| PlanOptions::default().family_for(shape);
     // Grid B (48 rows) in bf16 and fp16; 64 and 128 rows.
-    assert_eq!(variant(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096)), Variant::Wgmma);
-    assert_eq!(variant(&DecodeShape { dtype: Dtype::F16, kv_format: KvFormat::F16, ..DecodeShape::bf16(64, 16, 1, 128, 3, 4096) }), Variant::Wgmma);
-    assert_eq!(variant(&DecodeShape::bf16(2, 64, 1, 128, 2, 4096)), Variant::Wgmma);
+    assert_eq!(family(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096)), Family::Wgmma);
+    assert_eq!(family(&DecodeShape { dtype: Dtype::F16, kv_format: KvFormat::F16, ..DecodeShape::bf16(64, 16, 1, 128, 3, 4096) }), Family::Wgmma);
+    assert_eq!(family(&DecodeShape::bf16(2, 64, 1, 128, 2, 4096)), Family::Wgmma);
     // Quantized caches too (converted into 16-bit tiles in the kernel).
     for format in [KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128] {
-        assert_eq!(variant(&quantized(format, 2, 16, 1, 3, 4096)), Variant::Wgmma);
+        assert_eq!(family(&quantized(format, 2, 16, 1, 3, 4096)), Family::Wgmma);
     }
     // 32 rows and fewer, other head dims: not wgmma.
-    assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 128, 2, 4096)), Variant::Wide);
-    assert_eq!(variant(&quantized(KvFormat::Int8, 2, 16, 1, 2, 4096)), Variant::Wide);
-    assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 64, 3, 4096)), Variant::Wide);
-    assert_eq!(variant(&DecodeShape::bf16(2, 16, 1, 256, 3, 4096)), Variant::Wide);
-    assert_eq!(variant(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Variant::Wide);
+    assert_eq!(family(&DecodeShape::bf16(2, 16, 1, 128, 2, 4096)), Family::Wide);
+    assert_eq!(family(&quantized(KvFormat::Int8, 2, 16, 1, 2, 4096)), Family::Wide);
+    assert_eq!(family(&DecodeShape::bf16(2, 16, 1, 64, 3, 4096)), Family::Wide);
+    assert_eq!(family(&DecodeShape::bf16(2, 16, 1, 256, 3, 4096)), Family::Wide);
+    assert_eq!(family(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Family::Wide);
     // Grid B's plan: warpgroups of 64 rows, two per block (one per 32-key
     // step of a 64-key stage); two blocks fit per SM, but the splits fill
     // one per SM (2 × 64 = 128 blocks: docs/perf.md, eighteenth session).
     let p = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((p.variant(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Variant::Wgmma, 4, 2, 64, 1, 2));
+    assert_eq!((p.family(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Family::Wgmma, 4, 2, 64, 1, 2));
     assert_eq!(p.max_splits(), 2);
     assert_covers(&p);
     // Quantized, strided: stages of 64 keys (not the wide kernels' 128); on
@@ -384,14 +384,14 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     // converted tiles beside its stages, one block per SM.
     let ws_kernel = KernelInfo { regs_per_thread: 168, max_threads_per_block: 384 };
     let q = plan(&quantized(KvFormat::Int8, 64, 16, 1, 3, 4096), &[4096; 64], dev, &ws_kernel, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((q.variant(), q.warps_k(), q.block_threads(), q.blocks_per_sm(), q.stages()), (Variant::Wgmma, 2, 384, 1, decode_attn_abi::wgmma_producer_stages(KvFormat::Int8)));
-    assert_eq!(q.chunk_keys() % decode_attn::plan::stage_keys_for(KvFormat::Int8, 128, Variant::Wgmma), 0);
+    assert_eq!((q.family(), q.warps_k(), q.block_threads(), q.blocks_per_sm(), q.stages()), (Family::Wgmma, 2, 384, 1, decode_attn_abi::wgmma_producer_stages(KvFormat::Int8)));
+    assert_eq!(q.chunk_keys() % decode_attn::plan::stage_keys_for(KvFormat::Int8, 128, Family::Wgmma), 0);
     assert_covers(&q);
 }
 
 #[test]
 fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
-    let o = PlanOptions { variant: VariantChoice::Force(Variant::Wgmma), ..Default::default() };
+    let o = PlanOptions { family: FamilyChoice::Force(Family::Wgmma), ..Default::default() };
     for shape in [DecodeShape::bf16(2, 16, 1, 64, 3, 4096), DecodeShape::bf16(2, 16, 1, 256, 3, 4096), DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }] {
         let e = plan(&shape, &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap_err();
         assert!(e.to_string().contains("wgmma"), "{e}");
@@ -400,11 +400,11 @@ fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
     // converted into 16-bit tiles first; on a one-wave grid of a strided
     // cache the warp-specialised one).
     let q = plan(&quantized(KvFormat::Int8, 2, 16, 1, 3, 4096), &[4096, 4096], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
-    assert_eq!((q.variant(), q.rows_per_block(), q.stages()), (Variant::Wgmma, 64, decode_attn_abi::wgmma_producer_stages(KvFormat::Int8)));
+    assert_eq!((q.family(), q.rows_per_block(), q.stages()), (Family::Wgmma, 64, decode_attn_abi::wgmma_producer_stages(KvFormat::Int8)));
     assert_covers(&q);
     // Forced where it serves, it covers any rows (here 8, in one 64-row chunk).
     let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 77], &DeviceInfo::H100_SXM, &WGMMA_KERNEL, &o).unwrap();
-    assert_eq!((p.variant(), p.rows_per_block(), p.row_chunks()), (Variant::Wgmma, 64, 1));
+    assert_eq!((p.family(), p.rows_per_block(), p.row_chunks()), (Family::Wgmma, 64, 1));
     assert_covers(&p);
 }
 
@@ -452,7 +452,7 @@ fn strided_quantized_wgmma_plans_are_warp_specialised_when_their_grid_fits_two_w
         let cap = decode_attn::plan::plan_capacity(&shape, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
         assert!(cap.warp_specialized());
     }
-    // None exists for 16-bit or paged caches, nor for other variants:
+    // None exists for 16-bit or paged caches, nor for other families:
     // asking for one is an error that says so; `Auto` runs the one there is.
     let always = PlanOptions { specialize: SpecializeChoice::Always, ..Default::default() };
     let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 512, order: PageOrder::TokenMajor, page_bytes: None }, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) };
@@ -460,7 +460,7 @@ fn strided_quantized_wgmma_plans_are_warp_specialised_when_their_grid_fits_two_w
     let e = decode_attn::plan::plan_paged(&paged, &[4096, 4096], &table, dev, &BothWgmmaKernels, &always).unwrap_err();
     assert!(e.to_string().contains("warp-specialised") && e.to_string().contains("paged"), "{e}");
     let p = decode_attn::plan::plan_paged(&paged, &[4096, 4096], &table, dev, &BothWgmmaKernels, &opts(SplitPolicy::Auto)).unwrap();
-    assert_eq!((p.variant(), p.warp_specialized(), p.block_threads()), (Variant::Wgmma, false, 256));
+    assert_eq!((p.family(), p.warp_specialized(), p.block_threads()), (Family::Wgmma, false, 256));
     for shape in [DecodeShape::bf16(2, 16, 1, 128, 3, 4096), quantized(KvFormat::Int8, 2, 4, 1, 1, 4096)] {
         let e = plan(&shape, &[4096, 4096], dev, &BothWgmmaKernels, &always).unwrap_err();
         assert!(e.to_string().contains("warp-specialised"), "{e}");
@@ -584,7 +584,7 @@ fn capacity_plans_of_sixteen_bit_wide_strided_shapes_run_the_capacity_twin_plann
         let shape = DecodeShape::bf16(64, 32, 32, d, 1, 128);
         let kernels = WideAndTwin { twin: KernelInfo { max_threads_per_block: 384, regs_per_thread: 121 } };
         let cap = decode_attn::plan::plan_capacity(&shape, dev, &kernels, &global).unwrap();
-        assert_eq!((cap.variant(), cap.runs_capacity_twin()), (Variant::Wide, twin), "d{d}");
+        assert_eq!((cap.family(), cap.runs_capacity_twin()), (Family::Wide, twin), "d{d}");
         // Planned launches of the same lengths never run it.
         let planned = plan(&shape, &[128; 64], dev, &kernels, &global).unwrap();
         assert!(!planned.runs_capacity_twin());
@@ -621,7 +621,7 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_
         let shape = quantized(format, 128, 32, 32, 1, 2048);
         let lens = [2048; 128];
         let p = plan(&shape, &lens, dev, &kernel, &opts(SplitPolicy::Auto)).unwrap();
-        assert_eq!((p.variant(), p.heads_per_block(), p.grid(), p.max_splits()), (Variant::Narrow, 2, (2048, 1, 1), 1));
+        assert_eq!((p.family(), p.heads_per_block(), p.grid(), p.max_splits()), (Family::Narrow, 2, (2048, 1, 1), 1));
         assert_eq!(p.block_threads(), 32 * p.warps_k(), "the pair's warps split over its heads");
         let one = plan(&shape, &lens, dev, &kernel, &never).unwrap();
         assert_eq!((one.heads_per_block(), one.grid(), one.block_threads()), (1, (4096, 1, 1), p.block_threads()));
@@ -687,7 +687,7 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_
     assert_eq!(plan(&int4, &[2048; 128], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap().heads_per_block(), 1);
     assert!(plan(&int4, &[2048; 128], dev, &kernel, &always).unwrap_err().to_string().contains("no head-pair kernel"));
     let bf16 = DecodeShape::bf16(128, 32, 32, 128, 1, 2048);
-    let forced = PlanOptions { variant: VariantChoice::Force(Variant::Narrow), ..Default::default() };
+    let forced = PlanOptions { family: FamilyChoice::Force(Family::Narrow), ..Default::default() };
     assert_eq!(plan(&bf16, &[2048; 128], dev, &kernel, &forced).unwrap().heads_per_block(), 1);
     assert!(plan(&bf16, &[2048; 128], dev, &kernel, &PlanOptions { head_pair: HeadPairChoice::Always, ..forced }).unwrap_err().to_string().contains("no head-pair kernel"));
 }

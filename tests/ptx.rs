@@ -3,7 +3,7 @@
 //! their register cap, and (when a ptxas is available) it assembles for
 //! sm_90 with no local memory and within those caps.
 
-use decode_attn_abi::{decode_kernel_name, has_capacity_twin, merge_kernel_name, wgmma_specializable, Addressing, Dtype, KvFormat, Variant, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
+use decode_attn_abi::{decode_kernel_name, has_capacity_twin, merge_kernel_name, wgmma_specializable, Addressing, Dtype, KvFormat, Family, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
 
 fn host_names() -> Vec<&'static str> {
     let mut names = UTILITY_KERNELS.to_vec();
@@ -14,7 +14,7 @@ fn host_names() -> Vec<&'static str> {
 }
 
 /// Every format the library accepts has a kernel for its dtype at every
-/// head dim, in both variants and both addressings, and a merge kernel
+/// head dim, in both families and both addressings, and a merge kernel
 /// exists for every dtype and head dim.
 #[test]
 fn the_kernel_table_covers_every_supported_combination() {
@@ -27,10 +27,10 @@ fn the_kernel_table_covers_every_supported_combination() {
                 Some(q) => vec![q],
                 None => Dtype::ALL.to_vec(),
             };
-            for (q, v) in dtypes.into_iter().flat_map(|q| Variant::ALL.into_iter().filter(move |v| v.serves(f, d)).map(move |v| (q, v))) {
+            for (q, v) in dtypes.into_iter().flat_map(|q| Family::ALL.into_iter().filter(move |v| v.serves(f, d)).map(move |v| (q, v))) {
                 for (a, cluster) in Addressing::ALL.into_iter().flat_map(|a| [(a, false), (a, true)]) {
                     assert!(decode_kernel_name(f, q, d, v, a, cluster, false, false, 1).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}");
-                    let specializable = v == Variant::Wgmma && wgmma_specializable(f, a == Addressing::Paged);
+                    let specializable = v == Family::Wgmma && wgmma_specializable(f, a == Addressing::Paged);
                     let twin = has_capacity_twin(f, d, v, a == Addressing::Paged, cluster);
                     assert_eq!(
                         decode_kernel_name(f, q, d, v, a, cluster, false, true, 1).is_some(),

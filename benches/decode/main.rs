@@ -16,7 +16,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Variant, VariantChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -69,9 +69,9 @@ struct Args {
     /// Re-render an earlier run's JSON (table, CSV, SVG beside it) without a GPU.
     #[arg(long, value_name = "JSON")]
     from_json: Option<String>,
-    /// Kernel variant: auto (narrow for ≤ 8 query rows per kv head), wide or narrow.
-    #[arg(long, value_parser = parse_variant, default_value = "auto")]
-    variant: VariantChoice,
+    /// Kernel family: auto (narrow for ≤ 8 query rows per kv head), wide or narrow.
+    #[arg(long, value_parser = parse_family, default_value = "auto")]
+    family: FamilyChoice,
     /// Split every sequence into chunks of this many keys (default: the
     /// planner's automatic split).
     #[arg(long, value_name = "KEYS")]
@@ -214,10 +214,10 @@ enum PageTable {
     Identity,
 }
 
-fn parse_variant(s: &str) -> Result<VariantChoice, String> {
+fn parse_family(s: &str) -> Result<FamilyChoice, String> {
     match s.trim() {
-        "auto" => Ok(VariantChoice::Auto),
-        v => Variant::ALL.into_iter().find(|x| x.name() == v).map(VariantChoice::Force).ok_or_else(|| format!("unknown variant `{s}` (have: auto, wide, narrow, wgmma)")),
+        "auto" => Ok(FamilyChoice::Auto),
+        v => Family::ALL.into_iter().find(|x| x.name() == v).map(FamilyChoice::Force).ok_or_else(|| format!("unknown family `{s}` (have: auto, wide, narrow, wgmma)")),
     }
 }
 
@@ -377,7 +377,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: args.layout.kv_layout(), scale: None };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
-    let opts = PlanOptions { split, variant: args.variant, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice(), head_pair: args.head_pair.head_pair() };
+    let opts = PlanOptions { split, family: args.family, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice(), head_pair: args.head_pair.head_pair() };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     if let Some(resident) = attn.resident_clusters(&plan).map_err(|e| e.to_string())? {
         println!("  {} clusters of {} blocks, {resident} resident at once", plan.grid().0 / plan.cluster(), plan.cluster());
@@ -451,11 +451,11 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         splits: plan.max_splits(),
         block: format!(
             "{}{}x{}w{} {gx}x{gy}x{gz}",
-            match plan.variant() {
-                Variant::Narrow => "n",
-                Variant::Wgmma if plan.warp_specialized() => "gs",
-                Variant::Wgmma => "g",
-                Variant::Wide => "",
+            match plan.family() {
+                Family::Narrow => "n",
+                Family::Wgmma if plan.warp_specialized() => "gs",
+                Family::Wgmma => "g",
+                Family::Wide => "",
             },
             plan.warps_m(),
             plan.warps_k(),
@@ -578,12 +578,12 @@ fn paged_median(
     result
 }
 
-/// Options that plan `contiguous`'s block shape (split, warps, variant,
+/// Options that plan `contiguous`'s block shape (split, warps, family,
 /// merge, head pairs) again, with `specialize`.
 fn same_shape(contiguous: &decode_attn::Plan, opts: &PlanOptions, specialize: SpecializeChoice) -> PlanOptions {
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
     let head_pair = if contiguous.heads_per_block() > 1 { HeadPairChoice::Always } else { HeadPairChoice::Never };
-    PlanOptions { split, warps_k: Some(contiguous.warps_k()), variant: VariantChoice::Force(contiguous.variant()), merge: opts.merge, specialize, head_pair }
+    PlanOptions { split, warps_k: Some(contiguous.warps_k()), family: FamilyChoice::Force(contiguous.family()), merge: opts.merge, specialize, head_pair }
 }
 
 #[allow(clippy::too_many_arguments)]

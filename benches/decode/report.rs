@@ -50,7 +50,7 @@ pub struct RowResult {
 }
 
 impl RowResult {
-    /// A variant's time (paged, graph) over the contiguous planned time,
+    /// A family's time (paged, graph) over the contiguous planned time,
     /// minus one, in % ("—" when not run).
     pub fn paged_overhead(&self, paged_us: f64) -> String {
         if paged_us > 0.0 && self.median_us > 0.0 {

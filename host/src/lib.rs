@@ -62,9 +62,9 @@ pub mod shape;
 pub mod tensor;
 pub mod testing;
 
-pub use decode_attn_abi::{Addressing, Dtype, KvFormat, Variant};
+pub use decode_attn_abi::{Addressing, Dtype, KvFormat, Family};
 pub use error::{Error, Result};
-pub use plan::{DeviceInfo, HeadPairChoice, KernelInfo, KernelLimits, MergeChoice, MergeMode, Plan, PlanMode, PlanOptions, SpecializeChoice, SplitPolicy, VariantChoice};
+pub use plan::{DeviceInfo, HeadPairChoice, KernelInfo, KernelLimits, MergeChoice, MergeMode, Plan, PlanMode, PlanOptions, SpecializeChoice, SplitPolicy, FamilyChoice};
 pub use quant::{KvMut, KvTensor, QuantizedMut};
 pub use run::{DecodeAttention, KvCache, RawDevicePtr, RawStream, StepInputs, Workspace};
 pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder, MAX_PAGE_SIZE};

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    capacity_merge_item, capacity_work_item, decode_smem_bytes, has_capacity_twin, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
+    capacity_merge_item, capacity_work_item, decode_smem_bytes, has_capacity_twin, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Family, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -106,22 +106,22 @@ pub enum SplitPolicy {
     ChunkKeys(u32),
 }
 
-/// Rows per kv head past which `Auto` picks the wgmma variant where it
+/// Rows per kv head past which `Auto` picks the wgmma family where it
 /// serves the cache: its 64-row tiles would leave half their rows empty at
 /// 32 and fewer, where wide blocks of one or two row tiles serve instead.
 pub const WGMMA_AUTO_MIN_ROWS: u32 = 32;
 
-/// Which kernel variant serves the plan.
+/// Which kernel family serves the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum VariantChoice {
+pub enum FamilyChoice {
     /// `Narrow` for a quantized cache whose kv heads have at most 8 query
     /// rows (`group × q_len`); `Wgmma` for any cache at head_dim 128 with
     /// more than [`WGMMA_AUTO_MIN_ROWS`]; else `Wide`.
     #[default]
     Auto,
-    /// This variant whatever the shape (`Wide` and `Narrow` serve every
+    /// This family whatever the shape (`Wide` and `Narrow` serve every
     /// shape; `Wgmma` head_dim 128, else the plan is an `Err`).
-    Force(Variant),
+    Force(Family),
 }
 
 /// Whether a wgmma plan of a strided quantized cache runs the
@@ -143,7 +143,7 @@ pub enum SpecializeChoice {
     /// The unspecialised kernel.
     Never,
     /// The warp-specialised kernel; an `Err` where none exists (not the
-    /// wgmma variant, a 16-bit or a paged cache).
+    /// wgmma family, a 16-bit or a paged cache).
     Always,
 }
 
@@ -197,19 +197,19 @@ pub const HEAD_PAIR_MIN_BUSY_SMS_PERCENT: u64 = 95;
 pub const HEAD_PAIR_PAGED_MIN_WAVES: u64 = 2;
 
 /// Why a plan cannot run head pairs, or `None` when it can: the narrow
-/// variant (strided or paged), unsplit (a pair's block writes its rows
+/// family (strided or paged), unsplit (a pair's block writes its rows
 /// directly; the in-attention merge counts one head's blocks), no cluster
 /// or warp specialisation, an even number of kv heads, warps to share out, and a
 /// pair kernel in the table for the format, dtype, head dim and addressing.
 pub fn head_pair_unsupported(plan: &Plan) -> Option<&'static str> {
     let s = &plan.shape;
-    if plan.variant != Variant::Narrow || plan.cluster > 1 || plan.specialized {
-        Some("head pairs run the narrow variant, without clusters")
+    if plan.family != Family::Narrow || plan.cluster > 1 || plan.specialized {
+        Some("head pairs run the narrow family, without clusters")
     } else if plan.num_slots > 0 || !plan.merges.is_empty() {
         Some("head pairs run unsplit plans only")
     } else if s.num_kv_heads % 2 != 0 || plan.warps_k < 2 || plan.warps_m != 1 {
         Some("head pairs need an even number of kv heads and at least two warps a block")
-    } else if decode_attn_abi::decode_kernel_name(s.kv_format, s.dtype, s.head_dim, Variant::Narrow, s.addressing(), false, false, false, 2).is_none() {
+    } else if decode_attn_abi::decode_kernel_name(s.kv_format, s.dtype, s.head_dim, Family::Narrow, s.addressing(), false, false, false, 2).is_none() {
         Some("no head-pair kernel for this format, dtype and head dim (int8 at head_dim 128)")
     } else {
         None
@@ -248,10 +248,10 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
     if pair {
         let s = &plan.shape;
         let longest = plan.seq_lens.iter().copied().max().unwrap_or(1);
-        let stages = stages_for(s.kv_format, s.head_dim, Variant::Narrow, false, longest.saturating_mul(2));
+        let stages = stages_for(s.kv_format, s.head_dim, Family::Narrow, false, longest.saturating_mul(2));
         if stages != plan.stages {
             let page_shift = s.page_geometry().map(|(shift, _)| shift);
-            let smem = decode_smem_bytes(s.kv_format, s.head_dim, plan.warps_m, plan.warps_k, Variant::Narrow, page_shift, stages, false);
+            let smem = decode_smem_bytes(s.kv_format, s.head_dim, plan.warps_m, plan.warps_k, Family::Narrow, page_shift, stages, false);
             let per_sm = blocks_per_sm(dev, kernel, plan.block_threads(), smem);
             if smem > dev.max_smem_per_block || per_sm == 0 {
                 return match choice {
@@ -301,7 +301,7 @@ pub fn auto_cluster_allowed(format: KvFormat) -> bool {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct PlanOptions {
     pub split: SplitPolicy,
-    pub variant: VariantChoice,
+    pub family: FamilyChoice,
     /// Warps along the keys per block (1, 2, 4 or 8; at most one per 16 keys
     /// of a pipeline stage); `None` picks the count that keeps the most
     /// warps resident.
@@ -312,21 +312,21 @@ pub struct PlanOptions {
 }
 
 impl PlanOptions {
-    /// The variant these options select for `shape`.
-    pub fn variant_for(&self, shape: &DecodeShape) -> Variant {
-        match self.variant {
-            VariantChoice::Force(v) => v,
-            // Measured on an H100 (docs/perf.md, "Narrow variant"): narrow
+    /// The family these options select for `shape`.
+    pub fn family_for(&self, shape: &DecodeShape) -> Family {
+        match self.family {
+            FamilyChoice::Force(v) => v,
+            // Measured on an H100 (docs/perf.md, "Narrow family"): narrow
             // is 3-13 % faster for quantized caches with ≤ 8 rows and no
             // faster for bf16 / fp16, whose fragments cost nothing to convert.
-            VariantChoice::Auto => match shape.rows_per_kv_head() {
-                Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Variant::Narrow,
+            FamilyChoice::Auto => match shape.rows_per_kv_head() {
+                Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Family::Narrow,
                 // Measured on an H100 (docs/perf.md, "Twelfth session"): grid
                 // B's 48 rows 2.5-3.5 % faster than wide on every row.
                 // Quantized caches too (docs/perf.md, "Thirteenth session"):
                 // grid B int8 8-10 % and int4-g32 23-25 % faster than wide.
-                Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Variant::Wgmma.serves(shape.kv_format, shape.head_dim) => Variant::Wgmma,
-                _ => Variant::Wide,
+                Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
+                _ => Family::Wide,
             },
         }
     }
@@ -403,7 +403,7 @@ pub struct Plan {
     pub(crate) num_slots: u32,
     /// Keys per chunk (`u32::MAX` when no sequence is split).
     pub(crate) chunk_keys: u32,
-    pub(crate) variant: Variant,
+    pub(crate) family: Family,
     pub(crate) warps_m: u32,
     pub(crate) warps_k: u32,
     /// Packed query rows per block (`16 * warps_m`, `Narrow`: 8).
@@ -490,8 +490,8 @@ impl Plan {
     pub fn block_table(&self) -> &[i32] {
         &self.block_table
     }
-    pub fn variant(&self) -> Variant {
-        self.variant
+    pub fn family(&self) -> Family {
+        self.family
     }
     pub fn warps_m(&self) -> u32 {
         self.warps_m
@@ -530,7 +530,7 @@ impl Plan {
     /// that has one.
     pub fn runs_capacity_twin(&self) -> bool {
         let s = &self.shape;
-        self.is_capacity() && has_capacity_twin(s.kv_format, s.head_dim, self.variant, s.is_paged(), self.cluster > 1)
+        self.is_capacity() && has_capacity_twin(s.kv_format, s.head_dim, self.family, s.is_paged(), self.cluster > 1)
     }
     /// Whether every block of the grid is resident at once (one wave at
     /// [`Plan::blocks_per_sm`]).
@@ -664,7 +664,7 @@ const ALIGN: usize = 256;
 
 static NEXT_PLAN_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Block shape (`warps_m`, `warps_k`) of the `Wide` variant for `rows`
+/// Block shape (`warps_m`, `warps_k`) of the `Wide` family for `rows`
 /// packed rows: warps along M cover up to `MAX_WARPS_M * 16` rows, warps
 /// along K take the rest of the warp budget.
 pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32, u32) {
@@ -720,19 +720,19 @@ pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo
 /// int8 kernel's 3 row-tile warps convert the same bytes) gain from every
 /// resident warp, as do the quantized wgmma kernels (their warp-specialised
 /// form, one block per SM, is planned where its grid fits one wave).
-pub fn saturating_warps_per_sm(format: KvFormat, variant: Variant, warps_m: u32) -> Option<u32> {
-    match (format, variant) {
-        (KvFormat::Int8, Variant::Narrow) => Some(8),
-        (KvFormat::Bf16 | KvFormat::F16, Variant::Wide) if warps_m == 1 => Some(4),
-        (KvFormat::Bf16 | KvFormat::F16, Variant::Wgmma) => Some(8),
+pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32) -> Option<u32> {
+    match (format, family) {
+        (KvFormat::Int8, Family::Narrow) => Some(8),
+        (KvFormat::Bf16 | KvFormat::F16, Family::Wide) if warps_m == 1 => Some(4),
+        (KvFormat::Bf16 | KvFormat::F16, Family::Wgmma) => Some(8),
         _ => None,
     }
 }
 
 /// The blocks per SM the split planner should fill: all that fit, or as
 /// many as reach [`saturating_warps_per_sm`] (at least one).
-pub fn useful_blocks_per_sm(format: KvFormat, variant: Variant, warps_m: u32, warps_per_block: u32, fit: u32) -> u32 {
-    match saturating_warps_per_sm(format, variant, warps_m) {
+pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warps_per_block: u32, fit: u32) -> u32 {
+    match saturating_warps_per_sm(format, family, warps_m) {
         Some(w) => fit.min((w / warps_per_block.max(1)).max(1)),
         None => fit,
     }
@@ -916,14 +916,14 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 const SPECIALIZED_MAX_WAVES: u64 = 2;
 
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
-    let variant = opts.variant_for(shape);
-    let specializable = variant == Variant::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
-    let make = |block_table, specialized| make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(specialized), opts, variant, specialized);
+    let family = opts.family_for(shape);
+    let specializable = family == Family::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
+    let make = |block_table, specialized| make_plan_for(shape, seq_lens, block_table, dev, &kernel.limits(specialized), opts, family, specialized);
     match opts.specialize {
         SpecializeChoice::Never => make(block_table, false),
         SpecializeChoice::Always if !specializable => Err(Error::Unsupported(format!(
-            "no warp-specialised kernel for the {} variant over a {} {} cache (only wgmma over strided quantized caches)",
-            variant.name(),
+            "no warp-specialised kernel for the {} family over a {} {} cache (only wgmma over strided quantized caches)",
+            family.name(),
             if shape.is_paged() { "paged" } else { "strided" },
             shape.kv_format.name()
         ))),
@@ -940,11 +940,11 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: 
     }
 }
 
-/// [`make_plan`] for one kernel of `variant` (`opts.variant_for(shape)`):
+/// [`make_plan`] for one kernel of `family` (`opts.family_for(shape)`):
 /// `specialized` picks the warp-specialised wgmma kernel, which `kernel`
 /// describes.
 #[allow(clippy::too_many_arguments)]
-fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions, variant: Variant, specialized: bool) -> Result<Plan> {
+fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, dev: &DeviceInfo, kernel: &KernelInfo, opts: &PlanOptions, family: Family, specialized: bool) -> Result<Plan> {
     shape.validate_seq_lens(seq_lens)?;
     dev.validate()?;
     kernel.validate()?;
@@ -952,37 +952,37 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
     let page_shift = shape.page_geometry().map(|(shift, _)| shift);
     let (format, d) = (shape.kv_format, shape.head_dim);
-    if !variant.serves(format, d) {
-        return Err(Error::Unsupported(format!("the {} variant serves head_dim 128 only; this shape is {:?} at head_dim {d}", variant.name(), format)));
+    if !family.serves(format, d) {
+        return Err(Error::Unsupported(format!("the {} family serves head_dim 128 only; this shape is {:?} at head_dim {d}", family.name(), format)));
     }
-    let tile = tile_config(format, d, variant);
+    let tile = tile_config(format, d, family);
     // Splitting only shortens work items, so the longest sequence bounds
     // every item's stages.
-    let stages = stages_for(format, d, variant, specialized, seq_lens.iter().copied().max().unwrap_or(1));
+    let stages = stages_for(format, d, family, specialized, seq_lens.iter().copied().max().unwrap_or(1));
     // Keys per warp step along a stage: the most warps along K a stage feeds.
-    let step_keys = if variant == Variant::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
-    let (warps_m, warps_k, rows_per_block) = match variant {
+    let step_keys = if family == Family::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
+    let (warps_m, warps_k, rows_per_block) = match family {
         // One warpgroup per 32-key step of a stage (two of a 64-key stage),
         // as many as the kernel's block may hold.
-        Variant::Wgmma => {
+        Family::Wgmma => {
             let groups = (tile.keys_per_stage / WGMMA_KEYS).min(MAX_WARPS * MMA_M / WGMMA_M).min(kernel.max_threads_per_block / (WGMMA_M / MMA_M * 32));
             if groups == 0 {
                 return Err(Error::Unsupported(format!("the wgmma kernel allows {} threads per block; a warpgroup needs 128", kernel.max_threads_per_block)));
             }
             (WGMMA_M / MMA_M, groups, WGMMA_M)
         }
-        Variant::Wide => {
+        Family::Wide => {
             let (m, k) = block_shape(rows, tile.keys_per_stage, kernel);
             (m, k, m * MMA_M)
         }
-        Variant::Narrow => {
-            let smem = |w| decode_smem_bytes(format, d, 1, w, variant, page_shift, stages, false);
+        Family::Narrow => {
+            let smem = |w| decode_smem_bytes(format, d, 1, w, family, page_shift, stages, false);
             let larger = narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
             let splits = match opts.split {
                 SplitPolicy::Never => false,
                 SplitPolicy::ChunkKeys(k) => seq_lens.iter().any(|&l| l > k),
                 SplitPolicy::Auto => {
-                    let per_sm = useful_blocks_per_sm(format, variant, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
+                    let per_sm = useful_blocks_per_sm(format, family, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
                     let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
                     auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm) != u32::MAX
                 }
@@ -1027,7 +1027,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
-    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, variant, page_shift, stages, specialized);
+    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, family, page_shift, stages, specialized);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
@@ -1050,7 +1050,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
             keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage)
         }
         SplitPolicy::Auto => {
-            let per_sm = useful_blocks_per_sm(format, variant, warps_m, warps_m * warps_k, blocks_per_sm) as u64;
+            let per_sm = useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm) as u64;
             auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm)
         }
     };
@@ -1084,7 +1084,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
         merges,
         num_slots,
         chunk_keys,
-        variant,
+        family,
         warps_m,
         warps_k,
         rows_per_block,
@@ -1241,11 +1241,11 @@ fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunks: u32, num
 /// Keys per pipeline stage of the wide and narrow kernels for a format and
 /// head dim (their chunks are multiples of it).
 pub fn stage_keys(format: decode_attn_abi::KvFormat, head_dim: u32) -> u32 {
-    stage_keys_for(format, head_dim, Variant::Wide)
+    stage_keys_for(format, head_dim, Family::Wide)
 }
 
-/// Keys per pipeline stage of a variant's kernels (the wgmma kernels of
+/// Keys per pipeline stage of a family's kernels (the wgmma kernels of
 /// quantized formats stage half the keys the others do).
-pub fn stage_keys_for(format: decode_attn_abi::KvFormat, head_dim: u32, variant: Variant) -> u32 {
-    tile_config(format, head_dim, variant).keys_per_stage
+pub fn stage_keys_for(format: decode_attn_abi::KvFormat, head_dim: u32, family: Family) -> u32 {
+    tile_config(format, head_dim, family).keys_per_stage
 }

@@ -17,7 +17,7 @@ use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
 use decode_attn_abi::{
-    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Variant, DECODE_KERNELS, MERGE_KERNELS, MERGE_THREADS,
+    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Family, DECODE_KERNELS, MERGE_KERNELS, MERGE_THREADS,
     QUANT_KERNELS, UTILITY_KERNELS,
 };
 
@@ -156,8 +156,8 @@ impl<'a> StepInputs<'a> {
 }
 
 /// An attention kernel's identity in the table: format, dtype, head dim,
-/// variant, addressing, cluster merge, warp specialisation, capacity twin.
-type KernelKey = (KvFormat, Dtype, u32, Variant, Addressing, bool, bool, bool, u32);
+/// family, addressing, cluster merge, warp specialisation, capacity twin.
+type KernelKey = (KvFormat, Dtype, u32, Family, Addressing, bool, bool, bool, u32);
 
 /// The library's entry point: the loaded kernels and the device they run on.
 /// Create one per CUDA context (it must be current when calling `new`).
@@ -252,7 +252,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim, k.variant, k.addressing, k.cluster, k.specialized, k.capacity, k.heads_per_block), info);
+            kernels.insert((k.format, k.dtype, k.head_dim, k.family, k.addressing, k.cluster, k.specialized, k.capacity, k.heads_per_block), info);
         }
         let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
         let mut functions = HashMap::new();
@@ -266,15 +266,15 @@ impl DecodeAttention {
         &self.device
     }
 
-    fn kernel_info(&self, shape: &DecodeShape, variant: Variant) -> Result<ShapeKernels> {
+    fn kernel_info(&self, shape: &DecodeShape, family: Family) -> Result<ShapeKernels> {
         shape.validate()?;
         // Plans are made for the global-merge kernels; a cluster plan's
         // kernel is checked against its block when it runs.
-        let key = |specialized, capacity| (shape.kv_format, shape.dtype, shape.head_dim, variant, shape.addressing(), false, specialized, capacity, 1);
+        let key = |specialized, capacity| (shape.kv_format, shape.dtype, shape.head_dim, family, shape.addressing(), false, specialized, capacity, 1);
         let unspecialized = self.kernels.get(&key(false, false)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
                 "no {} kernel for a {} cache with {} queries at head_dim {}",
-                variant.name(),
+                family.name(),
                 shape.kv_format.name(),
                 shape.dtype.name(),
                 shape.head_dim
@@ -347,7 +347,7 @@ impl DecodeAttention {
 
     /// Plans one decode step (CPU only; see [`plan::plan`]).
     pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
-        let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
+        let kernel = self.kernel_info(shape, opts.family_for(shape))?;
         plan::plan(shape, seq_lens, &self.device, &kernel, opts)
     }
 
@@ -355,7 +355,7 @@ impl DecodeAttention {
     /// [`plan::plan_paged`]): `block_table` is `[batch, shape.pages_per_seq()]`
     /// page ids, checked here and uploaded with the plan.
     pub fn plan_paged(&self, shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], opts: &PlanOptions) -> Result<Plan> {
-        let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
+        let kernel = self.kernel_info(shape, opts.family_for(shape))?;
         plan::plan_paged(shape, seq_lens, block_table, &self.device, &kernel, opts)
     }
 
@@ -364,7 +364,7 @@ impl DecodeAttention {
     /// and block table from device memory, so one plan serves every step
     /// and the run can be captured in a CUDA graph.
     pub fn plan_capacity(&self, shape: &DecodeShape, opts: &PlanOptions) -> Result<Plan> {
-        let kernel = self.kernel_info(shape, opts.variant_for(shape))?;
+        let kernel = self.kernel_info(shape, opts.family_for(shape))?;
         plan::plan_capacity(shape, &self.device, &kernel, opts)
     }
 
@@ -665,7 +665,7 @@ impl DecodeAttention {
     }
 }
 
-/// The global-merge attention kernels of one shape and variant, both warp
+/// The global-merge attention kernels of one shape and family, both warp
 /// specialisations and the capacity twin where they exist.
 struct ShapeKernels {
     unspecialized: KernelInfo,
@@ -695,13 +695,13 @@ impl plan::KernelLimits for ShapeKernels {
 /// looked up by.
 fn plan_kernel_key(plan: &Plan) -> KernelKey {
     let shape = &plan.shape;
-    (shape.kv_format, shape.dtype, shape.head_dim, plan.variant, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin(), plan.heads_per_block)
+    (shape.kv_format, shape.dtype, shape.head_dim, plan.family, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin(), plan.heads_per_block)
 }
 
 /// The name of the attention kernel that runs `plan` ([`plan_kernel_key`]).
 fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
     let shape = &plan.shape;
-    let (format, dtype, head_dim, variant, addressing, cluster, specialized, capacity, heads_per_block) = plan_kernel_key(plan);
-    decode_kernel_name(format, dtype, head_dim, variant, addressing, cluster, specialized, capacity, heads_per_block)
+    let (format, dtype, head_dim, family, addressing, cluster, specialized, capacity, heads_per_block) = plan_kernel_key(plan);
+    decode_kernel_name(format, dtype, head_dim, family, addressing, cluster, specialized, capacity, heads_per_block)
         .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim)))
 }

@@ -44,7 +44,7 @@ macro_rules! kv_type {
 
 macro_rules! decode_kernels {
     ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident, $m:ident $(, $s:ident)?);)*) => {$(
-        /// Attention over one KV format / dtype / head dim / variant /
+        /// Attention over one KV format / dtype / head dim / family /
         /// addressing / merge (/ warp specialisation or capacity form); see `decode::decode`,
         /// `decode::decode_narrow` and `decode::decode_wgmma`.
         ///
@@ -57,7 +57,7 @@ macro_rules! decode_kernels {
     )*};
 }
 
-/// The body of a variant.
+/// The body of a family.
 macro_rules! paged {
     (Strided) => { false };
     (Paged) => { true };

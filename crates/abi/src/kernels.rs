@@ -4,14 +4,14 @@
 //! kernel cannot be named on one side and missing on the other.
 //!
 //! A table macro takes the name of a macro and calls it with every entry:
-//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim, Variant, Addressing, Merge[, Specialized | Capacity]); ... }`.
+//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim, Family, Addressing, Merge[, Specialized | Capacity]); ... }`.
 
-use crate::{Addressing, Dtype, KvFormat, Variant};
+use crate::{Addressing, Dtype, KvFormat, Family};
 
-/// Attention kernels: `name => (KvFormat variant, Q/O Dtype variant, head_dim, Variant, Addressing, Merge[, Specialized | Capacity | HeadPair])`
+/// Attention kernels: `name => (KvFormat family, Q/O Dtype family, head_dim, Family, Addressing, Merge[, Specialized | Capacity | HeadPair])`
 /// (the last marker: [`KernelForm`]);
-/// every (format, dtype, head_dim) has the variants that serve it
-/// (`Variant::serves`), both addressings and both merges: `Global` kernels merge split sequences through global
+/// every (format, dtype, head_dim) has the families that serve it
+/// (`Family::serves`), both addressings and both merges: `Global` kernels merge split sequences through global
 /// memory, `Cluster` ones (`decode_cluster_*`) in a thread-block cluster.
 /// Where the wgmma kernels can be warp-specialised
 /// (`wgmma_specializable`: strided quantized caches) both forms exist; the
@@ -325,7 +325,7 @@ macro_rules! decode_kernel_table {
     };
 }
 
-/// Split-merge kernels: `name => (Dtype variant of O, head_dim)`.
+/// Split-merge kernels: `name => (Dtype family of O, head_dim)`.
 #[macro_export]
 macro_rules! merge_kernel_table {
     ($m:ident) => {
@@ -454,7 +454,7 @@ pub struct DecodeKernel {
     pub format: KvFormat,
     pub dtype: Dtype,
     pub head_dim: u32,
-    pub variant: Variant,
+    pub family: Family,
     pub addressing: Addressing,
     /// Merges split sequences in a thread-block cluster (`DecodeParams::cluster_log2`).
     pub cluster: bool,
@@ -496,11 +496,11 @@ impl DecodeKernel {
     ///   warp-specialised ones (`specialized`): one 12-warp block
     ///   (65536 / 384: 168).
     pub const fn register_cap(&self) -> Option<u32> {
-        match self.variant {
-            Variant::Narrow if self.format.is_quantized() && self.head_dim <= 128 => Some(128),
-            Variant::Wide if self.head_dim <= 128 => Some(168),
-            Variant::Wgmma if self.specialized => Some(168),
-            Variant::Wgmma => Some(128),
+        match self.family {
+            Family::Narrow if self.format.is_quantized() && self.head_dim <= 128 => Some(128),
+            Family::Wide if self.head_dim <= 128 => Some(168),
+            Family::Wgmma if self.specialized => Some(168),
+            Family::Wgmma => Some(128),
             _ => None,
         }
     }
@@ -564,7 +564,7 @@ macro_rules! decode_list {
             format: KvFormat::$f,
             dtype: Dtype::$q,
             head_dim: $d,
-            variant: Variant::$v,
+            family: Family::$v,
             addressing: Addressing::$a,
             cluster: cluster_merge!($m),
             specialized: kernel_form!($($s)?).specialized(),
@@ -588,7 +588,7 @@ merge_kernel_table!(merge_list);
 /// their params use.
 pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
 
-/// Name of the attention kernel for a (format, dtype, head_dim, variant,
+/// Name of the attention kernel for a (format, dtype, head_dim, family,
 /// addressing, cluster merge, warp specialisation, capacity form, kv heads
 /// per block), or `None` when the table has no such kernel.
 #[allow(clippy::too_many_arguments)]
@@ -596,7 +596,7 @@ pub const fn decode_kernel_name(
     format: KvFormat,
     dtype: Dtype,
     head_dim: u32,
-    variant: Variant,
+    family: Family,
     addressing: Addressing,
     cluster: bool,
     specialized: bool,
@@ -609,7 +609,7 @@ pub const fn decode_kernel_name(
         if k.format as u32 == format as u32
             && k.dtype as u32 == dtype as u32
             && k.head_dim == head_dim
-            && k.variant as u32 == variant as u32
+            && k.family as u32 == family as u32
             && k.addressing as u32 == addressing as u32
             && k.cluster == cluster
             && k.specialized == specialized

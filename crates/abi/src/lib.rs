@@ -37,7 +37,7 @@ impl Dtype {
 /// How a block maps its work onto `mma.m16n8k16` tiles.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Variant {
+pub enum Family {
     /// Query rows along M: each warp owns 16 packed rows (up to
     /// `MAX_WARPS_M` row-tile warps per block) and its keys along N. For
     /// many rows per kv head (grid B: 48).
@@ -51,27 +51,27 @@ pub enum Variant {
     /// (`wgmma.mma_async`, sm_90a): each warpgroup of 4 warps computes
     /// `WGMMA_M` (64) rows against `WGMMA_KEYS` keys per step, reading K and
     /// V from shared memory once for all its rows instead of once per
-    /// 16-row warp. Head_dim 128 only ([`Variant::serves`]); quantized
+    /// 16-row warp. Head_dim 128 only ([`Family::serves`]); quantized
     /// caches are first converted, each byte once per block, into 16-bit
     /// tiles the MMAs read.
     Wgmma = 2,
 }
 
-impl Variant {
-    pub const ALL: [Variant; 3] = [Variant::Wide, Variant::Narrow, Variant::Wgmma];
+impl Family {
+    pub const ALL: [Family; 3] = [Family::Wide, Family::Narrow, Family::Wgmma];
     pub const fn name(self) -> &'static str {
         match self {
-            Variant::Wide => "wide",
-            Variant::Narrow => "narrow",
-            Variant::Wgmma => "wgmma",
+            Family::Wide => "wide",
+            Family::Narrow => "narrow",
+            Family::Wgmma => "wgmma",
         }
     }
-    /// Whether the kernel table has this variant for a format and head dim
+    /// Whether the kernel table has this family for a format and head dim
     /// (`Wide` and `Narrow` serve every supported pair).
     pub const fn serves(self, format: KvFormat, head_dim: u32) -> bool {
         match self {
-            Variant::Wide | Variant::Narrow => format.supports_head_dim(head_dim),
-            Variant::Wgmma => head_dim == 128 && format.supports_head_dim(head_dim),
+            Family::Wide | Family::Narrow => format.supports_head_dim(head_dim),
+            Family::Wgmma => head_dim == 128 && format.supports_head_dim(head_dim),
         }
     }
 }

@@ -1,21 +1,21 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::{KvFormat, Variant};
+use crate::{KvFormat, Family};
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
 /// Keys one warp processes per step (two n8 tiles of S, one k16 step of PV).
 pub const KEYS_PER_WARP_STEP: u32 = 16;
-/// Query rows of one block of the `Narrow` variant (the n8 of its tiles).
+/// Query rows of one block of the `Narrow` family (the n8 of its tiles).
 pub const NARROW_ROWS: u32 = 8;
 /// Most mma row tiles (warps along M) in one block; more rows go to more blocks.
 pub const MAX_WARPS_M: u32 = 4;
 /// Most warps in one block.
 pub const MAX_WARPS: u32 = 8;
-/// Rows of one warpgroup MMA (`Variant::Wgmma`): 4 warps of 16.
+/// Rows of one warpgroup MMA (`Family::Wgmma`): 4 warps of 16.
 pub const WGMMA_M: u32 = 64;
-/// Keys one warpgroup processes per step of `Variant::Wgmma` (the n of its
+/// Keys one warpgroup processes per step of `Family::Wgmma` (the n of its
 /// score MMA, two k16 steps of its P·V).
 pub const WGMMA_KEYS: u32 = 32;
 
@@ -55,8 +55,8 @@ impl TileConfig {
 /// SM (grid D (64, 128): 2 stages of 32 KiB instead of 3, 3 blocks per SM
 /// instead of 2). At least 1, at most [`max_stages`].
 /// `specialized`: a warp-specialised wgmma kernel ([`wgmma_specializable`]).
-pub const fn stages_for(format: KvFormat, head_dim: u32, variant: Variant, specialized: bool, longest_keys: u32) -> u32 {
-    let n = longest_keys.div_ceil(tile_config(format, head_dim, variant).keys_per_stage);
+pub const fn stages_for(format: KvFormat, head_dim: u32, family: Family, specialized: bool, longest_keys: u32) -> u32 {
+    let n = longest_keys.div_ceil(tile_config(format, head_dim, family).keys_per_stage);
     let max = max_stages(format, specialized);
     if n == 0 {
         1
@@ -96,8 +96,8 @@ pub const fn wgmma_producer_stages(format: KvFormat) -> u32 {
     }
 }
 
-/// The stage geometry of a format, head dim and kernel variant.
-pub const fn tile_config(format: KvFormat, head_dim: u32, variant: Variant) -> TileConfig {
+/// The stage geometry of a format, head dim and kernel family.
+pub const fn tile_config(format: KvFormat, head_dim: u32, family: Family) -> TileConfig {
     let row_bytes = format.row_bytes(head_dim);
     // ~32 KiB stages keep ≥ 2 blocks per SM (228 KiB) while one stage alone
     // covers the per-SM bytes in flight that HBM latency asks for; quantized
@@ -110,7 +110,7 @@ pub const fn tile_config(format: KvFormat, head_dim: u32, variant: Variant) -> T
         64 => 128,
         128 => 64,
         _ => 32,
-    } * if format.is_quantized() && !matches!(variant, Variant::Wgmma) { 2 } else { 1 };
+    } * if format.is_quantized() && !matches!(family, Family::Wgmma) { 2 } else { 1 };
     TileConfig { keys_per_stage, row_bytes, side_bytes: format.side_bytes(head_dim) }
 }
 
@@ -135,17 +135,17 @@ pub const PAGE_RING_SLOTS: u32 = PIPELINE_STAGES + 1;
 /// Bytes of the page-id ring of a paged kernel (`page_shift`: log2 of the
 /// page size; `None`: not paged): `PAGE_RING_SLOTS` slots, rounded up to 16
 /// bytes so the Q tile after it stays aligned.
-pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, variant: Variant, page_shift: Option<u32>) -> u32 {
+pub const fn page_ring_bytes(format: KvFormat, head_dim: u32, family: Family, page_shift: Option<u32>) -> u32 {
     match page_shift {
         None => 0,
-        Some(shift) => (PAGE_RING_SLOTS * 4 * page_ids_per_stage(tile_config(format, head_dim, variant).keys_per_stage, shift)).next_multiple_of(16),
+        Some(shift) => (PAGE_RING_SLOTS * 4 * page_ids_per_stage(tile_config(format, head_dim, family).keys_per_stage, shift)).next_multiple_of(16),
     }
 }
 
 /// Bytes from the start of shared memory to the Q tile: `stages` pipeline
 /// stages, then (paged) the page-id ring.
-pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, variant: Variant, page_shift: Option<u32>, stages: u32) -> u32 {
-    tile_config(format, head_dim, variant).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, variant, page_shift)
+pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, family: Family, page_shift: Option<u32>, stages: u32) -> u32 {
+    tile_config(format, head_dim, family).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, family, page_shift)
 }
 
 /// Whether the wgmma kernels of a format and addressing come in a
@@ -171,8 +171,8 @@ pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
 /// that length as they land (`decode::decode`); a Q staged in shared
 /// memory, converted formats, page ids and cluster ranks would each need
 /// that length or their own copies first.
-pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, variant: Variant, paged: bool, cluster: bool) -> bool {
-    !format.is_quantized() && !q_in_smem(head_dim) && matches!(variant, Variant::Wide) && !paged && !cluster
+pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, paged: bool, cluster: bool) -> bool {
+    !format.is_quantized() && !q_in_smem(head_dim) && matches!(family, Family::Wide) && !paged && !cluster
 }
 
 /// Warps of a warp-specialised wgmma block that only feed the others: one
@@ -286,14 +286,14 @@ pub const fn q_converted(format: KvFormat) -> bool {
 }
 
 /// Bytes of the Q tile (after the pipeline buffers), per-row Q scales included.
-/// The `Narrow` variant keeps Q fragments in registers, so it needs the tile
-/// only to convert Q. (The wgmma variant's tiles precede its stages:
+/// The `Narrow` family keeps Q fragments in registers, so it needs the tile
+/// only to convert Q. (The wgmma family's tiles precede its stages:
 /// [`wgmma_prefix_bytes`].)
-pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, variant: Variant) -> u32 {
+pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, family: Family) -> u32 {
     let rows = warps_m * MMA_M;
     if q_converted(format) {
         rows * head_dim * 2 + 4 * rows
-    } else if q_in_smem(head_dim) && matches!(variant, Variant::Wide) {
+    } else if q_in_smem(head_dim) && matches!(family, Family::Wide) {
         rows * head_dim * 2
     } else {
         0
@@ -312,9 +312,9 @@ pub const ITEM_SMEM_BYTES: u32 = 16;
 /// `stages`: the pipeline stages it holds ([`stages_for`]); `specialized`:
 /// a warp-specialised wgmma kernel.
 #[allow(clippy::too_many_arguments)]
-pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, variant: Variant, page_shift: Option<u32>, stages: u32, specialized: bool) -> u32 {
-    let q_bytes = if matches!(variant, Variant::Wgmma) { wgmma_prefix_bytes(format, head_dim, specialized) } else { q_tile_bytes(format, head_dim, warps_m, variant) };
-    let pipe = stage_region_bytes(format, head_dim, variant, page_shift, stages) + q_bytes;
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, family: Family, page_shift: Option<u32>, stages: u32, specialized: bool) -> u32 {
+    let q_bytes = if matches!(family, Family::Wgmma) { wgmma_prefix_bytes(format, head_dim, specialized) } else { q_tile_bytes(format, head_dim, warps_m, family) };
+    let pipe = stage_region_bytes(format, head_dim, family, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);
     (if pipe > epi { pipe } else { epi }).next_multiple_of(16) + ITEM_SMEM_BYTES
 }

@@ -1,4 +1,4 @@
-//! Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a) for `Variant::Wgmma`.
+//! Hopper's warpgroup MMA (`wgmma.mma_async`, sm_90a) for `Family::Wgmma`.
 //!
 //! A warpgroup is 4 consecutive warps (`warp / 4`); one `wgmma` computes a
 //! 64-row tile, warp `w % 4` of the group holding rows `16 (w % 4) ..+16` in

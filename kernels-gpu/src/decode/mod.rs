@@ -1,6 +1,6 @@
 //! The decode-attention kernel bodies, generic over the KV format and head
-//! dim. This module holds the wide variant (query rows along mma M) and what
-//! both variants share; `narrow` the variant with keys along M.
+//! dim. This module holds the wide family (query rows along mma M) and what
+//! both families share; `narrow` the family with keys along M.
 //!
 //! One block computes, for one work item (a sequence's key range), one kv
 //! head (both from grid x: `decode_attn_abi::decode_grid_x`, a work item's
@@ -27,7 +27,7 @@ mod wgmma;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 
-use decode_attn_abi::{acc_pitch, capacity_work_item, div_rem, has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Variant, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
+use decode_attn_abi::{acc_pitch, capacity_work_item, div_rem, has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Family, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
 
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
@@ -229,8 +229,8 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     // The guess (below) is for strided 16-bit caches whose Q is in
     // registers: a Q staged in shared memory would be copied after the
     // guessed stages, outside the first wait's groups.
-    const { assert!(!GUESS || has_capacity_twin(F::FORMAT, D as u32, Variant::Wide, PAGED, CLUSTER)) };
-    let cfg = const { tile_config(F::FORMAT, D as u32, Variant::Wide) };
+    const { assert!(!GUESS || has_capacity_twin(F::FORMAT, D as u32, Family::Wide, PAGED, CLUSTER)) };
+    let cfg = const { tile_config(F::FORMAT, D as u32, Family::Wide) };
 
     let tid = thread::thread_idx_x();
     let nthreads = thread::block_dim_x();
@@ -346,7 +346,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
     let (mut l_a, mut l_b) = (0f32, 0f32);
 
     let kt = cfg.keys_per_stage;
-    // (A closure-taking loop helper shared with the other variant cost the
+    // (A closure-taking loop helper shared with the other family cost the
     // narrow int4 kernel 34 registers; the loop stays written out.)
     for t in 0..pipe.n_tiles {
         let stage = pipe.advance_guessed(t, guessed_end);

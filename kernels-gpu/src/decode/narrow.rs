@@ -1,14 +1,14 @@
-//! The `Narrow` variant: keys along mma M, up to 8 query rows along N.
+//! The `Narrow` family: keys along mma M, up to 8 query rows along N.
 //!
 //! With few rows per kv head (GQA decode: 4–8, MHA: 1) a 16-row tile of
 //! query rows is mostly empty. Here each warp computes `Sᵀ = K·Qᵀ` for 16
 //! keys × 8 rows (one m16n8k16 per 16 head dims) and `Oᵀ += Vᵀ·Pᵀ` (one per
 //! 16 output dims), so per 16 keys it issues half the mma of the wide
-//! variant, K and V fragments are still converted once per warp, the O
+//! family, K and V fragments are still converted once per warp, the O
 //! accumulator is `D / 4` registers instead of `D / 2`, and Q stays in
 //! registers as B fragments.
 //!
-//! The fragments of the wide variant serve as they are: each chunk of a
+//! The fragments of the wide family serve as they are: each chunk of a
 //! format's `k_fragment_pair` (B fragments of two 8-key tiles) and
 //! `v_fragment_pair` (B of two 8-dim tiles), reordered as `[b0, b2, b1, b3]`,
 //! is exactly the A fragment
@@ -110,7 +110,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
     let (mut l_a, mut l_b) = (0f32, 0f32);
 
     let kt = Pipe::<F, D, PAGED, CLUSTER, HG>::TILE_KEYS;
-    // (A closure-taking loop helper shared with the other variant cost the
+    // (A closure-taking loop helper shared with the other family cost the
     // narrow int4 kernel 34 registers; the loop stays written out.)
     for t in 0..pipe.n_tiles {
         let stage = pipe.advance(t);

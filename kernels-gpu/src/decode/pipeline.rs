@@ -1,4 +1,4 @@
-//! The global → shared pipeline every variant shares: stages of
+//! The global → shared pipeline every family shares: stages of
 //! `keys_per_stage` K and V rows (and their side data), `PIPELINE_STAGES`
 //! deep, filled with `cp.async` by every thread of the block.
 //!
@@ -21,7 +21,7 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, wgmma_producer_stages, DecodeParams, TileConfig, Variant, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
+use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, wgmma_producer_stages, DecodeParams, TileConfig, Family, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{mbarrier, memory, shared, thread};
@@ -103,9 +103,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// the paged wgmma kernels at their 128 registers and moved the head
     /// dim 64 wide ones past 128.)
     const TABLE_PROLOGUE: bool = PAGED && !F::FORMAT.is_quantized() && (WIDE || WGMMA || !CLUSTER);
-    /// The variant whose stage geometry this pipeline has (the wide and
+    /// The family whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
-    const VARIANT: Variant = if WGMMA { Variant::Wgmma } else { Variant::Wide };
+    const VARIANT: Family = if WGMMA { Family::Wgmma } else { Family::Wide };
     pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32, Self::VARIANT);
     /// Keys of one kv head a stage holds (`HG` heads share it).
     pub const TILE_KEYS: u32 = {

@@ -1,4 +1,4 @@
-//! The wgmma variant (`Variant::Wgmma`): the wide variant's geometry —
+//! The wgmma family (`Family::Wgmma`): the wide family's geometry —
 //! query rows along M, keys along N — on Hopper's warpgroup MMA.
 //!
 //! A block is `warps_k` warpgroups of 4 warps. Warpgroup `wk` takes the
@@ -11,7 +11,7 @@
 //! is read once per warpgroup instead of once per 16-row warp (the wide
 //! kernel's `ldmatrix`), which is what limits the wide kernel on grid B's
 //! 48 rows. The Q tile (first in shared memory) and the stages after it
-//! are laid out as `Swizzle128`; the epilogue is the wide variant's
+//! are laid out as `Swizzle128`; the epilogue is the wide family's
 //! (`warps_m` = 4).
 //!
 //! Quantized caches land in their stages as plain rows (by bulk copies

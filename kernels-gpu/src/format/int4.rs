@@ -16,7 +16,7 @@
 
 use core::marker::PhantomData;
 
-use decode_attn_abi::{tile_config, Variant};
+use decode_attn_abi::{tile_config, Family};
 
 use super::{swizzled, Half, KvFormat, LinearRows, StageTiles, TileLayout, HALF_TILE};
 use crate::arch::{math, mma, shared};
@@ -83,13 +83,13 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// and high byte of each half-word) under one scale and zero.
     #[inline(always)]
     unsafe fn k_fragment_pair<const D: usize>(tile: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
-        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wide) };
         Self::k_fragment_pair_in::<D>(tile, tile + cfg.side_offset(), key, kp, lane)
     }
 
     #[inline(always)]
     unsafe fn k_fragment_pair_in<const D: usize>(tile: u32, side: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
-        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wide) };
         let sr = cfg.side_bytes;
         let (g, c) = (lane / 4, lane % 4);
         let group = (32 * kp + 8 * c) / G;
@@ -112,13 +112,13 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// one set of per-key scales and zeros.
     #[inline(always)]
     unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
-        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wide) };
         Self::v_fragment_pair_in::<D>(tile, tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * cfg.side_bytes, key, mp, lane)
     }
 
     #[inline(always)]
     unsafe fn v_fragment_pair_in<const D: usize>(tile: u32, side: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
-        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wide) };
+        let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wide) };
         let sr = cfg.side_bytes;
         let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(key + lane % 16, mp, (D / 2) as u32));
         let group = 32 * mp / G;
@@ -146,7 +146,7 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// word each, its pairs in order.
     #[inline(always)]
     unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
-        let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Variant::Wgmma).side_bytes };
+        let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wgmma).side_bytes };
         let chunks = D as u32 / 32;
         const JOBS: usize = (2 * decode_attn_abi::WGMMA_KEYS / 8 * 4 / 16) as usize;
         const { assert!(D == 128 && (HALVES == 1 || HALVES == 2)) };
