@@ -267,6 +267,7 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         kv_layout,
         // Large magnitudes need a scale of 1 for logits of 100 and more.
         scale: (d.dist == Distribution::LargeMagnitude).then_some(1.0),
+        soft_cap: None,
     };
     let split = match d.split {
         SplitKind::Auto => SplitPolicy::Auto,

@@ -42,7 +42,7 @@ fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u
         Dtype::Bf16 => KvFormat::Bf16,
         Dtype::F16 => KvFormat::F16,
     };
-    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None }
+    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None }
 }
 
 /// The specification, as cases: every head ratio, head dim, q_len, length

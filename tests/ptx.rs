@@ -3,7 +3,10 @@
 //! their register cap, and (when a ptxas is available) it assembles for
 //! sm_90 with no local memory and within those caps.
 
-use decode_attn_abi::{decode_kernel_name, has_capacity_twin, merge_kernel_name, wgmma_specializable, Addressing, Dtype, KvFormat, Family, DECODE_KERNELS, HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
+use decode_attn_abi::{
+    decode_kernel_name, has_capacity_twin, has_head_pair_form, merge_kernel_name, quant_kernel_name, wgmma_specializable, Addressing, Dtype, Family, Form, KernelId, KvFormat, Merge, QuantDirection, QuantKernelId, Variant, DECODE_KERNELS,
+    HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS,
+};
 
 fn host_names() -> Vec<&'static str> {
     let mut names = UTILITY_KERNELS.to_vec();
@@ -13,39 +16,60 @@ fn host_names() -> Vec<&'static str> {
     names
 }
 
-/// Every format the library accepts has a kernel for its dtype at every
-/// head dim, in both families and both addressings, and a merge kernel
-/// exists for every dtype and head dim.
+/// The kernel set as the planner relies on it: every format the library
+/// accepts has, for every dtype it computes with, head dim, family that
+/// serves it, addressing and merge, its plain standard kernel; every
+/// variant has the plain global-merge kernel of each of them; the
+/// warp-specialised, capacity-twin and head-pair forms exist exactly where
+/// their predicates say; and no two kernels share a symbol.
 #[test]
-fn the_kernel_table_covers_every_supported_combination() {
+fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
+    let id = |format, dtype, head_dim, family, addressing, merge, form, variant| KernelId { format, dtype, head_dim, family, addressing, merge, form, variant };
     for d in HEAD_DIMS {
         for dtype in Dtype::ALL {
             assert!(merge_kernel_name(dtype, d).is_some(), "no merge kernel for {dtype:?} d{d}");
         }
         for f in KvFormat::ALL.into_iter().filter(|f| f.supports_head_dim(d)) {
-            let dtypes: Vec<Dtype> = match f.required_dtype() {
-                Some(q) => vec![q],
-                None => Dtype::ALL.to_vec(),
-            };
-            for (q, v) in dtypes.into_iter().flat_map(|q| Family::ALL.into_iter().filter(move |v| v.serves(f, d)).map(move |v| (q, v))) {
-                for (a, cluster) in Addressing::ALL.into_iter().flat_map(|a| [(a, false), (a, true)]) {
-                    assert!(decode_kernel_name(f, q, d, v, a, cluster, false, false, 1).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}");
-                    let specializable = v == Family::Wgmma && wgmma_specializable(f, a == Addressing::Paged);
-                    let twin = has_capacity_twin(f, d, v, a == Addressing::Paged, cluster);
-                    assert_eq!(
-                        decode_kernel_name(f, q, d, v, a, cluster, false, true, 1).is_some(),
-                        twin,
-                        "capacity twin of {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}: expected {twin}"
-                    );
-                    assert_eq!(
-                        decode_kernel_name(f, q, d, v, a, cluster, true, false, 1).is_some(),
-                        specializable,
-                        "warp-specialised kernel for {f:?} / {q:?} / d{d} / {v:?} / {a:?} / cluster {cluster}: expected {specializable}"
-                    );
+            let dtypes: Vec<Dtype> = f.required_dtype().map_or(Dtype::ALL.to_vec(), |q| vec![q]);
+            for (q, fam) in dtypes.into_iter().flat_map(|q| Family::ALL.into_iter().filter(move |v| v.serves(f, d)).map(move |v| (q, v))) {
+                for a in Addressing::ALL {
+                    for m in Merge::ALL {
+                        let k = |form, variant| decode_kernel_name(&id(f, q, d, fam, a, m, form, variant));
+                        assert!(k(Form::Plain, Variant::Standard).is_some(), "no kernel for {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?}");
+                        for v in Variant::ALL {
+                            assert_eq!(k(Form::Plain, v).is_some(), m == Merge::Global || v == Variant::Standard, "{v:?} kernel of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?}");
+                            let specializable = fam == Family::Wgmma && wgmma_specializable(f, a.is_paged()) && v.builds(m, Form::Specialized);
+                            assert_eq!(k(Form::Specialized, v).is_some(), specializable, "warp-specialised {v:?} kernel of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?}");
+                            let twin = has_capacity_twin(f, d, fam, a.is_paged(), m.is_cluster()) && v == Variant::Standard;
+                            assert_eq!(k(Form::Capacity, v).is_some(), twin, "capacity twin of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?} / {v:?}");
+                            let pair = has_head_pair_form(f, d, fam, m.is_cluster()) && v == Variant::Standard;
+                            assert_eq!(k(Form::HeadPair, v).is_some(), pair, "head pair of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?} / {v:?}");
+                        }
+                    }
                 }
             }
         }
     }
+    let names: std::collections::BTreeSet<_> = host_names().into_iter().collect();
+    assert_eq!(names.len(), host_names().len(), "two kernels share a symbol");
+    assert_eq!(DECODE_KERNELS.len(), KernelId::all().count());
+    assert!(DECODE_KERNELS.iter().all(|k| k.id.exists()));
+}
+
+/// Symbols spell the identity: family, addressing, merge, form and variant
+/// as words, then the format, the query type and the head dim.
+#[test]
+fn a_kernel_symbol_spells_its_identity() {
+    let named = |name: &str| DECODE_KERNELS.iter().find(|k| k.name == name).map(|k| k.id);
+    let k = named("decode_cluster_paged_narrow_kv_int4g32_q_f16_d256").unwrap();
+    assert_eq!((k.format, k.dtype, k.head_dim, k.family, k.addressing, k.merge, k.form, k.variant), (KvFormat::Int4G32, Dtype::F16, 256, Family::Narrow, Addressing::Paged, Merge::Cluster, Form::Plain, Variant::Standard));
+    let k = named("decode_wgmma_ws_softcap_kv_int8_q_bf16_d128").unwrap();
+    assert_eq!((k.family, k.addressing, k.merge, k.form, k.variant), (Family::Wgmma, Addressing::Strided, Merge::Global, Form::Specialized, Variant::SoftCap));
+    assert_eq!(named("decode_capacity_kv_bf16_q_bf16_d64").unwrap().form, Form::Capacity);
+    assert_eq!(named("decode_paged_narrow_pair_kv_int8_q_f16_d128").unwrap().form, Form::HeadPair);
+    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::Int4G64, dtype: Dtype::Bf16, head_dim: 64, direction: QuantDirection::Dequantize }), Some("dequantize_int4g64_to_bf16_d64"));
+    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Quantize }), Some("store_f16_d128"));
+    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Dequantize }), None);
 }
 
 #[test]
@@ -65,7 +89,7 @@ fn register_caps_are_in_the_ptx() {
     let capped: Vec<_> = DECODE_KERNELS.iter().filter_map(|k| Some((k.name, k.register_cap()?))).collect();
     assert!(capped.iter().any(|(n, _)| *n == "decode_narrow_kv_int8_q_bf16_d128"));
     assert!(capped.iter().any(|(n, r)| *n == "decode_paged_kv_bf16_q_bf16_d128" && *r == 168));
-    assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.head_dim <= 128));
+    assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.id.head_dim <= 128));
     for (name, regs) in &capped {
         let at = decode_attn::PTX.find(&format!(".entry {name}(")).unwrap();
         let head = &decode_attn::PTX[at..at + decode_attn::PTX[at..].find('{').unwrap()];

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    capacity_merge_item, capacity_work_item, decode_smem_bytes, has_capacity_twin, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, MergeItem, Family, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
+    capacity_merge_item, capacity_work_item, decode_smem_bytes, merge_rows_per_block, Form, KernelId, Merge, stages_for, tile_config, wgmma_specializable, MergeItem, Family, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
 use crate::error::{ensure, Error, Result};
@@ -209,8 +209,8 @@ pub fn head_pair_unsupported(plan: &Plan) -> Option<&'static str> {
         Some("head pairs run unsplit plans only")
     } else if s.num_kv_heads % 2 != 0 || plan.warps_k < 2 || plan.warps_m != 1 {
         Some("head pairs need an even number of kv heads and at least two warps a block")
-    } else if decode_attn_abi::decode_kernel_name(s.kv_format, s.dtype, s.head_dim, Family::Narrow, s.addressing(), false, false, false, 2).is_none() {
-        Some("no head-pair kernel for this format, dtype and head dim (int8 at head_dim 128)")
+    } else if !plan.kernel_id_with(Form::HeadPair).exists() {
+        Some("no head-pair kernel for this format, dtype, head dim and variant (int8 at head_dim 128, standard softmax)")
     } else {
         None
     }
@@ -529,8 +529,36 @@ impl Plan {
     /// (`decode_attn_abi::has_capacity_twin`): a capacity plan of a shape
     /// that has one.
     pub fn runs_capacity_twin(&self) -> bool {
+        self.is_capacity() && self.kernel_id_with(Form::Capacity).exists()
+    }
+    /// The attention kernel that runs the plan: its cluster-merge form for
+    /// cluster plans, its warp-specialised, capacity-twin or head-pair
+    /// form where the plan takes one, of the shape's variant.
+    pub fn kernel_id(&self) -> KernelId {
+        let form = if self.specialized {
+            Form::Specialized
+        } else if self.heads_per_block > 1 {
+            Form::HeadPair
+        } else if self.runs_capacity_twin() {
+            Form::Capacity
+        } else {
+            Form::Plain
+        };
+        self.kernel_id_with(form)
+    }
+    /// The plan's kernel in form `form`.
+    fn kernel_id_with(&self, form: Form) -> KernelId {
         let s = &self.shape;
-        self.is_capacity() && has_capacity_twin(s.kv_format, s.head_dim, self.family, s.is_paged(), self.cluster > 1)
+        KernelId {
+            format: s.kv_format,
+            dtype: s.dtype,
+            head_dim: s.head_dim,
+            family: self.family,
+            addressing: s.addressing(),
+            merge: if self.cluster > 1 { Merge::Cluster } else { Merge::Global },
+            form,
+            variant: s.variant(),
+        }
     }
     /// Whether every block of the grid is resident at once (one wave at
     /// [`Plan::blocks_per_sm`]).
@@ -869,7 +897,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // power of two: the chunks past the capacity, like those past a step's
     // lengths, exit at once).
     let chunks = chunks_of(shape.max_seq_len, chunk_keys);
-    let cluster = cluster_size(chunks, shape.kv_format, dev, opts);
+    let cluster = cluster_size(chunks, shape, dev, opts);
     let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
@@ -1062,7 +1090,7 @@ fn make_plan_for(shape: &DecodeShape, seq_lens: &[u32], block_table: Vec<i32>, d
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
     let max_chunks = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
-    let cluster = cluster_size(max_chunks, shape.kv_format, dev, opts);
+    let cluster = cluster_size(max_chunks, shape, dev, opts);
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
@@ -1189,7 +1217,12 @@ fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: usize) -> (
 /// sequences split, the options allow a cluster that large
 /// ([`MergeChoice`]) and the device has one; else 0 (merge through global
 /// memory).
-pub fn cluster_size(chunks: u32, format: KvFormat, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
+pub fn cluster_size(chunks: u32, shape: &DecodeShape, dev: &DeviceInfo, opts: &PlanOptions) -> u32 {
+    let format = shape.kv_format;
+    if !shape.variant().builds(Merge::Cluster, Form::Plain) {
+        // The variant's kernels merge through global memory only.
+        return 0;
+    }
     let most = match opts.merge {
         MergeChoice::Auto if auto_cluster_allowed(format) => AUTO_CLUSTER_MAX.min(dev.max_cluster),
         MergeChoice::Auto => 0,

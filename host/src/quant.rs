@@ -10,7 +10,7 @@
 //! turn into fp16 with one `prmt` and one subtraction.
 
 use cust::prelude::Stream;
-use decode_attn_abi::{quant_kernel_name, KvFormat, QuantDirection, QuantParams, QUANT_WARPS};
+use decode_attn_abi::{quant_kernel_name, KvFormat, QuantDirection, QuantKernelId, QuantParams, QUANT_WARPS};
 
 use crate::check::{check_buffer, dtype_elem, kv_elem, side_elem, BufferDesc};
 use crate::error::{ensure, Error, Result};
@@ -408,7 +408,7 @@ impl DecodeAttention {
     fn quant_launch(&self, shape: &DecodeShape, job: QuantJob, stream: RawStream) -> Result<()> {
         shape.validate()?;
         let direction = job.direction;
-        let name = quant_kernel_name(shape.kv_format, shape.dtype, shape.head_dim, direction)
+        let name = quant_kernel_name(&QuantKernelId { format: shape.kv_format, dtype: shape.dtype, head_dim: shape.head_dim, direction })
             .ok_or_else(|| Error::Unsupported(format!("no {direction:?} kernel for {} / {}", shape.kv_format.name(), shape.dtype.name())))?;
         job.step.check_for(shape)?;
         let lens = job.step.seq_lens.desc();

@@ -17,7 +17,7 @@ use cust::module::Module;
 use cust::prelude::Stream;
 use cust::sys as cuda;
 use decode_attn_abi::{
-    decode_kernel_name, merge_kernel_name, Addressing, DecodeParams, Dtype, KvFormat, MergeParams, Family, DECODE_KERNELS, MERGE_KERNELS, MERGE_THREADS,
+    decode_kernel_name, merge_kernel_name, DecodeParams, Family, Form, KernelId, Merge, MergeParams, DECODE_KERNELS, MERGE_KERNELS, MERGE_THREADS,
     QUANT_KERNELS, UTILITY_KERNELS,
 };
 
@@ -155,17 +155,13 @@ impl<'a> StepInputs<'a> {
     }
 }
 
-/// An attention kernel's identity in the table: format, dtype, head dim,
-/// family, addressing, cluster merge, warp specialisation, capacity twin.
-type KernelKey = (KvFormat, Dtype, u32, Family, Addressing, bool, bool, bool, u32);
-
 /// The library's entry point: the loaded kernels and the device they run on.
 /// Create one per CUDA context (it must be current when calling `new`).
 pub struct DecodeAttention {
     /// Keeps the functions below alive.
     _module: Module,
     device: DeviceInfo,
-    kernels: HashMap<KernelKey, KernelInfo>,
+    kernels: HashMap<KernelId, KernelInfo>,
     /// Every kernel of the module, looked up once: launching then makes no
     /// driver call but the launch (safe inside a stream capture).
     functions: HashMap<&'static str, cuda::CUfunction>,
@@ -252,7 +248,7 @@ impl DecodeAttention {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            kernels.insert((k.format, k.dtype, k.head_dim, k.family, k.addressing, k.cluster, k.specialized, k.capacity, k.heads_per_block), info);
+            kernels.insert(k.id, info);
         }
         let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
         let mut functions = HashMap::new();
@@ -270,17 +266,27 @@ impl DecodeAttention {
         shape.validate()?;
         // Plans are made for the global-merge kernels; a cluster plan's
         // kernel is checked against its block when it runs.
-        let key = |specialized, capacity| (shape.kv_format, shape.dtype, shape.head_dim, family, shape.addressing(), false, specialized, capacity, 1);
-        let unspecialized = self.kernels.get(&key(false, false)).copied().ok_or_else(|| {
+        let id = |form| KernelId {
+            format: shape.kv_format,
+            dtype: shape.dtype,
+            head_dim: shape.head_dim,
+            family,
+            addressing: shape.addressing(),
+            merge: Merge::Global,
+            form,
+            variant: shape.variant(),
+        };
+        let unspecialized = self.kernels.get(&id(Form::Plain)).copied().ok_or_else(|| {
             Error::Unsupported(format!(
-                "no {} kernel for a {} cache with {} queries at head_dim {}",
+                "no {} kernel for a {} cache with {} queries at head_dim {} ({} softmax)",
                 family.name(),
                 shape.kv_format.name(),
                 shape.dtype.name(),
-                shape.head_dim
+                shape.head_dim,
+                shape.variant().name()
             ))
         })?;
-        Ok(ShapeKernels { unspecialized, specialized: self.kernels.get(&key(true, false)).copied(), capacity: self.kernels.get(&key(false, true)).copied() })
+        Ok(ShapeKernels { unspecialized, specialized: self.kernels.get(&id(Form::Specialized)).copied(), capacity: self.kernels.get(&id(Form::Capacity)).copied() })
     }
 
     /// Launches kernel `name` with `params` as its single by-value argument.
@@ -501,7 +507,7 @@ impl DecodeAttention {
             (PlanMode::Capacity { .. }, Some(step)) => step.check_for(shape)?,
         }
         // The plan's shape was validated by `plan()`; only the lookup is needed.
-        let kernel = self.kernels.get(&plan_kernel_key(plan)).copied().ok_or_else(|| {
+        let kernel = self.kernels.get(&plan.kernel_id()).copied().ok_or_else(|| {
             Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim))
         })?;
         ensure(
@@ -567,7 +573,7 @@ impl DecodeAttention {
             warps_m: plan.warps_m,
             // (Head pairs: one head's warps.)
             warps_k: plan.warps_k / plan.heads_per_block,
-            scale_log2: shape.softmax_scale() * std::f32::consts::LOG2_E,
+            score_scale: shape.logit_factors().0,
             num_kv_heads: shape.num_kv_heads,
             block_table,
             table_stride: shape.pages_per_seq(),
@@ -581,6 +587,7 @@ impl DecodeAttention {
             max_seq_len,
             stages: plan.stages,
             cluster_log2: plan.cluster.max(1).trailing_zeros(),
+            logit_cap: shape.logit_factors().1,
         };
         let name = plan_kernel_name(plan)?;
         // SAFETY: the grid, block and shared memory are the plan's; every
@@ -689,19 +696,9 @@ impl plan::KernelLimits for ShapeKernels {
     }
 }
 
-/// The identity of the attention kernel that runs `plan` (its
-/// cluster-merge form for cluster plans, its capacity twin for capacity
-/// plans that have one): the one key both its name and its limits are
-/// looked up by.
-fn plan_kernel_key(plan: &Plan) -> KernelKey {
-    let shape = &plan.shape;
-    (shape.kv_format, shape.dtype, shape.head_dim, plan.family, shape.addressing(), plan.cluster > 1, plan.specialized, plan.runs_capacity_twin(), plan.heads_per_block)
-}
-
-/// The name of the attention kernel that runs `plan` ([`plan_kernel_key`]).
+/// The name of the attention kernel that runs `plan` ([`Plan::kernel_id`]).
 fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
     let shape = &plan.shape;
-    let (format, dtype, head_dim, family, addressing, cluster, specialized, capacity, heads_per_block) = plan_kernel_key(plan);
-    decode_kernel_name(format, dtype, head_dim, family, addressing, cluster, specialized, capacity, heads_per_block)
-        .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{}", shape.kv_format.name(), shape.dtype.name(), shape.head_dim)))
+    decode_kernel_name(&plan.kernel_id())
+        .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{} ({})", shape.kv_format.name(), shape.dtype.name(), shape.head_dim, shape.variant().name())))
 }

@@ -1,6 +1,6 @@
 //! The problem description a plan is made for, and its validation.
 
-use decode_attn_abi::{Addressing, Dtype, KvFormat, HEAD_DIMS, MAX_Q_LEN};
+use decode_attn_abi::{Addressing, Dtype, KvFormat, Variant, HEAD_DIMS, MAX_Q_LEN};
 
 use crate::error::{ensure, Result};
 
@@ -91,6 +91,11 @@ pub struct DecodeShape {
     pub kv_layout: KvLayout,
     /// Softmax scale; `None` means `1/sqrt(head_dim)`.
     pub scale: Option<f32>,
+    /// Logits soft-cap `c` (Gemma 2, Grok): each logit is
+    /// `c · tanh(scale · q·k / c)` (`docs/benchmark.md`, "Semantics").
+    /// `None`: plain `softmax(scale · q·k)`. Runs the soft-cap kernels
+    /// ([`Variant::SoftCap`]); plans of a cap are plans of that variant.
+    pub soft_cap: Option<f32>,
 }
 
 impl DecodeShape {
@@ -107,6 +112,7 @@ impl DecodeShape {
             kv_format: KvFormat::Bf16,
             kv_layout: KvLayout::Nhd,
             scale: None,
+            soft_cap: None,
         }
     }
 
@@ -116,6 +122,27 @@ impl DecodeShape {
 
     pub fn softmax_scale(&self) -> f32 {
         self.scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
+    }
+
+    /// The attention variant the shape's kernels are compiled for.
+    pub fn variant(&self) -> Variant {
+        if self.soft_cap.is_some() {
+            Variant::SoftCap
+        } else {
+            Variant::Standard
+        }
+    }
+
+    /// The kernels' query transform (`DecodeParams::score_scale`) and
+    /// soft-cap factor (`logit_cap`), from the softmax scale and the cap:
+    /// `(scale · log2 e, 0)`, or with a cap `c` `(2 · log2 e · scale / c,
+    /// c · log2 e)`.
+    pub fn logit_factors(&self) -> (f32, f32) {
+        let log2e = std::f32::consts::LOG2_E;
+        match self.soft_cap {
+            None => (self.softmax_scale() * log2e, 0.0),
+            Some(cap) => (2.0 * log2e * (self.softmax_scale() / cap), cap * log2e),
+        }
     }
 
     /// Elements of Q (and of O): `batch * q_len * num_q_heads * head_dim`;
@@ -336,6 +363,17 @@ impl DecodeShape {
                 "scale",
                 format!("a positive number whose product with log2(e) is finite (at most {:e})", f32::MAX / std::f32::consts::LOG2_E),
                 scale,
+            )?;
+        }
+        if let Some(cap) = self.soft_cap {
+            // The kernels compute 2·log2(e)·scale / c and c·log2(e): both
+            // finite and the first nonzero.
+            let (factor, out) = self.logit_factors();
+            ensure(
+                cap.is_finite() && cap > 0.0 && factor.is_finite() && factor > 0.0 && out.is_finite(),
+                "soft_cap",
+                format!("a positive finite cap c with c · log2(e) finite and 2 · log2(e) · scale / c finite and nonzero (scale {})", self.softmax_scale()),
+                cap,
             )?;
         }
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {

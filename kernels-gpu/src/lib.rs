@@ -22,8 +22,9 @@ pub mod merge;
 pub mod quant;
 pub mod sleep;
 pub mod state;
+pub mod variant;
 
-use decode_attn_abi::{AdvanceParams, DecodeParams, FillParams, MergeParams, QuantParams, SleepParams};
+use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, FillParams, Form, Merge, MergeParams, QuantParams, SleepParams};
 use format::{Bf16, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
@@ -43,30 +44,39 @@ macro_rules! kv_type {
 }
 
 macro_rules! decode_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $v:ident, $a:ident, $m:ident $(, $s:ident)?);)*) => {$(
-        /// Attention over one KV format / dtype / head dim / family /
-        /// addressing / merge (/ warp specialisation or capacity form); see `decode::decode`,
-        /// `decode::decode_narrow` and `decode::decode_wgmma`.
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident);)*) => {$(
+        /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
+        /// see `decode::decode`, `decode::decode_narrow` and `decode::decode_wgmma`.
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            decode_body!($v, kv_type!($f, $q), $d, { paged!($a) }, { decode_attn_abi::cluster_merge!($m) }, { decode_attn_abi::kernel_form!($($s)?).specialized() }, { decode_attn_abi::kernel_form!($($s)?).capacity() }, { decode_attn_abi::kernel_form!($($s)?).heads_per_block() }, &p)
+            decode_body!(
+                $fam,
+                kv_type!($f, $q),
+                variant::$v,
+                $d,
+                { Addressing::$a.is_paged() },
+                { Merge::$m.is_cluster() },
+                Form::$form,
+                &p
+            )
         }
     )*};
 }
 
-/// The body of a family.
-macro_rules! paged {
-    (Strided) => { false };
-    (Paged) => { true };
-}
-
+/// The body of a family, its const parameters from the row's axes.
 macro_rules! decode_body {
-    (Wide, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $heads:expr, $p:expr) => { decode::decode::<$t, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, $cap>($p) };
-    (Narrow, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $heads:expr, $p:expr) => { decode::decode_narrow::<$t, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster, $heads>($p) };
-    (Wgmma, $t:ty, $d:literal, $paged:expr, $cluster:expr, $spec:expr, $cap:expr, $heads:expr, $p:expr) => { decode::decode_wgmma::<$t, $d, $paged, $cluster, $spec>($p) };
+    (Wide, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
+        decode::decode::<$t, $v, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, { $form.is_capacity() }>($p)
+    };
+    (Narrow, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
+        decode::decode_narrow::<$t, $v, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster, { $form.heads_per_block() }>($p)
+    };
+    (Wgmma, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
+        decode::decode_wgmma::<$t, $v, $d, $paged, $cluster, { $form.is_specialized() }>($p)
+    };
 }
 
 macro_rules! merge_kernels {

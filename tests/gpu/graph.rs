@@ -111,6 +111,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         kv_format: case.format,
         kv_layout: KvLayout::Nhd,
         scale: None,
+        soft_cap: None,
     };
     let width = cap / page;
     let mut rng = Rng::new(seed);

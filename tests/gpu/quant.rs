@@ -57,6 +57,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
         kv_format: format,
         kv_layout: layout,
         scale: None,
+        soft_cap: None,
     };
     let lens = vec![300u32, 2, 157];
     let p = Problem::new(&shape, &lens, Distribution::HeavyTailed, 5).map_err(err)?;

@@ -80,8 +80,12 @@ pub struct DecodeParams {
     pub rows_per_block: u32,
     pub warps_m: u32,
     pub warps_k: u32,
-    /// softmax scale × log2(e): logits are computed in base 2.
-    pub scale_log2: f32,
+    /// The attention variant's query transform (`kernels-gpu`'s
+    /// `AttentionVariant::score_scale`), the factor of every raw `q·k`:
+    /// softmax scale × log2(e) for the standard variant (logits in base 2);
+    /// for soft-cap `c`, 2·log2(e) × softmax scale / c (the exponent of its
+    /// `tanh`).
+    pub score_scale: f32,
     pub num_kv_heads: u32,
     /// Paged kernels: `[batch, table_stride]` i32 page ids. K row (b, t, h)
     /// then starts at byte `page*k_stride_batch + (t mod page_size)*k_stride_token
@@ -135,6 +139,9 @@ pub struct DecodeParams {
     /// A power of two so that a block finds its item and kv head with
     /// shifts: the paged kernels recompute the kv head at every stage.
     pub cluster_log2: u32,
+    /// Soft-cap kernels: the cap × log2(e), the factor of the logit's
+    /// `tanh` (0 for the standard variant, which does not read it).
+    pub logit_cap: f32,
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -218,6 +225,7 @@ const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 64);
 const _: () = assert!(core::mem::size_of::<DecodeParams>() == 248);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
+const _: () = assert!(core::mem::offset_of!(DecodeParams, logit_cap) == 244);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):

@@ -1,7 +1,7 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::{KvFormat, Family};
+use crate::axes::{q_in_smem, Family, KvFormat};
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
@@ -148,33 +148,6 @@ pub const fn stage_region_bytes(format: KvFormat, head_dim: u32, family: Family,
     tile_config(format, head_dim, family).pipeline_bytes(stages) + page_ring_bytes(format, head_dim, family, page_shift)
 }
 
-/// Whether the wgmma kernels of a format and addressing come in a
-/// warp-specialised form too (`DecodeKernel::specialized`): the strided
-/// kernels of quantized formats. There a producer warpgroup
-/// ([`WGMMA_PRODUCER_WARPS`]) issues the stages' bulk copies and converts
-/// them into 16-bit tiles while the `warps_k` warpgroups before it only
-/// compute (`decode::wgmma`). Their blocks run one per SM (384 threads at
-/// 168 registers, [`DecodeKernel::register_cap`](crate::DecodeKernel::register_cap)),
-/// the unspecialised ones two: the planner takes the specialised kernel
-/// when its grid fits one wave (`host::plan`, docs/perf.md, seventeenth
-/// session).
-pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
-    format.is_quantized() && !paged
-}
-
-/// Whether an attention kernel has a capacity twin
-/// (`DecodeKernel::capacity`), launched for capacity plans of device
-/// lengths: the strided wide kernels of 16-bit caches that keep Q in
-/// registers (head dims up to 128), global merge. A block of a sequence's
-/// first chunk issues its first stages for the chunk at full capacity
-/// before its device length arrives, and zeroes the rows it copied past
-/// that length as they land (`decode::decode`); a Q staged in shared
-/// memory, converted formats, page ids and cluster ranks would each need
-/// that length or their own copies first.
-pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, paged: bool, cluster: bool) -> bool {
-    !format.is_quantized() && !q_in_smem(head_dim) && matches!(family, Family::Wide) && !paged && !cluster
-}
-
 /// Warps of a warp-specialised wgmma block that only feed the others: one
 /// warpgroup, after the compute warpgroups.
 pub const WGMMA_PRODUCER_WARPS: u32 = 4;
@@ -269,13 +242,6 @@ pub const fn acc_pitch(head_dim: u32) -> u32 {
 pub const fn epilogue_bytes(head_dim: u32, warps_m: u32, warps_k: u32) -> u32 {
     let rows = warps_m * MMA_M;
     4 * (rows * acc_pitch(head_dim) + 2 * warps_k * rows + 2 * rows)
-}
-
-/// Whether the kernel keeps Q in shared memory (after the pipeline buffers)
-/// rather than in registers: at D = 256, Q fragments (64 registers) and the
-/// O accumulator (128) would not fit in 255 registers together.
-pub const fn q_in_smem(head_dim: u32) -> bool {
-    head_dim > 128
 }
 
 /// Whether the kernel converts Q into a shared tile (with a power-of-two

@@ -32,6 +32,7 @@ use decode_attn_abi::{acc_pitch, capacity_work_item, div_rem, has_capacity_twin,
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
+use crate::variant::{self, AttentionVariant};
 use pipeline::Pipeline;
 
 /// Output quads per round of the wgmma kernels' output loop (`epilogue`).
@@ -224,7 +225,7 @@ pub(crate) fn qo_row_addr<const D: usize>(base: u64, p: &DecodeParams, batch: u3
 /// Launched by the host with the grid, block and shared memory the planner
 /// computed for these params (see the module docs), on buffers it validated.
 #[inline(always)]
-pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool, const GUESS: bool>(p: &DecodeParams) {
+pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool, const GUESS: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
     // The guess (below) is for strided 16-bit caches whose Q is in
     // registers: a Q staged in shared memory would be copied after the
@@ -330,7 +331,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
 
     // Per-row factors of the scores: the softmax scale (base 2), times the
     // power of two a converted Q row was scaled down by.
-    let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
+    let (mut scale_a, mut scale_b) = (V::score_scale(p), V::score_scale(p));
     if q_conv {
         convert_q::<F, D>(p, batch, kvh, row0, p.warps_m * MMA_M, q_tile, q_scales, warp, nthreads / 32, lane);
         thread::sync_threads();
@@ -384,7 +385,7 @@ pub unsafe fn decode<F: KvFormat, const D: usize, const KC: usize, const NT: usi
                     let limit = if e < 2 { ra.limit } else { rb.limit };
                     let row_scale = if e < 2 { scale_a } else { scale_b };
                     let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-                    s[n][e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[n][e] * scale };
+                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, masked, key, limit);
                 }
             }
 

@@ -31,13 +31,14 @@ use super::{block_first_head, block_work_of, convert_q, epilogue, keep_item, kee
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
+use crate::variant::{self, AttentionVariant};
 
 /// # Safety
 /// As [`super::decode`]: launched with the planner's grid (`rows_per_block`
 /// = 8, `warps_m` = 1; `HG` = 2: `warps_k` warps per head, grid x over
 /// head pairs), block and shared memory, on validated buffers.
 #[inline(always)]
-pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const NP: usize, const PAGED: bool, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) {
+pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, const KC: usize, const NP: usize, const PAGED: bool, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NP * 16 == D && KC % 2 == 0 && (HG == 1 || (HG == 2 && !CLUSTER))) };
     type H<F> = <F as KvFormat>::Compute;
     type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool, const HG: u32> = Pipeline<'a, F, D, PAGED, false, CLUSTER, false, HG>;
@@ -76,7 +77,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];
-    let (mut scale_a, mut scale_b) = (p.scale_log2, p.scale_log2);
+    let (mut scale_a, mut scale_b) = (V::score_scale(p), V::score_scale(p));
     if const { q_converted(F::FORMAT) } {
         // Each head's warps convert its rows into its 8 rows of the tile.
         let q_all = smem + Pipe::<F, D, PAGED, CLUSTER, HG>::region_bytes(p);
@@ -144,7 +145,7 @@ pub unsafe fn decode_narrow<F: KvFormat, const D: usize, const KC: usize, const 
                 let key = key0 + g + 8 * (e as u32 / 2);
                 let (limit, row_scale) = if e % 2 == 0 { (ra.limit, scale_a) } else { (rb.limit, scale_b) };
                 let scale = if F::SCALED { row_scale * kscale[e / 2] } else { row_scale };
-                s[e] = if masked && key >= limit { f32::NEG_INFINITY } else { s[e] * scale };
+                s[e] = variant::logit::<V>(p, s[e], scale, masked, key, limit);
             }
 
             let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2])), warp::column_max(s[1].max(s[3])));

@@ -31,6 +31,7 @@ use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
 use crate::state;
+use crate::variant::{self, AttentionVariant};
 
 /// Score tiles (n8) of one 32-key step.
 const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
@@ -47,10 +48,10 @@ const WGMMA_WARPS_K: usize = (WGMMA_M / WGMMA_KEYS) as usize;
 /// Launched by the host with the planner's grid, block (`warps_m` = 4) and
 /// shared memory, on buffers it validated.
 #[inline(always)]
-pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const CLUSTER: bool, const SPECIALIZED: bool>(p: &DecodeParams) {
+pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, const PAGED: bool, const CLUSTER: bool, const SPECIALIZED: bool>(p: &DecodeParams) {
     const { assert!(D == 128 && (!SPECIALIZED || wgmma_specializable(F::FORMAT, PAGED))) };
     if SPECIALIZED {
-        return decode_wgmma_specialized::<F, D, CLUSTER>(p);
+        return decode_wgmma_specialized::<F, V, D, CLUSTER>(p);
     }
     type Pipe<'a, F, const D: usize, const PAGED: bool, const CLUSTER: bool> = Pipeline<'a, F, D, PAGED, true, CLUSTER, true>;
     let cfg = Pipe::<F, D, PAGED, CLUSTER>::CFG;
@@ -151,10 +152,10 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
                 // step was a function: the paged quantized kernels sit at
                 // their 128-register cap.)
                 let (k_side, v_side) = if F::SCALED { (pipe.k_side(stage) + 4 * sub, pipe.v_side(stage) + 4 * sub) } else { (0, 0) };
-                let fold = convert && !(CLUSTER && F::SCALED);
+                let fold = V::LINEAR_IN_SCALE && convert && !(CLUSTER && F::SCALED);
                 let ops = StepOperands { k: descriptor(k_rows, 16, 1024), v: descriptor(v_rows, column, 1024), k_scales: k_side, v_scales: v_side, key0 };
                 let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], mask_from };
-                step::<F, STEP_TILES>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
+                step::<F, V, STEP_TILES>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
             }
             sub += p.warps_k * WGMMA_KEYS;
         }
@@ -226,7 +227,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, const D: usize, const PAGED: bool, const
 /// stores). A last stage's half past the item's end is converted and
 /// computed too (masked, its scales zero).
 #[inline(always)]
-unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: bool>(p: &DecodeParams) {
+unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: usize, const CLUSTER: bool>(p: &DecodeParams) {
     type Pipe<'a, F, const D: usize, const CLUSTER: bool> = Pipeline<'a, F, D, false, true, CLUSTER, true>;
     const { assert!(Pipe::<F, D, CLUSTER>::CFG.keys_per_stage == 2 * WGMMA_KEYS) };
     let tid = thread::thread_idx_x();
@@ -370,7 +371,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, const D: usize, const CLUSTER: b
             // The unspecialised kernels' fold (their 32-key steps give
             // other bits: the bench checks paged rows against the strided
             // unspecialised kernel).
-            step::<F, STAGE_TILES>(p, q_desc, q_scales, true, !(CLUSTER && F::SCALED), &ops, &view, &mut o, &mut m, &mut l);
+            step::<F, V, STAGE_TILES>(p, q_desc, q_scales, true, V::LINEAR_IN_SCALE && !(CLUSTER && F::SCALED), &ops, &view, &mut o, &mut m, &mut l);
             mbarrier::arrive(empty(b));
             t += p.warps_k;
         }
@@ -451,7 +452,7 @@ pub(super) struct RowView {
 /// instead of the scores.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-pub(super) unsafe fn step<F: KvFormat, const T: usize>(
+pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     p: &DecodeParams,
     q_desc: u64,
     q_scales: u32,
@@ -470,10 +471,10 @@ pub(super) unsafe fn step<F: KvFormat, const T: usize>(
     // (read at each step: held, they cost the kernel its last
     // registers).
     let (scale_a, scale_b) = if convert {
-        let at = |r: u32| p.scale_log2 * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
+        let at = |r: u32| V::score_scale(p) * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
         (at(0), at(8))
     } else {
-        (p.scale_log2, p.scale_log2)
+        (V::score_scale(p), V::score_scale(p))
     };
     // Per-key scales of this thread's keys 8n + c2 + {0, 1}
     // (formats with per-row scales): K's multiply the scores, V's P
@@ -492,23 +493,15 @@ pub(super) unsafe fn step<F: KvFormat, const T: usize>(
     // exactly) and the exponent's FMA applies them, 16 multiplies a
     // step fewer (their step is issue-bound).
     let mut s = [[0f32; 4]; T];
+    // Only the steps that reach past the first masked key test keys.
+    let test = key0 + 8 * T as u32 > view.mask_from;
     #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
     for n in 0..T {
         for e in 0..4 {
             let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
-            s[n][e] = raw[n][e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-        }
-    }
-    // Only the steps that reach past the first masked key test keys.
-    if key0 + 8 * T as u32 > view.mask_from {
-        #[allow(clippy::needless_range_loop)]
-        for n in 0..T {
-            for e in 0..4 {
-                let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                if key >= view.limits[e / 2] {
-                    s[n][e] = f32::NEG_INFINITY;
-                }
-            }
+            let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
+            let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
+            s[n][e] = variant::logit::<V>(p, raw[n][e], scale, test, key, view.limits[e / 2]);
         }
     }
     // Maxima and sums as trees (a chain of 8 dependent operations

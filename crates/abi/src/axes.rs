@@ -1,0 +1,336 @@
+//! The axes of the kernel set and the rules that say which points of their
+//! product are built. This file is also compiled into `build.rs`, which
+//! expands the rules into the kernel tables (`kernel_set.rs`), so it uses
+//! nothing but `core` and its own items.
+
+/// Element type of Q and O (and of the mma operands).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dtype {
+    Bf16 = 0,
+    F16 = 1,
+}
+
+impl Dtype {
+    pub const ALL: [Dtype; 2] = [Dtype::Bf16, Dtype::F16];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "bf16",
+            Dtype::F16 => "f16",
+        }
+    }
+    pub const fn size_bytes(self) -> u32 {
+        2
+    }
+}
+
+/// How a block maps its work onto `mma.m16n8k16` tiles.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// Query rows along M: each warp owns 16 packed rows (up to
+    /// `MAX_WARPS_M` row-tile warps per block) and its keys along N. For
+    /// many rows per kv head (grid B: 48).
+    Wide = 0,
+    /// Keys along M, query rows along N: `S^T = K·Q^T` and `O^T += V^T·P^T`,
+    /// so a block serves `NARROW_ROWS` (8) rows with no empty tile rows, K
+    /// and V fragments are converted once per warp, and the O accumulator
+    /// is half the size. For few rows per kv head (GQA decode, MHA).
+    Narrow = 1,
+    /// Query rows along M as in `Wide`, on Hopper's warpgroup MMA
+    /// (`wgmma.mma_async`, sm_90a): each warpgroup of 4 warps computes
+    /// `WGMMA_M` (64) rows against `WGMMA_KEYS` keys per step, reading K and
+    /// V from shared memory once for all its rows instead of once per
+    /// 16-row warp. Head_dim 128 only ([`Family::serves`]); quantized
+    /// caches are first converted, each byte once per block, into 16-bit
+    /// tiles the MMAs read.
+    Wgmma = 2,
+}
+
+impl Family {
+    pub const ALL: [Family; 3] = [Family::Wide, Family::Narrow, Family::Wgmma];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Family::Wide => "wide",
+            Family::Narrow => "narrow",
+            Family::Wgmma => "wgmma",
+        }
+    }
+    /// Whether the kernel table has this family for a format and head dim
+    /// (`Wide` and `Narrow` serve every supported pair).
+    pub const fn serves(self, format: KvFormat, head_dim: u32) -> bool {
+        match self {
+            Family::Wide | Family::Narrow => format.supports_head_dim(head_dim),
+            Family::Wgmma => head_dim == 128 && format.supports_head_dim(head_dim),
+        }
+    }
+}
+
+/// How a block finds a K/V row in global memory.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Addressing {
+    /// Rows at fixed byte strides from a sequence's first row.
+    Strided = 0,
+    /// Rows in fixed-size pages of a pool, found through a per-sequence
+    /// block table of page ids; each stage's page ids are fetched once per
+    /// block into shared memory (`docs/formats.md`, "Paged caches").
+    Paged = 1,
+}
+
+impl Addressing {
+    pub const ALL: [Addressing; 2] = [Addressing::Strided, Addressing::Paged];
+    pub const fn is_paged(self) -> bool {
+        matches!(self, Addressing::Paged)
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            Addressing::Strided => "strided",
+            Addressing::Paged => "paged",
+        }
+    }
+}
+
+/// How K and V are stored in the cache (`docs/formats.md`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvFormat {
+    /// bf16 values, D contiguous per (sequence, token, kv head) row.
+    Bf16 = 0,
+    /// fp16 values, same layout as `Bf16`.
+    F16 = 1,
+    /// int8 per head: D bytes per row (`q + 128`, symmetric, q in -127..=127)
+    /// and, in a separate side array, one f32 scale per (sequence, token, kv
+    /// head), for K and V each: `x ≈ q · scale`.
+    Int8 = 2,
+    /// int4 group-wise, G = 32: D/2 bytes per row (nibbles in the order of
+    /// `docs/formats.md`), and per group of G head dims an fp16 scale and
+    /// zero in side data: `x ≈ q · scale + zero`, q in 0..=15.
+    Int4G32 = 3,
+    /// int4 group-wise, G = 64.
+    Int4G64 = 4,
+    /// int4 group-wise, G = 128 (head_dim ≥ 128).
+    Int4G128 = 5,
+}
+
+impl KvFormat {
+    pub const ALL: [KvFormat; 6] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128];
+    pub const fn name(self) -> &'static str {
+        match self {
+            KvFormat::Bf16 => "bf16",
+            KvFormat::F16 => "f16",
+            KvFormat::Int8 => "int8",
+            KvFormat::Int4G32 => "int4-g32",
+            KvFormat::Int4G64 => "int4-g64",
+            KvFormat::Int4G128 => "int4-g128",
+        }
+    }
+    /// The format's part of kernel symbols: its name without punctuation.
+    pub const fn symbol(self) -> &'static str {
+        match self {
+            KvFormat::Bf16 => "bf16",
+            KvFormat::F16 => "f16",
+            KvFormat::Int8 => "int8",
+            KvFormat::Int4G32 => "int4g32",
+            KvFormat::Int4G64 => "int4g64",
+            KvFormat::Int4G128 => "int4g128",
+        }
+    }
+    /// Bits per cached value (16, 8 or 4). Cache strides count values.
+    pub const fn bits(self) -> u32 {
+        match self {
+            KvFormat::Bf16 | KvFormat::F16 => 16,
+            KvFormat::Int8 => 8,
+            KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 4,
+        }
+    }
+    /// Head dims per scale/zero group (int4), `None` otherwise.
+    pub const fn group(self) -> Option<u32> {
+        match self {
+            KvFormat::Int4G32 => Some(32),
+            KvFormat::Int4G64 => Some(64),
+            KvFormat::Int4G128 => Some(128),
+            _ => None,
+        }
+    }
+    /// Whether rows of `head_dim` values exist in this format (a group
+    /// cannot be wider than a row).
+    pub const fn supports_head_dim(self, head_dim: u32) -> bool {
+        match self.group() {
+            Some(g) => g <= head_dim,
+            None => true,
+        }
+    }
+    /// Bytes of one cached row's values (one token of one kv head).
+    pub const fn row_bytes(self, head_dim: u32) -> u32 {
+        head_dim * self.bits() / 8
+    }
+    /// Bytes of one row's side data (scales), stored apart from the values.
+    pub const fn side_bytes(self, head_dim: u32) -> u32 {
+        match self {
+            KvFormat::Bf16 | KvFormat::F16 => 0,
+            KvFormat::Int8 => 4,
+            KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => match self.group() {
+                Some(g) => 4 * head_dim / g,
+                None => 0,
+            },
+        }
+    }
+    /// Whether rows are quantized (values + side data).
+    pub const fn is_quantized(self) -> bool {
+        self.bits() < 16
+    }
+    /// The Q/O dtype a cache of this format is computed with; `None` when any
+    /// dtype works (quantized formats dequantize to the query's type).
+    pub const fn required_dtype(self) -> Option<Dtype> {
+        match self {
+            KvFormat::Bf16 => Some(Dtype::Bf16),
+            KvFormat::F16 => Some(Dtype::F16),
+            _ => None,
+        }
+    }
+}
+
+/// Head dimensions the kernels are instantiated for.
+pub const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+/// Largest number of new query tokens per sequence.
+pub const MAX_Q_LEN: u32 = 8;
+
+/// How an attention kernel merges the partial results of a sequence split
+/// into several work items (chunks).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Merge {
+    /// Through fp32 partials in global memory: the sequence's last block
+    /// merges them, or the merge kernel after the grid does.
+    Global = 0,
+    /// In a thread-block cluster, through distributed shared memory
+    /// (`DecodeParams::cluster_log2`): a sequence's chunks are one cluster.
+    Cluster = 1,
+}
+
+impl Merge {
+    pub const ALL: [Merge; 2] = [Merge::Global, Merge::Cluster];
+    pub const fn is_cluster(self) -> bool {
+        matches!(self, Merge::Cluster)
+    }
+}
+
+/// The form of a kernel within its family: the plain kernel, or one of the
+/// specialised forms the planner takes where they are faster.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// The family's kernel.
+    Plain = 0,
+    /// A warp-specialised wgmma kernel ([`wgmma_specializable`]): a producer
+    /// warpgroup of `WGMMA_PRODUCER_WARPS` after the compute warpgroups.
+    Specialized = 1,
+    /// A capacity twin ([`has_capacity_twin`]), launched for capacity plans
+    /// of device lengths: it differs from the plain kernel only in when
+    /// its first copies are issued.
+    Capacity = 2,
+    /// A narrow kernel whose blocks read two adjacent kv heads
+    /// ([`has_head_pair_form`]).
+    HeadPair = 3,
+}
+
+impl Form {
+    pub const ALL: [Form; 4] = [Form::Plain, Form::Specialized, Form::Capacity, Form::HeadPair];
+    pub const fn is_specialized(self) -> bool {
+        matches!(self, Form::Specialized)
+    }
+    pub const fn is_capacity(self) -> bool {
+        matches!(self, Form::Capacity)
+    }
+    /// Kv heads one block reads: 2 for [`Form::HeadPair`], else 1.
+    pub const fn heads_per_block(self) -> u32 {
+        if matches!(self, Form::HeadPair) {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// The attention variant a kernel is compiled for: the logits transform of
+/// its softmax step (`kernels-gpu`'s `AttentionVariant`). A variant's
+/// presence is a compile-time choice; its values (the cap) are runtime
+/// data in `DecodeParams`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Variant {
+    /// `softmax(scale · q·k)`.
+    Standard = 0,
+    /// Logits soft-cap (Gemma 2, Grok): `cap · tanh(scale · q·k / cap)`.
+    SoftCap = 1,
+}
+
+impl Variant {
+    pub const ALL: [Variant; 2] = [Variant::Standard, Variant::SoftCap];
+    pub const fn name(self) -> &'static str {
+        match self {
+            Variant::Standard => "standard",
+            Variant::SoftCap => "softcap",
+        }
+    }
+    /// Whether the logits are the scaled score times a constant, so that a
+    /// positive factor commutes with the row maximum and may be applied in
+    /// the exponent's FMA instead of to every score (the wgmma kernels'
+    /// `fold`). A soft-cap's `tanh` is not.
+    pub const fn linear_in_scale(self) -> bool {
+        matches!(self, Variant::Standard)
+    }
+    /// Whether the kernels of a merge and form are built with this variant.
+    /// Variants other than [`Variant::Standard`] merge split sequences
+    /// through global memory, and take neither the capacity twin nor the
+    /// head-pair form (the plain kernels serve those plans; the forms are
+    /// speed-ups of the standard kernels), which keeps the module to one
+    /// more kernel per family, format, head dim and addressing.
+    pub const fn builds(self, merge: Merge, form: Form) -> bool {
+        match self {
+            Variant::Standard => true,
+            Variant::SoftCap => matches!(merge, Merge::Global) && matches!(form, Form::Plain | Form::Specialized),
+        }
+    }
+}
+
+/// Whether the kernel keeps Q in shared memory (after the pipeline buffers)
+/// rather than in registers: at D = 256, Q fragments (64 registers) and the
+/// O accumulator (128) would not fit in 255 registers together.
+pub const fn q_in_smem(head_dim: u32) -> bool {
+    head_dim > 128
+}
+
+/// Whether the wgmma kernels of a format and addressing come in a
+/// warp-specialised form too ([`Form::Specialized`]): the strided kernels
+/// of quantized formats. There a producer warpgroup issues the stages'
+/// bulk copies and converts them into 16-bit tiles while the `warps_k`
+/// warpgroups before it only compute (`decode::wgmma`). Their blocks run
+/// one per SM (384 threads at 168 registers), the unspecialised ones two:
+/// the planner takes the specialised kernel when its grid fits two waves
+/// (`host::heuristics`, docs/perf.md, "Warp-specialised quantized wgmma").
+pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
+    format.is_quantized() && !paged
+}
+
+/// Whether an attention kernel has a capacity twin ([`Form::Capacity`]),
+/// launched for capacity plans of device lengths: the strided wide kernels
+/// of 16-bit caches that keep Q in registers (head dims up to 128), global
+/// merge. A block of a sequence's first chunk issues its first stages for
+/// the chunk at full capacity before its device length arrives, and zeroes
+/// the rows it copied past that length as they land (`decode::decode`); a
+/// Q staged in shared memory, converted formats, page ids and cluster ranks
+/// would each need that length or their own copies first.
+pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, paged: bool, cluster: bool) -> bool {
+    !format.is_quantized() && !q_in_smem(head_dim) && matches!(family, Family::Wide) && !paged && !cluster
+}
+
+/// Whether a narrow kernel has a head-pair form ([`Form::HeadPair`]):
+/// int8 at head dim 128, global merge, strided or paged. In a token-major
+/// cache a token's two 128-byte rows are then one 256-byte piece, which HBM
+/// serves as fast as head-major rows (docs/design/nhd-head-groups.md);
+/// int4 pairs measured 10 % slower and are not built.
+pub const fn has_head_pair_form(format: KvFormat, head_dim: u32, family: Family, cluster: bool) -> bool {
+    matches!(format, KvFormat::Int8) && head_dim == 128 && matches!(family, Family::Narrow) && !cluster
+}

@@ -1,0 +1,199 @@
+//! The kernel set: every kernel of the PTX module is a point of the product
+//! of its axes (`axes.rs`) that the rules admit, named by one identity.
+//!
+//! `build.rs` compiles this file too and expands [`KernelId::all`],
+//! [`QuantKernelId::all`] and [`MergeKernelId::all`] into the table macros
+//! (`decode_kernel_table!`, …) that `kernels-gpu` expands into its entry
+//! points and this crate into the host's look-ups: nobody types a row, and
+//! adding a format or a variant is one enum value and its predicates.
+//! (It uses nothing but `core` and `crate::axes`.)
+
+use core::fmt::{self, Write};
+
+use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Dtype, Family, Form, KvFormat, Merge, Variant, HEAD_DIMS};
+
+/// One attention kernel: its KV format, Q/O dtype, head dim, family,
+/// addressing, merge, form and attention variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct KernelId {
+    pub format: KvFormat,
+    pub dtype: Dtype,
+    pub head_dim: u32,
+    pub family: Family,
+    pub addressing: Addressing,
+    pub merge: Merge,
+    pub form: Form,
+    pub variant: Variant,
+}
+
+impl KernelId {
+    /// Whether the module has this kernel: the rules of the kernel set.
+    /// - the format has rows of `head_dim` values and computes with `dtype`
+    ///   (16-bit caches with their own type, quantized ones with either);
+    /// - the family serves the format and head dim ([`Family::serves`]);
+    /// - a form other than [`Form::Plain`] exists where its predicate says
+    ///   ([`wgmma_specializable`], [`has_capacity_twin`],
+    ///   [`has_head_pair_form`]);
+    /// - the variant is built for the merge and form ([`Variant::builds`]).
+    pub const fn exists(&self) -> bool {
+        let dtype_ok = match self.format.required_dtype() {
+            Some(d) => d as u32 == self.dtype as u32,
+            None => true,
+        };
+        let paged = matches!(self.addressing, Addressing::Paged);
+        let cluster = self.merge.is_cluster();
+        let form_ok = match self.form {
+            Form::Plain => true,
+            Form::Specialized => matches!(self.family, Family::Wgmma) && wgmma_specializable(self.format, paged),
+            Form::Capacity => has_capacity_twin(self.format, self.head_dim, self.family, paged, cluster),
+            Form::HeadPair => has_head_pair_form(self.format, self.head_dim, self.family, cluster),
+        };
+        self.format.supports_head_dim(self.head_dim) && dtype_ok && self.family.serves(self.format, self.head_dim) && form_ok && self.variant.builds(self.merge, self.form)
+    }
+
+    /// Field-wise equality in a `const fn` (the look-ups are const).
+    pub const fn same(&self, other: &KernelId) -> bool {
+        self.format as u32 == other.format as u32
+            && self.dtype as u32 == other.dtype as u32
+            && self.head_dim == other.head_dim
+            && self.family as u32 == other.family as u32
+            && self.addressing as u32 == other.addressing as u32
+            && self.merge as u32 == other.merge as u32
+            && self.form as u32 == other.form as u32
+            && self.variant as u32 == other.variant as u32
+    }
+
+    /// The entry point's symbol:
+    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma][_ws|_pair][_softcap]_kv_<format>_q_<dtype>_d<head_dim>`,
+    /// e.g. `decode_paged_narrow_kv_int8_q_bf16_d128`.
+    pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
+        w.write_str("decode")?;
+        if self.merge.is_cluster() {
+            w.write_str("_cluster")?;
+        }
+        if self.form.is_capacity() {
+            w.write_str("_capacity")?;
+        }
+        if matches!(self.addressing, Addressing::Paged) {
+            w.write_str("_paged")?;
+        }
+        match self.family {
+            Family::Wide => {}
+            Family::Narrow => w.write_str("_narrow")?,
+            Family::Wgmma => w.write_str("_wgmma")?,
+        }
+        match self.form {
+            Form::Specialized => w.write_str("_ws")?,
+            Form::HeadPair => w.write_str("_pair")?,
+            Form::Plain | Form::Capacity => {}
+        }
+        if !matches!(self.variant, Variant::Standard) {
+            write!(w, "_{}", self.variant.name())?;
+        }
+        write!(w, "_kv_{}_q_{}_d{}", self.format.symbol(), self.dtype.name(), self.head_dim)
+    }
+
+    /// Every kernel of the set, in the product's order: format, dtype,
+    /// head dim, family, addressing, merge, form, variant.
+    pub fn all() -> impl Iterator<Item = KernelId> {
+        KvFormat::ALL.into_iter().flat_map(|format| {
+            Dtype::ALL.into_iter().flat_map(move |dtype| {
+                HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                    Family::ALL.into_iter().flat_map(move |family| {
+                        Addressing::ALL.into_iter().flat_map(move |addressing| {
+                            Merge::ALL.into_iter().flat_map(move |merge| {
+                                Form::ALL.into_iter().flat_map(move |form| {
+                                    Variant::ALL.into_iter().map(move |variant| KernelId { format, dtype, head_dim, family, addressing, merge, form, variant }).filter(KernelId::exists)
+                                })
+                            })
+                        })
+                    })
+                })
+            })
+        })
+    }
+}
+
+/// Which way a cache kernel converts.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum QuantDirection {
+    /// 16-bit rows → cache rows: quantized rows + side data, or (16-bit
+    /// formats) the rows themselves (a store: the append of a 16-bit cache).
+    Quantize = 0,
+    /// Quantized rows + side data → 16-bit rows.
+    Dequantize = 1,
+}
+
+impl QuantDirection {
+    pub const ALL: [QuantDirection; 2] = [QuantDirection::Quantize, QuantDirection::Dequantize];
+}
+
+/// One cache store / quantize / dequantize kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QuantKernelId {
+    pub format: KvFormat,
+    /// The 16-bit side's type.
+    pub dtype: Dtype,
+    pub head_dim: u32,
+    pub direction: QuantDirection,
+}
+
+impl QuantKernelId {
+    /// Every format has a store (16-bit) or quantize kernel per dtype it
+    /// takes and head dim it supports; quantized formats a dequantize too.
+    pub const fn exists(&self) -> bool {
+        let dtype_ok = match self.format.required_dtype() {
+            Some(d) => d as u32 == self.dtype as u32,
+            None => true,
+        };
+        self.format.supports_head_dim(self.head_dim) && dtype_ok && (matches!(self.direction, QuantDirection::Quantize) || self.format.is_quantized())
+    }
+
+    pub const fn same(&self, other: &QuantKernelId) -> bool {
+        self.format as u32 == other.format as u32 && self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim && self.direction as u32 == other.direction as u32
+    }
+
+    /// `store_<format>_d<D>` (16-bit formats), `quantize_<format>_from_<dtype>_d<D>`,
+    /// `dequantize_<format>_to_<dtype>_d<D>`.
+    pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
+        let (format, dtype, d) = (self.format.symbol(), self.dtype.name(), self.head_dim);
+        match (self.format.is_quantized(), self.direction) {
+            (false, _) => write!(w, "store_{format}_d{d}"),
+            (true, QuantDirection::Quantize) => write!(w, "quantize_{format}_from_{dtype}_d{d}"),
+            (true, QuantDirection::Dequantize) => write!(w, "dequantize_{format}_to_{dtype}_d{d}"),
+        }
+    }
+
+    pub fn all() -> impl Iterator<Item = QuantKernelId> {
+        KvFormat::ALL.into_iter().flat_map(|format| {
+            Dtype::ALL.into_iter().flat_map(move |dtype| {
+                HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                    QuantDirection::ALL.into_iter().map(move |direction| QuantKernelId { format, dtype, head_dim, direction }).filter(QuantKernelId::exists)
+                })
+            })
+        })
+    }
+}
+
+/// One split-merge kernel: the O dtype and head dim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct MergeKernelId {
+    pub dtype: Dtype,
+    pub head_dim: u32,
+}
+
+impl MergeKernelId {
+    pub const fn same(&self, other: &MergeKernelId) -> bool {
+        self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim
+    }
+
+    /// `merge_<dtype>_d<D>`.
+    pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
+        write!(w, "merge_{}_d{}", self.dtype.name(), self.head_dim)
+    }
+
+    pub fn all() -> impl Iterator<Item = MergeKernelId> {
+        Dtype::ALL.into_iter().flat_map(|dtype| HEAD_DIMS.into_iter().map(move |head_dim| MergeKernelId { dtype, head_dim }))
+    }
+}
