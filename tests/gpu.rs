@@ -146,9 +146,51 @@ fn cases() -> Vec<Case> {
         add("fuzz-int4-large-logits", s, vec![50826], Auto, Distribution::LargeMagnitude, Some(5985957890130226063));
     }
     out.extend(paged_cases());
+    out.extend(soft_cap_cases(false));
     let mut all = per_family(out);
     all.extend(head_pair_cases(false));
     all
+}
+
+/// The soft-cap kernels (`DecodeShape::soft_cap`) in every format, each
+/// case run in every kernel family that serves it (`per_family`): logits
+/// capped at 2 over N(0, 1) scores (most of them bent by the tanh), and at
+/// 30 over logits in the hundreds (`LargeMagnitude`, scale 1: nearly every
+/// one saturated); split (merged in the attention kernel and by the merge
+/// kernel) and unsplit, 48 rows a kv head (the warp-specialised wgmma
+/// kernel of strided quantized caches), q_len 1 to 8, head dims 64 / 128 /
+/// 256, and pools of 16-token pages. `small`: the sanitizer's sizes.
+fn soft_cap_cases(small: bool) -> Vec<Case> {
+    use decode_attn::PageOrder::TokenMajor;
+    use Distribution::{HeavyTailed as Heavy, LargeMagnitude, Normal};
+    let mut out = Vec::new();
+    for format in KvFormat::ALL {
+        let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int4G64 { Dtype::F16 } else { Dtype::Bf16 });
+        let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, cap: f32, paging: Option<paged::Paging>| {
+            let scale = (dist == LargeMagnitude).then_some(1.0);
+            let s = DecodeShape { kv_format: format, soft_cap: Some(cap), scale, ..s };
+            let name = format!("{}/{}/softcap{cap}-{name}/hq{}-hkv{}/d{}/q{}/{split:?}/{dist:?}", format.name(), dtype.name(), s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len);
+            out.push(Case { name, family: Family::Wide, shape: s, seq_lens, split, dist, seed: None, paging });
+        };
+        let stage = decode_attn::plan::stage_keys(format, 128);
+        if small {
+            add("gqa-split", shape(dtype, 2, 8, 2, 128, 3, 2 * stage + 1, KvLayout::Nhd), vec![2 * stage + 1, stage - 1], SplitPolicy::ChunkKeys(stage), Normal, 2.0, None);
+            add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 200, KvLayout::Nhd), vec![200, 65], SplitPolicy::ChunkKeys(64), Heavy, 2.0, None);
+            continue;
+        }
+        add("gqa-split", shape(dtype, 3, 8, 2, 128, 3, 2100, KvLayout::Nhd), vec![2100, 17, 700], SplitPolicy::ChunkKeys(512), Normal, 2.0, None);
+        add("gqa-large-logits", shape(dtype, 2, 8, 2, 128, 1, 3000, KvLayout::Hnd), vec![3000, 1200], SplitPolicy::Auto, LargeMagnitude, 30.0, None);
+        add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], SplitPolicy::Auto, Heavy, 2.0, None);
+        add("mqa-48rows-merge-kernel", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], SplitPolicy::ChunkKeys(128), Normal, 2.0, None);
+        add("mha-q8-unsplit", shape(dtype, 3, 4, 4, 128, 8, 700, KvLayout::Nhd), vec![700, 8, 300], SplitPolicy::Never, Heavy, 2.0, None);
+        for d in [64u32, 256].into_iter().filter(|&d| format.supports_head_dim(d)) {
+            let stage = decode_attn::plan::stage_keys(format, d);
+            add("gqa-chunk-edges", shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd), vec![stage - 1, stage, stage + 1, 3 * stage + 5], SplitPolicy::ChunkKeys(stage), Normal, 2.0, None);
+        }
+        let pool = Some(paged::Paging::packed(16, TokenMajor));
+        add("paged16-gqa-split", shape(dtype, 4, 8, 2, 128, 3, 3 * stage + 16, KvLayout::Nhd), vec![3 * stage + 5, 17, 19, 2 * stage], SplitPolicy::ChunkKeys(stage), Normal, 2.0, pool);
+    }
+    out
 }
 
 /// Blocks of two adjacent kv heads (`HeadPairChoice::Always`, the narrow
@@ -284,6 +326,7 @@ fn sanitize_cases() -> Vec<Case> {
     }
     // Paged kernels: each format at page sizes 1 and 16 (D = 128).
     out.extend(paged_cases().into_iter().filter(|c| c.shape.head_dim == 128 && c.paging.is_some_and(|p| p.page_size <= 16) && c.shape.num_kv_heads == 2));
+    out.extend(soft_cap_cases(true));
     let mut all = per_family(out);
     all.extend(head_pair_cases(true));
     all
@@ -330,9 +373,10 @@ fn main() {
     };
     let verbose = std::env::var_os("GPU_TESTS_VERBOSE").is_some();
     let t = std::time::Instant::now();
-    let attn = DecodeAttention::new().expect("loading the PTX module");
+    let attn = DecodeAttention::new().expect("loading the kernels");
+    println!("kernels loaded from the {:?} in {:.3} s", attn.module_source(), t.elapsed().as_secs_f64());
     if verbose {
-        eprintln!("module loaded in {:.1} s: {:?}", t.elapsed().as_secs_f64(), attn.device_info());
+        eprintln!("{:?}", attn.device_info());
     }
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
     let (mut passed, mut failed) = (0, 0);

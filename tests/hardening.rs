@@ -283,8 +283,8 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
     let cap = prop_oneof![3 => 1u32..300, 3 => 300u32..300_000, 1 => 300_000..=MAX_SEQ_LEN, 1 => extreme_u32()];
     let rest = (d, prop_oneof![9 => 1u32..=8, 1 => extreme_u32()], cap);
     let quantized = prop_oneof![7 => Just(None), 3 => prop::sample::select(vec![KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128]).prop_map(Some)];
-    // Soft-caps: mostly none, some ordinary, some any f32 (NaN, 0, ±inf…).
-    let soft_cap = prop_oneof![16 => Just(None), 3 => (0.5f32..100.0).prop_map(Some), 1 => any::<f32>().prop_map(Some)];
+    // Soft-caps: mostly none, some ordinary, some invalid or extreme.
+    let soft_cap = prop_oneof![24 => Just(None), 4 => (0.5f32..100.0).prop_map(Some), 1 => prop::sample::select(vec![0.0, -1.0, f32::NAN, f32::INFINITY, f32::MAX, f32::MIN_POSITIVE, 1e-30]).prop_map(Some)];
     let kinds = (any::<bool>(), prop::bool::weighted(0.1), layout(), (scale(), soft_cap), quantized);
     (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, (scale, soft_cap), quantized))| {
         let dtype = if f16 { Dtype::F16 } else { Dtype::Bf16 };
@@ -301,13 +301,9 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
             kv_format: if mismatch { other } else { same },
             kv_layout,
             scale,
-            // (Drawn below: one more member of the tuple above overflowed
-            // the test thread's stack in debug builds.)
-            soft_cap: None,
+            soft_cap,
         }
     })
-    .prop_flat_map(|s| (Just(s), Just(None::<f32>)))
-    .prop_map(|(s, soft_cap)| DecodeShape { soft_cap, ..s })
 }
 
 /// One length per sequence (sometimes one too many), mostly clamped into
@@ -387,8 +383,9 @@ fn most_random_draws_reach_the_planner() {
         }
     }
     // (A tenth of the draws ask for the warp-specialised kernel, which most
-    // shapes have not: those are `Err`s by design.)
-    assert!(ok >= 150 && split_plans >= 40 && narrow >= 40 && ok - narrow >= 50, "{ok} Ok plans, {split_plans} with splits, {narrow} narrow, of 1000 draws");
+    // shapes have not: those are `Err`s by design. The floors are what the
+    // draws reached when soft-caps joined them, less a margin.)
+    assert!(ok >= 130 && split_plans >= 35 && narrow >= 40 && ok - narrow >= 50, "{ok} Ok plans, {split_plans} with splits, {narrow} narrow, of 1000 draws");
 }
 
 /// (Run on a thread with a 64 MiB stack: the value trees of these nested

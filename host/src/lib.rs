@@ -66,7 +66,7 @@ pub use decode_attn_abi::{Addressing, Dtype, KvFormat, Family};
 pub use error::{Error, Result};
 pub use plan::{DeviceInfo, HeadPairChoice, KernelInfo, KernelLimits, MergeChoice, MergeMode, Plan, PlanMode, PlanOptions, SpecializeChoice, SplitPolicy, FamilyChoice};
 pub use quant::{KvMut, KvTensor, QuantizedMut};
-pub use run::{DecodeAttention, KvCache, RawDevicePtr, RawStream, StepInputs, Workspace};
+pub use run::{DecodeAttention, KvCache, ModuleSource, RawDevicePtr, RawStream, StepInputs, Workspace};
 pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder, MAX_PAGE_SIZE};
 pub use tensor::{ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};
@@ -76,3 +76,21 @@ pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_attn.ptx"))
 
 /// The SM architecture the embedded PTX was built for.
 pub const PTX_ARCH: &str = env!("DECODE_ATTN_PTX_ARCH");
+
+/// [`PTX`] compiled ahead by ptxas for [`PTX_ARCH`], packed with the PTX in
+/// a compressed fatbin: what [`DecodeAttention::new`] loads on such a
+/// device, with nothing left for the driver to compile. `None` when the
+/// build found no ptxas (a build warning says so).
+pub const FATBIN: Option<&[u8]> = {
+    const BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/decode_attn.fatbin"));
+    if BYTES.is_empty() {
+        None
+    } else {
+        Some(BYTES)
+    }
+};
+
+/// ptxas's `-v` report of [`FATBIN`]'s cubin (registers, stack, spills per
+/// kernel); empty when there is no fatbin.
+#[doc(hidden)]
+pub const PTXAS_REPORT: &str = include_str!(concat!(env!("OUT_DIR"), "/ptxas-report.txt"));

@@ -139,6 +139,10 @@ pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side
 
 fn check_quantized(shape: &DecodeShape, seq_lens: &[u32], values: usize) -> Result<()> {
     shape.validate()?;
+    // The CPU quantizer walks rows by the layout's strides; a pool's rows
+    // are found through a block table, which it does not take (sequence b
+    // would be read from page b).
+    ensure(!shape.is_paged(), "kv_layout", "a contiguous or strided layout (the CPU quantizer takes no block table)", "a paged layout")?;
     shape.validate_seq_lens(seq_lens)?;
     let need = shape.kv_elems_required().unwrap_or(u64::MAX);
     ensure(values as u64 >= need, "plain", format!("at least {need} values"), values)

@@ -1,5 +1,6 @@
 //! The f64 CPU reference, with exactly the kernel's semantics (causal among
-//! the q_len new tokens, ragged lengths, GQA head mapping, KV strides).
+//! the q_len new tokens, ragged lengths, GQA head mapping, KV strides, the
+//! logits soft-cap).
 //! Public and validated like the GPU path: bad input is an `Err`, never a
 //! panic or a silently truncated comparison.
 
@@ -73,6 +74,9 @@ pub fn decode_attention_threads(
 
 fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: &[f32], batches: &[usize]) -> Result<()> {
     shape.validate()?;
+    // A pool's rows are found through a block table the reference does not
+    // take: read with the layout's strides, sequence b would be page b.
+    ensure(!shape.is_paged(), "kv_layout", "a contiguous or strided layout (gather a paged pool's pages first)", "a paged layout")?;
     shape.validate_seq_lens(seq_lens)?;
     let q_elems = shape.q_elems();
     ensure(q.len() as u64 == q_elems, "q", format!("{q_elems} values"), q.len())?;
@@ -100,7 +104,11 @@ fn row(shape: &DecodeShape, len: usize, b: usize, i: usize, h: usize, q: &[f32],
     logits.clear();
     logits.extend((0..visible).map(|t| {
         let krow = &k[row_at(t)..][..d];
-        scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>()
+        let x = scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>();
+        match shape.soft_cap {
+            Some(cap) => cap as f64 * (x / cap as f64).tanh(),
+            None => x,
+        }
     }));
     let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let mut denom = 0.0;

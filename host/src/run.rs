@@ -160,6 +160,7 @@ impl<'a> StepInputs<'a> {
 pub struct DecodeAttention {
     /// Keeps the functions below alive.
     _module: Module,
+    source: ModuleSource,
     device: DeviceInfo,
     kernels: HashMap<KernelId, KernelInfo>,
     /// Every kernel of the module, looked up once: launching then makes no
@@ -184,25 +185,33 @@ fn driver(call: &'static str, status: cuda::CUresult) -> Result<()> {
     }
 }
 
-/// The kernels' module: the embedded PTX, which the driver compiles for the
-/// device (and caches), or, where `DECODE_ATTN_CUBIN` names a cubin that
-/// ptxas built from this very PTX, that cubin. (`cargo xtask bundle` writes
-/// one, with the hash of its PTX in `<cubin>.ptx-hash`: a fresh machine then
-/// skips the driver's compilation of the whole module, minutes for ~300
-/// kernels.) A cubin of other PTX, or an unreadable one, is an `Err`.
-fn load_module() -> Result<Module> {
-    let Some(path) = std::env::var_os("DECODE_ATTN_CUBIN") else {
-        return Ok(Module::from_ptx(crate::PTX, &[])?);
-    };
-    let path = std::path::PathBuf::from(path);
-    let hash_file = format!("{}.ptx-hash", path.display());
-    let want = format!("{:016x}", decode_attn_abi::ptx_hash(crate::PTX.as_bytes()));
-    let got = std::fs::read_to_string(&hash_file).map_err(|e| Error::invalid("DECODE_ATTN_CUBIN", format!("{hash_file} beside the cubin"), e))?;
-    if got.trim() != want {
-        return Err(Error::invalid("DECODE_ATTN_CUBIN", format!("a cubin built from this library's PTX (hash {want})"), format!("{} (hash {})", path.display(), got.trim())));
+/// Where [`DecodeAttention::new`] took the kernels' module from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// The embedded fatbin ([`crate::FATBIN`]): the cubin ptxas compiled
+    /// at build time, loaded with no driver compilation.
+    Fatbin,
+    /// The embedded PTX, compiled by the driver (and cached in its
+    /// compute cache): on devices of another architecture than
+    /// [`crate::PTX_ARCH`], in builds without ptxas, or where the driver
+    /// refused the fatbin.
+    Ptx,
+}
+
+/// The kernels' module: the embedded fatbin where the current device is of
+/// the architecture it was compiled for (the driver then compiles nothing:
+/// ~500 kernels took it minutes from the PTX on a cold cache), else the
+/// PTX.
+fn load_module(dev: &cust::device::Device) -> Result<(Module, ModuleSource)> {
+    let (major, minor) = (device_attr(dev, DeviceAttribute::ComputeCapabilityMajor)?, device_attr(dev, DeviceAttribute::ComputeCapabilityMinor)?);
+    // `sm_90a` is compiled for compute capability 9.0 exactly.
+    let arch = crate::PTX_ARCH.trim_start_matches("sm_").trim_end_matches('a');
+    if let Some(fatbin) = crate::FATBIN.filter(|_| arch == format!("{major}{minor}")) {
+        if let Ok(module) = Module::from_fatbin(fatbin, &[]) {
+            return Ok((module, ModuleSource::Fatbin));
+        }
     }
-    let bytes = std::fs::read(&path).map_err(|e| Error::invalid("DECODE_ATTN_CUBIN", "a readable cubin", format!("{}: {e}", path.display())))?;
-    Ok(Module::from_cubin(bytes, &[])?)
+    Ok((Module::from_ptx(crate::PTX, &[])?, ModuleSource::Ptx))
 }
 
 fn device_attr(dev: &cust::device::Device, attr: DeviceAttribute) -> Result<u32> {
@@ -210,10 +219,11 @@ fn device_attr(dev: &cust::device::Device, attr: DeviceAttribute) -> Result<u32>
 }
 
 impl DecodeAttention {
-    /// Loads the PTX into the current context and reads the device's limits.
+    /// Loads the kernels into the current context ([`ModuleSource`]) and
+    /// reads the device's limits.
     pub fn new() -> Result<Self> {
-        let module = load_module()?;
         let dev = cust::context::CurrentContext::get_device()?;
+        let (module, source) = load_module(&dev)?;
         let mut optin = 0i32;
         // SAFETY: plain attribute query on a valid device handle.
         unsafe {
@@ -255,11 +265,16 @@ impl DecodeAttention {
         for name in names {
             functions.insert(name, module.get_function(name)?.to_raw());
         }
-        Ok(DecodeAttention { _module: module, device, kernels, functions, launch_ex })
+        Ok(DecodeAttention { _module: module, source, device, kernels, functions, launch_ex })
     }
 
     pub fn device_info(&self) -> &DeviceInfo {
         &self.device
+    }
+
+    /// Where the kernels were loaded from.
+    pub fn module_source(&self) -> ModuleSource {
+        self.source
     }
 
     fn kernel_info(&self, shape: &DecodeShape, family: Family) -> Result<ShapeKernels> {

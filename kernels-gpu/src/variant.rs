@@ -16,7 +16,7 @@
 
 use decode_attn_abi::{DecodeParams, Variant};
 
-use crate::arch::math::{ex2, fma, rcp};
+use crate::arch::math::{ex2, rcp};
 
 /// The hooks a kernel body applies to every score (see the module docs).
 pub trait AttentionVariant {
@@ -60,9 +60,10 @@ impl AttentionVariant for Standard {
 
 /// Logits soft-cap `c`: the logit is `c · tanh(scale · q·k / c)`, in base 2
 /// `c·log2(e) · tanh(…)`. The host sets the score scale to
-/// `2·log2(e) · scale / c`, so a scaled score `x` is the exponent of
-/// `tanh(y) = 1 − 2 / (1 + e^{2y})` in base 2, and `logit_cap` to
-/// `c·log2(e)`: four operations a score (`ex2`, an add, `rcp`, an FMA).
+/// `2·log2(e) · scale / c`, so a scaled score `x` is the base-2 exponent
+/// of `tanh(y) = (e^{2y} − 1) / (e^{2y} + 1)`, and `logit_cap` to
+/// `c·log2(e)`: six operations a score (`min`, `ex2`, two adds, `rcp`,
+/// two multiplies).
 /// Its absolute error is a few units in the last place of 1 times the cap
 /// (`tanh.approx.f32`'s 2^-11 relative error would be 0.025 in a logit
 /// capped at 50, which moves a softmax weight by 2.5 %).
@@ -72,19 +73,26 @@ impl AttentionVariant for SoftCap {
     const VARIANT: Variant = Variant::SoftCap;
     #[inline(always)]
     fn logit(p: &DecodeParams, x: f32) -> f32 {
-        // 2^x → +inf gives rcp 0 (tanh 1); 2^x → 0 gives 1 (tanh −1).
-        fma(rcp(1.0 + ex2(x)), -2.0 * p.logit_cap, p.logit_cap)
+        // tanh(y) = (e − 1) / (e + 1) with e = 2^x = e^{2y}: x is capped
+        // at 64, where the quotient is 1 in f32 (2^x = inf would give
+        // inf · 0); 2^x → 0 gives −1. The cap multiplies last, an operand
+        // from the parameters' constant bank. (`fma(rcp(1 + e), −2c, c)`
+        // held −2c in a register: it spilled the 168-register wide kernels
+        // and, as `fma(…, −2, 1) · c`, the 128-register paged int8 wgmma
+        // ones.)
+        let e = ex2(x.min(64.0));
+        (e - 1.0) * rcp(e + 1.0) * p.logit_cap
     }
 }
 
-/// The base-2 logit of one score: `-inf` where `test` (the step reaches
-/// keys some row hides) and the variant's mask hides `key` from a row that
-/// sees keys below `limit`, else the variant's logit of `raw · scale`
-/// (`scale`: the row's factor, [`AttentionVariant::score_scale`] times a
-/// converted Q row's and an int8 K row's scales).
+/// The base-2 logit of one score: `-inf` where `hidden` (the variant's
+/// mask, [`AttentionVariant::hides`], tested where the step reaches keys
+/// some row hides), else the variant's logit of `raw · scale` (`scale`:
+/// the row's factor, [`AttentionVariant::score_scale`] times a converted Q
+/// row's and an int8 K row's scales).
 #[inline(always)]
-pub fn logit<V: AttentionVariant>(p: &DecodeParams, raw: f32, scale: f32, test: bool, key: u32, limit: u32) -> f32 {
-    if test && V::hides(p, key, limit) {
+pub fn logit<V: AttentionVariant>(p: &DecodeParams, raw: f32, scale: f32, hidden: bool) -> f32 {
+    if hidden {
         f32::NEG_INFINITY
     } else {
         V::logit(p, raw * scale)

@@ -31,6 +31,8 @@ pub struct GraphCase {
     /// Lengths at step 0, that step's new tokens included.
     pub start_lens: Vec<u32>,
     pub split: SplitPolicy,
+    /// Logits soft-cap of the shape (the soft-cap kernels).
+    pub soft_cap: Option<f32>,
 }
 
 const HQ: u32 = 8;
@@ -111,7 +113,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         kv_format: case.format,
         kv_layout: KvLayout::Nhd,
         scale: None,
-        soft_cap: None,
+        soft_cap: case.soft_cap,
     };
     let width = cap / page;
     let mut rng = Rng::new(seed);
@@ -326,6 +328,7 @@ pub fn cases() -> Vec<GraphCase> {
                 paging,
                 start_lens: vec![q_len, 37, 700, 1500],
                 split: SplitPolicy::Auto,
+                soft_cap: None,
             });
         }
         // Unsplit (one chunk per sequence, written directly), paged.
@@ -337,6 +340,7 @@ pub fn cases() -> Vec<GraphCase> {
             paging: Some(Paging::new(16, TokenMajor)),
             start_lens: vec![1, 5, 300, 17],
             split: SplitPolicy::Never,
+            soft_cap: None,
         });
         // The same split as the Auto rows, merged through global memory
         // (the Auto rows merge in thread-block clusters where they can).
@@ -348,6 +352,7 @@ pub fn cases() -> Vec<GraphCase> {
             paging: None,
             start_lens: vec![1, 37, 700, 1500],
             split: SplitPolicy::Auto,
+            soft_cap: None,
         });
         // Chunks of 256 keys: 7 per sequence at capacity, one cluster of 7
         // blocks each, of which 1 to 7 are live as the lengths grow (the
@@ -361,6 +366,7 @@ pub fn cases() -> Vec<GraphCase> {
                 paging,
                 start_lens: vec![2, 37, 300, 1500],
                 split: SplitPolicy::ChunkKeys(256),
+                soft_cap: None,
             });
         }
         // One-stage chunks of 32 rows: 18 to 36 slots (≥ 295 KB a block),
@@ -373,6 +379,22 @@ pub fn cases() -> Vec<GraphCase> {
             paging: None,
             start_lens: vec![8, 37, 700, 1500],
             split: SplitPolicy::ChunkKeys(64),
+            soft_cap: None,
+        });
+    }
+    // Soft-cap kernels in a captured step: a 16-bit cache split and merged
+    // in the attention kernel, and an int8 pool (capped logits of 2 over
+    // N(0, 1) scores: most of them bent by the tanh).
+    for (format, paging, layout) in [(KvFormat::Bf16, None, "contiguous"), (KvFormat::Int8, Some(Paging::new(16, TokenMajor)), "paged16-token-major")] {
+        out.push(GraphCase {
+            name: format!("graph-replay/{}/softcap/{layout}/q2/{STEPS}-steps", format.name()),
+            format,
+            dtype: Dtype::Bf16,
+            q_len: 2,
+            paging,
+            start_lens: vec![2, 37, 700, 1500],
+            split: SplitPolicy::Auto,
+            soft_cap: Some(2.0),
         });
     }
     out

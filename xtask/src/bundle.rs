@@ -1,6 +1,7 @@
 //! `cargo xtask bundle`: everything a GPU machine without Rust needs, in
-//! `target/bundle/`: release binaries (GPU tests, fuzzer, benchmark), the
-//! PTX, the fuzz regressions and `run.sh`.
+//! `target/bundle/`: release binaries (GPU tests, fuzzer, benchmark; each
+//! embeds the kernels compiled ahead, `decode_attn::FATBIN`), the fuzz
+//! regressions and `run.sh`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -33,8 +34,6 @@ const RUN_SH: &str = r#"#!/usr/bin/env bash
 # also into $OUT/results.tgz as one file; a summary is printed last.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-# The kernels compiled ahead (see `cargo xtask bundle`), not by the driver.
-export DECODE_ATTN_CUBIN=${DECODE_ATTN_CUBIN:-$here/decode_attn.cubin}
 logs=${LOGS:-$here/logs}; mkdir -p "$logs"
 steps=${*:-tests bench}
 summary=()
@@ -78,8 +77,11 @@ pub fn bundle() -> Result<(), String> {
     let dir = workspace().join("target/bundle");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-    let tests = built_executables(cargo().args(["test", "--release", "--no-run", "-p", "decode-attn", "--test", "gpu", "--test", "fuzz"]))?;
-    let benches = built_executables(cargo().args(["bench", "--no-run", "-p", "decode-attn", "--bench", "decode"]))?;
+    // The binaries embed the kernels compiled ahead (host/build.rs): a
+    // fresh GPU machine then loads them without compiling the PTX.
+    let ptxas = crate::ensure_ptxas().ok_or("the bundle needs ptxas to compile its kernels ahead: pip could not install nvidia-cuda-nvcc==13.0.88; set PTXAS")?;
+    let tests = built_executables(cargo().env("PTXAS", &ptxas).args(["test", "--release", "--no-run", "-p", "decode-attn", "--test", "gpu", "--test", "fuzz"]))?;
+    let benches = built_executables(cargo().env("PTXAS", &ptxas).args(["bench", "--no-run", "-p", "decode-attn", "--bench", "decode"]))?;
     let find = |exes: &[PathBuf], stem: &str| -> Result<PathBuf, String> {
         exes.iter()
             .find(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{stem}-"))))
@@ -91,16 +93,6 @@ pub fn bundle() -> Result<(), String> {
     copy(&find(&tests, "fuzz")?, "fuzz")?;
     copy(&find(&benches, "decode")?, "bench")?;
     copy(&workspace().join("tests/fuzz-regressions.txt"), "fuzz-regressions.txt")?;
-    let ws = workspace();
-    let ptx = ptx_builder::PtxBuild::for_workspace(&ws, &ws.join("target"), ptx_builder::DEFAULT_ARCH).build()?;
-    copy(&ptx, "decode_attn.ptx")?;
-    // The same PTX compiled ahead by ptxas: `run.sh` points the library at
-    // it (DECODE_ATTN_CUBIN), sparing a fresh GPU machine the driver's
-    // compilation of every kernel.
-    let ptxas = crate::ensure_ptxas().ok_or("the bundle's cubin needs ptxas: pip could not install nvidia-cuda-nvcc==13.0.88; set PTXAS")?;
-    run(Command::new(&ptxas).arg(format!("-arch={}", ptx_builder::DEFAULT_ARCH)).arg(&ptx).arg("-o").arg(dir.join("decode_attn.cubin")))?;
-    let text = std::fs::read(&ptx).map_err(|e| format!("{}: {e}", ptx.display()))?;
-    std::fs::write(dir.join("decode_attn.cubin.ptx-hash"), format!("{:016x}\n", decode_attn_abi::ptx_hash(&text))).map_err(|e| e.to_string())?;
     std::fs::write(dir.join("run.sh"), RUN_SH).map_err(|e| e.to_string())?;
     run(Command::new("chmod").args(["+x"]).arg(dir.join("run.sh")))?;
     println!("{}", dir.display());

@@ -161,10 +161,14 @@ fn test(extra: &[String]) -> Result<(), String> {
     let ptxas = ensure_ptxas();
     let mut cmd = cargo();
     cmd.args(["test", "--workspace"]).args(extra);
+    if let Some(p) = &ptxas {
+        // Also what host/build.rs compiles the kernels ahead with.
+        cmd.env("PTXAS", p);
+    }
     // The only ignored test is the ptxas check: run it when ptxas is here,
     // otherwise libtest reports it ignored (counted as skipped).
-    if let Some(p) = &ptxas {
-        cmd.env("PTXAS", p).args(["--", "--include-ignored"]);
+    if ptxas.is_some() {
+        cmd.args(["--", "--include-ignored"]);
     } else {
         eprintln!("xtask: no ptxas available; the ptxas acceptance test is skipped");
     }
@@ -180,7 +184,12 @@ fn test(extra: &[String]) -> Result<(), String> {
 
 fn bench(args: &[String]) -> Result<(), String> {
     let here = std::env::current_dir().map_err(|e| e.to_string())?;
-    run(cargo().args(["bench", "-p", "decode-attn", "--bench", "decode", "--"]).args(args).env("DECODE_ATTN_CALLER_DIR", here))
+    let mut cmd = cargo();
+    if let Some(ptxas) = ensure_ptxas() {
+        // The kernels compiled ahead: the run loads them without a driver compilation.
+        cmd.env("PTXAS", ptxas);
+    }
+    run(cmd.args(["bench", "-p", "decode-attn", "--bench", "decode", "--"]).args(args).env("DECODE_ATTN_CALLER_DIR", here))
 }
 
 fn fuzz(args: &[String]) -> Result<(), String> {

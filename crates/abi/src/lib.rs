@@ -16,10 +16,3 @@ pub use kernel_set::*;
 pub use kernels::*;
 pub use params::*;
 pub use tile::*;
-
-/// FNV-1a (64-bit) of a PTX module's text: names the PTX a precompiled
-/// cubin was built from (`DECODE_ATTN_CUBIN`, written by `cargo xtask
-/// bundle` and checked by the host before it loads the cubin).
-pub fn ptx_hash(ptx: &[u8]) -> u64 {
-    ptx.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
-}

@@ -119,6 +119,86 @@ impl PtxBuild {
     }
 }
 
+/// Where the project's tools put ptxas when the machine has none (`cargo
+/// xtask` installs PyPI's `nvidia-cuda-nvcc` there).
+pub fn tools_ptxas(target_root: &Path) -> PathBuf {
+    target_root.join("tools/nvcc/nvidia/cu13/bin/ptxas")
+}
+
+/// ptxas: `$PTXAS`, else the project's tools directory, else one on `PATH`.
+pub fn find_ptxas(target_root: &Path) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PTXAS") {
+        return Some(PathBuf::from(p));
+    }
+    let local = tools_ptxas(target_root);
+    if local.is_file() {
+        return Some(local);
+    }
+    Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success()).then(|| PathBuf::from("ptxas"))
+}
+
+/// The PTX compiled ahead: what `build_fatbin` made.
+pub struct Fatbin {
+    /// A compressed fatbin holding the `arch` cubin and the PTX itself,
+    /// which the driver loads without compiling anything on a device of
+    /// that architecture.
+    pub fatbin: PathBuf,
+    /// ptxas's `-v` report (registers, stack and spills per kernel).
+    pub report: String,
+}
+
+/// Compiles `ptx` for `arch` with ptxas (all cores) and packs the cubin and
+/// the PTX into one compressed fatbin with the `fatbinary` beside ptxas.
+/// The result is kept in `cache_dir` under the PTX's hash, so builds of
+/// the same PTX (another profile, a test after a build) reuse it.
+pub fn build_fatbin(ptx: &Path, arch: &str, ptxas: &Path, cache_dir: &Path) -> Result<Fatbin, String> {
+    let text = std::fs::read(ptx).map_err(|e| format!("{}: {e}", ptx.display()))?;
+    let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
+    let stem = cache_dir.join(format!("decode_attn-{arch}-{hash:016x}"));
+    let (fatbin, report_file) = (stem.with_extension("fatbin"), stem.with_extension("ptxas.txt"));
+    if let (true, Ok(report)) = (fatbin.is_file(), std::fs::read_to_string(&report_file)) {
+        return Ok(Fatbin { fatbin, report });
+    }
+    let cubin = stem.with_extension("cubin");
+    let out = Command::new(ptxas)
+        .args([&format!("-arch={arch}"), "-v", "--split-compile", "0"])
+        .arg(ptx)
+        .arg("-o")
+        .arg(&cubin)
+        .output()
+        .map_err(|e| format!("running {}: {e}", ptxas.display()))?;
+    let report = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(format!("ptxas rejected the PTX:\n{report}"));
+    }
+    let fatbinary = ptxas.with_file_name("fatbinary");
+    let fatbinary = if fatbinary.is_file() { fatbinary } else { PathBuf::from("fatbinary") };
+    let sm = arch.trim_start_matches("sm_");
+    let status = Command::new(&fatbinary)
+        .arg(format!("--create={}", fatbin.display()))
+        .arg("--compress-all")
+        .arg(format!("--image3=kind=elf,sm={sm},file={}", cubin.display()))
+        .arg(format!("--image3=kind=ptx,sm={sm},file={}", ptx.display()))
+        .status()
+        .map_err(|e| format!("running {}: {e}", fatbinary.display()))?;
+    let _ = std::fs::remove_file(&cubin);
+    if !status.success() {
+        let _ = std::fs::remove_file(&fatbin);
+        return Err(format!("{} failed with {status}", fatbinary.display()));
+    }
+    // The report last: a fatbin counts as built once its report exists.
+    std::fs::write(&report_file, &report).map_err(|e| format!("{}: {e}", report_file.display()))?;
+    // Older PTX's fatbins of this architecture are of no further use.
+    let prefix = format!("decode_attn-{arch}-");
+    for old in std::fs::read_dir(cache_dir).into_iter().flatten().flatten().map(|e| e.path()) {
+        let name = old.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with(&prefix) && !old.starts_with(&stem) && !name.starts_with(&format!("{prefix}{hash:016x}")) {
+            let _ = std::fs::remove_file(&old);
+        }
+    }
+    Ok(Fatbin { fatbin, report })
+}
+
 /// Rejects PTX that still calls something outside itself: every call must
 /// have been inlined or linked, or the module fails to load.
 pub fn check_ptx(ptx: &str) -> Result<(), String> {

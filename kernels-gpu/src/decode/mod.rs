@@ -385,7 +385,8 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
                     let limit = if e < 2 { ra.limit } else { rb.limit };
                     let row_scale = if e < 2 { scale_a } else { scale_b };
                     let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, masked, key, limit);
+                    let hidden = masked && V::hides(p, key, limit);
+                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, hidden);
                 }
             }
 

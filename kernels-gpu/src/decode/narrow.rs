@@ -144,8 +144,9 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
             for e in 0..4 {
                 let key = key0 + g + 8 * (e as u32 / 2);
                 let (limit, row_scale) = if e % 2 == 0 { (ra.limit, scale_a) } else { (rb.limit, scale_b) };
+                let hidden = masked && V::hides(p, key, limit);
                 let scale = if F::SCALED { row_scale * kscale[e / 2] } else { row_scale };
-                s[e] = variant::logit::<V>(p, s[e], scale, masked, key, limit);
+                s[e] = variant::logit::<V>(p, s[e], scale, hidden);
             }
 
             let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2])), warp::column_max(s[1].max(s[3])));

@@ -31,7 +31,7 @@ use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
 use crate::state;
-use crate::variant::{self, AttentionVariant};
+use crate::variant::AttentionVariant;
 
 /// Score tiles (n8) of one 32-key step.
 const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
@@ -493,15 +493,26 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     // exactly) and the exponent's FMA applies them, 16 multiplies a
     // step fewer (their step is issue-bound).
     let mut s = [[0f32; 4]; T];
-    // Only the steps that reach past the first masked key test keys.
-    let test = key0 + 8 * T as u32 > view.mask_from;
     #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
     for n in 0..T {
         for e in 0..4 {
             let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
-            let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-            let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-            s[n][e] = variant::logit::<V>(p, raw[n][e], scale, test, key, view.limits[e / 2]);
+            s[n][e] = V::logit(p, raw[n][e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale });
+        }
+    }
+    // Only the steps that reach past the first masked key test keys:
+    // the mask hook (`variant::logit` in one pass measured the same
+    // instructions, numbered otherwise, which ptxas allocated with
+    // spills in the 128-register kernels).
+    if key0 + 8 * T as u32 > view.mask_from {
+        #[allow(clippy::needless_range_loop)]
+        for n in 0..T {
+            for e in 0..4 {
+                let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
+                if V::hides(p, key, view.limits[e / 2]) {
+                    s[n][e] = f32::NEG_INFINITY;
+                }
+            }
         }
     }
     // Maxima and sums as trees (a chain of 8 dependent operations
