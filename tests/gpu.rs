@@ -383,7 +383,7 @@ fn main() {
     if sanitize {
         // The utility kernels too: the random fill and the busy-wait.
         let mut buf = decode_attn::cust::memory::DeviceBuffer::<decode_attn::half::bf16>::zeroed(1000).expect("alloc");
-        let ok = attn.fill_random(&mut buf, 1, &stream).and_then(|_| attn.gpu_sleep(std::time::Duration::from_micros(5), &stream)).is_ok()
+        let ok = decode_attn::testing::fill_random(&attn, &mut buf, 1, &stream).and_then(|_| decode_attn::testing::gpu_sleep(&attn, std::time::Duration::from_micros(5), &stream)).is_ok()
             && stream.synchronize().is_ok();
         println!("{} utility kernels (fill_random_bf16, gpu_sleep)", if ok { "ok  " } else { "FAIL" });
         if ok { passed += 1 } else { failed += 1 }

@@ -9,7 +9,8 @@
 //! CI runs this file in debug and in release (`cargo xtask test`), so
 //! overflow that only wraps silently in release is caught by the assertions.
 
-use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
+use decode_attn::check::{check_buffers, RunBuffers};
+use decode_attn::BufferDesc;
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
@@ -50,9 +51,11 @@ fn bufs_for(shape: &DecodeShape, q_len: usize, kv_len: usize, ws: usize) -> RunB
         k: d(2 << 40, kv_len, kv_elem),
         v: d(3 << 40, kv_len, kv_elem),
         o: d(4 << 40, q_len, elem),
-        workspace_bytes: ws,
+        workspace: d(7 << 40, ws, ElemType::U8),
         k_side: side(5 << 40),
         v_side: side(6 << 40),
+        seq_lens: None,
+        block_table: None,
     }
 }
 
@@ -433,7 +436,17 @@ fn plan_and_check_property() {
                     prop_assert!(buf.len as u128 * elem >= need as u128 * elem);
                     prop_assert!(buf.addr as u128 + buf.len as u128 * elem <= u64::MAX as u128);
                 }
-                prop_assert!(b.workspace_bytes >= p.workspace_bytes());
+                prop_assert!(b.workspace.len >= p.workspace_bytes());
+                // The written ranges (O, the workspace's used bytes) overlap nothing.
+                let range = |x: &BufferDesc, bytes: u128| (x.addr as u128, x.addr as u128 + bytes);
+                let o = range(&b.o, shape.q_elems() as u128 * 2);
+                let ws = range(&b.workspace, p.workspace_bytes() as u128);
+                for other in [&b.q, &b.k, &b.v] {
+                    let r = range(other, other.len as u128 * other.elem.size_bytes() as u128);
+                    prop_assert!(o.1 <= r.0 || r.1 <= o.0);
+                    prop_assert!(ws.1 <= r.0 || r.1 <= ws.0 || ws.0 == ws.1);
+                }
+                prop_assert!(ws.1 <= u64::MAX as u128);
                 for side in [b.k_side, b.v_side].into_iter().flatten() {
                     prop_assert!(side.len as u64 * 4 >= shape.side_bytes_required().unwrap());
                 }

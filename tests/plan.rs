@@ -1,6 +1,7 @@
 //! Planner invariants (CPU only).
 
-use decode_attn::plan::{auto_chunk_keys, block_shape, plan, stage_keys, IN_ATTENTION_MERGE_MAX_BYTES};
+use decode_attn::heuristics::{auto_chunk_keys, block_shape, IN_ATTENTION_MERGE_MAX_BYTES};
+use decode_attn::plan::{plan, stage_keys};
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
 use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
@@ -356,7 +357,7 @@ fn sixteen_bit_wgmma_splits_fill_one_block_per_sm() {
 #[test]
 fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     let dev = &DeviceInfo::H100_SXM;
-    let family = |shape: &DecodeShape| PlanOptions::default().family_for(shape);
+    let family = |shape: &DecodeShape| decode_attn::heuristics::family(FamilyChoice::Auto, shape);
     // Grid B (48 rows) in bf16 and fp16; 64 and 128 rows.
     assert_eq!(family(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096)), Family::Wgmma);
     assert_eq!(family(&DecodeShape { dtype: Dtype::F16, kv_format: KvFormat::F16, ..DecodeShape::bf16(64, 16, 1, 128, 3, 4096) }), Family::Wgmma);

@@ -1,7 +1,8 @@
 //! Every bad input is an `Err` naming the parameter (CPU only: planning and
 //! buffer checks are pure functions).
 
-use decode_attn::check::{check_buffers, BufferDesc, RunBuffers};
+use decode_attn::check::{check_buffers, RunBuffers};
+use decode_attn::BufferDesc;
 use decode_attn::plan::plan;
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, PlanOptions, SplitPolicy};
 
@@ -68,7 +69,8 @@ fn buffers(shape: &DecodeShape) -> RunBuffers {
     let q = shape.q_elems() as usize;
     let kv = shape.kv_elems_required().unwrap() as usize;
     let d = |addr, len| BufferDesc { addr, len, elem: ElemType::Bf16 };
-    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace_bytes: 1 << 20, k_side: None, v_side: None }
+    let workspace = BufferDesc { addr: 0x10000000, len: 1 << 20, elem: ElemType::U8 };
+    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace, k_side: None, v_side: None, seq_lens: None, block_table: None }
 }
 
 #[test]
@@ -86,7 +88,12 @@ fn buffer_errors_name_the_buffer() {
         (|b| b.v.elem = ElemType::F16, "v"),
         (|b| b.q.elem = ElemType::U8, "q"),
         (|b| b.o.addr = b.q.addr, "o"),
-        (|b| b.workspace_bytes = 0, "workspace"),
+        (|b| b.workspace.len = 0, "workspace"),
+        (|b| b.workspace.addr = 0, "workspace"),
+        (|b| b.workspace.addr += 16, "workspace"),
+        (|b| b.workspace.addr = b.k.addr, "workspace"),
+        (|b| b.workspace.addr = b.o.addr - 256, "workspace"),
+        (|b| b.workspace.addr = u64::MAX - 255, "workspace"),
     ];
     for (mutate, param) in cases {
         let mut b = buffers(&shape);

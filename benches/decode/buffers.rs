@@ -75,7 +75,7 @@ impl BufferSet {
         let fill = |buf: &DeviceBuffer<u8>, elem: ElemType, s: u64| {
             // SAFETY: the buffer is alive and written only by this fill.
             let view = unsafe { TensorMut::from_raw(buf.as_device_ptr().as_raw(), buf.len() / elem.size_bytes(), elem) };
-            attn.fill_random(view, seed * 16 + s, stream).map_err(e)
+            decode_attn::testing::fill_random(attn, view, seed * 16 + s, stream).map_err(e)
         };
         fill(&set.q, set.qo, 1)?;
         if shape.kv_format.is_quantized() {
@@ -97,7 +97,7 @@ impl BufferSet {
                         TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), side_elem),
                     )
                 };
-                attn.quantize(shape, &lens, plain_v, decode_attn::QuantizedMut { data: data_v, scales: side_v }, stream).map_err(e)?;
+                attn.quantize_kv(shape, &decode_attn::StepInputs::lengths(&lens), plain_v, decode_attn::KvMut::quantized(data_v, side_v), stream).map_err(e)?;
             }
             stream.synchronize().map_err(|e| e.to_string())?;
             set.scales = Some((scales.0.map_err(|e| e.to_string())?, scales.1.map_err(|e| e.to_string())?));

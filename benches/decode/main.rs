@@ -406,7 +406,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     // Correctness first, on the first copy.
     {
         let (q, cache, o) = sets[0].views();
-        attn.run_cache(&plan, q, &cache, o, &mut ws, stream).map_err(|e| e.to_string())?;
+        attn.run(&plan, q, &cache, o, &mut ws, stream).map_err(|e| e.to_string())?;
     }
     stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
     let rel_err = check::sampled_error(&plan, &sets[0])?;
@@ -513,7 +513,7 @@ fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, 
     let (q, cache, o) = set.views();
     match step {
         Some(step) => attn.run_step(plan, step, q, &cache, o, &mut ws, stream),
-        None => attn.run_cache(plan, q, &cache, o, &mut ws, stream),
+        None => attn.run(plan, q, &cache, o, &mut ws, stream),
     }
     .map_err(|e| e.to_string())?;
     stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;

@@ -66,7 +66,7 @@ pub fn roofline(attn: &DecodeAttention, stream: &Stream) -> Result<f64, String> 
     }
     let iters = 20;
     let (starts, stops): (Vec<Event>, Vec<Event>) = ((0..iters).map(|_| event()).collect::<Result<_, _>>()?, (0..iters).map(|_| event()).collect::<Result<_, _>>()?);
-    attn.gpu_sleep(Duration::from_millis(2), stream).map_err(|e| e.to_string())?;
+    decode_attn::testing::gpu_sleep(attn, Duration::from_millis(2), stream).map_err(|e| e.to_string())?;
     for i in 0..iters {
         starts[i].record(stream).map_err(|e| e.to_string())?;
         copy()?;
@@ -98,7 +98,7 @@ pub struct TimedRun<'a> {
 impl TimedRun<'_> {
     fn launch(&mut self, set: &mut BufferSet) -> Result<(), String> {
         let (q, cache, o) = set.views();
-        self.attn.run_cache(self.plan, q, &cache, o, self.ws, self.stream).map_err(|e| e.to_string())
+        self.attn.run(self.plan, q, &cache, o, self.ws, self.stream).map_err(|e| e.to_string())
     }
 
     /// Times `iters` launches over `sets` in turn (see the module docs).
@@ -145,7 +145,7 @@ impl TimedRun<'_> {
         let (starts, stops) = (events(n)?, events(n)?);
         let queue_start = event()?;
         if let Some(d) = sleep {
-            self.attn.gpu_sleep(d, self.stream).map_err(|e| e.to_string())?;
+            decode_attn::testing::gpu_sleep(self.attn, d, self.stream).map_err(|e| e.to_string())?;
         }
         queue_start.record(self.stream).map_err(|e| e.to_string())?;
         let count = sets.len();
@@ -171,7 +171,7 @@ pub fn time_graphs(attn: &DecodeAttention, stream: &Stream, graphs: &[crate::cud
     stream.synchronize().map_err(|e| e.to_string())?;
     let events = |k| (0..k).map(|_| event()).collect::<Result<Vec<_>, _>>();
     let (starts, stops) = (events(iters)?, events(iters)?);
-    attn.gpu_sleep(Duration::from_micros(2000 + 40 * iters as u64), stream).map_err(|e| e.to_string())?;
+    decode_attn::testing::gpu_sleep(attn, Duration::from_micros(2000 + 40 * iters as u64), stream).map_err(|e| e.to_string())?;
     for i in 0..iters {
         starts[i].record(stream).map_err(|e| e.to_string())?;
         graphs[(i + 1) % graphs.len()].launch(stream)?;

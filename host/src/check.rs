@@ -1,19 +1,12 @@
 //! Validation of the buffers handed to `run` against a plan. Pure: takes
 //! addresses and lengths, so every rejection is tested without a GPU.
 
-use decode_attn_abi::{Dtype, KvFormat};
+use decode_attn_abi::{Dtype, KvFormat, QuantDirection};
 
-use crate::error::{ensure, Result};
+use crate::error::{ensure, Error, Result};
 use crate::plan::Plan;
-use crate::tensor::ElemType;
-
-/// Address, length (elements) and element type of one buffer.
-#[derive(Clone, Copy, Debug)]
-pub struct BufferDesc {
-    pub addr: u64,
-    pub len: usize,
-    pub elem: ElemType,
-}
+use crate::shape::{DecodeShape, KvLayout};
+use crate::tensor::{BufferDesc, ElemType};
 
 /// The buffers of one `run` call.
 #[derive(Clone, Copy, Debug)]
@@ -22,11 +15,17 @@ pub struct RunBuffers {
     pub k: BufferDesc,
     pub v: BufferDesc,
     pub o: BufferDesc,
-    pub workspace_bytes: usize,
+    /// The workspace: `len` bytes at `addr` (`ElemType::U8`), which the
+    /// kernels write (split partials, merge counters) and read.
+    pub workspace: BufferDesc,
     /// Side data (scales) of K and V: required for quantized formats,
     /// rejected for plain ones.
     pub k_side: Option<BufferDesc>,
     pub v_side: Option<BufferDesc>,
+    /// A capacity plan's device lengths and (paged) block table, which the
+    /// kernels read while they write `o` and the workspace.
+    pub seq_lens: Option<BufferDesc>,
+    pub block_table: Option<BufferDesc>,
 }
 
 pub fn dtype_elem(d: Dtype) -> ElemType {
@@ -76,7 +75,9 @@ pub(crate) fn check_buffer(name: &str, b: &BufferDesc, elem: ElemType, min_bytes
 }
 
 /// Checks every buffer of a `run` call against the plan: element types,
-/// alignment, sizes in bytes, no wrap-around, and `o` disjoint from the inputs.
+/// alignment, sizes in bytes, no wrap-around, and the written buffers (`o`,
+/// the workspace) disjoint from everything the kernels read and from each
+/// other.
 pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     let shape = &plan.shape;
     let qo_elem = dtype_elem(shape.dtype);
@@ -94,7 +95,7 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
         Some(elem) => {
             let side_bytes = shape.side_bytes_required().unwrap_or(u64::MAX);
             for (name, side) in [("k_scales", bufs.k_side), ("v_scales", bufs.v_side)] {
-                let side = side.ok_or_else(|| crate::error::Error::invalid(name, format!("the {} cache's side data ({})", shape.kv_format.name(), elem.name()), "none"))?;
+                let side = side.ok_or_else(|| Error::invalid(name, format!("the {} cache's side data ({})", shape.kv_format.name(), elem.name()), "none"))?;
                 check_buffer(name, &side, elem, side_bytes)?;
                 inputs.push((name, side));
             }
@@ -105,17 +106,111 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
             }
         }
     }
-    // The range the kernels write (checked above not to wrap).
-    let o_end = bufs.o.addr + q_bytes;
-    for (name, other) in &inputs {
-        let end = end_of(other).unwrap_or(u64::MAX);
-        ensure(o_end <= other.addr || end <= bufs.o.addr, "o", format!("a buffer that does not overlap `{name}`"), "an overlapping one")?;
-    }
+    let ws = &bufs.workspace;
+    ensure(ws.elem == ElemType::U8, "workspace", "a byte buffer", format!("{} elements", ws.elem.name()))?;
     ensure(
-        bufs.workspace_bytes >= plan.workspace_bytes(),
+        ws.len as u64 >= plan.workspace_bytes() as u64,
         "workspace",
         format!("at least {} bytes (Plan::workspace_bytes)", plan.workspace_bytes()),
-        bufs.workspace_bytes,
+        ws.len,
     )?;
+    ensure(ws.addr != 0 && ws.addr % 256 == 0, "workspace", "a non-null 256-byte aligned device pointer", format!("{:#x}", ws.addr))?;
+    let ws_end = end_of(ws).ok_or_else(|| Error::invalid("workspace", "an address range that does not wrap past 2^64", format!("{:#x} + {} bytes", ws.addr, ws.len)))?;
+    for (name, step) in [("seq_lens", bufs.seq_lens), ("block_table", bufs.block_table)] {
+        if let Some(b) = step {
+            ensure(end_of(&b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
+            inputs.push((name, b));
+        }
+    }
+    // The ranges the kernels write (checked above not to wrap): O, and the
+    // workspace's bytes the plan uses; neither may overlap what they read,
+    // nor each other.
+    let o_end = bufs.o.addr + q_bytes;
+    let used_ws_end = ws.addr.saturating_add(plan.workspace_bytes() as u64).min(ws_end);
+    let disjoint = |a: (u64, u64), b: (u64, u64)| a.1 <= b.0 || b.1 <= a.0;
+    for (name, other) in &inputs {
+        let range = (other.addr, end_of(other).unwrap_or(u64::MAX));
+        ensure(disjoint((bufs.o.addr, o_end), range), "o", format!("a buffer that does not overlap `{name}`"), "an overlapping one")?;
+        ensure(disjoint((ws.addr, used_ws_end), range), "workspace", format!("a buffer that does not overlap `{name}`"), "an overlapping one")?;
+    }
+    ensure(disjoint((bufs.o.addr, o_end), (ws.addr, used_ws_end)), "workspace", "a buffer that does not overlap `o`", "an overlapping one")?;
+    Ok(())
+}
+
+/// The buffers of one cache store / quantize / dequantize launch
+/// (`DecodeAttention::{quantize_kv, append_kv, dequantize_kv}`).
+#[derive(Clone, Copy, Debug)]
+pub struct CacheJob {
+    /// Quantize (16-bit rows → the cache) or dequantize (the reverse).
+    pub direction: QuantDirection,
+    /// The 16-bit rows (`new_rows` of an append, else `plain`).
+    pub plain: BufferDesc,
+    pub plain_name: &'static str,
+    /// Elements `plain` must hold.
+    pub plain_elems: u64,
+    /// The cache's values and side data.
+    pub data: BufferDesc,
+    pub side: Option<BufferDesc>,
+    /// The device lengths and (paged) block table.
+    pub seq_lens: BufferDesc,
+    pub block_table: Option<BufferDesc>,
+}
+
+/// Checks a cache job's buffers against the shape: element types, sizes,
+/// alignment, and the written buffers disjoint from every other (a packed
+/// pool's values and side data may interleave, each page's parts apart).
+pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
+    let plain_bytes = job.plain_elems.checked_mul(2).unwrap_or(u64::MAX);
+    check_buffer(job.plain_name, &job.plain, dtype_elem(shape.dtype), plain_bytes)?;
+    check_buffer("data", &job.data, kv_elem(shape.kv_format), shape.kv_bytes_required().unwrap_or(u64::MAX))?;
+    let side_name = "scales";
+    match (side_elem(shape.kv_format), &job.side) {
+        (Some(elem), Some(side)) => check_buffer(side_name, side, elem, shape.side_bytes_required().unwrap_or(u64::MAX))?,
+        (Some(elem), None) => return Err(Error::invalid(side_name, format!("the {} cache's side data ({})", shape.kv_format.name(), elem.name()), "none")),
+        (None, Some(_)) => return Err(Error::invalid(side_name, format!("none (a {} cache has no side data)", shape.kv_format.name()), "a buffer")),
+        (None, None) => {}
+    }
+    let side = job.side.unwrap_or(BufferDesc { addr: 0, len: 0, elem: ElemType::U32 });
+    let mut read = vec![("seq_lens", job.seq_lens)];
+    if let Some(t) = job.block_table {
+        read.push(("block_table", t));
+    }
+    let (written, others): (Vec<_>, Vec<_>) = if job.direction == QuantDirection::Quantize {
+        read.push((job.plain_name, job.plain));
+        (vec![("data", job.data), (side_name, side)], read)
+    } else {
+        read.extend([("data", job.data), (side_name, side)]);
+        (vec![(job.plain_name, job.plain)], read)
+    };
+    let end = |b: &BufferDesc| end_of(b).unwrap_or(u64::MAX);
+    // A packed pool's values and side data share pages: they may
+    // interleave, as long as in every page `a`'s part (a page of rows)
+    // ends before `b`'s (a page of side data) starts, and `b`'s ends
+    // within the page.
+    let packed = match (shape.kv_layout, shape.page_part_bytes()) {
+        (KvLayout::Paged { page_bytes: Some(page), .. }, Some((rows, side))) => Some((rows, side, page)),
+        _ => None,
+    };
+    let interleaved = |a: &BufferDesc, b: &BufferDesc| {
+        packed.is_some_and(|(rows, side, page)| {
+            let d = (b.addr as i128 - a.addr as i128).rem_euclid(page as i128) as u64;
+            d >= rows && d + side <= page
+        })
+    };
+    for (i, (_, w)) in written.iter().enumerate() {
+        // Only two written buffers (values, then side data) may interleave.
+        let later = written[i + 1..].iter().map(|o| (o, true));
+        for ((n, other), may_interleave) in others.iter().map(|o| (o, false)).chain(later) {
+            if other.len == 0 {
+                continue;
+            }
+            ensure(
+                end(w) <= other.addr || end(other) <= w.addr || (may_interleave && interleaved(w, other)),
+                *n,
+                "a buffer that does not overlap the one written (in a packed pool: each page's parts apart)",
+                "an overlapping one",
+            )?;
+        }
+    }
     Ok(())
 }

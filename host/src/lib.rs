@@ -2,7 +2,7 @@
 //! kernels written in Rust and compiled to PTX.
 //!
 //! ```no_run
-//! use decode_attn::{DecodeAttention, DecodeShape, PlanOptions, Workspace};
+//! use decode_attn::{DecodeAttention, DecodeShape, KvCache, PlanOptions, Workspace};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let _ctx = cust::quick_init()?;
 //! let stream = cust::stream::Stream::new(cust::stream::StreamFlags::NON_BLOCKING, None)?;
@@ -15,7 +15,7 @@
 //! # let k = cust::memory::DeviceBuffer::<half::bf16>::zeroed(shape.kv_elems_required().unwrap() as usize)?;
 //! # let v = cust::memory::DeviceBuffer::<half::bf16>::zeroed(shape.kv_elems_required().unwrap() as usize)?;
 //! # let mut o = cust::memory::DeviceBuffer::<half::bf16>::zeroed(shape.q_elems() as usize)?;
-//! attn.run(&plan, &q, &k, &v, &mut o, &mut ws, &stream)?;  // async on `stream`
+//! attn.run(&plan, &q, &KvCache::plain(&k, &v), &mut o, &mut ws, &stream)?;  // async on `stream`
 //! stream.synchronize()?;
 //! # Ok(()) }
 //! ```
@@ -51,24 +51,35 @@
 //! # Ok(()) }
 //! ```
 
+mod attention;
+pub mod cache;
 pub mod check;
-mod launch_ex;
 pub mod error;
+pub mod heuristics;
+mod launch_ex;
+mod module;
+pub mod occupancy;
+pub mod options;
+pub mod params;
 pub mod plan;
 pub mod quant;
 pub mod reference;
-pub mod run;
 pub mod shape;
 pub mod tensor;
 pub mod testing;
+pub mod work;
 
-pub use decode_attn_abi::{Addressing, Dtype, KvFormat, Family};
+pub use attention::{DecodeAttention, RawDevicePtr, Workspace};
+pub use cache::{KvCache, KvMut, KvTensor, StepInputs};
+pub use decode_attn_abi::{Addressing, Dtype, Family, KvFormat, Variant};
 pub use error::{Error, Result};
-pub use plan::{DeviceInfo, HeadPairChoice, KernelInfo, KernelLimits, MergeChoice, MergeMode, Plan, PlanMode, PlanOptions, SpecializeChoice, SplitPolicy, FamilyChoice};
-pub use quant::{KvMut, KvTensor, QuantizedMut};
-pub use run::{DecodeAttention, KvCache, ModuleSource, RawDevicePtr, RawStream, StepInputs, Workspace};
+pub use heuristics::MergeMode;
+pub use module::{ModuleSource, RawStream};
+pub use occupancy::{DeviceInfo, KernelInfo, KernelLimits};
+pub use options::{FamilyChoice, HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};
+pub use plan::{Plan, PlanMode};
 pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder, MAX_PAGE_SIZE};
-pub use tensor::{ElemType, Element, TensorMut, TensorRef};
+pub use tensor::{BufferDesc, ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};
 
 /// The kernels' PTX, built from `kernels-gpu` by `build.rs`.

@@ -40,6 +40,14 @@ impl ElemType {
     }
 }
 
+/// Address, length (elements) and element type of one buffer.
+#[derive(Clone, Copy, Debug)]
+pub struct BufferDesc {
+    pub addr: u64,
+    pub len: usize,
+    pub elem: ElemType,
+}
+
 /// Host types that name an [`ElemType`].
 pub trait Element: DeviceCopy {
     const ELEM: ElemType;
@@ -118,8 +126,8 @@ macro_rules! view_methods {
                 self.elem
             }
             /// Address, length and type, as the buffer checks take them.
-            pub(crate) fn desc(&self) -> crate::check::BufferDesc {
-                crate::check::BufferDesc { addr: self.addr, len: self.len, elem: self.elem }
+            pub(crate) fn desc(&self) -> BufferDesc {
+                BufferDesc { addr: self.addr, len: self.len, elem: self.elem }
             }
             /// The bytes from `offset` to the end, as elements of `elem`
             /// (`None` past the end): a part of one buffer that holds

@@ -1,9 +1,43 @@
-//! Deterministic random inputs for tests and benchmarks: normal values,
-//! heavy-tailed ones with outlier channels, large magnitudes, constant rows
-//! or repeated keys (never all zeros).
+//! Test and benchmark utilities: deterministic random inputs (normal
+//! values, heavy-tailed ones with outlier channels, large magnitudes,
+//! constant rows or repeated keys; never all zeros), and the two utility
+//! kernels the benchmark and the tests launch (a device-side random fill,
+//! a busy-wait that keeps the GPU ahead of the host).
 
-use crate::error::Result;
+use cust::prelude::Stream;
+
+use crate::attention::DecodeAttention;
+use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
+use crate::tensor::{ElemType, TensorMut};
+
+/// Fills a bf16/f16 buffer with deterministic pseudo-random values
+/// (`decode_attn_abi::fill_value(seed, index)`, never all zero), on the
+/// device: inputs too large to generate on the host.
+pub fn fill_random<'a>(attn: &DecodeAttention, buf: impl Into<TensorMut<'a>>, seed: u64, stream: &Stream) -> Result<()> {
+    let buf = buf.into();
+    let name = match buf.elem {
+        ElemType::Bf16 => decode_attn_abi::FILL_KERNEL_BF16,
+        ElemType::F16 => decode_attn_abi::FILL_KERNEL_F16,
+        other => return Err(Error::invalid("buf", "bf16 or f16 elements", other.name())),
+    };
+    ensure(buf.len % 2 == 0, "buf", "an even number of elements", buf.len)?;
+    ensure(buf.addr % 4 == 0 && buf.addr != 0, "buf", "a non-null 4-byte aligned pointer", format!("{:#x}", buf.addr))?;
+    let params = decode_attn_abi::FillParams { ptr: buf.addr, len: buf.len as u64, seed };
+    let blocks = (attn.device_info().sm_count * 8).max(1);
+    // SAFETY: writes `len` elements of the checked buffer.
+    unsafe { attn.kernels().launch(name, (blocks, 1, 1), 256, 0, &params, stream.as_inner()) }
+}
+
+/// Enqueues a one-thread kernel that keeps the GPU busy for `duration`
+/// (benchmarks put it ahead of timed launches so they run back to back on
+/// the device, not at the pace the host enqueues them).
+pub fn gpu_sleep(attn: &DecodeAttention, duration: std::time::Duration, stream: &Stream) -> Result<()> {
+    let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
+    let params = decode_attn_abi::SleepParams { ns };
+    // SAFETY: the kernel touches no memory.
+    unsafe { attn.kernels().launch(decode_attn_abi::SLEEP_KERNEL, (1, 1, 1), 32, 0, &params, stream.as_inner()) }
+}
 
 /// SplitMix64: small, fast, reproducible from a seed.
 #[derive(Clone, Debug)]

@@ -252,8 +252,8 @@ impl Problem {
             return Self::run_on(&mut self.bufs, attn, plan, &cache, ws, stream);
         }
         match &mut self.bufs {
-            Buffers::Bf16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),
-            Buffers::F16 { q, k, v, o } => attn.run(plan, &*q, &*k, &*v, &mut *o, ws, stream),
+            Buffers::Bf16 { q, k, v, o } => attn.run(plan, &*q, &KvCache::plain(&*k, &*v), &mut *o, ws, stream),
+            Buffers::F16 { q, k, v, o } => attn.run(plan, &*q, &KvCache::plain(&*k, &*v), &mut *o, ws, stream),
         }
     }
 
@@ -264,8 +264,8 @@ impl Problem {
 
     fn run_on(bufs: &mut Buffers, attn: &DecodeAttention, plan: &Plan, cache: &KvCache<'_>, ws: &mut Workspace, stream: &Stream) -> Result<()> {
         match bufs {
-            Buffers::Bf16 { q, o, .. } => attn.run_cache(plan, &*q, cache, &mut *o, ws, stream),
-            Buffers::F16 { q, o, .. } => attn.run_cache(plan, &*q, cache, &mut *o, ws, stream),
+            Buffers::Bf16 { q, o, .. } => attn.run(plan, &*q, cache, &mut *o, ws, stream),
+            Buffers::F16 { q, o, .. } => attn.run(plan, &*q, cache, &mut *o, ws, stream),
         }
     }
 

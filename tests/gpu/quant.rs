@@ -6,7 +6,7 @@ use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::quant::{dequantize_cache, quantize_cache};
 use decode_attn::testing::Distribution;
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, QuantizedMut, TensorMut, TensorRef};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, KvMut, StepInputs, TensorMut, TensorRef};
 
 use crate::common::{Buffers, Problem};
 
@@ -78,7 +78,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     // Whole cache: every byte and scale as the CPU quantizer wrote them.
     let mut data = DeviceBuffer::<u8>::zeroed(n_bytes).map_err(err)?;
     let mut scales = DeviceBuffer::from_slice(&vec![nan; n_side]).map_err(err)?;
-    attn.quantize(&shape, &lens_dev, plain, QuantizedMut { data: (&mut data).into(), scales: side_mut(&mut scales) }, stream).map_err(err)?;
+    attn.quantize_kv(&shape, &StepInputs::lengths(&lens_dev), plain, KvMut::quantized(&mut data, side_mut(&mut scales)), stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     let (mut got_data, mut got_scales) = (vec![0u8; n_bytes], vec![0u32; n_side]);
     data.copy_to(&mut got_data).map_err(err)?;
@@ -110,7 +110,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     let rows = unsafe { TensorRef::from_raw(rows_dev.as_device_ptr().as_raw(), new_rows.len(), elem16) };
     let mut data2 = DeviceBuffer::<u8>::zeroed(n_bytes).map_err(err)?;
     let mut scales2 = DeviceBuffer::from_slice(&vec![nan; n_side]).map_err(err)?;
-    attn.append(&shape, &lens_dev, rows, QuantizedMut { data: (&mut data2).into(), scales: side_mut(&mut scales2) }, stream).map_err(err)?;
+    attn.append_kv(&shape, &StepInputs::lengths(&lens_dev), rows, KvMut::quantized(&mut data2, side_mut(&mut scales2)), stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     data2.copy_to(&mut got_data).map_err(err)?;
     scales2.copy_to(&mut got_scales).map_err(err)?;
@@ -137,7 +137,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     let out = DeviceBuffer::from_slice(&vec![0x7FFFu16; n]).map_err(err)?;
     // SAFETY: a view of `out`.
     let out_view = unsafe { TensorMut::from_raw(out.as_device_ptr().as_raw(), n, elem16) };
-    attn.dequantize(&shape, &lens_dev, &qb.k, side_ref(&qb.k_side), out_view, stream).map_err(err)?;
+    attn.dequantize_kv(&shape, &lens_dev, &qb.k, side_ref(&qb.k_side), out_view, stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     let mut got16 = vec![0u16; n];
     out.copy_to(&mut got16).map_err(err)?;

@@ -1,0 +1,151 @@
+//! Views of the device buffers a decode step reads and writes: the cache
+//! (`KvCache`), one cache tensor being written (`KvMut`), and what a
+//! capacity plan's step reads on the device (`StepInputs`). No CUDA calls.
+
+use crate::check::{check_buffer, kv_elem, side_elem};
+use crate::error::{ensure, Error, Result};
+use crate::shape::{DecodeShape, KvLayout};
+use crate::tensor::{BufferDesc, ElemType, TensorMut, TensorRef};
+
+/// A KV cache as the kernels read it: K and V values in the shape's layout
+/// and, for quantized formats, their per-row scales (`docs/formats.md`).
+#[derive(Clone, Copy, Debug)]
+pub struct KvCache<'a> {
+    pub k: TensorRef<'a>,
+    pub v: TensorRef<'a>,
+    pub k_scales: Option<TensorRef<'a>>,
+    pub v_scales: Option<TensorRef<'a>>,
+}
+
+impl<'a> KvCache<'a> {
+    /// A bf16 / fp16 cache.
+    pub fn plain(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>) -> Self {
+        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None }
+    }
+    /// A quantized cache: its values (`u8` buffers) and side data (int8:
+    /// one f32 scale per row; int4: one u32 word per group, an fp16 scale
+    /// and an fp16 zero; `docs/formats.md`).
+    pub fn quantized(
+        k: impl Into<TensorRef<'a>>,
+        v: impl Into<TensorRef<'a>>,
+        k_scales: impl Into<TensorRef<'a>>,
+        v_scales: impl Into<TensorRef<'a>>,
+    ) -> Self {
+        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()) }
+    }
+    /// The cache in one packed pool (`shape`: `KvLayout::Paged` with
+    /// `page_bytes` of [`DecodeShape::packed_page`]): views of `pool`'s bytes
+    /// at the page offsets, typed as the format's values and side data, so
+    /// no `from_raw` is needed. Their lengths are checked when the cache is
+    /// run, like any buffers'.
+    pub fn packed(shape: &DecodeShape, pool: impl Into<TensorRef<'a>>) -> Result<Self> {
+        let pool = pool.into();
+        let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
+        let (k, k_side) = packed_parts(shape, KvTensor::K)?;
+        let (v, v_side) = packed_parts(shape, KvTensor::V)?;
+        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_side.map(part).transpose()?, v_scales: v_side.map(part).transpose()? })
+    }
+}
+
+/// One cache tensor (K or V) being written, in any format: its values and,
+/// for quantized formats, its side data (scales, or scales and zeros).
+#[derive(Debug)]
+pub struct KvMut<'a> {
+    pub data: TensorMut<'a>,
+    pub side: Option<TensorMut<'a>>,
+}
+
+impl<'a> KvMut<'a> {
+    /// A 16-bit cache tensor.
+    pub fn plain(data: impl Into<TensorMut<'a>>) -> Self {
+        KvMut { data: data.into(), side: None }
+    }
+    /// A quantized cache tensor.
+    pub fn quantized(data: impl Into<TensorMut<'a>>, side: impl Into<TensorMut<'a>>) -> Self {
+        KvMut { data: data.into(), side: Some(side.into()) }
+    }
+}
+
+/// Which tensor of a packed pool a write goes to ([`KvMut::packed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvTensor {
+    K,
+    V,
+}
+
+impl<'a> KvMut<'a> {
+    /// K's or V's values and side data in one packed pool (`shape`:
+    /// `KvLayout::Paged` with `page_bytes` of [`DecodeShape::packed_page`]),
+    /// as `append_kv` / `quantize_kv` write them: views of `pool`'s bytes at
+    /// the page offsets (the two interleave; each page's parts are apart).
+    pub fn packed(shape: &DecodeShape, pool: impl Into<TensorMut<'a>>, tensor: KvTensor) -> Result<Self> {
+        let pool = pool.into();
+        let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
+        let (data, side) = packed_parts(shape, tensor)?;
+        Ok(KvMut { data: part(data)?, side: side.map(part).transpose()? })
+    }
+}
+
+/// Where tensor `tensor`'s values and side data start in a page of the
+/// packed pool `shape` describes, with their element types; an error
+/// unless `shape` is a packed layout (`page_bytes` of `packed_page`).
+pub(crate) fn packed_parts(shape: &DecodeShape, tensor: KvTensor) -> Result<((u64, ElemType), Option<(u64, ElemType)>)> {
+    let page = shape.packed_page().ok_or_else(|| Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a packed pool", "another layout"))?;
+    let KvLayout::Paged { page_bytes, .. } = shape.kv_layout else { unreachable!("packed_page is Some only for paged layouts") };
+    ensure(
+        page_bytes == Some(page.page_bytes),
+        "kv_layout.page_bytes",
+        format!("Some({}) (DecodeShape::packed_page) for a packed pool", page.page_bytes),
+        format!("{page_bytes:?}"),
+    )?;
+    let (data, side) = match tensor {
+        KvTensor::K => (0, page.k_side),
+        KvTensor::V => (page.v, page.v_side),
+    };
+    Ok(((data, kv_elem(shape.kv_format)), side_elem(shape.kv_format).map(|e| (side, e))))
+}
+
+pub(crate) fn pool_too_short(offset: u64, pool: &BufferDesc) -> Error {
+    Error::invalid("pool", format!("a buffer reaching past byte {offset} (the page's last part)"), format!("{} bytes", pool.len * pool.elem.size_bytes()))
+}
+
+/// What a capacity plan's run reads from device memory each step (see
+/// [`plan::PlanMode::Capacity`]): the current lengths, new tokens included,
+/// and for paged caches the block table. Lengths above the capacity are
+/// read as the capacity and page ids outside the pool as its last page, so
+/// no device value makes a kernel touch memory outside its buffers.
+#[derive(Clone, Copy, Debug)]
+pub struct StepInputs<'a> {
+    /// `[batch]` u32.
+    pub seq_lens: TensorRef<'a>,
+    /// Paged caches: `[batch, pages_per_seq]` i32 page ids (row-major).
+    pub block_table: Option<TensorRef<'a>>,
+}
+
+impl<'a> StepInputs<'a> {
+    /// Lengths only (contiguous caches).
+    pub fn lengths(seq_lens: impl Into<TensorRef<'a>>) -> Self {
+        StepInputs { seq_lens: seq_lens.into(), block_table: None }
+    }
+    /// Lengths and a block table (paged caches).
+    pub fn paged(seq_lens: impl Into<TensorRef<'a>>, block_table: impl Into<TensorRef<'a>>) -> Self {
+        StepInputs { seq_lens: seq_lens.into(), block_table: Some(block_table.into()) }
+    }
+
+    /// Checks the step's buffers against a shape: `batch` lengths, and a
+    /// table of `batch × pages_per_seq` ids exactly when the shape is paged
+    /// (what every entry point taking them checks first).
+    pub fn check_for(&self, shape: &DecodeShape) -> Result<()> {
+        check_buffer("seq_lens", &self.seq_lens.desc(), ElemType::U32, shape.batch as u64 * 4)?;
+        match (shape.is_paged(), &self.block_table) {
+            (true, Some(t)) => {
+                // (Saturating: a table no buffer can hold is too short, not a wrapped small size.)
+                let bytes = (shape.batch as u64).saturating_mul(shape.pages_per_seq() as u64).saturating_mul(4);
+                check_buffer("block_table", &t.desc(), ElemType::I32, bytes)
+            }
+            (true, None) => Err(Error::invalid("block_table", "a [batch, pages_per_seq] i32 table for the paged layout", "none")),
+            (false, Some(_)) => Err(Error::invalid("block_table", "none (the cache is not paged)", "a table")),
+            (false, None) => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,324 @@
+//! Every `Auto` rule of the planner, each a pure function of plain figures,
+//! with the measurement that set it (headings of `docs/perf.md`). The
+//! planner (`plan.rs`) only applies them; what it may not change (limits,
+//! shapes) lives there.
+
+use decode_attn_abi::{Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
+
+use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo};
+use crate::options::{FamilyChoice, MergeChoice};
+use crate::shape::DecodeShape;
+
+/// Rows per kv head past which `Auto` picks the wgmma family where it
+/// serves the cache: its 64-row tiles would leave half their rows empty at
+/// 32 and fewer, where wide blocks of one or two row tiles serve instead.
+pub const WGMMA_AUTO_MIN_ROWS: u32 = 32;
+
+/// The kernel family of a shape under `choice`:
+/// - narrow for a quantized cache with at most 8 rows per kv head: 3-13 %
+///   faster there, and no faster for bf16 / fp16, whose fragments cost
+///   nothing to convert (docs/perf.md, "Narrow family for few rows");
+/// - wgmma for more than [`WGMMA_AUTO_MIN_ROWS`] rows where it serves the
+///   cache (head dim 128): grid B's 48 rows 2.5-3.5 % faster than wide in
+///   bf16, 8-10 % in int8 and 23-25 % in int4-g32 (docs/perf.md, "Wgmma
+///   family for many rows");
+/// - else wide.
+pub fn family(choice: FamilyChoice, shape: &DecodeShape) -> Family {
+    match choice {
+        FamilyChoice::Force(f) => f,
+        FamilyChoice::Auto => match shape.rows_per_kv_head() {
+            Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Family::Narrow,
+            Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
+            _ => Family::Wide,
+        },
+    }
+}
+
+/// The most waves of blocks (at one block per SM) for which `Auto` runs
+/// the warp-specialised wgmma kernel.
+pub const SPECIALIZED_MAX_WAVES: u64 = 2;
+
+/// Whether `Auto` runs the warp-specialised wgmma kernel of a grid of
+/// `waves` waves: measured side by side, it is 20-26 % (int8) and 14-22 %
+/// (int4-g32) faster on grid B's seven one-wave rows and 3-5 % on
+/// (1K, 256), whose 256 blocks it runs in two waves. Grids of more waves
+/// are unmeasured and keep the unspecialised kernel, whose two blocks per
+/// SM overlap each other's start and end (docs/perf.md, "Warp-specialised
+/// quantized wgmma").
+pub fn specialize(waves: u64) -> bool {
+    waves <= SPECIALIZED_MAX_WAVES
+}
+
+/// Keys a plan's sequences must average for `Auto` to pair heads. A
+/// pair's stage holds half its keys of each head, so a short sequence
+/// takes twice the stages and the pipeline's fill and drain weigh more:
+/// int8 grid D (64, 128) (two pair stages a block) ran 10 % slower
+/// paired, (8, 1K) 2 % and (128, 2K) 3.7 % faster. 512 keys (eight pair
+/// stages) lies between the rows measured; no row between them was
+/// (docs/perf.md, "Head pairs").
+pub const HEAD_PAIR_MIN_MEAN_KEYS: u64 = 512;
+
+/// The share (%) of the SMs busy with the unpaired grid that the paired one
+/// (half the blocks) must keep busy for `Auto` to pair heads. Pairs read a
+/// token-major int8 cache 2-4 % faster; an SM left idle costs its share:
+/// grid D (8, 1K)'s 128 pairs on 132 SMs (3 % idle) measured 2 % faster
+/// than its 256 one-head blocks, so a grid that leaves 5 % idle is about
+/// where pairs stop paying (the break-even is not measured; docs/perf.md,
+/// "Head pairs").
+pub const HEAD_PAIR_MIN_BUSY_SMS_PERCENT: u64 = 95;
+
+/// Waves (the unpaired plan's resident blocks) a paired grid of a paged
+/// cache must fill for `Auto` to pair heads. A paged block waits for each
+/// stage's page ids before its copies; a second resident block hides that,
+/// and pairing takes it away where the grid is short: int8 grid D (8, 1K)
+/// in 16-token pages read +20 % over contiguous paired (128 pairs, one a
+/// SM) against +5.5 % unpaired (256 blocks, two a SM), while D (128, 2K)
+/// (2048 pairs) read +4.6 % paired against +6.3 % (docs/perf.md, "Head
+/// pairs").
+pub const HEAD_PAIR_PAGED_MIN_WAVES: u64 = 2;
+
+/// What the head-pair rule looks at, of a plan that can pair heads.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadPairFacts {
+    /// A token's rows of adjacent kv heads are adjacent in memory (what
+    /// makes a pair's rows one piece).
+    pub adjacent_heads: bool,
+    /// Blocks of the unpaired grid.
+    pub blocks: u64,
+    /// Blocks resident at once, unpaired (SMs × blocks per SM).
+    pub resident_blocks: u64,
+    pub sm_count: u64,
+    pub paged: bool,
+    /// Keys summed over the sequences, and the sequences.
+    pub total_keys: u64,
+    pub sequences: u64,
+}
+
+/// Whether `Auto` pairs heads: adjacent rows, sequences of at least
+/// [`HEAD_PAIR_MIN_MEAN_KEYS`] keys on average, a paired grid that keeps
+/// [`HEAD_PAIR_MIN_BUSY_SMS_PERCENT`] % of the busy SMs and (pools) fills
+/// [`HEAD_PAIR_PAGED_MIN_WAVES`] waves.
+pub fn pair_heads(f: &HeadPairFacts) -> bool {
+    let paired = f.blocks / 2;
+    let busy = |blocks: u64| blocks.min(f.sm_count);
+    let keeps_sms = 100 * busy(paired) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT * busy(f.blocks);
+    let paged_waves = !f.paged || paired >= HEAD_PAIR_PAGED_MIN_WAVES.saturating_mul(f.resident_blocks);
+    let long_enough = f.total_keys >= HEAD_PAIR_MIN_MEAN_KEYS.saturating_mul(f.sequences);
+    f.adjacent_heads && keeps_sms && long_enough && paged_waves
+}
+
+/// Most chunks per sequence the `Auto` merge puts in a cluster: clusters
+/// of 2 are 1-4.5 % faster than the global merge (grid B (128, 2K), A
+/// B=64, int4 A B=128); clusters of 4 and 8 were up to 1.5× slower on most
+/// rows (docs/perf.md, "Cluster merge").
+pub const AUTO_CLUSTER_MAX: u32 = 2;
+
+/// Whether the `Auto` merge may use a cluster for this cache format: 16-bit
+/// caches only. Since the in-attention merge became one acquire-release
+/// atomic, the quantized kernels' two-chunk rows run 1.3-3.5 % faster
+/// merged through global memory (int8 A B=64, grid B (4K, 64), int4 A
+/// B=128), while the 16-bit grid B (4K, 64) still runs 2-3 % faster in
+/// clusters (docs/perf.md, "Cluster merge").
+pub fn auto_cluster_allowed(format: KvFormat) -> bool {
+    !format.is_quantized()
+}
+
+/// Blocks per cluster of a cluster merge for sequences of up to `chunks`
+/// chunks: the power of two at or above `chunks` (the kernels find their
+/// item with shifts; ranks past a sequence's chunks exit at once) when the
+/// sequences split, `choice` allows a cluster that large, the device has
+/// one and the shape's variant has cluster kernels; else 0 (merge through
+/// global memory).
+pub fn cluster_size(chunks: u32, shape: &DecodeShape, max_cluster: u32, choice: MergeChoice) -> u32 {
+    if !shape.variant().builds(Merge::Cluster, Form::Plain) {
+        return 0;
+    }
+    let most = match choice {
+        MergeChoice::Auto if auto_cluster_allowed(shape.kv_format) => AUTO_CLUSTER_MAX.min(max_cluster),
+        MergeChoice::Auto | MergeChoice::Global => 0,
+        MergeChoice::Cluster => max_cluster,
+    };
+    let size = chunks.checked_next_power_of_two().unwrap_or(u32::MAX);
+    if chunks > 1 && size <= most {
+        size
+    } else {
+        0
+    }
+}
+
+/// Where a plan's split sequences are merged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeMode {
+    /// In the attention kernel, through distributed shared memory: the
+    /// chunks of a sequence are the blocks of one thread-block cluster,
+    /// which merge their rows after a cluster barrier. No fp32 partials, no
+    /// counter, no second launch.
+    Cluster,
+    /// In the attention kernel: the last block of each (sequence, kv head,
+    /// row chunk) to finish merges its rows. No second launch.
+    InAttention,
+    /// By the merge kernel, launched after the attention kernel, one block
+    /// per 1–4 output rows: for merges too large for one block to finish
+    /// without becoming the tail ([`IN_ATTENTION_MERGE_MAX_BYTES`]).
+    Kernel,
+}
+
+/// Partial bytes one block may merge inside the attention kernel (slots ×
+/// rows × head_dim × 4): rows of 64 KB and less (grid C's 32 slots of 4
+/// rows, grid A's 8 of 8) gain 2-3.5 µs; grid B's 48-row blocks lose 1-2 µs
+/// from 4 slots (98 KB) and up to 2.1× at 128 slots (3 MB in one block),
+/// where the merge kernel's block per row is 12 % faster (docs/perf.md,
+/// "Split merge in the attention kernel").
+pub const IN_ATTENTION_MERGE_MAX_BYTES: u64 = 64 << 10;
+
+/// The merge mode (without clusters) for sequences of up to `max_slots`
+/// partials, of blocks of `rows` query rows of `head_dim`.
+pub fn merge_mode(max_slots: u32, rows: u32, head_dim: u32) -> MergeMode {
+    if max_slots as u64 * rows as u64 * head_dim as u64 * 4 <= IN_ATTENTION_MERGE_MAX_BYTES {
+        MergeMode::InAttention
+    } else {
+        MergeMode::Kernel
+    }
+}
+
+/// Block shape (`warps_m`, `warps_k`) of the `Wide` family for `rows`
+/// packed rows: warps along M cover up to `MAX_WARPS_M * 16` rows, warps
+/// along K (up to 4, one per 16 keys of a stage) take the rest of the warp
+/// budget.
+pub fn block_shape(rows: u32, keys_per_stage: u32, kernel: &KernelInfo) -> (u32, u32) {
+    let rows = rows.max(1);
+    let warps_m = rows.div_ceil(MMA_M).clamp(1, MAX_WARPS_M);
+    let max_warps = MAX_WARPS.min(kernel.max_threads_per_block / 32).max(warps_m);
+    let max_k = (keys_per_stage / KEYS_PER_WARP_STEP).max(1);
+    let mut warps_k = 4.min(max_k);
+    while warps_k > 1 && warps_m * warps_k > max_warps {
+        warps_k /= 2;
+    }
+    (warps_m, warps_k)
+}
+
+/// Warps along K of a `Narrow` block (one row tile): the power of two up to
+/// one per 16 keys of a stage (and `MAX_WARPS`) that keeps the most warps
+/// resident per SM; on a tie the larger block when `prefer_larger`, else
+/// the smaller (more blocks resident).
+pub fn narrow_warps_k(keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo, smem: impl Fn(u32) -> u32, prefer_larger: bool) -> u32 {
+    let max_k = (keys_per_stage / KEYS_PER_WARP_STEP).clamp(1, MAX_WARPS).min((kernel.max_threads_per_block / 32).max(1));
+    let mut best = (0u32, 1u32);
+    let mut w = 1;
+    while w <= max_k {
+        let resident = blocks_per_sm(dev, kernel, 32 * w, smem(w)) * w;
+        if resident > best.0 || (resident == best.0 && prefer_larger) {
+            best = (resident, w);
+        }
+        w *= 2;
+    }
+    best.1
+}
+
+/// Warps along K of a narrow block of a plan that splits (`splits`) or
+/// not: with as many warps resident either way, split work runs best in
+/// the larger blocks, unsplit work in more, smaller ones (fewer waves,
+/// shorter epilogues; docs/perf.md, "Narrow family for few rows"), and
+/// unsplit short sequences keep at least two 16-key steps a warp
+/// (one-step warps leave the block's time to its epilogue).
+pub fn narrow_block_warps(splits: bool, longest: u32, keys_per_stage: u32, dev: &DeviceInfo, kernel: &KernelInfo, smem: impl Fn(u32) -> u32) -> u32 {
+    if splits {
+        return narrow_warps_k(keys_per_stage, dev, kernel, smem, true);
+    }
+    let cap = (longest / (2 * KEYS_PER_WARP_STEP)).max(1);
+    let mut k = narrow_warps_k(keys_per_stage, dev, kernel, smem, false);
+    while k > cap && k > 1 {
+        k /= 2;
+    }
+    k
+}
+
+/// Resident warps per SM past which more co-resident blocks stop adding
+/// throughput, where measured (block of `warps_m` row-tile warps):
+/// - a narrow int8 block of 8 warps alone keeps an SM's share of HBM busy,
+///   so splitting a sequence further only to fill a second block slot adds
+///   merge work and pipeline fills (grid C: 16 splits 26 / 56 / 83 % of
+///   the roofline at 8K / 32K / 128K against 23 / 54 / 77 % with 32);
+/// - so does one 4-warp wide bf16 / fp16 block of one row tile (grid C
+///   8K / 32K / 128K 23.2 / 57.1 / 187.5 → 21.7 / 55.0 / 184.3 µs with 16
+///   splits instead of 32, grid A B=64 / 128 −1.5 / −1.9 %, no row slower);
+/// - so does one 8-warp bf16 / fp16 wgmma block (two warpgroups; grid B's
+///   split rows: 2048-key chunks, one block per SM, 3.0-4.9 µs faster than
+///   1024-key chunks filling both block slots, on every row from (2K, 128)
+///   to (128K, 2); half the partials to merge).
+///
+/// int4 (its steps do about twice int8's work per byte, and more resident
+/// warps hide more of it) and blocks of several row tiles on `mma.sync`
+/// (grid B: one per SM made B ≤ 64 up to 13 % slower) gain from every
+/// resident warp, as do the quantized wgmma kernels (docs/perf.md, "Splits
+/// for one block per SM").
+pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32) -> Option<u32> {
+    match (format, family) {
+        (KvFormat::Int8, Family::Narrow) => Some(8),
+        (KvFormat::Bf16 | KvFormat::F16, Family::Wide) if warps_m == 1 => Some(4),
+        (KvFormat::Bf16 | KvFormat::F16, Family::Wgmma) => Some(8),
+        _ => None,
+    }
+}
+
+/// The blocks per SM the split planner should fill: all that fit, or as
+/// many as reach [`saturating_warps_per_sm`] (at least one).
+pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warps_per_block: u32, fit: u32) -> u32 {
+    match saturating_warps_per_sm(format, family, warps_m) {
+        Some(w) => fit.min((w / warps_per_block.max(1)).max(1)),
+        None => fit,
+    }
+}
+
+/// Chunk size (keys) for `SplitPolicy::Auto`: the smallest estimated time,
+/// where a block costs its keys plus a fixed overhead (pipeline fill and
+/// epilogue, about two stages of keys), and the kernel takes at least its
+/// longest block and at least the total work in *whole* waves of
+/// chunk-long blocks (a grid one block over a wave takes two waves; a
+/// fluid estimate misses that). `u32::MAX`: no split (`unsplit_blocks`
+/// fill a wave already). Candidates ascend geometrically (planning stays
+/// O(batch · log len)), each evened out over the splits it makes of the
+/// longest sequence: 33 stages of a 64-stage sequence become 32, so its
+/// two blocks are equal instead of 33 + 31 stages (the longer one set the
+/// time: +3 %; docs/perf.md, "Split sizing").
+pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u32, wave: u64) -> u32 {
+    let (keys_per_stage, wave, blocks_per_len) = (keys_per_stage.max(1), wave.max(1), blocks_per_len.max(1));
+    let max_len = seq_lens.iter().copied().max().unwrap_or(1).max(1);
+    let unsplit_blocks = (seq_lens.len() as u64).saturating_mul(blocks_per_len);
+    if unsplit_blocks >= wave {
+        return u32::MAX;
+    }
+    let overhead = 2 * keys_per_stage as u64;
+    let cost = |chunk: u64| -> u64 {
+        let mut total = 0u64;
+        for &len in seq_lens {
+            let len = len as u64;
+            let n = len.div_ceil(chunk);
+            total = total.saturating_add(len.saturating_add(n.saturating_mul(overhead)).saturating_mul(blocks_per_len));
+        }
+        let longest = chunk.min(max_len as u64) + overhead;
+        let waves = total.div_ceil(wave.saturating_mul(longest));
+        longest.max(waves.saturating_mul(longest))
+    };
+    // `<=` lets the larger chunk (fewer partials to merge) win ties.
+    let mut best = (u64::MAX, u32::MAX);
+    let stages_max = max_len.div_ceil(keys_per_stage);
+    let mut stages = 1u32;
+    loop {
+        let even = stages_max.div_ceil(stages_max.div_ceil(stages));
+        let chunk = even.saturating_mul(keys_per_stage).min(max_len);
+        let c = cost(chunk as u64);
+        if c <= best.0 {
+            best = (c, chunk);
+        }
+        if stages >= stages_max {
+            break;
+        }
+        stages = (stages + 1).max(stages + stages / 8).min(stages_max);
+    }
+    if best.1 >= max_len {
+        u32::MAX
+    } else {
+        best.1
+    }
+}

@@ -1,0 +1,194 @@
+//! The kernels loaded into a CUDA context, and their launches: the driver
+//! layer under [`DecodeAttention`](crate::DecodeAttention). Every function
+//! of the module is looked up once, at load, so a launch makes no driver
+//! call but the launch itself (safe inside a stream capture).
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+
+use cust::device::{Device, DeviceAttribute};
+use cust::function::FunctionAttribute;
+use cust::module::Module;
+use cust::sys as cuda;
+use decode_attn_abi::{KernelId, DECODE_KERNELS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS};
+
+use crate::error::{ensure, Error, Result};
+use crate::launch_ex::{LaunchAttr, LaunchEx};
+use crate::occupancy::{DeviceInfo, KernelInfo, MAX_CLUSTER};
+
+/// A raw stream handle (`CUstream`); null is the legacy default stream.
+pub type RawStream = cuda::CUstream;
+
+/// Where the kernels' module was loaded from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModuleSource {
+    /// The embedded fatbin ([`crate::FATBIN`]): the cubin ptxas compiled
+    /// at build time, loaded with no driver compilation.
+    Fatbin,
+    /// The embedded PTX, compiled by the driver (and cached in its
+    /// compute cache): on devices of another architecture than
+    /// [`crate::PTX_ARCH`], in builds without ptxas, or where the driver
+    /// refused the fatbin.
+    Ptx,
+}
+
+/// The loaded module: every kernel's function handle, the attention
+/// kernels' limits, and the device's figures.
+pub(crate) struct Kernels {
+    /// Keeps the functions below alive.
+    _module: Module,
+    pub(crate) source: ModuleSource,
+    pub(crate) device: DeviceInfo,
+    limits: HashMap<KernelId, KernelInfo>,
+    functions: HashMap<&'static str, cuda::CUfunction>,
+    /// `cuLaunchKernelEx`, for cluster and programmatic launches (`None`:
+    /// the driver has none, and `device.max_cluster` is 0).
+    launch_ex: Option<LaunchEx>,
+}
+
+// SAFETY: CUfunction handles are plain driver handles, valid in the module's
+// context from any thread; the struct has no interior mutability.
+unsafe impl Send for Kernels {}
+unsafe impl Sync for Kernels {}
+
+/// Maps a raw driver status (cust keeps its own mapping private).
+pub(crate) fn driver(call: &'static str, status: cuda::CUresult) -> Result<()> {
+    if status == cuda::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Driver { call, code: status as u32 })
+    }
+}
+
+fn device_attr(dev: &Device, attr: DeviceAttribute) -> Result<u32> {
+    Ok(dev.get_attribute(attr)? as u32)
+}
+
+/// The kernels' module: the embedded fatbin where the current device is of
+/// the architecture it was compiled for (the driver then compiles nothing:
+/// ~500 kernels took it minutes from the PTX on a cold cache), else the
+/// PTX.
+fn load_module(dev: &Device) -> Result<(Module, ModuleSource)> {
+    let (major, minor) = (device_attr(dev, DeviceAttribute::ComputeCapabilityMajor)?, device_attr(dev, DeviceAttribute::ComputeCapabilityMinor)?);
+    // `sm_90a` is compiled for compute capability 9.0 exactly.
+    let arch = crate::PTX_ARCH.trim_start_matches("sm_").trim_end_matches('a');
+    if let Some(fatbin) = crate::FATBIN.filter(|_| arch == format!("{major}{minor}")) {
+        if let Ok(module) = Module::from_fatbin(fatbin, &[]) {
+            return Ok((module, ModuleSource::Fatbin));
+        }
+    }
+    Ok((Module::from_ptx(crate::PTX, &[])?, ModuleSource::Ptx))
+}
+
+impl Kernels {
+    /// Loads the module into the current context, looks up every kernel and
+    /// reads the device's limits.
+    pub(crate) fn load() -> Result<Self> {
+        let dev = cust::context::CurrentContext::get_device()?;
+        let (module, source) = load_module(&dev)?;
+        let mut optin = 0i32;
+        // SAFETY: plain attribute query on a valid device handle.
+        unsafe {
+            driver(
+                "cuDeviceGetAttribute",
+                cuda::cuDeviceGetAttribute(&mut optin, cuda::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev.as_raw()),
+            )?;
+        }
+        // Clusters: compute capability 9.0+, launched with cuLaunchKernelEx.
+        let launch_ex = if device_attr(&dev, DeviceAttribute::ComputeCapabilityMajor)? >= 9 { LaunchEx::load() } else { None };
+        let device = DeviceInfo {
+            max_cluster: if launch_ex.is_some() { MAX_CLUSTER } else { 0 },
+            sm_count: device_attr(&dev, DeviceAttribute::MultiprocessorCount)?,
+            max_smem_per_block: optin as u32,
+            max_smem_per_sm: device_attr(&dev, DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
+            max_threads_per_sm: device_attr(&dev, DeviceAttribute::MaxThreadsPerMultiprocessor)?,
+            regs_per_sm: device_attr(&dev, DeviceAttribute::MaxRegistersPerMultiprocessor)?,
+            l2_bytes: device_attr(&dev, DeviceAttribute::L2CacheSize)?,
+        };
+        let mut limits = HashMap::new();
+        for k in DECODE_KERNELS {
+            let f = module.get_function(k.name)?;
+            // SAFETY: sets a launch limit on a function of this module.
+            unsafe {
+                driver(
+                    "cuFuncSetAttribute",
+                    cuda::cuFuncSetAttribute(f.to_raw(), cuda::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin),
+                )?;
+            }
+            let info = KernelInfo {
+                max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
+                regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
+            };
+            limits.insert(k.id, info);
+        }
+        let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
+        let mut functions = HashMap::new();
+        for name in names {
+            functions.insert(name, module.get_function(name)?.to_raw());
+        }
+        Ok(Kernels { _module: module, source, device, limits, functions, launch_ex })
+    }
+
+    /// An attention kernel's limits, `None` where the module has no such kernel.
+    pub(crate) fn limits(&self, id: &KernelId) -> Option<KernelInfo> {
+        self.limits.get(id).copied()
+    }
+
+    /// A function of the module by name.
+    fn function(&self, name: &str) -> Result<cuda::CUfunction> {
+        self.functions.get(name).copied().ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))
+    }
+
+    /// The driver's cluster entry points (none before CUDA 12).
+    fn cluster_launcher(&self) -> Result<LaunchEx> {
+        self.launch_ex.ok_or_else(|| Error::Unsupported("thread-block clusters: this driver has no cuLaunchKernelEx".into()))
+    }
+
+    /// Launches kernel `name` with `params` as its single by-value argument.
+    ///
+    /// # Safety
+    /// `P` must be the kernel's `#[repr(C)]` params type, and the launch shape
+    /// and every address in `params` must be valid for that kernel.
+    pub(crate) unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
+        let func = self.function(name)?;
+        let (gx, gy, gz) = grid;
+        let mut args = [params as *const P as *mut c_void];
+        driver("cuLaunchKernel", cuda::cuLaunchKernel(func, gx, gy, gz, threads, 1, 1, smem, stream, args.as_mut_ptr(), std::ptr::null_mut()))
+    }
+
+    /// [`Kernels::launch`] as clusters of `cluster` blocks along x.
+    ///
+    /// # Safety
+    /// As [`Kernels::launch`]; `grid.0` a multiple of `cluster`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn launch_clusters<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32, params: &P, stream: RawStream) -> Result<()> {
+        let (func, launcher) = (self.function(name)?, self.cluster_launcher()?);
+        ensure(cluster.is_power_of_two() && grid.0 % cluster == 0, "plan", format!("a grid of whole clusters of {cluster} blocks"), grid.0)?;
+        let mut args = [params as *const P as *mut c_void];
+        driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, LaunchAttr::Cluster(cluster), stream, args.as_mut_ptr()))
+    }
+
+    /// [`Kernels::launch`] of a kernel that reads the results of the
+    /// stream's previous kernel only after `griddepcontrol.wait`: with
+    /// `cuLaunchKernelEx` it is a programmatic dependent launch, whose blocks
+    /// are scheduled while that kernel finishes (it executed
+    /// `griddepcontrol.launch_dependents`) instead of after it; without, a
+    /// plain launch (the wait is then a no-op).
+    ///
+    /// # Safety
+    /// As [`Kernels::launch`].
+    pub(crate) unsafe fn launch_overlapping<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
+        let Some(launcher) = self.launch_ex else { return self.launch(name, grid, threads, smem, params, stream) };
+        let func = self.function(name)?;
+        let mut args = [params as *const P as *mut c_void];
+        driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, LaunchAttr::OverlapPrevious, stream, args.as_mut_ptr()))
+    }
+
+    /// Clusters of `cluster` blocks of kernel `name` resident at once
+    /// (`cuOccupancyMaxActiveClusters`).
+    pub(crate) fn max_active_clusters(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32) -> Result<u32> {
+        let (func, launcher) = (self.function(name)?, self.cluster_launcher()?);
+        // SAFETY: an occupancy query on a function of this module.
+        unsafe { launcher.max_active_clusters(func, grid, threads, smem, cluster) }.map_err(|code| Error::Driver { call: "cuOccupancyMaxActiveClusters", code: code as u32 })
+    }
+}

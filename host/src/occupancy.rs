@@ -1,0 +1,110 @@
+//! What the planner knows of the GPU and of a compiled kernel, and how
+//! many blocks of a shape fit on one SM.
+
+use crate::error::{ensure, Result};
+
+/// Most blocks per thread-block cluster the planner uses: the portable
+/// cluster size, and the most chunks the kernels' cluster merge handles.
+pub const MAX_CLUSTER: u32 = 8;
+
+/// What the planner needs to know about the GPU (read from the device by
+/// `DecodeAttention::new`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub sm_count: u32,
+    /// Dynamic + static shared memory one block may opt in to.
+    pub max_smem_per_block: u32,
+    pub max_smem_per_sm: u32,
+    pub max_threads_per_sm: u32,
+    pub regs_per_sm: u32,
+    pub l2_bytes: u32,
+    /// Most blocks per thread-block cluster a launch may use: 8 (the
+    /// portable size) on compute capability 9.0 and later with a driver
+    /// that has `cuLaunchKernelEx`, else 0 (no cluster merge).
+    pub max_cluster: u32,
+}
+
+impl DeviceInfo {
+    /// Rejects figures the planner cannot work with (zero SMs, no shared
+    /// memory, ...), naming the field.
+    pub fn validate(&self) -> Result<()> {
+        ensure(self.sm_count >= 1, "device.sm_count", "at least 1", self.sm_count)?;
+        ensure(self.max_smem_per_block >= 1, "device.max_smem_per_block", "at least 1 byte", self.max_smem_per_block)?;
+        ensure(self.max_smem_per_sm >= 1, "device.max_smem_per_sm", "at least 1 byte", self.max_smem_per_sm)?;
+        ensure(self.max_threads_per_sm >= 32, "device.max_threads_per_sm", "at least 32", self.max_threads_per_sm)?;
+        ensure(self.regs_per_sm >= 256, "device.regs_per_sm", "at least 256", self.regs_per_sm)?;
+        // The kernels merge a sequence's chunks in clusters of up to 8
+        // blocks (the portable size), a power of two.
+        ensure(
+            self.max_cluster == 0 || (self.max_cluster.is_power_of_two() && self.max_cluster <= MAX_CLUSTER),
+            "device.max_cluster",
+            format!("0 (no clusters) or a power of two up to {MAX_CLUSTER}"),
+            self.max_cluster,
+        )?;
+        Ok(())
+    }
+
+    /// An H100 SXM's figures, for tests and examples that run without a GPU.
+    pub const H100_SXM: DeviceInfo = DeviceInfo {
+        sm_count: 132,
+        max_smem_per_block: 227 * 1024,
+        max_smem_per_sm: 228 * 1024,
+        max_threads_per_sm: 2048,
+        regs_per_sm: 65536,
+        l2_bytes: 50 * 1024 * 1024,
+        max_cluster: 8,
+    };
+}
+
+/// What the compiled attention kernel allows (from `cuFuncGetAttribute`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelInfo {
+    pub max_threads_per_block: u32,
+    pub regs_per_thread: u32,
+}
+
+impl KernelInfo {
+    pub fn validate(&self) -> Result<()> {
+        ensure(
+            (32..=1024).contains(&self.max_threads_per_block),
+            "kernel.max_threads_per_block",
+            "32..=1024",
+            self.max_threads_per_block,
+        )?;
+        ensure((1..=255).contains(&self.regs_per_thread), "kernel.regs_per_thread", "1..=255", self.regs_per_thread)?;
+        Ok(())
+    }
+}
+
+/// The limits of the attention kernels a plan picks from: one
+/// [`KernelInfo`] serves for both warp specialisations (tests, offline
+/// planning); [`DecodeAttention`](crate::DecodeAttention) reads each
+/// kernel's own.
+pub trait KernelLimits {
+    /// The unspecialised (`false`) or warp-specialised (`true`) kernel's limits.
+    fn limits(&self, specialized: bool) -> KernelInfo;
+
+    /// The limits of the kernel a capacity plan launches: the capacity twin
+    /// where the shape has one (`decode_attn_abi::has_capacity_twin`),
+    /// else the same as [`KernelLimits::limits`].
+    fn capacity_limits(&self, specialized: bool) -> KernelInfo {
+        self.limits(specialized)
+    }
+}
+
+impl KernelLimits for KernelInfo {
+    fn limits(&self, _specialized: bool) -> KernelInfo {
+        *self
+    }
+}
+
+/// Blocks of `threads` threads using `smem` bytes that fit on one SM.
+pub fn blocks_per_sm(dev: &DeviceInfo, kernel: &KernelInfo, threads: u32, smem: u32) -> u32 {
+    // The driver reserves 1 KiB of shared memory per block.
+    let by_smem = dev.max_smem_per_sm as u64 / (smem as u64 + 1024);
+    // Registers are allocated per warp in units of 256.
+    let regs_per_warp = (kernel.regs_per_thread.max(1) as u64 * 32).div_ceil(256) * 256;
+    let by_regs = dev.regs_per_sm as u64 / (regs_per_warp * threads.div_ceil(32).max(1) as u64);
+    let by_threads = dev.max_threads_per_sm as u64 / threads.max(1) as u64;
+    by_smem.min(by_regs).min(by_threads).min(32) as u32
+}

@@ -1,0 +1,181 @@
+//! The kernels' parameters, filled from a plan and the buffers' addresses:
+//! pure functions, so every field is checked on the CPU (`tests/params.rs`).
+
+use decode_attn_abi::{DecodeParams, MergeParams, QuantParams, ITEM_SMEM_BYTES, QUANT_WARPS};
+
+use crate::heuristics::MergeMode;
+use crate::error::{ensure, Error, Result};
+use crate::plan::{Plan, PlanMode};
+use crate::shape::{DecodeShape, KvStrides};
+
+/// Device addresses of one attention launch's buffers (checked by the
+/// caller: `check::check_buffers`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LaunchAddrs {
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    /// K's and V's side data (quantized formats; 0 otherwise).
+    pub k_side: u64,
+    pub v_side: u64,
+    /// The workspace (`Plan::workspace_bytes` of it).
+    pub workspace: u64,
+    /// A capacity plan's device lengths and (paged) block table (0: a plan
+    /// of host lengths, whose lengths and table are in the workspace).
+    pub step_seq_lens: u64,
+    pub step_block_table: u64,
+}
+
+/// The attention kernel's parameters for `plan` on the buffers at `a`.
+/// Where the blocks find their work:
+/// - a capacity plan's blocks derive it from the device lengths
+///   (`step_seq_lens`, capped at the capacity);
+/// - a uniform plan's (equal host lengths, `Plan::uniform_len`) from the
+///   length in the params (a null length pointer);
+/// - otherwise from the work list uploaded into the workspace.
+pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
+    let shape = plan.shape();
+    let layout = plan.layout();
+    let ws = a.workspace;
+    let (chunks_per_seq, seq_lens, max_seq_len) = match (plan.mode(), plan.uniform) {
+        (PlanMode::Capacity { chunks_per_seq }, _) => (chunks_per_seq, a.step_seq_lens, shape.max_seq_len),
+        (PlanMode::Lengths, Some((len, chunks_per_seq))) => (chunks_per_seq, 0, len),
+        (PlanMode::Lengths, None) => (0, ws + layout.seq_lens as u64, shape.max_seq_len),
+    };
+    let (page_shift, num_pages) = shape.page_geometry().unwrap_or((0, 0));
+    let block_table = match (plan.mode(), shape.is_paged()) {
+        (_, false) => 0,
+        (PlanMode::Capacity { .. }, true) => a.step_block_table,
+        (PlanMode::Lengths, true) => ws + layout.block_table as u64,
+    };
+    // Strides in bytes: values of `bits` bits, side entries of the format's size.
+    let strides = shape.kv_strides();
+    let bits = shape.kv_format.bits() as u64;
+    let side = shape.side_strides();
+    let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
+    let (score_scale, logit_cap) = shape.logit_factors();
+    DecodeParams {
+        q: a.q,
+        k: a.k,
+        v: a.v,
+        o: a.o,
+        partial_o: ws + layout.partial_o as u64,
+        partial_lse: ws + layout.partial_lse as u64,
+        work: ws + layout.work as u64,
+        seq_lens,
+        k_stride_batch: strides.batch * bits / 8,
+        k_stride_token: strides.token * bits / 8,
+        k_stride_head: strides.head * bits / 8,
+        v_stride_batch: strides.batch * bits / 8,
+        v_stride_token: strides.token * bits / 8,
+        v_stride_head: strides.head * bits / 8,
+        k_side: a.k_side,
+        v_side: a.v_side,
+        side_stride_batch: side.batch * side_entry,
+        side_stride_token: side.token * side_entry,
+        side_stride_head: side.head * side_entry,
+        num_q_heads: shape.num_q_heads,
+        q_len: shape.q_len,
+        group: shape.group_size(),
+        rows_per_block: plan.rows_per_block(),
+        warps_m: plan.warps_m(),
+        // (Head pairs: one head's warps.)
+        warps_k: plan.warps_k() / plan.heads_per_block(),
+        score_scale,
+        num_kv_heads: shape.num_kv_heads,
+        block_table,
+        table_stride: shape.pages_per_seq(),
+        page_shift,
+        num_pages,
+        item_smem: plan.smem_bytes() - ITEM_SMEM_BYTES,
+        merge: ws + layout.merges as u64,
+        merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + layout.merge_counters as u64 } else { 0 },
+        chunks_per_seq,
+        chunk_keys: plan.chunk_keys(),
+        max_seq_len,
+        stages: plan.stages(),
+        cluster_log2: plan.cluster().max(1).trailing_zeros(),
+        logit_cap,
+    }
+}
+
+/// The merge kernel's parameters and grid for a plan whose split
+/// sequences it merges (`Plan::merge_grid`), from the attention launch's.
+pub fn merge_params(plan: &Plan, p: &DecodeParams) -> Option<(MergeParams, (u32, u32, u32))> {
+    let grid = plan.merge_grid()?;
+    let shape = plan.shape();
+    let params = MergeParams {
+        partial_o: p.partial_o,
+        partial_lse: p.partial_lse,
+        o: p.o,
+        merge: p.merge,
+        num_q_heads: shape.num_q_heads,
+        q_len: shape.q_len,
+        seq_lens: p.seq_lens,
+        chunks_per_seq: p.chunks_per_seq,
+        chunk_keys: plan.chunk_keys(),
+        max_seq_len: p.max_seq_len,
+        rows_per_block: plan.merge_rows_per_block(),
+    };
+    Some((params, grid))
+}
+
+/// What one cache store / quantize / dequantize launch converts: its
+/// buffers' addresses (checked: `check::check_cache_job`) and rows.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheLaunch {
+    pub plain: u64,
+    /// The 16-bit rows' strides in elements.
+    pub plain_strides: KvStrides,
+    pub data: u64,
+    pub side: u64,
+    pub seq_lens: u64,
+    pub block_table: u64,
+    /// Rows per sequence: the new tokens of an append (`append`), else the
+    /// capacity.
+    pub rows_per_seq: u32,
+    pub append: bool,
+}
+
+/// The cache kernels' parameters and grid (blocks of `QUANT_WARPS` warps,
+/// one warp a row) for `shape`; an `Err` when the rows need a grid past
+/// CUDA's limit.
+pub fn cache_params(shape: &DecodeShape, c: &CacheLaunch) -> Result<(QuantParams, u32)> {
+    let ps = c.plain_strides;
+    let (ds, ss) = (shape.kv_strides(), shape.side_strides());
+    let bits = shape.kv_format.bits() as u64;
+    let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
+    let rows = shape.batch as u64 * c.rows_per_seq as u64 * shape.num_kv_heads as u64;
+    let blocks = rows.div_ceil(QUANT_WARPS as u64);
+    ensure(blocks < (1 << 31), if c.append { "batch" } else { "max_seq_len" }, "fewer than 2^34 rows to convert per launch", rows)?;
+    let (page_shift, num_pages) = shape.page_geometry().unwrap_or((0, 0));
+    let mul = |a: u64, b: u64| a.checked_mul(b).ok_or_else(|| Error::invalid("kv_layout", "strides whose bytes fit in 64 bits", "an overflow"));
+    let params = QuantParams {
+        plain: c.plain,
+        plain_stride_batch: mul(ps.batch, 2)?,
+        plain_stride_token: mul(ps.token, 2)?,
+        plain_stride_head: mul(ps.head, 2)?,
+        data: c.data,
+        data_stride_batch: ds.batch * bits / 8,
+        data_stride_token: ds.token * bits / 8,
+        data_stride_head: ds.head * bits / 8,
+        side: c.side,
+        side_stride_batch: ss.batch * side_entry,
+        side_stride_token: ss.token * side_entry,
+        side_stride_head: ss.head * side_entry,
+        seq_lens: c.seq_lens,
+        batch: shape.batch,
+        rows_per_seq: c.rows_per_seq,
+        num_kv_heads: shape.num_kv_heads,
+        append: c.append as u32,
+        capacity: shape.max_seq_len,
+        _pad: 0,
+        block_table: c.block_table,
+        table_stride: shape.pages_per_seq(),
+        page_shift,
+        num_pages,
+        _pad2: 0,
+    };
+    Ok((params, blocks as u32))
+}
