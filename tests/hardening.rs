@@ -14,7 +14,7 @@ use decode_attn::BufferDesc;
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, Family, FamilyChoice, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -736,5 +736,162 @@ mod capacity {
         rejects(StepInputs::paged(lens, view(0x20000, 4 * 62, ElemType::I32)).check_for(&paged), "block_table");
         rejects(StepInputs::paged(lens, view(0x20000, 4 * 63, ElemType::U32)).check_for(&paged), "block_table");
         rejects(StepInputs::paged(lens, table).check_for(&contiguous), "block_table");
+    }
+}
+
+/// The second audit (an adversarial CPU fuzz of the public API, about 110k
+/// cases): each finding as the input that found it, now an `Err` naming the
+/// parameter, never a panic, a wrapped size or an absurd allocation.
+mod audit2 {
+    use super::*;
+    use decode_attn::plan::{check_block_table, plan_capacity};
+    use decode_attn::{PageOrder, StepInputs, TensorRef};
+
+    fn unsupported(r: decode_attn::Result<impl std::fmt::Debug>) {
+        assert!(matches!(r, Err(Error::Unsupported(_))), "expected Unsupported, got {r:?}");
+    }
+
+    /// `StepInputs::check_for` multiplied batch × pages × 4 unchecked: a
+    /// paged shape of 2^31 + 46341 sequences in 1-token pages and a
+    /// capacity of 2^31 − 46340 tokens accepted a 41 708-entry table where
+    /// 4.6e18 entries are needed (and panicked in debug builds).
+    #[test]
+    fn g1_a_block_table_size_never_wraps() {
+        let shape = DecodeShape {
+            kv_layout: KvLayout::Paged { page_size: 1, num_pages: 1, order: PageOrder::TokenMajor, page_bytes: None },
+            ..DecodeShape::bf16((1 << 31) + 46341, 1, 1, 64, 1, (1 << 31) - 46340)
+        };
+        // SAFETY: views the checks only look at (never dereferenced).
+        let (lens, table) = unsafe { (TensorRef::from_raw(1 << 20, (1 << 31) + 46341, ElemType::U32), TensorRef::from_raw(1 << 40, 41_708, ElemType::I32)) };
+        rejects(StepInputs::paged(lens, table).check_for(&shape), "block_table");
+    }
+
+    /// The f64 reference and the CPU quantizer read a paged shape's rows by
+    /// its strides, so sequence b came from page b (or a row past the
+    /// buffer panicked): they take no block table, and say so.
+    #[test]
+    fn g2_the_cpu_reference_and_quantizer_reject_pools() {
+        let paged = |format| DecodeShape {
+            kv_format: format,
+            kv_layout: KvLayout::Paged { page_size: 16, num_pages: 2, order: PageOrder::TokenMajor, page_bytes: None },
+            ..DecodeShape::bf16(2, 1, 1, 64, 1, 32)
+        };
+        let s = paged(KvFormat::Bf16);
+        let n = s.kv_elems_required().unwrap() as usize;
+        let q = vec![1f32; s.q_elems() as usize];
+        rejects(decode_attention(&s, &[32, 32], &q, &vec![1f32; n], &vec![1f32; n]), "kv_layout");
+        let s8 = paged(KvFormat::Int8);
+        let plain = vec![1f32; s8.kv_elems_required().unwrap() as usize];
+        rejects(decode_attn::quant::quantize_cache(&s8, &[32, 32], &plain), "kv_layout");
+        rejects(decode_attn::quant::dequantize_cache(&s8, &[32, 32], &vec![0u8; plain.len()], &vec![0u32; 64]), "kv_layout");
+        rejects(decode_attn::quant::quantize_cache_int8(&s8, &[32, 32], &plain), "kv_layout");
+    }
+
+    /// `plan_capacity` of u32::MAX sequences tried a 17 GB allocation (the
+    /// lengths at capacity) before it counted the work items, and of
+    /// 2^24 + 1 sequences named `seq_lens`, which it does not take.
+    #[test]
+    fn g3_capacity_plans_count_sequences_first_and_name_the_batch() {
+        rejects(plan_capacity(&DecodeShape::bf16(u32::MAX, 1, 1, 64, 1, 1), &DEV, &KERNEL, &PlanOptions::default()), "batch");
+        rejects(plan_capacity(&DecodeShape::bf16((1 << 24) + 1, 1, 1, 64, 1, 1), &DEV, &KERNEL, &PlanOptions::default()), "batch");
+    }
+
+    /// `DeviceInfo::max_cluster` was not validated: with 64, a forced
+    /// cluster merge of chunks of 205 keys over two 8192-key sequences made
+    /// clusters of 32 (512 with u32::MAX), past the kernels' 8.
+    #[test]
+    fn g4_the_device_cluster_size_is_validated() {
+        let opts = PlanOptions { merge: MergeChoice::Cluster, split: SplitPolicy::ChunkKeys(205), ..Default::default() };
+        for max_cluster in [3, 16, 64, u32::MAX] {
+            let dev = DeviceInfo { max_cluster, ..DEV };
+            rejects(plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 8192], &dev, &KERNEL, &opts), "device.max_cluster");
+        }
+        let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 8192], &DEV, &KERNEL, &opts).unwrap();
+        assert!(p.cluster() <= 8);
+    }
+
+    /// A kernel limit of 64 threads a block validated, and a shape of 64
+    /// query rows per kv head still planned 128-thread blocks (the launch
+    /// would have failed later): the planner now says `Unsupported`.
+    #[test]
+    fn g5_plans_fit_the_kernels_thread_limit() {
+        let small = KernelInfo { max_threads_per_block: 64, regs_per_thread: 128 };
+        assert!(small.validate().is_ok());
+        for d in [64, 128] {
+            let s = DecodeShape::bf16(1, 64, 1, d, 1, 256);
+            unsupported(plan(&s, &[256], &DEV, &small, &PlanOptions::default()));
+            unsupported(plan(&s, &[256], &DEV, &small, &PlanOptions { family: FamilyChoice::Force(Family::Wide), ..Default::default() }));
+        }
+    }
+
+    /// `check_block_table` divided by a zero page size and sliced past the
+    /// table for a sequence longer than its row of pages.
+    #[test]
+    fn g6_block_table_checks_are_total() {
+        rejects(check_block_table(&[0], &[1], 1, 0, 1), "page_size");
+        rejects(check_block_table(&[0], &[1], 1, 3, 1), "page_size");
+        rejects(check_block_table(&[0], &[100], 1, 16, 10), "seq_lens[0]");
+        rejects(check_block_table(&[0; 4], &[5, 64], 2, 16, 10), "seq_lens[1]");
+        assert!(check_block_table(&[0, 1, 2, 3], &[5, 32], 2, 16, 10).is_ok());
+    }
+
+    /// `Plan::waves` divided by zero for a device of no SMs;
+    /// `auto_chunk_keys` overflowed (debug) for 1.3e19 blocks per length.
+    #[test]
+    fn g7_plan_arithmetic_does_not_panic() {
+        let p = plan_with(&DecodeShape::bf16(2, 8, 1, 128, 1, 1024), &[1024, 1024], SplitPolicy::Auto).unwrap();
+        assert!(p.waves(&DeviceInfo { sm_count: 0, ..DEV }) >= 1);
+        let chunk = decode_attn::heuristics::auto_chunk_keys(&[43233, 26527], 13_000_000_000_000_000_000, 32, 0);
+        assert_eq!(chunk, u32::MAX, "more blocks than a wave: no split");
+    }
+
+    /// The size helpers were not total: an int4 shape of head_dim u32::MAX
+    /// overflowed `side_bytes_required`, `side_strides` and `packed_page`
+    /// (debug panics, wrong values in release).
+    #[test]
+    fn g8_size_helpers_saturate_or_say_none() {
+        for format in [KvFormat::Int4G32, KvFormat::Int4G128, KvFormat::Int8] {
+            let mut s = DecodeShape { kv_format: format, ..DecodeShape::bf16(3, 4, 2, u32::MAX, 1, 64) };
+            assert!(s.side_bytes_required().is_none_or(|b| b >= 3 * 2 * 64));
+            let _ = s.side_strides();
+            s.kv_layout = KvLayout::Paged { page_size: 256, num_pages: u32::MAX, order: PageOrder::HeadMajor, page_bytes: None };
+            let _ = (s.side_strides(), s.side_bytes_required(), s.kv_bytes_required());
+            assert!(s.packed_page().is_none_or(|p| p.page_bytes >= p.v_side));
+            assert!(s.validate().is_err());
+        }
+        assert_eq!(KvFormat::Int4G32.side_bytes(u32::MAX), (4 * u32::MAX as u64 / 32) as u32);
+        assert_eq!(KvFormat::Bf16.row_bytes(u32::MAX), u32::MAX);
+    }
+
+    /// `run_raw`'s workspace was checked neither for overlap with Q, K, V
+    /// or O nor for wrapping past 2^64, and `run_step`'s device lengths
+    /// and block table not against O: aliased raw views corrupted data
+    /// silently.
+    #[test]
+    fn g9_the_workspace_and_step_buffers_are_disjoint_from_what_is_written() {
+        let shape = DecodeShape::bf16(2, 8, 2, 128, 1, 1024);
+        let p = plan_with(&shape, &[1024, 1000], SplitPolicy::ChunkKeys(256)).unwrap();
+        assert!(p.workspace_bytes() > 0);
+        let (q, kv) = (shape.q_elems() as usize, shape.kv_elems_required().unwrap() as usize);
+        let ok = bufs_for(&shape, q, kv, p.workspace_bytes());
+        assert!(check_buffers(&p, &ok).is_ok());
+        for (what, mutate) in [
+            ("workspace over q", Box::new(|b: &mut RunBuffers| b.workspace.addr = b.q.addr) as Box<dyn Fn(&mut RunBuffers)>),
+            ("workspace over k", Box::new(|b: &mut RunBuffers| b.workspace.addr = b.k.addr + 256)),
+            ("workspace over v", Box::new(|b: &mut RunBuffers| b.workspace.addr = b.v.addr)),
+            ("workspace over o", Box::new(|b: &mut RunBuffers| b.workspace.addr = b.o.addr)),
+            ("workspace wrapping", Box::new(|b: &mut RunBuffers| b.workspace.addr = u64::MAX - 255)),
+        ] {
+            let mut b = ok;
+            mutate(&mut b);
+            rejects(check_buffers(&p, &b), "workspace");
+            let _ = what;
+        }
+        let mut b = ok;
+        b.seq_lens = Some(BufferDesc { addr: b.o.addr, len: 2, elem: ElemType::U32 });
+        rejects(check_buffers(&p, &b), "o");
+        let mut b = ok;
+        b.block_table = Some(BufferDesc { addr: b.workspace.addr + 256, len: 8, elem: ElemType::I32 });
+        rejects(check_buffers(&p, &b), "workspace");
     }
 }

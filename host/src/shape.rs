@@ -217,8 +217,8 @@ impl DecodeShape {
         // Every part starts 16-byte aligned (the side pointers' alignment
         // rule; rows are multiples of 16 bytes already).
         let k_side = rows.checked_mul(2)?;
-        let v_side = k_side.checked_add(side.next_multiple_of(16))?;
-        let page_bytes = v_side.checked_add(side)?.next_multiple_of(16.max(entry));
+        let v_side = k_side.checked_add(side.checked_next_multiple_of(16)?)?;
+        let page_bytes = v_side.checked_add(side)?.checked_next_multiple_of(16.max(entry))?;
         Some(PackedPage { page_bytes, v: rows, k_side, v_side })
     }
 
@@ -227,7 +227,7 @@ impl DecodeShape {
     pub fn page_part_bytes(&self) -> Option<(u64, u64)> {
         let KvLayout::Paged { page_size, .. } = self.kv_layout else { return None };
         let tokens = page_size as u64 * self.num_kv_heads as u64;
-        Some((tokens * self.kv_format.row_bytes(self.head_dim) as u64, tokens * self.kv_format.side_bytes(self.head_dim) as u64))
+        Some((tokens.checked_mul(self.kv_format.row_bytes(self.head_dim) as u64)?, tokens.checked_mul(self.kv_format.side_bytes(self.head_dim) as u64)?))
     }
 
     pub fn pages_per_seq(&self) -> u32 {

@@ -161,17 +161,19 @@ impl KvFormat {
             None => true,
         }
     }
-    /// Bytes of one cached row's values (one token of one kv head).
+    /// Bytes of one cached row's values (one token of one kv head);
+    /// `u32::MAX` where that overflows (no head dim the library accepts).
     pub const fn row_bytes(self, head_dim: u32) -> u32 {
-        head_dim * self.bits() / 8
+        saturate(head_dim as u64 * self.bits() as u64 / 8)
     }
-    /// Bytes of one row's side data (scales), stored apart from the values.
+    /// Bytes of one row's side data (scales), stored apart from the values;
+    /// `u32::MAX` where that overflows.
     pub const fn side_bytes(self, head_dim: u32) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 => 0,
             KvFormat::Int8 => 4,
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => match self.group() {
-                Some(g) => 4 * head_dim / g,
+                Some(g) => saturate(4 * head_dim as u64 / g as u64),
                 None => 0,
             },
         }
@@ -188,6 +190,15 @@ impl KvFormat {
             KvFormat::F16 => Some(Dtype::F16),
             _ => None,
         }
+    }
+}
+
+/// `x`, or `u32::MAX` where it does not fit.
+const fn saturate(x: u64) -> u32 {
+    if x > u32::MAX as u64 {
+        u32::MAX
+    } else {
+        x as u32
     }
 }
 
