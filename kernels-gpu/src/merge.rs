@@ -22,7 +22,7 @@
 use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
 
 use crate::arch::{math::rcp, memory, shared, thread, warp};
-use crate::decode::capacity_len;
+use crate::decode::block::{block_kv_head, capacity_len, token_head};
 use crate::format::Half;
 use crate::state;
 
@@ -43,7 +43,7 @@ use crate::state;
 /// block's partial rows are written.
 #[inline(always)]
 pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
-    let (kvh, row0) = (crate::decode::block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
+    let (kvh, row0) = (block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
     let seq = merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq);
     let index = (batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;
@@ -65,7 +65,7 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>
     if shared::ld_shared_u32(flag) != 0 {
         let target = Target { partial_o: p.partial_o, partial_lse: p.partial_lse, o: p.o, q_len: p.q_len, num_q_heads: p.num_q_heads };
         // Packed row r of the block: token-major over the kv head's group.
-        let row_of = |r: u32| crate::decode::token_head(p, kvh, row0 + r);
+        let row_of = |r: u32| token_head(p, kvh, row0 + r);
         merge_rows::<H, D>(&target, batch, &seq, rows_here, row_of);
     }
 }

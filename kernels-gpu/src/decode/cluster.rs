@@ -19,7 +19,7 @@
 
 use decode_attn_abi::DecodeParams;
 
-use super::qo_row_addr;
+use super::block::qo_row_addr;
 use crate::arch::{cluster, math::rcp, memory, thread};
 use crate::format::Half;
 use crate::merge::Merged;

@@ -27,7 +27,9 @@
 use decode_attn_abi::{div_rem, q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
 
 use super::pipeline::Pipeline;
-use super::{block_first_head, block_work_of, convert_q, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info};
+use super::block::{block_first_head, block_work_of, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, RowInfo};
+use super::epilogue::epilogue;
+use super::query::convert_q;
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
@@ -67,7 +69,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     // Q it holds as a B fragment (row g), after the first copies are out
     // (their key limits wait for the sequence's length: as the wide kernel).
     // A head pair's second head's rows are the block's rows 8 on.
-    let at_slot = |mut r: super::RowInfo| {
+    let at_slot = |mut r: RowInfo| {
         r.local += slot * NARROW_ROWS;
         r
     };

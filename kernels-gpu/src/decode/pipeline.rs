@@ -291,7 +291,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     unsafe fn load_paged<const TABLE: bool>(&self, t: u32, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32) {
         let kt = Self::CFG.keys_per_stage;
         let (ids, first_page) = (self.ids(t), first >> self.p.page_shift);
-        let (p, kvh, table) = (self.p, super::block_kv_head::<CLUSTER>(self.p), self.table);
+        let (p, kvh, table) = (self.p, super::block::block_kv_head::<CLUSTER>(self.p), self.table);
         // (Only for unquantized formats: in the narrow int4 kernels this
         // second path cost 28-31 registers, past two blocks per SM. The
         // paths stay written out: one copy helper shared by all three
@@ -363,13 +363,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             // tile `t + PIPELINE_STAGES - 1` after.
             let p = self.p;
             if PAGED {
-                let kvh0 = super::block_first_head::<CLUSTER, HG>(p);
+                let kvh0 = super::block::block_first_head::<CLUSTER, HG>(p);
                 let (ids, first_page, table) = (self.ids(t), first >> p.page_shift, self.table);
                 let k = PagedStage::<{ paged_rows::K }, false> { p, kvh: kvh0, ids, first_page, table };
                 self.load_head_rows(k, stage, first, end, tid, nthreads, |h| PagedStage::<{ paged_rows::K_SIDE }, false> { p, kvh: kvh0 + h, ids, first_page, table });
                 self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
             } else {
-                let (batch, kvh0) = (thread::opaque(self.item.batch), super::block_first_head::<CLUSTER, HG>(p));
+                let (batch, kvh0) = (thread::opaque(self.item.batch), super::block::block_first_head::<CLUSTER, HG>(p));
                 let k = Strided::new(p.k, batch, kvh0, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
                 self.load_head_rows(k, stage, first, end, tid, nthreads, |h| Strided::new(p.k_side, batch, kvh0 + h, p.side_stride_batch, p.side_stride_token, p.side_stride_head));
             }
@@ -384,7 +384,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             // loop, the two 64-bit values were what the unspecialised
             // kernels' 128 registers spilled.
             if tid < 32 {
-                let (p, batch, kvh) = (self.p, thread::opaque(self.item.batch), super::block_kv_head::<CLUSTER>(self.p));
+                let (p, batch, kvh) = (self.p, thread::opaque(self.item.batch), super::block::block_kv_head::<CLUSTER>(self.p));
                 let k = Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
                 let k_side = Strided::new(p.k_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
                 self.bulk_stage(k, k_side, stage, first, end, tid);

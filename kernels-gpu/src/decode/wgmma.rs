@@ -26,7 +26,9 @@
 use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_producer_stages, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
-use super::{block_kv_head, block_work, convert_q_to, epilogue, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, token_head, OUT_BATCH, SPECIALIZED_OUT_BATCH};
+use super::block::{block_kv_head, block_work, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, token_head};
+use super::epilogue::{epilogue, OUT_BATCH, SPECIALIZED_OUT_BATCH};
+use super::query::convert_q_to;
 use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
