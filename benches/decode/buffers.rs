@@ -8,7 +8,15 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::cust::sys as cuda;
 use decode_attn::{DecodeAttention, DecodeShape, ElemType, KvCache, TensorMut, TensorRef};
 
-use crate::check;
+/// A driver call's status as a `Result`.
+pub fn cuda(status: cuda::CUresult, what: &str) -> Result<(), String> {
+    if status == cuda::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{what} failed: {status:?}"))
+    }
+}
+
 
 pub fn qo_elem(shape: &DecodeShape) -> ElemType {
     decode_attn::check::dtype_elem(shape.dtype)
@@ -113,7 +121,7 @@ impl BufferSet {
     pub fn poison_output(&self, stream: &Stream) -> Result<(), String> {
         // SAFETY: a memset of the buffer's own bytes.
         let status = unsafe { cuda::cuMemsetD16Async(self.o.as_device_ptr().as_raw(), 0x7FFF, self.o.len() / 2, stream.as_inner()) };
-        check::cuda(status, "cuMemsetD16Async")
+        cuda(status, "cuMemsetD16Async")
     }
 
     fn view(buf: &DeviceBuffer<u8>, elem: ElemType) -> TensorRef<'_> {
@@ -171,7 +179,7 @@ fn copy_pitched(dst: u64, pitch: u64, src: u64, width: u64, height: u64) -> Resu
         Height: height as usize,
     };
     // SAFETY: the caller names live device ranges of these extents.
-    check::cuda(unsafe { cuda::cuMemcpy2D_v2(&m) }, "cuMemcpy2D")
+    cuda(unsafe { cuda::cuMemcpy2D_v2(&m) }, "cuMemcpy2D")
 }
 
 impl BufferSet {
@@ -243,7 +251,7 @@ pub fn download<T: DeviceCopy + Default + Clone>(addr: u64, n: usize) -> Result<
     let mut h = vec![T::default(); n];
     // SAFETY: `h` has room for `n` values; the caller names a live range.
     let status = unsafe { cuda::cuMemcpyDtoH_v2(h.as_mut_ptr() as *mut std::ffi::c_void, addr, n * std::mem::size_of::<T>()) };
-    check::cuda(status, "cuMemcpyDtoH")?;
+    cuda(status, "cuMemcpyDtoH")?;
     Ok(h)
 }
 

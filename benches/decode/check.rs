@@ -1,19 +1,10 @@
 //! Each row is checked against the f64 reference before it is timed.
 
-use decode_attn::cust::sys as cuda;
 use decode_attn::{Dtype, Plan};
 
 use crate::buffers::{download, BufferSet};
 
 pub const TOLERANCE: f64 = 1e-2;
-
-pub fn cuda(status: cuda::CUresult, what: &str) -> Result<(), String> {
-    if status == cuda::CUresult::CUDA_SUCCESS {
-        Ok(())
-    } else {
-        Err(format!("{what} failed: {status:?}"))
-    }
-}
 
 fn to_f32(bits: &[u16], dtype: Dtype) -> Vec<f32> {
     match dtype {

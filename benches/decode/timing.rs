@@ -20,8 +20,7 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::cust::sys as cuda;
 use decode_attn::{DecodeAttention, Plan, Workspace};
 
-use crate::buffers::BufferSet;
-use crate::check;
+use crate::buffers::{cuda, BufferSet};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,7 +59,7 @@ pub fn roofline(attn: &DecodeAttention, stream: &Stream) -> Result<f64, String> 
     let dst = DeviceBuffer::<u8>::zeroed(bytes).map_err(|e| e.to_string())?;
     let (s, d) = (src.as_device_ptr().as_raw(), dst.as_device_ptr().as_raw());
     // SAFETY: both buffers hold `bytes` bytes.
-    let copy = || check::cuda(unsafe { cuda::cuMemcpyDtoDAsync_v2(d, s, bytes, stream.as_inner()) }, "cuMemcpyDtoDAsync");
+    let copy = || cuda(unsafe { cuda::cuMemcpyDtoDAsync_v2(d, s, bytes, stream.as_inner()) }, "cuMemcpyDtoDAsync");
     for _ in 0..2 {
         copy()?;
     }
@@ -129,7 +128,7 @@ impl TimedRun<'_> {
         let (start, stop) = (event()?, event()?);
         for _ in 0..self.iters {
             // SAFETY: memset of the flush buffer's own words.
-            check::cuda(unsafe { cuda::cuMemsetD32Async(flush.as_device_ptr().as_raw(), 0x3F80_0000, flush.len(), self.stream.as_inner()) }, "cuMemsetD32Async")?;
+            cuda(unsafe { cuda::cuMemsetD32Async(flush.as_device_ptr().as_raw(), 0x3F80_0000, flush.len(), self.stream.as_inner()) }, "cuMemsetD32Async")?;
             start.record(self.stream).map_err(|e| e.to_string())?;
             self.launch(set)?;
             stop.record(self.stream).map_err(|e| e.to_string())?;
