@@ -488,7 +488,7 @@ fn main() {
                 Some((&ctx, &attn))
             }
             Err(why) if args.require_gpu => {
-                eprintln!("fuzz: needs a GPU ({why})");
+                eprintln!("fuzz: needs an NVIDIA GPU (Hopper, sm_90) and its driver; {why}");
                 std::process::exit(1);
             }
             Err(why) => {

@@ -278,7 +278,7 @@ fn main() {
     let _ctx = match cuda_init::init_cuda(args.device) {
         Ok(c) => c,
         Err(why) => {
-            eprintln!("bench: no CUDA device ({why})");
+            eprintln!("bench: needs an NVIDIA GPU (Hopper, sm_90) and its driver; {why}");
             std::process::exit(1);
         }
     };

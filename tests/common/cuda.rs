@@ -5,7 +5,9 @@
 /// A CUDA context on device `ordinal`, or why there is none.
 pub fn init_cuda(ordinal: u32) -> std::result::Result<decode_attn::cust::context::Context, String> {
     use decode_attn::cust;
-    cust::init(cust::CudaFlags::empty()).map_err(|e| format!("no CUDA driver/device ({e})"))?;
+    // (cust's Display of the stub's message nests quotes: the error's name
+    // says it in one word.)
+    cust::init(cust::CudaFlags::empty()).map_err(|e| format!("the CUDA driver found no GPU ({e:?})"))?;
     let n = cust::device::Device::num_devices().map_err(|e| format!("{e}"))?;
     if n == 0 {
         return Err("no CUDA device found".into());

@@ -73,27 +73,97 @@ pub fn cargo() -> Command {
     c
 }
 
+/// Runs a command to completion; a failure is one line naming the program.
 pub fn run(cmd: &mut Command) -> Result<(), String> {
-    let status = cmd.status().map_err(|e| format!("running {cmd:?}: {e}"))?;
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let status = cmd.status().map_err(|e| format!("could not run {program}: {e}"))?;
     if status.success() {
         Ok(())
     } else {
-        Err(format!("{cmd:?} failed with {status}"))
+        Err(format!("{program} failed ({status})"))
+    }
+}
+
+/// How an xtask ends: a one-line error (`xtask: …`, exit 1), or a child's
+/// exit code passed through (the child has already said what went wrong).
+pub enum Failure {
+    Message(String),
+    Exit(i32),
+}
+
+impl From<String> for Failure {
+    fn from(m: String) -> Self {
+        Failure::Message(m)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(m: &str) -> Self {
+        Failure::Message(m.to_owned())
+    }
+}
+
+/// Builds one executable of the workspace (`cargo_args`: a `--no-run`
+/// cargo command selecting it) quietly, and returns it with the native
+/// library directories its build scripts named (the libcuda stub's, on a
+/// machine without the driver), which cargo would put on the loader path.
+fn build_executable(cargo_args: &[&str], ptxas: Option<&Path>) -> Result<(PathBuf, Vec<PathBuf>), String> {
+    let mut cmd = cargo();
+    cmd.args(cargo_args).args(["--quiet", "--message-format=json-render-diagnostics"]).stderr(std::process::Stdio::inherit());
+    if let Some(p) = ptxas {
+        // The kernels compiled ahead: the run loads them without a driver compilation.
+        cmd.env("PTXAS", p);
+    }
+    let out = cmd.output().map_err(|e| format!("could not run cargo: {e}"))?;
+    if !out.status.success() {
+        return Err("the build failed (cargo's errors above)".into());
+    }
+    let (mut exe, mut libs) = (None, Vec::new());
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
+        if let Some(e) = msg.get("executable").and_then(|e| e.as_str()) {
+            exe = Some(PathBuf::from(e));
+        }
+        for p in msg.get("linked_paths").and_then(|p| p.as_array()).into_iter().flatten().filter_map(|p| p.as_str()) {
+            let dir = PathBuf::from(p.rsplit('=').next().unwrap_or(p));
+            if dir.starts_with(workspace().join("target")) {
+                libs.push(dir);
+            }
+        }
+    }
+    Ok((exe.ok_or("cargo built no executable")?, libs))
+}
+
+/// Runs a built executable from `dir` with the library directories cargo
+/// would add; its exit code is the xtask's.
+fn run_executable(exe: &Path, libs: &[PathBuf], args: &[String], dir: &Path) -> Result<(), Failure> {
+    let mut path: Vec<PathBuf> = libs.to_vec();
+    path.extend(std::env::var_os("LD_LIBRARY_PATH").map(|p| std::env::split_paths(&p).collect::<Vec<_>>()).unwrap_or_default());
+    let joined = std::env::join_paths(path).map_err(|e| e.to_string())?;
+    let status = Command::new(exe).args(args).current_dir(dir).env("LD_LIBRARY_PATH", joined).status().map_err(|e| format!("could not run {}: {e}", exe.display()))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(code) => Err(Failure::Exit(code)),
+        None => Err(Failure::Message(format!("{} was killed ({status})", exe.display()))),
     }
 }
 
 fn main() {
-    let result = match Cli::parse().command {
-        Cmd::Ptx { arch, report } => ptx(&arch, report),
-        Cmd::Test { cargo_args } => test(&cargo_args),
+    let result: Result<(), Failure> = match Cli::parse().command {
+        Cmd::Ptx { arch, report } => ptx(&arch, report).map_err(Failure::from),
+        Cmd::Test { cargo_args } => test(&cargo_args).map_err(Failure::from),
         Cmd::Bench { bench_args } => bench(&bench_args),
         Cmd::Fuzz { fuzz_args } => fuzz(&fuzz_args),
-        Cmd::QuantError => run(cargo().args(["run", "--quiet", "--release", "-p", "decode-attn", "--example", "quant_error"])),
-        Cmd::Bundle => bundle::bundle(),
+        Cmd::QuantError => run(cargo().args(["run", "--quiet", "--release", "-p", "decode-attn", "--example", "quant_error"])).map_err(Failure::from),
+        Cmd::Bundle => bundle::bundle().map_err(Failure::from),
     };
-    if let Err(e) = result {
-        eprintln!("xtask: {e}");
-        exit(1);
+    match result {
+        Ok(()) => {}
+        Err(Failure::Message(e)) => {
+            eprintln!("xtask: {e}");
+            exit(1);
+        }
+        Err(Failure::Exit(code)) => exit(code),
     }
 }
 
@@ -182,21 +252,19 @@ fn test(extra: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn bench(args: &[String]) -> Result<(), String> {
+fn bench(args: &[String]) -> Result<(), Failure> {
     let here = std::env::current_dir().map_err(|e| e.to_string())?;
-    let mut cmd = cargo();
-    if let Some(ptxas) = ensure_ptxas() {
-        // The kernels compiled ahead: the run loads them without a driver compilation.
-        cmd.env("PTXAS", ptxas);
-    }
-    run(cmd.args(["bench", "-p", "decode-attn", "--bench", "decode", "--"]).args(args).env("DECODE_ATTN_CALLER_DIR", here))
+    let (exe, libs) = build_executable(&["bench", "--no-run", "-p", "decode-attn", "--bench", "decode"], ensure_ptxas().as_deref())?;
+    // Relative paths of the arguments (`--out`, `--compare`) are the caller's.
+    run_executable(&exe, &libs, args, &here)
 }
 
-fn fuzz(args: &[String]) -> Result<(), String> {
+fn fuzz(args: &[String]) -> Result<(), Failure> {
     let mut fuzz_args = args.to_vec();
     if !fuzz_args.iter().any(|a| a == "--cases" || a.starts_with("--cases=") || a == "--help" || a == "-h") {
         fuzz_args.extend(["--cases".to_string(), "10000".to_string()]);
     }
     fuzz_args.push("--require-gpu".into());
-    run(cargo().args(["test", "--release", "-p", "decode-attn", "--test", "fuzz", "--"]).args(fuzz_args))
+    let (exe, libs) = build_executable(&["test", "--no-run", "--release", "-p", "decode-attn", "--test", "fuzz"], ensure_ptxas().as_deref())?;
+    run_executable(&exe, &libs, &fuzz_args, &workspace())
 }
