@@ -535,7 +535,7 @@ fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> 
 /// plan of one stage, split or not) matches the reference, and the rows of
 /// the two keep their NaN poison. The error of that sequence's rows.
 /// (Written for a kernel that issued a capacity block's first copies
-/// before its length arrived, docs/perf.md, twentieth session; kept for
+/// before its length arrived, docs/perf.md, "Capacity twins"; kept for
 /// the early return itself.) `pair`: the same with an int8 cache on the
 /// narrow kernel with head pairs (`HeadPairChoice::Always`).
 fn capacity_sequences_without_work(attn: &DecodeAttention, stream: &Stream, dtype: Dtype, cap: u32, split: SplitPolicy, pair: bool) -> Result<f64, String> {

@@ -300,7 +300,7 @@ fn int8_splits_fill_one_block_per_sm_and_int4_every_resident_block() {
     };
     // Grid C 128K: 8 kv heads × 16 = 128 blocks (int8: one per SM saturates
     // HBM), × 32 = 256 for int4, whose longer steps gain from every
-    // resident warp (docs/perf.md).
+    // resident warp (docs/perf.md, "Splits for one block per SM").
     assert_eq!(splits(KvFormat::Int8), 16);
     assert_eq!(splits(KvFormat::Int4G32), 32);
 }
@@ -374,7 +374,8 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     assert_eq!(family(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Family::Wide);
     // Grid B's plan: warpgroups of 64 rows, two per block (one per 32-key
     // step of a 64-key stage); two blocks fit per SM, but the splits fill
-    // one per SM (2 × 64 = 128 blocks: docs/perf.md, eighteenth session).
+    // one per SM (2 × 64 = 128 blocks: docs/perf.md, "Splits for one block
+    // per SM").
     let p = plan(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096), &[4096; 64], dev, &WGMMA_KERNEL, &opts(SplitPolicy::Auto)).unwrap();
     assert_eq!((p.family(), p.warps_m(), p.warps_k(), p.rows_per_block(), p.row_chunks(), p.blocks_per_sm()), (Family::Wgmma, 4, 2, 64, 1, 2));
     assert_eq!(p.max_splits(), 2);

@@ -135,7 +135,7 @@ struct Args {
     kv_gap: Option<u64>,
     /// Skip the warm-up row. By default the first row is timed once more,
     /// first, and that result discarded: the first row a process timed
-    /// read up to 13 % slow on some rows (docs/perf.md, fourteenth session).
+    /// read up to 13 % slow on some rows (docs/perf.md, "Method").
     #[arg(long)]
     no_warmup_row: bool,
     /// Appended to the output file names (several runs in one directory).
@@ -397,7 +397,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let n_sets = wanted.min(fits);
     let mut sets: Vec<BufferSet> = (0..n_sets).map(|i| BufferSet::new(attn, &shape, i + 1, args.kv_gap, stream)).collect::<Result<_, _>>()?;
     {
-        // Where each set landed (placement study: docs/perf.md, fourteenth session).
+        // Where each set landed (placement study: docs/perf.md, "Method").
         let at = |b: &DeviceBuffer<u8>| b.as_device_ptr().as_raw();
         let sets_at: Vec<String> = sets.iter().map(|b| format!("Q {:#x} K {:#x} V {:#x} O {:#x}", at(&b.q), at(&b.k), at(&b.v), at(&b.o))).collect();
         println!("  buffers: {}", sets_at.join("; "));

@@ -35,7 +35,7 @@ use crate::state;
 /// merge item is then one global load (capacity plans: the device length,
 /// one load), where the work item's re-read, its length and then the merge
 /// item were three dependent ones before the block could count itself
-/// (docs/perf.md, nineteenth session). The kv head and first row are
+/// (docs/perf.md, "Split merge in the attention kernel"). The kv head and first row are
 /// recomputed rather than kept live across the attention loop.
 ///
 /// # Safety

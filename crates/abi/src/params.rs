@@ -217,7 +217,7 @@ pub const fn merge_rows_per_block(max_slots: u32) -> u32 {
 
 /// Threads of a merge-kernel block. (256 and 512 for sequences of 33+
 /// slots, one batch of loads per lane instead of 2-4, measured 1-2 µs
-/// slower on grid B (64K, 4) and (128K, 2): docs/perf.md.)
+/// slower on grid B (64K, 4) and (128K, 2): docs/perf.md, "Merge kernel".)
 pub const MERGE_THREADS: u32 = 128;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
@@ -340,7 +340,7 @@ pub const QUANT_WARPS: u32 = 8;
 /// caches (NHD) a token's rows of all heads share DRAM pages; heads as the
 /// slow index had each wave read one or two heads' slices of every page
 /// (grid D (128, 2K): int8 90.9 % of the roofline, int4-g32 56 %, against
-/// 97.7 and 65.9 % with head-major rows, docs/perf.md).
+/// 97.7 and 65.9 % with head-major rows, docs/perf.md, "Grid order").
 pub const fn decode_grid_x(work_items: u32, num_kv_heads: u32) -> u32 {
     work_items * num_kv_heads
 }
@@ -367,8 +367,8 @@ pub const fn decode_block_kv_head(x: u32, num_kv_heads: u32, cluster_log2: u32) 
 /// division by a run-time value is a dependent chain of ~15 instructions
 /// (a float reciprocal and its corrections), and the kernels take several
 /// before their first copy and in their epilogue, where each block's time
-/// counts about threefold on the many-block rows (docs/perf.md,
-/// twenty-second session). (`d` = 0 gives (n, n) rather than a trap; no
+/// counts about threefold on the many-block rows (docs/perf.md, "Division
+/// by powers of two"). (`d` = 0 gives (n, n) rather than a trap; no
 /// caller passes it.)
 #[inline(always)]
 pub const fn div_rem(n: u32, d: u32) -> (u32, u32) {

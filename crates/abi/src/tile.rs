@@ -83,9 +83,9 @@ pub const fn max_stages(format: KvFormat, specialized: bool) -> u32 {
 pub const WGMMA_PRODUCER_STAGES: u32 = 4;
 
 /// Stages of the warp-specialised wgmma kernel of `format`. Measured on an
-/// H100 (docs/perf.md): 6 were 4-9 % slower than 3 on every grid B row
-/// when the compute warps took 32-key steps (sixteenth session); with
-/// 64-key steps (twenty-sixth) 4 are 0-3 % faster than 3 for int8, whose
+/// H100 (docs/perf.md, "Warp-specialised quantized wgmma"): 6 were 4-9 %
+/// slower than 3 on every grid B row when the compute warps took 32-key
+/// steps; with 64-key steps 4 are 0-3 % faster than 3 for int8, whose
 /// producer waits for copies, and 0-1.5 % slower for int4, whose producer
 /// is busy converting. (The unspecialised kernels keep [`PIPELINE_STAGES`],
 /// at most this many.)
@@ -102,7 +102,7 @@ pub const fn tile_config(format: KvFormat, head_dim: u32, family: Family) -> Til
     // ~32 KiB stages keep ≥ 2 blocks per SM (228 KiB) while one stage alone
     // covers the per-SM bytes in flight that HBM latency asks for; quantized
     // rows take twice the keys (measured: int8 stages of bf16's key count
-    // lost 7-24 % on grid A, docs/perf.md) — except in the wgmma kernels,
+    // lost 7-24 % on grid A, docs/perf.md, "Stage sizes") — except in the wgmma kernels,
     // whose 16-bit tiles of converted keys ([`wgmma_prefix_bytes`]) take the
     // shared memory a second stage's worth would: there a stage is one step
     // of each of the block's two warpgroups, as for bf16.

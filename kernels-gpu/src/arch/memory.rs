@@ -8,7 +8,7 @@
 /// row, which that head's block (reading the same tokens at about the same
 /// time) then finds in L2. Measured on an H100: int4-g32 grid C 128K 12 %
 /// and D (128, 2K) 5 % faster, every other row unchanged; `.L2::256B` no
-/// better (docs/perf.md, twenty-third session).
+/// better (docs/perf.md, "Cache hints").
 ///
 /// # Safety
 /// `dst` must be a 16-byte aligned shared address of the block; `src` a

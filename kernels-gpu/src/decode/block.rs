@@ -25,7 +25,7 @@ pub(crate) struct RowInfo {
 /// The (token, query head) of packed row `global` of kv head `kvh`: rows
 /// are `token * group + head_in_group`. (`row_info` keeps the plain
 /// division: with [`div_rem`] there, spills moved between the 168-register
-/// kernels, docs/perf.md, twenty-second session.)
+/// kernels, docs/perf.md, "Register caps".)
 #[inline(always)]
 pub(crate) fn token_head(p: &DecodeParams, kvh: u32, global: u32) -> (u32, u32) {
     let (token, in_group) = div_rem(global, p.group);
@@ -96,7 +96,7 @@ pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
 /// pipeline's first copies are issued: the length is a load that depends
 /// on the work item's, and thread 0 storing it any earlier held its warp's
 /// copies back by that load's latency (+0.3-0.6 µs on the smallest rows,
-/// docs/perf.md).
+/// docs/perf.md, "Block prologue").
 #[inline(always)]
 pub(crate) unsafe fn keep_seq_len<const CLUSTER: bool>(p: &DecodeParams, seq_len: u32, tid: u32) {
     if CLUSTER && tid == 0 {

@@ -20,7 +20,7 @@ pub(crate) const OUT_BATCH: usize = 4;
 /// warp samples waiting on instruction fetch there. Two rounds of 2 (the
 /// second from the instruction cache) measured 0.2-0.6 µs faster on the
 /// grid B rows they run, one quad a round 1-1.5 µs slower on int4-g32
-/// (docs/perf.md, twenty-fifth session).
+/// (docs/perf.md, "Epilogue").
 pub(crate) const SPECIALIZED_OUT_BATCH: usize = 2;
 
 /// Merges the `warps_k` states of each row in shared memory (the pipeline's
@@ -78,7 +78,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // rows' states between two barriers before the stores — took 0.4 µs of
     // a D (64, 128) block's 1.2 µs epilogue (per-block timestamps); fused,
     // the small 16-bit rows ran 0.1-0.3 µs and narrow int4 grid A 1 %
-    // faster (docs/perf.md, twenty-second session).
+    // faster (docs/perf.md, "Epilogue").
     // The wgmma kernels (two warpgroups, `OUT_BATCH` quads a round) take
     // the fused path too, batched; the unspecialised quantized ones (one
     // quad a round at their 128-register cap) keep the states pass.
@@ -99,7 +99,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
         // (m, l) of both rows is loaded first (an unrolled loop), then
         // combined: loaded where they were combined, each load's latency was
         // waited out in turn, 0.6-0.8 µs of every block's epilogue
-        // (docs/perf.md, nineteenth session); slots past `warps_k` stay
+        // (docs/perf.md, "Epilogue"); slots past `warps_k` stay
         // (-inf, 0), which add nothing. The wgmma kernels (2 warpgroups) keep
         // the loop: their quantized ones, at 128 registers, spilled with the
         // states loaded first.
@@ -183,7 +183,8 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // take the SMs this grid's blocks leave, with no launch gap, and wait
     // for the partials themselves (`griddepcontrol.wait`). (Triggered at
     // block start instead, the merge blocks were packed onto the few SMs
-    // free at that moment: grid B (128K, 2) +4 µs, docs/perf.md.)
+    // free at that moment: grid B (128K, 2) +4 µs, docs/perf.md, "Merge
+    // kernel".)
     if !CLUSTER {
         thread::launch_dependents();
     }
@@ -192,7 +193,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
     // slice, the row's finish) before using any: one quad at a time, each
     // round waited out its loads' latency in turn (the per-block
     // timestamps: 1.5 µs of grid B's 2.6 µs epilogue; docs/perf.md,
-    // nineteenth and twenty-first sessions). The wgmma kernels (48-64 rows
+    // "Epilogue"). The wgmma kernels (48-64 rows
     // a block, 6-8 quads a thread) take 4; the wide and narrow ones (1-16
     // live rows, at most 4 quads a thread) keep the loop as it was (1):
     // with 4 their grid D (64, 128) read 1 µs slower. So do the

@@ -27,14 +27,14 @@ use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
 use crate::arch::{mbarrier, memory, shared, thread};
 use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, SwizzledRows, TileLayout};
 
-/// How rows are copied (docs/perf.md, "Paged caches, v2"): strided `WIDE`
+/// How rows are copied (docs/perf.md, "Paged caches"): strided `WIDE`
 /// kernels issue K's and V's chunk of a row in pairs from one address,
 /// computing 4 chunks' addresses before issuing them; paged kernels do so
 /// 2 at a time (their page-id reads overlap; 4 took the wide bf16 kernel to
 /// 200 registers, one grid-B block per SM) — except the 16-bit non-cluster
 /// wide kernels at D = 128, which fit 4 (bf16 / fp16 paged D (64, 128)
-/// 1.5-2.5 points faster at 16-token pages over two rounds, twenty-fourth
-/// session; grids A and C unchanged), and strided narrow kernels copy
+/// 1.5-2.5 points faster at 16-token pages over two rounds; grids A and C
+/// unchanged), and strided narrow kernels copy
 /// K's rows then V's — what keeps them at ≤ 128 registers (two blocks per SM).
 /// `WGMMA` stages of unquantized formats lay rows out as [`Swizzle128`]
 /// (quantized ones land as plain rows, below, and are converted into such
@@ -43,7 +43,7 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, Swi
 /// `MainloopSm90CpAsyncGmma`); the converted tiles, written by ordinary
 /// stores, are fenced. (The fence, a `MEMBAR.ALL.CTA` and a
 /// `FENCE.VIEW.ASYNC.S`, was measured to cost nothing either way:
-/// docs/perf.md, twelfth and thirteenth sessions.)
+/// docs/perf.md, "Bulk copies for quantized wgmma stages".)
 ///
 /// Quantized wgmma stages hold rows one after another ([`LinearRows`]). In
 /// the strided kernels one warp issues a stage's rows and side data as bulk
@@ -55,13 +55,13 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, Swi
 /// every thread waiting on it before the stage's block barrier.
 /// These kernels are bound by instruction issue, and the per-thread
 /// `cp.async` issue of a stage was ~110 instructions per warp (docs/perf.md,
-/// fifteenth session). Rows past the item's end are not copied: their stale
+/// "Bulk copies for quantized wgmma stages"). Rows past the item's end are not copied: their stale
 /// (or never written) bytes convert to finite values, and their side data,
 /// stored as zeros (a scale and zero of 0), makes them 0 — masked keys only
 /// need finite values. The paged ones copy rows with `cp.async` into the
 /// same layout: a bulk copy per page run (rows only; with side data too the
 /// int8 kernels spilled) measured 2–5 % slower at 16-token pages and no
-/// faster at 64 (docs/perf.md, fifteenth session).
+/// faster at 64 (docs/perf.md, "Paged caches").
 ///
 /// `HG` > 1 (strided narrow kernels of a head pair, `decode_narrow`): a
 /// stage holds `keys_per_stage / HG` keys of each of the block's `HG`

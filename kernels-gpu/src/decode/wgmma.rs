@@ -218,7 +218,8 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
 /// computed: no compute warp copies,
 /// converts or meets the producer at a block barrier inside the key loop
 /// (in the unspecialised kernel, the copies' issue and the conversion were
-/// half of every warp's instructions, docs/perf.md). All warps meet at the
+/// half of every warp's instructions, docs/perf.md, "Warp-specialised
+/// quantized wgmma"). All warps meet at the
 /// block barriers after the barriers' initialisation and in the epilogue,
 /// and only there (the compute warps convert Q and meet on an `mbarrier`
 /// of their own): inside
@@ -247,7 +248,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     let c2 = (lane % 4) * 2;
     // The rows first: after the producer's first copies they measured no
     // faster here (−0.5 … +1.4 % on grid B int8 / int4-g32, docs/perf.md,
-    // eighteenth session). Written out, not `row_pair`: through it LLVM
+    // "Block prologue"). Written out, not `row_pair`: through it LLVM
     // ordered this kernel's prologue differently.
     let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
@@ -298,7 +299,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     // conversion as soon as the first stage lands, not after Q's global
     // loads and a block barrier (12 % of int8 (16K, 16)'s warp samples
     // were in this prologue; 1-3 % faster on grid B, docs/perf.md,
-    // twenty-fifth session). (A named barrier among the compute warps
+    // "Warp-specialised quantized wgmma"). (A named barrier among the compute warps
     // timed the same, but the warps then met unequal counts of barriers,
     // which compute-sanitizer's racecheck reports as hazards between the
     // epilogue's stores and loads, ordered by block barriers.)
@@ -398,7 +399,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     // epilogue's barriers and output loop, storing no accumulator. (One
     // helper for both closures changed the order of the scaling in these
     // kernels' epilogues and measured int4-g32 grid B 1-4 % slower:
-    // docs/perf.md, seventeenth session.)
+    // docs/perf.md, "Epilogue".)
     let store = |acc: u32, pitch: u32, scale: [f32; 2], add: bool, live: [bool; 2]| {
         if producer {
             return;

@@ -43,14 +43,14 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     // which planned launches of equal lengths no longer do
     // (`plan::uniform_work`). In the planned launches' kernels the same
     // code cost 0.2-0.4 µs on grid D, hence separate entry points
-    // (docs/perf.md, twentieth and twenty-first sessions).
+    // (docs/perf.md, "Capacity twins").
     let (guessed_end, work) = if GUESS && p.chunks_per_seq != 0 && p.seq_lens != 0 {
         let x = block_item::<false>(p, thread::block_idx_x_fresh());
         let (seq, chunk) = div_rem(x, p.chunks_per_seq);
         if chunk == 0 {
             // The length's load first, its use after the copies: issued
             // behind them it came back behind their bytes (bf16 D (64,
-            // 128)'s graph replay +3 µs, docs/perf.md).
+            // 128)'s graph replay +3 µs, docs/perf.md, "Capacity twins").
             let len = capacity_len(p.seq_lens, seq, p.max_seq_len);
             let end = p.chunk_keys.min(p.max_seq_len);
             let guess = WorkItem { batch: seq, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
@@ -94,7 +94,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     // The rows' key limits wait for the sequence's length, a load behind
     // the work item's: computed before the first copies, a branch on them
     // held every warp's copies back by that load's round trip
-    // (docs/perf.md, eighteenth session), so the kernels of 16-bit caches
+    // (docs/perf.md, "Block prologue"), so the kernels of 16-bit caches
     // compute them after, and Q's register loads with them (issued before
     // the copies, with the rows' divisions, they measured D (1, 1K) 0.4 µs
     // slower). (Converting kernels keep the rows first: later, the held
