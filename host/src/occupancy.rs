@@ -1,11 +1,9 @@
 //! What the planner knows of the GPU and of a compiled kernel, and how
 //! many blocks of a shape fit on one SM.
 
-use crate::error::{ensure, Result};
+pub use decode_attn_abi::MAX_CLUSTER;
 
-/// Most blocks per thread-block cluster the planner uses: the portable
-/// cluster size, and the most chunks the kernels' cluster merge handles.
-pub const MAX_CLUSTER: u32 = 8;
+use crate::error::{ensure, Result};
 
 /// What the planner needs to know about the GPU (read from the device by
 /// `DecodeAttention::new`).

@@ -227,6 +227,11 @@ pub const fn wgmma_conversion_job(t: u32, i: u32, chunks: u32) -> (bool, u32, u3
     }
 }
 
+/// Most blocks per thread-block cluster: the portable cluster size, the
+/// most chunks of a sequence the cluster merge handles, and the largest
+/// cluster the planner makes.
+pub const MAX_CLUSTER: u32 = 8;
+
 /// Pipeline depth of every format (the kernel's `cp.async.wait_group`
 /// immediate is derived from it, so it is one constant, not per format).
 pub const PIPELINE_STAGES: u32 = 3;

@@ -38,9 +38,8 @@ pub(crate) struct BlockRows {
     pub batch: u32,
 }
 
-/// Chunks a cluster merges at most: the portable cluster size, which the
-/// planner keeps to.
-const MAX_CHUNKS: usize = 8;
+/// Chunks a cluster merges at most ([`decode_attn_abi::MAX_CLUSTER`]).
+const MAX_CHUNKS: usize = decode_attn_abi::MAX_CLUSTER as usize;
 
 /// Merges this block's share of a split sequence's rows over the cluster
 /// and writes them as the final output. Every thread of every live block of
