@@ -110,7 +110,7 @@ pub(crate) fn pool_too_short(offset: u64, pool: &BufferDesc) -> Error {
 }
 
 /// What a capacity plan's run reads from device memory each step (see
-/// [`plan::PlanMode::Capacity`]): the current lengths, new tokens included,
+/// [`PlanMode::Capacity`](crate::PlanMode::Capacity)): the current lengths, new tokens included,
 /// and for paged caches the block table. Lengths above the capacity are
 /// read as the capacity and page ids outside the pool as its last page, so
 /// no device value makes a kernel touch memory outside its buffers.

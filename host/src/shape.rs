@@ -92,7 +92,7 @@ pub struct DecodeShape {
     /// Softmax scale; `None` means `1/sqrt(head_dim)`.
     pub scale: Option<f32>,
     /// Logits soft-cap `c` (Gemma 2, Grok): each logit is
-    /// `c · tanh(scale · q·k / c)` (`docs/benchmark.md`, "Semantics").
+    /// `c · tanh(scale · q·k / c)` (`docs/benchmark.md`, "The operation").
     /// `None`: plain `softmax(scale · q·k)`. Runs the soft-cap kernels
     /// ([`Variant::SoftCap`]); plans of a cap are plans of that variant.
     pub soft_cap: Option<f32>,

@@ -100,7 +100,7 @@ pub enum Distribution {
     /// V's values are drawn around 1, not 0: with zero-mean constant V rows
     /// each output row is one cancelling sum Σ p_t c_t, and any kernel that
     /// rounds P to 16 bits (this one, FlashAttention, FlashInfer) misses a
-    /// 1e-2 relative bound on ~1 % of single-row cases (docs/validation.md).
+    /// 1e-2 relative bound on ~1 % of single-row cases (docs/history/validation-log.md).
     ConstantRows,
     /// K rows repeat with a short period (equal logits across keys).
     RepeatedKeys,
