@@ -8,6 +8,15 @@ use crate::error::{ensure, Error, Result};
 use crate::plan::{Plan, PlanMode};
 use crate::shape::{DecodeShape, KvStrides};
 
+/// A cache's row strides and side-data strides in bytes: `[batch, token,
+/// head]` of values of the format's bits, and of its side entries.
+fn byte_strides(shape: &DecodeShape) -> ([u64; 3], [u64; 3]) {
+    let (s, side) = (shape.kv_strides(), shape.side_strides());
+    let bits = shape.kv_format.bits() as u64;
+    let entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
+    ([s.batch * bits / 8, s.token * bits / 8, s.head * bits / 8], [side.batch * entry, side.token * entry, side.head * entry])
+}
+
 /// Device addresses of one attention launch's buffers (checked by the
 /// caller: `check::check_buffers`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -49,11 +58,7 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         (PlanMode::Capacity { .. }, true) => a.step_block_table,
         (PlanMode::Lengths, true) => ws + layout.block_table as u64,
     };
-    // Strides in bytes: values of `bits` bits, side entries of the format's size.
-    let strides = shape.kv_strides();
-    let bits = shape.kv_format.bits() as u64;
-    let side = shape.side_strides();
-    let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
+    let ([batch, token, head], side) = byte_strides(shape);
     let (score_scale, logit_cap) = shape.logit_factors();
     DecodeParams {
         q: a.q,
@@ -64,17 +69,17 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         partial_lse: ws + layout.partial_lse as u64,
         work: ws + layout.work as u64,
         seq_lens,
-        k_stride_batch: strides.batch * bits / 8,
-        k_stride_token: strides.token * bits / 8,
-        k_stride_head: strides.head * bits / 8,
-        v_stride_batch: strides.batch * bits / 8,
-        v_stride_token: strides.token * bits / 8,
-        v_stride_head: strides.head * bits / 8,
+        k_stride_batch: batch,
+        k_stride_token: token,
+        k_stride_head: head,
+        v_stride_batch: batch,
+        v_stride_token: token,
+        v_stride_head: head,
         k_side: a.k_side,
         v_side: a.v_side,
-        side_stride_batch: side.batch * side_entry,
-        side_stride_token: side.token * side_entry,
-        side_stride_head: side.head * side_entry,
+        side_stride_batch: side[0],
+        side_stride_token: side[1],
+        side_stride_head: side[2],
         num_q_heads: shape.num_q_heads,
         q_len: shape.q_len,
         group: shape.group_size(),
@@ -143,9 +148,7 @@ pub struct CacheLaunch {
 /// CUDA's limit.
 pub fn cache_params(shape: &DecodeShape, c: &CacheLaunch) -> Result<(QuantParams, u32)> {
     let ps = c.plain_strides;
-    let (ds, ss) = (shape.kv_strides(), shape.side_strides());
-    let bits = shape.kv_format.bits() as u64;
-    let side_entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
+    let (data, side) = byte_strides(shape);
     let rows = shape.batch as u64 * c.rows_per_seq as u64 * shape.num_kv_heads as u64;
     let blocks = rows.div_ceil(QUANT_WARPS as u64);
     ensure(blocks < (1 << 31), if c.append { "batch" } else { "max_seq_len" }, "fewer than 2^34 rows to convert per launch", rows)?;
@@ -157,13 +160,13 @@ pub fn cache_params(shape: &DecodeShape, c: &CacheLaunch) -> Result<(QuantParams
         plain_stride_token: mul(ps.token, 2)?,
         plain_stride_head: mul(ps.head, 2)?,
         data: c.data,
-        data_stride_batch: ds.batch * bits / 8,
-        data_stride_token: ds.token * bits / 8,
-        data_stride_head: ds.head * bits / 8,
+        data_stride_batch: data[0],
+        data_stride_token: data[1],
+        data_stride_head: data[2],
         side: c.side,
-        side_stride_batch: ss.batch * side_entry,
-        side_stride_token: ss.token * side_entry,
-        side_stride_head: ss.head * side_entry,
+        side_stride_batch: side[0],
+        side_stride_token: side[1],
+        side_stride_head: side[2],
         seq_lens: c.seq_lens,
         batch: shape.batch,
         rows_per_seq: c.rows_per_seq,

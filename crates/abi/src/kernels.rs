@@ -103,40 +103,45 @@ merge_kernel_table!(merge_list);
 /// their params use.
 pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
 
-/// The entry point of an attention kernel, or `None` when the set has no
-/// such kernel ([`KernelId::exists`]).
-pub const fn decode_kernel_name(id: &KernelId) -> Option<&'static str> {
-    let mut i = 0;
-    while i < DECODE_KERNELS.len() {
-        if DECODE_KERNELS[i].id.same(id) {
-            return Some(DECODE_KERNELS[i].name);
+/// `pub const fn $name(id: &$id) -> Option<&'static str>`: the entry point
+/// of the kernel `id` in `$table`, or `None` when the set has no such kernel.
+macro_rules! look_up {
+    ($(#[$doc:meta])* $name:ident, $id:ty, $table:ident) => {
+        $(#[$doc])*
+        pub const fn $name(id: &$id) -> Option<&'static str> {
+            let mut i = 0;
+            while i < $table.len() {
+                if $table[i].id.same(id) {
+                    return Some($table[i].name);
+                }
+                i += 1;
+            }
+            None
         }
-        i += 1;
-    }
-    None
+    };
 }
 
-/// The entry point of a store / quantize / dequantize kernel.
-pub const fn quant_kernel_name(id: &QuantKernelId) -> Option<&'static str> {
-    let mut i = 0;
-    while i < QUANT_KERNELS.len() {
-        if QUANT_KERNELS[i].id.same(id) {
-            return Some(QUANT_KERNELS[i].name);
-        }
-        i += 1;
-    }
-    None
-}
+look_up!(
+    /// The entry point of an attention kernel, or `None` when the set has
+    /// no such kernel ([`KernelId::exists`]).
+    decode_kernel_name,
+    KernelId,
+    DECODE_KERNELS
+);
+look_up!(
+    /// The entry point of a store / quantize / dequantize kernel.
+    quant_kernel_name,
+    QuantKernelId,
+    QUANT_KERNELS
+);
+look_up!(
+    /// The entry point of a split-merge kernel.
+    merge_kernel_id_name,
+    MergeKernelId,
+    MERGE_KERNELS
+);
 
 /// The entry point of the split-merge kernel for a (dtype, head_dim).
 pub const fn merge_kernel_name(dtype: Dtype, head_dim: u32) -> Option<&'static str> {
-    let id = MergeKernelId { dtype, head_dim };
-    let mut i = 0;
-    while i < MERGE_KERNELS.len() {
-        if MERGE_KERNELS[i].id.same(&id) {
-            return Some(MERGE_KERNELS[i].name);
-        }
-        i += 1;
-    }
-    None
+    merge_kernel_id_name(&MergeKernelId { dtype, head_dim })
 }
