@@ -16,7 +16,7 @@ pub struct Outcome {
     pub worst_rel_l2: f64,
 }
 
-/// Relative L2 error the example accepts (SPEC.md's bound).
+/// Relative L2 error the example accepts (the bound of docs/benchmark.md).
 const BOUND: f64 = 1e-2;
 
 /// The decode loop; `Ok(None)` when there is no CUDA device.

@@ -499,7 +499,7 @@ fn short_sequences_take_only_the_stages_they_fill() {
 
 #[test]
 fn bytes_moved_counts_every_visible_row_with_its_side_data_plus_q_and_o() {
-    // SPEC.md: K and V bytes actually read, side data included, + Q + O.
+    // docs/benchmark.md: K and V bytes actually read, side data included, + Q + O.
     let bytes = |format| {
         let shape = quantized(format, 2, 8, 1, 1, 4096);
         plan(&shape, &[1000, 24], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap().bytes_moved()

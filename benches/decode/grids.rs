@@ -1,4 +1,4 @@
-//! The SPEC.md benchmark grids as rows to run.
+//! The benchmark grids (docs/benchmark.md, "The grids") as rows to run.
 
 use decode_attn::KvFormat;
 
@@ -34,7 +34,7 @@ impl RowSpec {
 
 pub const GRIDS: [char; 4] = ['A', 'B', 'C', 'D'];
 
-/// `(batch, ctx, hq, hkv, q_len)` of each row of a grid (SPEC.md).
+/// `(batch, ctx, hq, hkv, q_len)` of each row of a grid (docs/benchmark.md).
 fn grid_rows(grid: char) -> Vec<(u32, u32, u32, u32, u32)> {
     match grid {
         'A' => [32, 64, 128, 256, 512].iter().map(|&b| (b, 8192, 8, 1, 1)).collect(),
@@ -55,7 +55,7 @@ pub fn rows(grids: &[char], formats: &[KvFormat], quick: bool) -> Vec<RowSpec> {
     let mut out = Vec::new();
     for &format in formats {
         for &grid in grids {
-            // SPEC.md: int4 with G = 32 on every grid; G = 64 and 128 on grid A.
+            // docs/benchmark.md: int4 with G = 32 on every grid; G = 64 and 128 on grid A.
             if matches!(format, KvFormat::Int4G64 | KvFormat::Int4G128) && grid != 'A' {
                 continue;
             }

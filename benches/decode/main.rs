@@ -1,4 +1,4 @@
-//! `cargo xtask bench`: the SPEC.md benchmark grids against the HBM roofline.
+//! `cargo xtask bench`: the benchmark grids (docs/benchmark.md) against the HBM roofline.
 //!
 //! Per row: inputs generated on the device (random, never zeros), one run
 //! checked against the f64 reference on sampled sequences, then `--iters`
@@ -25,7 +25,7 @@ use report::{Report, RowResult};
 use timing::{median, L2Mode, TimedRun};
 
 #[derive(Parser, Debug)]
-#[command(name = "bench", bin_name = "cargo xtask bench", about = "decode-attn benchmark: SPEC.md grids A-D vs the copy roofline (needs a GPU)")]
+#[command(name = "bench", bin_name = "cargo xtask bench", about = "decode-attn benchmark: grids A-D (docs/benchmark.md) against the copy roofline (needs a GPU)")]
 struct Args {
     /// Grids to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = grids::GRIDS)]

@@ -1,4 +1,4 @@
-//! How a row is timed (SPEC.md "Metrics"), and the copy roofline.
+//! How a row is timed (docs/benchmark.md, "The metrics"), and the copy roofline.
 //!
 //! Default (`--l2 rotate`): the row's inputs exist in several copies whose
 //! total is ≥ 4× the L2, and consecutive launches use different copies, so

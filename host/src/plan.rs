@@ -291,7 +291,7 @@ impl Plan {
     }
     /// Bytes a run must move at least: every visible K and V row once with
     /// its side data (quantized formats' scales and zeros), plus Q and O (the
-    /// benchmark's GB/s numerator, as SPEC.md defines it); capacity plans:
+    /// benchmark's GB/s numerator, as docs/benchmark.md defines it); capacity plans:
     /// at capacity. Saturates at `u64::MAX`.
     pub fn bytes_moved(&self) -> u64 {
         let (format, d) = (self.shape.kv_format, self.shape.head_dim);
