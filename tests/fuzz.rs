@@ -268,7 +268,12 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         // Large magnitudes need a scale of 1 for logits of 100 and more.
         scale: (d.dist == Distribution::LargeMagnitude).then_some(1.0),
         soft_cap: soft_cap_of(d.seed),
+        window: None,
+        sinks: false,
+        alibi: false,
     };
+    let (window, sinks, alibi) = extras_of(d.seed, soft_cap_of(d.seed).is_some(), *lens.iter().max().unwrap());
+    let shape = DecodeShape { window, sinks, alibi, ..shape };
     let split = match d.split {
         SplitKind::Auto => SplitPolicy::Auto,
         SplitKind::Never => SplitPolicy::Never,
@@ -292,6 +297,34 @@ fn soft_cap_of(seed: u64) -> Option<f32> {
     ((seed >> 40) % 5 == 2).then(|| [2.0, 5.0, 30.0, 50.0][((seed >> 44) % 4) as usize])
 }
 
+/// The other variants, from further bits of the data seed (so a persisted
+/// seed replays its variant too). A soft-capped case (a fifth) takes a
+/// window three times in eight (Gemma 2's local layers); of the others an
+/// eighth each take a window (Mistral) or sinks alone, a quarter ALiBi, a
+/// quarter a window and sinks (gpt-oss), the rest neither. The window `W`:
+/// a quarter 1-16 keys (shorter than any stage), a quarter a multiple of
+/// 64 ± 1 (on and off stage and page edges), the rest anything up to the
+/// longest length (some windows cover whole sequences).
+fn extras_of(seed: u64, soft_capped: bool, longest: u32) -> (Option<u32>, bool, bool) {
+    let k = (seed >> 48) % 8;
+    let (window, sinks, alibi) = match (soft_capped, k) {
+        (true, 0..=2) => (true, false, false),
+        (true, _) => (false, false, false),
+        (false, 2) => (true, false, false),
+        (false, 3) => (false, true, false),
+        (false, 4 | 5) => (false, false, true),
+        (false, 6 | 7) => (true, true, false),
+        (false, _) => (false, false, false),
+    };
+    let r = seed >> 56;
+    let w = match (seed >> 52) % 4 {
+        0 => 1 + (r % 16) as u32,
+        1 => (64 * (1 + r % 8) as u32 + (r / 8 % 3) as u32).saturating_sub(1).max(1),
+        _ => ((longest as u64 * (r % 101)) / 100).max(1) as u32,
+    };
+    (window.then_some(w), sinks, alibi)
+}
+
 /// Per-format tallies.
 #[derive(Default, Debug)]
 struct Tally {
@@ -301,8 +334,13 @@ struct Tally {
     capacity: u64,
     /// Cases run with two kv heads a block (`HeadPairChoice`).
     head_pairs: u64,
-    /// Cases run with a logits soft-cap.
+    /// Cases run with a logits soft-cap, a sliding window, sinks, ALiBi.
     soft_caps: u64,
+    windows: u64,
+    sinks: u64,
+    alibis: u64,
+    /// Cases per variant combination (`variant_tag`).
+    combos: BTreeMap<&'static str, u64>,
     worst: BTreeMap<Distribution, f64>,
     splits: u64,
     longest: u32,
@@ -355,7 +393,9 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         t.most_rows = t.most_rows.max(case.shape.rows_per_kv_head().unwrap_or(0));
     }
     let Some(gpu) = gpu else {
-        let r = decode_attn::reference::decode_attention_threads(&case.shape, &case.seq_lens, &q, &k, &v, &(0..case.shape.batch as usize).collect::<Vec<_>>(), threads());
+        let (sinks, slopes) = common::head_values(&case.shape, 0);
+        let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref() };
+        let r = decode_attn::reference::decode_attention_with(&case.shape, &case.seq_lens, &q, &k, &v, &heads, &(0..case.shape.batch as usize).collect::<Vec<_>>(), threads());
         r.map_err(|e| e.to_string())?;
         tally.borrow_mut().passed += 1;
         return Ok(());
@@ -416,9 +456,26 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     t.capacity += case.capacity as u64;
     t.head_pairs += (plan.heads_per_block() > 1) as u64;
     t.soft_caps += case.shape.soft_cap.is_some() as u64;
+    t.windows += case.shape.window.is_some() as u64;
+    t.sinks += case.shape.sinks as u64;
+    t.alibis += case.shape.alibi as u64;
+    *t.combos.entry(variant_tag(&case.shape)).or_default() += 1;
     let w = t.worst.entry(case.dist).or_insert(0.0);
     *w = w.max(cmp.rel_l2);
     Ok(())
+}
+
+/// The case's combination of variants, for the tallies.
+fn variant_tag(s: &DecodeShape) -> &'static str {
+    match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.alibi) {
+        (false, false, false, false) => "standard",
+        (true, false, _, _) => "soft-cap",
+        (true, true, _, _) => "soft-cap+window",
+        (false, true, false, false) => "window",
+        (false, false, true, false) => "sinks",
+        (false, true, true, false) => "window+sinks",
+        (false, _, _, true) => "alibi",
+    }
 }
 
 fn describe(c: &Case) -> String {
@@ -538,6 +595,7 @@ fn main() {
     });
     let (mut passed, mut failed) = (0u64, 0u64);
     let mut per_format = Vec::new();
+    let mut totals = [("", 0u64); 4];
     for (format, result, secs) in results {
         match result {
             Ok(tally) => {
@@ -545,7 +603,7 @@ fn main() {
                     println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
                 }
                 println!(
-                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped; longest sequence {}, most rows per kv head {}) in {:.0} s",
+                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped, {} windowed, {} with sinks, {} ALiBi; longest sequence {}, most rows per kv head {}) in {:.0} s",
                     format.name(),
                     tally.passed,
                     tally.splits,
@@ -553,11 +611,19 @@ fn main() {
                     tally.capacity,
                     tally.head_pairs,
                     tally.soft_caps,
+                    tally.windows,
+                    tally.sinks,
+                    tally.alibis,
                     tally.longest,
                     tally.most_rows,
                     secs
                 );
                 println!("  time by phase: {}", tally.phases());
+                println!("  variants: {}", tally.combos.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "));
+                for (total, (name, n)) in totals.iter_mut().zip([("soft-cap", tally.soft_caps), ("window", tally.windows), ("sinks", tally.sinks), ("alibi", tally.alibis)]) {
+                    total.0 = name;
+                    total.1 += n;
+                }
                 passed += tally.passed;
                 per_format.push(format!("{} {}", format.name(), tally.passed));
             }
@@ -569,6 +635,7 @@ fn main() {
         }
     }
     println!("fuzz ({}, {:.0} s{}):", per_format.join(", "), t0.elapsed().as_secs_f64(), if gpu.is_none() { ", CPU only" } else { "" });
+    println!("variants over all formats: {}", totals.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "));
     println!("{passed} passed, {failed} failed");
     if failed > 0 {
         std::process::exit(1);

@@ -42,7 +42,7 @@ fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u
         Dtype::Bf16 => KvFormat::Bf16,
         Dtype::F16 => KvFormat::F16,
     };
-    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None }
+    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None, window: None, sinks: false, alibi: false }
 }
 
 /// The specification, as cases: every head ratio, head dim, q_len, length
@@ -147,6 +147,7 @@ fn cases() -> Vec<Case> {
     }
     out.extend(paged_cases());
     out.extend(soft_cap_cases(false));
+    out.extend(variant_cases(false));
     let mut all = per_family(out);
     all.extend(head_pair_cases(false));
     all
@@ -189,6 +190,76 @@ fn soft_cap_cases(small: bool) -> Vec<Case> {
         }
         let pool = Some(paged::Paging::packed(16, TokenMajor));
         add("paged16-gqa-split", shape(dtype, 4, 8, 2, 128, 3, 3 * stage + 16, KvLayout::Nhd), vec![3 * stage + 5, 17, 19, 2 * stage], SplitPolicy::ChunkKeys(stage), Normal, 2.0, pool);
+    }
+    out
+}
+
+/// The variants of docs/benchmark.md, "The operation" — a sliding window,
+/// sinks, ALiBi, and the combinations gpt-oss (window + sinks) and Gemma 2
+/// (soft-cap + window) use — in every format, each case run in every kernel
+/// family that serves it (`per_family`): q_len 1, 3 and 8; split (merged in
+/// the attention kernel and by the merge kernel) and unsplit; 48 rows a kv
+/// head (the warp-specialised wgmma kernel); head dims 64 / 128 / 256;
+/// pools of 16-token pages (a window across page edges) and of 256-token
+/// pages (stages within a page). Windows of 5 keys (shorter than any
+/// stage), off every page, stage and chunk edge, and covering whole
+/// sequences; sinks up to 12 (most of a row's mass: `common::sink_value`).
+/// `small`: the sanitizer's sizes.
+fn variant_cases(small: bool) -> Vec<Case> {
+    use decode_attn::PageOrder::{HeadMajor, TokenMajor};
+    use Distribution::{HeavyTailed as Heavy, LargeMagnitude, Normal};
+    #[derive(Clone, Copy)]
+    struct V {
+        tag: &'static str,
+        window: bool,
+        sinks: bool,
+        alibi: bool,
+        soft_cap: bool,
+    }
+    let variants = [
+        V { tag: "window", window: true, sinks: false, alibi: false, soft_cap: false },
+        V { tag: "sinks", window: false, sinks: true, alibi: false, soft_cap: false },
+        V { tag: "alibi", window: false, sinks: false, alibi: true, soft_cap: false },
+        V { tag: "window-sinks", window: true, sinks: true, alibi: false, soft_cap: false },
+        V { tag: "softcap-window", window: true, sinks: false, alibi: false, soft_cap: true },
+    ];
+    let mut out = Vec::new();
+    for format in KvFormat::ALL {
+        let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::F16 } else { Dtype::Bf16 });
+        for v in variants {
+            let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, window: u32, paging: Option<paged::Paging>| {
+                let large = dist == LargeMagnitude;
+                let s = DecodeShape {
+                    kv_format: format,
+                    window: v.window.then_some(window),
+                    sinks: v.sinks,
+                    alibi: v.alibi,
+                    soft_cap: v.soft_cap.then_some(if large { 30.0 } else { 2.0 }),
+                    scale: large.then_some(1.0),
+                    ..s
+                };
+                let w = if v.window { format!("-w{window}") } else { String::new() };
+                let name = format!("{}/{}/{}{w}-{name}/hq{}-hkv{}/d{}/q{}/{split:?}/{dist:?}", format.name(), dtype.name(), v.tag, s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len);
+                out.push(Case { name, family: Family::Wide, shape: s, seq_lens, split, dist, seed: None, paging });
+            };
+            let stage = decode_attn::plan::stage_keys(format, 128);
+            if small {
+                add("gqa-split", shape(dtype, 2, 8, 2, 128, 3, 2 * stage + 1, KvLayout::Nhd), vec![2 * stage + 1, stage - 1], SplitPolicy::ChunkKeys(stage), Normal, stage / 2 + 3, None);
+                add("paged16-gqa-split", shape(dtype, 2, 8, 2, 128, 3, 2 * stage + 16, KvLayout::Nhd), vec![2 * stage + 5, 19], SplitPolicy::ChunkKeys(stage), Heavy, 37, Some(paged::Paging::packed(16, TokenMajor)));
+                continue;
+            }
+            add("gqa-split", shape(dtype, 3, 8, 2, 128, 3, 2100, KvLayout::Nhd), vec![2100, 17, 700], SplitPolicy::ChunkKeys(512), Normal, 700, None);
+            let big = if v.soft_cap { LargeMagnitude } else { Heavy };
+            add("mqa-48rows", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], SplitPolicy::Auto, big, 5, None);
+            add("mqa-48rows-merge-kernel", shape(dtype, 2, 16, 1, 128, 3, 5000, KvLayout::Nhd), vec![4099, 1000], SplitPolicy::ChunkKeys(128), Normal, 4000, None);
+            add("mha-q8-unsplit", shape(dtype, 3, 4, 4, 128, 8, 700, KvLayout::Nhd), vec![700, 8, 300], SplitPolicy::Never, Heavy, 100, None);
+            for d in [64u32, 256].into_iter().filter(|&d| format.supports_head_dim(d)) {
+                let stage = decode_attn::plan::stage_keys(format, d);
+                add("gqa-chunk-edges", shape(dtype, 4, 8, 2, d, 3, 4 * stage, KvLayout::Hnd), vec![stage - 1, stage, stage + 1, 3 * stage + 5], SplitPolicy::ChunkKeys(stage), Normal, stage + 3, None);
+            }
+            add("paged16-gqa-split", shape(dtype, 4, 8, 2, 128, 3, 3 * stage + 16, KvLayout::Nhd), vec![3 * stage + 5, 17, 19, 2 * stage], SplitPolicy::ChunkKeys(stage), Normal, 37, Some(paged::Paging::packed(16, TokenMajor)));
+            add("paged256-q1-split", shape(dtype, 2, 8, 2, 128, 1, 1024, KvLayout::Nhd), vec![1000, 300], SplitPolicy::ChunkKeys(256), Heavy, 150, Some(paged::Paging::new(256, HeadMajor)));
+        }
     }
     out
 }
@@ -327,6 +398,7 @@ fn sanitize_cases() -> Vec<Case> {
     // Paged kernels: each format at page sizes 1 and 16 (D = 128).
     out.extend(paged_cases().into_iter().filter(|c| c.shape.head_dim == 128 && c.paging.is_some_and(|p| p.page_size <= 16) && c.shape.num_kv_heads == 2));
     out.extend(soft_cap_cases(true));
+    out.extend(variant_cases(true));
     let mut all = per_family(out);
     all.extend(head_pair_cases(true));
     all
@@ -368,6 +440,7 @@ fn main() {
         Err(why) => {
             let example = usize::from(filter.is_none());
             println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + example);
+            plan_on_cpu(&cases);
             return;
         }
     };
@@ -490,6 +563,29 @@ fn main() {
 
 /// Runs a case twice (fresh NaN poison each time): the error against the
 /// reference, and the two outputs must be bit-identical (a difference is a race).
+/// Without a GPU: plans every case for the CPU model of an H100 (the
+/// planner is pure) and checks the merge each case is named for, so a case
+/// that could never run is an error here, not on the GPU. Exits non-zero
+/// on a failure. (Paged cases plan their contiguous shape; the kernel's
+/// register and thread limits are the tightest of the set's.)
+fn plan_on_cpu(cases: &[Case]) {
+    let dev = decode_attn::DeviceInfo::H100_SXM;
+    let kernel = decode_attn::KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
+    let mut failed = 0;
+    for case in cases.iter().filter(|c| c.paging.is_none()) {
+        let opts = PlanOptions { split: case.split, family: FamilyChoice::Force(case.family), warps_k: None, merge: common::merge_named(&case.name), specialize: common::specialize_named(&case.name), head_pair: HeadPairChoice::Auto };
+        let planned = decode_attn::plan::plan(&case.shape, &case.seq_lens, &dev, &kernel, &opts).map_err(|e| e.to_string()).and_then(|p| common::check_merge_named(&case.name, &p));
+        if let Err(e) = planned {
+            println!("FAIL (plan on the CPU) {:<60} {e}", case.name);
+            failed += 1;
+        }
+    }
+    println!("planned on the CPU: {} cases, {failed} failed", cases.iter().filter(|c| c.paging.is_none()).count());
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}
+
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let merge = common::merge_named(&case.name);
     let head_pair = if case.name.contains("/head-pair-") { HeadPairChoice::Always } else { HeadPairChoice::Auto };

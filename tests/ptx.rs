@@ -27,7 +27,9 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
     let id = |format, dtype, head_dim, family, addressing, merge, form, variant| KernelId { format, dtype, head_dim, family, addressing, merge, form, variant };
     for d in HEAD_DIMS {
         for dtype in Dtype::ALL {
-            assert!(merge_kernel_name(dtype, d).is_some(), "no merge kernel for {dtype:?} d{d}");
+            for sinks in [false, true] {
+                assert!(merge_kernel_name(dtype, d, sinks).is_some(), "no merge kernel for {dtype:?} d{d} (sinks: {sinks})");
+            }
         }
         for f in KvFormat::ALL.into_iter().filter(|f| f.supports_head_dim(d)) {
             let dtypes: Vec<Dtype> = f.required_dtype().map_or(Dtype::ALL.to_vec(), |q| vec![q]);

@@ -44,6 +44,21 @@ pub struct BufferSet {
     kv_block: Option<DeviceBuffer<u8>>,
     qo: ElemType,
     kv: ElemType,
+    /// The variant's per-head arrays (host values, for the check, and the
+    /// device copies the kernels read): sink logits, ALiBi slopes.
+    pub sinks: Option<(Vec<f32>, DeviceBuffer<f32>)>,
+    pub slopes: Option<(Vec<f32>, DeviceBuffer<f32>)>,
+}
+
+/// Sink logits of a benchmark shape: 0.5 to 2 (a sink a sizeable share of
+/// each row's mass, as trained ones are).
+fn sink_values(shape: &DecodeShape) -> Vec<f32> {
+    (0..shape.num_q_heads).map(|h| 0.5 + 0.5 * (h % 4) as f32).collect()
+}
+
+/// ALiBi slopes of a benchmark shape: `2^(−8 (h + 1) / num_q_heads)`.
+fn slope_values(shape: &DecodeShape) -> Vec<f32> {
+    (0..shape.num_q_heads).map(|h| 2f32.powf(-8.0 * (h + 1) as f32 / shape.num_q_heads as f32)).collect()
 }
 
 /// Bytes one set occupies on the device.
@@ -78,7 +93,26 @@ impl BufferSet {
                 (view(0), view(kv_bytes + gap), Some(block))
             }
         };
-        let mut set = BufferSet { q, k: ManuallyDrop::new(k), v: ManuallyDrop::new(v), o: alloc(q_bytes)?, scales: None, pool: None, kv_block, side: decode_attn::check::side_elem(shape.kv_format), qo: qo_elem(shape), kv: kv_elem(shape) };
+        let upload = |v: Vec<f32>| -> Result<(Vec<f32>, DeviceBuffer<f32>), String> {
+            let d = DeviceBuffer::from_slice(&v).map_err(|e| e.to_string())?;
+            Ok((v, d))
+        };
+        let sinks = shape.sinks.then(|| upload(sink_values(shape))).transpose()?;
+        let slopes = shape.alibi.then(|| upload(slope_values(shape))).transpose()?;
+        let mut set = BufferSet {
+            q,
+            k: ManuallyDrop::new(k),
+            v: ManuallyDrop::new(v),
+            o: alloc(q_bytes)?,
+            scales: None,
+            pool: None,
+            kv_block,
+            side: decode_attn::check::side_elem(shape.kv_format),
+            qo: qo_elem(shape),
+            kv: kv_elem(shape),
+            sinks,
+            slopes,
+        };
         let e = |e: decode_attn::Error| e.to_string();
         let fill = |buf: &DeviceBuffer<u8>, elem: ElemType, s: u64| {
             // SAFETY: the buffer is alive and written only by this fill.
@@ -128,14 +162,16 @@ impl BufferSet {
         // SAFETY: the view borrows the buffer.
         unsafe { TensorRef::from_raw(buf.as_device_ptr().as_raw(), buf.len() / elem.size_bytes(), elem) }
     }
-    /// Q, the cache and O as the library takes them.
+    /// Q, the cache (with the variant's sinks and slopes) and O as the
+    /// library takes them.
     pub fn views(&mut self) -> (TensorRef<'_>, KvCache<'_>, TensorMut<'_>) {
         let o = &mut self.o;
         // SAFETY: the view borrows `o` mutably for its lifetime.
         let o = unsafe { TensorMut::from_raw(o.as_device_ptr().as_raw(), o.len() / self.qo.size_bytes(), self.qo) };
+        let heads = |cache| with_heads(&self.sinks, &self.slopes, cache);
         if let Some(pool) = &self.pool {
             let cache = KvCache::packed(&pool.shape, &pool.buf).expect("a packed shape (made by pack)");
-            return (Self::view(&self.q, self.qo), cache, o);
+            return (Self::view(&self.q, self.qo), heads(cache), o);
         }
         let (k, v) = (Self::view(&self.k, self.kv), Self::view(&self.v, self.kv));
         let cache = match (&self.scales, self.side) {
@@ -146,8 +182,19 @@ impl BufferSet {
             }
             _ => KvCache::plain(k, v),
         };
-        (Self::view(&self.q, self.qo), cache, o)
+        (Self::view(&self.q, self.qo), heads(cache), o)
     }
+}
+
+/// `cache` with the per-head arrays a set has.
+fn with_heads<'a>(sinks: &'a Option<(Vec<f32>, DeviceBuffer<f32>)>, slopes: &'a Option<(Vec<f32>, DeviceBuffer<f32>)>, mut cache: KvCache<'a>) -> KvCache<'a> {
+    if let Some((_, d)) = sinks {
+        cache = cache.with_sinks(d);
+    }
+    if let Some((_, d)) = slopes {
+        cache = cache.with_alibi_slopes(d);
+    }
+    cache
 }
 
 /// One buffer whose pages hold K's rows, V's rows and their side data

@@ -25,7 +25,7 @@ use report::{Report, RowResult};
 use timing::{median, L2Mode, TimedRun};
 
 #[derive(Parser, Debug)]
-#[command(name = "bench", bin_name = "cargo xtask bench", about = "decode-attn benchmark: grids A-D (docs/benchmark.md) against the copy roofline (needs a GPU)")]
+#[command(name = "bench", bin_name = "cargo xtask bench", about = "decode-attn benchmark: grids A-E (docs/benchmark.md) against the copy roofline (needs a GPU)")]
 struct Args {
     /// Grids to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = grids::GRIDS)]
@@ -374,7 +374,23 @@ fn run(args: &Args) -> Result<(), String> {
 
 fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, roofline: f64, flush: Option<&DeviceBuffer<u32>>) -> Result<RowResult, String> {
     let dtype = s.format.required_dtype().unwrap_or(Dtype::Bf16);
-    let shape = DecodeShape { batch: s.batch, num_q_heads: s.hq, num_kv_heads: s.hkv, head_dim: s.head_dim, q_len: s.q_len, max_seq_len: s.ctx, dtype, kv_format: s.format, kv_layout: args.layout.kv_layout(), scale: None, soft_cap: None };
+    let v = s.variant;
+    let shape = DecodeShape {
+        batch: s.batch,
+        num_q_heads: s.hq,
+        num_kv_heads: s.hkv,
+        head_dim: s.head_dim,
+        q_len: s.q_len,
+        max_seq_len: s.ctx,
+        dtype,
+        kv_format: s.format,
+        kv_layout: args.layout.kv_layout(),
+        scale: None,
+        soft_cap: v.soft_cap,
+        window: v.window,
+        sinks: v.sinks,
+        alibi: v.alibi,
+    };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
     let opts = PlanOptions { split, family: args.family, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice(), head_pair: args.head_pair.head_pair() };

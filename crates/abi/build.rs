@@ -69,9 +69,9 @@ fn main() {
     );
     table(
         &mut out,
-        "/// Split-merge kernels (`MergeKernelId::all`): `name => (Dtype, head_dim)`.",
+        "/// Split-merge kernels (`MergeKernelId::all`): `name => (Dtype, head_dim, sinks)`.",
         "merge_kernel_table",
-        MergeKernelId::all().map(|k| format!("{} => ({:?}, {})", symbol(|s| k.write_symbol(s)), k.dtype, k.head_dim)),
+        MergeKernelId::all().map(|k| format!("{} => ({:?}, {}, {})", symbol(|s| k.write_symbol(s)), k.dtype, k.head_dim, k.sinks)),
     );
     let path = std::path::Path::new(&std::env::var_os("OUT_DIR").unwrap()).join("kernel_tables.rs");
     std::fs::write(path, out).unwrap();

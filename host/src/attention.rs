@@ -322,6 +322,8 @@ impl DecodeAttention {
                 v_side: cache.v_scales.as_ref().map(TensorRef::desc),
                 seq_lens: step.map(|s| s.seq_lens.desc()),
                 block_table: step.and_then(|s| s.block_table.as_ref().map(TensorRef::desc)),
+                sinks: cache.sinks.as_ref().map(TensorRef::desc),
+                alibi_slopes: cache.alibi_slopes.as_ref().map(TensorRef::desc),
             },
         )?;
         let shape = plan.shape();
@@ -360,6 +362,8 @@ impl DecodeAttention {
             workspace: ws.addr,
             step_seq_lens: step.map_or(0, |s| s.seq_lens.addr),
             step_block_table: step.and_then(|s| s.block_table).map_or(0, |t| t.addr),
+            sinks: cache.sinks.map_or(0, |t| t.addr),
+            alibi_slopes: cache.alibi_slopes.map_or(0, |t| t.addr),
         };
         let params = decode_params(plan, &addrs);
         // SAFETY: the grid, block and shared memory are the plan's; every
@@ -372,7 +376,7 @@ impl DecodeAttention {
             }
         };
         if let Some((merge, grid)) = merge_params(plan, &params) {
-            let name = merge_kernel_name(shape.dtype, shape.head_dim).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at head_dim {}", shape.dtype.name(), shape.head_dim)))?;
+            let name = merge_kernel_name(shape.dtype, shape.head_dim, shape.variant().takes_window_and_sinks()).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at head_dim {}", shape.dtype.name(), shape.head_dim)))?;
             // Every merge-kernel plan overlaps it (`Plan::overlaps_merge`).
             // SAFETY: reads the slots the attention kernel wrote (same
             // stream; its blocks read them after `griddepcontrol.wait`, which

@@ -8,19 +8,28 @@ use crate::shape::{DecodeShape, KvLayout};
 use crate::tensor::{BufferDesc, ElemType, TensorMut, TensorRef};
 
 /// A KV cache as the kernels read it: K and V values in the shape's layout
-/// and, for quantized formats, their per-row scales (`docs/formats.md`).
+/// and, for quantized formats, their per-row scales (`docs/formats.md`);
+/// and the layer's per-head inputs of its variant — sinks and ALiBi slopes
+/// — device arrays read at each run (a captured CUDA graph sees their
+/// current values).
 #[derive(Clone, Copy, Debug)]
 pub struct KvCache<'a> {
     pub k: TensorRef<'a>,
     pub v: TensorRef<'a>,
     pub k_scales: Option<TensorRef<'a>>,
     pub v_scales: Option<TensorRef<'a>>,
+    /// `[num_q_heads]` f32 sink logits: required when the plan's shape has
+    /// `sinks`, rejected otherwise.
+    pub sinks: Option<TensorRef<'a>>,
+    /// `[num_q_heads]` f32 ALiBi slopes: required when the plan's shape has
+    /// `alibi`, rejected otherwise.
+    pub alibi_slopes: Option<TensorRef<'a>>,
 }
 
 impl<'a> KvCache<'a> {
     /// A bf16 / fp16 cache.
     pub fn plain(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>) -> Self {
-        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None }
+        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None, sinks: None, alibi_slopes: None }
     }
     /// A quantized cache: its values (`u8` buffers) and side data (int8:
     /// one f32 scale per row; int4: one u32 word per group, an fp16 scale
@@ -31,7 +40,15 @@ impl<'a> KvCache<'a> {
         k_scales: impl Into<TensorRef<'a>>,
         v_scales: impl Into<TensorRef<'a>>,
     ) -> Self {
-        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()) }
+        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()), sinks: None, alibi_slopes: None }
+    }
+    /// The cache with the layer's sink logits (`[num_q_heads]` f32).
+    pub fn with_sinks(self, sinks: impl Into<TensorRef<'a>>) -> Self {
+        KvCache { sinks: Some(sinks.into()), ..self }
+    }
+    /// The cache with the layer's ALiBi slopes (`[num_q_heads]` f32).
+    pub fn with_alibi_slopes(self, slopes: impl Into<TensorRef<'a>>) -> Self {
+        KvCache { alibi_slopes: Some(slopes.into()), ..self }
     }
     /// The cache in one packed pool (`shape`: `KvLayout::Paged` with
     /// `page_bytes` of [`DecodeShape::packed_page`]): views of `pool`'s bytes
@@ -43,7 +60,7 @@ impl<'a> KvCache<'a> {
         let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
         let (k, k_side) = packed_parts(shape, KvTensor::K)?;
         let (v, v_side) = packed_parts(shape, KvTensor::V)?;
-        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_side.map(part).transpose()?, v_scales: v_side.map(part).transpose()? })
+        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_side.map(part).transpose()?, v_scales: v_side.map(part).transpose()?, sinks: None, alibi_slopes: None })
     }
 }
 

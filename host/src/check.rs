@@ -26,6 +26,10 @@ pub struct RunBuffers {
     /// kernels read while they write `o` and the workspace.
     pub seq_lens: Option<BufferDesc>,
     pub block_table: Option<BufferDesc>,
+    /// The variant's per-head arrays: sink logits and ALiBi slopes (f32,
+    /// `num_q_heads` each), each required exactly when the shape has it.
+    pub sinks: Option<BufferDesc>,
+    pub alibi_slopes: Option<BufferDesc>,
 }
 
 pub fn dtype_elem(d: Dtype) -> ElemType {
@@ -106,6 +110,17 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
             }
         }
     }
+    for (name, wanted, buf) in [("sinks", shape.sinks, bufs.sinks), ("alibi_slopes", shape.alibi, bufs.alibi_slopes)] {
+        match (wanted, buf) {
+            (true, Some(b)) => {
+                check_head_array(name, &b, shape.num_q_heads)?;
+                inputs.push((name, b));
+            }
+            (true, None) => return Err(Error::invalid(name, format!("{} f32 values (one per query head: the plan's shape has {name})", shape.num_q_heads), "none")),
+            (false, Some(_)) => return Err(Error::invalid(name, format!("none (the plan was made without {name}: DecodeShape::{})", if name == "sinks" { "sinks" } else { "alibi" }), "a buffer")),
+            (false, None) => {}
+        }
+    }
     let ws = &bufs.workspace;
     ensure(ws.elem == ElemType::U8, "workspace", "a byte buffer", format!("{} elements", ws.elem.name()))?;
     ensure(
@@ -135,6 +150,16 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     }
     ensure(disjoint((bufs.o.addr, o_end), (ws.addr, used_ws_end)), "workspace", "a buffer that does not overlap `o`", "an overlapping one")?;
     Ok(())
+}
+
+/// A per-head f32 array of the variant (sinks, ALiBi slopes): f32
+/// elements, non-null, 4-byte aligned, at least `heads` of them, not
+/// wrapping.
+fn check_head_array(name: &str, b: &BufferDesc, heads: u32) -> Result<()> {
+    ensure(b.elem == ElemType::F32, name, "f32 elements", format!("{} elements", b.elem.name()))?;
+    ensure(b.addr != 0 && b.addr % 4 == 0, name, "a non-null 4-byte aligned device pointer", format!("{:#x}", b.addr))?;
+    ensure(end_of(b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
+    ensure(b.len as u64 >= heads as u64, name, format!("at least {heads} f32 values (one per query head)"), format!("{} elements", b.len))
 }
 
 /// The buffers of one cache store / quantize / dequantize launch

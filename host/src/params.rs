@@ -34,6 +34,9 @@ pub struct LaunchAddrs {
     /// of host lengths, whose lengths and table are in the workspace).
     pub step_seq_lens: u64,
     pub step_block_table: u64,
+    /// The variant's per-head arrays (0: none).
+    pub sinks: u64,
+    pub alibi_slopes: u64,
 }
 
 /// The attention kernel's parameters for `plan` on the buffers at `a`.
@@ -102,6 +105,10 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         stages: plan.stages(),
         cluster_log2: plan.cluster().max(1).trailing_zeros(),
         logit_cap,
+        window: shape.window_param(),
+        window_align: plan.window_align(),
+        sinks: a.sinks,
+        alibi_slopes: a.alibi_slopes,
     }
 }
 
@@ -122,6 +129,9 @@ pub fn merge_params(plan: &Plan, p: &DecodeParams) -> Option<(MergeParams, (u32,
         chunk_keys: plan.chunk_keys(),
         max_seq_len: p.max_seq_len,
         rows_per_block: plan.merge_rows_per_block(),
+        sinks: p.sinks,
+        window: p.window,
+        window_align: p.window_align,
     };
     Some((params, grid))
 }

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
+    window_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
     NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
@@ -102,6 +102,8 @@ pub struct Plan {
     /// that length ([`uniform_work`]): runs pass the length in the kernel's
     /// params, so no block loads its work item, length or merge item.
     pub(crate) uniform: Option<(u32, u32)>,
+    /// A window's start alignment ([`window_align`]; 1 without a window).
+    pub(crate) window_align: u32,
     pub(crate) layout: WorkspaceLayout,
 }
 
@@ -136,6 +138,16 @@ impl Plan {
     }
     pub fn chunk_keys(&self) -> u32 {
         self.chunk_keys
+    }
+    /// What a window's start is aligned down to ([`window_align`]; 1
+    /// without a window).
+    pub fn window_align(&self) -> u32 {
+        self.window_align
+    }
+    /// The first key sequence `b`'s work reads: its window's start
+    /// (`decode_attn_abi::window_start`), 0 without a window.
+    pub fn first_key(&self, b: usize) -> u32 {
+        self.seq_lens.get(b).map_or(0, |&len| window_start(len, self.shape.q_len, self.shape.window_param(), self.window_align))
     }
     /// Paged caches: the block table the plan was made with (empty otherwise).
     pub fn block_table(&self) -> &[i32] {
@@ -289,14 +301,16 @@ impl Plan {
     pub fn workspace_bytes(&self) -> usize {
         self.layout.total_bytes
     }
-    /// Bytes a run must move at least: every visible K and V row once with
-    /// its side data (quantized formats' scales and zeros), plus Q and O (the
-    /// benchmark's GB/s numerator, as docs/benchmark.md defines it); capacity plans:
-    /// at capacity. Saturates at `u64::MAX`.
+    /// Bytes a run must move at least: every K and V row its work reads
+    /// (each sequence's keys from [`Plan::first_key`]: all of them, or a
+    /// window's) once with its side data (quantized formats' scales and
+    /// zeros), plus Q and O (the benchmark's GB/s numerator, as
+    /// docs/benchmark.md defines it); capacity plans: at capacity.
+    /// Saturates at `u64::MAX`.
     pub fn bytes_moved(&self) -> u64 {
         let (format, d) = (self.shape.kv_format, self.shape.head_dim);
         let row = format.row_bytes(d) as u64 + format.side_bytes(d) as u64;
-        let keys: u64 = self.seq_lens.iter().map(|&l| l as u64).fold(0, u64::saturating_add);
+        let keys: u64 = self.seq_lens.iter().enumerate().map(|(b, &l)| (l - self.first_key(b)) as u64).fold(0, u64::saturating_add);
         let kv = keys.saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(2);
         kv.saturating_add(self.shape.q_bytes().unwrap_or(u64::MAX).saturating_mul(2))
     }
@@ -449,11 +463,13 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     ensure_work_items(shape.batch as u64, shape, "batch", "(one per sequence at least)")?;
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
     let planned = make_plan(shape, &at_capacity, "max_seq_len", Vec::new(), dev, &CapacityKernels(kernel), opts)?;
-    let chunk_keys = planned.chunk_keys.min(shape.max_seq_len).max(1);
+    // The most keys a step's work reads (a window's, at any length).
+    let keys = capacity_keys(shape, planned.window_align);
+    let chunk_keys = planned.chunk_keys.min(keys).max(1);
     // Each sequence's chunks are one cluster when they fit one (its size a
     // power of two: the chunks past the capacity, like those past a step's
     // lengths, exit at once).
-    let chunks = chunks_of(shape.max_seq_len, chunk_keys);
+    let chunks = chunks_of(keys, chunk_keys);
     let cluster = heuristics::cluster_size(chunks, shape, dev.max_cluster, opts.merge);
     let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
@@ -506,7 +522,8 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], lens_param: &'static str, block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     let family = heuristics::family(opts.family, shape);
     let specializable = family == Family::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
-    let make = |block_table, specialized| make_plan_for(shape, seq_lens, lens_param, block_table, dev, &kernel.limits(specialized), opts, family, specialized);
+    let ranges = key_ranges(shape, seq_lens, window_align(shape, family));
+    let make = |block_table, specialized| make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernel.limits(specialized), opts, family, specialized);
     match opts.specialize {
         SpecializeChoice::Never => make(block_table, false),
         SpecializeChoice::Always if !specializable => Err(Error::Unsupported(format!(
@@ -528,13 +545,54 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], lens_param: &'static str, bl
     }
 }
 
+/// What each sequence's work reads: keys `starts[b] .. seq_lens[b]`,
+/// `keys[b]` of them (from 0 without a window), and the window's start
+/// alignment.
+struct KeyRanges {
+    starts: Vec<u32>,
+    keys: Vec<u32>,
+    align: u32,
+}
+
+/// The key ranges of `seq_lens` (validated) under the shape's window.
+fn key_ranges(shape: &DecodeShape, seq_lens: &[u32], align: u32) -> KeyRanges {
+    let starts: Vec<u32> = seq_lens.iter().map(|&l| window_start(l, shape.q_len, shape.window_param(), align)).collect();
+    let keys = seq_lens.iter().zip(&starts).map(|(&l, &s)| l - s).collect();
+    KeyRanges { starts, keys, align }
+}
+
+/// What a window's first key is aligned down to in a plan of `family`
+/// (`decode_attn_abi::window_start`): 16 keys over strided caches, the
+/// smaller of a stage's keys and a page over paged ones; 1 without a
+/// window.
+pub fn window_align(shape: &DecodeShape, family: Family) -> u32 {
+    match (shape.window, shape.kv_layout) {
+        (None, _) => 1,
+        (Some(_), crate::shape::KvLayout::Paged { page_size, .. }) => tile_config(shape.kv_format, shape.head_dim, family).keys_per_stage.min(page_size.max(1)),
+        (Some(_), _) => 16,
+    }
+}
+
+/// The most keys one step of a capacity plan's sequences reads: the
+/// capacity, or under a window `W + q_len + align − 1` (a window of `W`
+/// keys left of the first new token, the new tokens, and the start's
+/// alignment) where that is fewer.
+fn capacity_keys(shape: &DecodeShape, align: u32) -> u32 {
+    match shape.window {
+        None => shape.max_seq_len,
+        Some(w) => (w as u64 + shape.q_len as u64 + align as u64 - 1).min(shape.max_seq_len as u64) as u32,
+    }
+}
+
 /// [`make_plan`] for one kernel of `family` (`opts.family_for(shape)`):
 /// `specialized` picks the warp-specialised wgmma kernel, which `kernel`
-/// describes.
+/// describes. The sizes (stages, splits, chunks) follow the keys each
+/// sequence's work reads (`ranges`).
 #[allow(clippy::too_many_arguments)]
 fn make_plan_for(
     shape: &DecodeShape,
     seq_lens: &[u32],
+    ranges: &KeyRanges,
     lens_param: &'static str,
     block_table: Vec<i32>,
     dev: &DeviceInfo,
@@ -555,8 +613,10 @@ fn make_plan_for(
     }
     let tile = tile_config(format, d, family);
     // Splitting only shortens work items, so the longest sequence bounds
-    // every item's stages.
-    let stages = stages_for(format, d, family, specialized, seq_lens.iter().copied().max().unwrap_or(1));
+    // every item's stages. (A capacity plan's longest: at any length.)
+    let keys = &ranges.keys[..];
+    let longest = if lens_param == "max_seq_len" { capacity_keys(shape, ranges.align) } else { keys.iter().copied().max().unwrap_or(1) };
+    let stages = stages_for(format, d, family, specialized, longest);
     // Keys per warp step along a stage: the most warps along K a stage feeds.
     let step_keys = if family == Family::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
     let (warps_m, warps_k, rows_per_block) = match family {
@@ -578,14 +638,13 @@ fn make_plan_for(
             let larger = heuristics::narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
             let splits = match opts.split {
                 SplitPolicy::Never => false,
-                SplitPolicy::ChunkKeys(k) => seq_lens.iter().any(|&l| l > k),
+                SplitPolicy::ChunkKeys(k) => keys.iter().any(|&l| l > k),
                 SplitPolicy::Auto => {
                     let per_sm = heuristics::useful_blocks_per_sm(format, family, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
                     let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
-                    heuristics::auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm) != u32::MAX
+                    heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm) != u32::MAX
                 }
             };
-            let longest = seq_lens.iter().copied().max().unwrap_or(1);
             let k = heuristics::narrow_block_warps(splits, longest, tile.keys_per_stage, dev, kernel, smem);
             (1, k, NARROW_ROWS)
         }
@@ -640,28 +699,28 @@ fn make_plan_for(
         }
         SplitPolicy::Auto => {
             let per_sm = heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm) as u64;
-            heuristics::auto_chunk_keys(seq_lens, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm)
+            heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm)
         }
     };
 
     // Count before building: a tiny chunk over long sequences must be an
     // `Err`, not an allocation failure.
-    let total_items = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys) as u64).fold(0u64, u64::saturating_add);
+    let total_items = keys.iter().map(|&l| chunks_of(l, chunk_keys) as u64).fold(0u64, u64::saturating_add);
     let param = if matches!(opts.split, SplitPolicy::ChunkKeys(_)) { "split.chunk_keys" } else { lens_param };
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
-    let max_chunks = seq_lens.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
+    let max_chunks = keys.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
     let cluster = heuristics::cluster_size(max_chunks, shape, dev.max_cluster, opts.merge);
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
         (cluster_work(seq_lens, chunk_keys, cluster), Vec::new(), 0)
     } else {
-        global_merge_work(seq_lens, chunk_keys, total_items as usize)
+        global_merge_work(seq_lens, &ranges.starts, chunk_keys, total_items as usize)
     };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid(lens_param, "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
-    let uniform = if cluster > 1 { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len) };
+    let uniform = if cluster > 1 { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len, (shape.window_param(), ranges.align)) };
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
@@ -685,6 +744,7 @@ fn make_plan_for(
         specialized,
         heads_per_block: 1,
         uniform,
+        window_align: ranges.align,
         layout,
     })
 }

@@ -1,6 +1,7 @@
 //! The f64 CPU reference, with exactly the kernel's semantics (causal among
-//! the q_len new tokens, ragged lengths, GQA head mapping, KV strides, the
-//! logits soft-cap).
+//! the q_len new tokens, ragged lengths, GQA head mapping, KV strides, and
+//! the variants: logits soft-cap, sliding window, sinks, ALiBi —
+//! `docs/benchmark.md`, "The operation").
 //! Public and validated like the GPU path: bad input is an `Err`, never a
 //! panic or a silently truncated comparison.
 
@@ -34,7 +35,40 @@ pub fn decode_attention_threads(
     batches: &[usize],
     threads: usize,
 ) -> Result<Vec<f64>> {
+    decode_attention_with(shape, seq_lens, q, k, v, &HeadInputs::default(), batches, threads)
+}
+
+/// The per-head inputs of a shape's variant, on the host: sink logits
+/// (`DecodeShape::sinks`) and ALiBi slopes (`DecodeShape::alibi`), one
+/// per query head each.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeadInputs<'a> {
+    pub sinks: Option<&'a [f32]>,
+    pub alibi_slopes: Option<&'a [f32]>,
+}
+
+/// As [`decode_attention_threads`], with the variant's per-head inputs
+/// (required exactly when the shape has sinks or ALiBi).
+#[allow(clippy::too_many_arguments)]
+pub fn decode_attention_with(
+    shape: &DecodeShape,
+    seq_lens: &[u32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    heads: &HeadInputs,
+    batches: &[usize],
+    threads: usize,
+) -> Result<Vec<f64>> {
     check_inputs(shape, seq_lens, q, k, v, batches)?;
+    for (name, wanted, given) in [("sinks", shape.sinks, heads.sinks), ("alibi_slopes", shape.alibi, heads.alibi_slopes)] {
+        match (wanted, given) {
+            (true, Some(x)) => ensure(x.len() >= shape.num_q_heads as usize, name, format!("{} values (one per query head)", shape.num_q_heads), x.len())?,
+            (true, None) => return Err(Error::invalid(name, "one value per query head (the shape has them)", "none")),
+            (false, Some(_)) => return Err(Error::invalid(name, "none (the shape has none)", "values")),
+            (false, None) => {}
+        }
+    }
     let d = shape.head_dim as usize;
     let rows_per_seq = shape.q_len as usize * shape.num_q_heads as usize;
     let mut out = vec![f64::NAN; shape.q_elems() as usize];
@@ -64,7 +98,7 @@ pub fn decode_attention_threads(
             s.spawn(move || {
                 let mut logits = Vec::new();
                 for (b, i, h, out) in mine.iter_mut() {
-                    row(shape, seq_lens[*b] as usize, *b, *i, *h, q, k, v, &mut logits, out);
+                    row(shape, heads, seq_lens[*b] as usize, *b, *i, *h, q, k, v, &mut logits, out);
                 }
             });
         }
@@ -89,31 +123,39 @@ fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: 
     Ok(())
 }
 
-/// Output row (sequence `b` of length `len`, new token `i`, query head `h`).
+/// Output row (sequence `b` of length `len`, new token `i`, query head `h`):
+/// the query at position `p = len − q_len + i` sees keys `t ≤ p` (and, with
+/// a window `W`, `t ≥ p − W`); logit `scale · q·k`, soft-capped
+/// (`c · tanh(x / c)`) or plus ALiBi's `slope_h · (t − p)`; a sink adds
+/// `exp(s_h − m)` to the denominator.
 #[allow(clippy::too_many_arguments)]
-fn row(shape: &DecodeShape, len: usize, b: usize, i: usize, h: usize, q: &[f32], k: &[f32], v: &[f32], logits: &mut Vec<f64>, out: &mut [f64]) {
+fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, h: usize, q: &[f32], k: &[f32], v: &[f32], logits: &mut Vec<f64>, out: &mut [f64]) {
     let d = shape.head_dim as usize;
     let hq = shape.num_q_heads as usize;
     let ql = shape.q_len as usize;
     let kvh = h / shape.group_size() as usize;
     let st = shape.kv_strides();
     let scale = shape.softmax_scale() as f64;
-    let visible = len - ql + 1 + i;
+    let pos = len - ql + i;
+    let first = shape.window.map_or(0, |w| pos.saturating_sub(w as usize));
+    let slope = heads.alibi_slopes.map_or(0.0, |s| s[h] as f64);
     let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
     let row_at = |t: usize| (b as u64 * st.batch + t as u64 * st.token + kvh as u64 * st.head) as usize;
     logits.clear();
-    logits.extend((0..visible).map(|t| {
+    logits.extend((first..=pos).map(|t| {
         let krow = &k[row_at(t)..][..d];
         let x = scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>();
-        match shape.soft_cap {
+        let x = match shape.soft_cap {
             Some(cap) => cap as f64 * (x / cap as f64).tanh(),
             None => x,
-        }
+        };
+        x + slope * (t as f64 - pos as f64)
     }));
-    let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    let mut denom = 0.0;
+    let sink = heads.sinks.map(|s| s[h] as f64);
+    let max = logits.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
+    let mut denom = sink.map_or(0.0, |s| (s - max).exp());
     out.fill(0.0);
-    for (t, &s) in logits.iter().enumerate() {
+    for (t, &s) in (first..).zip(logits.iter()) {
         let p = (s - max).exp();
         denom += p;
         for (o, &x) in out.iter_mut().zip(&v[row_at(t)..][..d]) {

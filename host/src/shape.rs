@@ -96,6 +96,23 @@ pub struct DecodeShape {
     /// `None`: plain `softmax(scale · q·k)`. Runs the soft-cap kernels
     /// ([`Variant::SoftCap`]); plans of a cap are plans of that variant.
     pub soft_cap: Option<f32>,
+    /// Sliding window of left width `W` (Mistral, Gemma's local layers,
+    /// gpt-oss's banded layers): the query at position `p` sees keys
+    /// `p − W ..= p` (and, causally, none after it) — FlashAttention's
+    /// `window_size = (W, 0)`. The plan reads only the window (its work
+    /// starts at most 15 keys, or a page, before it: `docs/benchmark.md`,
+    /// "The operation"). `None`: every key up to `p`.
+    pub window: Option<u32>,
+    /// Attention sinks (gpt-oss): one f32 logit `s_h` per query head, a
+    /// device array given with the cache at run time
+    /// ([`KvCache::with_sinks`](crate::KvCache::with_sinks)), which enters
+    /// each row's softmax denominator as `exp(s_h − m)` and adds nothing
+    /// to the numerator.
+    pub sinks: bool,
+    /// ALiBi (BLOOM, MPT, Falcon): one f32 slope per query head, a device
+    /// array given at run time ([`KvCache::with_alibi_slopes`](crate::KvCache::with_alibi_slopes));
+    /// each logit gets `slope_h · (t − p)`. Not with a soft-cap.
+    pub alibi: bool,
 }
 
 impl DecodeShape {
@@ -113,6 +130,9 @@ impl DecodeShape {
             kv_layout: KvLayout::Nhd,
             scale: None,
             soft_cap: None,
+            window: None,
+            sinks: false,
+            alibi: false,
         }
     }
 
@@ -124,13 +144,26 @@ impl DecodeShape {
         self.scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
     }
 
-    /// The attention variant the shape's kernels are compiled for.
+    /// The attention variant the shape's kernels are compiled for: soft-cap
+    /// or ALiBi kernels where the shape has either (with its window and
+    /// sinks, if any), the windowed kernels for a window or sinks alone,
+    /// else the standard ones.
     pub fn variant(&self) -> Variant {
         if self.soft_cap.is_some() {
             Variant::SoftCap
+        } else if self.alibi {
+            Variant::Alibi
+        } else if self.window.is_some() || self.sinks {
+            Variant::Windowed
         } else {
             Variant::Standard
         }
+    }
+
+    /// The kernels' `DecodeParams::window`: the window, or
+    /// `decode_attn_abi::NO_WINDOW`.
+    pub fn window_param(&self) -> u32 {
+        self.window.unwrap_or(decode_attn_abi::NO_WINDOW)
     }
 
     /// The kernels' query transform (`DecodeParams::score_scale`) and
@@ -376,6 +409,15 @@ impl DecodeShape {
                 cap,
             )?;
         }
+        if let Some(w) = self.window {
+            ensure(w >= 1 && w != decode_attn_abi::NO_WINDOW, "window", format!("1..{} keys left of the query (None: no window)", decode_attn_abi::NO_WINDOW), w)?;
+        }
+        ensure(
+            !(self.alibi && self.soft_cap.is_some()),
+            "alibi",
+            "false when soft_cap is set (no kernel applies both; no model does)",
+            "true with a soft-cap",
+        )?;
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {
             // Rows must start 16-byte aligned for the kernels' vector loads.
             let per16 = 128 / self.kv_format.bits() as u64;

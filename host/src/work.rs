@@ -2,7 +2,7 @@
 //! merge items and partial slots, and where they sit in the workspace.
 //! Pure functions of the lengths and the chunk size.
 
-use decode_attn_abi::{capacity_merge_item, capacity_work_item, MergeItem, WorkItem, DIRECT_OUTPUT};
+use decode_attn_abi::{capacity_merge_item_from, capacity_work_item_from, window_start, MergeItem, WorkItem, DIRECT_OUTPUT};
 
 use crate::shape::DecodeShape;
 
@@ -88,21 +88,22 @@ pub(crate) fn cluster_work(seq_lens: &[u32], chunk_keys: u32, cluster: u32) -> V
 
 /// Work items, merge items and partial-slot count of a merge through
 /// global memory: a chunk per block, a slot per chunk of a split sequence,
-/// longest chunks first (so the tail of the grid is short ones).
-pub(crate) fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: usize) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
+/// longest chunks first (so the tail of the grid is short ones). Sequence
+/// b's work is keys `starts[b] .. seq_lens[b]` (a window's, else from 0).
+pub(crate) fn global_merge_work(seq_lens: &[u32], starts: &[u32], chunk_keys: u32, total_items: usize) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
     let mut work = Vec::with_capacity(total_items);
     let mut merges = Vec::new();
     let mut num_slots = 0u32;
-    for (b, &len) in seq_lens.iter().enumerate() {
-        let chunks = chunks_of(len, chunk_keys);
+    for (b, (&len, &first)) in seq_lens.iter().zip(starts).enumerate() {
+        let chunks = chunks_of(len - first, chunk_keys);
         if chunks == 1 {
-            work.push(WorkItem { batch: b as u32, kv_start: 0, kv_end: len, partial_slot: DIRECT_OUTPUT });
+            work.push(WorkItem { batch: b as u32, kv_start: first, kv_end: len, partial_slot: DIRECT_OUTPUT });
             continue;
         }
         merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: chunks, _pad: 0 });
         for c in 0..chunks {
             // In u64: near MAX_SEQ_LEN, start + chunk_keys passes u32::MAX.
-            let start = c as u64 * chunk_keys as u64;
+            let start = first as u64 + c as u64 * chunk_keys as u64;
             let end = (start + chunk_keys as u64).min(len as u64);
             work.push(WorkItem { batch: b as u32, kv_start: start as u32, kv_end: end as u32, partial_slot: num_slots + c });
         }
@@ -120,17 +121,20 @@ pub(crate) fn global_merge_work(seq_lens: &[u32], chunk_keys: u32, total_items: 
 /// loading it — one dependent load fewer before its first copy, and the
 /// merging block's merge item too (the work list is evicted from L2 by the
 /// time a step that streams the cache reads it). Cluster plans keep their
-/// list (their slots are ranks, not a capacity plan's).
-pub fn uniform_work(seq_lens: &[u32], work: &[WorkItem], merges: &[MergeItem], chunk_keys: u32, q_len: u32) -> Option<(u32, u32)> {
+/// list (their slots are ranks, not a capacity plan's). `window`: the
+/// window and its start's alignment (`decode_attn_abi::window_start`;
+/// `(NO_WINDOW, 1)` for none), whose start the kernels derive too.
+pub fn uniform_work(seq_lens: &[u32], work: &[WorkItem], merges: &[MergeItem], chunk_keys: u32, q_len: u32, window: (u32, u32)) -> Option<(u32, u32)> {
     let &len = seq_lens.first()?;
     if seq_lens.iter().any(|&l| l != len) {
         return None;
     }
-    let chunks = chunks_of(len, chunk_keys);
+    let start = window_start(len, q_len, window.0, window.1);
+    let chunks = chunks_of(len - start, chunk_keys);
     let same_work = work.len() as u64 == seq_lens.len() as u64 * chunks as u64
-        && work.iter().enumerate().all(|(x, w)| capacity_work_item(x as u32, len, q_len, chunk_keys, chunks) == Some(*w));
+        && work.iter().enumerate().all(|(x, w)| capacity_work_item_from(x as u32, len, start, q_len, chunk_keys, chunks) == Some(*w));
     let same_merges = merges.is_empty() && chunks == 1
-        || merges.len() == seq_lens.len() && merges.iter().enumerate().all(|(b, m)| capacity_merge_item(b as u32, len, q_len, chunk_keys, chunks) == *m);
+        || merges.len() == seq_lens.len() && merges.iter().enumerate().all(|(b, m)| capacity_merge_item_from(b as u32, len, start, q_len, chunk_keys, chunks) == *m);
     (same_work && same_merges).then_some((len, chunks))
 }
 

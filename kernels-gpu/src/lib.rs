@@ -80,14 +80,14 @@ macro_rules! decode_body {
 }
 
 macro_rules! merge_kernels {
-    ($($name:ident => ($q:ident, $d:literal);)*) => {$(
-        /// Split merge for one dtype / head dim; see `merge::merge_kernel`.
+    ($($name:ident => ($q:ident, $d:literal, $sinks:literal);)*) => {$(
+        /// Split merge for one dtype / head dim, with or without sinks; see `merge::merge_kernel`.
         ///
         /// # Safety
         /// Launched only by the host library after the attention kernel.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: MergeParams) {
-            merge::merge_kernel::<$q, $d>(&p)
+            merge::merge_kernel::<$q, $d, $sinks>(&p)
         }
     )*};
 }

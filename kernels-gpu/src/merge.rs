@@ -19,17 +19,20 @@
 //!   attention blocks finish, with no launch gap, and wait for the partials
 //!   with `griddepcontrol.wait`.
 
-use decode_attn_abi::{capacity_merge_item, DecodeParams, MergeItem, MergeParams};
+use decode_attn_abi::{capacity_merge_item, capacity_merge_item_from, window_start, DecodeParams, MergeItem, MergeParams};
 
-use crate::arch::{math::rcp, memory, shared, thread, warp};
+use crate::arch::{math::ex2, math::rcp, memory, shared, thread, warp};
 use crate::decode::block::{block_kv_head, capacity_len, token_head};
 use crate::format::Half;
 use crate::state;
+use crate::variant::AttentionVariant;
 
 /// After a split block wrote its partial rows (`rows_here` of them) of
 /// sequence `batch`: counts the block, and in the last block of the
 /// sequence merges every slot of those rows. `flag`: 4 bytes of free shared
-/// memory. Every thread of the block calls it.
+/// memory. Every thread of the block calls it. Variants with a window and
+/// sinks (`V`) find a capacity plan's slots from the window's start and add
+/// the sinks.
 ///
 /// The sequence comes from the epilogue (`keep_item`'s shared copy): its
 /// merge item is then one global load (capacity plans: the device length,
@@ -42,9 +45,13 @@ use crate::state;
 /// `p.merge` and `p.merge_counters` as `DecodeParams` documents them; the
 /// block's partial rows are written.
 #[inline(always)]
-pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
+pub(crate) unsafe fn merge_if_last<H: Half, V: AttentionVariant, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
     let (kvh, row0) = (block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
-    let seq = merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq);
+    let seq = if V::WINDOW_AND_SINKS {
+        windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align)
+    } else {
+        merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq)
+    };
     let index = (batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
     let counter = p.merge_counters + 4 * index;
     // Every thread's partial rows are written before thread 0 releases them.
@@ -66,19 +73,28 @@ pub(crate) unsafe fn merge_if_last<H: Half, const D: usize, const CLUSTER: bool>
         let target = Target { partial_o: p.partial_o, partial_lse: p.partial_lse, o: p.o, q_len: p.q_len, num_q_heads: p.num_q_heads };
         // Packed row r of the block: token-major over the kv head's group.
         let row_of = |r: u32| token_head(p, kvh, row0 + r);
-        merge_rows::<H, D>(&target, batch, &seq, rows_here, row_of);
+        if V::WINDOW_AND_SINKS {
+            merge_rows::<H, D, true>(&target, p.sinks, batch, &seq, rows_here, row_of);
+        } else {
+            merge_rows::<H, D, false>(&target, 0, batch, &seq, rows_here, row_of);
+        }
     }
 }
 
 /// The merge kernel: block (x, y) merges output rows `y·rows_per_block ..`
-/// (and the groups grid y further on) of sequence x.
+/// (and the groups grid y further on) of sequence x. `SINKS`: the merge of
+/// a variant with a window and sinks (`MergeParams::sinks`, `window`).
 ///
 /// # Safety
 /// Launched with the grid and block `MergeParams` documents, after the
 /// attention kernel wrote every slot of the merge items.
 #[inline(always)]
-pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
-    let seq = merge_item(p.merge, p.seq_lens, p.max_seq_len, thread::block_idx_x(), p.q_len, p.chunk_keys, p.chunks_per_seq);
+pub unsafe fn merge_kernel<H: Half, const D: usize, const SINKS: bool>(p: &MergeParams) {
+    let seq = if SINKS {
+        windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, thread::block_idx_x(), p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align)
+    } else {
+        merge_item(p.merge, p.seq_lens, p.max_seq_len, thread::block_idx_x(), p.q_len, p.chunk_keys, p.chunks_per_seq)
+    };
     // Launched as a programmatic dependent of the attention kernel, the
     // block may run before that grid ends: the lengths and merge items were
     // written before it began, its partials are waited for here. Every block
@@ -94,7 +110,7 @@ pub unsafe fn merge_kernel<H: Half, const D: usize>(p: &MergeParams) {
     let mut first = thread::block_idx_y() * per_block;
     while first < rows {
         let n = per_block.min(rows - first);
-        merge_rows::<H, D>(&target, seq.batch, &seq, n, |r| ((first + r) / p.num_q_heads, (first + r) % p.num_q_heads));
+        merge_rows::<H, D, SINKS>(&target, p.sinks, seq.batch, &seq, n, |r| ((first + r) / p.num_q_heads, (first + r) % p.num_q_heads));
         first += thread::grid_dim_y() * per_block;
     }
 }
@@ -109,6 +125,19 @@ unsafe fn merge_item(merge: u64, seq_lens: u64, max_seq_len: u32, batch: u32, q_
     let len = if chunks_per_seq != 0 { capacity_len(seq_lens, batch, max_seq_len) } else { 0 };
     if chunks_per_seq != 0 {
         capacity_merge_item(batch, len, q_len, chunk_keys, chunks_per_seq)
+    } else {
+        *(merge as *const MergeItem).add(batch as usize)
+    }
+}
+
+/// [`merge_item`] of a plan of a window: a capacity plan's slots count the
+/// chunks from the window's start (`decode_attn_abi::window_start`).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn windowed_merge_item(merge: u64, seq_lens: u64, max_seq_len: u32, batch: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32, window: u32, align: u32) -> MergeItem {
+    if chunks_per_seq != 0 {
+        let len = capacity_len(seq_lens, batch, max_seq_len);
+        capacity_merge_item_from(batch, len, window_start(len, q_len, window, align), q_len, chunk_keys, chunks_per_seq)
     } else {
         *(merge as *const MergeItem).add(batch as usize)
     }
@@ -190,8 +219,10 @@ impl Merged {
 /// when there are more outputs than lanes and at most 2 slots (a 48-row
 /// block of 2 slots has 8 outputs per lane), it loads 2 outputs' slots at
 /// once instead, halving the load round trips the block waits out in turn.
+/// `SINKS`: the rows' denominators add the sinks at `sinks` (`[num_q_heads]`
+/// f32, or 0: none).
 #[inline(always)]
-unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &MergeItem, rows: u32, row_of: impl Fn(u32) -> (u32, u32)) {
+unsafe fn merge_rows<H: Half, const D: usize, const SINKS: bool>(p: &Target, sinks: u64, batch: u32, seq: &MergeItem, rows: u32, row_of: impl Fn(u32) -> (u32, u32)) {
     let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
     let outputs = rows * (D / 4) as u32;
     let mut g = 1;
@@ -200,9 +231,9 @@ unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &Merg
     }
     if g == 1 && seq.num_slots <= 2 && outputs > nthreads {
         // (g = 1 as a constant: no group reduction in this copy.)
-        merge_passes::<H, D, 2, 4>(p, batch, seq, outputs, 1, tid, nthreads, row_of)
+        merge_passes::<H, D, 2, 4, SINKS>(p, sinks, batch, seq, outputs, 1, tid, nthreads, row_of)
     } else {
-        merge_passes::<H, D, 1, SLOT_BATCH>(p, batch, seq, outputs, g, tid, nthreads, row_of)
+        merge_passes::<H, D, 1, SLOT_BATCH, SINKS>(p, sinks, batch, seq, outputs, g, tid, nthreads, row_of)
     }
 }
 
@@ -210,7 +241,7 @@ unsafe fn merge_rows<H: Half, const D: usize>(p: &Target, batch: u32, seq: &Merg
 /// `LOADS / U` slots per batch of `LOADS` loads.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn merge_passes<H: Half, const D: usize, const U: usize, const LOADS: usize>(p: &Target, batch: u32, seq: &MergeItem, outputs: u32, g: u32, tid: u32, nthreads: u32, row_of: impl Fn(u32) -> (u32, u32)) {
+unsafe fn merge_passes<H: Half, const D: usize, const U: usize, const LOADS: usize, const SINKS: bool>(p: &Target, sinks: u64, batch: u32, seq: &MergeItem, outputs: u32, g: u32, tid: u32, nthreads: u32, row_of: impl Fn(u32) -> (u32, u32)) {
     let per_batch = LOADS / U;
     let quads = (D / 4) as u32;
     let part = tid % g;
@@ -256,8 +287,15 @@ unsafe fn merge_passes<H: Half, const D: usize, const U: usize, const LOADS: usi
             st[u].group_reduce(g);
             let (token, head, c, valid) = at[u];
             if valid && part == 0 {
-                // At least one slot holds key 0, visible to every row: l > 0.
-                let inv = rcp(st[u].l);
+                // At least one slot holds the row's own key, visible to it:
+                // l > 0. A sink adds 2^(s·log2 e − m) to the denominator,
+                // once per row.
+                let inv = if SINKS && sinks != 0 {
+                    let s = f32::from_bits(memory::ld_global_nc_u32(sinks + 4 * head as u64));
+                    rcp(st[u].l + ex2(s * core::f32::consts::LOG2_E - state::safe_max(st[u].m)))
+                } else {
+                    rcp(st[u].l)
+                };
                 let a = st[u].acc;
                 let row = (batch as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
                 let dst = p.o + 2 * (row * D as u64 + c as u64);

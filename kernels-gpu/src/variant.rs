@@ -4,19 +4,42 @@
 //! - query transform ([`AttentionVariant::score_scale`]: the factor of the
 //!   raw `q·k`, per kernel launch; converted Q rows and int8 K rows multiply
 //!   their own factors in);
-//! - mask ([`AttentionVariant::hides`]: which keys a query row does not see);
+//! - mask ([`AttentionVariant::hides`]: which keys a query row does not see:
+//!   the causal limit, and a sliding window's start);
 //! - logits transform ([`AttentionVariant::logit`]: the base-2 logit of a
-//!   scaled score).
+//!   scaled score, which may depend on the key's distance to the row: ALiBi);
+//!
+//! and its epilogue applies the sinks ([`sink_factor`]; split rows get
+//! theirs in the merge, `crate::merge`).
 //!
 //! A variant is a type, monomorphised into its kernels (`Variant` in
 //! `decode_attn_abi` names the compiled set), so the standard variant's
 //! hooks compile to exactly the arithmetic the bodies had before they
-//! existed, and no variant's values cost registers: they are read from the
-//! launch's parameters (`DecodeParams::score_scale`, `logit_cap`).
+//! existed, and no variant's values cost registers they do not use: they
+//! are read from the launch's parameters (`DecodeParams::score_scale`,
+//! `logit_cap`, `window`, `sinks`, `alibi_slopes`). Every variant but the
+//! standard one takes a window and sinks, whose absence is a value
+//! (`NO_WINDOW`, a null pointer), so that one kernel serves gpt-oss's
+//! windowed and full layers and Gemma 2's local and global ones.
 
 use decode_attn_abi::{DecodeParams, Variant};
 
 use crate::arch::math::{ex2, rcp};
+use crate::arch::memory;
+
+/// What the hooks know of one query row besides its causal limit: the first
+/// key its window shows it, its absolute position and its ALiBi slope
+/// (base 2). Zeros where the variant has no use for them, which the
+/// compiler then never computes.
+#[derive(Clone, Copy)]
+pub struct RowTerms {
+    /// Keys `< first` are outside the row's window.
+    pub first: u32,
+    /// The row's position `p = seq_len − q_len + token`.
+    pub pos: u32,
+    /// ALiBi: the row's head's slope × log2(e).
+    pub slope: f32,
+}
 
 /// The hooks a kernel body applies to every score (see the module docs).
 pub trait AttentionVariant {
@@ -27,6 +50,11 @@ pub trait AttentionVariant {
     /// positive factor to its maximum and in the exponent's FMA instead of
     /// to every score (the wgmma kernels' `fold`).
     const LINEAR_IN_SCALE: bool = Self::VARIANT.linear_in_scale();
+    /// Whether the launch's window and sinks apply
+    /// ([`Variant::takes_window_and_sinks`]).
+    const WINDOW_AND_SINKS: bool = Self::VARIANT.takes_window_and_sinks();
+    /// Whether the logits carry ALiBi's bias (the row terms' slope).
+    const ALIBI: bool = false;
 
     /// The query transform: what every raw score `q·k` of the launch is
     /// multiplied by before [`AttentionVariant::logit`].
@@ -38,12 +66,13 @@ pub trait AttentionVariant {
     /// The mask: whether a row whose keys end at `limit` (causal among the
     /// new tokens, and the work item's end) hides `key`.
     #[inline(always)]
-    fn hides(_p: &DecodeParams, key: u32, limit: u32) -> bool {
-        key >= limit
+    fn hides(_p: &DecodeParams, key: u32, limit: u32, row: &RowTerms) -> bool {
+        key >= limit || (Self::WINDOW_AND_SINKS && key < row.first)
     }
 
-    /// The logits transform: the base-2 logit of a scaled score `x`.
-    fn logit(p: &DecodeParams, x: f32) -> f32;
+    /// The logits transform: the base-2 logit of key `key`'s scaled score
+    /// `x` for a row with terms `row`.
+    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32;
 }
 
 /// `softmax(scale · q·k)`: the score scale is `scale · log2(e)` and the
@@ -53,7 +82,18 @@ pub struct Standard;
 impl AttentionVariant for Standard {
     const VARIANT: Variant = Variant::Standard;
     #[inline(always)]
-    fn logit(_p: &DecodeParams, x: f32) -> f32 {
+    fn logit(_p: &DecodeParams, x: f32, _key: u32, _row: &RowTerms) -> f32 {
+        x
+    }
+}
+
+/// The standard logits under a sliding window and / or sinks.
+pub struct Windowed;
+
+impl AttentionVariant for Windowed {
+    const VARIANT: Variant = Variant::Windowed;
+    #[inline(always)]
+    fn logit(_p: &DecodeParams, x: f32, _key: u32, _row: &RowTerms) -> f32 {
         x
     }
 }
@@ -72,7 +112,7 @@ pub struct SoftCap;
 impl AttentionVariant for SoftCap {
     const VARIANT: Variant = Variant::SoftCap;
     #[inline(always)]
-    fn logit(p: &DecodeParams, x: f32) -> f32 {
+    fn logit(p: &DecodeParams, x: f32, _key: u32, _row: &RowTerms) -> f32 {
         // tanh(y) = (e − 1) / (e + 1) with e = 2^x = e^{2y}: x is capped
         // at 64, where the quotient is 1 in f32 (2^x = inf would give
         // inf · 0); 2^x → 0 gives −1. The cap multiplies last, an operand
@@ -85,16 +125,94 @@ impl AttentionVariant for SoftCap {
     }
 }
 
+/// ALiBi: the logit is `scale · q·k + slope_h · (t − p)`, in base 2 the
+/// scaled score plus `slope_h·log2(e) · (t − p)`. The distance is taken
+/// in integers first (exact), then converted: three operations a score.
+pub struct Alibi;
+
+impl AttentionVariant for Alibi {
+    const VARIANT: Variant = Variant::Alibi;
+    const ALIBI: bool = true;
+    #[inline(always)]
+    fn logit(_p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32 {
+        let distance = key.wrapping_sub(row.pos) as i32 as f32;
+        crate::arch::math::fma(row.slope, distance, x)
+    }
+}
+
+impl RowTerms {
+    /// The terms of a variant that reads none (the standard softmax's).
+    pub const NONE: RowTerms = RowTerms { first: 0, pos: 0, slope: 0.0 };
+}
+
+/// The terms of the row of `token` (of the step's new tokens) and query
+/// head `head` in a sequence of `seq_len` keys (`valid`: the row exists;
+/// a missing row's slope is not loaded). The standard variant's are
+/// [`RowTerms::NONE`], computed from nothing (so its kernels' code is what
+/// it was before the terms existed).
+#[inline(always)]
+pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, token: u32, head: u32, valid: bool) -> RowTerms {
+    if !V::WINDOW_AND_SINKS && !V::ALIBI {
+        return RowTerms::NONE;
+    }
+    let pos = seq_len.wrapping_sub(p.q_len).wrapping_add(token);
+    let first = if V::WINDOW_AND_SINKS { pos.saturating_sub(p.window) } else { 0 };
+    let slope = if V::ALIBI && valid {
+        // SAFETY: the host checked `alibi_slopes` to hold `num_q_heads` f32s.
+        let slope = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.alibi_slopes + 4 * head as u64)) };
+        slope * core::f32::consts::LOG2_E
+    } else {
+        0.0
+    };
+    RowTerms { first, pos, slope }
+}
+
+/// Keys below this may be outside the window of some row of a sequence of
+/// `seq_len` keys (its last new token's first key); 0 for variants without
+/// a window (and for a launch without one).
+#[inline(always)]
+pub fn window_from<V: AttentionVariant>(p: &DecodeParams, seq_len: u32) -> u32 {
+    if V::WINDOW_AND_SINKS {
+        (seq_len.wrapping_sub(1)).saturating_sub(p.window)
+    } else {
+        0
+    }
+}
+
+/// Whether a step over keys `key0 .. key0 + keys` must test its keys
+/// against the rows' masks: it reaches the first key a row's causal limit
+/// or the item's end hides (`mask_from`), or (windows) starts below the
+/// last first key a row's window shows (`window_from`).
+#[inline(always)]
+pub fn step_masked<V: AttentionVariant>(key0: u32, keys: u32, mask_from: u32, window_from: u32) -> bool {
+    key0 + keys > mask_from || (V::WINDOW_AND_SINKS && key0 < window_from)
+}
+
 /// The base-2 logit of one score: `-inf` where `hidden` (the variant's
 /// mask, [`AttentionVariant::hides`], tested where the step reaches keys
 /// some row hides), else the variant's logit of `raw · scale` (`scale`:
 /// the row's factor, [`AttentionVariant::score_scale`] times a converted Q
-/// row's and an int8 K row's scales).
+/// row's and an int8 K row's scales) for key `key` of a row with terms `row`.
 #[inline(always)]
-pub fn logit<V: AttentionVariant>(p: &DecodeParams, raw: f32, scale: f32, hidden: bool) -> f32 {
+pub fn logit<V: AttentionVariant>(p: &DecodeParams, raw: f32, scale: f32, hidden: bool, key: u32, row: &RowTerms) -> f32 {
     if hidden {
         f32::NEG_INFINITY
     } else {
-        V::logit(p, raw * scale)
+        V::logit(p, raw * scale, key, row)
+    }
+}
+
+/// What a finished row's output is multiplied by for the sinks: `l / (l +
+/// 2^(s_h·log2 e − m))` = `1 / (1 + 2^(s_h·log2 e − lse))` with `lse` the
+/// row's base-2 log-sum-exp; 1 without sinks. Only for rows written
+/// directly: a split row's sink enters its merge, once.
+#[inline(always)]
+pub fn sink_factor<V: AttentionVariant>(p: &DecodeParams, head: u32, lse: f32) -> f32 {
+    if V::WINDOW_AND_SINKS && p.sinks != 0 {
+        // SAFETY: the host checked `sinks` to hold `num_q_heads` f32s.
+        let s = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.sinks + 4 * head as u64)) };
+        rcp(1.0 + ex2(s * core::f32::consts::LOG2_E - lse))
+    } else {
+        1.0
     }
 }

@@ -2,8 +2,10 @@
 
 use decode_attn_abi::DIRECT_OUTPUT;
 
-/// Every sequence's keys [0, len) are covered by its work items exactly once,
-/// and split sequences own exactly the partial slots their merge item names;
+/// Every sequence's keys [first, len) are covered by its work items exactly
+/// once — first = 0, or under a window its first new token's first key
+/// aligned down to `Plan::window_align` (no earlier key is read) — and
+/// split sequences own exactly the partial slots their merge item names;
 /// cluster plans as [`assert_covers_in_clusters`].
 pub fn assert_covers(p: &decode_attn::Plan) {
     if p.cluster() > 1 {
@@ -16,7 +18,12 @@ pub fn assert_covers(p: &decode_attn::Plan) {
     }
     for (b, items) in by_seq.iter_mut().enumerate() {
         items.sort_by_key(|w| w.kv_start);
-        let mut next = 0;
+        let len = p.seq_lens()[b];
+        let s = p.shape();
+        let visible = s.window.map_or(0, |w| (len - s.q_len).saturating_sub(w));
+        let first = p.first_key(b);
+        assert!(first <= visible && visible - first < p.window_align(), "sequence {b}'s work starts at {first}, its window at {visible}");
+        let mut next = first;
         for w in items.iter() {
             assert_eq!(w.kv_start, next, "gap or overlap in sequence {b}");
             assert!(w.kv_end > w.kv_start, "empty chunk in sequence {b}");

@@ -39,6 +39,59 @@ impl QuantBufs {
     }
 }
 
+/// The per-head inputs of a shape's variant (sinks, ALiBi slopes): host
+/// copies and device arrays, one value per query head.
+#[derive(Default)]
+pub struct HeadBufs {
+    pub sinks: Option<(Vec<f32>, DeviceBuffer<f32>)>,
+    pub slopes: Option<(Vec<f32>, DeviceBuffer<f32>)>,
+}
+
+/// Sink logit of query head `h`: a spread from below the scores to far
+/// above them (12: the sink takes most of the probability mass), varied by
+/// `seed`.
+pub fn sink_value(h: u32, seed: u64) -> f32 {
+    [-3.0f32, 0.5, 4.0, 12.0][(h as u64 + seed) as usize % 4] + (h % 7) as f32 * 0.25
+}
+
+/// ALiBi slope of query head `h` of `heads`: the geometric sequence of
+/// Press et al., `2^(−8 (h + 1) / heads)`.
+pub fn alibi_slope(h: u32, heads: u32) -> f32 {
+    2f32.powf(-8.0 * (h + 1) as f32 / heads as f32)
+}
+
+/// The sink logits and ALiBi slopes `shape` has (host values).
+pub fn head_values(shape: &DecodeShape, seed: u64) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+    let hq = shape.num_q_heads;
+    (shape.sinks.then(|| (0..hq).map(|h| sink_value(h, seed)).collect()), shape.alibi.then(|| (0..hq).map(|h| alibi_slope(h, hq)).collect()))
+}
+
+impl HeadBufs {
+    /// The arrays `shape` needs (none for a shape without sinks or ALiBi).
+    pub fn for_shape(shape: &DecodeShape, seed: u64) -> Result<HeadBufs> {
+        let upload = |v: Vec<f32>| -> Result<(Vec<f32>, DeviceBuffer<f32>)> {
+            let d = DeviceBuffer::from_slice(&v)?;
+            Ok((v, d))
+        };
+        let (sinks, slopes) = head_values(shape, seed);
+        Ok(HeadBufs { sinks: sinks.map(upload).transpose()?, slopes: slopes.map(upload).transpose()? })
+    }
+    /// `cache` with these arrays.
+    pub fn attach<'a>(&'a self, mut cache: KvCache<'a>) -> KvCache<'a> {
+        if let Some((_, d)) = &self.sinks {
+            cache = cache.with_sinks(d);
+        }
+        if let Some((_, d)) = &self.slopes {
+            cache = cache.with_alibi_slopes(d);
+        }
+        cache
+    }
+    /// The host copies, for the reference.
+    pub fn host(&self) -> reference::HeadInputs<'_> {
+        reference::HeadInputs { sinks: self.sinks.as_ref().map(|(h, _)| &h[..]), alibi_slopes: self.slopes.as_ref().map(|(h, _)| &h[..]) }
+    }
+}
+
 /// A problem's inputs: host copies (as the GPU sees them) and device buffers.
 pub struct Problem {
     pub shape: DecodeShape,
@@ -50,6 +103,8 @@ pub struct Problem {
     /// Q, O and the 16-bit K/V (for quantized formats: the unquantized cache).
     pub bufs: Buffers,
     pub quant: Option<QuantBufs>,
+    /// The variant's per-head arrays (sinks, ALiBi slopes).
+    pub heads: HeadBufs,
 }
 
 /// Bit pattern that is NaN in both bf16 and f16.
@@ -233,7 +288,8 @@ impl Problem {
         } else {
             None
         };
-        Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs, quant })
+        let heads = HeadBufs::for_shape(shape, seq_lens.iter().map(|&l| l as u64).sum())?;
+        Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs, quant, heads })
     }
 
     /// Fills O with NaN so an unwritten element cannot pass.
@@ -248,18 +304,21 @@ impl Problem {
 
     pub fn run(&mut self, attn: &DecodeAttention, plan: &Plan, ws: &mut Workspace, stream: &Stream) -> Result<()> {
         if let Some(qb) = &self.quant {
-            let cache = qb.cache(self.shape.kv_format);
+            let cache = self.heads.attach(qb.cache(self.shape.kv_format));
             return Self::run_on(&mut self.bufs, attn, plan, &cache, ws, stream);
         }
+        let heads = &self.heads;
         match &mut self.bufs {
-            Buffers::Bf16 { q, k, v, o } => attn.run(plan, &*q, &KvCache::plain(&*k, &*v), &mut *o, ws, stream),
-            Buffers::F16 { q, k, v, o } => attn.run(plan, &*q, &KvCache::plain(&*k, &*v), &mut *o, ws, stream),
+            Buffers::Bf16 { q, k, v, o } => attn.run(plan, &*q, &heads.attach(KvCache::plain(&*k, &*v)), &mut *o, ws, stream),
+            Buffers::F16 { q, k, v, o } => attn.run(plan, &*q, &heads.attach(KvCache::plain(&*k, &*v)), &mut *o, ws, stream),
         }
     }
 
-    /// Runs this problem's Q through another copy of its cache (a paged pool).
+    /// Runs this problem's Q through another copy of its cache (a paged
+    /// pool), with this problem's sinks and slopes.
     pub fn run_cache(&mut self, attn: &DecodeAttention, plan: &Plan, cache: &KvCache<'_>, ws: &mut Workspace, stream: &Stream) -> Result<()> {
-        Self::run_on(&mut self.bufs, attn, plan, cache, ws, stream)
+        let cache = self.heads.attach(*cache);
+        Self::run_on(&mut self.bufs, attn, plan, &cache, ws, stream)
     }
 
     fn run_on(bufs: &mut Buffers, attn: &DecodeAttention, plan: &Plan, cache: &KvCache<'_>, ws: &mut Workspace, stream: &Stream) -> Result<()> {
@@ -278,7 +337,7 @@ impl Problem {
             // which its callers keep alive across the runs using them.
             return unsafe {
                 let v = |t: TensorRef| TensorRef::from_raw(t.addr(), t.len(), t.elem());
-                KvCache { k: v(c.k), v: v(c.v), k_scales: c.k_scales.map(v), v_scales: c.v_scales.map(v) }
+                KvCache { k: v(c.k), v: v(c.v), k_scales: c.k_scales.map(v), v_scales: c.v_scales.map(v), sinks: None, alibi_slopes: None }
             };
         }
         let (k, v): (TensorRef, TensorRef) = match &self.bufs {
@@ -289,8 +348,10 @@ impl Problem {
         unsafe { KvCache::plain(TensorRef::from_raw(k.addr(), k.len(), k.elem()), TensorRef::from_raw(v.addr(), v.len(), v.elem())) }
     }
 
-    /// One step of a capacity plan over `cache` (lengths and table on the device).
+    /// One step of a capacity plan over `cache` (lengths and table on the
+    /// device), with this problem's sinks and slopes.
     pub fn run_step(&mut self, attn: &DecodeAttention, plan: &Plan, step: &StepInputs<'_>, cache: &KvCache<'_>, ws: &mut Workspace, stream: &Stream) -> Result<()> {
+        let cache = &self.heads.attach(*cache);
         match &mut self.bufs {
             Buffers::Bf16 { q, o, .. } => attn.run_step(plan, step, &*q, cache, &mut *o, ws, stream),
             Buffers::F16 { q, o, .. } => attn.run_step(plan, step, &*q, cache, &mut *o, ws, stream),
@@ -330,7 +391,7 @@ impl Problem {
     pub fn reference(&self, batches: Option<&[usize]>) -> Result<Vec<f64>> {
         let all: Vec<usize> = (0..self.shape.batch as usize).collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        reference::decode_attention_threads(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v, batches.unwrap_or(&all), threads)
+        reference::decode_attention_with(&self.shape, &self.seq_lens, &self.q, &self.k, &self.v, &self.heads.host(), batches.unwrap_or(&all), threads)
     }
 }
 

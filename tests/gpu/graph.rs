@@ -33,6 +33,11 @@ pub struct GraphCase {
     pub split: SplitPolicy,
     /// Logits soft-cap of the shape (the soft-cap kernels).
     pub soft_cap: Option<f32>,
+    /// The shape's window, sinks and ALiBi (the sinks' values change
+    /// halfway through the replays: the graph reads the device array).
+    pub window: Option<u32>,
+    pub sinks: bool,
+    pub alibi: bool,
 }
 
 const HQ: u32 = 8;
@@ -114,6 +119,9 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         kv_layout: KvLayout::Nhd,
         scale: None,
         soft_cap: case.soft_cap,
+        window: case.window,
+        sinks: case.sinks,
+        alibi: case.alibi,
     };
     let width = cap / page;
     let mut rng = Rng::new(seed);
@@ -242,6 +250,11 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let (q_dev, knew_dev, vnew_dev) = (up(&vec![0u8; q_elems * 2])?, up(&vec![0u8; new_elems * 2])?, up(&vec![0u8; new_elems * 2])?);
     let mut o_dev = up(&vec![0u8; q_elems * 2])?;
 
+    // The variant's per-head arrays (sinks, slopes), read by every replay.
+    let (mut sinks_host, slopes_host) = crate::common::head_values(&contig, seed);
+    let mut sinks_dev = DeviceBuffer::from_slice(sinks_host.as_deref().unwrap_or(&[0.0])).map_err(err)?;
+    let slopes_dev = DeviceBuffer::from_slice(slopes_host.as_deref().unwrap_or(&[0.0])).map_err(err)?;
+
     let merge = crate::common::merge_named(&case.name);
     let plan = attn.plan_capacity(&shape, &PlanOptions { split: case.split, merge, ..Default::default() }).map_err(err)?;
     crate::common::check_merge_named(&case.name, &plan)?;
@@ -259,6 +272,8 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             Some(se) => KvCache::quantized(part_ref(0, kv_elem), part_ref(1, kv_elem), part_ref(2, se), part_ref(3, se)),
             None => KvCache::plain(part_ref(0, kv_elem), part_ref(1, kv_elem)),
         };
+        let cache = if case.sinks { cache.with_sinks(&sinks_dev) } else { cache };
+        let cache = if case.alibi { cache.with_alibi_slopes(&slopes_dev) } else { cache };
         attn.run_step(&plan, &step, view(&q_dev, plain_elem), &cache, view_mut(&mut o_dev, plain_elem), &mut ws, stream)
     })?;
 
@@ -267,6 +282,13 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let mut out16 = vec![0u8; q_elems * 2];
     for s in 0..STEPS as usize {
         let lens: Vec<u32> = case.start_lens.iter().map(|&l| l + s as u32 * ql).collect();
+        if s == STEPS as usize / 2 {
+            if let Some(sinks) = sinks_host.as_mut() {
+                // New sink values under the same graph.
+                sinks.iter_mut().for_each(|x| *x = 6.0 - *x);
+                sinks_dev.copy_from(&sinks[..]).map_err(err)?;
+            }
+        }
         // SAFETY: device-to-device copies of this step's inputs into the
         // buffers the graph reads, and NaN poison in O, all on the stream.
         unsafe {
@@ -289,7 +311,9 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             })
             .collect();
         let q = &q_all[s * q_elems..(s + 1) * q_elems];
-        let reference = reference::decode_attention(&contig, &lens, q, &k_eff, &v_eff).map_err(err)?;
+        let heads = reference::HeadInputs { sinks: sinks_host.as_deref(), alibi_slopes: slopes_host.as_deref() };
+        let all: Vec<usize> = (0..batch as usize).collect();
+        let reference = reference::decode_attention_with(&contig, &lens, q, &k_eff, &v_eff, &heads, &all, 1).map_err(err)?;
         let cmp = reference::relative_l2_error(&out, &reference).map_err(err)?;
         if cmp.nonfinite || cmp.rel_l2 > crate::TOLERANCE {
             result = Err(format!("step {s} (lengths {lens:?}): rel_l2={:.2e} nonfinite={}", cmp.rel_l2, cmp.nonfinite));
@@ -329,6 +353,9 @@ pub fn cases() -> Vec<GraphCase> {
                 start_lens: vec![q_len, 37, 700, 1500],
                 split: SplitPolicy::Auto,
                 soft_cap: None,
+                window: None,
+                sinks: false,
+                alibi: false,
             });
         }
         // Unsplit (one chunk per sequence, written directly), paged.
@@ -341,6 +368,9 @@ pub fn cases() -> Vec<GraphCase> {
             start_lens: vec![1, 5, 300, 17],
             split: SplitPolicy::Never,
             soft_cap: None,
+            window: None,
+            sinks: false,
+            alibi: false,
         });
         // The same split as the Auto rows, merged through global memory
         // (the Auto rows merge in thread-block clusters where they can).
@@ -353,6 +383,9 @@ pub fn cases() -> Vec<GraphCase> {
             start_lens: vec![1, 37, 700, 1500],
             split: SplitPolicy::Auto,
             soft_cap: None,
+            window: None,
+            sinks: false,
+            alibi: false,
         });
         // Chunks of 256 keys: 7 per sequence at capacity, one cluster of 7
         // blocks each, of which 1 to 7 are live as the lengths grow (the
@@ -367,6 +400,9 @@ pub fn cases() -> Vec<GraphCase> {
                 start_lens: vec![2, 37, 300, 1500],
                 split: SplitPolicy::ChunkKeys(256),
                 soft_cap: None,
+                window: None,
+                sinks: false,
+                alibi: false,
             });
         }
         // One-stage chunks of 32 rows: 18 to 36 slots (≥ 295 KB a block),
@@ -380,6 +416,9 @@ pub fn cases() -> Vec<GraphCase> {
             start_lens: vec![8, 37, 700, 1500],
             split: SplitPolicy::ChunkKeys(64),
             soft_cap: None,
+            window: None,
+            sinks: false,
+            alibi: false,
         });
     }
     // Soft-cap kernels in a captured step: a 16-bit cache split and merged
@@ -395,6 +434,35 @@ pub fn cases() -> Vec<GraphCase> {
             start_lens: vec![2, 37, 700, 1500],
             split: SplitPolicy::Auto,
             soft_cap: Some(2.0),
+            window: None,
+            sinks: false,
+            alibi: false,
+        });
+    }
+    // The variants in a captured step: gpt-oss's window of 128 with sinks
+    // (bf16, split as the planner picks), Gemma 2's soft-cap under a
+    // window (an int8 pool), ALiBi with sinks over 16-token pages (int4),
+    // and a window merged by the merge kernel (bf16, q_len 8). The
+    // sequences grow past their windows during the replays.
+    let variants: [(KvFormat, Option<Paging>, u32, SplitPolicy, Option<f32>, Option<u32>, bool, bool, &str); 4] = [
+        (KvFormat::Bf16, None, 1, SplitPolicy::Auto, None, Some(128), true, false, "window128-sinks/contiguous"),
+        (KvFormat::Int8, Some(Paging::new(16, TokenMajor)), 2, SplitPolicy::Auto, Some(30.0), Some(300), false, false, "softcap30-window300/paged16-token-major"),
+        (KvFormat::Int4G32, Some(Paging::packed(16, TokenMajor)), 2, SplitPolicy::ChunkKeys(256), None, None, true, true, "alibi-sinks/paged16-packed"),
+        (KvFormat::Bf16, None, 8, SplitPolicy::ChunkKeys(64), None, Some(1000), false, false, "window1000/contiguous-merge-kernel"),
+    ];
+    for (format, paging, q_len, split, soft_cap, window, sinks, alibi, tag) in variants {
+        out.push(GraphCase {
+            name: format!("graph-replay/{}/{tag}/q{q_len}/{STEPS}-steps", format.name()),
+            format,
+            dtype: Dtype::Bf16,
+            q_len,
+            paging,
+            start_lens: vec![q_len, 37, 700, 1500],
+            split,
+            soft_cap,
+            window,
+            sinks,
+            alibi,
         });
     }
     out

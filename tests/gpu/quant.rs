@@ -58,6 +58,9 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
         kv_layout: layout,
         scale: None,
         soft_cap: None,
+        window: None,
+        sinks: false,
+        alibi: false,
     };
     let lens = vec![300u32, 2, 157];
     let p = Problem::new(&shape, &lens, Distribution::HeavyTailed, 5).map_err(err)?;

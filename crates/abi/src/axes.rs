@@ -265,32 +265,50 @@ impl Form {
 }
 
 /// The attention variant a kernel is compiled for: the logits transform of
-/// its softmax step (`kernels-gpu`'s `AttentionVariant`). A variant's
-/// presence is a compile-time choice; its values (the cap) are runtime
-/// data in `DecodeParams`.
+/// its softmax step and whether it takes a sliding window and sinks
+/// (`kernels-gpu`'s `AttentionVariant`; the semantics are
+/// `docs/benchmark.md`'s, "The operation"). A variant's presence is a
+/// compile-time choice; its values (the cap, the window, the sinks' and
+/// slopes' device arrays) are runtime data in `DecodeParams`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
-    /// `softmax(scale · q·k)`.
+    /// `softmax(scale · q·k)`, causal among the new tokens: no window, no
+    /// sinks. The fastest kernels; every form.
     Standard = 0,
-    /// Logits soft-cap (Gemma 2, Grok): `cap · tanh(scale · q·k / cap)`.
+    /// Logits soft-cap (Gemma 2, Grok): `cap · tanh(scale · q·k / cap)`;
+    /// with a sliding window and sinks where the launch sets them.
     SoftCap = 1,
+    /// The standard logits with a sliding window (Mistral, Gemma's local
+    /// layers) and / or attention sinks (gpt-oss).
+    Windowed = 2,
+    /// ALiBi (BLOOM, MPT, Falcon): `scale · q·k + slope_h · (t − p)`; with
+    /// a sliding window and sinks where the launch sets them.
+    Alibi = 3,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 2] = [Variant::Standard, Variant::SoftCap];
+    pub const ALL: [Variant; 4] = [Variant::Standard, Variant::SoftCap, Variant::Windowed, Variant::Alibi];
     pub const fn name(self) -> &'static str {
         match self {
             Variant::Standard => "standard",
             Variant::SoftCap => "softcap",
+            Variant::Windowed => "windowed",
+            Variant::Alibi => "alibi",
         }
     }
     /// Whether the logits are the scaled score times a constant, so that a
     /// positive factor commutes with the row maximum and may be applied in
     /// the exponent's FMA instead of to every score (the wgmma kernels'
-    /// `fold`). A soft-cap's `tanh` is not.
+    /// `fold`). A soft-cap's `tanh` is not, nor is ALiBi's added bias.
     pub const fn linear_in_scale(self) -> bool {
-        matches!(self, Variant::Standard)
+        matches!(self, Variant::Standard | Variant::Windowed)
+    }
+    /// Whether the kernels read a sliding window and sinks from their
+    /// parameters (`DecodeParams::window`, `sinks`): every variant but
+    /// [`Variant::Standard`], whose kernels stay exactly the plain softmax.
+    pub const fn takes_window_and_sinks(self) -> bool {
+        !matches!(self, Variant::Standard)
     }
     /// Whether the kernels of a merge and form are built with this variant.
     /// Variants other than [`Variant::Standard`] merge split sequences
@@ -301,7 +319,7 @@ impl Variant {
     pub const fn builds(self, merge: Merge, form: Form) -> bool {
         match self {
             Variant::Standard => true,
-            Variant::SoftCap => matches!(merge, Merge::Global) && matches!(form, Form::Plain | Form::Specialized),
+            _ => matches!(merge, Merge::Global) && matches!(form, Form::Plain | Form::Specialized),
         }
     }
 }

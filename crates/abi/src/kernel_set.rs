@@ -176,24 +176,28 @@ impl QuantKernelId {
     }
 }
 
-/// One split-merge kernel: the O dtype and head dim.
+/// One split-merge kernel: the O dtype and head dim, and whether it adds
+/// the sinks of `MergeParams::sinks` (the merge of every variant that
+/// [`Variant::takes_window_and_sinks`]; a sequence's sink enters its
+/// denominator once, in the merge, never in a split's partial).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MergeKernelId {
     pub dtype: Dtype,
     pub head_dim: u32,
+    pub sinks: bool,
 }
 
 impl MergeKernelId {
     pub const fn same(&self, other: &MergeKernelId) -> bool {
-        self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim
+        self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim && self.sinks == other.sinks
     }
 
-    /// `merge_<dtype>_d<D>`.
+    /// `merge[_sinks]_<dtype>_d<D>`.
     pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
-        write!(w, "merge_{}_d{}", self.dtype.name(), self.head_dim)
+        write!(w, "merge{}_{}_d{}", if self.sinks { "_sinks" } else { "" }, self.dtype.name(), self.head_dim)
     }
 
     pub fn all() -> impl Iterator<Item = MergeKernelId> {
-        Dtype::ALL.into_iter().flat_map(|dtype| HEAD_DIMS.into_iter().map(move |head_dim| MergeKernelId { dtype, head_dim }))
+        Dtype::ALL.into_iter().flat_map(|dtype| HEAD_DIMS.into_iter().flat_map(move |head_dim| [false, true].map(move |sinks| MergeKernelId { dtype, head_dim, sinks })))
     }
 }

@@ -8,7 +8,7 @@
 //! Family, Addressing, Merge, Form, Variant); … }` (each a variant name of
 //! its enum), `quant_kernel_table!(m)` `m! { name => (KvFormat, Dtype,
 //! head_dim, QuantDirection); … }`, `merge_kernel_table!(m)` `m! { name =>
-//! (Dtype, head_dim); … }`.
+//! (Dtype, head_dim, sinks); … }`.
 
 use crate::axes::{Addressing, Dtype, Family, Form, KvFormat, Merge, Variant};
 use crate::kernel_set::{KernelId, MergeKernelId, QuantDirection, QuantKernelId};
@@ -92,9 +92,9 @@ macro_rules! quant_list {
 quant_kernel_table!(quant_list);
 
 macro_rules! merge_list {
-    ($($name:ident => ($q:ident, $d:literal);)*) => {
+    ($($name:ident => ($q:ident, $d:literal, $sinks:literal);)*) => {
         /// Every split-merge kernel in the PTX module.
-        pub const MERGE_KERNELS: &[MergeKernel] = &[$(MergeKernel { id: MergeKernelId { dtype: Dtype::$q, head_dim: $d }, name: stringify!($name) },)*];
+        pub const MERGE_KERNELS: &[MergeKernel] = &[$(MergeKernel { id: MergeKernelId { dtype: Dtype::$q, head_dim: $d, sinks: $sinks }, name: stringify!($name) },)*];
     };
 }
 merge_kernel_table!(merge_list);
@@ -141,7 +141,8 @@ look_up!(
     MERGE_KERNELS
 );
 
-/// The entry point of the split-merge kernel for a (dtype, head_dim).
-pub const fn merge_kernel_name(dtype: Dtype, head_dim: u32) -> Option<&'static str> {
-    merge_kernel_id_name(&MergeKernelId { dtype, head_dim })
+/// The entry point of the split-merge kernel for a (dtype, head_dim), with
+/// or without sinks.
+pub const fn merge_kernel_name(dtype: Dtype, head_dim: u32, sinks: bool) -> Option<&'static str> {
+    merge_kernel_id_name(&MergeKernelId { dtype, head_dim, sinks })
 }

@@ -142,6 +142,38 @@ pub struct DecodeParams {
     /// Soft-cap kernels: the cap × log2(e), the factor of the logit's
     /// `tanh` (0 for the standard variant, which does not read it).
     pub logit_cap: f32,
+    /// Kernels of a variant that takes a window (`Variant::takes_window_and_sinks`):
+    /// the left window `W` — the query at position `p` sees keys
+    /// `p − W ..= p` — or [`NO_WINDOW`]. Work items of a windowed plan
+    /// start at [`window_start`].
+    pub window: u32,
+    /// The power of two window starts are aligned down to
+    /// ([`window_start`]; 1 without a window).
+    pub window_align: u32,
+    /// `[num_q_heads]` f32 sink logits (natural log), or 0: each enters its
+    /// head's softmax denominator as `exp(s_h − m)` once (in the epilogue
+    /// of an unsplit row, in the merge of a split one).
+    pub sinks: u64,
+    /// ALiBi kernels: `[num_q_heads]` f32 slopes; logit `+= slope_h · (t − p)`.
+    pub alibi_slopes: u64,
+}
+
+/// `DecodeParams::window` of a launch without a window.
+pub const NO_WINDOW: u32 = u32::MAX;
+
+/// The first key a windowed plan's work for a sequence of length `seq_len`
+/// starts at: the first key its first new token sees, `seq_len − q_len −
+/// window` (0 when that is negative or there is no window), aligned down to
+/// `align` (a power of two) — 16 keys for strided caches (a 16-byte
+/// boundary of every side-data layout), the smaller of a stage's keys and
+/// a page for paged ones (a stage then spans the pages the kernels' page-id
+/// ring holds, and a stage within one page stays within one). The keys
+/// between the start and each row's first visible key are masked.
+#[inline(always)]
+pub const fn window_start(seq_len: u32, q_len: u32, window: u32, align: u32) -> u32 {
+    let p0 = if seq_len > q_len { seq_len - q_len } else { 0 };
+    let first = if p0 > window { p0 - window } else { 0 };
+    first & !(align.wrapping_sub(1))
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -153,15 +185,23 @@ pub struct DecodeParams {
 /// were). Each attention block of a capacity plan computes its own item.
 #[inline(always)]
 pub const fn capacity_work_item(x: u32, seq_len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> Option<WorkItem> {
+    capacity_work_item_from(x, seq_len, 0, q_len, chunk_keys, chunks_per_seq)
+}
+
+/// [`capacity_work_item`] of a sequence whose work starts at key `start`
+/// (a windowed plan's [`window_start`]): chunk c holds keys
+/// `[start + c·chunk_keys, …)`.
+#[inline(always)]
+pub const fn capacity_work_item_from(x: u32, seq_len: u32, start: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> Option<WorkItem> {
     let (batch, c) = div_rem(x, chunks_per_seq);
-    let start = c as u64 * chunk_keys as u64;
-    if seq_len < q_len || start >= seq_len as u64 {
+    let first = start as u64 + c as u64 * chunk_keys as u64;
+    if seq_len < q_len || first >= seq_len as u64 {
         return None;
     }
-    let (next, len) = (start + chunk_keys as u64, seq_len as u64);
+    let (next, len) = (first + chunk_keys as u64, seq_len as u64);
     let end = if next < len { next } else { len };
-    let partial_slot = if seq_len <= chunk_keys { DIRECT_OUTPUT } else { x };
-    Some(WorkItem { batch, kv_start: start as u32, kv_end: end as u32, partial_slot })
+    let partial_slot = if seq_len - start <= chunk_keys { DIRECT_OUTPUT } else { x };
+    Some(WorkItem { batch, kv_start: first as u32, kv_end: end as u32, partial_slot })
 }
 
 /// The merge item of sequence `batch` of a capacity-mode plan at current
@@ -170,7 +210,14 @@ pub const fn capacity_work_item(x: u32, seq_len: u32, q_len: u32, chunk_keys: u3
 /// sequence shorter than `q_len`).
 #[inline(always)]
 pub const fn capacity_merge_item(batch: u32, seq_len: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> MergeItem {
-    let num_slots = if seq_len < q_len { 0 } else { seq_len.div_ceil(chunk_keys) };
+    capacity_merge_item_from(batch, seq_len, 0, q_len, chunk_keys, chunks_per_seq)
+}
+
+/// [`capacity_merge_item`] of a sequence whose work starts at key `start`
+/// ([`capacity_work_item_from`]).
+#[inline(always)]
+pub const fn capacity_merge_item_from(batch: u32, seq_len: u32, start: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> MergeItem {
+    let num_slots = if seq_len < q_len { 0 } else { (seq_len - start).div_ceil(chunk_keys) };
     MergeItem { batch, first_slot: batch * chunks_per_seq, num_slots, _pad: 0 }
 }
 
@@ -200,6 +247,13 @@ pub struct MergeParams {
     /// Output rows per block: fewer for more slots, so each lane of a
     /// block loads about one batch of slots (`merge_rows_per_block`).
     pub rows_per_block: u32,
+    /// The sinks merge kernels: `[num_q_heads]` f32 sink logits, or 0
+    /// (`DecodeParams::sinks`).
+    pub sinks: u64,
+    /// Capacity plans of a window: as `DecodeParams::window` and
+    /// `window_align` (the merge items start at [`window_start`]).
+    pub window: u32,
+    pub window_align: u32,
 }
 
 /// Output rows a merge-kernel block covers for sequences of up to
@@ -222,10 +276,11 @@ pub const MERGE_THREADS: u32 = 128;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
-const _: () = assert!(core::mem::size_of::<MergeParams>() == 64);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 248);
+const _: () = assert!(core::mem::size_of::<MergeParams>() == 80);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 272);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, logit_cap) == 244);
+const _: () = assert!(core::mem::offset_of!(DecodeParams, sinks) == 256);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):

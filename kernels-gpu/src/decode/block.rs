@@ -4,9 +4,10 @@
 //! it keeps its item for the epilogue. Shared by every family's body, the
 //! in-attention merge and the cluster merge.
 
-use decode_attn_abi::{capacity_work_item, div_rem, DecodeParams, WorkItem};
+use decode_attn_abi::{capacity_work_item, capacity_work_item_from, div_rem, window_start, DecodeParams, WorkItem};
 
 use crate::arch::{shared, thread};
+use crate::variant::{row_terms, AttentionVariant, RowTerms};
 
 /// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
 #[derive(Clone, Copy)]
@@ -20,6 +21,9 @@ pub(crate) struct RowInfo {
     /// Keys `< limit` are visible to this row (causal among new tokens, and
     /// the work item's end).
     pub(crate) limit: u32,
+    /// The variant's terms of the row (its window's first key, position,
+    /// ALiBi slope).
+    pub(crate) terms: RowTerms,
 }
 
 /// The (token, query head) of packed row `global` of kv head `kvh`: rows
@@ -33,7 +37,7 @@ pub(crate) fn token_head(p: &DecodeParams, kvh: u32, global: u32) -> (u32, u32) 
 }
 
 #[inline(always)]
-pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
+pub(crate) fn row_info<V: AttentionVariant>(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
     let global = row0 + local;
     let valid = local < p.rows_per_block && global < p.group * p.q_len;
     let token = if valid { global / p.group } else { 0 };
@@ -41,33 +45,39 @@ pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     // Token i (of q_len new ones) sees keys t < seq_len - q_len + 1 + i.
     let causal = seq_len - p.q_len + 1 + token;
     let limit = if valid && causal < item.kv_end { causal } else { item.kv_end };
-    RowInfo { local, valid, token, head, limit }
+    RowInfo { local, valid, token, head, limit, terms: row_terms::<V>(p, seq_len, token, head, valid) }
 }
 
 /// A thread's two rows of an `m16` C fragment: `first` (`g` within its
 /// warp's tile) and `first + 8`.
 #[inline(always)]
-pub(crate) fn row_pair(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, first: u32) -> [RowInfo; 2] {
-    [first, first + 8].map(|r| row_info(p, item, seq_len, kvh, row0, r))
+pub(crate) fn row_pair<V: AttentionVariant>(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, first: u32) -> [RowInfo; 2] {
+    [first, first + 8].map(|r| row_info::<V>(p, item, seq_len, kvh, row0, r))
 }
 
 /// This block's work item and its sequence's length: from the uploaded
 /// work list, or (capacity plans) from the sequence's device length. `None`
 /// for an empty item (a capacity-mode chunk past its sequence's end): the
-/// whole block returns before any barrier.
+/// whole block returns before any barrier. (Variants with a window start
+/// a capacity plan's chunks at the window, `decode_attn_abi::window_start`.)
 #[inline(always)]
-pub(crate) unsafe fn block_work<const CLUSTER: bool>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
-    block_work_of::<CLUSTER, 1>(p)
+pub(crate) unsafe fn block_work<V: AttentionVariant, const CLUSTER: bool>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
+    block_work_of::<V, CLUSTER, 1>(p)
 }
 
 /// [`block_work`] of a block that reads `HG` adjacent kv heads (grid x =
 /// work item × `num_kv_heads / HG` + head pair).
 #[inline(always)]
-pub(crate) unsafe fn block_work_of<const CLUSTER: bool, const HG: u32>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
+pub(crate) unsafe fn block_work_of<V: AttentionVariant, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
     let x = block_item_of::<CLUSTER, HG>(p, thread::block_idx_x_fresh());
     let (item, seq_len) = if p.chunks_per_seq != 0 {
         let len = capacity_len(p.seq_lens, div_rem(x, p.chunks_per_seq).0, p.max_seq_len);
-        (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len)
+        let item = if V::WINDOW_AND_SINKS {
+            capacity_work_item_from(x, len, window_start(len, p.q_len, p.window, p.window_align), p.q_len, p.chunk_keys, p.chunks_per_seq)
+        } else {
+            capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)
+        };
+        (item?, len)
     } else {
         let item = *(p.work as *const WorkItem).add(x as usize);
         (item, *(p.seq_lens as *const u32).add(item.batch as usize))

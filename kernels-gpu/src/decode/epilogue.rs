@@ -10,6 +10,7 @@ use super::cluster;
 use crate::arch::{memory, shared, thread};
 use crate::format::{Half, KvFormat};
 use crate::state;
+use crate::variant::{self, AttentionVariant};
 
 /// Output quads per round of the wgmma kernels' output loop (`epilogue`).
 pub(crate) const OUT_BATCH: usize = 4;
@@ -39,7 +40,7 @@ pub(crate) const SPECIALIZED_OUT_BATCH: usize = 2;
 /// planner gives head pairs unsplit work only).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, const WARPS_K: usize, const OUT_BATCH: usize, const HG: u32>(
+pub(crate) unsafe fn epilogue<F: KvFormat, V: AttentionVariant, const D: usize, const CLUSTER: bool, const WARPS_K: usize, const OUT_BATCH: usize, const HG: u32>(
     p: &DecodeParams,
     row0: u32,
     warp_k: u32,
@@ -218,7 +219,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
             }
             let at = 4 * (r * pitch + c);
             let (v, fin) = combine_slices(p.warps_k, &ms, &ls, |k| shared::ld_shared_v4_f32(slice_at(k as u32) + at));
-            emit_quad::<F, D>(p, batch, kvh + slot, row0 + row, partial_slot, c, v, fin);
+            emit_quad::<F, V, D>(p, batch, kvh + slot, row0 + row, partial_slot, c, v, fin);
             idx += nthreads;
         }
     }
@@ -236,7 +237,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                 }
             }
             let fin = shared::ld_shared_v2_f32(fin_smem + 8 * r);
-            emit_quad::<F, D>(p, batch, kvh + slot, row0 + row, partial_slot, c, v, fin);
+            emit_quad::<F, V, D>(p, batch, kvh + slot, row0 + row, partial_slot, c, v, fin);
             idx += nthreads;
         }
     }
@@ -269,7 +270,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                     break;
                 }
                 let (v, fin) = combine_slices(p.warps_k, &ms[u], &ls[u], |k| sk[u][k]);
-                emit_quad::<F, D>(p, batch, kvh, row0 + row[u], partial_slot, col[u], v, fin);
+                emit_quad::<F, V, D>(p, batch, kvh, row0 + row[u], partial_slot, col[u], v, fin);
             }
             first += OUT_BATCH as u32 * nthreads;
         }
@@ -310,14 +311,14 @@ pub(crate) unsafe fn epilogue<F: KvFormat, const D: usize, const CLUSTER: bool, 
                     break;
                 }
                 let (r, c) = (idx[u] / quads_per_row, (idx[u] % quads_per_row) * 4);
-                emit_quad::<F, D>(p, batch, kvh, row0 + r, partial_slot, c, v[u], fin[u]);
+                emit_quad::<F, V, D>(p, batch, kvh, row0 + r, partial_slot, c, v[u], fin[u]);
             }
             first += OUT_BATCH as u32 * nthreads;
         }
     }
     if HG == 1 && partial_slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         // The accumulator rows were read above; its first word is free.
-        crate::merge::merge_if_last::<F::Query, D, CLUSTER>(p, batch, rows_here, acc);
+        crate::merge::merge_if_last::<F::Query, V, D, CLUSTER>(p, batch, rows_here, acc);
     }
 }
 
@@ -346,10 +347,27 @@ fn combine_slices<const WARPS_K: usize>(warps_k: u32, ms: &[f32; WARPS_K], ls: &
 /// One output quad of the epilogue: values `c .. c + 4` of the block's
 /// packed row `global` (its accumulator sum `v`, its finish `fin` =
 /// [1 / l, lse]), scaled and stored to O, or with the row's lse to the
-/// work item's partial slot.
+/// work item's partial slot. Variants with sinks scale a directly written
+/// row by the sinks' factor first (`variant::sink_factor`, in `1 / l`); a
+/// split row's sink enters its merge. (The standard variant's quads are
+/// this function as it was before variants: with the factor inside it,
+/// LLVM laid out every standard kernel's output branch anew.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn emit_quad<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, global: u32, partial_slot: u32, c: u32, v: [f32; 4], fin: [f32; 2]) {
+unsafe fn emit_quad<F: KvFormat, V: AttentionVariant, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, global: u32, partial_slot: u32, c: u32, v: [f32; 4], fin: [f32; 2]) {
+    if V::WINDOW_AND_SINKS && partial_slot == DIRECT_OUTPUT {
+        let head = token_head(p, kvh, global).1;
+        let fin = [fin[0] * variant::sink_factor::<V>(p, head, fin[1]), fin[1]];
+        emit_quad_as_is::<F, D>(p, batch, kvh, global, partial_slot, c, v, fin)
+    } else {
+        emit_quad_as_is::<F, D>(p, batch, kvh, global, partial_slot, c, v, fin)
+    }
+}
+
+/// [`emit_quad`] without sinks.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn emit_quad_as_is<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, global: u32, partial_slot: u32, c: u32, v: [f32; 4], fin: [f32; 2]) {
     let (token, head) = token_head(p, kvh, global);
     let v = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
     if partial_slot == DIRECT_OUTPUT {

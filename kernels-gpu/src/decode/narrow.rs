@@ -51,7 +51,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     // The warp's head in the block (`HG` > 1) and its place along the keys.
     let (slot, warp_k) = if HG == 1 { (0, tid / 32) } else { div_rem(tid / 32, p.warps_k) };
 
-    let Some((item, seq_len)) = block_work_of::<CLUSTER, HG>(p) else { return };
+    let Some((item, seq_len)) = block_work_of::<V, CLUSTER, HG>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh0 = block_first_head::<CLUSTER, HG>(p);
@@ -73,9 +73,9 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
         r.local += slot * NARROW_ROWS;
         r
     };
-    let ra = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c));
-    let rb = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c + 1));
-    let rq = row_info(p, &item, seq_len, kvh, row0, g);
+    let ra = at_slot(row_info::<V>(p, &item, seq_len, kvh, row0, 2 * c));
+    let rb = at_slot(row_info::<V>(p, &item, seq_len, kvh, row0, 2 * c + 1));
+    let rq = row_info::<V>(p, &item, seq_len, kvh, row0, g);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];
@@ -105,6 +105,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     }
 
     let mask_from = mask_from(p, &item, seq_len);
+    let window_from = variant::window_from::<V>(p, seq_len);
 
     // o[np] = Oᵀ tile of dims v_dim(2np, ·) | v_dim(2np + 1, ·) × rows 2c, 2c+1.
     let mut o = [[0f32; 4]; NP];
@@ -141,14 +142,14 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
             } else {
                 ([1.0; 2], [1.0; 2])
             };
-            let masked = key0 + KEYS_PER_WARP_STEP > mask_from;
+            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, window_from);
             #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
             for e in 0..4 {
                 let key = key0 + g + 8 * (e as u32 / 2);
-                let (limit, row_scale) = if e % 2 == 0 { (ra.limit, scale_a) } else { (rb.limit, scale_b) };
-                let hidden = masked && V::hides(p, key, limit);
+                let (row, row_scale) = if e % 2 == 0 { (&ra, scale_a) } else { (&rb, scale_b) };
+                let hidden = masked && V::hides(p, key, row.limit, &row.terms);
                 let scale = if F::SCALED { row_scale * kscale[e / 2] } else { row_scale };
-                s[e] = variant::logit::<V>(p, s[e], scale, hidden);
+                s[e] = variant::logit::<V>(p, s[e], scale, hidden, key, &row.terms);
             }
 
             let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2])), warp::column_max(s[1].max(s[3])));
@@ -202,5 +203,5 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
         }
     };
     let l = [warp::column_sum(l_a), warp::column_sum(l_b)];
-    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1, HG>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
+    epilogue::<F, V, D, CLUSTER, { MAX_WARPS as usize }, 1, HG>(p, row0, warp_k, g == 0, rows, [m_a, m_b], l, smem, store);
 }

@@ -22,7 +22,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     // The guess (below) is for strided 16-bit caches whose Q is in
     // registers: a Q staged in shared memory would be copied after the
     // guessed stages, outside the first wait's groups.
-    const { assert!(!GUESS || has_capacity_twin(F::FORMAT, D as u32, Family::Wide, PAGED, CLUSTER)) };
+    const { assert!(!GUESS || (has_capacity_twin(F::FORMAT, D as u32, Family::Wide, PAGED, CLUSTER) && !V::WINDOW_AND_SINKS)) };
     let cfg = const { tile_config(F::FORMAT, D as u32, Family::Wide) };
 
     let tid = thread::thread_idx_x();
@@ -57,10 +57,10 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
             Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, guess, block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base()).prefetch();
             (end, capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq).map(|item| (item, len)))
         } else {
-            (0, block_work::<CLUSTER>(p))
+            (0, block_work::<V, CLUSTER>(p))
         }
     } else {
-        (0, block_work::<CLUSTER>(p))
+        (0, block_work::<V, CLUSTER>(p))
     };
     let Some((item, seq_len)) = work else {
         // (A sequence shorter than its new tokens: no work, but the guessed
@@ -99,7 +99,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     // the copies, with the rows' divisions, they measured D (1, 1K) 0.4 µs
     // slower). (Converting kernels keep the rows first: later, the held
     // values took the d256 int4 cluster kernel past 255 registers.)
-    let rows = || row_pair(p, &item, seq_len, kvh, row0, warp_m * MMA_M + g);
+    let rows = || row_pair::<V>(p, &item, seq_len, kvh, row0, warp_m * MMA_M + g);
     let early_rows = q_conv.then(rows);
 
     let pipe = Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, item, kvh, smem);
@@ -133,6 +133,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     }
 
     let mask_from = mask_from(p, &item, seq_len);
+    let window_from = variant::window_from::<V>(p, seq_len);
 
     let mut o = [[0f32; 4]; NT];
     let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
@@ -169,16 +170,16 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
                 ([[1.0; 2]; 2], [[1.0; 2]; 2])
             };
             // Constant-index loops (not iterators) so `s` stays in registers.
-            let masked = key0 + KEYS_PER_WARP_STEP > mask_from;
+            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, window_from);
             #[allow(clippy::needless_range_loop)]
             for n in 0..2 {
                 for e in 0..4 {
                     let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                    let limit = if e < 2 { ra.limit } else { rb.limit };
+                    let row = if e < 2 { &ra } else { &rb };
                     let row_scale = if e < 2 { scale_a } else { scale_b };
                     let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-                    let hidden = masked && V::hides(p, key, limit);
-                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, hidden);
+                    let hidden = masked && V::hides(p, key, row.limit, &row.terms);
+                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, hidden, key, &row.terms);
                 }
             }
 
@@ -268,5 +269,5 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
         }
     };
     let (l_a, l_b) = (warp::quad_sum(l_a), warp::quad_sum(l_b));
-    epilogue::<F, D, CLUSTER, { MAX_WARPS as usize }, 1, 1>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
+    epilogue::<F, V, D, CLUSTER, { MAX_WARPS as usize }, 1, 1>(p, row0, warp_k, lane % 4 == 0, rows, [m_a, m_b], [l_a, l_b], smem, store);
 }
