@@ -25,7 +25,7 @@
 use decode_attn_abi::{DecodeParams, Variant};
 
 use crate::arch::math::{ex2, rcp};
-use crate::arch::memory;
+use crate::arch::{memory, thread};
 
 /// What the hooks know of one query row besides its causal limit: the first
 /// key its window shows it, its absolute position and its ALiBi slope
@@ -146,20 +146,24 @@ impl RowTerms {
 }
 
 /// The terms of the row of `token` (of the step's new tokens) and query
-/// head `head` in a sequence of `seq_len` keys (`valid`: the row exists;
-/// a missing row's slope is not loaded). The standard variant's are
-/// [`RowTerms::NONE`], computed from nothing (so its kernels' code is what
-/// it was before the terms existed).
+/// head `head` in a sequence of `seq_len` keys, for one step: computed
+/// afresh at each step (the row's token and head through
+/// [`thread::opaque`]), not held across the key loop, where they spilled
+/// the 128-register wgmma kernels (docs/perf.md, "Variant kernels"). An
+/// ALiBi slope is an L1 hit. The standard variant's are [`RowTerms::NONE`],
+/// computed from nothing (so its kernels' code is what it was before the
+/// terms existed).
 #[inline(always)]
-pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, token: u32, head: u32, valid: bool) -> RowTerms {
+pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, token: u32, head: u32) -> RowTerms {
     if !V::WINDOW_AND_SINKS && !V::ALIBI {
         return RowTerms::NONE;
     }
-    let pos = seq_len.wrapping_sub(p.q_len).wrapping_add(token);
+    let pos = seq_len.wrapping_sub(p.q_len).wrapping_add(thread::opaque(token));
     let first = if V::WINDOW_AND_SINKS { pos.saturating_sub(p.window) } else { 0 };
-    let slope = if V::ALIBI && valid {
-        // SAFETY: the host checked `alibi_slopes` to hold `num_q_heads` f32s.
-        let slope = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.alibi_slopes + 4 * head as u64)) };
+    let slope = if V::ALIBI {
+        // SAFETY: the host checked `alibi_slopes` to hold `num_q_heads` f32s
+        // (a missing row's head is 0).
+        let slope = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.alibi_slopes + 4 * thread::opaque(head) as u64)) };
         slope * core::f32::consts::LOG2_E
     } else {
         0.0

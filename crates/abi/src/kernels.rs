@@ -34,12 +34,20 @@ impl DecodeKernel {
     ///   used 200 (187 with 2-chunk address batches), one block per SM;
     /// - the wgmma kernels run two 8-warp blocks per SM (128), except the
     ///   warp-specialised ones: one 12-warp block (65536 / 384: 168).
+    ///
+    /// The variant kernels (docs/perf.md, "Variant kernels") need more where
+    /// the standard ones sat at their cap: the unspecialised wgmma ones use
+    /// 155-160 registers uncapped and spilled up to 56 bytes at 128, so they
+    /// run one block per SM at 168; the wide ALiBi ones use up to 205 and
+    /// spilled up to 56 bytes at 168.
     pub const fn register_cap(&self) -> Option<u32> {
         let id = &self.id;
+        let standard = matches!(id.variant, Variant::Standard);
         match id.family {
             Family::Narrow if id.format.is_quantized() && id.head_dim <= 128 => Some(128),
+            Family::Wide if id.head_dim <= 128 && matches!(id.variant, Variant::Alibi) => Some(208),
             Family::Wide if id.head_dim <= 128 => Some(168),
-            Family::Wgmma if id.form.is_specialized() => Some(168),
+            Family::Wgmma if id.form.is_specialized() || !standard => Some(168),
             Family::Wgmma => Some(128),
             _ => None,
         }

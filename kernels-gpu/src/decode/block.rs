@@ -7,7 +7,7 @@
 use decode_attn_abi::{capacity_work_item, capacity_work_item_from, div_rem, window_start, DecodeParams, WorkItem};
 
 use crate::arch::{shared, thread};
-use crate::variant::{row_terms, AttentionVariant, RowTerms};
+use crate::variant::AttentionVariant;
 
 /// One thread's view of its two rows (`g` and `g + 8` of its warp's tile).
 #[derive(Clone, Copy)]
@@ -21,9 +21,6 @@ pub(crate) struct RowInfo {
     /// Keys `< limit` are visible to this row (causal among new tokens, and
     /// the work item's end).
     pub(crate) limit: u32,
-    /// The variant's terms of the row (its window's first key, position,
-    /// ALiBi slope).
-    pub(crate) terms: RowTerms,
 }
 
 /// The (token, query head) of packed row `global` of kv head `kvh`: rows
@@ -37,7 +34,7 @@ pub(crate) fn token_head(p: &DecodeParams, kvh: u32, global: u32) -> (u32, u32) 
 }
 
 #[inline(always)]
-pub(crate) fn row_info<V: AttentionVariant>(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
+pub(crate) fn row_info(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, local: u32) -> RowInfo {
     let global = row0 + local;
     let valid = local < p.rows_per_block && global < p.group * p.q_len;
     let token = if valid { global / p.group } else { 0 };
@@ -45,14 +42,14 @@ pub(crate) fn row_info<V: AttentionVariant>(p: &DecodeParams, item: &WorkItem, s
     // Token i (of q_len new ones) sees keys t < seq_len - q_len + 1 + i.
     let causal = seq_len - p.q_len + 1 + token;
     let limit = if valid && causal < item.kv_end { causal } else { item.kv_end };
-    RowInfo { local, valid, token, head, limit, terms: row_terms::<V>(p, seq_len, token, head, valid) }
+    RowInfo { local, valid, token, head, limit }
 }
 
 /// A thread's two rows of an `m16` C fragment: `first` (`g` within its
 /// warp's tile) and `first + 8`.
 #[inline(always)]
-pub(crate) fn row_pair<V: AttentionVariant>(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, first: u32) -> [RowInfo; 2] {
-    [first, first + 8].map(|r| row_info::<V>(p, item, seq_len, kvh, row0, r))
+pub(crate) fn row_pair(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32, row0: u32, first: u32) -> [RowInfo; 2] {
+    [first, first + 8].map(|r| row_info(p, item, seq_len, kvh, row0, r))
 }
 
 /// This block's work item and its sequence's length: from the uploaded

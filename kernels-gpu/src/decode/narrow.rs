@@ -73,9 +73,9 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
         r.local += slot * NARROW_ROWS;
         r
     };
-    let ra = at_slot(row_info::<V>(p, &item, seq_len, kvh, row0, 2 * c));
-    let rb = at_slot(row_info::<V>(p, &item, seq_len, kvh, row0, 2 * c + 1));
-    let rq = row_info::<V>(p, &item, seq_len, kvh, row0, g);
+    let ra = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c));
+    let rb = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c + 1));
+    let rq = row_info(p, &item, seq_len, kvh, row0, g);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];
@@ -105,7 +105,6 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     }
 
     let mask_from = mask_from(p, &item, seq_len);
-    let window_from = variant::window_from::<V>(p, seq_len);
 
     // o[np] = Oᵀ tile of dims v_dim(2np, ·) | v_dim(2np + 1, ·) × rows 2c, 2c+1.
     let mut o = [[0f32; 4]; NP];
@@ -142,14 +141,15 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
             } else {
                 ([1.0; 2], [1.0; 2])
             };
-            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, window_from);
+            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len));
+            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, r.token, r.head));
             #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
             for e in 0..4 {
                 let key = key0 + g + 8 * (e as u32 / 2);
-                let (row, row_scale) = if e % 2 == 0 { (&ra, scale_a) } else { (&rb, scale_b) };
-                let hidden = masked && V::hides(p, key, row.limit, &row.terms);
+                let (row, row_terms, row_scale) = if e % 2 == 0 { (&ra, &terms[0], scale_a) } else { (&rb, &terms[1], scale_b) };
+                let hidden = masked && V::hides(p, key, row.limit, row_terms);
                 let scale = if F::SCALED { row_scale * kscale[e / 2] } else { row_scale };
-                s[e] = variant::logit::<V>(p, s[e], scale, hidden, key, &row.terms);
+                s[e] = variant::logit::<V>(p, s[e], scale, hidden, key, row_terms);
             }
 
             let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2])), warp::column_max(s[1].max(s[3])));

@@ -77,7 +77,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     // The rows after the first copies for 16-bit caches, as the wide kernel
     // (`decode::decode`) has them; converting kernels keep them here (later,
     // their held values spilled at the 128-register cap).
-    let rows = || row_pair::<V>(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
+    let rows = || row_pair(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let early_rows = convert.then(rows);
 
     // The Q tile first, then (quantized formats) the converted K and V
@@ -105,7 +105,6 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     }
 
     let mask_from = mask_from(p, &item, seq_len);
-    let window_from = variant::window_from::<V>(p, seq_len);
     // Groups of 8 rows (or keys) are 1024 bytes apart; V's two column
     // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
     let q_desc = descriptor(q_tile, 16, 1024);
@@ -157,7 +156,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
                 let (k_side, v_side) = if F::SCALED { (pipe.k_side(stage) + 4 * sub, pipe.v_side(stage) + 4 * sub) } else { (0, 0) };
                 let fold = V::LINEAR_IN_SCALE && convert && !(CLUSTER && F::SCALED);
                 let ops = StepOperands { k: descriptor(k_rows, 16, 1024), v: descriptor(v_rows, column, 1024), k_scales: k_side, v_scales: v_side, key0 };
-                let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], terms: [ra.terms, rb.terms], mask_from, window_from };
+                let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, mask_from };
                 step::<F, V, STEP_TILES>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
             }
             sub += p.warps_k * WGMMA_KEYS;
@@ -251,8 +250,8 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     // faster here (−0.5 … +1.4 % on grid B int8 / int4-g32, docs/perf.md,
     // "Block prologue"). Written out, not `row_pair`: through it LLVM
     // ordered this kernel's prologue differently.
-    let ra = row_info::<V>(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
-    let rb = row_info::<V>(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
+    let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
+    let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
 
     // Shared memory (`decode_attn_abi::wgmma_prefix_bytes`): the Q tile,
     // the converted buffers' K and V tiles, the Q scales, the buffers'
@@ -348,12 +347,11 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
         }
     } else {
         let mask_from = mask_from(p, &item, seq_len);
-        let window_from = variant::window_from::<V>(p, seq_len);
         // Groups of 8 rows (or keys) are 1024 bytes apart; V's two column
         // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
         let q_desc = descriptor(q_tile, 16, 1024);
         let column = WGMMA_M * 128;
-        let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], terms: [ra.terms, rb.terms], mask_from, window_from };
+        let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, mask_from };
         // Warpgroup `group` takes the stages `t ≡ group (mod warps_k)`
         // whole, in 64-key steps: half the 32-key steps' maxima, votes,
         // rescales and MMA waits a key. Stage `t` is in buffer
@@ -440,16 +438,18 @@ pub(super) struct StepOperands {
 
 /// The thread's place in the step: its warp's 16 rows, its rows `g` and
 /// `g + 8` in them and its keys `8n + c2 + {0, 1}`, the rows' key limits and
-/// variant terms, the first key any row's limit masks and the key below
-/// which a row's window may (`variant::step_masked`).
+/// tokens and heads (whose variant terms each step computes,
+/// `variant::row_terms`), the sequence's length and the first key any row's
+/// limit masks.
 pub(super) struct RowView {
     pub warp_m: u32,
     pub g: u32,
     pub c2: u32,
     pub limits: [u32; 2],
-    pub terms: [RowTerms; 2],
+    pub tokens: [u32; 2],
+    pub heads: [u32; 2],
+    pub seq_len: u32,
     pub mask_from: u32,
-    pub window_from: u32,
 }
 
 /// One warpgroup's step of `8 T` keys (`T`: [`STEP_TILES`] or
@@ -502,23 +502,24 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     // step fewer (their step is issue-bound).
     let mut s = [[0f32; 4]; T];
     #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
+    let terms: [RowTerms; 2] = [0, 1].map(|r| variant::row_terms::<V>(p, view.seq_len, view.tokens[r], view.heads[r]));
     for n in 0..T {
         for e in 0..4 {
             let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
             let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-            s[n][e] = V::logit(p, raw[n][e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale }, key, &view.terms[e / 2]);
+            s[n][e] = V::logit(p, raw[n][e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale }, key, &terms[e / 2]);
         }
     }
     // Only the steps that reach past the first masked key test keys:
     // the mask hook (`variant::logit` in one pass measured the same
     // instructions, numbered otherwise, which ptxas allocated with
     // spills in the 128-register kernels).
-    if variant::step_masked::<V>(key0, 8 * T as u32, view.mask_from, view.window_from) {
+    if variant::step_masked::<V>(key0, 8 * T as u32, view.mask_from, variant::window_from::<V>(p, view.seq_len)) {
         #[allow(clippy::needless_range_loop)]
         for n in 0..T {
             for e in 0..4 {
                 let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                if V::hides(p, key, view.limits[e / 2], &view.terms[e / 2]) {
+                if V::hides(p, key, view.limits[e / 2], &terms[e / 2]) {
                     s[n][e] = f32::NEG_INFINITY;
                 }
             }

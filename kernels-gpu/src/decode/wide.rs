@@ -99,7 +99,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     // the copies, with the rows' divisions, they measured D (1, 1K) 0.4 µs
     // slower). (Converting kernels keep the rows first: later, the held
     // values took the d256 int4 cluster kernel past 255 registers.)
-    let rows = || row_pair::<V>(p, &item, seq_len, kvh, row0, warp_m * MMA_M + g);
+    let rows = || row_pair(p, &item, seq_len, kvh, row0, warp_m * MMA_M + g);
     let early_rows = q_conv.then(rows);
 
     let pipe = Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, item, kvh, smem);
@@ -133,7 +133,6 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     }
 
     let mask_from = mask_from(p, &item, seq_len);
-    let window_from = variant::window_from::<V>(p, seq_len);
 
     let mut o = [[0f32; 4]; NT];
     let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
@@ -170,16 +169,17 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
                 ([[1.0; 2]; 2], [[1.0; 2]; 2])
             };
             // Constant-index loops (not iterators) so `s` stays in registers.
-            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, window_from);
+            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len));
+            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, r.token, r.head));
             #[allow(clippy::needless_range_loop)]
             for n in 0..2 {
                 for e in 0..4 {
                     let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                    let row = if e < 2 { &ra } else { &rb };
+                    let (row, row_terms) = if e < 2 { (&ra, &terms[0]) } else { (&rb, &terms[1]) };
                     let row_scale = if e < 2 { scale_a } else { scale_b };
                     let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-                    let hidden = masked && V::hides(p, key, row.limit, &row.terms);
-                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, hidden, key, &row.terms);
+                    let hidden = masked && V::hides(p, key, row.limit, row_terms);
+                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, hidden, key, row_terms);
                 }
             }
 
