@@ -13,6 +13,21 @@ fn to_f32(bits: &[u16], dtype: Dtype) -> Vec<f32> {
     }
 }
 
+/// ‖a − b‖ / ‖b‖ of two outputs of `dtype` (infinite where either has a
+/// non-finite value).
+pub fn relative_difference(a: &[u16], b: &[u16], dtype: Dtype) -> f64 {
+    let (a, b) = (to_f32(a, dtype), to_f32(b, dtype));
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(&b) {
+        if !x.is_finite() || !y.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (x as f64 - y as f64).powi(2);
+        den += (y as f64).powi(2);
+    }
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
 /// Relative L2 error of the first and last sequences against the f64
 /// reference (NHD: each sequence's rows are contiguous, so only they are
 /// downloaded). Non-finite output counts as infinitely wrong.

@@ -622,8 +622,20 @@ fn paged_runs(
     // may pick another: a different summation order); the timed run the
     // paged planner's own plan.
     let paged = attn.plan_paged(pshape, lens, &identity, &same_shape(contiguous, opts, SpecializeChoice::Auto)).map_err(e)?;
-    if output_of(attn, stream, &paged, None, &mut sets[0])? != reference {
-        return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));
+    let out = output_of(attn, stream, &paged, None, &mut sets[0])?;
+    if paged.window_align() == contiguous.window_align() {
+        if out != reference {
+            return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one"));
+        }
+    } else {
+        // A window's start aligns to 16 keys over a strided cache and to a
+        // stage or a page over a paged one (`decode_attn::plan::window_align`):
+        // the two sum different tiles, so they agree within the error bound
+        // instead of bit for bit.
+        let diff = check::relative_difference(&out, reference, pshape.dtype);
+        if diff > check::TOLERANCE {
+            return Err(format!("paged (page size {ps}, identity table) output differs from the contiguous one by {diff:.1e} (relative L2)"));
+        }
     }
     let mut rng = decode_attn::testing::Rng::new(ps as u64);
     let mut table = identity;

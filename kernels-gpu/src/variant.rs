@@ -171,6 +171,26 @@ pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, token: u32
     RowTerms { first, pos, slope }
 }
 
+/// Starts the loads of the rows' per-head values (ALiBi slopes, sinks) at
+/// the block's start, so that the first step's slopes and the epilogue's
+/// or merge's sinks hit L1: cold, they waited on HBM in every block
+/// (docs/perf.md, "Variant kernels"). Nothing for the standard variant.
+#[inline(always)]
+pub fn prefetch_heads<V: AttentionVariant>(p: &DecodeParams, heads: [u32; 2]) {
+    for head in heads {
+        // SAFETY: the host checked both arrays to hold `num_q_heads` f32s
+        // where present (a missing row's head is a valid one).
+        unsafe {
+            if V::ALIBI {
+                memory::prefetch_l1(p.alibi_slopes + 4 * head as u64);
+            }
+            if V::WINDOW_AND_SINKS && p.sinks != 0 {
+                memory::prefetch_l1(p.sinks + 4 * head as u64);
+            }
+        }
+    }
+}
+
 /// Keys below this may be outside the window of some row of a sequence of
 /// `seq_len` keys (its last new token's first key); 0 for variants without
 /// a window (and for a launch without one).

@@ -56,6 +56,16 @@ pub fn cp_async_wait<const N: u32>() {
     unsafe { core::arch::asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
 }
 
+/// `prefetch.global.L1`: brings the line of `addr` into this SM's L1, so
+/// that a later load of it hits instead of waiting on L2 or HBM.
+///
+/// # Safety
+/// `addr` must be a global address.
+#[inline(always)]
+pub unsafe fn prefetch_l1(addr: u64) {
+    core::arch::asm!("prefetch.global.L1 [{a}];", a = in(reg64) addr, options(nostack, preserves_flags));
+}
+
 /// `ld.global.nc.b32`: read-only load through the non-coherent cache.
 ///
 /// # Safety

@@ -76,6 +76,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     let ra = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c));
     let rb = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c + 1));
     let rq = row_info(p, &item, seq_len, kvh, row0, g);
+    variant::prefetch_heads::<V>(p, [ra.head, rb.head]);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];

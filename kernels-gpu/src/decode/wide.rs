@@ -109,6 +109,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     let [ra, rb] = early_rows.unwrap_or_else(rows);
+    variant::prefetch_heads::<V>(p, [ra.head, rb.head]);
     let mut qf = [[0u32; 4]; KC];
     if !q_conv && !q_smem {
         // (convert_q fills the tile of converted formats below.)
