@@ -171,21 +171,28 @@ pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, token: u32
     RowTerms { first, pos, slope }
 }
 
-/// Starts the loads of the rows' per-head values (ALiBi slopes, sinks) at
-/// the block's start, so that the first step's slopes and the epilogue's
-/// or merge's sinks hit L1: cold, they waited on HBM in every block
-/// (docs/perf.md, "Variant kernels"). Nothing for the standard variant.
+/// Starts the loads of the launch's per-head values (ALiBi slopes, sinks)
+/// at the kernel's start, a 128-byte line per thread of the first few, so
+/// that the first step's slopes and the epilogue's or merge's sinks hit L1:
+/// cold, they waited on HBM in every block (docs/perf.md, "Variant
+/// kernels"). Called before anything else is live (from the rows' heads,
+/// later, it moved ptxas to spills in the capped kernels). Nothing for the
+/// standard variant.
 #[inline(always)]
-pub fn prefetch_heads<V: AttentionVariant>(p: &DecodeParams, heads: [u32; 2]) {
-    for head in heads {
+pub fn prefetch_heads<V: AttentionVariant>(p: &DecodeParams) {
+    if !V::ALIBI && !V::WINDOW_AND_SINKS {
+        return;
+    }
+    let line = thread::thread_idx_x();
+    if line * 128 < p.num_q_heads * 4 {
         // SAFETY: the host checked both arrays to hold `num_q_heads` f32s
-        // where present (a missing row's head is a valid one).
+        // where present; `line * 128` is inside them.
         unsafe {
             if V::ALIBI {
-                memory::prefetch_l1(p.alibi_slopes + 4 * head as u64);
+                memory::prefetch_l1(p.alibi_slopes + 128 * line as u64);
             }
             if V::WINDOW_AND_SINKS && p.sinks != 0 {
-                memory::prefetch_l1(p.sinks + 4 * head as u64);
+                memory::prefetch_l1(p.sinks + 128 * line as u64);
             }
         }
     }

@@ -51,6 +51,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     // The warp's head in the block (`HG` > 1) and its place along the keys.
     let (slot, warp_k) = if HG == 1 { (0, tid / 32) } else { div_rem(tid / 32, p.warps_k) };
 
+    variant::prefetch_heads::<V>(p);
     let Some((item, seq_len)) = block_work_of::<V, CLUSTER, HG>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
@@ -76,7 +77,6 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     let ra = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c));
     let rb = at_slot(row_info(p, &item, seq_len, kvh, row0, 2 * c + 1));
     let rq = row_info(p, &item, seq_len, kvh, row0, g);
-    variant::prefetch_heads::<V>(p, [ra.head, rb.head]);
 
     // Qᵀ B fragments: b0 = Q[g][16kc + 2c ..+2], b1 = Q[g][16kc + 2c + 8 ..+2].
     let mut qb = [[0u32; 2]; KC];

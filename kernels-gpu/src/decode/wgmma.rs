@@ -66,6 +66,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     let warp_m = warp % 4;
     let warp_k = warp / 4;
 
+    variant::prefetch_heads::<V>(p);
     let Some((item, seq_len)) = block_work::<V, CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
@@ -96,7 +97,6 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     pipe.prefetch();
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
     let [ra, rb] = early_rows.unwrap_or_else(rows);
-    variant::prefetch_heads::<V>(p, [ra.head, rb.head]);
 
     if convert {
         let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
@@ -241,6 +241,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     let group = warp / 4;
     let producer = group >= p.warps_k;
 
+    variant::prefetch_heads::<V>(p);
     let Some((item, seq_len)) = block_work::<V, CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let kvh = block_kv_head::<CLUSTER>(p);
@@ -253,7 +254,6 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     // ordered this kernel's prologue differently.
     let ra = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let rb = row_info(p, &item, seq_len, kvh, row0, warp_m * 16 + g + 8);
-    variant::prefetch_heads::<V>(p, [ra.head, rb.head]);
 
     // Shared memory (`decode_attn_abi::wgmma_prefix_bytes`): the Q tile,
     // the converted buffers' K and V tiles, the Q scales, the buffers'

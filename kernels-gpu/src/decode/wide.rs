@@ -62,6 +62,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     } else {
         (0, block_work::<V, CLUSTER>(p))
     };
+    variant::prefetch_heads::<V>(p);
     let Some((item, seq_len)) = work else {
         // (A sequence shorter than its new tokens: no work, but the guessed
         // copies must land before the block's shared memory is released.)
@@ -109,7 +110,6 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
     keep_seq_len::<CLUSTER>(p, seq_len, tid);
 
     let [ra, rb] = early_rows.unwrap_or_else(rows);
-    variant::prefetch_heads::<V>(p, [ra.head, rb.head]);
     let mut qf = [[0u32; 4]; KC];
     if !q_conv && !q_smem {
         // (convert_q fills the tile of converted formats below.)
