@@ -91,3 +91,70 @@ fn int4_groups_round_trip_within_half_a_step_and_use_the_kernel_nibble_order() {
     dequantize_int4_row(&bytes[..16], &side1, 32, &mut back[..32]);
     assert!(back[..32].iter().all(|&v| v == 1.5));
 }
+
+/// fp8 e4m3: the CPU twin of `cvt.rn.satfinite.e4m3x2.f32`.
+mod e4m3 {
+    use decode_attn::quant::{e4m3_from_f32, e4m3_to_f32, E4M3_MAX, E4M3_NAN};
+
+    /// The nearest finite e4m3 code by search over all of them: ties to the
+    /// even code (mantissa bit 0 clear), beyond 448 saturated.
+    fn nearest(x: f32) -> u8 {
+        if x.is_nan() {
+            return E4M3_NAN;
+        }
+        let sign = if x.is_sign_negative() { 0x80 } else { 0 };
+        let a = x.abs() as f64;
+        if a >= E4M3_MAX as f64 {
+            return sign | 0x7e;
+        }
+        let mut best = 0u8;
+        for code in 0..=0x7eu8 {
+            let (v, b) = (e4m3_to_f32(code) as f64, e4m3_to_f32(best) as f64);
+            let (dv, db) = ((v - a).abs(), (b - a).abs());
+            if dv < db || (dv == db && code % 2 == 0 && best % 2 == 1) {
+                best = code;
+            }
+        }
+        sign | best
+    }
+
+    #[test]
+    fn codes_decode_to_the_format_s_values() {
+        assert_eq!(e4m3_to_f32(0x00), 0.0);
+        assert_eq!(e4m3_to_f32(0x01), 2f32.powi(-9), "smallest subnormal");
+        assert_eq!(e4m3_to_f32(0x07), 7.0 * 2f32.powi(-9), "largest subnormal");
+        assert_eq!(e4m3_to_f32(0x08), 2f32.powi(-6), "smallest normal");
+        assert_eq!(e4m3_to_f32(0x38), 1.0);
+        assert_eq!(e4m3_to_f32(0x7e), E4M3_MAX);
+        assert_eq!(e4m3_to_f32(0xfe), -E4M3_MAX);
+        assert!(e4m3_to_f32(0x7f).is_nan() && e4m3_to_f32(0xff).is_nan());
+    }
+
+    #[test]
+    fn every_finite_code_round_trips() {
+        for code in (0..=255u8).filter(|c| c & 0x7f != 0x7f) {
+            assert_eq!(e4m3_from_f32(e4m3_to_f32(code)), code, "code {code:#04x}");
+        }
+    }
+
+    #[test]
+    fn rounds_to_nearest_even_and_saturates() {
+        // Every 16411th f32 (both signs, every exponent) and every f32 near
+        // the codes' midpoints and the range's edges.
+        let mut xs: Vec<f32> = (0..u32::MAX / 16411).map(|i| f32::from_bits(i * 16411)).collect();
+        for code in 0..0x7eu8 {
+            let (lo, hi) = (e4m3_to_f32(code), e4m3_to_f32(code + 1));
+            let mid = (lo + hi) / 2.0;
+            for x in [mid, f32::from_bits(mid.to_bits() - 1), f32::from_bits(mid.to_bits() + 1), lo, hi] {
+                xs.extend([x, -x]);
+            }
+        }
+        xs.extend([448.0, 463.99, 464.0, 480.0, 1e30, f32::MAX, f32::INFINITY, f32::MIN_POSITIVE, 1e-45]);
+        for x in xs.iter().flat_map(|&x| [x, -x]) {
+            assert_eq!(e4m3_from_f32(x), nearest(x), "x = {x:e} ({:#010x})", x.to_bits());
+        }
+        assert_eq!(e4m3_from_f32(f32::NAN), E4M3_NAN);
+        assert_eq!(e4m3_from_f32(f32::NEG_INFINITY), 0xfe);
+        assert_eq!(e4m3_from_f32(-0.0), 0x80);
+    }
+}

@@ -11,6 +11,10 @@
 
 use decode_attn_abi::KvFormat;
 
+/// fp8 e4m3 conversions the cache kernels repeat bit for bit
+/// (`cvt.rn.satfinite.e4m3x2.f32`).
+pub use decode_attn_abi::{e4m3_from_f32, e4m3_to_f32, E4M3_MAX, E4M3_NAN};
+
 use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
 

@@ -6,12 +6,14 @@
 #![no_std]
 
 mod axes;
+mod fp8;
 mod kernel_set;
 mod kernels;
 mod params;
 mod tile;
 
 pub use axes::*;
+pub use fp8::*;
 pub use kernel_set::*;
 pub use kernels::*;
 pub use params::*;
