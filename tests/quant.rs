@@ -158,3 +158,56 @@ mod e4m3 {
         assert_eq!(e4m3_from_f32(-0.0), 0x80);
     }
 }
+
+/// fp8 rows: per-row scales (`Fp8PerHead`) and a given scale (`Fp8`).
+mod fp8_rows {
+    use decode_attn::quant::{dequantize_fp8_row, e4m3_to_f32, quantize_fp8_row, quantize_fp8_row_scaled, E4M3_MAX};
+
+    fn row(seed: u32) -> Vec<f32> {
+        // Deterministic values over several decades, both signs.
+        (0..128u32).map(|i| ((i * 2654435761 ^ seed) % 2001) as f32 / 1000.0 - 1.0).map(|v| v * 10f32.powi((v * 3.0) as i32)).collect()
+    }
+
+    #[test]
+    fn a_row_s_largest_magnitude_maps_to_448() {
+        let x = row(7);
+        let mut q = vec![0u8; x.len()];
+        let scale = quantize_fp8_row(&x, &mut q);
+        let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_eq!(scale, amax / E4M3_MAX);
+        assert!(q.iter().any(|&c| c & 0x7f == 0x7e), "some code is ±448");
+        assert!(q.iter().all(|&c| c & 0x7f != 0x7f), "no NaN from finite input");
+    }
+
+    #[test]
+    fn dequantized_values_are_within_half_a_step_of_the_input() {
+        for seed in 0..16 {
+            let x = row(seed);
+            let mut q = vec![0u8; x.len()];
+            let scale = quantize_fp8_row(&x, &mut q);
+            let mut y = vec![0f32; x.len()];
+            dequantize_fp8_row(&q, scale, &mut y);
+            for ((&a, &b), &c) in x.iter().zip(&y).zip(&q) {
+                // Half the code's spacing (3 mantissa bits: 2^-4 relative
+                // for normals, 2^-10 · scale absolute for subnormals),
+                // plus f32 rounding of the scaling.
+                let step = if c & 0x78 == 0 { 2f32.powi(-9) } else { e4m3_to_f32(c & 0x7f) / 8.0 };
+                assert!((a - b).abs() <= 0.5 * step * scale * 1.0001 + 1e-30, "{a} -> {b} (code {c:#04x}, scale {scale})");
+            }
+        }
+    }
+
+    #[test]
+    fn an_all_zero_row_stores_zeros_and_scale_zero() {
+        let mut q = vec![0xffu8; 64];
+        assert_eq!(quantize_fp8_row(&[0.0; 64], &mut q), 0.0);
+        assert!(q.iter().all(|&c| c == 0));
+    }
+
+    #[test]
+    fn a_given_scale_saturates_beyond_448_times_it() {
+        let mut q = [0u8; 4];
+        quantize_fp8_row_scaled(&[1.0, -1e6, 1e6, f32::NAN], 0.5, &mut q);
+        assert_eq!(q, [0x40, 0xfe, 0x7e, 0x7f]);
+    }
+}

@@ -35,6 +35,36 @@ pub fn dequantize_int8_row(q: &[i8], scale: f32, out: &mut [f32]) {
     }
 }
 
+/// Quantizes one row to fp8 e4m3 with its own scale (the `Fp8PerHead`
+/// rule, int8's with 448 for 127): `amax = max |x|`, `inv = 448 / amax`,
+/// `q = e4m3(x · inv)`; returns the scale `amax / 448` (0 and zero codes
+/// for an all-zero row).
+pub fn quantize_fp8_row(x: &[f32], q: &mut [u8]) -> f32 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let inv = if amax > 0.0 { E4M3_MAX / amax } else { 0.0 };
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = e4m3_from_f32(v * inv);
+    }
+    amax / E4M3_MAX
+}
+
+/// Quantizes one row to fp8 e4m3 under a given scale (the per-tensor `Fp8`
+/// rule): `q = e4m3(x · (1 / scale))`, values beyond ±448 · scale
+/// saturated. `scale` must be positive and finite.
+pub fn quantize_fp8_row_scaled(x: &[f32], scale: f32, q: &mut [u8]) {
+    let inv = 1.0 / scale;
+    for (o, &v) in q.iter_mut().zip(x) {
+        *o = e4m3_from_f32(v * inv);
+    }
+}
+
+/// The values an fp8 row stands for under `scale`.
+pub fn dequantize_fp8_row(q: &[u8], scale: f32, out: &mut [f32]) {
+    for (o, &v) in out.iter_mut().zip(q) {
+        *o = e4m3_to_f32(v) * scale;
+    }
+}
+
 /// Slot of dim `p` (0..8) of a 32-bit word: nibbles are stored in the order
 /// `p0 p2 p4 p6 p1 p3 p5 p7` (the kernels' magic-number extraction order).
 pub fn int4_slot(p: usize) -> usize {
