@@ -186,3 +186,35 @@ pub fn f16_bits(x: f32) -> u32 {
     }
     r
 }
+
+/// `cvt.rn.f16x2.e4m3x2`: the two fp8 e4m3 values in the low 16 bits of
+/// `pair` (first value in bits 8..16, as PTX orders the pair) as an f16x2,
+/// exactly (every e4m3 value is an f16).
+#[inline(always)]
+pub fn f16x2_from_e4m3x2(pair: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic on a 16-bit operand.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .b16 p; cvt.u16.u32 p, {a}; cvt.rn.f16x2.e4m3x2 {r}, p; }}",
+            r = out(reg32) r, a = in(reg32) pair, options(pure, nomem, nostack)
+        );
+    }
+    r
+}
+
+/// `cvt.rn.satfinite.e4m3x2.f32`: `hi` and `lo` as two fp8 e4m3 values
+/// (`hi` in bits 8..16), rounded to nearest even, saturated to ±448, NaN
+/// kept: `decode_attn_abi::e4m3_from_f32` is its CPU twin.
+#[inline(always)]
+pub fn e4m3x2_from_f32(hi: f32, lo: f32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .b16 p; cvt.rn.satfinite.e4m3x2.f32 p, {h}, {l}; cvt.u32.u16 {r}, p; }}",
+            r = out(reg32) r, h = in(reg32) hi, l = in(reg32) lo, options(pure, nomem, nostack)
+        );
+    }
+    r
+}
