@@ -49,7 +49,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// KV formats to fuzz, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16", "int8", "int4-g32", "int4-g64", "int4-g128"])]
+    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16", "int8", "int4-g32", "int4-g64", "int4-g128", "fp8-per-head"])]
     format: Vec<String>,
     /// The regressions file (read first; new failures are appended).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fuzz-regressions.txt"))]

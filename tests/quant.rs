@@ -165,7 +165,7 @@ mod fp8_rows {
 
     fn row(seed: u32) -> Vec<f32> {
         // Deterministic values over several decades, both signs.
-        (0..128u32).map(|i| ((i * 2654435761 ^ seed) % 2001) as f32 / 1000.0 - 1.0).map(|v| v * 10f32.powi((v * 3.0) as i32)).collect()
+        (0..128u32).map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0).map(|v| v * 10f32.powi((v * 3.0) as i32)).collect()
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
     match f {
         KvFormat::Bf16 => ElemType::Bf16,
         KvFormat::F16 => ElemType::F16,
-        KvFormat::Int8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => ElemType::U8,
+        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => ElemType::U8,
     }
 }
 
@@ -53,7 +53,7 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
 pub fn side_elem(f: KvFormat) -> Option<ElemType> {
     match f {
         KvFormat::Bf16 | KvFormat::F16 => None,
-        KvFormat::Int8 => Some(ElemType::F32),
+        KvFormat::Int8 | KvFormat::Fp8PerHead => Some(ElemType::F32),
         _ => Some(ElemType::U32),
     }
 }

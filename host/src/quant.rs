@@ -119,8 +119,8 @@ pub fn dequantize_int4_row(bytes: &[u8], side: &[u32], group: usize, out: &mut [
 /// per group; entries of missing rows are NaN bits, `0x7FC0_0000`).
 pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<u32>)> {
     match shape.kv_format {
-        KvFormat::Int8 => {
-            let (d, s) = quantize_cache_int8(shape, seq_lens, plain)?;
+        KvFormat::Int8 | KvFormat::Fp8PerHead => {
+            let (d, s) = quantize_cache_per_head(shape, seq_lens, plain)?;
             Ok((d, s.into_iter().map(f32::to_bits).collect()))
         }
         f => {
@@ -145,9 +145,9 @@ pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> R
 /// shape's layout (other elements NaN), for any quantized format.
 pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side: &[u32]) -> Result<Vec<f32>> {
     match shape.kv_format {
-        KvFormat::Int8 => {
+        KvFormat::Int8 | KvFormat::Fp8PerHead => {
             let scales: Vec<f32> = side.iter().map(|&w| f32::from_bits(w)).collect();
-            dequantize_cache_int8(shape, seq_lens, data, &scales)
+            dequantize_cache_per_head(shape, seq_lens, data, &scales)
         }
         f => {
             let group = f.group().ok_or_else(|| Error::invalid("kv_format", "a quantized format", f.name()))? as usize;
@@ -184,18 +184,30 @@ fn check_quantized(shape: &DecodeShape, seq_lens: &[u32], values: usize) -> Resu
 /// entries NaN, so a kernel that reads a row past a length cannot pass).
 /// Rows are quantized in parallel.
 pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<f32>)> {
+    ensure(shape.kv_format == KvFormat::Int8, "kv_format", "int8", shape.kv_format.name())?;
+    quantize_cache_per_head(shape, seq_lens, plain)
+}
+
+/// [`quantize_cache_int8`] for either per-head byte format (int8, fp8 per
+/// head): bytes in the layout, one f32 scale per row.
+fn quantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<f32>)> {
     check_cache_shape(shape, seq_lens, plain.len())?;
     let d = shape.head_dim as usize;
+    let fp8 = shape.kv_format == KvFormat::Fp8PerHead;
     let mut data = vec![0u8; shape.kv_elems_required().unwrap_or(0) as usize];
     let mut scales = vec![f32::NAN; (shape.side_bytes_required().unwrap_or(0) / 4) as usize];
     let (out, side) = (Shared::new(&mut data), Shared::new(&mut scales));
     for_each_row(shape, seq_lens, |at, s| {
-        let mut q = [0i8; 256];
         // SAFETY: each row and scale goes to one thread (`for_each_row`).
         let (row, scale) = unsafe { (out.slice(at, d), side.slice(s, 1)) };
-        scale[0] = quantize_int8_row(&plain[at..at + d], &mut q[..d]);
-        for (o, &v) in row.iter_mut().zip(&q[..d]) {
-            *o = (v as i32 + 128) as u8;
+        if fp8 {
+            scale[0] = quantize_fp8_row(&plain[at..at + d], row);
+        } else {
+            let mut q = [0i8; 256];
+            scale[0] = quantize_int8_row(&plain[at..at + d], &mut q[..d]);
+            for (o, &v) in row.iter_mut().zip(&q[..d]) {
+                *o = (v as i32 + 128) as u8;
+            }
         }
     });
     Ok((data, scales))
@@ -204,17 +216,28 @@ pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32])
 /// The f32 values of a quantized cache's rows `t < seq_lens[b]`, in the
 /// shape's layout (other elements NaN): what the attention kernels compute with.
 pub fn dequantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[f32]) -> Result<Vec<f32>> {
+    ensure(shape.kv_format == KvFormat::Int8, "kv_format", "int8", shape.kv_format.name())?;
+    dequantize_cache_per_head(shape, seq_lens, data, scales)
+}
+
+/// [`dequantize_cache_int8`] for either per-head byte format.
+fn dequantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[f32]) -> Result<Vec<f32>> {
     check_cache_shape(shape, seq_lens, data.len())?;
     ensure((scales.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), "scales", "one scale per row of the cache", scales.len())?;
     let d = shape.head_dim as usize;
+    let fp8 = shape.kv_format == KvFormat::Fp8PerHead;
     let mut out = vec![f32::NAN; data.len()];
     let shared = Shared::new(&mut out);
     for_each_row(shape, seq_lens, |at, si| {
         // SAFETY: each row goes to one thread (`for_each_row`).
         let row = unsafe { shared.slice(at, d) };
         let s = scales[si];
-        for (o, &byte) in row.iter_mut().zip(&data[at..at + d]) {
-            *o = (byte as i32 - 128) as f32 * s;
+        if fp8 {
+            dequantize_fp8_row(&data[at..at + d], s, row);
+        } else {
+            for (o, &byte) in row.iter_mut().zip(&data[at..at + d]) {
+                *o = (byte as i32 - 128) as f32 * s;
+            }
         }
     });
     Ok(out)
@@ -252,7 +275,7 @@ fn for_each_row(shape: &DecodeShape, seq_lens: &[u32], f: impl Fn(usize, usize) 
 }
 
 fn check_cache_shape(shape: &DecodeShape, seq_lens: &[u32], len: usize) -> Result<()> {
-    ensure(shape.kv_format == KvFormat::Int8, "kv_format", "int8", shape.kv_format.name())?;
+    ensure(matches!(shape.kv_format, KvFormat::Int8 | KvFormat::Fp8PerHead), "kv_format", "int8 or fp8-per-head", shape.kv_format.name())?;
     check_quantized(shape, seq_lens, len)
 }
 

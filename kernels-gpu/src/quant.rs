@@ -13,7 +13,7 @@
 use decode_attn_abi::{QuantParams, QUANT_WARPS};
 
 use crate::arch::{math, memory, thread, warp};
-use crate::format::Half;
+use crate::format::{Half, F16};
 
 /// Row (b, t, h) of this warp and its destination token, or `None` when the
 /// warp has no row (past the grid's end, or past the sequence).
@@ -161,6 +161,66 @@ pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &Quant
         let lo = ((pair & 0xFF) as i32 - 128) as f32 * scale;
         let hi = ((pair >> 8) as i32 - 128) as f32 * scale;
         memory::st_global_u32(dst + 4 * w as u64, H::pack(lo, hi));
+    }
+}
+
+/// 16-bit rows → fp8 e4m3 rows + one f32 scale per row (`Fp8PerHead`):
+/// `amax = max |x|`, `inv = 448 / amax`, `q = e4m3(x · inv)` by
+/// `cvt.rn.satfinite` (ties to even), scale `amax / 448`; an all-zero row
+/// stores zeros and scale 0. `decode_attn::quant::quantize_fp8_row` is its
+/// CPU twin, bit for bit.
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let lane = thread::lane_id();
+    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
+    let mut amax = 0f32;
+    #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
+    for i in 0..E {
+        amax = amax.max(x[i].abs());
+    }
+    let amax = warp::warp_max(amax);
+    let inv = if amax > 0.0 { decode_attn_abi::E4M3_MAX / amax } else { 0.0 };
+    let dst = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
+    // Pairs of bytes, the first value in the low byte.
+    let mut pairs = [0u32; E];
+    for i in 0..E / 2 {
+        pairs[i] = math::e4m3x2_from_f32(x[2 * i + 1] * inv, x[2 * i] * inv);
+    }
+    if E == 2 {
+        memory::st_global_u16(dst, pairs[0]);
+    } else {
+        for w in 0..E / 4 {
+            memory::st_global_u32(dst + 4 * w as u64, pairs[2 * w] | (pairs[2 * w + 1] << 16));
+        }
+    }
+    if lane == 0 {
+        memory::st_global_f32(side_row(p, cb, ct, h), amax / decode_attn_abi::E4M3_MAX);
+    }
+}
+
+/// fp8 e4m3 rows + scales → 16-bit rows (the whole cache, rows `t <
+/// seq_len`): `e4m3 · scale`, rounded once to the 16-bit type.
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn dequantize_fp8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let lane = thread::lane_id();
+    let src = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
+    let scale = memory::ld_global_nc_f32(side_row(p, cb, ct, h));
+    let dst = plain_row(p, pb, pt, h) + (lane as usize * E * 2) as u64;
+    for w in 0..E / 2 {
+        let (lo, hi) = F16::unpack(math::f16x2_from_e4m3x2(memory::ld_global_nc_u16(src + 2 * w as u64)));
+        memory::st_global_u32(dst + 4 * w as u64, H::pack(lo * scale, hi * scale));
     }
 }
 

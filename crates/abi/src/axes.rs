@@ -111,10 +111,14 @@ pub enum KvFormat {
     Int4G64 = 4,
     /// int4 group-wise, G = 128 (head_dim ≥ 128).
     Int4G128 = 5,
+    /// fp8 e4m3 per head: D e4m3 bytes per row (`crate::e4m3_from_f32`) and
+    /// one f32 scale per (sequence, token, kv head) in side data, int8's
+    /// layout: `x ≈ e4m3 · scale`.
+    Fp8PerHead = 6,
 }
 
 impl KvFormat {
-    pub const ALL: [KvFormat; 6] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128];
+    pub const ALL: [KvFormat; 7] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128, KvFormat::Fp8PerHead];
     pub const fn name(self) -> &'static str {
         match self {
             KvFormat::Bf16 => "bf16",
@@ -123,6 +127,7 @@ impl KvFormat {
             KvFormat::Int4G32 => "int4-g32",
             KvFormat::Int4G64 => "int4-g64",
             KvFormat::Int4G128 => "int4-g128",
+            KvFormat::Fp8PerHead => "fp8-per-head",
         }
     }
     /// The format's part of kernel symbols: its name without punctuation.
@@ -134,13 +139,14 @@ impl KvFormat {
             KvFormat::Int4G32 => "int4g32",
             KvFormat::Int4G64 => "int4g64",
             KvFormat::Int4G128 => "int4g128",
+            KvFormat::Fp8PerHead => "fp8ph",
         }
     }
     /// Bits per cached value (16, 8 or 4). Cache strides count values.
     pub const fn bits(self) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 => 16,
-            KvFormat::Int8 => 8,
+            KvFormat::Int8 | KvFormat::Fp8PerHead => 8,
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 4,
         }
     }
@@ -171,7 +177,7 @@ impl KvFormat {
     pub const fn side_bytes(self, head_dim: u32) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 => 0,
-            KvFormat::Int8 => 4,
+            KvFormat::Int8 | KvFormat::Fp8PerHead => 4,
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => match self.group() {
                 Some(g) => saturate(4 * head_dim as u64 / g as u64),
                 None => 0,

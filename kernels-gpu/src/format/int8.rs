@@ -1,12 +1,13 @@
-//! int8 per-head caches: rows of D bytes `q + 128` (symmetric, q in
-//! -127..=127, `x ≈ q·scale`) and one f32 scale per row in side data, for K
-//! and V each.
+//! Byte caches with one f32 scale per row in side data, for K and V each:
+//! int8 per head (D bytes `q + 128`, symmetric, q in -127..=127, `x ≈
+//! q·scale`) and fp8 e4m3 per head (D e4m3 bytes, `x ≈ e4m3·scale`). The
+//! two share everything but how a byte becomes fp16 ([`ByteCode`]).
 //!
-//! Integers are converted to fp16 in registers, straight into mma B
-//! fragments (exact: |q| ≤ 127; two instructions per pair); the body
-//! converts Q to fp16 once (exactly, scaled by a power of two per row) and
-//! applies the scales to score columns (K) and to P (V). sm_90 has no 8-bit
-//! `ldmatrix`:
+//! Bytes are converted to fp16 in registers, straight into mma B
+//! fragments (exact: |q| ≤ 127, and every e4m3 value is an f16; two
+//! instructions per pair); the body converts Q to fp16 once (exactly,
+//! scaled by a power of two per row) and applies the scales to score
+//! columns (K) and to P (V). sm_90 has no 8-bit `ldmatrix`:
 //! - K: one 64-bit shared load per row and 32 dims gives bytes `8c .. 8c+8`,
 //!   used as the logical dims `2c, 2c+1 | 2c+8, 2c+9` of the B fragments of
 //!   two k-chunks; Q is stored in that order (`q_position`);
@@ -20,16 +21,20 @@ use core::marker::PhantomData;
 use super::{swizzled, Half, KvFormat, LinearRows, StageTiles, TileLayout, HALF_TILE};
 use crate::arch::{math, mma, shared};
 
-pub struct Int8Kv<H>(PhantomData<H>);
-
-/// 16-bit types that cache bytes convert to exactly.
-pub trait FromI8: Half {
-    /// Bytes `lo` and `hi` (0..4) of `w`, each `q + 128` for a q in
-    /// -127..=127, as the pair (q_lo, q_hi) of this type.
+/// How a format's bytes become fp16.
+pub trait ByteCode {
+    /// The cache format of the table this code stores.
+    const FORMAT: decode_attn_abi::KvFormat;
+    /// Bytes `lo` and `hi` (0..4) of `w` as an fp16 pair (`lo`'s value in
+    /// the low half), exactly.
     fn pair(w: u32, lo: u32, hi: u32) -> u32;
 }
 
-impl FromI8 for super::F16 {
+/// int8: bytes `q + 128`.
+pub struct OffsetInt8;
+
+impl ByteCode for OffsetInt8 {
+    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Int8;
     #[inline(always)]
     fn pair(w: u32, lo: u32, hi: u32) -> u32 {
         // Bytes are stored offset by 128 (`docs/formats.md`): f16 0x64XX is
@@ -39,10 +44,30 @@ impl FromI8 for super::F16 {
     }
 }
 
+/// fp8 e4m3 bytes.
+pub struct E4m3;
+
+impl ByteCode for E4m3 {
+    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Fp8PerHead;
+    #[inline(always)]
+    fn pair(w: u32, lo: u32, hi: u32) -> u32 {
+        // The two bytes side by side (`hi` above `lo`), then one cvt.
+        math::f16x2_from_e4m3x2(math::prmt(w, 0, lo | (hi << 4) | (4 << 8) | (4 << 12)))
+    }
+}
+
+/// A byte cache of queries `Q` whose bytes are `C`.
+pub struct ByteKv<Q, C>(PhantomData<(Q, C)>);
+
+/// int8 per head.
+pub type Int8Kv<Q> = ByteKv<Q, OffsetInt8>;
+/// fp8 e4m3 per head.
+pub type Fp8PerHeadKv<Q> = ByteKv<Q, E4m3>;
+
 // Both query dtypes compute in fp16: bytes become fp16 with two
-// instructions per pair (`FromI8`), and Q is converted exactly.
-impl<Q: Half> KvFormat for Int8Kv<Q> {
-    const FORMAT: decode_attn_abi::KvFormat = decode_attn_abi::KvFormat::Int8;
+// instructions per pair (`ByteCode`), and Q is converted exactly.
+impl<Q: Half, C: ByteCode> KvFormat for ByteKv<Q, C> {
+    const FORMAT: decode_attn_abi::KvFormat = C::FORMAT;
     type Compute = super::F16;
     type Query = Q;
     const SCALED: bool = true;
@@ -76,8 +101,7 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         let at = |row: u32| tile + swizzled(row, 2 * kp + c / 2, D as u32) + 8 * (c % 2);
         let [a0, a1] = shared::ld_shared_v2_u32(at(key + g));
         let [b0, b1] = shared::ld_shared_v2_u32(at(key + 8 + g));
-        type H<T> = <T as KvFormat>::Compute;
-        let frag = |w0: u32, w1: u32| [H::<Self>::pair(w0, 0, 1), H::<Self>::pair(w0, 2, 3), H::<Self>::pair(w1, 0, 1), H::<Self>::pair(w1, 2, 3)];
+        let frag = |w0: u32, w1: u32| [C::pair(w0, 0, 1), C::pair(w0, 2, 3), C::pair(w1, 0, 1), C::pair(w1, 2, 3)];
         [frag(a0, b0), frag(a1, b1)]
     }
 
@@ -88,8 +112,7 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
         let [w0, w1, w2, w3] = mma::ldmatrix_x4_trans(tile + swizzled(key + lane % 16, 2 * mp + lane / 16, D as u32));
         // w = [v(2c, 2g), v(2c, 2g+1), v(2c+1, 2g), v(2c+1, 2g+1)] (dims
         // relative to the chunk): bytes 0, 2 are dim 2g, bytes 1, 3 dim 2g+1.
-        type H<T> = <T as KvFormat>::Compute;
-        let frag = |a: u32, b: u32| [H::<Self>::pair(a, 0, 2), H::<Self>::pair(b, 0, 2), H::<Self>::pair(a, 1, 3), H::<Self>::pair(b, 1, 3)];
+        let frag = |a: u32, b: u32| [C::pair(a, 0, 2), C::pair(b, 0, 2), C::pair(a, 1, 3), C::pair(b, 1, 3)];
         [frag(w0, w1), frag(w2, w3)]
     }
 
@@ -98,7 +121,6 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
     #[inline(always)]
     unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
         let chunks = D as u32 / 16;
-        type H<T> = <T as KvFormat>::Compute;
         const JOBS: usize = (2 * decode_attn_abi::WGMMA_KEYS / 8 * 8 / 16) as usize;
         const { assert!(D == 128 && (HALVES == 1 || HALVES == 2)) };
         let job = |h: usize, i: usize| {
@@ -119,7 +141,7 @@ impl<Q: Half> KvFormat for Int8Kv<Q> {
             for (i, early) in jobs.iter().enumerate() {
                 let (src, lo, hi) = job(h, i);
                 let w = if EAGER { *early } else { shared::ld_shared_v4_u32(src) };
-                let half = |a: u32, b: u32| [H::<Self>::pair(a, 0, 1), H::<Self>::pair(a, 2, 3), H::<Self>::pair(b, 0, 1), H::<Self>::pair(b, 2, 3)];
+                let half = |a: u32, b: u32| [C::pair(a, 0, 1), C::pair(a, 2, 3), C::pair(b, 0, 1), C::pair(b, 2, 3)];
                 shared::st_shared_v4_u32(lo, half(w[0], w[1]));
                 shared::st_shared_v4_u32(hi, half(w[2], w[3]));
             }

@@ -10,7 +10,7 @@ mod int8;
 mod plain;
 
 pub use int4::Int4Kv;
-pub use int8::Int8Kv;
+pub use int8::{Fp8PerHeadKv, Int8Kv};
 pub use plain::PlainKv;
 
 use crate::addressing::RowAddressing;
