@@ -10,7 +10,7 @@ use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::cust::sys as cuda;
 use decode_attn::half::{bf16, f16};
-use decode_attn::quant::{dequantize_int4_row, dequantize_int8_row, quantize_int4_row, quantize_int8_row};
+use decode_attn::quant::{dequantize_fp8_row, dequantize_int4_row, dequantize_int8_row, quantize_fp8_row, quantize_int4_row, quantize_int8_row};
 use decode_attn::reference;
 use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, Rng};
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, KvTensor, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
@@ -72,6 +72,11 @@ fn effective_row(format: KvFormat, row: &[f32]) -> Vec<f32> {
             let mut q = vec![0i8; d];
             let s = quantize_int8_row(row, &mut q);
             dequantize_int8_row(&q, s, &mut out);
+        }
+        KvFormat::Fp8PerHead => {
+            let mut q = vec![0u8; d];
+            let s = quantize_fp8_row(row, &mut q);
+            dequantize_fp8_row(&q, s, &mut out);
         }
         f => {
             let g = f.group().expect("int4") as usize;

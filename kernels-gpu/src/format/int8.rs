@@ -28,6 +28,14 @@ pub trait ByteCode {
     /// Bytes `lo` and `hi` (0..4) of `w` as an fp16 pair (`lo`'s value in
     /// the low half), exactly.
     fn pair(w: u32, lo: u32, hi: u32) -> u32;
+    /// [`ByteCode::pair`] where the bytes may be stale: rows past a work
+    /// item's end that the wgmma kernels convert whole stages of, whose P
+    /// is 0 but whose V must then be finite (`0 · NaN` is NaN). int8's every
+    /// byte is finite.
+    #[inline(always)]
+    fn pair_finite(w: u32, lo: u32, hi: u32) -> u32 {
+        Self::pair(w, lo, hi)
+    }
 }
 
 /// int8: bytes `q + 128`.
@@ -53,6 +61,12 @@ impl ByteCode for E4m3 {
     fn pair(w: u32, lo: u32, hi: u32) -> u32 {
         // The two bytes side by side (`hi` above `lo`), then one cvt.
         math::f16x2_from_e4m3x2(math::prmt(w, 0, lo | (hi << 4) | (4 << 8) | (4 << 12)))
+    }
+    /// The NaN codes (`S.1111.111`, never written for finite inputs) read
+    /// as −448: one `max.f16x2` (a NaN lane takes the other operand).
+    #[inline(always)]
+    fn pair_finite(w: u32, lo: u32, hi: u32) -> u32 {
+        math::max_f16x2(Self::pair(w, lo, hi), 0xdf00_df00)
     }
 }
 
@@ -141,7 +155,7 @@ impl<Q: Half, C: ByteCode> KvFormat for ByteKv<Q, C> {
             for (i, early) in jobs.iter().enumerate() {
                 let (src, lo, hi) = job(h, i);
                 let w = if EAGER { *early } else { shared::ld_shared_v4_u32(src) };
-                let half = |a: u32, b: u32| [C::pair(a, 0, 1), C::pair(a, 2, 3), C::pair(b, 0, 1), C::pair(b, 2, 3)];
+                let half = |a: u32, b: u32| [C::pair_finite(a, 0, 1), C::pair_finite(a, 2, 3), C::pair_finite(b, 0, 1), C::pair_finite(b, 2, 3)];
                 shared::st_shared_v4_u32(lo, half(w[0], w[1]));
                 shared::st_shared_v4_u32(hi, half(w[2], w[3]));
             }
