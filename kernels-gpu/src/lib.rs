@@ -25,7 +25,7 @@ pub mod state;
 pub mod variant;
 
 use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, FillParams, Form, Merge, MergeParams, QuantParams, SleepParams};
-use format::{Bf16, Fp8PerHeadKv, Int4Kv, Int8Kv, PlainKv, F16};
+use format::{Bf16, Fp8Kv, Fp8PerHeadKv, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
@@ -40,6 +40,8 @@ macro_rules! kv_type {
     (Int8, F16) => { Int8Kv<F16> };
     (Fp8PerHead, Bf16) => { Fp8PerHeadKv<Bf16> };
     (Fp8PerHead, F16) => { Fp8PerHeadKv<F16> };
+    (Fp8, Bf16) => { Fp8Kv<Bf16> };
+    (Fp8, F16) => { Fp8Kv<F16> };
     (Int4G32, $q:ident) => { Int4Kv<$q, 32> };
     (Int4G64, $q:ident) => { Int4Kv<$q, 64> };
     (Int4G128, $q:ident) => { Int4Kv<$q, 128> };
@@ -115,6 +117,8 @@ macro_rules! quant_kernel {
     (Int8, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int8::<$q, $d, { $d / 32 }>($p) };
     (Fp8PerHead, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_fp8_per_head::<$q, $d, { $d / 32 }>($p) };
     (Fp8PerHead, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_fp8::<$q, $d, { $d / 32 }>($p) };
+    (Fp8, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_fp8_per_tensor::<$q, $d, { $d / 32 }>($p) };
+    (Fp8, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_fp8::<$q, $d, { $d / 32 }>($p) };
     (Int4G32, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 32>($p) };
     (Int4G64, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 64>($p) };
     (Int4G128, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 128>($p) };

@@ -186,7 +186,34 @@ pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: 
     }
     let amax = warp::warp_max(amax);
     let inv = if amax > 0.0 { decode_attn_abi::E4M3_MAX / amax } else { 0.0 };
-    let dst = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
+    store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, inv);
+    if lane == 0 {
+        memory::st_global_f32(side_row(p, cb, ct, h), amax / decode_attn_abi::E4M3_MAX);
+    }
+}
+
+/// 16-bit rows → fp8 e4m3 rows under the tensor's scale (`Fp8`), a device
+/// scalar at `p.side` (its strides 0), read, not written: `inv = 1 /
+/// scale`, `q = e4m3(x · inv)` by `cvt.rn.satfinite` (values beyond ±448 ·
+/// scale saturate). `decode_attn::quant::quantize_fp8_row_scaled` is its
+/// CPU twin, bit for bit.
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn quantize_fp8_per_tensor<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let lane = thread::lane_id();
+    let inv = 1.0 / memory::ld_global_nc_f32(p.side);
+    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
+    store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, inv);
+}
+
+/// This lane's `E` values times `inv` as e4m3 bytes at `dst`, in order.
+#[inline(always)]
+unsafe fn store_e4m3_lane<const E: usize>(dst: u64, x: &[f32; E], inv: f32) {
     // Pairs of bytes, the first value in the low byte.
     let mut pairs = [0u32; E];
     for i in 0..E / 2 {
@@ -199,13 +226,11 @@ pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: 
             memory::st_global_u32(dst + 4 * w as u64, pairs[2 * w] | (pairs[2 * w + 1] << 16));
         }
     }
-    if lane == 0 {
-        memory::st_global_f32(side_row(p, cb, ct, h), amax / decode_attn_abi::E4M3_MAX);
-    }
 }
 
 /// fp8 e4m3 rows + scales → 16-bit rows (the whole cache, rows `t <
-/// seq_len`): `e4m3 · scale`, rounded once to the 16-bit type.
+/// seq_len`): `e4m3 · scale`, rounded once to the 16-bit type. Both fp8
+/// formats: a per-tensor scale is side data with strides 0.
 ///
 /// # Safety
 /// As [`quantize_int8`].

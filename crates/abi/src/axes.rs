@@ -115,10 +115,14 @@ pub enum KvFormat {
     /// one f32 scale per (sequence, token, kv head) in side data, int8's
     /// layout: `x ≈ e4m3 · scale`.
     Fp8PerHead = 6,
+    /// fp8 e4m3 per tensor: D e4m3 bytes per row and no side data; one f32
+    /// scale for all of K and one for all of V, device scalars read at
+    /// each launch (a captured graph sees new values): `x ≈ e4m3 · scale`.
+    Fp8 = 7,
 }
 
 impl KvFormat {
-    pub const ALL: [KvFormat; 7] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128, KvFormat::Fp8PerHead];
+    pub const ALL: [KvFormat; 8] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128, KvFormat::Fp8PerHead, KvFormat::Fp8];
     pub const fn name(self) -> &'static str {
         match self {
             KvFormat::Bf16 => "bf16",
@@ -128,6 +132,7 @@ impl KvFormat {
             KvFormat::Int4G64 => "int4-g64",
             KvFormat::Int4G128 => "int4-g128",
             KvFormat::Fp8PerHead => "fp8-per-head",
+            KvFormat::Fp8 => "fp8",
         }
     }
     /// The format's part of kernel symbols: its name without punctuation.
@@ -140,13 +145,14 @@ impl KvFormat {
             KvFormat::Int4G64 => "int4g64",
             KvFormat::Int4G128 => "int4g128",
             KvFormat::Fp8PerHead => "fp8ph",
+            KvFormat::Fp8 => "fp8",
         }
     }
     /// Bits per cached value (16, 8 or 4). Cache strides count values.
     pub const fn bits(self) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 => 16,
-            KvFormat::Int8 | KvFormat::Fp8PerHead => 8,
+            KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => 8,
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 4,
         }
     }
@@ -176,7 +182,7 @@ impl KvFormat {
     /// `u32::MAX` where that overflows.
     pub const fn side_bytes(self, head_dim: u32) -> u32 {
         match self {
-            KvFormat::Bf16 | KvFormat::F16 => 0,
+            KvFormat::Bf16 | KvFormat::F16 | KvFormat::Fp8 => 0,
             KvFormat::Int8 | KvFormat::Fp8PerHead => 4,
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => match self.group() {
                 Some(g) => saturate(4 * head_dim as u64 / g as u64),
@@ -184,9 +190,16 @@ impl KvFormat {
             },
         }
     }
-    /// Whether rows are quantized (values + side data).
+    /// Whether rows are quantized (values + side data, or values and
+    /// per-tensor scales).
     pub const fn is_quantized(self) -> bool {
         self.bits() < 16
+    }
+    /// Whether the format's scales are one f32 per tensor (K's, V's),
+    /// device scalars the kernels read at launch, instead of per-row side
+    /// data: `Fp8`.
+    pub const fn tensor_scaled(self) -> bool {
+        matches!(self, KvFormat::Fp8)
     }
     /// The Q/O dtype a cache of this format is computed with; `None` when any
     /// dtype works (quantized formats dequantize to the query's type).
@@ -362,10 +375,11 @@ pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, 
 }
 
 /// Whether a narrow kernel has a head-pair form ([`Form::HeadPair`]):
-/// int8 at head dim 128, global merge, strided or paged. In a token-major
+/// the 8-bit formats (int8, both fp8) at head dim 128, global merge,
+/// strided or paged. In a token-major
 /// cache a token's two 128-byte rows are then one 256-byte piece, which HBM
 /// serves as fast as head-major rows (docs/design/nhd-head-groups.md);
 /// int4 pairs measured 10 % slower and are not built.
 pub const fn has_head_pair_form(format: KvFormat, head_dim: u32, family: Family, cluster: bool) -> bool {
-    matches!(format, KvFormat::Int8) && head_dim == 128 && matches!(family, Family::Narrow) && !cluster
+    matches!(format, KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8) && head_dim == 128 && matches!(family, Family::Narrow) && !cluster
 }

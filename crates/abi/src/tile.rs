@@ -91,7 +91,7 @@ pub const WGMMA_PRODUCER_STAGES: u32 = 4;
 /// at most this many.)
 pub const fn wgmma_producer_stages(format: KvFormat) -> u32 {
     match format {
-        KvFormat::Int8 | KvFormat::Fp8PerHead => WGMMA_PRODUCER_STAGES,
+        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => WGMMA_PRODUCER_STAGES,
         _ => 3,
     }
 }

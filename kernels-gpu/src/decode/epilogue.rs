@@ -84,6 +84,9 @@ pub(crate) unsafe fn epilogue<F: KvFormat, V: AttentionVariant, const D: usize, 
     // the fused path too, batched; the unspecialised quantized ones (one
     // quad a round at their 128-register cap) keep the states pass.
     let fused = (WARPS_K > 2 || OUT_BATCH > 1) && parallel;
+    // A per-tensor format's V scale joins each row's `1 / l` (1 otherwise):
+    // every written row, partial or final, is `acc · (1 / l)`.
+    let v_scale = F::tensor_scales(p).1;
 
     if publisher {
         for (r, row) in rows.iter().enumerate() {
@@ -136,7 +139,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, V: AttentionVariant, const D: usize, 
             my_scale[r] = state::rescale(m[r], big_m);
             if warp_k == 0 && publisher {
                 let (inv_l, lse) = state::finish(big_m, big_l);
-                shared::st_shared_v2_f32(fin_smem + 8 * row.local, [inv_l, lse]);
+                shared::st_shared_v2_f32(fin_smem + 8 * row.local, [inv_l * v_scale, lse]);
             }
         }
     }
@@ -219,6 +222,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, V: AttentionVariant, const D: usize, 
             }
             let at = 4 * (r * pitch + c);
             let (v, fin) = combine_slices(p.warps_k, &ms, &ls, |k| shared::ld_shared_v4_f32(slice_at(k as u32) + at));
+            let fin = [fin[0] * v_scale, fin[1]];
             emit_quad::<F, V, D>(p, batch, kvh + slot, row0 + row, partial_slot, c, v, fin);
             idx += nthreads;
         }
@@ -270,6 +274,7 @@ pub(crate) unsafe fn epilogue<F: KvFormat, V: AttentionVariant, const D: usize, 
                     break;
                 }
                 let (v, fin) = combine_slices(p.warps_k, &ms[u], &ls[u], |k| sk[u][k]);
+                let fin = [fin[0] * v_scale, fin[1]];
                 emit_quad::<F, V, D>(p, batch, kvh, row0 + row[u], partial_slot, col[u], v, fin);
             }
             first += OUT_BATCH as u32 * nthreads;

@@ -31,8 +31,9 @@ pub(crate) unsafe fn stage_q<const D: usize>(p: &DecodeParams, batch: u32, kvh: 
 /// Converts the block's Q rows (`rows` of them, zeros past the last row)
 /// from the query's type to the compute type into the shared tile, one warp
 /// per row: each row is scaled by `2^(13 - ⌊log2 max|q|⌋)` (exact, and
-/// below fp16's 65504), its inverse goes to `q_scales[row]`, and head dims
-/// are stored in the order `F::k_fragment_pair` reads K in.
+/// below fp16's 65504), its inverse (times a per-tensor format's K scale,
+/// `KvFormat::tensor_scales`) goes to `q_scales[row]`, and head dims are
+/// stored in the order `F::k_fragment_pair` reads K in.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn convert_q<F: KvFormat, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, row0: u32, rows: u32, q_tile: u32, q_scales: u32, warp: u32, nwarps: u32, lane: u32) {
@@ -64,6 +65,8 @@ pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize, const BATCH: usiz
 ) {
     const { assert!(D / 32 >= 2 && D % 32 == 0 && D <= 256 && BATCH >= 1) };
     let per_lane = (D / 32) as u32;
+    // A per-tensor format's K scale joins each row's factor (1 otherwise).
+    let k_scale = F::tensor_scales(p).0;
     let rows_total = p.group * p.q_len;
     let row_src = |r: u32| {
         let global = row0 + r;
@@ -88,7 +91,7 @@ pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize, const BATCH: usiz
             shared::st_shared_u16(at(r, lane * per_lane + j as u32), F::Compute::pack(x[j] * inv, 0.0));
         }
         if lane == 0 {
-            shared::st_shared_f32(q_scales + 4 * r, scale);
+            shared::st_shared_f32(q_scales + 4 * r, scale * k_scale);
         }
     };
     let mut r = warp;
@@ -131,7 +134,7 @@ pub(crate) unsafe fn convert_q_to<F: KvFormat, const D: usize, const BATCH: usiz
             shared::st_shared_u16(at(r, lane * per_lane + j as u32), F::Compute::pack(v * inv, 0.0));
         }
         if lane == 0 {
-            shared::st_shared_f32(q_scales + 4 * r, scale);
+            shared::st_shared_f32(q_scales + 4 * r, scale * k_scale);
         }
         r += nwarps;
     }

@@ -140,7 +140,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
                 // step: held, they pushed the cluster kernels past 128
                 // registers.)
                 if live {
-                    F::stage_to_half::<D, false, 1>(pipe.tiles(stage), sub, k_half, v_half, half_rows, thread::opaque(tid) % 128);
+                    F::stage_to_half::<D, false, 1>(pipe.tiles(stage), sub, item.kv_end - tile_first, k_half, v_half, half_rows, thread::opaque(tid) % 128);
                     shared::fence_proxy_async_shared();
                 }
                 thread::sync_named(group_barrier, 128);
@@ -325,12 +325,13 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
             // The whole stage in one conversion (every load of the thread's
             // four jobs first), the second half past the item's end too:
             // the compute warpgroup takes the stage in one step, and such
-            // keys (masked) read finite converted values and zero scales
-            // (the stage's side data is zero-filled past the end). The
+            // keys (masked) read finite converted values (`valid`) and zero
+            // scales (the stage's side data is zero-filled past the end). The
             // n-th use of a buffer waits for the n-th hand-back (a fresh
             // barrier reports parity 1 as complete).
             mbarrier::wait_parity(empty(b), parity ^ 1);
-            F::stage_to_half::<D, true, 2>(pipe.tiles(stage), 0, k_half(b), v_half(b), 0, pt);
+            let valid = item.kv_end - item.kv_start - t * Pipe::<F, D, CLUSTER>::TILE_KEYS;
+            F::stage_to_half::<D, true, 2>(pipe.tiles(stage), 0, valid, k_half(b), v_half(b), 0, pt);
             if F::SCALED {
                 // One thread per key and tensor: K's scales, then V's.
                 const { assert!(2 * WGMMA_M == 128) };

@@ -145,7 +145,7 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// dims, one group's or part of one) becomes four 16-bit chunks, one
     /// word each, its pairs in order.
     #[inline(always)]
-    unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+    unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, _valid: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
         let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wgmma).side_bytes };
         let chunks = D as u32 / 32;
         const JOBS: usize = (2 * decode_attn_abi::WGMMA_KEYS / 8 * 4 / 16) as usize;

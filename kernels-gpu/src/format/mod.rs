@@ -10,7 +10,7 @@ mod int8;
 mod plain;
 
 pub use int4::Int4Kv;
-pub use int8::{Fp8PerHeadKv, Int8Kv};
+pub use int8::{Fp8Kv, Fp8PerHeadKv, Int8Kv};
 pub use plain::PlainKv;
 
 use crate::addressing::RowAddressing;
@@ -255,14 +255,34 @@ pub trait KvFormat {
     /// conversion (the compiler cannot move a load above an earlier store
     /// to shared memory, so otherwise each job waits out its own load's
     /// latency; worth the registers in the warp-specialised producer).
+    /// Rows of the stage from `valid` on are past the work item's end
+    /// (their P is 0; formats with NaN codes write zeros there).
     /// Formats the MMAs read as stored convert nothing.
     ///
     /// # Safety
     /// The stage's rows must have landed (after the cp.async wait and
     /// barrier); no MMA may be reading the destination rows.
     #[inline(always)]
-    unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
-        let _ = (stage, key, k_half, v_half, row, t);
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, valid: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+        let _ = (stage, key, valid, k_half, v_half, row, t);
+    }
+
+    /// K's and V's scales of a per-tensor format (`decode_attn_abi::KvFormat::tensor_scaled`),
+    /// device scalars at `DecodeParams::k_side` / `v_side`, read at each
+    /// launch: K's multiplies Q's row factors (`decode::query`), V's the
+    /// output's `1 / l` (`decode::epilogue`). 1 for every other format
+    /// (a multiplication the compiler removes).
+    ///
+    /// # Safety
+    /// For per-tensor formats the params' side pointers must be readable f32s.
+    #[inline(always)]
+    unsafe fn tensor_scales(p: &decode_attn_abi::DecodeParams) -> (f32, f32) {
+        if Self::FORMAT.tensor_scaled() {
+            (crate::arch::memory::ld_global_nc_f32(p.k_side), crate::arch::memory::ld_global_nc_f32(p.v_side))
+        } else {
+            (1.0, 1.0)
+        }
     }
 }
 
