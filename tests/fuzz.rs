@@ -49,7 +49,7 @@ struct Args {
     #[arg(long)]
     seed: Option<u64>,
     /// KV formats to fuzz, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16", "int8", "int4-g32", "int4-g64", "int4-g128", "fp8-per-head"])]
+    #[arg(long, value_delimiter = ',', default_values = ["bf16", "f16", "int8", "int4-g32", "int4-g64", "int4-g128", "fp8-per-head", "fp8"])]
     format: Vec<String>,
     /// The regressions file (read first; new failures are appended).
     #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fuzz-regressions.txt"))]
@@ -179,13 +179,13 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
     if !format.supports_head_dim(d.head_dim) {
         d.head_dim = 128;
     }
-    // The head-pair family: one int8 draw in 16 (by seed, so persisted
+    // The head-pair family: one 8-bit draw in 16 (by seed, so persisted
     // seeds replay their cases) made into a shape the head-pair kernels
     // serve — head dim 128, token-major rows (strided, or a pool of
     // token-major pages where the draw was paged), an even number of kv
     // heads, at most 8 rows per kv head, unsplit — which random draws
     // almost never are; `check_case` then pairs it (an even seed).
-    if format == KvFormat::Int8 && d.seed % 16 == 6 {
+    if matches!(format, KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8) && d.seed % 16 == 6 {
         d.head_dim = 128;
         d.layout = match d.layout {
             LayoutKind::Paged(e, _) => LayoutKind::Paged(e, false),

@@ -272,7 +272,7 @@ fn variant_cases(small: bool) -> Vec<Case> {
 /// `small`: the sanitizer's sizes.
 fn head_pair_cases(small: bool) -> Vec<Case> {
     let mut out = Vec::new();
-    for format in [KvFormat::Int8] {
+    for format in [KvFormat::Int8, KvFormat::Fp8PerHead, KvFormat::Fp8] {
         for dtype in Dtype::ALL {
             let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, dist: Distribution, paging: Option<paged::Paging>| {
                 let s = DecodeShape { kv_format: format, ..s };

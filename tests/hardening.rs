@@ -905,3 +905,78 @@ mod audit2 {
         rejects(check_buffers(&p, &b), "workspace");
     }
 }
+
+/// fp8 per tensor: the scales are one f32 each, device scalars; a missing,
+/// mistyped, misaligned or empty scale is an error naming it, and a packed
+/// pool holds values only.
+mod fp8_per_tensor {
+    use super::*;
+    use decode_attn::{KvCache, KvMut, KvTensor, TensorMut, TensorRef};
+
+    fn shape() -> DecodeShape {
+        DecodeShape { kv_format: KvFormat::Fp8, ..DecodeShape::bf16(2, 8, 2, 128, 1, 100) }
+    }
+
+    #[test]
+    fn its_scales_are_one_f32_each_and_checked() {
+        let s = shape();
+        assert_eq!(s.side_bytes_required(), Some(4));
+        let p = plan_with(&s, &[100, 17], SplitPolicy::Auto).unwrap();
+        let kv = s.kv_elems_required().unwrap() as usize;
+        let ok = bufs_for(&s, s.q_elems() as usize, kv, p.workspace_bytes());
+        assert_eq!(ok.k_side.unwrap().len, 1);
+        check_buffers(&p, &ok).unwrap();
+        // A scale need only be 4-byte aligned (a tensor's element).
+        let mut b = ok;
+        b.k_side = Some(BufferDesc { addr: (5 << 40) + 4, ..b.k_side.unwrap() });
+        check_buffers(&p, &b).unwrap();
+        let mut b = ok;
+        b.v_side = None;
+        rejects(check_buffers(&p, &b), "v_scales");
+        let mut b = ok;
+        b.k_side = Some(BufferDesc { addr: (5 << 40) + 2, ..b.k_side.unwrap() });
+        rejects(check_buffers(&p, &b), "k_scales");
+        let mut b = ok;
+        b.k_side = Some(BufferDesc { len: 0, ..b.k_side.unwrap() });
+        rejects(check_buffers(&p, &b), "k_scales");
+        let mut b = ok;
+        b.v_side = Some(BufferDesc { elem: ElemType::U32, ..b.v_side.unwrap() });
+        rejects(check_buffers(&p, &b), "v_scales");
+    }
+
+    #[test]
+    fn a_packed_pool_holds_values_and_takes_its_scales_apart() {
+        let dense = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 20, order: decode_attn::PageOrder::TokenMajor, page_bytes: None }, ..shape() };
+        let pp = dense.packed_page().unwrap();
+        // Two pages of rows, nothing else.
+        assert_eq!(pp.page_bytes, 2 * 16 * 2 * 128);
+        let s = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 20, order: decode_attn::PageOrder::TokenMajor, page_bytes: Some(pp.page_bytes) }, ..dense };
+        let (base, bytes) = (1u64 << 40, (20 * pp.page_bytes) as usize);
+        // SAFETY: never dereferenced (no launch): views only.
+        let pool = unsafe { TensorRef::from_raw(base, bytes, ElemType::U8) };
+        let c = KvCache::packed(&s, pool).unwrap();
+        assert!(c.k_scales.is_none() && c.v_scales.is_none());
+        // SAFETY: as above.
+        let (ks, vs) = unsafe { (TensorRef::from_raw(3 << 40, 1, ElemType::F32), TensorRef::from_raw(4 << 40, 1, ElemType::F32)) };
+        let c = c.with_fp8_scales(ks, vs);
+        assert_eq!(c.k_scales.map(|t| t.addr()), Some(3 << 40));
+        // SAFETY: as above.
+        let whole = unsafe { TensorMut::from_raw(base, bytes, ElemType::U8) };
+        let w = KvMut::packed(&s, whole, KvTensor::V).unwrap();
+        assert!(w.side.is_none());
+        // SAFETY: as above.
+        let w = w.with_fp8_scale(unsafe { TensorMut::from_raw(4 << 40, 1, ElemType::F32) });
+        assert_eq!(w.side.map(|t| t.addr()), Some(4 << 40));
+    }
+
+    #[test]
+    fn the_cpu_quantizer_takes_a_positive_finite_scale() {
+        let s = shape();
+        let plain = vec![0.5f32; s.kv_elems_required().unwrap() as usize];
+        for bad in [0.0, -1.0, f32::NAN, f32::INFINITY] {
+            rejects(decode_attn::quant::quantize_cache_fp8(&s, &[100, 17], &plain, bad), "scale");
+        }
+        let int8 = DecodeShape { kv_format: KvFormat::Int8, ..s.clone() };
+        rejects(decode_attn::quant::quantize_cache_fp8(&int8, &[100, 17], &plain, 1.0), "kv_format");
+    }
+}

@@ -211,3 +211,42 @@ mod fp8_rows {
         assert_eq!(q, [0x40, 0xfe, 0x7e, 0x7f]);
     }
 }
+
+/// fp8 per tensor: a whole cache under one scale.
+mod fp8_caches {
+    use decode_attn::quant::{dequantize_cache, e4m3_from_f32, fp8_tensor_scale, quantize_cache, quantize_cache_fp8};
+    use decode_attn::{DecodeShape, KvFormat};
+
+    #[test]
+    fn a_cache_s_largest_magnitude_maps_to_448_and_its_scale_is_the_one_side_word() {
+        let shape = DecodeShape { kv_format: KvFormat::Fp8, ..DecodeShape::bf16(2, 4, 2, 64, 1, 10) };
+        let lens = [10u32, 3];
+        let n = shape.kv_elems_required().unwrap() as usize;
+        let plain: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0).collect();
+        let (data, side) = quantize_cache(&shape, &lens, &plain).unwrap();
+        // The amax over the rows t < len only.
+        let st = shape.kv_strides();
+        let mut amax = 0f32;
+        for (b, &len) in lens.iter().enumerate() {
+            for t in 0..len as u64 {
+                for h in 0..2u64 {
+                    let at = (b as u64 * st.batch + t * st.token + h * st.head) as usize;
+                    amax = plain[at..at + 64].iter().fold(amax, |m, v| m.max(v.abs()));
+                }
+            }
+        }
+        assert_eq!(side, vec![fp8_tensor_scale(amax).to_bits()]);
+        assert_eq!(data, quantize_cache_fp8(&shape, &lens, &plain, fp8_tensor_scale(amax)).unwrap());
+        assert!(data.iter().any(|&c| c & 0x7f == 0x7e), "some value reaches ±448");
+        let back = dequantize_cache(&shape, &lens, &data, &side).unwrap();
+        let at = (st.batch + 2 * st.token + st.head) as usize;
+        assert_eq!(data[at], e4m3_from_f32(plain[at] * (1.0 / fp8_tensor_scale(amax))));
+        assert!(back[at].is_finite() && back[(st.batch + 5 * st.token) as usize].is_nan(), "rows past a length stay NaN");
+    }
+
+    #[test]
+    fn an_all_zero_cache_takes_scale_one() {
+        assert_eq!(fp8_tensor_scale(0.0), 1.0);
+        assert_eq!(fp8_tensor_scale(448.0), 1.0);
+    }
+}

@@ -125,8 +125,15 @@ impl BufferSet {
             let lens = DeviceBuffer::from_slice(&vec![shape.max_seq_len; shape.batch as usize]).map_err(|e| e.to_string())?;
             let plain = alloc(shape.kv_elems_required().unwrap_or(0) * 2)?;
             let n_side = (shape.side_bytes_required().unwrap_or(0) / 4) as usize;
-            // SAFETY: every scale is written by the quantize kernel.
-            let mut scales = unsafe { (DeviceBuffer::<u32>::uninitialized(n_side), DeviceBuffer::<u32>::uninitialized(n_side)) };
+            // SAFETY: every scale is written by the quantize kernel, but a
+            // per-tensor format's, which quantizing reads: the fill's
+            // largest magnitude (127 / 64) maps to e4m3's largest value.
+            let mut scales = if shape.kv_format.tensor_scaled() {
+                let s = [decode_attn::quant::fp8_tensor_scale(127.0 / 64.0).to_bits()];
+                (DeviceBuffer::from_slice(&s), DeviceBuffer::from_slice(&s))
+            } else {
+                unsafe { (DeviceBuffer::<u32>::uninitialized(n_side), DeviceBuffer::<u32>::uninitialized(n_side)) }
+            };
             let side_elem = set.side.ok_or("a quantized format without side data")?;
             let (ks, vs) = (scales.0.as_mut().map_err(|e| e.to_string())?, scales.1.as_mut().map_err(|e| e.to_string())?);
             for (data, side, s) in [(&set.k, ks, 2), (&set.v, vs, 3)] {
@@ -171,6 +178,14 @@ impl BufferSet {
         let heads = |cache| with_heads(&self.sinks, &self.slopes, cache);
         if let Some(pool) = &self.pool {
             let cache = KvCache::packed(&pool.shape, &pool.buf).expect("a packed shape (made by pack)");
+            let cache = match (&self.scales, pool.shape.kv_format.tensor_scaled()) {
+                // SAFETY: views of this set's live scale buffers.
+                (Some((ks, vs)), true) => unsafe {
+                    let scale = |b: &DeviceBuffer<u32>| TensorRef::from_raw(b.as_device_ptr().as_raw(), 1, ElemType::F32);
+                    cache.with_fp8_scales(scale(ks), scale(vs))
+                },
+                _ => cache,
+            };
             return (Self::view(&self.q, self.qo), heads(cache), o);
         }
         let (k, v) = (Self::view(&self.k, self.kv), Self::view(&self.v, self.kv));
@@ -244,7 +259,7 @@ impl BufferSet {
         let base = buf.as_device_ptr().as_raw();
         copy_pitched(base, page.page_bytes, self.k.as_device_ptr().as_raw(), rows, n)?;
         copy_pitched(base + page.v, page.page_bytes, self.v.as_device_ptr().as_raw(), rows, n)?;
-        if let Some((ks, vs)) = side {
+        if let Some((ks, vs)) = side.filter(|_| side_page > 0) {
             copy_pitched(base + page.k_side, page.page_bytes, ks.as_device_ptr().as_raw(), side_page, n)?;
             copy_pitched(base + page.v_side, page.page_bytes, vs.as_device_ptr().as_raw(), side_page, n)?;
         }
@@ -270,6 +285,11 @@ impl BufferSet {
     pub fn paged_side(&self, contiguous: &DecodeShape, paged: &DecodeShape) -> Result<Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>, String> {
         let Some((ks, vs)) = &self.scales else { return Ok(None) };
         let decode_attn::KvLayout::Paged { page_size, .. } = paged.kv_layout else { return Err("not a paged shape".into()) };
+        if contiguous.kv_format.tensor_scaled() {
+            // One scale per tensor, whatever the layout.
+            let copy = |b: &DeviceBuffer<u32>| DeviceBuffer::from_slice(&download::<u32>(b.as_device_ptr().as_raw(), 1)?).map_err(|e| e.to_string());
+            return Ok(Some((copy(ks)?, copy(vs)?)));
+        }
         let words = (contiguous.kv_format.side_bytes(contiguous.head_dim) / 4) as u64;
         let (c, p) = (contiguous.side_strides(), paged.side_strides());
         let (ps, per_seq) = (page_size as u64, paged.pages_per_seq() as u64);

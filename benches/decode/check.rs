@@ -53,7 +53,12 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
                 let words_seq = side_seq * shape.kv_format.side_bytes(shape.head_dim) as usize / 4;
                 let load = |data: &decode_attn::cust::memory::DeviceBuffer<u8>, side: &decode_attn::cust::memory::DeviceBuffer<u32>| -> Result<Vec<f32>, String> {
                     let bytes = download::<u8>(data.as_device_ptr().as_raw() + (b * bytes_seq) as u64, bytes_seq)?;
-                    let words = download::<u32>(side.as_device_ptr().as_raw() + (b * words_seq * 4) as u64, words_seq)?;
+                    // (A per-tensor format's one scale serves every sequence.)
+                    let words = if shape.kv_format.tensor_scaled() {
+                        download::<u32>(side.as_device_ptr().as_raw(), 1)?
+                    } else {
+                        download::<u32>(side.as_device_ptr().as_raw() + (b * words_seq * 4) as u64, words_seq)?
+                    };
                     decode_attn::quant::dequantize_cache(&one, &lens, &bytes, &words).map_err(|e| e.to_string())
                 };
                 (load(&set.k, ks)?, load(&set.v, vs)?)

@@ -145,8 +145,8 @@ pub fn rows(grids: &[char], formats: &[KvFormat], quick: bool) -> Vec<RowSpec> {
     for &format in formats {
         for &grid in grids {
             if grid == 'E' {
-                // bf16 and int8 (docs/benchmark.md); none in a quick look.
-                if matches!(format, KvFormat::Bf16 | KvFormat::Int8) && !quick {
+                // bf16, int8 and both fp8 (docs/benchmark.md); none in a quick look.
+                if matches!(format, KvFormat::Bf16 | KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8) && !quick {
                     out.extend(grid_e_rows().into_iter().map(|(batch, ctx, hq, hkv, head_dim, variant)| RowSpec { grid, batch, ctx, hq, hkv, q_len: 1, head_dim, format, variant }));
                 }
                 continue;

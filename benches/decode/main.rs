@@ -30,9 +30,9 @@ struct Args {
     /// Grids to run, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = grids::GRIDS)]
     grid: Vec<char>,
-    /// KV formats to run, comma-separated (bf16, f16, int8, int4-g32, int4-g64,
-    /// int4-g128; the last two on grid A only).
-    #[arg(long, value_delimiter = ',', value_parser = parse_format, default_values = ["bf16", "f16", "int8", "int4-g32", "int4-g128"])]
+    /// KV formats to run, comma-separated (bf16, f16, int8, fp8-per-head,
+    /// fp8, int4-g32, int4-g64, int4-g128; the last two on grid A only).
+    #[arg(long, value_delimiter = ',', value_parser = parse_format, default_values = ["bf16", "f16", "int8", "fp8-per-head", "fp8", "int4-g32", "int4-g128"])]
     format: Vec<KvFormat>,
     /// One row per grid.
     #[arg(long)]

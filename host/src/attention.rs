@@ -245,7 +245,7 @@ impl DecodeAttention {
 
     /// [`DecodeAttention::dequantize_kv`] on a raw stream.
     pub fn dequantize_kv_raw<'a>(&self, shape: &DecodeShape, seq_lens: TensorRef<'a>, data: TensorRef<'a>, side: TensorRef<'a>, plain: TensorMut<'a>, stream: RawStream) -> Result<()> {
-        ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8, int4)", shape.kv_format.name())?;
+        ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8, fp8, int4)", shape.kv_format.name())?;
         ensure(!shape.is_paged(), "kv_layout", "a contiguous or strided layout", "a paged one")?;
         let step = StepInputs::lengths(seq_lens);
         let job = CacheJob {

@@ -42,6 +42,18 @@ impl<'a> KvCache<'a> {
     ) -> Self {
         KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()), sinks: None, alibi_slopes: None }
     }
+    /// An fp8 (per-tensor) cache: its e4m3 values (`u8` buffers) and K's
+    /// and V's scales, one f32 each on the device, read at each run (a
+    /// captured CUDA graph sees new values; they must be positive and
+    /// finite): `x ≈ e4m3 · scale`.
+    pub fn fp8(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>, k_scale: impl Into<TensorRef<'a>>, v_scale: impl Into<TensorRef<'a>>) -> Self {
+        Self::quantized(k, v, k_scale, v_scale)
+    }
+    /// The cache with an fp8 (per-tensor) cache's scales, one f32 each on
+    /// the device: what a packed pool ([`KvCache::packed`]) lacks.
+    pub fn with_fp8_scales(self, k_scale: impl Into<TensorRef<'a>>, v_scale: impl Into<TensorRef<'a>>) -> Self {
+        KvCache { k_scales: Some(k_scale.into()), v_scales: Some(v_scale.into()), ..self }
+    }
     /// The cache with the layer's sink logits (`[num_q_heads]` f32).
     pub fn with_sinks(self, sinks: impl Into<TensorRef<'a>>) -> Self {
         KvCache { sinks: Some(sinks.into()), ..self }
@@ -54,7 +66,8 @@ impl<'a> KvCache<'a> {
     /// `page_bytes` of [`DecodeShape::packed_page`]): views of `pool`'s bytes
     /// at the page offsets, typed as the format's values and side data, so
     /// no `from_raw` is needed. Their lengths are checked when the cache is
-    /// run, like any buffers'.
+    /// run, like any buffers'. An fp8 pool holds values only: add its
+    /// scales with [`KvCache::with_fp8_scales`].
     pub fn packed(shape: &DecodeShape, pool: impl Into<TensorRef<'a>>) -> Result<Self> {
         let pool = pool.into();
         let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
@@ -77,9 +90,15 @@ impl<'a> KvMut<'a> {
     pub fn plain(data: impl Into<TensorMut<'a>>) -> Self {
         KvMut { data: data.into(), side: None }
     }
-    /// A quantized cache tensor.
+    /// A quantized cache tensor. For fp8 (per tensor), `side` is the
+    /// tensor's scale, one f32 on the device, which quantizing reads.
     pub fn quantized(data: impl Into<TensorMut<'a>>, side: impl Into<TensorMut<'a>>) -> Self {
         KvMut { data: data.into(), side: Some(side.into()) }
+    }
+    /// The tensor with its fp8 scale (one f32 on the device): what a packed
+    /// pool's fp8 tensor ([`KvMut::packed`]) lacks.
+    pub fn with_fp8_scale(self, scale: impl Into<TensorMut<'a>>) -> Self {
+        KvMut { side: Some(scale.into()), ..self }
     }
 }
 
@@ -119,7 +138,9 @@ pub(crate) fn packed_parts(shape: &DecodeShape, tensor: KvTensor) -> Result<((u6
         KvTensor::K => (0, page.k_side),
         KvTensor::V => (page.v, page.v_side),
     };
-    Ok(((data, kv_elem(shape.kv_format)), side_elem(shape.kv_format).map(|e| (side, e))))
+    // (A per-tensor format's scales are not in the pool.)
+    let side = side_elem(shape.kv_format).filter(|_| !shape.kv_format.tensor_scaled()).map(|e| (side, e));
+    Ok(((data, kv_elem(shape.kv_format)), side))
 }
 
 pub(crate) fn pool_too_short(offset: u64, pool: &BufferDesc) -> Error {

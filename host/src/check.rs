@@ -44,16 +44,17 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
     match f {
         KvFormat::Bf16 => ElemType::Bf16,
         KvFormat::F16 => ElemType::F16,
-        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => ElemType::U8,
+        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => ElemType::U8,
     }
 }
 
 /// Element type of a quantized format's side data (`None`: no side data).
-/// int8: f32 scales; int4: (fp16 scale, fp16 zero) pairs as u32 words.
+/// int8, fp8 per head: f32 scales; fp8: one f32 scale (per tensor); int4:
+/// (fp16 scale, fp16 zero) pairs as u32 words.
 pub fn side_elem(f: KvFormat) -> Option<ElemType> {
     match f {
         KvFormat::Bf16 | KvFormat::F16 => None,
-        KvFormat::Int8 | KvFormat::Fp8PerHead => Some(ElemType::F32),
+        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => Some(ElemType::F32),
         _ => Some(ElemType::U32),
     }
 }
@@ -99,8 +100,12 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
         Some(elem) => {
             let side_bytes = shape.side_bytes_required().unwrap_or(u64::MAX);
             for (name, side) in [("k_scales", bufs.k_side), ("v_scales", bufs.v_side)] {
-                let side = side.ok_or_else(|| Error::invalid(name, format!("the {} cache's side data ({})", shape.kv_format.name(), elem.name()), "none"))?;
-                check_buffer(name, &side, elem, side_bytes)?;
+                let side = side.ok_or_else(|| Error::invalid(name, side_wanted(shape.kv_format, elem), "none"))?;
+                if shape.kv_format.tensor_scaled() {
+                    check_tensor_scale(name, &side)?;
+                } else {
+                    check_buffer(name, &side, elem, side_bytes)?;
+                }
                 inputs.push((name, side));
             }
         }
@@ -155,6 +160,23 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
 /// A per-head f32 array of the variant (sinks, ALiBi slopes): f32
 /// elements, non-null, 4-byte aligned, at least `heads` of them, not
 /// wrapping.
+/// What a quantized format's scales buffer must be, for errors.
+fn side_wanted(f: KvFormat, elem: ElemType) -> String {
+    if f.tensor_scaled() {
+        format!("the {} cache's scale (one f32, a device scalar: KvCache::with_fp8_scales)", f.name())
+    } else {
+        format!("the {} cache's side data ({})", f.name(), elem.name())
+    }
+}
+
+/// A per-tensor scale: one f32 at a non-null, 4-byte aligned address.
+fn check_tensor_scale(name: &str, b: &BufferDesc) -> Result<()> {
+    ensure(b.elem == ElemType::F32, name, "f32 elements", format!("{} elements", b.elem.name()))?;
+    ensure(b.addr != 0 && b.addr % 4 == 0, name, "a non-null 4-byte aligned device pointer", format!("{:#x}", b.addr))?;
+    ensure(end_of(b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
+    ensure(b.len >= 1, name, "one f32 scale (a device scalar)", "an empty buffer")
+}
+
 fn check_head_array(name: &str, b: &BufferDesc, heads: u32) -> Result<()> {
     ensure(b.elem == ElemType::F32, name, "f32 elements", format!("{} elements", b.elem.name()))?;
     ensure(b.addr != 0 && b.addr % 4 == 0, name, "a non-null 4-byte aligned device pointer", format!("{:#x}", b.addr))?;
@@ -189,9 +211,11 @@ pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
     check_buffer(job.plain_name, &job.plain, dtype_elem(shape.dtype), plain_bytes)?;
     check_buffer("data", &job.data, kv_elem(shape.kv_format), shape.kv_bytes_required().unwrap_or(u64::MAX))?;
     let side_name = "scales";
+    let tensor_scaled = shape.kv_format.tensor_scaled();
     match (side_elem(shape.kv_format), &job.side) {
+        (Some(_), Some(side)) if tensor_scaled => check_tensor_scale(side_name, side)?,
         (Some(elem), Some(side)) => check_buffer(side_name, side, elem, shape.side_bytes_required().unwrap_or(u64::MAX))?,
-        (Some(elem), None) => return Err(Error::invalid(side_name, format!("the {} cache's side data ({})", shape.kv_format.name(), elem.name()), "none")),
+        (Some(elem), None) => return Err(Error::invalid(side_name, side_wanted(shape.kv_format, elem), "none")),
         (None, Some(_)) => return Err(Error::invalid(side_name, format!("none (a {} cache has no side data)", shape.kv_format.name()), "a buffer")),
         (None, None) => {}
     }
@@ -202,7 +226,13 @@ pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
     }
     let (written, others): (Vec<_>, Vec<_>) = if job.direction == QuantDirection::Quantize {
         read.push((job.plain_name, job.plain));
-        (vec![("data", job.data), (side_name, side)], read)
+        if tensor_scaled {
+            // The tensor's scale is read, not written.
+            read.push((side_name, side));
+            (vec![("data", job.data)], read)
+        } else {
+            (vec![("data", job.data), (side_name, side)], read)
+        }
     } else {
         read.extend([("data", job.data), (side_name, side)]);
         (vec![(job.plain_name, job.plain)], read)

@@ -251,11 +251,11 @@ pub fn narrow_block_warps(splits: bool, longest: u32, keys_per_stage: u32, dev: 
 /// warps hide more of it) and blocks of several row tiles on `mma.sync`
 /// (grid B: one per SM made B ≤ 64 up to 13 % slower) gain from every
 /// resident warp, as do the quantized wgmma kernels (docs/perf.md, "Splits
-/// for one block per SM"). fp8 per head reads int8's bytes and takes
-/// int8's rule (not measured on its own yet).
+/// for one block per SM"). Both fp8 formats read int8's value bytes and
+/// take int8's rule.
 pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32) -> Option<u32> {
     match (format, family) {
-        (KvFormat::Int8 | KvFormat::Fp8PerHead, Family::Narrow) => Some(8),
+        (KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8, Family::Narrow) => Some(8),
         (KvFormat::Bf16 | KvFormat::F16, Family::Wide) if warps_m == 1 => Some(4),
         (KvFormat::Bf16 | KvFormat::F16, Family::Wgmma) => Some(8),
         _ => None,

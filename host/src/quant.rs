@@ -7,7 +7,9 @@
 //! `inv = 127 / amax`, `q = round_ties_even(x · inv)`, stored scale
 //! `amax / 127`; an all-zero row stores q = 0. Dequantized: `q · scale`.
 //! Cache bytes hold `q + 128` (offset binary, 1..=255), which the kernels
-//! turn into fp16 with one `prmt` and one subtraction.
+//! turn into fp16 with one `prmt` and one subtraction. fp8 rows are e4m3
+//! codes of `x · (448 / amax)` per row (fp8 per head) or `x / scale` for
+//! a given per-tensor scale (fp8), rounded as `cvt.rn.satfinite`.
 
 use decode_attn_abi::KvFormat;
 
@@ -117,8 +119,18 @@ pub fn dequantize_int4_row(bytes: &[u8], side: &[u32], group: usize, out: &mut [
 /// byte layout (other bytes 0) and side data as 32-bit words in
 /// `shape.side_strides()` order (int8: f32 bits of the scale; int4: one word
 /// per group; entries of missing rows are NaN bits, `0x7FC0_0000`).
+///
+/// fp8 (per tensor) takes the scale [`fp8_tensor_scale`] of the rows and
+/// returns it as its one side word.
 pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<u32>)> {
     match shape.kv_format {
+        KvFormat::Fp8 => {
+            check_quantized(shape, seq_lens, plain.len())?;
+            let mut amax = 0f32;
+            for_each_row_in_order(shape, seq_lens, |at| amax = plain[at..at + shape.head_dim as usize].iter().fold(amax, |m, v| m.max(v.abs())));
+            let scale = fp8_tensor_scale(amax);
+            Ok((quantize_cache_fp8(shape, seq_lens, plain, scale)?, vec![scale.to_bits()]))
+        }
         KvFormat::Int8 | KvFormat::Fp8PerHead => {
             let (d, s) = quantize_cache_per_head(shape, seq_lens, plain)?;
             Ok((d, s.into_iter().map(f32::to_bits).collect()))
@@ -143,8 +155,21 @@ pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> R
 
 /// The f32 values of a quantized cache's rows `t < seq_lens[b]`, in the
 /// shape's layout (other elements NaN), for any quantized format.
+/// (fp8 per tensor: `side[0]` holds the scale's bits.)
 pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side: &[u32]) -> Result<Vec<f32>> {
     match shape.kv_format {
+        KvFormat::Fp8 => {
+            let scale = side.first().map(|&w| f32::from_bits(w)).ok_or_else(|| Error::invalid("side", "the tensor's scale", "an empty slice"))?;
+            check_quantized(shape, seq_lens, data.len())?;
+            let d = shape.head_dim as usize;
+            let mut out = vec![f32::NAN; data.len()];
+            let shared = Shared::new(&mut out);
+            for_each_row(shape, seq_lens, |at, _| {
+                // SAFETY: each row goes to one thread (`for_each_row`).
+                dequantize_fp8_row(&data[at..at + d], scale, unsafe { shared.slice(at, d) });
+            });
+            Ok(out)
+        }
         KvFormat::Int8 | KvFormat::Fp8PerHead => {
             let scales: Vec<f32> = side.iter().map(|&w| f32::from_bits(w)).collect();
             dequantize_cache_per_head(shape, seq_lens, data, &scales)
@@ -163,6 +188,48 @@ pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side
                 dequantize_int4_row(&data[at / 2..at / 2 + d / 2], &side[si * words..][..words], group, row);
             });
             Ok(out)
+        }
+    }
+}
+
+/// The per-tensor scale that maps a tensor's largest magnitude `amax` to
+/// e4m3's largest finite value: `amax / 448` (1 for an all-zero tensor,
+/// whose codes are all zero under any scale).
+pub fn fp8_tensor_scale(amax: f32) -> f32 {
+    if amax > 0.0 {
+        amax / E4M3_MAX
+    } else {
+        1.0
+    }
+}
+
+/// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
+/// the shape's layout to fp8 e4m3 under one given scale (the `Fp8`
+/// format; positive and finite): bytes in the same layout, other bytes 0.
+/// The CPU twin of `DecodeAttention::quantize_kv` for fp8.
+pub fn quantize_cache_fp8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32], scale: f32) -> Result<Vec<u8>> {
+    ensure(shape.kv_format == KvFormat::Fp8, "kv_format", "fp8", shape.kv_format.name())?;
+    ensure(scale.is_finite() && scale > 0.0, "scale", "a positive finite f32", scale)?;
+    check_quantized(shape, seq_lens, plain.len())?;
+    let d = shape.head_dim as usize;
+    let mut data = vec![0u8; shape.kv_elems_required().unwrap_or(0) as usize];
+    let out = Shared::new(&mut data);
+    for_each_row(shape, seq_lens, |at, _| {
+        // SAFETY: each row goes to one thread (`for_each_row`).
+        quantize_fp8_row_scaled(&plain[at..at + d], scale, unsafe { out.slice(at, d) });
+    });
+    Ok(data)
+}
+
+/// Calls `f(element offset of the row)` for every row `t < seq_lens[b]`
+/// of every kv head, in order on this thread.
+fn for_each_row_in_order(shape: &DecodeShape, seq_lens: &[u32], mut f: impl FnMut(usize)) {
+    let st = shape.kv_strides();
+    for (b, &len) in seq_lens.iter().enumerate() {
+        for t in 0..len as u64 {
+            for h in 0..shape.num_kv_heads as u64 {
+                f((b as u64 * st.batch + t * st.token + h * st.head) as usize);
+            }
         }
     }
 }

@@ -320,7 +320,11 @@ impl DecodeShape {
 
     /// Bytes a side-data buffer (K's or V's scales) must hold; 0 for
     /// unquantized formats, `None` on overflow.
+    /// A per-tensor format's side data is its one f32 scale: 4 bytes.
     pub fn side_bytes_required(&self) -> Option<u64> {
+        if self.kv_format.tensor_scaled() {
+            return Some(4);
+        }
         let entry = self.kv_format.side_bytes(self.head_dim) as u64;
         if entry == 0 {
             return Some(0);

@@ -10,7 +10,7 @@ use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::cust::sys as cuda;
 use decode_attn::half::{bf16, f16};
-use decode_attn::quant::{dequantize_fp8_row, dequantize_int4_row, dequantize_int8_row, quantize_fp8_row, quantize_int4_row, quantize_int8_row};
+use decode_attn::quant::{dequantize_fp8_row, dequantize_int4_row, dequantize_int8_row, fp8_tensor_scale, quantize_fp8_row, quantize_fp8_row_scaled, quantize_int4_row, quantize_int8_row};
 use decode_attn::reference;
 use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, Rng};
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, KvTensor, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
@@ -62,8 +62,9 @@ fn row_offset(shape: &DecodeShape, table: &[i32], b: usize, t: usize, h: usize) 
     unit * s.batch as usize + t * s.token as usize + h * s.head as usize
 }
 
-/// The values the kernels compute with for one 16-bit row.
-fn effective_row(format: KvFormat, row: &[f32]) -> Vec<f32> {
+/// The values the kernels compute with for one 16-bit row (`scale`: a
+/// per-tensor format's, the same when written and when read).
+fn effective_row(format: KvFormat, row: &[f32], scale: f32) -> Vec<f32> {
     let d = row.len();
     let mut out = vec![0f32; d];
     match format {
@@ -77,6 +78,11 @@ fn effective_row(format: KvFormat, row: &[f32]) -> Vec<f32> {
             let mut q = vec![0u8; d];
             let s = quantize_fp8_row(row, &mut q);
             dequantize_fp8_row(&q, s, &mut out);
+        }
+        KvFormat::Fp8 => {
+            let mut q = vec![0u8; d];
+            quantize_fp8_row_scaled(row, scale, &mut q);
+            dequantize_fp8_row(&q, scale, &mut out);
         }
         f => {
             let g = f.group().expect("int4") as usize;
@@ -149,8 +155,12 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     // and as the kernels compute with it (dequantized).
     let k16 = round(random_values(&mut rng, rows_total * row, row, Distribution::HeavyTailed));
     let v16 = round(random_values(&mut rng, rows_total * row, row, Distribution::Normal));
-    let eff = |x: &[f32]| -> Vec<f32> { x.chunks(row).flat_map(|r| effective_row(case.format, r)).collect() };
-    let (k_eff, v_eff) = (eff(&k16), eff(&v16));
+    // A per-tensor format's scales: the tensors' amax / 448 (doubled
+    // halfway through the replays, `scales_dev`).
+    let amax = |x: &[f32]| x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let mut scales = [fp8_tensor_scale(amax(&k16)), fp8_tensor_scale(amax(&v16))];
+    let eff = |x: &[f32], scale: f32| -> Vec<f32> { x.chunks(row).flat_map(|r| effective_row(case.format, r, scale)).collect() };
+    let (mut k_eff, mut v_eff) = (eff(&k16, scales[0]), eff(&v16, scales[1]));
 
     // The 16-bit prefix (tokens before step 0's new ones) in the cache's
     // layout (strides in the cache's elements); every other element NaN.
@@ -189,6 +199,13 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let side_bytes = shape.side_bytes_required().ok_or("shape too large")? as usize;
     let quantized = case.format.is_quantized();
     let packed = case.paging.is_some_and(|p| p.packed);
+    let tensor_scaled = case.format.tensor_scaled();
+    let mut scales_dev = [DeviceBuffer::from_slice(&scales[..1]).map_err(err)?, DeviceBuffer::from_slice(&scales[1..]).map_err(err)?];
+    let scale_addr = [scales_dev[0].as_device_ptr().as_raw(), scales_dev[1].as_device_ptr().as_raw()];
+    // SAFETY: views of `scales_dev`'s buffers, alive to the end of the
+    // function (read by the kernels; not written).
+    let scale_ref = |i: usize| unsafe { TensorRef::from_raw(scale_addr[i], 1, ElemType::F32) };
+    let scale_mut = |i: usize| unsafe { TensorMut::from_raw(scale_addr[i], 1, ElemType::F32) };
     let (pool, part_bytes) = if packed {
         let (pp, (_, num_pages)) = shape.packed_page().zip(shape.page_geometry()).ok_or("not paged")?;
         let mut bytes = vec![0xFFu8; pp.page_bytes as usize * num_pages as usize];
@@ -224,9 +241,11 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         if packed {
             // SAFETY: the whole live pool buffer, written by this test's launches only.
             let whole = unsafe { TensorMut::from_raw(pool[0].as_device_ptr().as_raw(), pool_bytes, ElemType::U8) };
-            return KvMut::packed(&shape, whole, if i == 0 { KvTensor::K } else { KvTensor::V });
+            let t = KvMut::packed(&shape, whole, if i == 0 { KvTensor::K } else { KvTensor::V })?;
+            return Ok(if tensor_scaled { t.with_fp8_scale(scale_mut(i)) } else { t });
         }
-        Ok(KvMut { data: part_mut(i, kv_elem), side: side_elem.map(|se| part_mut(i + 2, se)) })
+        let side = if tensor_scaled { Some(scale_mut(i)) } else { side_elem.map(|se| part_mut(i + 2, se)) };
+        Ok(KvMut { data: part_mut(i, kv_elem), side })
     };
     if side_elem.is_some() {
         let pre = step_inputs(&prefix_lens_dev, &table_dev, paged);
@@ -273,7 +292,9 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), target(0)?, stream)?;
         attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), target(1)?, stream)?;
         let cache = match side_elem {
+            _ if packed && tensor_scaled => KvCache::packed(&shape, &pool[0])?.with_fp8_scales(scale_ref(0), scale_ref(1)),
             _ if packed => KvCache::packed(&shape, &pool[0])?,
+            _ if tensor_scaled => KvCache::fp8(part_ref(0, kv_elem), part_ref(1, kv_elem), scale_ref(0), scale_ref(1)),
             Some(se) => KvCache::quantized(part_ref(0, kv_elem), part_ref(1, kv_elem), part_ref(2, se), part_ref(3, se)),
             None => KvCache::plain(part_ref(0, kv_elem), part_ref(1, kv_elem)),
         };
@@ -292,6 +313,27 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
                 // New sink values under the same graph.
                 sinks.iter_mut().for_each(|x| *x = 6.0 - *x);
                 sinks_dev.copy_from(&sinks[..]).map_err(err)?;
+            }
+            if tensor_scaled {
+                // New scales under the same graph: the cached rows now read
+                // as twice their values (exactly), and this step's rows on
+                // are quantized with the new scales.
+                for (i, (x16, x_eff)) in [(&k16, &mut k_eff), (&v16, &mut v_eff)].into_iter().enumerate() {
+                    scales[i] *= 2.0;
+                    scales_dev[i].copy_from(&scales[i..i + 1]).map_err(err)?;
+                    for (b, &len) in lens.iter().enumerate() {
+                        for t in 0..cap as usize {
+                            let at = (b * cap as usize + t) * HKV as usize * row;
+                            let rows = at..at + HKV as usize * row;
+                            if t < (len - ql) as usize {
+                                x_eff[rows].iter_mut().for_each(|v| *v *= 2.0);
+                            } else {
+                                let fresh = eff(&x16[rows.clone()], scales[i]);
+                                x_eff[rows].copy_from_slice(&fresh);
+                            }
+                        }
+                    }
+                }
             }
         }
         // SAFETY: device-to-device copies of this step's inputs into the

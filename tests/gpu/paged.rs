@@ -48,6 +48,8 @@ pub struct Pool {
     pub shape: DecodeShape,
     pub table: Vec<i32>,
     buffers: Buffers,
+    /// A per-tensor format's K and V scales (one f32 each, not in pages).
+    tensor_scales: Option<(DeviceBuffer<u8>, DeviceBuffer<u8>)>,
 }
 
 /// Four pools (K, V, and for quantized formats their side data), or one
@@ -114,6 +116,10 @@ impl Pool {
         };
         let (kv_bytes, side_bytes) = (shape.kv_bytes_required().ok_or("pool too large")? as usize, shape.side_bytes_required().ok_or("pool too large")? as usize);
         let lens = &p.seq_lens;
+        let tensor_scales = match (&p.quant, format.tensor_scaled()) {
+            (Some(qb), true) => Some((up(words(&qb.host_k.1))?, up(words(&qb.host_v.1))?)),
+            _ => None,
+        };
         if paging.packed {
             let pp = shape.packed_page().ok_or("not paged")?;
             let mut pool = vec![0xFFu8; num_pages as usize * pp.page_bytes as usize];
@@ -123,7 +129,7 @@ impl Pool {
                     scatter(contig, &shape, lens, &table, src, width, is_side, &mut pool, base as usize);
                 }
             }
-            return Ok(Pool { shape, table, buffers: Buffers::Packed(up(pool)?) });
+            return Ok(Pool { shape, table, buffers: Buffers::Packed(up(pool)?), tensor_scales });
         }
         let one = |part: &Option<Vec<u8>>, width: usize, is_side: bool, n: usize| -> Result<Option<DeviceBuffer<u8>>, String> {
             let Some(src) = part else { return Ok(None) };
@@ -132,8 +138,8 @@ impl Pool {
             up(out).map(Some)
         };
         let (k, v) = (one(&parts[0], row, false, kv_bytes)?.ok_or("no K")?, one(&parts[1], row, false, kv_bytes)?.ok_or("no V")?);
-        let side = one(&parts[2], side, true, side_bytes)?.zip(one(&parts[3], side, true, side_bytes)?);
-        Ok(Pool { shape, table, buffers: Buffers::Separate { k, v, side } })
+        let side = if format.tensor_scaled() { None } else { one(&parts[2], side, true, side_bytes)?.zip(one(&parts[3], side, true, side_bytes)?) };
+        Ok(Pool { shape, table, buffers: Buffers::Separate { k, v, side }, tensor_scales })
     }
 
     /// The pool as `run_cache` takes it.
@@ -142,7 +148,7 @@ impl Pool {
         let elem = decode_attn::check::kv_elem(format);
         // SAFETY: views of this pool's live buffers, typed as the format's.
         let view = |b: &DeviceBuffer<u8>, e: ElemType| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len() / e.size_bytes(), e) };
-        match &self.buffers {
+        let cache = match &self.buffers {
             Buffers::Packed(pool) => KvCache::packed(&self.shape, pool).expect("a packed pool's shape"),
             Buffers::Separate { k, v, side } => {
                 let mut cache = KvCache::plain(view(k, elem), view(v, elem));
@@ -152,6 +158,10 @@ impl Pool {
                 }
                 cache
             }
+        };
+        match &self.tensor_scales {
+            Some((ks, vs)) => cache.with_fp8_scales(view(ks, ElemType::F32), view(vs, ElemType::F32)),
+            None => cache,
         }
     }
 }

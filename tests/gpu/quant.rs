@@ -80,7 +80,9 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
 
     // Whole cache: every byte and scale as the CPU quantizer wrote them.
     let mut data = DeviceBuffer::<u8>::zeroed(n_bytes).map_err(err)?;
-    let mut scales = DeviceBuffer::from_slice(&vec![nan; n_side]).map_err(err)?;
+    // (A per-tensor format's scale is the quantizer's input: the CPU's.)
+    let side_init = if format.tensor_scaled() { qb.host_k.1.clone() } else { vec![nan; n_side] };
+    let mut scales = DeviceBuffer::from_slice(&side_init).map_err(err)?;
     attn.quantize_kv(&shape, &StepInputs::lengths(&lens_dev), plain, KvMut::quantized(&mut data, side_mut(&mut scales)), stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     let (mut got_data, mut got_scales) = (vec![0u8; n_bytes], vec![0u32; n_side]);
@@ -112,7 +114,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     // SAFETY: a view of `rows_dev`.
     let rows = unsafe { TensorRef::from_raw(rows_dev.as_device_ptr().as_raw(), new_rows.len(), elem16) };
     let mut data2 = DeviceBuffer::<u8>::zeroed(n_bytes).map_err(err)?;
-    let mut scales2 = DeviceBuffer::from_slice(&vec![nan; n_side]).map_err(err)?;
+    let mut scales2 = DeviceBuffer::from_slice(&side_init).map_err(err)?;
     attn.append_kv(&shape, &StepInputs::lengths(&lens_dev), rows, KvMut::quantized(&mut data2, side_mut(&mut scales2)), stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     data2.copy_to(&mut got_data).map_err(err)?;
@@ -121,7 +123,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     let (row_bytes, words) = (format.row_bytes(d) as usize, format.side_bytes(d) as usize / 4);
     let bits = format.bits() as u64;
     let mut expect_data = vec![0u8; n_bytes];
-    let mut expect_scales = vec![nan; n_side];
+    let mut expect_scales = side_init.clone();
     for (b, &len) in lens.iter().enumerate() {
         for t in len as usize - ql..len as usize {
             for hh in 0..h {
