@@ -255,8 +255,11 @@ pub trait KvFormat {
     /// conversion (the compiler cannot move a load above an earlier store
     /// to shared memory, so otherwise each job waits out its own load's
     /// latency; worth the registers in the warp-specialised producer).
-    /// Rows of the stage from `valid` on are past the work item's end
-    /// (their P is 0; formats with NaN codes write zeros there).
+    /// Rows of the stage from `valid` on are past the work item's end and
+    /// hold stale bytes (the warp-specialised kernels' bulk copies write
+    /// only the item's rows; the others' copies zero-fill the rest and
+    /// pass `u32::MAX`): their P is 0, and formats with NaN codes write
+    /// zeros there.
     /// Formats the MMAs read as stored convert nothing.
     ///
     /// # Safety
