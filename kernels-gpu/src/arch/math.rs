@@ -219,3 +219,14 @@ pub fn e4m3x2_from_f32(hi: f32, lo: f32) -> u32 {
     r
 }
 
+/// `max.f16x2`: lane-wise maximum; a NaN lane gives the other operand.
+#[inline(always)]
+pub fn max_f16x2(a: u32, b: u32) -> u32 {
+    let r: u32;
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!("max.f16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
+            options(pure, nomem, nostack));
+    }
+    r
+}

@@ -140,8 +140,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
                 // step: held, they pushed the cluster kernels past 128
                 // registers.)
                 if live {
-                    // (Every row is valid: the copies zero-filled those past the end.)
-                    F::stage_to_half::<D, false, 1>(pipe.tiles(stage), sub, u32::MAX, k_half, v_half, half_rows, thread::opaque(tid) % 128);
+                    F::stage_to_half::<D, false, 1>(pipe.tiles(stage), sub, item.kv_end - tile_first, k_half, v_half, half_rows, thread::opaque(tid) % 128);
                     shared::fence_proxy_async_shared();
                 }
                 thread::sync_named(group_barrier, 128);

@@ -136,24 +136,29 @@ impl<Q: Half, C: ByteCode> KvFormat for ByteKv<Q, C> {
 
     /// Exact values (the body applies the scales): a 16-byte chunk of a
     /// row (16 dims) becomes two 16-bit chunks, two instructions per pair.
-    /// Codes with NaNs write zeros for rows at or past `valid` (stale
-    /// bytes, `ByteCode::HAS_NAN`) — a test and four selects per job, on
-    /// the stage that ends a work item only.
+    /// Codes with NaNs (`ByteCode::HAS_NAN`) must not leave a NaN in rows
+    /// at or past `valid` (stale bytes): the warp-specialised producer
+    /// (`EAGER`) writes zeros there — a test and four selects per job, on
+    /// the stage that ends a work item only; the unspecialised kernels,
+    /// at their 128-register cap (the row test cost them spills), read
+    /// NaN codes as −448 everywhere (one `max.f16x2` a pair).
     #[inline(always)]
     unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, valid: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
-        if C::HAS_NAN && key + HALVES as u32 * decode_attn_abi::WGMMA_KEYS > valid {
-            convert_stage::<C, D, EAGER, HALVES, true>(stage, key, valid, k_half, v_half, row, t)
+        if C::HAS_NAN && !EAGER {
+            convert_stage::<C, D, EAGER, HALVES, false, true>(stage, key, valid, k_half, v_half, row, t)
+        } else if C::HAS_NAN && key + HALVES as u32 * decode_attn_abi::WGMMA_KEYS > valid {
+            convert_stage::<C, D, EAGER, HALVES, true, false>(stage, key, valid, k_half, v_half, row, t)
         } else {
-            convert_stage::<C, D, EAGER, HALVES, false>(stage, key, valid, k_half, v_half, row, t)
+            convert_stage::<C, D, EAGER, HALVES, false, false>(stage, key, valid, k_half, v_half, row, t)
         }
     }
 }
 
 /// [`KvFormat::stage_to_half`] of a byte cache; `MASK`: rows `key + r` at
-/// or past `valid` become zeros.
+/// or past `valid` become zeros; `FINITE`: NaN codes become −448.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn convert_stage<C: ByteCode, const D: usize, const EAGER: bool, const HALVES: usize, const MASK: bool>(stage: StageTiles, key: u32, valid: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
+unsafe fn convert_stage<C: ByteCode, const D: usize, const EAGER: bool, const HALVES: usize, const MASK: bool, const FINITE: bool>(stage: StageTiles, key: u32, valid: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
     let chunks = D as u32 / 16;
     const JOBS: usize = (2 * decode_attn_abi::WGMMA_KEYS / 8 * 8 / 16) as usize;
     const { assert!(D == 128 && (HALVES == 1 || HALVES == 2)) };
@@ -176,7 +181,8 @@ unsafe fn convert_stage<C: ByteCode, const D: usize, const EAGER: bool, const HA
             let (src, lo, hi, live) = job(h, i);
             let w = if EAGER { *early } else { shared::ld_shared_v4_u32(src) };
             let w = if MASK && !live { [0; 4] } else { w };
-            let half = |a: u32, b: u32| [C::pair(a, 0, 1), C::pair(a, 2, 3), C::pair(b, 0, 1), C::pair(b, 2, 3)];
+            let pair = |w: u32, lo: u32, hi: u32| if FINITE { math::max_f16x2(C::pair(w, lo, hi), 0xdf00_df00) } else { C::pair(w, lo, hi) };
+            let half = |a: u32, b: u32| [pair(a, 0, 1), pair(a, 2, 3), pair(b, 0, 1), pair(b, 2, 3)];
             shared::st_shared_v4_u32(lo, half(w[0], w[1]));
             shared::st_shared_v4_u32(hi, half(w[2], w[3]));
         }

@@ -256,10 +256,8 @@ pub trait KvFormat {
     /// to shared memory, so otherwise each job waits out its own load's
     /// latency; worth the registers in the warp-specialised producer).
     /// Rows of the stage from `valid` on are past the work item's end and
-    /// hold stale bytes (the warp-specialised kernels' bulk copies write
-    /// only the item's rows; the others' copies zero-fill the rest and
-    /// pass `u32::MAX`): their P is 0, and formats with NaN codes write
-    /// zeros there.
+    /// may hold stale bytes: their P is 0, so formats with NaN codes must
+    /// convert them to finite values.
     /// Formats the MMAs read as stored convert nothing.
     ///
     /// # Safety
