@@ -104,23 +104,37 @@ unsafe fn load_lane_values<H: Half, const E: usize>(row: u64, lane: u32) -> [f32
     x
 }
 
+/// The quantizing warp's row: its destination (cache batch or page, token
+/// in it), kv head, the lane, and the lane's `E` source values as f32;
+/// `None` when the warp has no row.
+#[inline(always)]
+unsafe fn source_row<H: Half, const E: usize>(p: &QuantParams) -> Option<(u32, u32, u32, u32, [f32; E])> {
+    let (b, t, h, token) = this_row(p)?;
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let lane = thread::lane_id();
+    Some((cb, ct, h, lane, load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane)))
+}
+
+/// The row's largest magnitude (every lane's values, over the warp).
+#[inline(always)]
+fn row_amax<const E: usize>(x: &[f32; E]) -> f32 {
+    let mut amax = 0f32;
+    #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
+    for i in 0..E {
+        amax = amax.max(x[i].abs());
+    }
+    warp::warp_max(amax)
+}
+
 /// 16-bit rows → int8 rows + f32 scales.
 ///
 /// # Safety
 /// Launched by the host with buffers it checked against `p`.
 #[inline(always)]
 pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
-    let Some((b, t, h, token)) = this_row(p) else { return };
-    let (cb, ct) = cache_at(p, b, token);
-    let (pb, pt) = plain_at(p, b, t, (cb, ct));
-    let lane = thread::lane_id();
-    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
-    let mut amax = 0f32;
-    #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
-    for i in 0..E {
-        amax = amax.max(x[i].abs());
-    }
-    let amax = warp::warp_max(amax);
+    let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
+    let amax = row_amax(&x);
     let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
     let dst = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
     let mut bytes = [0u32; E];
@@ -174,17 +188,8 @@ pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &Quant
 /// As [`quantize_int8`].
 #[inline(always)]
 pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
-    let Some((b, t, h, token)) = this_row(p) else { return };
-    let (cb, ct) = cache_at(p, b, token);
-    let (pb, pt) = plain_at(p, b, t, (cb, ct));
-    let lane = thread::lane_id();
-    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
-    let mut amax = 0f32;
-    #[allow(clippy::needless_range_loop)] // constant indices keep `x` in registers
-    for i in 0..E {
-        amax = amax.max(x[i].abs());
-    }
-    let amax = warp::warp_max(amax);
+    let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
+    let amax = row_amax(&x);
     let inv = if amax > 0.0 { decode_attn_abi::E4M3_MAX / amax } else { 0.0 };
     store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, inv);
     if lane == 0 {
@@ -202,12 +207,8 @@ pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: 
 /// As [`quantize_int8`].
 #[inline(always)]
 pub unsafe fn quantize_fp8_per_tensor<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
-    let Some((b, t, h, token)) = this_row(p) else { return };
-    let (cb, ct) = cache_at(p, b, token);
-    let (pb, pt) = plain_at(p, b, t, (cb, ct));
-    let lane = thread::lane_id();
+    let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
     let inv = 1.0 / memory::ld_global_nc_f32(p.side);
-    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
     store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, inv);
 }
 
@@ -292,11 +293,7 @@ fn shfl_xor_u32(v: u32, m: u32) -> u32 {
 /// As [`quantize_int8`].
 #[inline(always)]
 pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u32>(p: &QuantParams) {
-    let Some((b, t, h, token)) = this_row(p) else { return };
-    let (cb, ct) = cache_at(p, b, token);
-    let (pb, pt) = plain_at(p, b, t, (cb, ct));
-    let lane = thread::lane_id();
-    let x = load_lane_values::<H, E>(plain_row(p, pb, pt, h), lane);
+    let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
     let (mut lo, mut hi) = (x[0], x[0]);
     #[allow(clippy::needless_range_loop)]
     for i in 1..E {
