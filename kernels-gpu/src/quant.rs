@@ -156,19 +156,27 @@ pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantPa
     }
 }
 
+/// The dequantizing warp's row of a byte cache (int8, fp8): the lane's
+/// `E` source bytes, the row's scale, and where the lane's `E` 16-bit
+/// values go; `None` when the warp has no row.
+#[inline(always)]
+unsafe fn byte_row_out<const E: usize>(p: &QuantParams) -> Option<(u64, f32, u64)> {
+    let (b, t, h, token) = this_row(p)?;
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let lane = thread::lane_id();
+    let src = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
+    let scale = memory::ld_global_nc_f32(side_row(p, cb, ct, h));
+    Some((src, scale, plain_row(p, pb, pt, h) + (lane as usize * E * 2) as u64))
+}
+
 /// int8 rows + scales → 16-bit rows (the whole cache, rows `t < seq_len`).
 ///
 /// # Safety
 /// As [`quantize_int8`].
 #[inline(always)]
 pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
-    let Some((b, t, h, token)) = this_row(p) else { return };
-    let (cb, ct) = cache_at(p, b, token);
-    let (pb, pt) = plain_at(p, b, t, (cb, ct));
-    let lane = thread::lane_id();
-    let src = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
-    let scale = memory::ld_global_nc_f32(side_row(p, cb, ct, h));
-    let dst = plain_row(p, pb, pt, h) + (lane as usize * E * 2) as u64;
+    let Some((src, scale, dst)) = byte_row_out::<E>(p) else { return };
     for w in 0..E / 2 {
         // Two bytes per output pair; E = 2 reads the lane's only 2 bytes.
         let pair = memory::ld_global_nc_u16(src + 2 * w as u64);
@@ -237,13 +245,7 @@ unsafe fn store_e4m3_lane<const E: usize>(dst: u64, x: &[f32; E], inv: f32) {
 /// As [`quantize_int8`].
 #[inline(always)]
 pub unsafe fn dequantize_fp8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
-    let Some((b, t, h, token)) = this_row(p) else { return };
-    let (cb, ct) = cache_at(p, b, token);
-    let (pb, pt) = plain_at(p, b, t, (cb, ct));
-    let lane = thread::lane_id();
-    let src = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
-    let scale = memory::ld_global_nc_f32(side_row(p, cb, ct, h));
-    let dst = plain_row(p, pb, pt, h) + (lane as usize * E * 2) as u64;
+    let Some((src, scale, dst)) = byte_row_out::<E>(p) else { return };
     for w in 0..E / 2 {
         let (lo, hi) = F16::unpack(math::f16x2_from_e4m3x2(memory::ld_global_nc_u16(src + 2 * w as u64)));
         memory::st_global_u32(dst + 4 * w as u64, H::pack(lo * scale, hi * scale));
