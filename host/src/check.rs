@@ -171,17 +171,20 @@ fn side_wanted(f: KvFormat, elem: ElemType) -> String {
 
 /// A per-tensor scale: one f32 at a non-null, 4-byte aligned address.
 fn check_tensor_scale(name: &str, b: &BufferDesc) -> Result<()> {
-    ensure(b.elem == ElemType::F32, name, "f32 elements", format!("{} elements", b.elem.name()))?;
-    ensure(b.addr != 0 && b.addr % 4 == 0, name, "a non-null 4-byte aligned device pointer", format!("{:#x}", b.addr))?;
-    ensure(end_of(b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
-    ensure(b.len >= 1, name, "one f32 scale (a device scalar)", "an empty buffer")
+    check_f32_values(name, b, 1, "one f32 scale (a device scalar)")
 }
 
 fn check_head_array(name: &str, b: &BufferDesc, heads: u32) -> Result<()> {
+    check_f32_values(name, b, heads as u64, &format!("at least {heads} f32 values (one per query head)"))
+}
+
+/// At least `n` f32 values (`wanted` says what they are) at a non-null,
+/// 4-byte aligned address whose range does not wrap.
+fn check_f32_values(name: &str, b: &BufferDesc, n: u64, wanted: &str) -> Result<()> {
     ensure(b.elem == ElemType::F32, name, "f32 elements", format!("{} elements", b.elem.name()))?;
     ensure(b.addr != 0 && b.addr % 4 == 0, name, "a non-null 4-byte aligned device pointer", format!("{:#x}", b.addr))?;
     ensure(end_of(b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
-    ensure(b.len as u64 >= heads as u64, name, format!("at least {heads} f32 values (one per query head)"), format!("{} elements", b.len))
+    ensure(b.len as u64 >= n, name, wanted, format!("{} elements", b.len))
 }
 
 /// The buffers of one cache store / quantize / dequantize launch
