@@ -1,0 +1,195 @@
+"""Tensor checks: what Rust cannot see of a torch tensor (its device, dtype,
+shape and strides) checked against a `DecodeShape`, and the
+`(address, elements, element type)` triples the native layer takes.
+
+Duck-typed on purpose: anything with `dtype`, `device`, `shape`,
+`stride()` and `data_ptr()` passes through, so the CPU tests exercise every
+check without torch. Every rejection is a `ValueError` worded as the Rust
+library words its own: ``invalid `param`: expected ..., got ...``.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+# torch dtype name -> the library's element type.
+_ELEM = {
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "uint8": "u8",
+    "float8_e4m3fn": "u8",
+    "float32": "f32",
+    "int32": "i32",
+    "uint32": "u32",
+}
+
+# The shape's `dtype` -> the torch dtype Q, O and 16-bit caches have.
+_TORCH_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
+
+
+def invalid(param: str, expected: str, got) -> ValueError:
+    return ValueError(f"invalid `{param}`: expected {expected}, got {got}")
+
+
+def dtype_name(t) -> str:
+    return str(t.dtype).replace("torch.", "")
+
+
+def _device(t):
+    d = t.device
+    return d.type, (d.index if d.index is not None else 0)
+
+
+def extent(shape, strides) -> int:
+    """Elements from the first to one past the last element the view addresses."""
+    if any(n == 0 for n in shape):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+class Checker:
+    """Checks the tensors of one call against a shape and a device."""
+
+    def __init__(self, shape, device: int):
+        self.shape = shape
+        self.device = device
+
+    # -- generic -----------------------------------------------------------
+    def tensor(self, name: str, t, dtypes: tuple[str, ...]):
+        if t is None:
+            raise invalid(name, f"a CUDA tensor of dtype {' or '.join(dtypes)}", "None")
+        if not all(hasattr(t, a) for a in ("dtype", "device", "shape", "stride", "data_ptr")):
+            raise invalid(name, "a torch tensor", type(t).__name__)
+        kind, index = _device(t)
+        if kind != "cuda" or index != self.device:
+            raise invalid(name, f"a tensor on cuda:{self.device}", f"one on {kind}" + (f":{index}" if kind == "cuda" else ""))
+        dt = dtype_name(t)
+        if dt not in dtypes:
+            raise invalid(name, f"dtype {' or '.join(dtypes)}", dt)
+        return _ELEM[dt]
+
+    def dense(self, name: str, t, dtypes: tuple[str, ...], dims: tuple[int, ...], what: str):
+        """A contiguous tensor of exactly `dims`."""
+        elem = self.tensor(name, t, dtypes)
+        got = tuple(t.shape)
+        if got != tuple(dims):
+            raise invalid(name, f"shape {tuple(dims)} ({what})", got)
+        want = _contiguous_strides(dims)
+        if tuple(t.stride()) != want and prod(dims) > 1:
+            raise invalid(name, f"a contiguous tensor (strides {want})", f"strides {tuple(t.stride())}")
+        return (t.data_ptr(), prod(dims), elem)
+
+    # -- roles -------------------------------------------------------------
+    def rows(self, name: str, t, heads: int):
+        """Q, O or new K/V rows: `[batch, q_len, heads, head_dim]`, contiguous."""
+        s = self.shape
+        return self.dense(name, t, (_TORCH_DTYPE[s.dtype],), (s.batch, s.q_len, heads, s.head_dim), "batch, q_len, heads, head_dim")
+
+    def q(self, t):
+        return self.rows("q", t, self.shape.num_q_heads)
+
+    def out(self, t):
+        return self.rows("out", t, self.shape.num_q_heads)
+
+    def cache(self, name: str, t, plain: bool = False):
+        """K or V values (or a 16-bit `plain` copy) in the shape's layout."""
+        s = self.shape
+        vpe = 1 if plain else s.values_per_element
+        if plain or s.kv_format in ("bf16", "f16"):
+            dtypes = (_TORCH_DTYPE[s.dtype],)
+        elif s.kv_format.startswith("fp8"):
+            dtypes = ("uint8", "float8_e4m3fn")
+        else:
+            dtypes = ("uint8",)
+        elem = self.tensor(name, t, dtypes)
+        sb, st, sh = s.kv_strides
+        if s.head_dim % vpe:
+            raise invalid("head_dim", f"a multiple of {vpe}", s.head_dim)
+        dst = s.head_dim // vpe
+        if any(x % vpe for x in (sb, st, sh)):
+            raise invalid("strides", f"multiples of {vpe} values (whole bytes)", (sb, st, sh))
+        sb, st, sh = sb // vpe, st // vpe, sh // vpe
+        got_shape, got_strides = tuple(t.shape), tuple(t.stride())
+        if len(got_shape) != 4:
+            raise invalid(name, "a 4-D tensor", f"{len(got_shape)}-D")
+        if got_strides[3] != 1 and got_shape[3] > 1:
+            raise invalid(name, "a tensor whose last dimension is contiguous (stride 1)", f"stride {got_strides[3]}")
+        layout = s.layout
+        if layout == "paged":
+            p, n = s.page_size, s.num_pages
+            if s.page_order == "token_major":
+                options = [((n, p, s.num_kv_heads, dst), (sb, st, sh, 1), "num_pages, page_size, num_kv_heads, head_dim")]
+            else:
+                options = [((n, s.num_kv_heads, p, dst), (sb, sh, st, 1), "num_pages, num_kv_heads, page_size, head_dim")]
+        else:
+            nhd = ((s.batch, s.max_seq_len, s.num_kv_heads, dst), (sb, st, sh, 1), "batch, max_seq_len, num_kv_heads, head_dim")
+            hnd = ((s.batch, s.num_kv_heads, s.max_seq_len, dst), (sb, sh, st, 1), "batch, num_kv_heads, max_seq_len, head_dim")
+            options = {"nhd": [nhd], "hnd": [hnd], "strided": [nhd, hnd]}[layout]
+        for dims, strides, _ in options:
+            if got_shape == dims and _strides_match(dims, got_strides, strides):
+                return (t.data_ptr(), extent(dims, got_strides), elem)
+        dims, strides, what = options[0]
+        if all(got_shape != o[0] for o in options):
+            raise invalid(name, f"shape {dims} ({what}; layout '{layout}')", got_shape)
+        raise invalid(name, f"strides {strides} (layout '{layout}'" + ("; pass layout='strided' with the tensor's strides" if layout != "paged" else "") + ")", f"strides {got_strides}")
+
+    def scales(self, name: str, t):
+        """A quantized cache's side data (None for 16-bit caches)."""
+        s = self.shape
+        if s.kv_format in ("bf16", "f16"):
+            if t is not None:
+                raise invalid(name, f"None (a {s.kv_format} cache has no scales)", "a tensor")
+            return None
+        if s.tensor_scaled:
+            elem = self.tensor(name, t, ("float32",))
+            if prod(t.shape) != 1:
+                raise invalid(name, "one float32 scale (a per-tensor fp8 cache)", f"{prod(t.shape)} elements")
+            return (t.data_ptr(), 1, elem)
+        dtypes = ("float32",) if s.kv_format in ("int8", "fp8-per-head") else ("int32", "uint32")
+        sb, _, sh = s.side_strides
+        if s.layout == "paged":
+            dims, what = (s.num_pages, s.num_kv_heads, s.page_size), "num_pages, num_kv_heads, page_size"
+        else:
+            dims, what = (s.batch, s.num_kv_heads, sh), "batch, num_kv_heads, max_seq_len rounded up to 4"
+        return self.dense(name, t, dtypes, dims, what)
+
+    def seq_lens(self, t):
+        return self.dense("seq_lens", t, ("int32", "uint32"), (self.shape.batch,), "batch")[:2] + ("u32",)
+
+    def block_table(self, t):
+        s = self.shape
+        if s.layout != "paged":
+            if t is not None:
+                raise invalid("block_table", "None (the cache is not paged)", "a tensor")
+            return None
+        return self.dense("block_table", t, ("int32",), (s.batch, s.pages_per_seq), "batch, pages_per_seq")
+
+    def per_head(self, name: str, t, wanted: bool, flag: str):
+        """Sinks or ALiBi slopes: `[num_q_heads]` float32 when the shape has them."""
+        if not wanted:
+            if t is not None:
+                raise invalid(name, f"None (the shape has {flag}=False)", "a tensor")
+            return None
+        return self.dense(name, t, ("float32",), (self.shape.num_q_heads,), "num_q_heads")
+
+    def workspace(self, t, nbytes: int):
+        elem = self.tensor("workspace", t, ("uint8",))
+        n = prod(t.shape)
+        if n < nbytes:
+            raise invalid("workspace", f"at least {nbytes} bytes (plan.workspace_bytes)", f"{n} bytes")
+        if len(t.shape) != 1 or (n > 1 and t.stride()[0] != 1):
+            raise invalid("workspace", "a contiguous 1-D uint8 tensor", f"shape {tuple(t.shape)}")
+        return (t.data_ptr(), n, elem)
+
+
+def _contiguous_strides(dims) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(dims):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def _strides_match(dims, got, want) -> bool:
+    # A dimension of extent 1 has no meaningful stride.
+    return all(n == 1 or g == w for n, g, w in zip(dims, got, want))

@@ -1,0 +1,492 @@
+//! `decode_attn._native`: the Rust library's raw-handle entry points for
+//! Python. A thin layer: shapes and plans are the Rust ones, buffers come
+//! in as `(address, elements, element type)` triples that the Python
+//! package reads off torch tensors after checking their device, dtype,
+//! shape and strides (`decode_attn/_tensors.py`), and every Rust check
+//! still runs before a launch. `Error::InvalidArgument` becomes a
+//! `ValueError` carrying `param`, `expected` and `got`.
+
+mod context;
+mod convert;
+
+use decode_attn::{plan as planner, DecodeAttention, DecodeShape, KvCache, KvMut, Plan, StepInputs};
+use pyo3::prelude::*;
+
+use crate::context::PrimaryContext;
+use crate::convert::{buffer_mut, buffer_ref, parse_options, py_err, shape_from_args, Buf, ShapeArgs};
+
+/// One decode problem: `DecodeShape` with its checks (`ValueError` names
+/// the first bad field). Immutable.
+#[pyclass(frozen, weakref, name = "DecodeShape", module = "decode_attn._native")]
+struct PyShape {
+    inner: DecodeShape,
+}
+
+#[pymethods]
+impl PyShape {
+    #[new]
+    #[pyo3(signature = (*, batch, num_q_heads, num_kv_heads, head_dim, max_seq_len, q_len = 1, dtype = "bf16", kv_format = None, layout = "nhd",
+        strides = None, page_size = None, num_pages = None, page_order = "token_major", scale = None, soft_cap = None, window = None,
+        sinks = false, alibi = false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        batch: i64,
+        num_q_heads: i64,
+        num_kv_heads: i64,
+        head_dim: i64,
+        max_seq_len: i64,
+        q_len: i64,
+        dtype: &str,
+        kv_format: Option<&str>,
+        layout: &str,
+        strides: Option<(i64, i64, i64)>,
+        page_size: Option<i64>,
+        num_pages: Option<i64>,
+        page_order: &str,
+        scale: Option<f64>,
+        soft_cap: Option<f64>,
+        window: Option<i64>,
+        sinks: bool,
+        alibi: bool,
+    ) -> PyResult<Self> {
+        let args = ShapeArgs {
+            batch,
+            num_q_heads,
+            num_kv_heads,
+            head_dim,
+            max_seq_len,
+            q_len,
+            dtype,
+            kv_format,
+            layout,
+            strides,
+            page_size,
+            num_pages,
+            page_order,
+            scale,
+            soft_cap,
+            window,
+            sinks,
+            alibi,
+        };
+        let inner = shape_from_args(&args)?;
+        inner.validate().map_err(py_err)?;
+        Ok(PyShape { inner })
+    }
+
+    #[getter]
+    fn batch(&self) -> u32 {
+        self.inner.batch
+    }
+    #[getter]
+    fn num_q_heads(&self) -> u32 {
+        self.inner.num_q_heads
+    }
+    #[getter]
+    fn num_kv_heads(&self) -> u32 {
+        self.inner.num_kv_heads
+    }
+    #[getter]
+    fn head_dim(&self) -> u32 {
+        self.inner.head_dim
+    }
+    #[getter]
+    fn q_len(&self) -> u32 {
+        self.inner.q_len
+    }
+    #[getter]
+    fn max_seq_len(&self) -> u32 {
+        self.inner.max_seq_len
+    }
+    /// `"bf16"` or `"f16"`: Q's and O's element type.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.inner.dtype.name()
+    }
+    /// The cache format's name (`bf16`, `f16`, `int8`, `fp8-per-head`,
+    /// `fp8`, `int4-g32`, `int4-g64`, `int4-g128`).
+    #[getter]
+    fn kv_format(&self) -> &'static str {
+        self.inner.kv_format.name()
+    }
+    /// `"nhd"`, `"hnd"`, `"strided"` or `"paged"`.
+    #[getter]
+    fn layout(&self) -> &'static str {
+        convert::layout_name(&self.inner.kv_layout)
+    }
+    /// Paged layouts: `"token_major"` or `"head_major"`; else `None`.
+    #[getter]
+    fn page_order(&self) -> Option<&'static str> {
+        convert::page_order_name(&self.inner.kv_layout)
+    }
+    #[getter]
+    fn page_size(&self) -> Option<u32> {
+        self.inner.page_geometry().map(|(log2, _)| 1 << log2)
+    }
+    #[getter]
+    fn num_pages(&self) -> Option<u32> {
+        self.inner.page_geometry().map(|(_, n)| n)
+    }
+    /// Block-table entries per sequence (1 unless paged).
+    #[getter]
+    fn pages_per_seq(&self) -> u32 {
+        self.inner.pages_per_seq()
+    }
+    /// The softmax scale the kernels use (`1/sqrt(head_dim)` by default).
+    #[getter]
+    fn scale(&self) -> f32 {
+        self.inner.softmax_scale()
+    }
+    #[getter]
+    fn soft_cap(&self) -> Option<f32> {
+        self.inner.soft_cap
+    }
+    #[getter]
+    fn window(&self) -> Option<u32> {
+        self.inner.window
+    }
+    #[getter]
+    fn sinks(&self) -> bool {
+        self.inner.sinks
+    }
+    #[getter]
+    fn alibi(&self) -> bool {
+        self.inner.alibi
+    }
+    /// The variant's name (`softmax`, `soft-cap`, ...).
+    #[getter]
+    fn variant(&self) -> &'static str {
+        self.inner.variant().name()
+    }
+    /// Cache values per stored element: 2 for int4 (nibbles in bytes), else 1.
+    #[getter]
+    fn values_per_element(&self) -> u32 {
+        if self.inner.kv_format.bits() == 4 {
+            2
+        } else {
+            1
+        }
+    }
+    /// Strides of K and V `(batch or page, token, head)` in cache values.
+    #[getter]
+    fn kv_strides(&self) -> (u64, u64, u64) {
+        let s = self.inner.kv_strides();
+        (s.batch, s.token, s.head)
+    }
+    /// Strides of a quantized cache's side data `(batch or page, token, head)`, in entries.
+    #[getter]
+    fn side_strides(&self) -> (u64, u64, u64) {
+        let s = self.inner.side_strides();
+        (s.batch, s.token, s.head)
+    }
+    /// Bytes each of K's and V's side data must hold (0: none; 4: one f32 scale).
+    #[getter]
+    fn side_bytes(&self) -> u64 {
+        self.inner.side_bytes_required().unwrap_or(u64::MAX)
+    }
+    /// Bytes of one side-data entry (0 for 16-bit formats).
+    #[getter]
+    fn side_entry_bytes(&self) -> u32 {
+        self.inner.kv_format.side_bytes(self.inner.head_dim)
+    }
+    /// Whether the format has one scale per tensor (fp8).
+    #[getter]
+    fn tensor_scaled(&self) -> bool {
+        self.inner.kv_format.tensor_scaled()
+    }
+    fn __repr__(&self) -> String {
+        let s = &self.inner;
+        format!(
+            "DecodeShape(batch={}, num_q_heads={}, num_kv_heads={}, head_dim={}, q_len={}, max_seq_len={}, dtype='{}', kv_format='{}', layout='{}', variant='{}')",
+            s.batch,
+            s.num_q_heads,
+            s.num_kv_heads,
+            s.head_dim,
+            s.q_len,
+            s.max_seq_len,
+            s.dtype.name(),
+            s.kv_format.name(),
+            convert::layout_name(&s.kv_layout),
+            s.variant().name()
+        )
+    }
+    fn __eq__(&self, other: &Self) -> bool {
+        self.inner == other.inner
+    }
+}
+
+/// `seq_lens` as u32, or a `ValueError` naming the bad entry.
+fn lengths(seq_lens: &[i64]) -> PyResult<Vec<u32>> {
+    seq_lens
+        .iter()
+        .enumerate()
+        .map(|(b, &n)| u32::try_from(n).map_err(|_| convert::invalid(&format!("seq_lens[{b}]"), "a length in 0..2^32", n)))
+        .collect()
+}
+
+fn table(block_table: &[i64]) -> PyResult<Vec<i32>> {
+    block_table
+        .iter()
+        .enumerate()
+        .map(|(i, &p)| i32::try_from(p).map_err(|_| convert::invalid(&format!("block_table[{i}]"), "an i32 page id", p)))
+        .collect()
+}
+
+/// Checks host lengths against a shape (what `plan` checks first).
+#[pyfunction]
+fn check_seq_lens(shape: &PyShape, seq_lens: Vec<i64>) -> PyResult<()> {
+    shape.inner.validate_seq_lens(&lengths(&seq_lens)?).map_err(py_err)
+}
+
+/// Checks a flattened `[batch, pages_per_seq]` block table against a paged
+/// shape and host lengths (what `plan_paged` checks first).
+#[pyfunction]
+fn check_block_table(shape: &PyShape, seq_lens: Vec<i64>, block_table: Vec<i64>) -> PyResult<()> {
+    let s = &shape.inner;
+    let Some((log2, num_pages)) = s.page_geometry() else {
+        return Err(convert::invalid("block_table", "none (the shape is not paged)", "a table"));
+    };
+    let lens = lengths(&seq_lens)?;
+    s.validate_seq_lens(&lens).map_err(py_err)?;
+    planner::check_block_table(&table(&block_table)?, &lens, s.pages_per_seq(), 1 << log2, num_pages).map_err(py_err)
+}
+
+/// A plan: the work of one decode step (host lengths) or of every step up
+/// to a capacity (device lengths). Immutable; reusable.
+#[pyclass(frozen, name = "Plan", module = "decode_attn._native")]
+struct PyPlan {
+    inner: Plan,
+    /// The device ordinal of the `_Device` that made it.
+    device: i32,
+}
+
+#[pymethods]
+impl PyPlan {
+    #[getter]
+    fn shape(&self) -> PyShape {
+        PyShape { inner: self.inner.shape().clone() }
+    }
+    /// Bytes of the workspace a run of this plan needs.
+    #[getter]
+    fn workspace_bytes(&self) -> usize {
+        self.inner.workspace_bytes()
+    }
+    /// Whether the plan reads its lengths (and block table) on the device.
+    #[getter]
+    fn is_capacity(&self) -> bool {
+        self.inner.is_capacity()
+    }
+    #[getter]
+    fn device(&self) -> i32 {
+        self.device
+    }
+    /// The kernel family (`wide`, `narrow`, `wgmma`).
+    #[getter]
+    fn family(&self) -> &'static str {
+        self.inner.family().name()
+    }
+    /// Most chunks any sequence is split into.
+    #[getter]
+    fn max_splits(&self) -> u32 {
+        self.inner.max_splits()
+    }
+    #[getter]
+    fn grid(&self) -> (u32, u32, u32) {
+        self.inner.grid()
+    }
+    /// Bytes of K, V (and side data), Q and O one run moves.
+    #[getter]
+    fn bytes_moved(&self) -> u64 {
+        self.inner.bytes_moved()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "Plan({}, family='{}', grid={:?}, max_splits={}, workspace_bytes={}, capacity={})",
+            PyShape { inner: self.inner.shape().clone() }.__repr__(),
+            self.inner.family().name(),
+            self.inner.grid(),
+            self.inner.max_splits(),
+            self.inner.workspace_bytes(),
+            self.inner.is_capacity()
+        )
+    }
+}
+
+/// The kernels loaded into one device's primary context (the one PyTorch
+/// uses; retained, never created).
+#[pyclass(frozen, name = "_Device", module = "decode_attn._native")]
+struct PyDevice {
+    // Field order: the kernels go before the context is released.
+    attn: DecodeAttention,
+    ctx: PrimaryContext,
+}
+
+#[pymethods]
+impl PyDevice {
+    #[new]
+    fn new(py: Python<'_>, ordinal: i32) -> PyResult<Self> {
+        py.detach(|| {
+            let ctx = PrimaryContext::retain(ordinal)?;
+            let attn = ctx.with_current(DecodeAttention::new).map_err(py_err)?;
+            Ok(PyDevice { attn, ctx })
+        })
+    }
+
+    #[getter]
+    fn ordinal(&self) -> i32 {
+        self.ctx.ordinal
+    }
+    /// `fatbin` (the cubin compiled ahead) or `ptx` (compiled by the driver).
+    #[getter]
+    fn module_source(&self) -> &'static str {
+        match self.attn.module_source() {
+            decode_attn::ModuleSource::Fatbin => "fatbin",
+            decode_attn::ModuleSource::Ptx => "ptx",
+        }
+    }
+    #[getter]
+    fn sm_count(&self) -> u32 {
+        self.attn.device_info().sm_count
+    }
+    #[getter]
+    fn l2_bytes(&self) -> u32 {
+        self.attn.device_info().l2_bytes
+    }
+
+    #[pyo3(signature = (shape, seq_lens, **options))]
+    fn plan(&self, py: Python<'_>, shape: &PyShape, seq_lens: Vec<i64>, options: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<PyPlan> {
+        let opts = parse_options(options)?;
+        let lens = lengths(&seq_lens)?;
+        let plan = py.detach(|| self.attn.plan(&shape.inner, &lens, &opts)).map_err(py_err)?;
+        Ok(PyPlan { inner: plan, device: self.ctx.ordinal })
+    }
+
+    #[pyo3(signature = (shape, seq_lens, block_table, **options))]
+    fn plan_paged(&self, py: Python<'_>, shape: &PyShape, seq_lens: Vec<i64>, block_table: Vec<i64>, options: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<PyPlan> {
+        let opts = parse_options(options)?;
+        let (lens, table) = (lengths(&seq_lens)?, table(&block_table)?);
+        let plan = py.detach(|| self.attn.plan_paged(&shape.inner, &lens, &table, &opts)).map_err(py_err)?;
+        Ok(PyPlan { inner: plan, device: self.ctx.ordinal })
+    }
+
+    #[pyo3(signature = (shape, **options))]
+    fn plan_capacity(&self, py: Python<'_>, shape: &PyShape, options: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<PyPlan> {
+        let opts = parse_options(options)?;
+        let plan = py.detach(|| self.attn.plan_capacity(&shape.inner, &opts)).map_err(py_err)?;
+        Ok(PyPlan { inner: plan, device: self.ctx.ordinal })
+    }
+
+    /// One attention run on `stream` (a `CUstream` as an integer). `step`:
+    /// `(seq_lens, block_table)` buffers for capacity plans, `None` for
+    /// plans of host lengths.
+    #[pyo3(signature = (plan, q, k, v, k_side, v_side, out, workspace, seq_lens, block_table, sinks, alibi_slopes, stream))]
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &self,
+        py: Python<'_>,
+        plan: &PyPlan,
+        q: Buf,
+        k: Buf,
+        v: Buf,
+        k_side: Option<Buf>,
+        v_side: Option<Buf>,
+        out: Buf,
+        workspace: Buf,
+        seq_lens: Option<Buf>,
+        block_table: Option<Buf>,
+        sinks: Option<Buf>,
+        alibi_slopes: Option<Buf>,
+        stream: usize,
+    ) -> PyResult<()> {
+        self.same_device(plan)?;
+        py.detach(|| {
+            // SAFETY: the Python layer read each triple off a live CUDA tensor
+            // of this device whose extent it computed from its shape and strides;
+            // the library checks every length against the plan.
+            let (cache, step, q, out) = unsafe {
+                let mut cache = KvCache::plain(buffer_ref(k)?, buffer_ref(v)?);
+                cache.k_scales = k_side.map(|b| buffer_ref(b)).transpose()?;
+                cache.v_scales = v_side.map(|b| buffer_ref(b)).transpose()?;
+                cache.sinks = sinks.map(|b| buffer_ref(b)).transpose()?;
+                cache.alibi_slopes = alibi_slopes.map(|b| buffer_ref(b)).transpose()?;
+                let step = match seq_lens {
+                    Some(l) => Some(StepInputs { seq_lens: buffer_ref(l)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()? }),
+                    None => None,
+                };
+                (cache, step, buffer_ref(q)?, buffer_mut(out)?)
+            };
+            let ws = workspace.0;
+            self.ctx.with_current(|| self.attn.run_raw(&plan.inner, step.as_ref(), q, &cache, out, ws, workspace.1 * workspace_elem_bytes(&workspace), stream as _)).map_err(py_err)
+        })
+    }
+
+    /// `append_kv` (`append`) or `quantize_kv`: writes K or V of any format.
+    #[pyo3(signature = (append, shape, seq_lens, block_table, rows, data, side, stream))]
+    #[allow(clippy::too_many_arguments)]
+    fn write_kv(&self, py: Python<'_>, append: bool, shape: &PyShape, seq_lens: Buf, block_table: Option<Buf>, rows: Buf, data: Buf, side: Option<Buf>, stream: usize) -> PyResult<()> {
+        py.detach(|| {
+            // SAFETY: as in `run`.
+            let (step, rows, out) = unsafe {
+                let step = StepInputs { seq_lens: buffer_ref(seq_lens)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()? };
+                let out = KvMut { data: buffer_mut(data)?, side: side.map(|b| buffer_mut(b)).transpose()? };
+                (step, buffer_ref(rows)?, out)
+            };
+            self.ctx
+                .with_current(|| {
+                    if append {
+                        self.attn.append_kv_raw(&shape.inner, &step, rows, out, stream as _)
+                    } else {
+                        self.attn.quantize_kv_raw(&shape.inner, &step, rows, out, stream as _)
+                    }
+                })
+                .map_err(py_err)
+        })
+    }
+
+    #[pyo3(signature = (shape, seq_lens, data, side, plain, stream))]
+    #[allow(clippy::too_many_arguments)]
+    fn dequantize_kv(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, data: Buf, side: Buf, plain: Buf, stream: usize) -> PyResult<()> {
+        py.detach(|| {
+            // SAFETY: as in `run`.
+            let (lens, data, side, plain) = unsafe { (buffer_ref(seq_lens)?, buffer_ref(data)?, buffer_ref(side)?, buffer_mut(plain)?) };
+            self.ctx.with_current(|| self.attn.dequantize_kv_raw(&shape.inner, lens, data, side, plain, stream as _)).map_err(py_err)
+        })
+    }
+
+    #[pyo3(signature = (shape, seq_lens, by, stream))]
+    fn advance_seq_lens(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, by: u32, stream: usize) -> PyResult<()> {
+        py.detach(|| {
+            // SAFETY: as in `run`.
+            let lens = unsafe { buffer_mut(seq_lens)? };
+            self.ctx.with_current(|| self.attn.advance_seq_lens_raw(&shape.inner, lens, by, stream as _)).map_err(py_err)
+        })
+    }
+}
+
+impl PyDevice {
+    fn same_device(&self, plan: &PyPlan) -> PyResult<()> {
+        if plan.device == self.ctx.ordinal {
+            Ok(())
+        } else {
+            Err(convert::invalid("plan", &format!("a plan made for cuda:{}", self.ctx.ordinal), format!("one for cuda:{}", plan.device)))
+        }
+    }
+}
+
+fn workspace_elem_bytes(b: &Buf) -> usize {
+    convert::elem(&b.2).map_or(1, |e| e.size_bytes())
+}
+
+/// The native module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyShape>()?;
+    m.add_class::<PyPlan>()?;
+    m.add_class::<PyDevice>()?;
+    m.add_function(wrap_pyfunction!(check_seq_lens, m)?)?;
+    m.add_function(wrap_pyfunction!(check_block_table, m)?)?;
+    m.add_function(wrap_pyfunction!(context::device_count, m)?)?;
+    m.add("PTX_ARCH", decode_attn::PTX_ARCH)?;
+    m.add("HAS_FATBIN", decode_attn::FATBIN.is_some())?;
+    Ok(())
+}

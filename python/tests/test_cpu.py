@@ -1,0 +1,214 @@
+"""What the package guarantees without a GPU (and without torch): it
+imports, says clearly that a GPU call needs a GPU, and rejects every bad
+argument with a `ValueError` naming the parameter, what was expected and
+what it got. Tensors here are stand-ins with torch's attributes."""
+
+import re
+
+import pytest
+
+import decode_attn as da
+from decode_attn._tensors import Checker
+
+
+class Device:
+    def __init__(self, kind="cuda", index=0):
+        self.type, self.index = kind, index
+
+
+class FakeTensor:
+    """The attributes the checks read off a torch tensor."""
+
+    def __init__(self, shape, dtype="bfloat16", device=Device(), strides=None, ptr=1 << 20):
+        self.shape = tuple(shape)
+        self.dtype = f"torch.{dtype}"
+        self.device = device
+        self._strides = strides or _dense(self.shape)
+        self._ptr = ptr
+
+    def stride(self):
+        return self._strides
+
+    def data_ptr(self):
+        return self._ptr
+
+
+def _dense(shape):
+    out, acc = [], 1
+    for n in reversed(shape):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def shape(**kw):
+    args = dict(batch=2, num_q_heads=8, num_kv_heads=2, head_dim=128, max_seq_len=64)
+    args.update(kw)
+    return da.DecodeShape(**args)
+
+
+def raises(param, fn, *args, **kwargs):
+    with pytest.raises(ValueError, match=re.escape(f"invalid `{param}`: expected")) as e:
+        fn(*args, **kwargs)
+    assert ", got " in str(e.value)
+    return e.value
+
+
+# -- import and the GPU ----------------------------------------------------
+
+
+def test_imports_without_a_gpu_and_reports_none():
+    assert da.DRIVER in ("driver", "stand-in")
+    if da.DRIVER == "stand-in":
+        assert da.device_count() == 0
+
+
+def test_the_wheel_carries_compiled_kernels_and_ptx():
+    assert da.PTX_ARCH == "sm_90a"
+    assert da.HAS_FATBIN
+
+
+@pytest.mark.skipif(da.device_count() > 0, reason="a GPU is present")
+def test_first_gpu_call_without_a_gpu_raises_a_clear_error():
+    with pytest.raises(RuntimeError, match="decode_attn needs an NVIDIA GPU"):
+        da.DecodeAttention(0)
+
+
+# -- shapes ----------------------------------------------------------------
+
+
+def test_a_valid_shape_reports_its_fields():
+    s = shape(kv_format="int8", layout="paged", page_size=16, num_pages=10)
+    assert (s.batch, s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len) == (2, 8, 2, 128, 1)
+    assert (s.kv_format, s.layout, s.page_size, s.num_pages, s.pages_per_seq) == ("int8", "paged", 16, 10, 4)
+    assert s.scale == pytest.approx(128**-0.5)
+
+
+@pytest.mark.parametrize(
+    "param, kw",
+    [
+        ("batch", dict(batch=0)),
+        ("batch", dict(batch=-1)),
+        ("head_dim", dict(head_dim=96)),
+        ("num_q_heads", dict(num_kv_heads=3)),
+        ("q_len", dict(q_len=9)),
+        ("q_len", dict(q_len=0)),
+        ("max_seq_len", dict(max_seq_len=0)),
+        ("dtype", dict(dtype="float32")),
+        ("kv_format", dict(kv_format="int2")),
+        ("layout", dict(layout="bshd")),
+        ("strides", dict(layout="strided")),
+        ("strides", dict(strides=(1, 2, 3))),
+        ("page_size", dict(layout="paged", num_pages=4)),
+        ("kv_layout.page_size", dict(layout="paged", page_size=12, num_pages=4)),
+        ("page_size", dict(page_size=16)),
+        ("num_pages", dict(layout="paged", page_size=16)),
+        ("page_order", dict(layout="paged", page_size=16, num_pages=4, page_order="diagonal")),
+        ("soft_cap", dict(soft_cap=-1.0)),
+        ("scale", dict(scale=float("nan"))),
+        ("alibi", dict(alibi=True, soft_cap=30.0)),
+    ],
+)
+def test_bad_shapes_name_the_field(param, kw):
+    raises(param, shape, **kw)
+
+
+# -- lengths and block tables ---------------------------------------------
+
+
+def test_lengths_must_be_one_per_sequence_within_q_len_and_capacity():
+    s = shape(q_len=2)
+    da.check_seq_lens(s, [2, 64])
+    raises("seq_lens", da.check_seq_lens, s, [5])
+    raises("seq_lens[1]", da.check_seq_lens, s, [5, 65])
+    raises("seq_lens[0]", da.check_seq_lens, s, [1, 5])
+    raises("seq_lens[0]", da.check_seq_lens, s, [-3, 5])
+
+
+def test_block_tables_hold_pool_pages_for_every_used_entry():
+    s = shape(layout="paged", page_size=16, num_pages=8)
+    da.check_block_table(s, [20, 64], [0, 1, -1, -1, 2, 3, 4, 5])
+    raises("block_table", da.check_block_table, s, [20, 64], [0, 1, 2])
+    e = raises("block_table[1][1]", da.check_block_table, s, [20, 64], [0, 1, 5, 6, 2, 8, 4, 5])
+    assert "got 8" in str(e)
+    raises("block_table[0][1]", da.check_block_table, s, [20, 64], [0, -1, 0, 0, 2, 3, 4, 5])
+    raises("block_table", da.check_block_table, shape(), [20, 64], [0])
+
+
+# -- tensors ---------------------------------------------------------------
+
+
+def test_q_and_out_must_be_contiguous_rows_of_the_shape_dtype_on_the_device():
+    s = shape()
+    c = Checker(s, 0)
+    assert c.q(FakeTensor((2, 1, 8, 128)))[1:] == (2048, "bf16")
+    raises("q", c.q, FakeTensor((2, 1, 8, 128), dtype="float16"))
+    raises("q", c.q, FakeTensor((2, 1, 8, 128), device=Device("cpu", None)))
+    raises("q", c.q, FakeTensor((2, 1, 8, 128), device=Device("cuda", 1)))
+    raises("q", c.q, FakeTensor((2, 8, 1, 128)))
+    raises("q", c.q, FakeTensor((2, 1, 8, 128), strides=(1024, 1024, 1, 8)))
+    raises("q", c.q, None)
+    raises("q", c.q, [1, 2, 3])
+    raises("out", c.out, FakeTensor((2, 1, 8, 64)))
+
+
+def test_caches_must_match_the_layout_shape_and_strides():
+    c = Checker(shape(), 0)  # nhd [2, 64, 2, 128]
+    assert c.cache("k", FakeTensor((2, 64, 2, 128)))[1] == 2 * 64 * 2 * 128
+    raises("k", c.cache, "k", FakeTensor((2, 2, 64, 128)))
+    raises("k", c.cache, "k", FakeTensor((2, 64, 2, 128), strides=(64 * 2 * 256, 256, 128, 1)))
+    raises("k", c.cache, "k", FakeTensor((2, 64, 2, 128), strides=(16384, 256, 1, 2)))
+    raises("k", c.cache, "k", FakeTensor((2, 64, 2, 128), dtype="uint8"))
+    raises("k", c.cache, "k", FakeTensor((64, 2, 128)))
+    # hnd, and a strided view of a larger buffer (its extent is what it addresses).
+    c = Checker(shape(layout="hnd"), 0)
+    c.cache("v", FakeTensor((2, 2, 64, 128)))
+    big = (2 * 100 * 128, 100 * 128, 128, 1)
+    c = Checker(shape(layout="strided", strides=(big[0], big[2], big[1])), 0)
+    assert c.cache("k", FakeTensor((2, 2, 64, 128), strides=big))[1] == 1 + 1 * big[0] + 1 * big[1] + 63 * big[2] + 127
+
+
+def test_quantized_caches_take_bytes_and_their_scales():
+    c = Checker(shape(kv_format="int8"), 0)
+    c.cache("k", FakeTensor((2, 64, 2, 128), dtype="uint8"))
+    raises("k", c.cache, "k", FakeTensor((2, 64, 2, 128)))
+    c.scales("k_scales", FakeTensor((2, 2, 64), dtype="float32"))
+    raises("k_scales", c.scales, "k_scales", None)
+    raises("k_scales", c.scales, "k_scales", FakeTensor((2, 2, 63), dtype="float32"))
+    raises("k_scales", c.scales, "k_scales", FakeTensor((2, 2, 64), dtype="float16"))
+    c = Checker(shape(kv_format="int4_g32"), 0)
+    c.cache("k", FakeTensor((2, 64, 2, 64), dtype="uint8"))  # two values a byte
+    raises("k", c.cache, "k", FakeTensor((2, 64, 2, 128), dtype="uint8"))
+    c.scales("k_scales", FakeTensor((2, 2, 64), dtype="int32"))
+    c = Checker(shape(kv_format="fp8"), 0)
+    c.cache("k", FakeTensor((2, 64, 2, 128), dtype="float8_e4m3fn"))
+    c.scales("k_scales", FakeTensor((1,), dtype="float32"))
+    raises("k_scales", c.scales, "k_scales", FakeTensor((2,), dtype="float32"))
+    raises("k_scales", Checker(shape(), 0).scales, "k_scales", FakeTensor((1,), dtype="float32"))
+
+
+def test_paged_pools_are_pages_of_rows_and_tables_are_batch_by_pages():
+    s = shape(layout="paged", page_size=16, num_pages=10)
+    c = Checker(s, 0)
+    c.cache("k", FakeTensor((10, 16, 2, 128)))
+    raises("k", c.cache, "k", FakeTensor((10, 2, 16, 128)))
+    c.block_table(FakeTensor((2, 4), dtype="int32"))
+    raises("block_table", c.block_table, FakeTensor((2, 4), dtype="int64"))
+    raises("block_table", c.block_table, FakeTensor((2, 5), dtype="int32"))
+    raises("block_table", c.block_table, None)
+    raises("block_table", Checker(shape(), 0).block_table, FakeTensor((2, 1), dtype="int32"))
+    c = Checker(shape(layout="paged", page_size=16, num_pages=10, page_order="head_major"), 0)
+    c.cache("k", FakeTensor((10, 2, 16, 128)))
+
+
+def test_lengths_sinks_slopes_and_workspaces():
+    c = Checker(shape(sinks=True), 0)
+    c.seq_lens(FakeTensor((2,), dtype="int32"))
+    raises("seq_lens", c.seq_lens, FakeTensor((2,), dtype="int64"))
+    raises("seq_lens", c.seq_lens, FakeTensor((3,), dtype="int32"))
+    c.per_head("sinks", FakeTensor((8,), dtype="float32"), True, "sinks")
+    raises("sinks", c.per_head, "sinks", None, True, "sinks")
+    raises("alibi_slopes", c.per_head, "alibi_slopes", FakeTensor((8,), dtype="float32"), False, "alibi")
+    c.workspace(FakeTensor((4096,), dtype="uint8"), 4096)
+    raises("workspace", c.workspace, FakeTensor((4095,), dtype="uint8"), 4096)
+    raises("workspace", c.workspace, FakeTensor((4096,), dtype="int8"), 4096)
