@@ -75,7 +75,7 @@ class Checker:
         if got != tuple(dims):
             raise invalid(name, f"shape {tuple(dims)} ({what})", got)
         want = _contiguous_strides(dims)
-        if tuple(t.stride()) != want and prod(dims) > 1:
+        if not _strides_match(dims, tuple(t.stride()), want):
             raise invalid(name, f"a contiguous tensor (strides {want})", f"strides {tuple(t.stride())}")
         return (t.data_ptr(), prod(dims), elem)
 
@@ -145,13 +145,10 @@ class Checker:
             if prod(t.shape) != 1:
                 raise invalid(name, "one float32 scale (a per-tensor fp8 cache)", f"{prod(t.shape)} elements")
             return (t.data_ptr(), 1, elem)
+        dims, what = side_dims(s)
         dtypes = ("float32",) if s.kv_format in ("int8", "fp8-per-head") else ("int32", "uint32")
-        sb, _, sh = s.side_strides
-        if s.layout == "paged":
-            dims, what = (s.num_pages, s.num_kv_heads, s.page_size), "num_pages, num_kv_heads, page_size"
-        else:
-            dims, what = (s.batch, s.num_kv_heads, sh), "batch, num_kv_heads, max_seq_len rounded up to 4"
-        return self.dense(name, t, dtypes, dims, what)
+        # int4's side words (an fp16 scale and an fp16 zero) travel as u32.
+        return self.dense(name, t, dtypes, dims, what)[:2] + (("f32",) if dtypes == ("float32",) else ("u32",))
 
     def seq_lens(self, t):
         return self.dense("seq_lens", t, ("int32", "uint32"), (self.shape.batch,), "batch")[:2] + ("u32",)
@@ -180,6 +177,20 @@ class Checker:
         if len(t.shape) != 1 or (n > 1 and t.stride()[0] != 1):
             raise invalid("workspace", "a contiguous 1-D uint8 tensor", f"shape {tuple(t.shape)}")
         return (t.data_ptr(), n, elem)
+
+
+def side_dims(s) -> tuple[tuple[int, ...], str]:
+    """The shape of a quantized cache's side data: one entry per (sequence
+    or page, kv head, token); int4's entries are one u32 word per group
+    (an fp16 scale and an fp16 zero), a trailing dimension."""
+    if s.layout == "paged":
+        dims, what = (s.num_pages, s.num_kv_heads, s.page_size), "num_pages, num_kv_heads, page_size"
+    else:
+        dims, what = (s.batch, s.num_kv_heads, s.side_strides[2]), "batch, num_kv_heads, max_seq_len rounded up to 4"
+    words = s.side_entry_bytes // 4
+    if words > 1:
+        dims, what = dims + (words,), what + ", groups"
+    return dims, what
 
 
 def _contiguous_strides(dims) -> tuple[int, ...]:

@@ -51,27 +51,27 @@ def lookup_plan(k: int) -> "Plan":
     return p
 
 
-def _torch():
-    import torch  # noqa: PLC0415 (the package imports without torch)
+try:  # the package imports without torch; the GPU calls need it
+    import torch as _torch_module
+except ImportError:  # pragma: no cover - exercised by the CPU tests' machine
+    _torch_module = None
 
-    return torch
+
+def _torch():
+    if _torch_module is None:
+        raise RuntimeError("decode_attn: this call needs PyTorch (pip install torch)")
+    return _torch_module
 
 
 def _compiling() -> bool:
-    try:
-        import torch  # noqa: PLC0415
-    except ImportError:
-        return False
-    return torch.compiler.is_compiling()
+    """Whether torch.compile is tracing: the calls then go through the custom ops."""
+    return _torch_module is not None and _torch_module.compiler.is_compiling()
 
 
 def _device_index(device) -> int:
     if device is None:
-        try:
-            torch = _torch()
-        except ImportError:
-            return 0
-        return torch.cuda.current_device() if torch.cuda.is_available() else 0
+        torch = _torch_module
+        return torch.cuda.current_device() if torch is not None and torch.cuda.is_available() else 0
     if isinstance(device, int):
         return device
     if isinstance(device, str):
@@ -178,22 +178,22 @@ class DecodeAttention:
     def run(self, plan: Plan, q, k, v, out, workspace, *, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, stream=None) -> None:
         """One decode step of a plan of host lengths into `out`
         (`[batch, q_len, num_q_heads, head_dim]`)."""
-        if plan.is_capacity:
-            raise invalid("plan", "a plan of host lengths (plan / plan_paged); capacity plans run with run_step", "a capacity plan")
         if _compiling() and stream is None:
             _torch().ops.decode_attn.run(plan.id, q, k, v, out, workspace, k_scales, v_scales, sinks, alibi_slopes)
             return
+        if plan.is_capacity:
+            raise invalid("plan", "a plan of host lengths (plan / plan_paged); capacity plans run with run_step", "a capacity plan")
         self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, stream)
 
     def run_step(self, plan: Plan, q, k, v, out, workspace, seq_lens, block_table=None, *, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, stream=None) -> None:
         """One decode step of a capacity plan: `seq_lens` (`[batch]` int32,
         new tokens included) and `block_table` (paged caches) are read on
         the device. Graph-capturable."""
-        if not plan.is_capacity:
-            raise invalid("plan", "a capacity plan (plan_capacity) for run_step", "a plan of host lengths")
         if _compiling() and stream is None:
             _torch().ops.decode_attn.run_step(plan.id, q, k, v, out, workspace, seq_lens, block_table, k_scales, v_scales, sinks, alibi_slopes)
             return
+        if not plan.is_capacity:
+            raise invalid("plan", "a capacity plan (plan_capacity) for run_step", "a plan of host lengths")
         if seq_lens is None:
             raise invalid("seq_lens", "the [batch] int32 device lengths a capacity plan reads", "None")
         self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream)

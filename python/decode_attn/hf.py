@@ -29,6 +29,7 @@ import sys
 import torch
 
 from . import api
+from ._tensors import side_dims
 from .api import DecodeAttention, DecodeShape
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -37,14 +38,34 @@ _workspaces: dict = {}
 _MAX_PLANS = 256
 
 
-def _fallback(module, query, key, value, attention_mask, softcap, **kwargs):
+def _fallback(module, query, key, value, attention_mask, softcap, sliding_window=None, **kwargs):
+    """Prefill and whatever the kernels do not serve: transformers' SDPA, or
+    with a logits soft-cap (which SDPA ignores) the model's eager attention."""
     if softcap is not None:
         eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
         if eager is not None:
-            return eager(module, query, key, value, attention_mask, softcap=softcap, **kwargs)
+            mask = _additive_mask(attention_mask, query, key, sliding_window)
+            return eager(module, query, key, value, mask, softcap=softcap, sliding_window=sliding_window, **kwargs)
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, sliding_window=sliding_window, **kwargs)
+
+
+def _additive_mask(mask, query, key, sliding_window):
+    """SDPA's mask (boolean, or None for a plain causal one) as the additive
+    float mask eager attention takes."""
+    if mask is not None and mask.dtype != torch.bool:
+        return mask
+    if mask is None:
+        q_len, n = query.shape[2], key.shape[2]
+        p = torch.arange(n - q_len, n, device=query.device)[:, None]
+        t = torch.arange(n, device=query.device)[None, :]
+        allowed = t <= p
+        if sliding_window:
+            allowed &= t > p - sliding_window
+        mask = allowed[None, None]
+    zero = torch.zeros((), dtype=query.dtype, device=query.device)
+    return torch.where(mask, zero, torch.finfo(query.dtype).min)
 
 
 def _plan(attn: DecodeAttention, shape: DecodeShape, batch: int, length: int) -> api.Plan:
@@ -79,7 +100,6 @@ def _quantized(attn, shape_args, key, value, kv_format):
     """Quantizes transformers' 16-bit K and V into `kv_format` (contiguous)."""
     b, h, n, d = key.shape
     shape = DecodeShape(**{**shape_args, "kv_format": kv_format, "layout": "hnd", "q_len": 1})
-    plain_shape = DecodeShape(**{**shape_args, "layout": "hnd", "q_len": 1})
     dev = key.device
     lens = torch.full((b,), n, dtype=torch.int32, device=dev)
     vpe = shape.values_per_element
@@ -89,11 +109,10 @@ def _quantized(attn, shape_args, key, value, kv_format):
         data = torch.empty(b, h, n, d // vpe, dtype=torch.uint8, device=dev)
         if shape.tensor_scaled:
             scales = (t.abs().amax().float() / 448.0).clamp_min(1e-12).reshape(1)
-        elif kv_format.startswith("int4"):
-            scales = torch.empty(b, h, shape.side_strides[2], dtype=torch.int32, device=dev)
         else:
-            scales = torch.empty(b, h, shape.side_strides[2], dtype=torch.float32, device=dev)
-        attn.quantize_kv(plain_shape, t, data, scales, seq_lens=lens)
+            side_dtype = torch.int32 if kv_format.startswith("int4") else torch.float32
+            scales = torch.empty(side_dims(shape)[0], dtype=side_dtype, device=dev)
+        attn.quantize_kv(shape, t, data, scales, seq_lens=lens)
         out += [data, scales]
     return shape, out
 
@@ -119,7 +138,7 @@ def make_attention(kv_format: str | None = None):
             and kwargs.get("s_aux") is None
         )
         if not servable:
-            return _fallback(module, query, key, value, attention_mask, softcap, dropout=dropout, scaling=scaling, sliding_window=sliding_window, **kwargs)
+            return _fallback(module, query, key, value, attention_mask, softcap, sliding_window, dropout=dropout, scaling=scaling, **kwargs)
         attn = DecodeAttention(query.device)
         shape_args = dict(
             batch=b,
@@ -141,7 +160,7 @@ def make_attention(kv_format: str | None = None):
             plan = _plan(attn, shape, b, n)
             attn.run(plan, q, key, value, out, _workspace(attn, plan.workspace_bytes))
         else:
-            shape, (k, ks, v, vs) = _quantized(attn, {**shape_args, "q_len": q_len}, key, value, kv_format)
+            _, (k, ks, v, vs) = _quantized(attn, shape_args, key, value, kv_format)
             shape = DecodeShape(**{**shape_args, "kv_format": kv_format, "layout": "hnd"})
             plan = _plan(attn, shape, b, n)
             attn.run(plan, q, k, v, out, _workspace(attn, plan.workspace_bytes), k_scales=ks, v_scales=vs)
@@ -152,12 +171,12 @@ def make_attention(kv_format: str | None = None):
 
 def register(kv_format: str | None = None) -> str:
     """Registers the attention function (and, for prefill, transformers'
-    eager mask, which both SDPA and the eager fallback take) under
-    "decode_attn" or "decode_attn_<format>"; returns the name."""
+    SDPA mask) under "decode_attn" or "decode_attn_<format>"; returns the
+    name."""
     from transformers import AttentionInterface
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, eager_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
     name = "decode_attn" if kv_format is None else f"decode_attn_{kv_format.replace('-', '_')}"
     AttentionInterface.register(name, make_attention(kv_format))
-    ALL_MASK_ATTENTION_FUNCTIONS.register(name, eager_mask)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
     return name

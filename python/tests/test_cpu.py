@@ -179,7 +179,8 @@ def test_quantized_caches_take_bytes_and_their_scales():
     c = Checker(shape(kv_format="int4_g32"), 0)
     c.cache("k", FakeTensor((2, 64, 2, 64), dtype="uint8"))  # two values a byte
     raises("k", c.cache, "k", FakeTensor((2, 64, 2, 128), dtype="uint8"))
-    c.scales("k_scales", FakeTensor((2, 2, 64), dtype="int32"))
+    assert c.scales("k_scales", FakeTensor((2, 2, 64, 4), dtype="int32"))[1:] == (2 * 2 * 64 * 4, "u32")  # a word per group of 32
+    raises("k_scales", c.scales, "k_scales", FakeTensor((2, 2, 64), dtype="int32"))
     c = Checker(shape(kv_format="fp8"), 0)
     c.cache("k", FakeTensor((2, 64, 2, 128), dtype="float8_e4m3fn"))
     c.scales("k_scales", FakeTensor((1,), dtype="float32"))
@@ -212,3 +213,8 @@ def test_lengths_sinks_slopes_and_workspaces():
     c.workspace(FakeTensor((4096,), dtype="uint8"), 4096)
     raises("workspace", c.workspace, FakeTensor((4095,), dtype="uint8"), 4096)
     raises("workspace", c.workspace, FakeTensor((4096,), dtype="int8"), 4096)
+
+
+def test_dimensions_of_extent_one_may_have_any_stride():
+    c = Checker(shape(batch=1), 0)
+    c.q(FakeTensor((1, 1, 8, 128), strides=(1024, 128, 128, 1)))  # a transposed [1, 8, 1, 128]

@@ -47,10 +47,23 @@ pub fn parse_line(line: &str, counts: &mut Counts) {
             counts.passed += number_before(rest, "passed");
             counts.failed += number_before(rest, "failed");
         }
+    } else if let Some(summary) = pytest_summary(line) {
+        counts.passed += number_before(summary, "passed");
+        counts.failed += number_before(summary, "failed") + number_before(summary, "error") + number_before(summary, "errors");
+        counts.skipped += number_before(summary, "skipped");
     } else if line.ends_with(" failed") && line.contains(" passed, ") && line.split_whitespace().count() == 4 {
         counts.passed += number_before(line, "passed");
         counts.failed += number_before(line, "failed");
     }
+}
+
+/// pytest's closing line (`32 passed, 2 skipped in 0.10s`, perhaps framed
+/// in `=`), without its duration.
+fn pytest_summary(line: &str) -> Option<&str> {
+    let line = line.trim_matches(|c| c == '=' || c == ' ');
+    let (counts, time) = line.rsplit_once(" in ")?;
+    let numbered = counts.split(", ").all(|p| p.split_whitespace().next().is_some_and(|n| n.parse::<u64>().is_ok()));
+    (time.ends_with('s') && numbered && ["passed", "failed", "skipped", "error"].iter().any(|w| counts.contains(w))).then_some(counts)
 }
 
 /// Runs the command, echoing its output, and adds up the counts.

@@ -230,7 +230,8 @@ fn test(extra: &[String]) -> Result<(), String> {
     let mut total = counts::Counts::default();
     let ptxas = ensure_ptxas();
     let mut cmd = cargo();
-    cmd.args(["test", "--workspace"]).args(extra);
+    // The Python package's extension module is tested through pytest (below).
+    cmd.args(["test", "--workspace", "--exclude", "decode-attn-python"]).args(extra);
     if let Some(p) = &ptxas {
         // Also what host/build.rs compiles the kernels ahead with.
         cmd.env("PTXAS", p);
@@ -245,11 +246,44 @@ fn test(extra: &[String]) -> Result<(), String> {
     total.add(&counts::run_counting(&mut cmd)?);
     // Overflow wraps silently in release builds: the hardening proptest runs there too.
     total.add(&counts::run_counting(cargo().args(["test", "--release", "-p", "decode-attn", "--test", "hardening"]))?);
+    if std::env::var_os("DECODE_ATTN_SKIP_PYTHON").is_some() {
+        eprintln!("xtask: DECODE_ATTN_SKIP_PYTHON is set: the Python package is not built or tested");
+    } else {
+        total.add(&python_tests(ptxas.as_deref())?);
+    }
     println!("cargo xtask test: {} passed, {} failed, {} skipped", total.passed, total.failed, total.skipped);
     if total.failed > 0 || !total.success {
         return Err("tests failed".into());
     }
     Ok(())
+}
+
+/// The Python package, as a user gets it: `pip install ./python` (the
+/// README's command) into a virtual environment under `target/`, then its
+/// pytest suite from outside the source tree. CPU tests run everywhere;
+/// the GPU and model tests need torch and a GPU and report themselves
+/// skipped without them.
+fn python_tests(ptxas: Option<&Path>) -> Result<counts::Counts, String> {
+    let root = workspace();
+    let venv = root.join("target/py-venv");
+    let python = venv.join("bin/python");
+    if !python.is_file() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    let pip = |args: &[&str]| {
+        let mut cmd = Command::new(&python);
+        cmd.args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]).args(args).current_dir(&root);
+        if let Some(p) = ptxas {
+            cmd.env("PTXAS", p);
+        }
+        run(&mut cmd)
+    };
+    pip(&["pytest"])?;
+    eprintln!("xtask: pip install ./python (the wheel: a release build of the extension)");
+    pip(&["--force-reinstall", "--no-deps", "./python"])?;
+    let mut cmd = Command::new(&python);
+    cmd.args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]).arg(root.join("python/tests")).current_dir(root.join("target"));
+    counts::run_counting(&mut cmd)
 }
 
 fn bench(args: &[String]) -> Result<(), Failure> {

@@ -125,7 +125,9 @@ pub fn tools_ptxas(target_root: &Path) -> PathBuf {
     target_root.join("tools/nvcc/nvidia/cu13/bin/ptxas")
 }
 
-/// ptxas: `$PTXAS`, else the project's tools directory, else one on `PATH`.
+/// ptxas: `$PTXAS`, else the project's tools directory, else one on `PATH`,
+/// else the one PyPI's `nvidia-cuda-nvcc` put in the Python environment
+/// the build runs in (the Python package's build requirement).
 pub fn find_ptxas(target_root: &Path) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("PTXAS") {
         return Some(PathBuf::from(p));
@@ -134,7 +136,20 @@ pub fn find_ptxas(target_root: &Path) -> Option<PathBuf> {
     if local.is_file() {
         return Some(local);
     }
-    Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success()).then(|| PathBuf::from("ptxas"))
+    if Command::new("ptxas").arg("--version").output().is_ok_and(|o| o.status.success()) {
+        return Some(PathBuf::from("ptxas"));
+    }
+    python_ptxas()
+}
+
+/// `nvidia/cu13/bin/ptxas` in the Python environment of `$PYO3_PYTHON`
+/// (what maturin builds for) or `python3`: where `pip install ./python`'s
+/// isolated build environment has `nvidia-cuda-nvcc`.
+fn python_ptxas() -> Option<PathBuf> {
+    let python = std::env::var_os("PYO3_PYTHON").unwrap_or_else(|| "python3".into());
+    let script = "import importlib.util as u, os\ns = u.find_spec('nvidia')\nfor p in (s.submodule_search_locations if s else []):\n    print(os.path.join(p, 'cu13', 'bin', 'ptxas'))";
+    let out = Command::new(python).args(["-c", script]).stderr(Stdio::null()).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).lines().map(PathBuf::from).find(|p| p.is_file())
 }
 
 /// The PTX compiled ahead: what `build_fatbin` made.

@@ -1,0 +1,44 @@
+"""The float64 reference: decode attention as SPEC.md defines it, written
+plainly with torch (queries causal among themselves, the variant's logits
+transform, mask and sinks)."""
+
+import torch
+
+
+def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alibi=None):
+    """q: [B, q_len, Hq, D]; k, v: [B, >=max(lens), Hkv, D] (token-major);
+    lens: host lengths (new tokens included). Returns [B, q_len, Hq, D] float64."""
+    q, k, v = q.double(), k.double(), v.double()
+    b_count, q_len, hq, d = q.shape
+    group = hq // k.shape[2]
+    out = torch.zeros(b_count, q_len, hq, d, dtype=torch.float64, device=q.device)
+    for b, n in enumerate(lens):
+        if n < q_len:
+            continue
+        kb = k[b, :n].repeat_interleave(group, dim=1)  # [n, Hq, D]
+        vb = v[b, :n].repeat_interleave(group, dim=1)
+        s = torch.einsum("qhd,khd->hqk", q[b], kb) * scale
+        if soft_cap is not None:
+            s = soft_cap * torch.tanh(s / soft_cap)
+        pos = torch.arange(n - q_len, n, device=q.device)
+        t = torch.arange(n, device=q.device)
+        if alibi is not None:
+            s = s + alibi.double()[:, None, None] * (t[None, None, :] - pos[None, :, None])
+        mask = t[None, :] <= pos[:, None]
+        if window is not None:
+            mask &= t[None, :] >= pos[:, None] - window
+        s = s.masked_fill(~mask[None], float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        if sinks is not None:
+            m = torch.maximum(m, sinks.double()[:, None, None])
+        p = torch.exp(s - m)
+        den = p.sum(-1, keepdim=True)
+        if sinks is not None:
+            den = den + torch.exp(sinks.double()[:, None, None] - m)
+        out[b] = torch.einsum("hqk,khd->qhd", p / den, vb)
+    return out
+
+
+def rel_l2(x, ref) -> float:
+    x, ref = x.double(), ref.double()
+    return ((x - ref).norm() / ref.norm()).item()

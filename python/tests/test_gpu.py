@@ -1,0 +1,433 @@
+"""decode-attn on torch tensors, against the float64 reference: every cache
+format × q_len 1/3/8 × GQA/MQA/MHA × contiguous/paged, the layouts and
+variants, capacity plans, a CUDA graph of append + attention replayed 100
+times while lengths grow on the device, torch.compile, and a second GPU.
+
+Inputs are random with large magnitudes and an outlier channel; outputs
+start as NaN; every run is repeated and must be bit-identical; the bound is
+SPEC.md's relative L2 of 1e-2 against the reference computed from the
+values the kernel reads (a quantized cache's dequantized values)."""
+
+import math
+
+import pytest
+
+from conftest import needs_gpu
+
+torch = pytest.importorskip("torch")
+
+import decode_attn as da  # noqa: E402
+from _reference import attention, rel_l2  # noqa: E402
+from decode_attn._tensors import side_dims  # noqa: E402
+
+pytestmark = needs_gpu
+BOUND = 1e-2
+TORCH_DTYPE = {"bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def randn(*shape, gen, dtype=torch.float32, scale=1.0):
+    x = torch.randn(*shape, generator=gen, device="cuda", dtype=torch.float32) * scale
+    return x.to(dtype)
+
+
+def kv_values(b, n, h, d, gen, dtype):
+    """Large values with an outlier channel, as real K caches have."""
+    x = randn(b, n, h, d, gen=gen, scale=4.0)
+    x[..., 3] *= 8.0
+    return x.to(dtype)
+
+
+class Cache:
+    """A K/V cache of one format and layout, filled through the library's
+    own writers, with the values the kernel reads (`k_ref`, `v_ref`,
+    token-major `[B, cap, Hkv, D]`) for the reference."""
+
+    def __init__(self, attn, shape, lens, gen):
+        s = shape
+        self.shape, self.lens = s, lens
+        dt = TORCH_DTYPE[s.dtype]
+        dev = "cuda"
+        b, cap, h, d = s.batch, s.max_seq_len, s.num_kv_heads, s.head_dim
+        plain_k, plain_v = kv_values(b, cap, h, d, gen, dt), kv_values(b, cap, h, d, gen, dt)
+        self.seq_lens = torch.tensor(lens, dtype=torch.int32, device=dev)
+        self.block_table = None
+        self.host_table = None
+        if s.layout == "paged":
+            ps, pages = s.page_size, s.num_pages
+            perm = torch.randperm(pages, generator=torch.Generator().manual_seed(7)).tolist()
+            table = [[-1] * s.pages_per_seq for _ in lens]
+            nxt = 0
+            for bi, n in enumerate(lens):
+                for j in range(math.ceil(n / ps)):
+                    table[bi][j] = perm[nxt]
+                    nxt += 1
+            self.host_table = table
+            dev_table = [[p if p >= 0 else 0 for p in row] for row in table]
+            self.block_table = torch.tensor(dev_table, dtype=torch.int32, device=dev)
+
+        contiguous = da.DecodeShape(**shape_args(s, layout="nhd", kv_format=s.kv_format))
+        self.k_ref, self.v_ref = plain_k, plain_v
+        if s.kv_format not in ("bf16", "f16"):
+            # The values the kernel reads: quantized and dequantized by the library.
+            refs = []
+            for x in (plain_k, plain_v):
+                data, scales = empty_cache(contiguous)
+                if contiguous.tensor_scaled:
+                    scales.copy_(tensor_scale(x))
+                attn.quantize_kv(contiguous, x, data, scales, seq_lens=self.seq_lens)
+                deq = torch.zeros_like(x)
+                attn.dequantize_kv(contiguous, data, scales, deq, seq_lens=self.seq_lens)
+                refs.append((deq, data, scales))
+            (self.k_ref, kd, ks), (self.v_ref, vd, vs) = refs
+            if s.tensor_scaled:
+                self.k_scales, self.v_scales = ks, vs
+        # The cache itself, in the shape's layout.
+        if s.layout == "paged":
+            pools = []
+            for x in (plain_k, plain_v):
+                ppool = to_pool(x, s, self.host_table)
+                data, scales = empty_cache(s)
+                if s.tensor_scaled:
+                    scales = self.k_scales if x is plain_k else self.v_scales
+                attn.quantize_kv(s, ppool, data, scales, seq_lens=self.seq_lens, block_table=self.block_table)
+                pools.append((data, scales))
+            (self.k, ks), (self.v, vs) = pools
+        elif s.kv_format in ("bf16", "f16"):
+            self.k, self.v = to_layout(plain_k, s), to_layout(plain_v, s)
+            ks = vs = None
+        else:
+            self.k, self.v = to_layout(kd, s), to_layout(vd, s)
+        self.k_scales, self.v_scales = ks, vs
+
+
+def shape_args(s, **over):
+    args = dict(
+        batch=s.batch,
+        num_q_heads=s.num_q_heads,
+        num_kv_heads=s.num_kv_heads,
+        head_dim=s.head_dim,
+        max_seq_len=s.max_seq_len,
+        q_len=s.q_len,
+        dtype=s.dtype,
+        kv_format=s.kv_format,
+        layout=s.layout,
+        soft_cap=s.soft_cap,
+        window=s.window,
+        sinks=s.sinks,
+        alibi=s.alibi,
+    )
+    if s.layout == "paged":
+        args.update(page_size=s.page_size, num_pages=s.num_pages, page_order=s.page_order)
+    if s.layout == "strided":
+        args.update(strides=s.kv_strides)
+    args.update(over)
+    if args["layout"] != "paged":
+        for k in ("page_size", "num_pages", "page_order"):
+            args.pop(k, None)
+    if args["layout"] != "strided":
+        args.pop("strides", None)
+    return args
+
+
+def tensor_scale(x):
+    return (x.float().abs().amax() / 448.0).reshape(1)
+
+
+def empty_cache(s):
+    """Values and side data of one tensor (K or V) of shape `s`, NaN-free garbage."""
+    vpe = s.values_per_element
+    d = s.head_dim // vpe
+    if s.layout == "paged":
+        dims = (s.num_pages, s.page_size, s.num_kv_heads, d) if s.page_order == "token_major" else (s.num_pages, s.num_kv_heads, s.page_size, d)
+    else:
+        dims = (s.batch, s.max_seq_len, s.num_kv_heads, d)
+    side = side_dims(s)[0]
+    if s.kv_format in ("bf16", "f16"):
+        return torch.zeros(dims, dtype=TORCH_DTYPE[s.dtype], device="cuda"), None
+    data = torch.zeros(dims, dtype=torch.uint8, device="cuda")
+    if s.tensor_scaled:
+        return data, torch.ones(1, dtype=torch.float32, device="cuda")
+    side_dtype = torch.float32 if s.kv_format in ("int8", "fp8-per-head") else torch.int32
+    return data, torch.zeros(side, dtype=side_dtype, device="cuda")
+
+
+def to_layout(x, s):
+    """A token-major `[B, cap, H, D]` tensor in layout nhd / hnd / strided."""
+    if s.layout == "nhd":
+        return x.contiguous()
+    if s.layout == "hnd":
+        return x.transpose(1, 2).contiguous()
+    # strided: a view of a larger head-major buffer (room for 8 more tokens).
+    b, n, h, d = x.shape
+    fill = float("nan") if x.is_floating_point() else 0
+    big = torch.full((b, h, n + 8, d), fill, dtype=x.dtype, device=x.device)
+    big[:, :, :n] = x.transpose(1, 2)
+    return big[:, :, :n]
+
+
+def to_pool(x, s, table):
+    """The rows of `x` scattered into a pool of pages through `table`."""
+    ps = s.page_size
+    tm = s.page_order == "token_major"
+    dims = (s.num_pages, ps, s.num_kv_heads, s.head_dim) if tm else (s.num_pages, s.num_kv_heads, ps, s.head_dim)
+    pool = torch.full(dims, float("nan"), dtype=x.dtype, device=x.device)
+    for b, row in enumerate(table):
+        for j, p in enumerate(row):
+            if p < 0:
+                continue
+            rows = x[b, j * ps : (j + 1) * ps]
+            n = rows.shape[0]
+            if tm:
+                pool[p, :n] = rows
+            else:
+                pool[p, :, :n] = rows.transpose(0, 1)
+    return pool
+
+
+def make_shape(fmt="bf16", dtype="bf16", q_len=1, heads=(32, 8), d=128, layout="nhd", lens=(37, 300, 1025), page_order="token_major", **variant):
+    cap = 1040
+    args = dict(batch=len(lens), num_q_heads=heads[0], num_kv_heads=heads[1], head_dim=d, max_seq_len=cap, q_len=q_len, dtype=dtype, kv_format=fmt, **variant)
+    if layout == "paged":
+        ps = 16
+        pages = sum(math.ceil(n / ps) for n in lens) + 3
+        args.update(layout="paged", page_size=ps, num_pages=pages, page_order=page_order)
+    elif layout == "strided":
+        h = heads[1]
+        args.update(layout="strided", strides=(h * (cap + 8) * d, d, (cap + 8) * d))
+    else:
+        args.update(layout=layout)
+    return da.DecodeShape(**args)
+
+
+def check(attn, shape, lens, report, capacity=False, seed=1, name=""):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    cache = Cache(attn, shape, list(lens), gen)
+    s = shape
+    dt = TORCH_DTYPE[s.dtype]
+    q = randn(s.batch, s.q_len, s.num_q_heads, s.head_dim, gen=gen, dtype=dt, scale=2.0)
+    extra = {}
+    sinks = alibi = None
+    if s.sinks:
+        sinks = extra["sinks"] = randn(s.num_q_heads, gen=gen, scale=3.0)
+    if s.alibi:
+        alibi = extra["alibi_slopes"] = torch.tensor([2.0 ** (-8 * (i + 1) / s.num_q_heads) for i in range(s.num_q_heads)], device="cuda")
+    if capacity:
+        plan = attn.plan_capacity(s)
+    elif s.layout == "paged":
+        plan = attn.plan_paged(s, lens, cache.host_table)  # unused entries: -1
+    else:
+        plan = attn.plan(s, lens)
+    ws = attn.workspace(plan)
+    outs = []
+    for _ in range(2):
+        out = torch.full_like(q, float("nan"))
+        if capacity:
+            attn.run_step(plan, q, cache.k, cache.v, out, ws, cache.seq_lens, cache.block_table, k_scales=cache.k_scales, v_scales=cache.v_scales, **extra)
+        else:
+            attn.run(plan, q, cache.k, cache.v, out, ws, k_scales=cache.k_scales, v_scales=cache.v_scales, **extra)
+        outs.append(out)
+    torch.cuda.synchronize()
+    ref = attention(q, cache.k_ref, cache.v_ref, lens, s.scale, s.soft_cap, s.window, sinks, alibi)
+    err = rel_l2(outs[0], ref)
+    report(test=name or "case", shape=repr(s), capacity=capacity, rel_l2=err, family=plan.family)
+    assert not torch.isnan(outs[0]).any(), "NaN left in the output"
+    assert torch.equal(outs[0], outs[1]), "two runs differ"
+    assert err <= BOUND, f"rel L2 {err:.3e} > {BOUND}"
+    return err
+
+
+@pytest.fixture(scope="module")
+def attn():
+    return da.DecodeAttention(0)
+
+
+FORMATS = [("bf16", "bf16"), ("f16", "f16"), ("int8", "bf16"), ("fp8_per_head", "bf16"), ("fp8", "bf16"), ("int4_g32", "bf16")]
+HEADS = {"gqa": (32, 8), "mqa": (16, 1), "mha": (8, 8)}
+
+
+@pytest.mark.parametrize("layout", ["nhd", "paged"])
+@pytest.mark.parametrize("heads", list(HEADS))
+@pytest.mark.parametrize("q_len", [1, 3, 8])
+@pytest.mark.parametrize("fmt, dtype", FORMATS, ids=[f for f, _ in FORMATS])
+def test_every_format_q_len_head_ratio_and_layout(attn, report, fmt, dtype, q_len, heads, layout):
+    check(attn, make_shape(fmt, dtype, q_len, HEADS[heads], layout=layout), [37, 300, 1025], report, name="matrix")
+
+
+@pytest.mark.parametrize("layout", ["hnd", "strided"])
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "fp8"])
+def test_head_major_and_strided_views(attn, report, fmt, layout):
+    check(attn, make_shape(fmt, q_len=2, layout=layout), [37, 300, 1025], report, name="layouts")
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "int8"])
+def test_head_major_pages(attn, report, fmt):
+    check(attn, make_shape(fmt, layout="paged", page_order="head_major"), [37, 300, 1025], report, name="layouts")
+
+
+@pytest.mark.parametrize("d", [64, 256])
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "fp8_per_head", "int4_g32"])
+def test_head_dims_64_and_256(attn, report, fmt, d):
+    check(attn, make_shape(fmt, q_len=3, d=d), [37, 300, 1025], report, name="head_dims")
+
+
+VARIANTS = {
+    "soft_cap": dict(soft_cap=30.0),
+    "window": dict(window=100),
+    "sinks": dict(sinks=True),
+    "alibi": dict(alibi=True),
+}
+
+
+@pytest.mark.parametrize("layout", ["nhd", "paged"])
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "fp8"])
+def test_variants(attn, report, fmt, variant, layout):
+    check(attn, make_shape(fmt, q_len=3, layout=layout, **VARIANTS[variant]), [37, 300, 1025], report, name="variants")
+
+
+@pytest.mark.parametrize("layout", ["nhd", "paged"])
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "fp8", "int4_g32"])
+def test_capacity_plans_read_lengths_on_the_device(attn, report, fmt, layout):
+    check(attn, make_shape(fmt, q_len=3, layout=layout), [37, 300, 1025], report, capacity=True, name="capacity")
+
+
+def test_fp16_queries_over_an_int8_cache(attn, report):
+    check(attn, make_shape("int8", "f16", q_len=3), [37, 300, 1025], report, name="f16-int8")
+
+
+def test_real_tensors_are_checked_before_any_launch(attn):
+    s = make_shape()
+    plan = attn.plan(s, [37, 300, 1025])
+    ws = attn.workspace(plan)
+    q = torch.zeros(3, 1, 32, 128, dtype=torch.bfloat16, device="cuda")
+    k = torch.zeros(3, 1040, 8, 128, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="invalid `q`: expected dtype bfloat16, got float16"):
+        attn.run(plan, q.half(), k, k, q.clone(), ws)
+    with pytest.raises(ValueError, match="invalid `k`: expected a tensor on cuda:0, got one on cpu"):
+        attn.run(plan, q, k.cpu(), k, q.clone(), ws)
+    with pytest.raises(ValueError, match="invalid `v`: expected strides"):
+        attn.run(plan, q, k, k.transpose(1, 2).contiguous().transpose(1, 2), q.clone(), ws)
+    with pytest.raises(ValueError, match="invalid `workspace`"):
+        attn.run(plan, q, k, k, q.clone(), ws[:16])
+    with pytest.raises(ValueError, match="invalid `plan`"):
+        attn.run_step(plan, q, k, k, q.clone(), ws, torch.ones(3, dtype=torch.int32, device="cuda"))
+
+
+def _graph_case(attn, fmt, layout, report):
+    """Append + attention + advance captured once, replayed 100 times with
+    new rows each step; checked against the reference at steps 1, 50, 100."""
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    lens = [5, 50, 100, 200]
+    b, hq, hkv, d, cap = len(lens), 32, 8, 128, 512
+    args = dict(batch=b, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, max_seq_len=cap, kv_format=fmt)
+    if layout == "paged":
+        args.update(layout="paged", page_size=16, num_pages=b * cap // 16)
+    s = da.DecodeShape(**args)
+    plan = attn.plan_capacity(s)
+    ws = attn.workspace(plan)
+    mirror_k = kv_values(b, cap, hkv, d, gen, torch.bfloat16)
+    mirror_v = kv_values(b, cap, hkv, d, gen, torch.bfloat16)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    table = None
+    if layout == "paged":
+        table = torch.arange(b * cap // 16, dtype=torch.int32, device="cuda").reshape(b, cap // 16).flip(1).contiguous()
+    k, ks = empty_cache(s)
+    v, vs = empty_cache(s)
+    if s.tensor_scaled:
+        ks.copy_(tensor_scale(mirror_k) * 2)  # headroom for the rows to come
+        vs.copy_(tensor_scale(mirror_v) * 2)
+    for src, dst, sc in ((mirror_k, k, ks), (mirror_v, v, vs)):
+        src_layout = to_pool(src, s, table.tolist()) if layout == "paged" else src
+        attn.quantize_kv(s, src_layout, dst, sc, seq_lens=seq_lens, block_table=table)
+    q = torch.empty(b, 1, hq, d, dtype=torch.bfloat16, device="cuda")
+    new_k = torch.empty(b, 1, hkv, d, dtype=torch.bfloat16, device="cuda")
+    new_v = torch.empty_like(new_k)
+    out = torch.empty_like(q)
+
+    def step():
+        attn.advance_seq_lens(s, seq_lens, 1)
+        attn.append_kv(s, new_k, k, ks, seq_lens=seq_lens, block_table=table)
+        attn.append_kv(s, new_v, v, vs, seq_lens=seq_lens, block_table=table)
+        attn.run_step(plan, q, k, v, out, ws, seq_lens, table, k_scales=ks, v_scales=vs)
+
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    host_lens = list(lens)
+    worst = 0.0
+    for i in range(1, 101):
+        q.copy_(randn(b, 1, hq, d, gen=gen, scale=2.0))
+        new_k.copy_(kv_values(b, 1, hkv, d, gen, torch.bfloat16))
+        new_v.copy_(kv_values(b, 1, hkv, d, gen, torch.bfloat16))
+        for j in range(b):
+            host_lens[j] += 1
+            mirror_k[j, host_lens[j] - 1] = new_k[j, 0]
+            mirror_v[j, host_lens[j] - 1] = new_v[j, 0]
+        out.fill_(float("nan"))
+        graph.replay()
+        if i in (1, 50, 100):
+            torch.cuda.synchronize()
+            assert seq_lens.tolist() == host_lens
+            kr, vr = mirror_k, mirror_v
+            if fmt != "bf16" and layout != "paged":
+                # The values the kernel reads: the library's dequantization of the cache.
+                kr, vr = torch.zeros_like(mirror_k), torch.zeros_like(mirror_v)
+                attn.dequantize_kv(s, k, ks, kr, seq_lens=seq_lens)
+                attn.dequantize_kv(s, v, vs, vr, seq_lens=seq_lens)
+                # ... which are the appended rows, to the format's precision.
+                n = min(host_lens)
+                assert rel_l2(kr[:, :n], mirror_k[:, :n]) < {"int8": 0.02, "fp8": 0.06}[fmt]
+            ref = attention(q, kr, vr, host_lens, s.scale)
+            err = rel_l2(out, ref)
+            worst = max(worst, err)
+            assert not torch.isnan(out).any()
+            assert err <= BOUND, f"step {i}: rel L2 {err:.3e}"
+    report(test="cuda_graph", shape=repr(s), replays=100, rel_l2=worst)
+
+
+@pytest.mark.parametrize("fmt, layout", [("bf16", "paged"), ("int8", "nhd"), ("fp8", "nhd")])
+def test_a_cuda_graph_of_append_and_attention_replays_as_lengths_grow(attn, report, fmt, layout):
+    _graph_case(attn, fmt, layout, report)
+
+
+def test_torch_compile_keeps_the_op_in_its_graph(attn, report):
+    s = make_shape(q_len=1)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    lens = [37, 300, 1025]
+    cache = Cache(attn, s, lens, gen)
+    plan = attn.plan(s, lens)
+    ws = attn.workspace(plan)
+    q = randn(3, 1, 32, 128, gen=gen, dtype=torch.bfloat16)
+    ref = attention(q, cache.k_ref, cache.v_ref, lens, s.scale)
+
+    def through_the_method(q, out):
+        attn.run(plan, q, cache.k, cache.v, out, ws)
+        return out.float() * 2
+
+    def through_the_op(q, out):
+        torch.ops.decode_attn.run(plan.id, q, cache.k, cache.v, out, ws, None, None, None, None)
+        return out.float() * 2
+
+    torch._dynamo.reset()
+    for fn, fullgraph in ((through_the_op, True), (through_the_method, True)):
+        compiled = torch.compile(fn, fullgraph=fullgraph)
+        out = torch.full_like(q, float("nan"))
+        got = compiled(q, out)
+        torch.cuda.synchronize()
+        err = rel_l2(got / 2, ref)
+        report(test="torch_compile", fn=fn.__name__, rel_l2=err)
+        assert err <= BOUND
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs a second GPU")
+def test_a_second_gpu_has_its_own_instance(report):
+    a0, a1 = da.DecodeAttention("cuda:0"), da.DecodeAttention(torch.device("cuda", 1))
+    assert a0 is not a1 and a1.device == 1 and da.DecodeAttention(1) is a1
+    with torch.cuda.device(1):
+        s = make_shape("int8", q_len=3)
+        err = check(a1, s, [37, 300, 1025], report, name="cuda:1")
+    assert err <= BOUND
+    plan0 = a0.plan(s, [37, 300, 1025])
+    q = torch.zeros(3, 3, 32, 128, dtype=torch.bfloat16, device="cuda:1")
+    with pytest.raises(ValueError, match="invalid `plan`"):
+        a1.run(plan0, q, q, q, q, torch.zeros(1 << 20, dtype=torch.uint8, device="cuda:1"))
