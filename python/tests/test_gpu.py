@@ -68,6 +68,9 @@ class Cache:
         contiguous = da.DecodeShape(**shape_args(s, layout="nhd", kv_format=s.kv_format))
         self.k_ref, self.v_ref = plain_k, plain_v
         if s.kv_format not in ("bf16", "f16"):
+            # Dequantized to fp16 (8x finer than bf16), so the reference sees
+            # the kernel's values, not a bf16 rounding of them.
+            to_f16 = da.DecodeShape(**shape_args(s, layout="nhd", kv_format=s.kv_format, dtype="f16"))
             # The values the kernel reads: quantized and dequantized by the library.
             refs = []
             for x in (plain_k, plain_v):
@@ -75,8 +78,8 @@ class Cache:
                 if contiguous.tensor_scaled:
                     scales.copy_(tensor_scale(x))
                 attn.quantize_kv(contiguous, x, data, scales, seq_lens=self.seq_lens)
-                deq = torch.zeros_like(x)
-                attn.dequantize_kv(contiguous, data, scales, deq, seq_lens=self.seq_lens)
+                deq = torch.zeros(x.shape, dtype=torch.float16, device=x.device)
+                attn.dequantize_kv(to_f16, data, scales, deq, seq_lens=self.seq_lens)
                 refs.append((deq, data, scales))
             (self.k_ref, kd, ks), (self.v_ref, vd, vs) = refs
             if s.tensor_scaled:
@@ -371,9 +374,10 @@ def _graph_case(attn, fmt, layout, report):
             kr, vr = mirror_k, mirror_v
             if fmt != "bf16" and layout != "paged":
                 # The values the kernel reads: the library's dequantization of the cache.
-                kr, vr = torch.zeros_like(mirror_k), torch.zeros_like(mirror_v)
-                attn.dequantize_kv(s, k, ks, kr, seq_lens=seq_lens)
-                attn.dequantize_kv(s, v, vs, vr, seq_lens=seq_lens)
+                to_f16 = da.DecodeShape(**{**args, "dtype": "f16"})
+                kr, vr = (torch.zeros(mirror_k.shape, dtype=torch.float16, device="cuda") for _ in range(2))
+                attn.dequantize_kv(to_f16, k, ks, kr, seq_lens=seq_lens)
+                attn.dequantize_kv(to_f16, v, vs, vr, seq_lens=seq_lens)
                 # ... which are the appended rows, to the format's precision.
                 n = min(host_lens)
                 assert rel_l2(kr[:, :n], mirror_k[:, :n]) < {"int8": 0.02, "fp8": 0.06}[fmt]
