@@ -100,25 +100,12 @@ class Plan:
             self.id = next(_ids)
             _PLANS[self.id] = self
 
-    @property
-    def workspace_bytes(self) -> int:
-        return self._native.workspace_bytes
-
-    @property
-    def is_capacity(self) -> bool:
-        return self._native.is_capacity
-
-    @property
-    def family(self) -> str:
-        return self._native.family
-
-    @property
-    def max_splits(self) -> int:
-        return self._native.max_splits
-
-    @property
-    def bytes_moved(self) -> int:
-        return self._native.bytes_moved
+    # What the native plan reports, read through.
+    workspace_bytes = property(lambda self: self._native.workspace_bytes, doc="Bytes of the workspace a run needs.")
+    is_capacity = property(lambda self: self._native.is_capacity, doc="Whether runs read lengths (and block table) on the device.")
+    family = property(lambda self: self._native.family, doc="The kernel family: 'wide', 'narrow' or 'wgmma'.")
+    max_splits = property(lambda self: self._native.max_splits, doc="Most chunks any sequence is split into.")
+    bytes_moved = property(lambda self: self._native.bytes_moved, doc="Bytes of K, V (and side data), Q and O one run moves.")
 
     def __repr__(self) -> str:
         return repr(self._native)

@@ -68,13 +68,17 @@ def _additive_mask(mask, query, key, sliding_window):
     return torch.where(mask, zero, torch.finfo(query.dtype).min)
 
 
-def _plan(attn: DecodeAttention, shape: DecodeShape, batch: int, length: int) -> api.Plan:
-    key = (attn.device, repr(shape), shape.scale, shape.soft_cap, shape.window, shape.kv_strides)
+def _plan(attn: DecodeAttention, shape_args: dict) -> api.Plan:
+    """The plan of one decode step (all sequences as long as the cache),
+    made once per distinct shape: every layer of a step shares it, and the
+    shape is built only when it is new."""
+    key = (attn.device, tuple(sorted(shape_args.items())))
     plan = _plans.get(key)
     if plan is None:
         if len(_plans) >= _MAX_PLANS:
             _plans.clear()
-        plan = _plans[key] = attn.plan(shape, [length] * batch)
+        shape = DecodeShape(**shape_args)
+        plan = _plans[key] = attn.plan(shape, [shape.max_seq_len] * shape.batch)
     return plan
 
 
@@ -114,7 +118,7 @@ def _quantized(attn, shape_args, key, value, kv_format):
             scales = torch.empty(side_dims(shape)[0], dtype=side_dtype, device=dev)
         attn.quantize_kv(shape, t, data, scales, seq_lens=lens)
         out += [data, scales]
-    return shape, out
+    return out
 
 
 def make_attention(kv_format: str | None = None):
@@ -156,13 +160,11 @@ def make_attention(kv_format: str | None = None):
         q = query.transpose(1, 2).contiguous()
         out = torch.empty_like(q)
         if kv_format is None:
-            shape = DecodeShape(**shape_args, **layout)
-            plan = _plan(attn, shape, b, n)
+            plan = _plan(attn, {**shape_args, **layout})
             attn.run(plan, q, key, value, out, _workspace(attn, plan.workspace_bytes))
         else:
-            _, (k, ks, v, vs) = _quantized(attn, shape_args, key, value, kv_format)
-            shape = DecodeShape(**{**shape_args, "kv_format": kv_format, "layout": "hnd"})
-            plan = _plan(attn, shape, b, n)
+            k, ks, v, vs = _quantized(attn, shape_args, key, value, kv_format)
+            plan = _plan(attn, {**shape_args, "kv_format": kv_format, "layout": "hnd"})
             attn.run(plan, q, k, v, out, _workspace(attn, plan.workspace_bytes), k_scales=ks, v_scales=vs)
         return out, None
 

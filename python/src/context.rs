@@ -74,6 +74,10 @@ pub(crate) fn device_count() -> i32 {
     if init().is_err() {
         return 0;
     }
+    initialized_device_count()
+}
+
+fn initialized_device_count() -> i32 {
     let mut n = 0;
     // SAFETY: writes one int.
     let code = unsafe { cuda::cuDeviceGetCount(&mut n) };
@@ -87,7 +91,7 @@ pub(crate) fn device_count() -> i32 {
 impl PrimaryContext {
     pub(crate) fn retain(ordinal: i32) -> PyResult<Self> {
         init()?;
-        let count = device_count();
+        let count = initialized_device_count();
         if ordinal < 0 || ordinal >= count {
             return Err(PyValueError::new_err(format!("invalid `device`: expected a CUDA device index in 0..{count}, got {ordinal}")));
         }

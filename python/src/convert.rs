@@ -192,6 +192,11 @@ fn choice<T>(options: &Bound<'_, PyDict>, key: &str, parse: impl Fn(&str) -> Opt
     parse(&s).map(Some).ok_or_else(|| invalid(key, expected, format!("'{s}'")))
 }
 
+/// 'auto', 'never' or 'always' as the option's three values, in that order.
+fn auto_never_always<T: Copy>(values: [T; 3]) -> impl Fn(&str) -> Option<T> {
+    move |s| ["auto", "never", "always"].iter().position(|&name| name == s).map(|i| values[i])
+}
+
 /// `PlanOptions` from keyword arguments: `split` ('auto', 'never' or a
 /// chunk size in keys), `family` ('auto', 'wide', 'narrow', 'wgmma'),
 /// `warps_k`, `merge` ('auto', 'cluster', 'global'), `specialize` and
@@ -237,19 +242,7 @@ pub(crate) fn parse_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Pla
         _ => None,
     };
     opts.merge = choice(options, "merge", merge, "'auto', 'cluster' or 'global'")?.unwrap_or_default();
-    let specialize = |s: &str| match s {
-        "auto" => Some(SpecializeChoice::Auto),
-        "never" => Some(SpecializeChoice::Never),
-        "always" => Some(SpecializeChoice::Always),
-        _ => None,
-    };
-    opts.specialize = choice(options, "specialize", specialize, "'auto', 'never' or 'always'")?.unwrap_or_default();
-    let head_pair = |s: &str| match s {
-        "auto" => Some(HeadPairChoice::Auto),
-        "never" => Some(HeadPairChoice::Never),
-        "always" => Some(HeadPairChoice::Always),
-        _ => None,
-    };
-    opts.head_pair = choice(options, "head_pair", head_pair, "'auto', 'never' or 'always'")?.unwrap_or_default();
+    opts.specialize = choice(options, "specialize", auto_never_always([SpecializeChoice::Auto, SpecializeChoice::Never, SpecializeChoice::Always]), "'auto', 'never' or 'always'")?.unwrap_or_default();
+    opts.head_pair = choice(options, "head_pair", auto_never_always([HeadPairChoice::Auto, HeadPairChoice::Never, HeadPairChoice::Always]), "'auto', 'never' or 'always'")?.unwrap_or_default();
     Ok(opts)
 }

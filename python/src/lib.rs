@@ -415,8 +415,8 @@ impl PyDevice {
                 };
                 (cache, step, buffer_ref(q)?, buffer_mut(out)?)
             };
-            let ws = workspace.0;
-            self.ctx.with_current(|| self.attn.run_raw(&plan.inner, step.as_ref(), q, &cache, out, ws, workspace.1 * workspace_elem_bytes(&workspace), stream as _)).map_err(py_err)
+            let (ws, ws_bytes) = (workspace.0, workspace.1 * convert::elem(&workspace.2)?.size_bytes());
+            self.ctx.with_current(|| self.attn.run_raw(&plan.inner, step.as_ref(), q, &cache, out, ws, ws_bytes, stream as _)).map_err(py_err)
         })
     }
 
@@ -471,10 +471,6 @@ impl PyDevice {
             Err(convert::invalid("plan", &format!("a plan made for cuda:{}", self.ctx.ordinal), format!("one for cuda:{}", plan.device)))
         }
     }
-}
-
-fn workspace_elem_bytes(b: &Buf) -> usize {
-    convert::elem(&b.2).map_or(1, |e| e.size_bytes())
 }
 
 /// The native module.
