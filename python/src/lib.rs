@@ -215,21 +215,17 @@ impl PyShape {
     }
 }
 
-/// `seq_lens` as u32, or a `ValueError` naming the bad entry.
+/// Python integers as `T`, or a `ValueError` naming the bad entry.
+fn entries<T: TryFrom<i64>>(name: &str, expected: &str, values: &[i64]) -> PyResult<Vec<T>> {
+    values.iter().enumerate().map(|(i, &v)| T::try_from(v).map_err(|_| convert::invalid(&format!("{name}[{i}]"), expected, v))).collect()
+}
+
 fn lengths(seq_lens: &[i64]) -> PyResult<Vec<u32>> {
-    seq_lens
-        .iter()
-        .enumerate()
-        .map(|(b, &n)| u32::try_from(n).map_err(|_| convert::invalid(&format!("seq_lens[{b}]"), "a length in 0..2^32", n)))
-        .collect()
+    entries("seq_lens", "a length in 0..2^32", seq_lens)
 }
 
 fn table(block_table: &[i64]) -> PyResult<Vec<i32>> {
-    block_table
-        .iter()
-        .enumerate()
-        .map(|(i, &p)| i32::try_from(p).map_err(|_| convert::invalid(&format!("block_table[{i}]"), "an i32 page id", p)))
-        .collect()
+    entries("block_table", "an i32 page id", block_table)
 }
 
 /// Checks host lengths against a shape (what `plan` checks first).
