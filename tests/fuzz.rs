@@ -271,9 +271,10 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         window: None,
         sinks: false,
         alibi: false,
+        key_ranges: false,
     };
     let (window, sinks, alibi) = extras_of(d.seed, soft_cap_of(d.seed).is_some(), *lens.iter().max().unwrap());
-    let shape = DecodeShape { window, sinks, alibi, ..shape };
+    let shape = DecodeShape { window, sinks, alibi, key_ranges: key_ranges_of(d.seed), ..shape };
     let split = match d.split {
         SplitKind::Auto => SplitPolicy::Auto,
         SplitKind::Never => SplitPolicy::Never,
@@ -325,6 +326,30 @@ fn extras_of(seed: u64, soft_capped: bool, longest: u32) -> (Option<u32>, bool, 
     (window.then_some(w), sinks, alibi)
 }
 
+/// A quarter of the cases have per-sequence key ranges (from further bits
+/// of the data seed), with the starts of `starts_of`.
+fn key_ranges_of(seed: u64) -> bool {
+    (seed >> 36) % 4 == 1
+}
+
+/// Key-range starts of a case: per sequence 0, `L − q_len` (only the last
+/// cached key seen) or anything between, from the data seed; capacity
+/// cases also draw starts past `L − q_len` (device values, read as that).
+fn starts_of(seed: u64, lens: &[u32], q_len: u32, capacity: bool) -> Vec<u32> {
+    let mut rng = decode_attn::testing::Rng::new(seed ^ 0x5eed_0f_57a7);
+    lens.iter()
+        .map(|&l| {
+            let last = l.saturating_sub(q_len);
+            match rng.below(5) {
+                0 => 0,
+                1 => last,
+                2 if capacity => last + 1 + rng.below(100) as u32,
+                _ => rng.below(last as u64 + 1) as u32,
+            }
+        })
+        .collect()
+}
+
 /// Per-format tallies.
 #[derive(Default, Debug)]
 struct Tally {
@@ -339,6 +364,7 @@ struct Tally {
     windows: u64,
     sinks: u64,
     alibis: u64,
+    key_ranges: u64,
     /// Cases per variant combination (`variant_tag`).
     combos: BTreeMap<&'static str, u64>,
     worst: BTreeMap<Distribution, f64>,
@@ -392,9 +418,10 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         t.longest = t.longest.max(*case.seq_lens.iter().max().unwrap());
         t.most_rows = t.most_rows.max(case.shape.rows_per_kv_head().unwrap_or(0));
     }
+    let starts = case.shape.key_ranges.then(|| starts_of(case.seed, &case.seq_lens, case.shape.q_len, case.capacity));
     let Some(gpu) = gpu else {
         let (sinks, slopes) = common::head_values(&case.shape, 0);
-        let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref() };
+        let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref(), seq_starts: starts.as_deref() };
         let r = decode_attn::reference::decode_attention_with(&case.shape, &case.seq_lens, &q, &k, &v, &heads, &(0..case.shape.batch as usize).collect::<Vec<_>>(), threads());
         r.map_err(|e| e.to_string())?;
         tally.borrow_mut().passed += 1;
@@ -402,6 +429,10 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     };
     let opts = PlanOptions { split: case.split, family: case.family, warps_k: None, specialize: specialize_for(case), ..Default::default() };
     let mut p = Tally::time(tally, "upload", || Problem::for_attention(&case.shape, &case.seq_lens, q, k, v)).map_err(|e| e.to_string())?;
+    let starts_dev = DeviceBuffer::from_slice(starts.as_deref().unwrap_or(&[0])).map_err(|e| e.to_string())?;
+    if let Some(st) = &starts {
+        p.heads.starts = Some((st.clone(), DeviceBuffer::from_slice(st).map_err(|e| e.to_string())?));
+    }
     let pool = match case.paging {
         Some(paging) => Some(Tally::time(tally, "upload", || paged::Pool::new(&p, paging, case.seed))?),
         None => None,
@@ -417,6 +448,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         }
     };
     let plan = Tally::time(tally, "plan", || match (case.capacity, &pool) {
+        (false, _) if starts.is_some() => gpu.attn.plan_key_ranges(shape, starts.as_deref().unwrap_or(&[]), &case.seq_lens, pool.as_ref().map(|p| &p.table[..]), &opts),
         (true, None) => gpu.attn.plan_capacity(shape, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan_capacity(shape, o))),
         (true, Some(_)) => gpu.attn.plan_capacity(shape, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan_capacity(shape, o))),
         (false, Some(pool)) => gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, &opts).and_then(|p| paired(p, &|o| gpu.attn.plan_paged(shape, &case.seq_lens, &pool.table, o))),
@@ -426,7 +458,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     let mut ws = Tally::time(tally, "alloc", || Workspace::for_plan(&plan)).map_err(|e| e.to_string())?;
     let lens_dev = DeviceBuffer::from_slice(&case.seq_lens).map_err(|e| e.to_string())?;
     let table_dev = DeviceBuffer::from_slice(pool.as_ref().map_or(&[0i32][..], |p| &p.table)).map_err(|e| e.to_string())?;
-    let step = StepInputs { seq_lens: (&lens_dev).into(), block_table: pool.as_ref().map(|_| (&table_dev).into()) };
+    let step = StepInputs { seq_lens: (&lens_dev).into(), block_table: pool.as_ref().map(|_| (&table_dev).into()), seq_starts: starts.as_ref().map(|_| (&starts_dev).into()) };
     let outs = Tally::time(tally, "run", || {
         p.run_twice(&gpu.stream, |p| {
             let cache = pool.as_ref().map_or_else(|| p.own_cache(), |pool| pool.cache());
@@ -459,6 +491,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     t.windows += case.shape.window.is_some() as u64;
     t.sinks += case.shape.sinks as u64;
     t.alibis += case.shape.alibi as u64;
+    t.key_ranges += case.shape.key_ranges as u64;
     *t.combos.entry(variant_tag(&case.shape)).or_default() += 1;
     let w = t.worst.entry(case.dist).or_insert(0.0);
     *w = w.max(cmp.rel_l2);
@@ -467,6 +500,15 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
 
 /// The case's combination of variants, for the tallies.
 fn variant_tag(s: &DecodeShape) -> &'static str {
+    if s.key_ranges {
+        return match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.alibi) {
+            (false, false, false, false) => "ranges",
+            (true, _, _, _) => "ranges+soft-cap",
+            (false, true, _, false) => "ranges+window",
+            (false, false, true, false) => "ranges+sinks",
+            (false, _, _, true) => "ranges+alibi",
+        };
+    }
     match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.alibi) {
         (false, false, false, false) => "standard",
         (true, false, _, _) => "soft-cap",
@@ -595,7 +637,7 @@ fn main() {
     });
     let (mut passed, mut failed) = (0u64, 0u64);
     let mut per_format = Vec::new();
-    let mut totals = [("", 0u64); 4];
+    let mut totals = [("", 0u64); 5];
     for (format, result, secs) in results {
         match result {
             Ok(tally) => {
@@ -603,7 +645,7 @@ fn main() {
                     println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
                 }
                 println!(
-                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped, {} windowed, {} with sinks, {} ALiBi; longest sequence {}, most rows per kv head {}) in {:.0} s",
+                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped, {} windowed, {} with sinks, {} ALiBi, {} key ranges; longest sequence {}, most rows per kv head {}) in {:.0} s",
                     format.name(),
                     tally.passed,
                     tally.splits,
@@ -614,13 +656,14 @@ fn main() {
                     tally.windows,
                     tally.sinks,
                     tally.alibis,
+                    tally.key_ranges,
                     tally.longest,
                     tally.most_rows,
                     secs
                 );
                 println!("  time by phase: {}", tally.phases());
                 println!("  variants: {}", tally.combos.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", "));
-                for (total, (name, n)) in totals.iter_mut().zip([("soft-cap", tally.soft_caps), ("window", tally.windows), ("sinks", tally.sinks), ("alibi", tally.alibis)]) {
+                for (total, (name, n)) in totals.iter_mut().zip([("soft-cap", tally.soft_caps), ("window", tally.windows), ("sinks", tally.sinks), ("alibi", tally.alibis), ("key ranges", tally.key_ranges)]) {
                     total.0 = name;
                     total.1 += n;
                 }

@@ -14,6 +14,8 @@ mod graph;
 mod paged;
 #[path = "gpu/quant.rs"]
 mod quant;
+#[path = "gpu/ranges.rs"]
+mod ranges;
 
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
@@ -42,7 +44,7 @@ fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u
         Dtype::Bf16 => KvFormat::Bf16,
         Dtype::F16 => KvFormat::F16,
     };
-    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None, window: None, sinks: false, alibi: false }
+    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None, window: None, sinks: false, alibi: false, key_ranges: false }
 }
 
 /// The specification, as cases: every head ratio, head dim, q_len, length
@@ -430,6 +432,7 @@ fn main() {
     let cases: Vec<Case> = all.into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
 
     let quant_count = if filter.is_some() { 0 } else { quant_cases(sanitize).len() };
+    let range_cases: Vec<ranges::RangeCase> = ranges::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
     let graph_cases: Vec<graph::GraphCase> = graph::cases()
         .into_iter()
         .filter(|c| !sanitize || c.paging.is_some_and(|p| p.page_size == 16))
@@ -439,7 +442,7 @@ fn main() {
         Ok(ctx) => ctx,
         Err(why) => {
             let example = usize::from(filter.is_none());
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + example);
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + example);
             plan_on_cpu(&cases);
             return;
         }
@@ -467,6 +470,21 @@ fn main() {
             eprintln!("running {}", case.name);
         }
         match run_case(&attn, &stream, case, case.seed.unwrap_or(1000 + i as u64)) {
+            Ok((err, splits)) => {
+                let ok = err <= TOLERANCE;
+                let w = worst.entry(case.shape.kv_format.name()).or_insert(0.0);
+                *w = w.max(err);
+                println!("{} {:<60} rel_l2={err:.2e} max_splits={splits}", if ok { "ok  " } else { "FAIL" }, case.name);
+                if ok { passed += 1 } else { failed += 1 }
+            }
+            Err(e) => {
+                println!("FAIL {:<60} {e}", case.name);
+                failed += 1;
+            }
+        }
+    }
+    for (i, case) in range_cases.iter().enumerate() {
+        match ranges::run(&attn, &stream, case, 9000 + i as u64) {
             Ok((err, splits)) => {
                 let ok = err <= TOLERANCE;
                 let w = worst.entry(case.shape.kv_format.name()).or_insert(0.0);

@@ -56,6 +56,7 @@ fn bufs_for(shape: &DecodeShape, q_len: usize, kv_len: usize, ws: usize) -> RunB
         v_side: side(6 << 40),
         seq_lens: None,
         block_table: None,
+        seq_starts: None,
         sinks: shape.sinks.then(|| d(8 << 40, shape.num_q_heads as usize, ElemType::F32)),
         alibi_slopes: shape.alibi.then(|| d(9 << 40, shape.num_q_heads as usize, ElemType::F32)),
     }
@@ -314,6 +315,7 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
             window,
             sinks,
             alibi,
+            key_ranges: false,
         }
     })
 }
@@ -979,4 +981,43 @@ mod fp8_per_tensor {
         let int8 = DecodeShape { kv_format: KvFormat::Int8, ..s.clone() };
         rejects(decode_attn::quant::quantize_cache_fp8(&int8, &[100, 17], &plain, 1.0), "kv_format");
     }
+}
+
+/// A capacity step's first keys: required (`[batch]` u32) exactly when the
+/// shape has key ranges, and never overlapping what the kernels write.
+#[test]
+fn a_capacity_steps_starts_are_required_exactly_for_shapes_with_key_ranges() {
+    use decode_attn::{StepInputs, TensorRef};
+    // SAFETY: descriptors only; nothing is dereferenced on the CPU.
+    let (lens, starts, short) = unsafe { (TensorRef::from_raw(0x1000, 4, ElemType::U32), TensorRef::from_raw(0x2000, 4, ElemType::U32), TensorRef::from_raw(0x2000, 3, ElemType::U32)) };
+    let plain = DecodeShape::bf16(4, 8, 2, 128, 1, 100);
+    let ranged = DecodeShape { key_ranges: true, ..plain.clone() };
+    StepInputs::lengths(lens).with_seq_starts(starts).check_starts_for(&ranged).unwrap();
+    StepInputs::lengths(lens).check_starts_for(&plain).unwrap();
+    rejects(StepInputs::lengths(lens).check_starts_for(&ranged), "seq_starts");
+    rejects(StepInputs::lengths(lens).with_seq_starts(short).check_starts_for(&ranged), "seq_starts");
+    rejects(StepInputs::lengths(lens).with_seq_starts(starts).check_starts_for(&plain), "seq_starts");
+    // Starts where O is written.
+    let p = decode_attn::plan::plan_capacity(&ranged, &DEV, &KERNEL, &PlanOptions::default()).unwrap();
+    let mut b = bufs_for(&ranged, ranged.q_elems() as usize, ranged.kv_elems_required().unwrap() as usize, p.workspace_bytes());
+    b.seq_lens = Some(BufferDesc { addr: 0x7000_0000, len: 4, elem: ElemType::U32 });
+    b.seq_starts = Some(BufferDesc { addr: b.o.addr, len: 4, elem: ElemType::U32 });
+    rejects(decode_attn::check::check_buffers(&p, &b), "o");
+}
+
+/// `append_rows`: 1..=capacity rows, strides of whole 16-byte rows, and
+/// the rows' view sized from its strides without wrapping.
+#[test]
+fn appended_rows_are_checked_before_any_launch() {
+    use decode_attn::check::append_rows_elems;
+    use decode_attn::KvStrides;
+    let s = DecodeShape::bf16(2, 8, 2, 128, 1, 100);
+    // transformers' [B, Hkv, rows, D] states of 5 rows.
+    let hnd = KvStrides { batch: 2 * 5 * 128, token: 128, head: 5 * 128 };
+    assert_eq!(append_rows_elems(&s, hnd, 5).unwrap(), 2 * 2 * 5 * 128);
+    rejects(append_rows_elems(&s, hnd, 0), "rows");
+    rejects(append_rows_elems(&s, hnd, 101), "rows");
+    rejects(append_rows_elems(&s, KvStrides { token: 132, ..hnd }, 5), "strides.token");
+    // A view that would wrap past 2^64 needs more than any buffer holds.
+    assert_eq!(append_rows_elems(&s, KvStrides { batch: u64::MAX - 7, ..hnd }, 5).unwrap(), u64::MAX);
 }

@@ -13,7 +13,7 @@ const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thr
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 
 fn addrs() -> LaunchAddrs {
-    LaunchAddrs { q: 0x1000, k: 0x10_0000, v: 0x20_0000, o: 0x2000, k_side: 0, v_side: 0, workspace: 0x100_0000, step_seq_lens: 0, step_block_table: 0, sinks: 0, alibi_slopes: 0 }
+    LaunchAddrs { q: 0x1000, k: 0x10_0000, v: 0x20_0000, o: 0x2000, k_side: 0, v_side: 0, workspace: 0x100_0000, step_seq_lens: 0, step_block_table: 0, sinks: 0, alibi_slopes: 0, step_seq_starts: 0 }
 }
 
 fn opts(split: SplitPolicy) -> PlanOptions {
@@ -132,4 +132,24 @@ fn a_merge_kernel_plan_fills_the_merge_launch() {
     assert_eq!((m.partial_o, m.partial_lse, m.o, m.merge, m.seq_lens), (d.partial_o, d.partial_lse, d.o, d.merge, d.seq_lens));
     assert_eq!((m.num_q_heads, m.q_len, m.chunk_keys, m.rows_per_block), (16, 3, p.chunk_keys(), p.merge_rows_per_block()));
     assert!(MERGE_THREADS >= 32);
+}
+
+/// Key ranges: a plan of host lengths points its blocks at the starts in
+/// its workspace, a capacity plan at the step's device starts (and its
+/// merge kernel too); a shape without key ranges at none.
+#[test]
+fn key_range_starts_come_from_the_workspace_or_the_step() {
+    let shape = DecodeShape { key_ranges: true, ..DecodeShape::bf16(2, 16, 1, 128, 3, 5000) };
+    let p = decode_attn::plan::plan_key_ranges(&shape, &[7, 0], &[5000, 100], None, &DEV, &KERNEL, &opts(SplitPolicy::ChunkKeys(64))).unwrap();
+    let d = decode_params(&p, &addrs());
+    assert_eq!(d.seq_starts, addrs().workspace + p.layout().seq_starts as u64);
+    assert_eq!(d.window_align, 16);
+    let c = plan_capacity(&shape, &DEV, &KERNEL, &opts(SplitPolicy::ChunkKeys(64))).unwrap();
+    let a = LaunchAddrs { step_seq_lens: 0x5000, step_seq_starts: 0x6000, ..addrs() };
+    let d = decode_params(&c, &a);
+    assert_eq!(d.seq_starts, 0x6000);
+    let (m, _) = merge_params(&c, &d).expect("65 slots of 48 rows: the merge kernel");
+    assert_eq!(m.seq_starts, 0x6000);
+    let plain = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 5000), &[5000, 100], &DEV, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!(decode_params(&plain, &a).seq_starts, 0);
 }

@@ -693,3 +693,82 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_
     assert_eq!(plan(&bf16, &[2048; 128], dev, &kernel, &forced).unwrap().heads_per_block(), 1);
     assert!(plan(&bf16, &[2048; 128], dev, &kernel, &PlanOptions { head_pair: HeadPairChoice::Always, ..forced }).unwrap_err().to_string().contains("no head-pair kernel"));
 }
+
+fn ranged(batch: u32, q_len: u32, cap: u32) -> DecodeShape {
+    DecodeShape { key_ranges: true, ..DecodeShape::bf16(batch, 8, 2, 128, q_len, cap) }
+}
+
+#[test]
+fn key_ranges_run_the_windowed_kernels_and_read_from_each_sequences_start_aligned_down() {
+    let shape = ranged(3, 2, 4096);
+    assert_eq!(shape.variant(), decode_attn::Variant::Windowed);
+    let (starts, lens) = ([0u32, 9, 1000], [4096u32, 700, 1002]);
+    for policy in [SplitPolicy::Never, SplitPolicy::ChunkKeys(256), SplitPolicy::Auto] {
+        let p = decode_attn::plan::plan_key_ranges(&shape, &starts, &lens, None, &DeviceInfo::H100_SXM, &KERNEL, &opts(policy)).unwrap();
+        assert_eq!(p.seq_starts(), &starts);
+        // Strided caches align a range's start down to 16 keys.
+        assert_eq!((0..3).map(|b| p.first_key(b)).collect::<Vec<_>>(), vec![0, 0, 992]);
+        // Each sequence's chunks cover its range from the aligned start once.
+        for (b, (&len, first)) in lens.iter().zip([0u32, 0, 992]).enumerate() {
+            let mut items: Vec<_> = p.work().iter().filter(|w| w.batch == b as u32).map(|w| (w.kv_start, w.kv_end)).collect();
+            items.sort();
+            assert_eq!(items.first().unwrap().0, first);
+            assert_eq!(items.last().unwrap().1, len);
+            assert!(items.windows(2).all(|w| w[0].1 == w[1].0));
+        }
+        // No uniform plan: the blocks read each sequence's start.
+        assert_eq!(p.uniform_len(), None);
+        // The starts are uploaded with the plan, after the lengths.
+        let meta = p.metadata();
+        let at = p.layout().seq_starts;
+        let uploaded: Vec<u32> = meta[at..at + 12].chunks(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect();
+        assert_eq!(uploaded, starts);
+    }
+}
+
+#[test]
+fn a_key_range_must_leave_every_new_token_a_key() {
+    let shape = ranged(2, 3, 100);
+    let plan = |starts: &[u32], lens: &[u32]| decode_attn::plan::plan_key_ranges(&shape, starts, lens, None, &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto));
+    // The first new token sees keys [start, L − q_len]: start ≤ L − q_len.
+    assert!(plan(&[97, 0], &[100, 3]).is_ok());
+    let e = plan(&[98, 0], &[100, 3]).unwrap_err().to_string();
+    assert!(e.contains("seq_starts[0]") && e.contains("0..=97"), "{e}");
+    let e = plan(&[0], &[100, 3]).unwrap_err().to_string();
+    assert!(e.contains("seq_starts") && e.contains("2 starts"), "{e}");
+    // A shape with key ranges needs starts; one without takes none.
+    let e = decode_attn::plan::plan(&shape, &[100, 3], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap_err().to_string();
+    assert!(e.contains("seq_starts") && e.contains("plan_key_ranges"), "{e}");
+    let plain = DecodeShape::bf16(2, 8, 2, 128, 3, 100);
+    let e = decode_attn::plan::plan_key_ranges(&plain, &[0, 0], &[100, 3], None, &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap_err().to_string();
+    assert!(e.contains("seq_starts") && e.contains("key_ranges = false"), "{e}");
+}
+
+#[test]
+fn paged_key_ranges_align_to_the_page_or_the_stage() {
+    let shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 64, order: PageOrder::TokenMajor, page_bytes: None }, ..ranged(2, 1, 512) };
+    let table: Vec<i32> = (0..64).collect();
+    let p = decode_attn::plan::plan_key_ranges(&shape, &[37, 0], &[500, 40], Some(&table), &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Never)).unwrap();
+    assert_eq!((p.first_key(0), p.first_key(1)), (32, 0));
+    let e = decode_attn::plan::plan_key_ranges(&shape, &[37, 0], &[500, 40], None, &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Never)).unwrap_err().to_string();
+    assert!(e.contains("block_table"), "{e}");
+}
+
+#[test]
+fn capacity_plans_derive_a_ranges_items_from_the_clamped_device_start() {
+    use decode_attn_abi::{capacity_merge_item_from, capacity_work_item_from, range_start};
+    // The kernels' items: chunk c of a sequence starts at its range's start
+    // (the device start, read as at most L − q_len, aligned down) + c·chunk.
+    let (len, q_len, chunk, chunks) = (1000u32, 2u32, 256u32, 4u32);
+    for (device_start, first) in [(0u32, 0u32), (300, 288), (998, 992), (5000, 992)] {
+        let start = range_start(len, device_start, q_len, decode_attn_abi::NO_WINDOW, 16);
+        assert_eq!(start, first);
+        let items: Vec<_> = (0..chunks).filter_map(|x| capacity_work_item_from(x, len, start, q_len, chunk, chunks)).collect();
+        assert_eq!(items[0].kv_start, first);
+        assert_eq!(items.last().unwrap().kv_end, len);
+        assert_eq!(capacity_merge_item_from(0, len, start, q_len, chunk, chunks).num_slots as usize, items.len());
+    }
+    // A window and a start: the later of the two first keys.
+    assert_eq!(range_start(1000, 100, 1, 50, 16), 944);
+    assert_eq!(range_start(1000, 990, 1, 50, 16), 976);
+}

@@ -91,6 +91,15 @@ impl DecodeAttention {
         plan::plan_paged(shape, seq_lens, block_table, self.device_info(), &kernel, opts)
     }
 
+    /// Plans one decode step over sequences that each start at a key of
+    /// their own (CPU only; see [`plan::plan_key_ranges`]): a shape with
+    /// `key_ranges`, sequence b's keys `seq_starts[b] .. seq_lens[b]`, and
+    /// a paged cache's block table (`None` for other layouts).
+    pub fn plan_key_ranges(&self, shape: &DecodeShape, seq_starts: &[u32], seq_lens: &[u32], block_table: Option<&[i32]>, opts: &PlanOptions) -> Result<Plan> {
+        let kernel = self.shape_kernels(shape, opts)?;
+        plan::plan_key_ranges(shape, seq_starts, seq_lens, block_table, self.device_info(), &kernel, opts)
+    }
+
     /// Plans decode steps by capacity (CPU only; see [`plan::plan_capacity`]):
     /// run it with [`DecodeAttention::run_step`], which reads the lengths
     /// and block table from device memory, so one plan serves every step
@@ -235,6 +244,38 @@ impl DecodeAttention {
         self.cache_launch(shape, step, &job, strides, shape.q_len, true, stream)
     }
 
+    /// Appends `rows` new tokens of K or V to every sequence of a cache of
+    /// any format, contiguous or paged: [`DecodeAttention::append_kv`] for
+    /// any number of rows up to the capacity (a prefill, a continued chat,
+    /// a verification of many draft tokens), where `append_kv` appends the
+    /// shape's `q_len`. Row (b, t, h) of the 16-bit `new_rows` is at
+    /// element `b·strides.batch + t·strides.token + h·strides.head`, its
+    /// head_dim values contiguous (transformers' `[batch, Hkv, rows, D]`
+    /// states in place, or any view whose strides are multiples of 8
+    /// values). Sequence b's rows go to positions `seq_lens[b] − rows ..`
+    /// (device lengths, new tokens included).
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_rows<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, new_rows: impl Into<TensorRef<'a>>, strides: KvStrides, rows: u32, out: KvMut<'a>, stream: &Stream) -> Result<()> {
+        self.append_rows_raw(shape, step, new_rows.into(), strides, rows, out, stream.as_inner())
+    }
+
+    /// [`DecodeAttention::append_rows`] on a raw stream.
+    #[allow(clippy::too_many_arguments)]
+    pub fn append_rows_raw<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, new_rows: TensorRef<'a>, strides: KvStrides, rows: u32, out: KvMut<'a>, stream: RawStream) -> Result<()> {
+        let plain_elems = crate::check::append_rows_elems(shape, strides, rows)?;
+        let job = CacheJob {
+            direction: QuantDirection::Quantize,
+            plain: new_rows.desc(),
+            plain_name: "new_rows",
+            plain_elems,
+            data: out.data.desc(),
+            side: out.side.as_ref().map(TensorMut::desc),
+            seq_lens: step.seq_lens.desc(),
+            block_table: step.block_table.as_ref().map(TensorRef::desc),
+        };
+        self.cache_launch(shape, step, &job, Some(strides), rows, true, stream)
+    }
+
     /// Dequantizes a contiguous quantized cache tensor (rows
     /// `t < seq_lens[b]`; `cache`: its values and side data) into a 16-bit
     /// buffer of the shape's dtype and layout (other elements are left
@@ -322,6 +363,7 @@ impl DecodeAttention {
                 v_side: cache.v_scales.as_ref().map(TensorRef::desc),
                 seq_lens: step.map(|s| s.seq_lens.desc()),
                 block_table: step.and_then(|s| s.block_table.as_ref().map(TensorRef::desc)),
+                seq_starts: step.and_then(|s| s.seq_starts.as_ref().map(TensorRef::desc)),
                 sinks: cache.sinks.as_ref().map(TensorRef::desc),
                 alibi_slopes: cache.alibi_slopes.as_ref().map(TensorRef::desc),
             },
@@ -331,7 +373,10 @@ impl DecodeAttention {
             (PlanMode::Lengths, None) => {}
             (PlanMode::Lengths, Some(_)) => return Err(Error::invalid("step", "none (a plan of host lengths has its lengths)", "device lengths")),
             (PlanMode::Capacity { .. }, None) => return Err(Error::invalid("step", "the device lengths (and block table) a capacity plan reads", "none")),
-            (PlanMode::Capacity { .. }, Some(step)) => step.check_for(shape)?,
+            (PlanMode::Capacity { .. }, Some(step)) => {
+                step.check_for(shape)?;
+                step.check_starts_for(shape)?;
+            }
         }
         // The plan's shape was validated by `plan()`; only the look-up is needed.
         let name = plan_kernel_name(plan)?;
@@ -343,9 +388,12 @@ impl DecodeAttention {
             "one whose block does not fit this device",
         )?;
         if prepare && plan.is_capacity() {
-            let counters = ws.addr + plan.layout().merge_counters as u64;
-            // SAFETY: the counters lie inside the checked workspace.
-            unsafe { driver("cuMemsetD32Async", cuda::cuMemsetD32Async(counters, 0, plan.merge_counters() as usize, stream))? };
+            // (Nothing to zero where no block counts its arrival.)
+            if plan.uses_merge_counters() {
+                let counters = ws.addr + plan.layout().merge_counters as u64;
+                // SAFETY: the counters lie inside the checked workspace.
+                unsafe { driver("cuMemsetD32Async", cuda::cuMemsetD32Async(counters, 0, plan.merge_counters() as usize, stream))? };
+            }
         } else if prepare {
             let meta = plan.metadata();
             // SAFETY: the workspace holds at least `metadata_bytes` (checked);
@@ -364,6 +412,7 @@ impl DecodeAttention {
             step_block_table: step.and_then(|s| s.block_table).map_or(0, |t| t.addr),
             sinks: cache.sinks.map_or(0, |t| t.addr),
             alibi_slopes: cache.alibi_slopes.map_or(0, |t| t.addr),
+            step_seq_starts: step.and_then(|s| s.seq_starts).map_or(0, |t| t.addr),
         };
         let params = decode_params(plan, &addrs);
         // SAFETY: the grid, block and shared memory are the plan's; every

@@ -149,25 +149,46 @@ pub(crate) fn pool_too_short(offset: u64, pool: &BufferDesc) -> Error {
 
 /// What a capacity plan's run reads from device memory each step (see
 /// [`PlanMode::Capacity`](crate::PlanMode::Capacity)): the current lengths, new tokens included,
-/// and for paged caches the block table. Lengths above the capacity are
-/// read as the capacity and page ids outside the pool as its last page, so
-/// no device value makes a kernel touch memory outside its buffers.
+/// for paged caches the block table, and for shapes with key ranges each
+/// sequence's first key. Lengths above the capacity are read as the
+/// capacity, page ids outside the pool as its last page and starts past
+/// `L − q_len` as `L − q_len`, so no device value makes a kernel touch
+/// memory outside its buffers.
 #[derive(Clone, Copy, Debug)]
 pub struct StepInputs<'a> {
     /// `[batch]` u32.
     pub seq_lens: TensorRef<'a>,
     /// Paged caches: `[batch, pages_per_seq]` i32 page ids (row-major).
     pub block_table: Option<TensorRef<'a>>,
+    /// Shapes with `key_ranges`: `[batch]` u32, sequence b's first key
+    /// (keys before it are not seen). Only attention runs read it.
+    pub seq_starts: Option<TensorRef<'a>>,
 }
 
 impl<'a> StepInputs<'a> {
     /// Lengths only (contiguous caches).
     pub fn lengths(seq_lens: impl Into<TensorRef<'a>>) -> Self {
-        StepInputs { seq_lens: seq_lens.into(), block_table: None }
+        StepInputs { seq_lens: seq_lens.into(), block_table: None, seq_starts: None }
     }
     /// Lengths and a block table (paged caches).
     pub fn paged(seq_lens: impl Into<TensorRef<'a>>, block_table: impl Into<TensorRef<'a>>) -> Self {
-        StepInputs { seq_lens: seq_lens.into(), block_table: Some(block_table.into()) }
+        StepInputs { seq_lens: seq_lens.into(), block_table: Some(block_table.into()), seq_starts: None }
+    }
+    /// The step with each sequence's first key (`[batch]` u32 on the
+    /// device; shapes with `key_ranges`).
+    pub fn with_seq_starts(self, seq_starts: impl Into<TensorRef<'a>>) -> Self {
+        StepInputs { seq_starts: Some(seq_starts.into()), ..self }
+    }
+
+    /// Checks the starts an attention step reads: `batch` of them exactly
+    /// when the shape has key ranges.
+    pub fn check_starts_for(&self, shape: &DecodeShape) -> Result<()> {
+        match (shape.key_ranges, &self.seq_starts) {
+            (true, Some(s)) => check_buffer("seq_starts", &s.desc(), ElemType::U32, shape.batch as u64 * 4),
+            (true, None) => Err(Error::invalid("seq_starts", "a [batch] u32 device array of first keys (the shape has key_ranges)", "none")),
+            (false, Some(_)) => Err(Error::invalid("seq_starts", "none (the shape has key_ranges = false)", "starts")),
+            (false, None) => Ok(()),
+        }
     }
 
     /// Checks the step's buffers against a shape: `batch` lengths, and a

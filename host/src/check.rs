@@ -26,6 +26,8 @@ pub struct RunBuffers {
     /// kernels read while they write `o` and the workspace.
     pub seq_lens: Option<BufferDesc>,
     pub block_table: Option<BufferDesc>,
+    /// A capacity plan's device first keys (shapes with key ranges).
+    pub seq_starts: Option<BufferDesc>,
     /// The variant's per-head arrays: sink logits and ALiBi slopes (f32,
     /// `num_q_heads` each), each required exactly when the shape has it.
     pub sinks: Option<BufferDesc>,
@@ -136,7 +138,7 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     )?;
     ensure(ws.addr != 0 && ws.addr % 256 == 0, "workspace", "a non-null 256-byte aligned device pointer", format!("{:#x}", ws.addr))?;
     let ws_end = end_of(ws).ok_or_else(|| Error::invalid("workspace", "an address range that does not wrap past 2^64", format!("{:#x} + {} bytes", ws.addr, ws.len)))?;
-    for (name, step) in [("seq_lens", bufs.seq_lens), ("block_table", bufs.block_table)] {
+    for (name, step) in [("seq_lens", bufs.seq_lens), ("block_table", bufs.block_table), ("seq_starts", bufs.seq_starts)] {
         if let Some(b) = step {
             ensure(end_of(&b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
             inputs.push((name, b));
@@ -204,6 +206,23 @@ pub struct CacheJob {
     /// The device lengths and (paged) block table.
     pub seq_lens: BufferDesc,
     pub block_table: Option<BufferDesc>,
+}
+
+/// Checks an `append_rows` call's rows and strides against a (validated)
+/// shape: 1..=`max_seq_len` rows, strides in multiples of 8 values (16-byte
+/// aligned rows); the elements the rows' view spans (one past its last,
+/// saturating: a view no buffer can hold then fails the size check).
+pub fn append_rows_elems(shape: &DecodeShape, strides: crate::shape::KvStrides, rows: u32) -> Result<u64> {
+    shape.validate()?;
+    ensure((1..=shape.max_seq_len).contains(&rows), "rows", format!("1..=max_seq_len ({})", shape.max_seq_len), rows)?;
+    for (name, stride) in [("strides.batch", strides.batch), ("strides.token", strides.token), ("strides.head", strides.head)] {
+        ensure(stride % 8 == 0, name, "a multiple of 8 values (16-byte aligned rows)", stride)?;
+    }
+    let (d, h, b) = (shape.head_dim as u64, shape.num_kv_heads as u64, shape.batch as u64);
+    let last = [(b - 1, strides.batch), ((rows - 1) as u64, strides.token), (h - 1, strides.head)]
+        .iter()
+        .try_fold(d, |acc, &(n, s)| n.checked_mul(s).and_then(|x| acc.checked_add(x)));
+    Ok(last.unwrap_or(u64::MAX))
 }
 
 /// Checks a cache job's buffers against the shape: element types, sizes,

@@ -37,6 +37,9 @@ pub struct LaunchAddrs {
     /// The variant's per-head arrays (0: none).
     pub sinks: u64,
     pub alibi_slopes: u64,
+    /// A capacity plan's device first keys (shapes with key ranges; 0:
+    /// none, or a plan of host lengths, whose starts are in the workspace).
+    pub step_seq_starts: u64,
 }
 
 /// The attention kernel's parameters for `plan` on the buffers at `a`.
@@ -63,6 +66,11 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
     };
     let ([batch, token, head], side) = byte_strides(shape);
     let (score_scale, logit_cap) = shape.logit_factors();
+    let seq_starts = match (plan.mode(), shape.key_ranges) {
+        (_, false) => 0,
+        (PlanMode::Capacity { .. }, true) => a.step_seq_starts,
+        (PlanMode::Lengths, true) => ws + layout.seq_starts as u64,
+    };
     DecodeParams {
         q: a.q,
         k: a.k,
@@ -109,6 +117,7 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         window_align: plan.window_align(),
         sinks: a.sinks,
         alibi_slopes: a.alibi_slopes,
+        seq_starts,
     }
 }
 
@@ -132,6 +141,7 @@ pub fn merge_params(plan: &Plan, p: &DecodeParams) -> Option<(MergeParams, (u32,
         sinks: p.sinks,
         window: p.window,
         window_align: p.window_align,
+        seq_starts: p.seq_starts,
     };
     Some((params, grid))
 }

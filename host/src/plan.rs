@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    window_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
+    range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
     NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
@@ -65,6 +65,9 @@ pub struct Plan {
     /// The lengths planned for (capacity plans: the capacity, `max_seq_len`
     /// for every sequence).
     pub(crate) seq_lens: Vec<u32>,
+    /// Shapes with key ranges, plans of host lengths: each sequence's first
+    /// key (uploaded with the metadata); empty otherwise.
+    pub(crate) seq_starts: Vec<u32>,
     /// Paged caches: `[batch, pages_per_seq]` page ids (empty otherwise).
     pub(crate) block_table: Vec<i32>,
     /// Attention blocks' work, longest chunks first.
@@ -144,10 +147,17 @@ impl Plan {
     pub fn window_align(&self) -> u32 {
         self.window_align
     }
-    /// The first key sequence `b`'s work reads: its window's start
-    /// (`decode_attn_abi::window_start`), 0 without a window.
+    /// Shapes with key ranges, plans of host lengths: the sequences' first
+    /// keys (empty otherwise).
+    pub fn seq_starts(&self) -> &[u32] {
+        &self.seq_starts
+    }
+    /// The first key sequence `b`'s work reads: the later of its window's
+    /// start and its own first key, aligned down
+    /// (`decode_attn_abi::range_start`); 0 without either.
     pub fn first_key(&self, b: usize) -> u32 {
-        self.seq_lens.get(b).map_or(0, |&len| window_start(len, self.shape.q_len, self.shape.window_param(), self.window_align))
+        let own = self.seq_starts.get(b).copied().unwrap_or(0);
+        self.seq_lens.get(b).map_or(0, |&len| range_start(len, own, self.shape.q_len, self.shape.window_param(), self.window_align))
     }
     /// Paged caches: the block table the plan was made with (empty otherwise).
     pub fn block_table(&self) -> &[i32] {
@@ -292,6 +302,12 @@ impl Plan {
     pub fn overlaps_merge(&self) -> bool {
         self.merge_grid().is_some()
     }
+    /// Whether the plan's blocks count their arrivals in the workspace's
+    /// merge counters (split sequences merged in the attention kernel),
+    /// which must then be zero before a run.
+    pub fn uses_merge_counters(&self) -> bool {
+        self.max_splits() > 1 && self.merge_mode() == MergeMode::InAttention
+    }
     /// Merge counters in the workspace: one per (sequence, kv head, row chunk).
     pub fn merge_counters(&self) -> u32 {
         // workspace_layout bounds batch × kv heads × row chunks to u32.
@@ -331,6 +347,7 @@ impl Plan {
         let put = |bytes: &mut [u8], at: usize, src: &[u8]| bytes[at..at + src.len()].copy_from_slice(src);
         put(&mut bytes, self.layout.work, bytemuck::cast_slice(&work_words(&self.work)));
         put(&mut bytes, self.layout.seq_lens, bytemuck::cast_slice(&self.seq_lens));
+        put(&mut bytes, self.layout.seq_starts, bytemuck::cast_slice(&self.seq_starts));
         put(&mut bytes, self.layout.block_table, bytemuck::cast_slice(&self.block_table));
         put(&mut bytes, self.layout.merges, bytemuck::cast_slice(&merge_words(&self.per_sequence_merges())));
         // The merge counters stay zero.
@@ -432,7 +449,36 @@ impl<K: KernelLimits> KernelLimits for CapacityKernels<'_, K> {
 pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     ensure(!shape.is_paged(), "block_table", "a block table for the paged layout (plan_paged)", "none")?;
-    pair_heads(make_plan(shape, seq_lens, "seq_lens", Vec::new(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
+    no_starts_wanted(shape)?;
+    pair_heads(make_plan(shape, seq_lens, &[], "seq_lens", Vec::new(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
+}
+
+/// Plans of host lengths without starts: the shape must not ask for key
+/// ranges ([`plan_key_ranges`] takes them).
+fn no_starts_wanted(shape: &DecodeShape) -> Result<()> {
+    ensure(!shape.key_ranges, "seq_starts", "each sequence's first key for a shape with key_ranges (plan_key_ranges)", "none")
+}
+
+/// Makes the plan of sequences that each start at a key of their own
+/// (`shape.key_ranges`): sequence b's keys `seq_starts[b] .. seq_lens[b]`
+/// (each start at most `seq_lens[b] − q_len`), uploaded with the plan's
+/// metadata. `block_table`: a paged cache's `[batch, pages_per_seq]` ids
+/// (as [`plan_paged`]), `None` for other layouts.
+#[allow(clippy::too_many_arguments)]
+pub fn plan_key_ranges(shape: &DecodeShape, seq_starts: &[u32], seq_lens: &[u32], block_table: Option<&[i32]>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
+    shape.validate()?;
+    shape.validate_seq_lens(seq_lens)?;
+    shape.validate_seq_starts(seq_starts, seq_lens)?;
+    let table = match (shape.kv_layout, block_table) {
+        (crate::shape::KvLayout::Paged { page_size, num_pages, .. }, Some(table)) => {
+            check_block_table(table, seq_lens, shape.pages_per_seq(), page_size, num_pages)?;
+            table.to_vec()
+        }
+        (crate::shape::KvLayout::Paged { .. }, None) => return Err(Error::invalid("block_table", "a block table for the paged layout", "none")),
+        (_, Some(_)) => return Err(Error::invalid("block_table", "none (the cache is not paged)", "a table")),
+        (_, None) => Vec::new(),
+    };
+    pair_heads(make_plan(shape, seq_lens, seq_starts, "seq_lens", table, dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
 }
 
 /// Makes the plan of a paged cache: `block_table` is `[batch,
@@ -446,7 +492,8 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
         return Err(Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a block table", "another layout"));
     };
     check_block_table(block_table, seq_lens, shape.pages_per_seq(), page_size, num_pages)?;
-    pair_heads(make_plan(shape, seq_lens, "seq_lens", block_table.to_vec(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
+    no_starts_wanted(shape)?;
+    pair_heads(make_plan(shape, seq_lens, &[], "seq_lens", block_table.to_vec(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
 }
 
 /// Makes a capacity plan ([`PlanMode::Capacity`]): launches fixed by the
@@ -462,7 +509,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // lengths at capacity are made (one u32 per sequence).
     ensure_work_items(shape.batch as u64, shape, "batch", "(one per sequence at least)")?;
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
-    let planned = make_plan(shape, &at_capacity, "max_seq_len", Vec::new(), dev, &CapacityKernels(kernel), opts)?;
+    let planned = make_plan(shape, &at_capacity, &[], "max_seq_len", Vec::new(), dev, &CapacityKernels(kernel), opts)?;
     // The most keys a step's work reads (a window's, at any length).
     let keys = capacity_keys(shape, planned.window_align);
     let chunk_keys = planned.chunk_keys.min(keys).max(1);
@@ -519,10 +566,11 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 
 /// The plan of `seq_lens` (`lens_param`: what errors about them name, the
 /// caller's `seq_lens` or, for a capacity plan, `max_seq_len`).
-fn make_plan(shape: &DecodeShape, seq_lens: &[u32], lens_param: &'static str, block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
+#[allow(clippy::too_many_arguments)]
+fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_param: &'static str, block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     let family = heuristics::family(opts.family, shape);
     let specializable = family == Family::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
-    let ranges = key_ranges(shape, seq_lens, window_align(shape, family));
+    let ranges = key_ranges(shape, seq_lens, seq_starts, window_align(shape, family));
     let make = |block_table, specialized| make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernel.limits(specialized), opts, family, specialized);
     match opts.specialize {
         SpecializeChoice::Never => make(block_table, false),
@@ -546,30 +594,36 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], lens_param: &'static str, bl
 }
 
 /// What each sequence's work reads: keys `starts[b] .. seq_lens[b]`,
-/// `keys[b]` of them (from 0 without a window), and the window's start
-/// alignment.
+/// `keys[b]` of them (from 0 without a window or key ranges), the
+/// sequences' own first keys (`own`, empty without key ranges), and the
+/// starts' alignment.
 struct KeyRanges {
     starts: Vec<u32>,
     keys: Vec<u32>,
+    own: Vec<u32>,
     align: u32,
 }
 
-/// The key ranges of `seq_lens` (validated) under the shape's window.
-fn key_ranges(shape: &DecodeShape, seq_lens: &[u32], align: u32) -> KeyRanges {
-    let starts: Vec<u32> = seq_lens.iter().map(|&l| window_start(l, shape.q_len, shape.window_param(), align)).collect();
+/// The key ranges of `seq_lens` (validated) under the shape's window and
+/// the sequences' own first keys `seq_starts` (validated; empty: 0).
+fn key_ranges(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], align: u32) -> KeyRanges {
+    let own = |b: usize| seq_starts.get(b).copied().unwrap_or(0);
+    let starts: Vec<u32> = seq_lens.iter().enumerate().map(|(b, &l)| range_start(l, own(b), shape.q_len, shape.window_param(), align)).collect();
     let keys = seq_lens.iter().zip(&starts).map(|(&l, &s)| l - s).collect();
-    KeyRanges { starts, keys, align }
+    KeyRanges { starts, keys, own: seq_starts.to_vec(), align }
 }
 
-/// What a window's first key is aligned down to in a plan of `family`
-/// (`decode_attn_abi::window_start`): 16 keys over strided caches, the
-/// smaller of a stage's keys and a page over paged ones; 1 without a
-/// window.
+/// What a window's or a key range's first key is aligned down to in a plan
+/// of `family` (`decode_attn_abi::range_start`): 16 keys over strided
+/// caches, the smaller of a stage's keys and a page over paged ones; 1
+/// without either.
 pub fn window_align(shape: &DecodeShape, family: Family) -> u32 {
-    match (shape.window, shape.kv_layout) {
-        (None, _) => 1,
-        (Some(_), crate::shape::KvLayout::Paged { page_size, .. }) => tile_config(shape.kv_format, shape.head_dim, family).keys_per_stage.min(page_size.max(1)),
-        (Some(_), _) => 16,
+    if shape.window.is_none() && !shape.key_ranges {
+        return 1;
+    }
+    match shape.kv_layout {
+        crate::shape::KvLayout::Paged { page_size, .. } => tile_config(shape.kv_format, shape.head_dim, family).keys_per_stage.min(page_size.max(1)),
+        _ => 16,
     }
 }
 
@@ -720,13 +774,16 @@ fn make_plan_for(
     };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid(lens_param, "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
-    let uniform = if cluster > 1 { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len, (shape.window_param(), ranges.align)) };
+    // (Key ranges: the blocks read each sequence's first key, which a
+    // uniform plan's params do not carry.)
+    let uniform = if cluster > 1 || shape.key_ranges { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len, (shape.window_param(), ranges.align)) };
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
         mode: PlanMode::Lengths,
         shape: shape.clone(),
         seq_lens: seq_lens.to_vec(),
+        seq_starts: ranges.own.clone(),
         block_table,
         work,
         merges,

@@ -38,13 +38,17 @@ pub fn decode_attention_threads(
     decode_attention_with(shape, seq_lens, q, k, v, &HeadInputs::default(), batches, threads)
 }
 
-/// The per-head inputs of a shape's variant, on the host: sink logits
+/// The run-time inputs of a shape's variant, on the host: sink logits
 /// (`DecodeShape::sinks`) and ALiBi slopes (`DecodeShape::alibi`), one
-/// per query head each.
+/// per query head each, and the sequences' first keys
+/// (`DecodeShape::key_ranges`), one per sequence.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HeadInputs<'a> {
     pub sinks: Option<&'a [f32]>,
     pub alibi_slopes: Option<&'a [f32]>,
+    /// Sequence b sees keys from `seq_starts[b]` on (read, as the kernels
+    /// read device starts, as at most `seq_lens[b] − q_len`).
+    pub seq_starts: Option<&'a [u32]>,
 }
 
 /// As [`decode_attention_threads`], with the variant's per-head inputs
@@ -68,6 +72,12 @@ pub fn decode_attention_with(
             (false, Some(_)) => return Err(Error::invalid(name, "none (the shape has none)", "values")),
             (false, None) => {}
         }
+    }
+    match (shape.key_ranges, heads.seq_starts) {
+        (true, Some(s)) => ensure(s.len() >= shape.batch as usize, "seq_starts", format!("{} values (one per sequence)", shape.batch), s.len())?,
+        (true, None) => return Err(Error::invalid("seq_starts", "one first key per sequence (the shape has key_ranges)", "none")),
+        (false, Some(_)) => return Err(Error::invalid("seq_starts", "none (the shape has key_ranges = false)", "values")),
+        (false, None) => {}
     }
     let d = shape.head_dim as usize;
     let rows_per_seq = shape.q_len as usize * shape.num_q_heads as usize;
@@ -125,7 +135,8 @@ fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: 
 
 /// Output row (sequence `b` of length `len`, new token `i`, query head `h`):
 /// the query at position `p = len − q_len + i` sees keys `t ≤ p` (and, with
-/// a window `W`, `t ≥ p − W`); logit `scale · q·k`, soft-capped
+/// a window `W`, `t ≥ p − W`; with key ranges, `t ≥ min(start_b, len −
+/// q_len)`); logit `scale · q·k`, soft-capped
 /// (`c · tanh(x / c)`) or plus ALiBi's `slope_h · (t − p)`; a sink adds
 /// `exp(s_h − m)` to the denominator.
 #[allow(clippy::too_many_arguments)]
@@ -137,7 +148,8 @@ fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, 
     let st = shape.kv_strides();
     let scale = shape.softmax_scale() as f64;
     let pos = len - ql + i;
-    let first = shape.window.map_or(0, |w| pos.saturating_sub(w as usize));
+    let own = heads.seq_starts.map_or(0, |s| (s[b] as usize).min(len - ql));
+    let first = shape.window.map_or(0, |w| pos.saturating_sub(w as usize)).max(own);
     let slope = heads.alibi_slopes.map_or(0.0, |s| s[h] as f64);
     let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
     let row_at = |t: usize| (b as u64 * st.batch + t as u64 * st.token + kvh as u64 * st.head) as usize;

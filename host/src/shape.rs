@@ -113,6 +113,17 @@ pub struct DecodeShape {
     /// array given at run time ([`KvCache::with_alibi_slopes`](crate::KvCache::with_alibi_slopes));
     /// each logit gets `slope_h · (t − p)`. Not with a soft-cap.
     pub alibi: bool,
+    /// Per-sequence key ranges `[start_b, L_b)`: sequence b's keys before
+    /// `start_b` are not seen (a left-padded batch, a serving engine's
+    /// evicted prefix). The starts are a `[batch]` u32 array: on the host
+    /// for a plan of host lengths ([`crate::DecodeAttention::plan_key_ranges`]),
+    /// on the device for a capacity plan's steps
+    /// ([`StepInputs::with_seq_starts`](crate::StepInputs::with_seq_starts)),
+    /// where a start past `L_b − q_len` reads as `L_b − q_len`. The work
+    /// starts at the range (aligned down as a window's start is). Runs the
+    /// kernels of a variant with a window ([`Variant::Windowed`] where the
+    /// shape has no other variant).
+    pub key_ranges: bool,
 }
 
 impl DecodeShape {
@@ -133,6 +144,7 @@ impl DecodeShape {
             window: None,
             sinks: false,
             alibi: false,
+            key_ranges: false,
         }
     }
 
@@ -145,15 +157,15 @@ impl DecodeShape {
     }
 
     /// The attention variant the shape's kernels are compiled for: soft-cap
-    /// or ALiBi kernels where the shape has either (with its window and
-    /// sinks, if any), the windowed kernels for a window or sinks alone,
-    /// else the standard ones.
+    /// or ALiBi kernels where the shape has either (with its window, sinks
+    /// and key ranges, if any), the windowed kernels for a window, sinks or
+    /// key ranges alone, else the standard ones.
     pub fn variant(&self) -> Variant {
         if self.soft_cap.is_some() {
             Variant::SoftCap
         } else if self.alibi {
             Variant::Alibi
-        } else if self.window.is_some() || self.sinks {
+        } else if self.window.is_some() || self.sinks || self.key_ranges {
             Variant::Windowed
         } else {
             Variant::Standard
@@ -470,6 +482,24 @@ impl DecodeShape {
             "strides whose extent in bytes fits in memory (below 2^63)",
             "an overflow",
         )?;
+        Ok(())
+    }
+
+    /// Checks host key-range starts against the shape and its (checked)
+    /// lengths: one per sequence, each at most `seq_lens[b] − q_len`, so
+    /// that every new token sees at least one key.
+    pub fn validate_seq_starts(&self, seq_starts: &[u32], seq_lens: &[u32]) -> Result<()> {
+        ensure(self.key_ranges, "seq_starts", "none (the shape has key_ranges = false)", "starts")?;
+        ensure(
+            seq_starts.len() == self.batch as usize,
+            "seq_starts",
+            format!("{} starts (one per sequence)", self.batch),
+            format!("{}", seq_starts.len()),
+        )?;
+        for (b, (&start, &len)) in seq_starts.iter().zip(seq_lens).enumerate() {
+            let last = len.saturating_sub(self.q_len);
+            ensure(start <= last, format!("seq_starts[{b}]"), format!("0..=seq_lens[{b}] − q_len (0..={last}: every new token sees a key)"), start)?;
+        }
         Ok(())
     }
 

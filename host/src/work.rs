@@ -11,6 +11,8 @@ use crate::shape::DecodeShape;
 pub struct WorkspaceLayout {
     pub work: usize,
     pub seq_lens: usize,
+    /// Shapes with key ranges: `[batch]` u32 first keys.
+    pub seq_starts: usize,
     /// Paged caches' block table (`[batch, pages_per_seq]` i32).
     pub block_table: usize,
     /// One [`MergeItem`] per sequence: its partial slots.
@@ -18,8 +20,8 @@ pub struct WorkspaceLayout {
     /// `[batch, num_kv_heads, row_chunks]` u32 arrival counters of split
     /// sequences' blocks (zero between runs: the last block resets its own).
     pub merge_counters: usize,
-    /// Bytes of the metadata region (work, seq_lens, block table, merges,
-    /// counters), uploaded per plan (capacity plans: only the counters,
+    /// Bytes of the metadata region (work, seq_lens, seq_starts, block
+    /// table, merges, counters), uploaded per plan (capacity plans: only the counters,
     /// zeroed by the first step of the plan in a workspace).
     pub metadata_bytes: usize,
     pub partial_o: usize,
@@ -36,7 +38,10 @@ pub(crate) fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunk
     let align_up = |x: usize| x.checked_next_multiple_of(ALIGN);
     let work_at = 0usize;
     let seq_lens_at = work.checked_mul(16)?;
-    let table_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
+    let starts_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
+    // (Empty without key ranges: the other regions stay where they were.)
+    let starts = if shape.key_ranges { seqs } else { 0 };
+    let table_at = align_up(starts_at.checked_add(starts.checked_mul(4)?)?)?;
     let merges_at = align_up(table_at.checked_add(table.checked_mul(4)?)?)?;
     let counters_at = align_up(merges_at.checked_add(seqs.checked_mul(16)?)?)?;
     let counters = seqs.checked_mul(shape.num_kv_heads as usize)?.checked_mul(row_chunks as usize)?;
@@ -49,6 +54,7 @@ pub(crate) fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunk
     (total_bytes <= isize::MAX as usize).then_some(WorkspaceLayout {
         work: work_at,
         seq_lens: seq_lens_at,
+        seq_starts: starts_at,
         block_table: table_at,
         merges: merges_at,
         merge_counters: counters_at,

@@ -19,10 +19,10 @@
 //!   attention blocks finish, with no launch gap, and wait for the partials
 //!   with `griddepcontrol.wait`.
 
-use decode_attn_abi::{capacity_merge_item, capacity_merge_item_from, window_start, DecodeParams, MergeItem, MergeParams};
+use decode_attn_abi::{capacity_merge_item, capacity_merge_item_from, range_start, DecodeParams, MergeItem, MergeParams};
 
 use crate::arch::{math::ex2, math::rcp, memory, shared, thread, warp};
-use crate::decode::block::{block_kv_head, capacity_len, token_head};
+use crate::decode::block::{block_kv_head, capacity_len, first_key, token_head};
 use crate::format::Half;
 use crate::state;
 use crate::variant::AttentionVariant;
@@ -48,7 +48,7 @@ use crate::variant::AttentionVariant;
 pub(crate) unsafe fn merge_if_last<H: Half, V: AttentionVariant, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
     let (kvh, row0) = (block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
     let seq = if V::WINDOW_AND_SINKS {
-        windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align)
+        windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align, p.seq_starts)
     } else {
         merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq)
     };
@@ -91,7 +91,7 @@ pub(crate) unsafe fn merge_if_last<H: Half, V: AttentionVariant, const D: usize,
 #[inline(always)]
 pub unsafe fn merge_kernel<H: Half, const D: usize, const SINKS: bool>(p: &MergeParams) {
     let seq = if SINKS {
-        windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, thread::block_idx_x(), p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align)
+        windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, thread::block_idx_x(), p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align, p.seq_starts)
     } else {
         merge_item(p.merge, p.seq_lens, p.max_seq_len, thread::block_idx_x(), p.q_len, p.chunk_keys, p.chunks_per_seq)
     };
@@ -130,14 +130,16 @@ unsafe fn merge_item(merge: u64, seq_lens: u64, max_seq_len: u32, batch: u32, q_
     }
 }
 
-/// [`merge_item`] of a plan of a window: a capacity plan's slots count the
-/// chunks from the window's start (`decode_attn_abi::window_start`).
+/// [`merge_item`] of a variant with a window: a capacity plan's slots count
+/// the chunks from the window's or the sequence's first key
+/// (`decode_attn_abi::range_start`; `seq_starts` as `DecodeParams` has it).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn windowed_merge_item(merge: u64, seq_lens: u64, max_seq_len: u32, batch: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32, window: u32, align: u32) -> MergeItem {
+unsafe fn windowed_merge_item(merge: u64, seq_lens: u64, max_seq_len: u32, batch: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32, window: u32, align: u32, seq_starts: u64) -> MergeItem {
     if chunks_per_seq != 0 {
         let len = capacity_len(seq_lens, batch, max_seq_len);
-        capacity_merge_item_from(batch, len, window_start(len, q_len, window, align), q_len, chunk_keys, chunks_per_seq)
+        let first = first_key(seq_starts, batch, len, q_len);
+        capacity_merge_item_from(batch, len, range_start(len, first, q_len, window, align), q_len, chunk_keys, chunks_per_seq)
     } else {
         *(merge as *const MergeItem).add(batch as usize)
     }

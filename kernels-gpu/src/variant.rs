@@ -28,12 +28,13 @@ use crate::arch::math::{ex2, rcp};
 use crate::arch::{memory, thread};
 
 /// What the hooks know of one query row besides its causal limit: the first
-/// key its window shows it, its absolute position and its ALiBi slope
-/// (base 2). Zeros where the variant has no use for them, which the
-/// compiler then never computes.
+/// key it sees (its window's, or its sequence's own first key), its
+/// absolute position and its ALiBi slope (base 2). Zeros where the variant
+/// has no use for them, which the compiler then never computes.
 #[derive(Clone, Copy)]
 pub struct RowTerms {
-    /// Keys `< first` are outside the row's window.
+    /// Keys `< first` are outside the row's window or before its
+    /// sequence's first key (`DecodeParams::seq_starts`).
     pub first: u32,
     /// The row's position `p = seq_len − q_len + token`.
     pub pos: u32,
@@ -146,7 +147,8 @@ impl RowTerms {
 }
 
 /// The terms of the row of `token` (of the step's new tokens) and query
-/// head `head` in a sequence of `seq_len` keys, for one step: computed
+/// head `head` in a sequence of `seq_len` keys whose own first key is
+/// `seq_first` (`crate::decode::block::first_key`), for one step: computed
 /// afresh at each step (the row's token and head through
 /// [`thread::opaque`]), not held across the key loop, where they spilled
 /// the 128-register wgmma kernels (docs/perf.md, "Variant kernels"). An
@@ -154,12 +156,12 @@ impl RowTerms {
 /// computed from nothing (so its kernels' code is what it was before the
 /// terms existed).
 #[inline(always)]
-pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, token: u32, head: u32) -> RowTerms {
+pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, seq_first: u32, token: u32, head: u32) -> RowTerms {
     if !V::WINDOW_AND_SINKS && !V::ALIBI {
         return RowTerms::NONE;
     }
     let pos = seq_len.wrapping_sub(p.q_len).wrapping_add(thread::opaque(token));
-    let first = if V::WINDOW_AND_SINKS { pos.saturating_sub(p.window) } else { 0 };
+    let first = if V::WINDOW_AND_SINKS { pos.saturating_sub(p.window).max(seq_first) } else { 0 };
     let slope = if V::ALIBI {
         // SAFETY: the host checked `alibi_slopes` to hold `num_q_heads` f32s
         // (a missing row's head is 0).
@@ -199,12 +201,13 @@ pub fn prefetch_heads<V: AttentionVariant>(p: &DecodeParams) {
 }
 
 /// Keys below this may be outside the window of some row of a sequence of
-/// `seq_len` keys (its last new token's first key); 0 for variants without
-/// a window (and for a launch without one).
+/// `seq_len` keys (its last new token's first key), or before the
+/// sequence's own first key `seq_first`; 0 for variants without a window
+/// (and for a launch without a window or first keys).
 #[inline(always)]
-pub fn window_from<V: AttentionVariant>(p: &DecodeParams, seq_len: u32) -> u32 {
+pub fn window_from<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, seq_first: u32) -> u32 {
     if V::WINDOW_AND_SINKS {
-        (seq_len.wrapping_sub(1)).saturating_sub(p.window)
+        (seq_len.wrapping_sub(1)).saturating_sub(p.window).max(seq_first)
     } else {
         0
     }

@@ -153,6 +153,37 @@ class Checker:
     def seq_lens(self, t):
         return self.dense("seq_lens", t, ("int32", "uint32"), (self.shape.batch,), "batch")[:2] + ("u32",)
 
+    def seq_starts(self, t):
+        """A capacity step's first keys: `[batch]` int32 exactly when the
+        shape has key ranges."""
+        if not self.shape.key_ranges:
+            if t is not None:
+                raise invalid("seq_starts", "None (the shape has key_ranges=False)", "a tensor")
+            return None
+        return self.dense("seq_starts", t, ("int32", "uint32"), (self.shape.batch,), "batch")[:2] + ("u32",)
+
+    def new_rows_any(self, t, order: str):
+        """Any number of new K or V rows, `[batch, rows, Hkv, D]` ("nhd") or
+        `[batch, Hkv, rows, D]` ("hnd"), head_dim contiguous: (rows,
+        (batch, token, head) strides, the buffer triple)."""
+        s = self.shape
+        elem = self.tensor("new_rows", t, (_TORCH_DTYPE[s.dtype],))
+        if order not in ("nhd", "hnd"):
+            raise invalid("order", "'nhd' or 'hnd'", repr(order))
+        shape, strides = tuple(t.shape), tuple(t.stride())
+        if len(shape) != 4:
+            raise invalid("new_rows", "a 4-D tensor", f"{len(shape)}-D")
+        tok, head = (1, 2) if order == "nhd" else (2, 1)
+        rows = shape[tok]
+        want = (s.batch, rows, s.num_kv_heads, s.head_dim) if order == "nhd" else (s.batch, s.num_kv_heads, rows, s.head_dim)
+        if shape != want or rows < 1:
+            raise invalid("new_rows", f"shape {want} ({'batch, rows, num_kv_heads, head_dim' if order == 'nhd' else 'batch, num_kv_heads, rows, head_dim'}, rows >= 1)", shape)
+        if strides[3] != 1:
+            raise invalid("new_rows", "a tensor whose last dimension is contiguous (stride 1)", f"stride {strides[3]}")
+        # (A dimension of extent 1 has no meaningful stride.)
+        sb, st, sh = ((strides[i] if shape[i] > 1 else 0) for i in (0, tok, head))
+        return rows, (sb, st, sh), (t.data_ptr(), extent(shape, strides), elem)
+
     def block_table(self, t):
         s = self.shape
         if s.layout != "paged":

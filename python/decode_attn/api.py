@@ -149,6 +149,14 @@ class DecodeAttention:
         `[batch, shape.pages_per_seq]` page ids (host)."""
         return Plan(self._native.plan_paged(shape, _host_ints("seq_lens", seq_lens), _host_ints("block_table", block_table), **options), self)
 
+    def plan_key_ranges(self, shape: DecodeShape, seq_starts, seq_lens, block_table=None, **options) -> Plan:
+        """Plans one step over sequences that each start at a key of their
+        own (a shape with `key_ranges=True`): sequence b's keys
+        `seq_starts[b] .. seq_lens[b]` (host values; each start at most
+        `seq_lens[b] - q_len`), and a paged cache's `block_table` (host)."""
+        table = None if block_table is None else _host_ints("block_table", block_table)
+        return Plan(self._native.plan_key_ranges(shape, _host_ints("seq_starts", seq_starts), _host_ints("seq_lens", seq_lens), table, **options), self)
+
     def plan_capacity(self, shape: DecodeShape, **options) -> Plan:
         """Plans every step up to the shape's capacity; run it with
         `run_step`, which reads lengths and block table on the device (so it
@@ -172,26 +180,29 @@ class DecodeAttention:
             raise invalid("plan", "a plan of host lengths (plan / plan_paged); capacity plans run with run_step", "a capacity plan")
         self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, stream)
 
-    def run_step(self, plan: Plan, q, k, v, out, workspace, seq_lens, block_table=None, *, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, stream=None) -> None:
+    def run_step(self, plan: Plan, q, k, v, out, workspace, seq_lens, block_table=None, *, seq_starts=None, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, stream=None) -> None:
         """One decode step of a capacity plan: `seq_lens` (`[batch]` int32,
-        new tokens included) and `block_table` (paged caches) are read on
-        the device. Graph-capturable."""
+        new tokens included), `block_table` (paged caches) and `seq_starts`
+        (`[batch]` int32 first keys, shapes with `key_ranges`; a start past
+        `seq_lens[b] - q_len` reads as that) are read on the device.
+        Graph-capturable."""
         if _compiling() and stream is None:
-            _torch().ops.decode_attn.run_step(plan.id, q, k, v, out, workspace, seq_lens, block_table, k_scales, v_scales, sinks, alibi_slopes)
+            _torch().ops.decode_attn.run_step(plan.id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, sinks, alibi_slopes)
             return
         if not plan.is_capacity:
             raise invalid("plan", "a capacity plan (plan_capacity) for run_step", "a plan of host lengths")
         if seq_lens is None:
             raise invalid("seq_lens", "the [batch] int32 device lengths a capacity plan reads", "None")
-        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream)
+        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts)
 
-    def _launch(self, plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream):
+    def _launch(self, plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts=None):
         if plan.attention is not self:
             raise invalid("plan", f"a plan made for cuda:{self.device}", f"one for cuda:{plan.attention.device}")
         s = plan.shape
         c = Checker(s, self.device)
         step_lens = c.seq_lens(seq_lens) if seq_lens is not None else None
         table = c.block_table(block_table) if seq_lens is not None else _none("block_table", block_table, "None (a plan of host lengths has its block table)")
+        starts = c.seq_starts(seq_starts) if seq_lens is not None else _none("seq_starts", seq_starts, "None (a plan of host lengths has its starts)")
         self._native.run(
             plan._native,
             c.q(q),
@@ -203,6 +214,7 @@ class DecodeAttention:
             c.workspace(workspace, plan.workspace_bytes),
             step_lens,
             table,
+            starts,
             c.per_head("sinks", sinks, s.sinks, "sinks"),
             c.per_head("alibi_slopes", alibi_slopes, s.alibi, "alibi"),
             self._stream(stream),
@@ -218,6 +230,18 @@ class DecodeAttention:
             _torch().ops.decode_attn.append_kv(shape_id(shape), new_rows, data, scales, seq_lens, block_table)
             return
         self._write(True, shape, new_rows, data, scales, seq_lens, block_table, stream)
+
+    def append_rows(self, shape: DecodeShape, new_rows, data, scales=None, *, seq_lens, block_table=None, order="nhd", stream=None) -> None:
+        """Writes any number of new rows per sequence (a prefill, a continued
+        chat): `new_rows` is `[batch, rows, num_kv_heads, head_dim]`
+        (`order="nhd"`) or `[batch, num_kv_heads, rows, head_dim]`
+        (`order="hnd"`, transformers' states in place), any strides that
+        are multiples of 8 values with head_dim contiguous; sequence b's
+        rows go to positions `seq_lens[b] - rows ..` (device lengths, new
+        tokens included), quantized for quantized formats."""
+        c = Checker(shape, self.device)
+        rows, strides, buf = c.new_rows_any(new_rows, order)
+        self._native.append_rows(shape, c.seq_lens(seq_lens), c.block_table(block_table), buf, strides, rows, c.cache("data", data), c.scales("scales", scales), self._stream(stream))
 
     def quantize_kv(self, shape: DecodeShape, plain, data, scales=None, *, seq_lens, block_table=None, stream=None) -> None:
         """Quantizes (or copies, for 16-bit formats) a whole 16-bit cache

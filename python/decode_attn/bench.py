@@ -37,6 +37,10 @@ ROWS = [
 ]
 
 
+# Rounds of each row's timings (the libraries alternating).
+ROUNDS = 3
+
+
 def _sets(bytes_per_set: int, l2: int, free: int) -> int:
     want = max(1, -(-4 * l2 // bytes_per_set))
     return max(1, min(want, int(free * 0.5) // max(bytes_per_set, 1)))
@@ -142,14 +146,24 @@ def bench(rows, iters: int) -> list[dict]:
             F.scaled_dot_product_attention(q.transpose(1, 2), k, v, enable_gqa=hq != hkv)
 
         row = {"batch": b, "ctx": ctx, "heads": f"{hq}/{hkv}", "d": d, "MB": (kv_bytes + qo_bytes) / 1e6, "sets": n}
-        row["decode-attn"] = time_launches(ours, n, iters)
+        ws = attn.workspace(nhd_plan) if nhd_plan.workspace_bytes > ws.numel() else ws
+        # The three alternate, round by round, in rotating order: an
+        # effect of the order (clocks, the allocator, the L2's dirty lines)
+        # lands on each of them alike. The median of the rounds' medians.
+        fns = {"decode-attn": ours, "decode-attn nhd": ours_nhd, "SDPA": sdpa}
+        rounds = {name: [] for name in fns}
+        names = list(fns)
+        for r in range(ROUNDS):
+            for name in names[r % 3 :] + names[: r % 3]:
+                rounds[name].append(time_launches(fns[name], n, iters))
+        for name, times in rounds.items():
+            row[name] = statistics.median(times)
+            row[f"{name} rounds"] = times
         # Checked, not only timed: decode-attn's output against SDPA's on set 0.
         q, k, v, o = sets[0]
+        ours(0)
         ref = F.scaled_dot_product_attention(q.transpose(1, 2).float(), k.float(), v.float(), enable_gqa=hq != hkv).transpose(1, 2)
         row["rel_l2_vs_sdpa_fp32"] = ((o.float() - ref).norm() / ref.norm()).item()
-        row["SDPA"] = time_launches(sdpa, n, iters)
-        ws = attn.workspace(nhd_plan) if nhd_plan.workspace_bytes > ws.numel() else ws
-        row["decode-attn nhd"] = time_launches(ours_nhd, n, iters)
         del nhd_sets
         for name, make in others.items():
             fns = [make(q, k, v, b, ctx, hq, hkv, d) for q, k, v, _ in sets[: max(1, min(n, 2))]]
@@ -179,7 +193,15 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=60, help="timed launches per row (median)")
     ap.add_argument("--rows", type=int, default=len(ROWS), help="the first N rows only")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--hf", action="store_true", help="transformers generation instead (decode_attn.bench_hf): tokens/s, memory, host time per call")
+    ap.add_argument("--new", type=int, default=64, help="--hf: new tokens per generation")
+    ap.add_argument("--repeats", type=int, default=3, help="--hf: generations per implementation and row (median)")
+    ap.add_argument("--layers", type=int, default=8, help="--hf: decoder layers of the Llama-3-8B-shaped model")
+    ap.add_argument("--hf-rows", default="all", help="--hf: 'all', or comma-separated indices of bench_hf.ROWS")
+    ap.add_argument("--quant-rows", default="all", help="--hf: 'all', 'none', or comma-separated indices of bench_hf.QUANT_ROWS")
     args = ap.parse_args(argv)
+    if args.hf:
+        return main_hf(args)
     results = bench(ROWS[: args.rows], args.iters)
     libs = ["decode-attn", "decode-attn nhd", "SDPA"] + [lib for lib in ("FlashInfer", "FA3") if lib in results[0]]
     name = torch.cuda.get_device_name(0)
@@ -192,6 +214,27 @@ def main(argv=None):
 
         with open(args.json, "w") as f:
             json.dump({"device": name, "torch": torch.__version__, "rows": results}, f, indent=1)
+
+
+def main_hf(args):
+    from . import bench_hf
+
+    def pick(spec, rows):
+        if spec == "all":
+            return rows
+        if spec == "none":
+            return []
+        return [rows[int(i)] for i in spec.split(",")]
+
+    name = torch.cuda.get_device_name(0)
+    print(f"{name}, torch {torch.__version__}; Llama-3-8B-shaped, {args.layers} layers, {args.new} new tokens, median of {args.repeats}", flush=True)
+    results = bench_hf.run(pick(args.hf_rows, bench_hf.ROWS), pick(args.quant_rows, bench_hf.QUANT_ROWS), args.new, args.repeats, args.layers)
+    print(bench_hf.tables(results))
+    if args.json:
+        import json
+
+        with open(args.json, "w") as f:
+            json.dump({"device": name, "torch": torch.__version__, "layers": args.layers, "new": args.new, **results}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """torch custom ops: `decode_attn::run`, `decode_attn::run_step` and
-`decode_attn::append_kv`, registered with `torch.library` (`mutates_args`
-for what they write, `register_fake` for their (absent) outputs), so that
-`torch.compile` keeps them as single nodes of its graph and
-`torch.cuda.graph` captures them. Plans and shapes are passed by id
-(`Plan.id`, `api.shape_id`): a custom op takes only tensors and numbers.
+`decode_attn::append_kv` (in place, `mutates_args` for what they write), and
+`decode_attn::attention`, a functional decode step that allocates its
+output and workspace from torch's allocator and mutates nothing, so that
+inductor keeps it inside the CUDA graphs of `mode="reduce-overhead"`.
+Plans and shapes are passed by id (`Plan.id`, `api.shape_id`), or for
+`attention` by the values that fix them: a custom op takes only tensors and
+numbers.
 
 `DecodeAttention.run` / `run_step` / `append_kv` call these ops when
 they are being compiled, and launch directly otherwise.
@@ -11,11 +13,13 @@ they are being compiled, and launch directly otherwise.
 
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
 
 from . import api
+from .api import DecodeAttention, DecodeShape
 
 Tensor = torch.Tensor
 
@@ -52,17 +56,18 @@ def run_step(
     workspace: Tensor,
     seq_lens: Tensor,
     block_table: Optional[Tensor],
+    seq_starts: Optional[Tensor],
     k_scales: Optional[Tensor],
     v_scales: Optional[Tensor],
     sinks: Optional[Tensor],
     alibi_slopes: Optional[Tensor],
 ) -> None:
     plan = api.lookup_plan(plan_id)
-    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, None)
+    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, None, seq_starts)
 
 
 @run_step.register_fake
-def _run_step_fake(plan_id, q, k, v, out, workspace, seq_lens, block_table, k_scales, v_scales, sinks, alibi_slopes) -> None:
+def _run_step_fake(plan_id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, sinks, alibi_slopes) -> None:
     return None
 
 
@@ -76,3 +81,171 @@ def append_kv(shape_id: int, new_rows: Tensor, data: Tensor, scales: Optional[Te
 @append_kv.register_fake
 def _append_kv_fake(shape_id, new_rows, data, scales, seq_lens, block_table) -> None:
     return None
+
+
+@torch.library.custom_op("decode_attn::append_rows", mutates_args=("data", "scales"), device_types="cuda")
+def append_rows(shape_id: int, new_rows: Tensor, data: Tensor, scales: Optional[Tensor], seq_lens: Tensor) -> None:
+    """`DecodeAttention.append_rows` of `[batch, Hkv, rows, D]` rows."""
+    shape = api.lookup_shape(shape_id)
+    api.DecodeAttention(new_rows.device).append_rows(shape, new_rows, data, scales, seq_lens=seq_lens, order="hnd")
+
+
+@append_rows.register_fake
+def _append_rows_fake(shape_id, new_rows, data, scales, seq_lens) -> None:
+    return None
+
+
+# -- the functional decode step ---------------------------------------------
+
+# Capacity plans of `attention`, by everything that fixes one. Bounded: a
+# DynamicCache grows by a token a step, so each step has a plan of its own.
+_plans: dict = {}
+_plans_lock = threading.Lock()
+_MAX_PLANS = 512
+
+# Cache values per stored element (int4: two nibbles a byte).
+_VALUES_PER_ELEMENT = {"int4-g32": 2, "int4-g64": 2, "int4-g128": 2}
+
+
+def cache_layout(k: Tensor, kv_format: str) -> dict:
+    """The layout arguments of a `[batch, Hkv, rows, D']` cache tensor read
+    in place: "hnd" when contiguous, else "strided" (strides in cache
+    values)."""
+    if k.is_contiguous():
+        return {"layout": "hnd"}
+    vpe = _VALUES_PER_ELEMENT.get(kv_format, 1)
+    sb, sh, st, _ = k.stride()
+    return {"layout": "strided", "strides": (sb * vpe, st * vpe, sh * vpe)}
+
+
+_ELEM = {torch.bfloat16: "bf16", torch.float16: "f16", torch.uint8: "u8", torch.float8_e4m3fn: "u8", torch.float32: "f32", torch.int32: "u32"}
+
+
+class _StepPlan:
+    """A capacity plan of `attention` and what its launches reuse: the
+    element types and extents its key fixes, and the metadata of the
+    tensors its first, fully checked launch took (`fits`)."""
+
+    __slots__ = ("plan", "batch", "heads", "q_elems", "kv", "ws_bytes", "checked")
+
+    def __init__(self, plan: api.Plan, q: Tensor, k: Tensor):
+        from ._tensors import extent
+
+        self.plan = plan
+        self.batch, _, self.heads, _ = q.shape
+        self.q_elems = q.numel()
+        self.kv = (extent(tuple(k.shape), tuple(k.stride())), _ELEM[k.dtype])
+        self.ws_bytes = max(plan.workspace_bytes, 256)
+        self.checked = None
+
+    def fits(self, q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks) -> bool:
+        """Whether the tensors are as the checked launch's were, in what the
+        plan's key does not fix: then a launch needs only the Rust checks.
+        (The key fixes q's and k's shape, k's strides and dtypes.)"""
+        dev = k.device
+        if not (q.is_contiguous() and q.device == dev and v.device == dev and v.dtype == k.dtype and v.shape == k.shape and v.stride() == k.stride()):
+            return False
+        return self.checked == (_meta(seq_lens), _meta(seq_starts), _meta(k_scales), _meta(v_scales), _meta(sinks))
+
+
+def _meta(t):
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.device)
+
+
+def capacity_plan(q: Tensor, k: Tensor, kv_format: str, window: int, scale: float, soft_cap: float, sinks: bool, key_ranges: bool) -> _StepPlan:
+    """The capacity plan `attention` runs for these tensors (made once per
+    distinct key; every layer of a step shares it)."""
+    key = (q.device.index, tuple(q.shape), q.dtype, tuple(k.shape), tuple(k.stride()), k.dtype, kv_format, window, scale, soft_cap, sinks, key_ranges)
+    entry = _plans.get(key)
+    if entry is not None:
+        return entry
+    b, q_len, hq, d = q.shape
+    _, hkv, n, _ = k.shape
+    shape = DecodeShape(
+        batch=b,
+        num_q_heads=hq,
+        num_kv_heads=hkv,
+        head_dim=d,
+        q_len=q_len,
+        max_seq_len=n,
+        dtype="bf16" if q.dtype == torch.bfloat16 else "f16",
+        kv_format=kv_format,
+        scale=scale if scale > 0 else None,
+        soft_cap=soft_cap if soft_cap > 0 else None,
+        window=window if window >= 0 else None,
+        sinks=sinks,
+        key_ranges=key_ranges,
+        **cache_layout(k, kv_format),
+    )
+    entry = _StepPlan(DecodeAttention(q.device).plan_capacity(shape), q, k)
+    with _plans_lock:
+        if len(_plans) >= _MAX_PLANS:
+            _plans.clear()
+        _plans[key] = entry
+    return entry
+
+
+def _buf(t, elem=None):
+    return None if t is None else (t.data_ptr(), t.numel(), elem or _ELEM[t.dtype])
+
+
+def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_format: str, window: int, scale: float, soft_cap: float):
+    """`decode_attn::attention`'s work, callable directly (no dispatcher).
+    The first launch of a plan checks every tensor (`DecodeAttention.run_step`'s
+    checks); later ones whose tensors are alike (`_StepPlan.fits`) go to
+    the Rust checks and the launch directly."""
+    entry = capacity_plan(q, k, kv_format, window, scale, soft_cap, sinks is not None, seq_starts is not None)
+    plan = entry.plan
+    out = torch.empty_like(q)
+    workspace = torch.empty(entry.ws_bytes, dtype=torch.uint8, device=q.device)
+    attn = plan.attention
+    if entry.checked is not None and entry.fits(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks):
+        kv_elems, kv_elem = entry.kv
+        side = "u32" if k_scales is not None and k_scales.dtype == torch.int32 else None
+        attn._native.run(
+            plan._native,
+            (q.data_ptr(), entry.q_elems, _ELEM[q.dtype]),
+            (k.data_ptr(), kv_elems, kv_elem),
+            (v.data_ptr(), kv_elems, kv_elem),
+            _buf(k_scales, side),
+            _buf(v_scales, side),
+            (out.data_ptr(), entry.q_elems, _ELEM[q.dtype]),
+            (workspace.data_ptr(), entry.ws_bytes, "u8"),
+            _buf(seq_lens, "u32"),
+            None,
+            _buf(seq_starts, "u32"),
+            _buf(sinks),
+            None,
+            torch.cuda.current_stream(q.device).cuda_stream,
+        )
+        return out
+    attn._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, None, sinks, None, None, seq_starts)
+    entry.checked = (_meta(seq_lens), _meta(seq_starts), _meta(k_scales), _meta(v_scales), _meta(sinks))
+    return out
+
+
+@torch.library.custom_op("decode_attn::attention", mutates_args=(), device_types="cuda")
+def attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    seq_lens: Tensor,
+    seq_starts: Optional[Tensor],
+    k_scales: Optional[Tensor],
+    v_scales: Optional[Tensor],
+    sinks: Optional[Tensor],
+    kv_format: str,
+    window: int,
+    scale: float,
+    soft_cap: float,
+) -> Tensor:
+    """One decode step over a `[batch, Hkv, rows, D']` cache read in place:
+    `q` `[batch, q_len, Hq, D]` contiguous, `seq_lens` / `seq_starts`
+    `[batch]` int32 device key ranges; `window` < 0, `scale` ≤ 0 and
+    `soft_cap` ≤ 0 mean none. Returns `[batch, q_len, Hq, D]`."""
+    return attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_format, window, scale, soft_cap)
+
+
+@attention.register_fake
+def _attention_fake(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_format, window, scale, soft_cap):
+    return torch.empty_like(q)

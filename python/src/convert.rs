@@ -72,6 +72,7 @@ pub(crate) struct ShapeArgs<'a> {
     pub window: Option<i64>,
     pub sinks: bool,
     pub alibi: bool,
+    pub key_ranges: bool,
 }
 
 fn count(param: &str, v: i64) -> PyResult<u32> {
@@ -166,6 +167,7 @@ pub(crate) fn shape_from_args(a: &ShapeArgs) -> PyResult<decode_attn::DecodeShap
         window: a.window.map(|w| count("window", w)).transpose()?,
         sinks: a.sinks,
         alibi: a.alibi,
+        key_ranges: a.key_ranges,
     })
 }
 

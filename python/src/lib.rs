@@ -27,7 +27,7 @@ impl PyShape {
     #[new]
     #[pyo3(signature = (*, batch, num_q_heads, num_kv_heads, head_dim, max_seq_len, q_len = 1, dtype = "bf16", kv_format = None, layout = "nhd",
         strides = None, page_size = None, num_pages = None, page_order = "token_major", scale = None, soft_cap = None, window = None,
-        sinks = false, alibi = false))]
+        sinks = false, alibi = false, key_ranges = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         batch: i64,
@@ -48,6 +48,7 @@ impl PyShape {
         window: Option<i64>,
         sinks: bool,
         alibi: bool,
+        key_ranges: bool,
     ) -> PyResult<Self> {
         let args = ShapeArgs {
             batch,
@@ -68,6 +69,7 @@ impl PyShape {
             window,
             sinks,
             alibi,
+            key_ranges,
         };
         let inner = shape_from_args(&args)?;
         inner.validate().map_err(py_err)?;
@@ -152,6 +154,11 @@ impl PyShape {
     #[getter]
     fn alibi(&self) -> bool {
         self.inner.alibi
+    }
+    /// Whether each sequence has its own first key (`seq_starts`).
+    #[getter]
+    fn key_ranges(&self) -> bool {
+        self.inner.key_ranges
     }
     /// The variant's name (`softmax`, `soft-cap`, ...).
     #[getter]
@@ -365,6 +372,23 @@ impl PyDevice {
         Ok(PyPlan { inner: plan, device: self.ctx.ordinal })
     }
 
+    #[pyo3(signature = (shape, seq_starts, seq_lens, block_table, **options))]
+    fn plan_key_ranges(
+        &self,
+        py: Python<'_>,
+        shape: &PyShape,
+        seq_starts: Vec<i64>,
+        seq_lens: Vec<i64>,
+        block_table: Option<Vec<i64>>,
+        options: Option<&Bound<'_, pyo3::types::PyDict>>,
+    ) -> PyResult<PyPlan> {
+        let opts = parse_options(options)?;
+        let (starts, lens) = (entries("seq_starts", "a first key in 0..2^32", &seq_starts)?, lengths(&seq_lens)?);
+        let table = block_table.as_deref().map(table).transpose()?;
+        let plan = py.detach(|| self.attn.plan_key_ranges(&shape.inner, &starts, &lens, table.as_deref(), &opts)).map_err(py_err)?;
+        Ok(PyPlan { inner: plan, device: self.ctx.ordinal })
+    }
+
     #[pyo3(signature = (shape, **options))]
     fn plan_capacity(&self, py: Python<'_>, shape: &PyShape, options: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<PyPlan> {
         let opts = parse_options(options)?;
@@ -372,10 +396,10 @@ impl PyDevice {
         Ok(PyPlan { inner: plan, device: self.ctx.ordinal })
     }
 
-    /// One attention run on `stream` (a `CUstream` as an integer). `step`:
-    /// `(seq_lens, block_table)` buffers for capacity plans, `None` for
-    /// plans of host lengths.
-    #[pyo3(signature = (plan, q, k, v, k_side, v_side, out, workspace, seq_lens, block_table, sinks, alibi_slopes, stream))]
+    /// One attention run on `stream` (a `CUstream` as an integer):
+    /// `seq_lens`, `block_table` and `seq_starts` are a capacity plan's
+    /// device inputs (`None` for plans of host lengths).
+    #[pyo3(signature = (plan, q, k, v, k_side, v_side, out, workspace, seq_lens, block_table, seq_starts, sinks, alibi_slopes, stream))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -390,6 +414,7 @@ impl PyDevice {
         workspace: Buf,
         seq_lens: Option<Buf>,
         block_table: Option<Buf>,
+        seq_starts: Option<Buf>,
         sinks: Option<Buf>,
         alibi_slopes: Option<Buf>,
         stream: usize,
@@ -406,7 +431,11 @@ impl PyDevice {
                 cache.sinks = sinks.map(|b| buffer_ref(b)).transpose()?;
                 cache.alibi_slopes = alibi_slopes.map(|b| buffer_ref(b)).transpose()?;
                 let step = match seq_lens {
-                    Some(l) => Some(StepInputs { seq_lens: buffer_ref(l)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()? }),
+                    Some(l) => Some(StepInputs {
+                        seq_lens: buffer_ref(l)?,
+                        block_table: block_table.map(|b| buffer_ref(b)).transpose()?,
+                        seq_starts: seq_starts.map(|b| buffer_ref(b)).transpose()?,
+                    }),
                     None => None,
                 };
                 (cache, step, buffer_ref(q)?, buffer_mut(out)?)
@@ -423,7 +452,7 @@ impl PyDevice {
         py.detach(|| {
             // SAFETY: as in `run`.
             let (step, rows, out) = unsafe {
-                let step = StepInputs { seq_lens: buffer_ref(seq_lens)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()? };
+                let step = StepInputs { seq_lens: buffer_ref(seq_lens)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()?, seq_starts: None };
                 let out = KvMut { data: buffer_mut(data)?, side: side.map(|b| buffer_mut(b)).transpose()? };
                 (step, buffer_ref(rows)?, out)
             };
@@ -436,6 +465,23 @@ impl PyDevice {
                     }
                 })
                 .map_err(py_err)
+        })
+    }
+
+    /// `append_rows`: any number of new rows per sequence, read with the
+    /// given element strides `(batch, token, head)`.
+    #[pyo3(signature = (shape, seq_lens, block_table, rows, strides, count, data, side, stream))]
+    #[allow(clippy::too_many_arguments)]
+    fn append_rows(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, block_table: Option<Buf>, rows: Buf, strides: (u64, u64, u64), count: u32, data: Buf, side: Option<Buf>, stream: usize) -> PyResult<()> {
+        py.detach(|| {
+            // SAFETY: as in `run`.
+            let (step, rows, out) = unsafe {
+                let step = StepInputs { seq_lens: buffer_ref(seq_lens)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()?, seq_starts: None };
+                let out = KvMut { data: buffer_mut(data)?, side: side.map(|b| buffer_mut(b)).transpose()? };
+                (step, buffer_ref(rows)?, out)
+            };
+            let strides = decode_attn::KvStrides { batch: strides.0, token: strides.1, head: strides.2 };
+            self.ctx.with_current(|| self.attn.append_rows_raw(&shape.inner, &step, rows, strides, count, out, stream as _)).map_err(py_err)
         })
     }
 

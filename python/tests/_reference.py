@@ -5,9 +5,11 @@ transform, mask and sinks)."""
 import torch
 
 
-def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alibi=None):
+def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alibi=None, starts=None):
     """q: [B, q_len, Hq, D]; k, v: [B, >=max(lens), Hkv, D] (token-major);
-    lens: host lengths (new tokens included). Returns [B, q_len, Hq, D] float64."""
+    lens: host lengths (new tokens included); starts: host first keys
+    (key ranges; read as at most `lens[b] - q_len`). Returns
+    [B, q_len, Hq, D] float64."""
     q, k, v = q.double(), k.double(), v.double()
     b_count, q_len, hq, d = q.shape
     group = hq // k.shape[2]
@@ -27,6 +29,8 @@ def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alib
         mask = t[None, :] <= pos[:, None]
         if window is not None:
             mask &= t[None, :] >= pos[:, None] - window
+        if starts is not None:
+            mask &= t[None, :] >= min(starts[b], n - q_len)
         s = s.masked_fill(~mask[None], float("-inf"))
         m = s.amax(-1, keepdim=True)
         if sinks is not None:

@@ -218,3 +218,28 @@ def test_lengths_sinks_slopes_and_workspaces():
 def test_dimensions_of_extent_one_may_have_any_stride():
     c = Checker(shape(batch=1), 0)
     c.q(FakeTensor((1, 1, 8, 128), strides=(1024, 128, 128, 1)))  # a transposed [1, 8, 1, 128]
+
+
+def test_key_ranges_take_one_int32_start_per_sequence():
+    s = shape(key_ranges=True)
+    assert s.key_ranges and s.variant == "windowed"
+    assert shape().variant == "standard" and not shape().key_ranges
+    c = Checker(s, 0)
+    assert c.seq_starts(FakeTensor((2,), dtype="int32"))[1:] == (2, "u32")
+    raises("seq_starts", c.seq_starts, None)
+    raises("seq_starts", c.seq_starts, FakeTensor((3,), dtype="int32"))
+    raises("seq_starts", c.seq_starts, FakeTensor((2,), dtype="int64"))
+    assert Checker(shape(), 0).seq_starts(None) is None
+    raises("seq_starts", Checker(shape(), 0).seq_starts, FakeTensor((2,), dtype="int32"))
+
+
+def test_appended_rows_are_token_or_head_major_views_of_any_count():
+    c = Checker(shape(), 0)  # 2 sequences, 2 kv heads, head_dim 128
+    rows, strides, buf = c.new_rows_any(FakeTensor((2, 5, 2, 128)), "nhd")
+    assert (rows, strides, buf[1]) == (5, (5 * 256, 256, 128), 2 * 5 * 256)
+    # transformers' [B, Hkv, rows, D] states, and a transposed view of [B, rows, Hkv, D].
+    assert c.new_rows_any(FakeTensor((2, 2, 5, 128)), "hnd")[:2] == (5, (2 * 5 * 128, 128, 5 * 128))
+    assert c.new_rows_any(FakeTensor((2, 2, 5, 128), strides=(5 * 256, 128, 256, 1)), "hnd")[:2] == (5, (5 * 256, 256, 128))
+    raises("new_rows", c.new_rows_any, FakeTensor((2, 3, 5, 128)), "hnd")
+    raises("new_rows", c.new_rows_any, FakeTensor((2, 2, 5, 128), strides=(2560, 640, 1, 5)), "hnd")
+    raises("order", c.new_rows_any, FakeTensor((2, 2, 5, 128)), "thd")

@@ -202,7 +202,7 @@ def make_shape(fmt="bf16", dtype="bf16", q_len=1, heads=(32, 8), d=128, layout="
     return da.DecodeShape(**args)
 
 
-def check(attn, shape, lens, report, capacity=False, seed=1, name=""):
+def check(attn, shape, lens, report, capacity=False, seed=1, name="", starts=None):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     cache = Cache(attn, shape, list(lens), gen)
     s = shape
@@ -214,8 +214,13 @@ def check(attn, shape, lens, report, capacity=False, seed=1, name=""):
         sinks = extra["sinks"] = randn(s.num_q_heads, gen=gen, scale=3.0)
     if s.alibi:
         alibi = extra["alibi_slopes"] = torch.tensor([2.0 ** (-8 * (i + 1) / s.num_q_heads) for i in range(s.num_q_heads)], device="cuda")
-    if capacity:
+    if capacity and starts is not None:
         plan = attn.plan_capacity(s)
+        extra["seq_starts"] = torch.tensor(starts, dtype=torch.int32, device="cuda")
+    elif capacity:
+        plan = attn.plan_capacity(s)
+    elif starts is not None:
+        plan = attn.plan_key_ranges(s, starts, lens, cache.host_table)
     elif s.layout == "paged":
         plan = attn.plan_paged(s, lens, cache.host_table)  # unused entries: -1
     else:
@@ -230,7 +235,7 @@ def check(attn, shape, lens, report, capacity=False, seed=1, name=""):
             attn.run(plan, q, cache.k, cache.v, out, ws, k_scales=cache.k_scales, v_scales=cache.v_scales, **extra)
         outs.append(out)
     torch.cuda.synchronize()
-    ref = attention(q, cache.k_ref, cache.v_ref, lens, s.scale, s.soft_cap, s.window, sinks, alibi)
+    ref = attention(q, cache.k_ref, cache.v_ref, lens, s.scale, s.soft_cap, s.window, sinks, alibi, starts=starts)
     err = rel_l2(outs[0], ref)
     report(test=name or "case", shape=repr(s), capacity=capacity, rel_l2=err, family=plan.family)
     assert not torch.isnan(outs[0]).any(), "NaN left in the output"
@@ -435,3 +440,51 @@ def test_a_second_gpu_has_its_own_instance(report):
     q = torch.zeros(3, 3, 32, 128, dtype=torch.bfloat16, device="cuda:1")
     with pytest.raises(ValueError, match="invalid `plan`"):
         a1.run(plan0, q, q, q, q, torch.zeros(1 << 20, dtype=torch.uint8, device="cuda:1"))
+
+
+@pytest.mark.parametrize("capacity", [False, True], ids=["host-starts", "device-starts"])
+@pytest.mark.parametrize("layout", ["nhd", "hnd", "paged"])
+@pytest.mark.parametrize("fmt, dtype", FORMATS, ids=[f for f, _ in FORMATS])
+def test_key_ranges_hide_each_sequences_keys_before_its_start(attn, report, fmt, dtype, layout, capacity):
+    """Left-padded sequences: keys `[start_b, len_b)` only (device starts
+    past `len_b - q_len` read as that)."""
+    lens = [37, 300, 1025]
+    starts = [5, 0, 1000] if not capacity else [40, 17, 1023]
+    check(attn, make_shape(fmt, dtype, 3, (32, 8), layout=layout, key_ranges=True), lens, report, capacity=capacity, starts=starts, name="key-ranges")
+
+
+@pytest.mark.parametrize("variant", [dict(window=64), dict(window=64, sinks=True), dict(soft_cap=20.0), dict(alibi=True)], ids=["window", "window-sinks", "softcap", "alibi"])
+def test_key_ranges_combine_with_every_variant(attn, report, variant):
+    check(attn, make_shape("bf16", "bf16", 2, (16, 4), key_ranges=True, **variant), [37, 300, 1025], report, starts=[3, 250, 960], name="key-ranges-variant")
+
+
+@pytest.mark.parametrize("order", ["nhd", "hnd"])
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "fp8_per_head", "fp8", "int4_g32"])
+def test_append_rows_writes_what_append_kv_writes(attn, fmt, order):
+    """Any number of rows per sequence, token- or head-major, in place:
+    the same bytes as `append_kv` of the same rows in its `[B, q, Hkv, D]`
+    order, 8 rows at a time."""
+    b, h, d, cap, rows = 2, 4, 128, 64, 24
+    shape = da.DecodeShape(batch=b, num_q_heads=8, num_kv_heads=h, head_dim=d, max_seq_len=cap, kv_format=fmt, layout="hnd")
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    new = randn(b, rows, h, d, gen=gen, dtype=torch.bfloat16, scale=3.0)
+    src = new if order == "nhd" else new.transpose(1, 2).contiguous()
+    lens = torch.full((b,), rows + 8, dtype=torch.int32, device="cuda")
+    vpe = shape.values_per_element
+    side_dtype = torch.int32 if fmt.startswith("int4") else torch.float32
+    outs = []
+    for way in ("rows", "append"):
+        data = torch.zeros(b, h, cap, d // vpe, dtype=torch.uint8 if fmt != "bf16" else torch.bfloat16, device="cuda")
+        scales = None if fmt == "bf16" else (torch.full((1,), 0.05, device="cuda") if shape.tensor_scaled else torch.zeros(side_dims(shape)[0], dtype=side_dtype, device="cuda"))
+        if way == "rows":
+            attn.append_rows(shape, src, data, scales, seq_lens=lens, order=order)
+        else:
+            eight = da.DecodeShape(batch=b, num_q_heads=8, num_kv_heads=h, head_dim=d, max_seq_len=cap, kv_format=fmt, layout="hnd", q_len=8)
+            for c in range(rows // 8):
+                step = torch.full((b,), 8 + 8 * (c + 1), dtype=torch.int32, device="cuda")
+                attn.append_kv(eight, new[:, 8 * c : 8 * (c + 1)].contiguous(), data, scales, seq_lens=step)
+        outs.append((data.clone(), None if scales is None else scales.clone()))
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0][0], outs[1][0])
+    if outs[0][1] is not None:
+        assert torch.equal(outs[0][1], outs[1][1])

@@ -39,12 +39,14 @@ impl QuantBufs {
     }
 }
 
-/// The per-head inputs of a shape's variant (sinks, ALiBi slopes): host
-/// copies and device arrays, one value per query head.
+/// The run-time inputs of a shape's variant: sinks and ALiBi slopes (one
+/// value per query head) and key-range starts (one per sequence), host
+/// copies and device arrays.
 #[derive(Default)]
 pub struct HeadBufs {
     pub sinks: Option<(Vec<f32>, DeviceBuffer<f32>)>,
     pub slopes: Option<(Vec<f32>, DeviceBuffer<f32>)>,
+    pub starts: Option<(Vec<u32>, DeviceBuffer<u32>)>,
 }
 
 /// Sink logit of query head `h`: a spread from below the scores to far
@@ -74,7 +76,7 @@ impl HeadBufs {
             Ok((v, d))
         };
         let (sinks, slopes) = head_values(shape, seed);
-        Ok(HeadBufs { sinks: sinks.map(upload).transpose()?, slopes: slopes.map(upload).transpose()? })
+        Ok(HeadBufs { sinks: sinks.map(upload).transpose()?, slopes: slopes.map(upload).transpose()?, starts: None })
     }
     /// `cache` with these arrays.
     pub fn attach<'a>(&'a self, mut cache: KvCache<'a>) -> KvCache<'a> {
@@ -88,7 +90,11 @@ impl HeadBufs {
     }
     /// The host copies, for the reference.
     pub fn host(&self) -> reference::HeadInputs<'_> {
-        reference::HeadInputs { sinks: self.sinks.as_ref().map(|(h, _)| &h[..]), alibi_slopes: self.slopes.as_ref().map(|(h, _)| &h[..]) }
+        reference::HeadInputs {
+            sinks: self.sinks.as_ref().map(|(h, _)| &h[..]),
+            alibi_slopes: self.slopes.as_ref().map(|(h, _)| &h[..]),
+            seq_starts: self.starts.as_ref().map(|(h, _)| &h[..]),
+        }
     }
 }
 

@@ -38,6 +38,10 @@ pub struct GraphCase {
     pub window: Option<u32>,
     pub sinks: bool,
     pub alibi: bool,
+    /// Key ranges: each sequence's first key, a device array every replay
+    /// reads (a start past `L − q_len` reads as that until the sequence
+    /// grows past it).
+    pub starts: Option<Vec<u32>>,
 }
 
 const HQ: u32 = 8;
@@ -133,6 +137,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         window: case.window,
         sinks: case.sinks,
         alibi: case.alibi,
+        key_ranges: case.starts.is_some(),
     };
     let width = cap / page;
     let mut rng = Rng::new(seed);
@@ -188,8 +193,10 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let prefix_lens_dev = DeviceBuffer::from_slice(&prefix_lens).map_err(err)?;
     let mut lens_dev = DeviceBuffer::from_slice(&case.start_lens).map_err(err)?;
     let paged = shape.is_paged();
-    fn step_inputs<'a>(lens: &'a DeviceBuffer<u32>, table: &'a DeviceBuffer<i32>, paged: bool) -> StepInputs<'a> {
-        StepInputs { seq_lens: lens.into(), block_table: paged.then(|| table.into()) }
+    let starts_dev = DeviceBuffer::from_slice(case.starts.as_deref().unwrap_or(&[0])).map_err(err)?;
+    let starts = case.starts.is_some().then_some(&starts_dev);
+    fn step_inputs<'a>(lens: &'a DeviceBuffer<u32>, table: &'a DeviceBuffer<i32>, paged: bool, starts: Option<&'a DeviceBuffer<u32>>) -> StepInputs<'a> {
+        StepInputs { seq_lens: lens.into(), block_table: paged.then(|| table.into()), seq_starts: starts.map(|s| s.into()) }
     }
 
     // The cache: 16-bit formats start as the prefix itself; quantized ones
@@ -248,7 +255,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         Ok(KvMut { data: part_mut(i, kv_elem), side })
     };
     if side_elem.is_some() {
-        let pre = step_inputs(&prefix_lens_dev, &table_dev, paged);
+        let pre = step_inputs(&prefix_lens_dev, &table_dev, paged, None);
         attn.quantize_kv(&shape, &pre, view(&k_plain, plain_elem), target(0).map_err(err)?, stream).map_err(err)?;
         attn.quantize_kv(&shape, &pre, view(&v_plain, plain_elem), target(1).map_err(err)?, stream).map_err(err)?;
     }
@@ -288,7 +295,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
 
     // Capture one step: append K, append V, attention.
     let graph = Graph::capture(stream, || -> decode_attn::Result<()> {
-        let step = step_inputs(&lens_dev, &table_dev, paged);
+        let step = step_inputs(&lens_dev, &table_dev, paged, starts);
         attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), target(0)?, stream)?;
         attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), target(1)?, stream)?;
         let cache = match side_elem {
@@ -358,7 +365,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             })
             .collect();
         let q = &q_all[s * q_elems..(s + 1) * q_elems];
-        let heads = reference::HeadInputs { sinks: sinks_host.as_deref(), alibi_slopes: slopes_host.as_deref() };
+        let heads = reference::HeadInputs { sinks: sinks_host.as_deref(), alibi_slopes: slopes_host.as_deref(), seq_starts: case.starts.as_deref() };
         let all: Vec<usize> = (0..batch as usize).collect();
         let reference = reference::decode_attention_with(&contig, &lens, q, &k_eff, &v_eff, &heads, &all, 1).map_err(err)?;
         let cmp = reference::relative_l2_error(&out, &reference).map_err(err)?;
@@ -403,6 +410,7 @@ pub fn cases() -> Vec<GraphCase> {
                 window: None,
                 sinks: false,
                 alibi: false,
+                starts: None,
             });
         }
         // Unsplit (one chunk per sequence, written directly), paged.
@@ -418,6 +426,7 @@ pub fn cases() -> Vec<GraphCase> {
             window: None,
             sinks: false,
             alibi: false,
+            starts: None,
         });
         // The same split as the Auto rows, merged through global memory
         // (the Auto rows merge in thread-block clusters where they can).
@@ -433,6 +442,7 @@ pub fn cases() -> Vec<GraphCase> {
             window: None,
             sinks: false,
             alibi: false,
+            starts: None,
         });
         // Chunks of 256 keys: 7 per sequence at capacity, one cluster of 7
         // blocks each, of which 1 to 7 are live as the lengths grow (the
@@ -450,6 +460,7 @@ pub fn cases() -> Vec<GraphCase> {
                 window: None,
                 sinks: false,
                 alibi: false,
+                starts: None,
             });
         }
         // One-stage chunks of 32 rows: 18 to 36 slots (≥ 295 KB a block),
@@ -466,6 +477,7 @@ pub fn cases() -> Vec<GraphCase> {
             window: None,
             sinks: false,
             alibi: false,
+            starts: None,
         });
     }
     // Soft-cap kernels in a captured step: a 16-bit cache split and merged
@@ -484,6 +496,7 @@ pub fn cases() -> Vec<GraphCase> {
             window: None,
             sinks: false,
             alibi: false,
+            starts: None,
         });
     }
     // The variants in a captured step: gpt-oss's window of 128 with sinks
@@ -510,6 +523,34 @@ pub fn cases() -> Vec<GraphCase> {
             window,
             sinks,
             alibi,
+            starts: None,
+        });
+    }
+    // Key ranges (left-padded sequences; a serving engine's evicted
+    // prefixes) in a captured step, the starts a device array: a 16-bit
+    // pool of 16-token pages split as the planner picks, fp8 per head with
+    // a window and sinks, and int8 merged by the merge kernel. The first
+    // sequence's start lies past its first lengths (read as L − q_len
+    // until it grows past it).
+    let ranges: [(KvFormat, Option<Paging>, u32, SplitPolicy, Option<u32>, bool, &str); 3] = [
+        (KvFormat::Bf16, Some(Paging::new(16, TokenMajor)), 1, SplitPolicy::Auto, None, false, "ranges/paged16-token-major"),
+        (KvFormat::Fp8PerHead, None, 2, SplitPolicy::Auto, Some(200), true, "ranges-window200-sinks/contiguous"),
+        (KvFormat::Int8, None, 8, SplitPolicy::ChunkKeys(64), None, false, "ranges/contiguous-merge-kernel"),
+    ];
+    for (format, paging, q_len, split, window, sinks, tag) in ranges {
+        out.push(GraphCase {
+            name: format!("graph-replay/{}/{tag}/q{q_len}/{STEPS}-steps", format.name()),
+            format,
+            dtype: Dtype::Bf16,
+            q_len,
+            paging,
+            start_lens: vec![q_len, 37, 700, 1500],
+            split,
+            soft_cap: None,
+            window,
+            sinks,
+            alibi: false,
+            starts: Some(vec![q_len + 40, 9, 17, 1400]),
         });
     }
     out

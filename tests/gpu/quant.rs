@@ -61,6 +61,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
         window: None,
         sinks: false,
         alibi: false,
+        key_ranges: false,
     };
     let lens = vec![300u32, 2, 157];
     let p = Problem::new(&shape, &lens, Distribution::HeavyTailed, 5).map_err(err)?;

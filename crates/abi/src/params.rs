@@ -156,6 +156,13 @@ pub struct DecodeParams {
     pub sinks: u64,
     /// ALiBi kernels: `[num_q_heads]` f32 slopes; logit `+= slope_h · (t − p)`.
     pub alibi_slopes: u64,
+    /// Kernels of a variant that takes a window: `[batch]` u32, each
+    /// sequence's first key (keys before it are not seen: a left-padded
+    /// batch, an evicted prefix), read as at most `seq_len − q_len`; or 0
+    /// (every sequence starts at key 0). Work items start at
+    /// [`range_start`]. A capacity plan's are the step's device starts, a
+    /// plan of host lengths has them in its workspace.
+    pub seq_starts: u64,
 }
 
 /// `DecodeParams::window` of a launch without a window.
@@ -171,9 +178,34 @@ pub const NO_WINDOW: u32 = u32::MAX;
 /// between the start and each row's first visible key are masked.
 #[inline(always)]
 pub const fn window_start(seq_len: u32, q_len: u32, window: u32, align: u32) -> u32 {
+    range_start(seq_len, 0, q_len, window, align)
+}
+
+/// A sequence's own first key `first` (`DecodeParams::seq_starts`) as the
+/// kernels read it: at most `seq_len − q_len`, so that every new token
+/// sees at least the keys from its sequence's last cached one on (a start
+/// past that is not an error a device value can report; docs/benchmark.md,
+/// "The operation").
+#[inline(always)]
+pub const fn clamp_first_key(first: u32, seq_len: u32, q_len: u32) -> u32 {
+    let last = if seq_len > q_len { seq_len - q_len } else { 0 };
+    if first < last {
+        first
+    } else {
+        last
+    }
+}
+
+/// [`window_start`] of a sequence whose keys before `first` are not seen
+/// (`DecodeParams::seq_starts`, clamped by [`clamp_first_key`]): the later
+/// of the two first keys, aligned down to `align`.
+#[inline(always)]
+pub const fn range_start(seq_len: u32, first: u32, q_len: u32, window: u32, align: u32) -> u32 {
     let p0 = if seq_len > q_len { seq_len - q_len } else { 0 };
-    let first = if p0 > window { p0 - window } else { 0 };
-    first & !(align.wrapping_sub(1))
+    let in_window = if p0 > window { p0 - window } else { 0 };
+    let own = clamp_first_key(first, seq_len, q_len);
+    let start = if own > in_window { own } else { in_window };
+    start & !(align.wrapping_sub(1))
 }
 
 /// Work item `x` of a capacity-mode plan for a sequence of current length
@@ -251,9 +283,11 @@ pub struct MergeParams {
     /// (`DecodeParams::sinks`).
     pub sinks: u64,
     /// Capacity plans of a window: as `DecodeParams::window` and
-    /// `window_align` (the merge items start at [`window_start`]).
+    /// `window_align` (the merge items start at [`range_start`]).
     pub window: u32,
     pub window_align: u32,
+    /// Capacity plans of a variant with a window: as `DecodeParams::seq_starts`.
+    pub seq_starts: u64,
 }
 
 /// Output rows a merge-kernel block covers for sequences of up to
@@ -276,11 +310,12 @@ pub const MERGE_THREADS: u32 = 128;
 
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
-const _: () = assert!(core::mem::size_of::<MergeParams>() == 80);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 272);
+const _: () = assert!(core::mem::size_of::<MergeParams>() == 88);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 280);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, logit_cap) == 244);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, sinks) == 256);
+const _: () = assert!(core::mem::offset_of!(DecodeParams, seq_starts) == 272);
 const _: () = assert!(core::mem::size_of::<QuantParams>() == 152);
 
 /// Parameters of the random-fill kernels (test and benchmark inputs):

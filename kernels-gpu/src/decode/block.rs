@@ -4,7 +4,9 @@
 //! it keeps its item for the epilogue. Shared by every family's body, the
 //! in-attention merge and the cluster merge.
 
-use decode_attn_abi::{capacity_work_item, capacity_work_item_from, div_rem, window_start, DecodeParams, WorkItem};
+use decode_attn_abi::{capacity_work_item, capacity_work_item_from, clamp_first_key, div_rem, range_start, DecodeParams, WorkItem};
+
+use crate::arch::memory;
 
 use crate::arch::{shared, thread};
 use crate::variant::AttentionVariant;
@@ -52,37 +54,53 @@ pub(crate) fn row_pair(p: &DecodeParams, item: &WorkItem, seq_len: u32, kvh: u32
     [first, first + 8].map(|r| row_info(p, item, seq_len, kvh, row0, r))
 }
 
-/// This block's work item and its sequence's length: from the uploaded
-/// work list, or (capacity plans) from the sequence's device length. `None`
-/// for an empty item (a capacity-mode chunk past its sequence's end): the
-/// whole block returns before any barrier. (Variants with a window start
-/// a capacity plan's chunks at the window, `decode_attn_abi::window_start`.)
+/// This block's work item, its sequence's length and the sequence's own
+/// first key (variants with a window: `DecodeParams::seq_starts`, clamped;
+/// 0 for the others): from the uploaded work list, or (capacity plans) from
+/// the sequence's device length. `None` for an empty item (a capacity-mode
+/// chunk past its sequence's end): the whole block returns before any
+/// barrier. (Variants with a window start a capacity plan's chunks at the
+/// window or the sequence's first key, `decode_attn_abi::range_start`.)
 #[inline(always)]
-pub(crate) unsafe fn block_work<V: AttentionVariant, const CLUSTER: bool>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
+pub(crate) unsafe fn block_work<V: AttentionVariant, const CLUSTER: bool>(p: &DecodeParams) -> Option<(WorkItem, u32, u32)> {
     block_work_of::<V, CLUSTER, 1>(p)
 }
 
 /// [`block_work`] of a block that reads `HG` adjacent kv heads (grid x =
 /// work item × `num_kv_heads / HG` + head pair).
 #[inline(always)]
-pub(crate) unsafe fn block_work_of<V: AttentionVariant, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) -> Option<(WorkItem, u32)> {
+pub(crate) unsafe fn block_work_of<V: AttentionVariant, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) -> Option<(WorkItem, u32, u32)> {
     let x = block_item_of::<CLUSTER, HG>(p, thread::block_idx_x_fresh());
-    let (item, seq_len) = if p.chunks_per_seq != 0 {
-        let len = capacity_len(p.seq_lens, div_rem(x, p.chunks_per_seq).0, p.max_seq_len);
-        let item = if V::WINDOW_AND_SINKS {
-            capacity_work_item_from(x, len, window_start(len, p.q_len, p.window, p.window_align), p.q_len, p.chunk_keys, p.chunks_per_seq)
+    let (item, seq_len, first) = if p.chunks_per_seq != 0 {
+        let batch = div_rem(x, p.chunks_per_seq).0;
+        let len = capacity_len(p.seq_lens, batch, p.max_seq_len);
+        if V::WINDOW_AND_SINKS {
+            let first = first_key(p.seq_starts, batch, len, p.q_len);
+            (capacity_work_item_from(x, len, range_start(len, first, p.q_len, p.window, p.window_align), p.q_len, p.chunk_keys, p.chunks_per_seq)?, len, first)
         } else {
-            capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)
-        };
-        (item?, len)
+            (capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq)?, len, 0)
+        }
     } else {
         let item = *(p.work as *const WorkItem).add(x as usize);
-        (item, *(p.seq_lens as *const u32).add(item.batch as usize))
+        let len = *(p.seq_lens as *const u32).add(item.batch as usize);
+        (item, len, if V::WINDOW_AND_SINKS { first_key(p.seq_starts, item.batch, len, p.q_len) } else { 0 })
     };
     if item.kv_start >= item.kv_end {
         return None;
     }
-    Some((item, seq_len))
+    Some((item, seq_len, first))
+}
+
+/// Sequence `batch`'s own first key (`DecodeParams::seq_starts`, 0 where
+/// there are none), at most `seq_len − q_len`
+/// (`decode_attn_abi::clamp_first_key`).
+#[inline(always)]
+pub(crate) unsafe fn first_key(seq_starts: u64, batch: u32, seq_len: u32, q_len: u32) -> u32 {
+    if seq_starts == 0 {
+        return 0;
+    }
+    // SAFETY (caller): the host checked `seq_starts` to hold `batch` u32s.
+    clamp_first_key(memory::ld_global_nc_u32(seq_starts + 4 * batch as u64), seq_len, q_len)
 }
 
 /// Keeps the work item's sequence and partial slot for the epilogue in the
@@ -95,6 +113,31 @@ pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
         let at = shared::dynamic_smem_base() + p.item_smem;
         shared::st_shared_u32(at, item.batch);
         shared::st_shared_u32(at + 4, item.partial_slot);
+    }
+}
+
+/// Variants with a window: keeps the sequence's own first key
+/// ([`first_key`]) in the block's item bytes, past the work item's (no
+/// cluster kernel has a window), for [`kept_first_key`]. The wide and
+/// narrow bodies read it there at each step rather than hold it through
+/// their key loop, where one more live register spilled the int4 ALiBi
+/// kernels at their caps (docs/perf.md, "Key ranges"); every step begins
+/// after the pipeline's block barrier, which makes the store visible.
+#[inline(always)]
+pub(crate) unsafe fn keep_first_key<V: AttentionVariant>(p: &DecodeParams, seq_first: u32, tid: u32) {
+    if V::WINDOW_AND_SINKS && tid == 0 {
+        shared::st_shared_u32(shared::dynamic_smem_base() + p.item_smem + 12, seq_first);
+    }
+}
+
+/// The first key [`keep_first_key`] kept (0 for variants without a
+/// window), read afresh at each call.
+#[inline(always)]
+pub(crate) unsafe fn kept_first_key<V: AttentionVariant>(p: &DecodeParams) -> u32 {
+    if V::WINDOW_AND_SINKS {
+        shared::ld_shared_u32(shared::dynamic_smem_base() + p.item_smem + 12)
+    } else {
+        0
     }
 }
 

@@ -27,7 +27,7 @@
 use decode_attn_abi::{div_rem, q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
 
 use super::pipeline::Pipeline;
-use super::block::{block_first_head, block_work_of, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, RowInfo};
+use super::block::{block_first_head, block_work_of, keep_first_key, keep_item, keep_seq_len, kept_first_key, mask_from, qo_row_addr, row_info, RowInfo};
 use super::epilogue::epilogue;
 use super::query::convert_q;
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
@@ -52,8 +52,9 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     let (slot, warp_k) = if HG == 1 { (0, tid / 32) } else { div_rem(tid / 32, p.warps_k) };
 
     variant::prefetch_heads::<V>(p);
-    let Some((item, seq_len)) = block_work_of::<V, CLUSTER, HG>(p) else { return };
+    let Some((item, seq_len, seq_first)) = block_work_of::<V, CLUSTER, HG>(p) else { return };
     keep_item(p, &item, tid);
+    keep_first_key::<V>(p, seq_first, tid);
     let batch = item.batch;
     let kvh0 = block_first_head::<CLUSTER, HG>(p);
     let kvh = kvh0 + slot;
@@ -142,8 +143,10 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
             } else {
                 ([1.0; 2], [1.0; 2])
             };
-            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len));
-            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, r.token, r.head));
+            // (The sequence's first key from shared memory: `keep_first_key`.)
+            let seq_first = kept_first_key::<V>(p);
+            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len, seq_first));
+            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, seq_first, r.token, r.head));
             #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
             for e in 0..4 {
                 let key = key0 + g + 8 * (e as u32 / 2);

@@ -67,7 +67,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     let warp_k = warp / 4;
 
     variant::prefetch_heads::<V>(p);
-    let Some((item, seq_len)) = block_work::<V, CLUSTER>(p) else { return };
+    let Some((item, seq_len, seq_first)) = block_work::<V, CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
     let kvh = block_kv_head::<CLUSTER>(p);
@@ -157,7 +157,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
                 let (k_side, v_side) = if F::SCALED { (pipe.k_side(stage) + 4 * sub, pipe.v_side(stage) + 4 * sub) } else { (0, 0) };
                 let fold = V::LINEAR_IN_SCALE && convert && !(CLUSTER && F::SCALED);
                 let ops = StepOperands { k: descriptor(k_rows, 16, 1024), v: descriptor(v_rows, column, 1024), k_scales: k_side, v_scales: v_side, key0 };
-                let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, mask_from };
+                let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, seq_first, mask_from };
                 step::<F, V, STEP_TILES>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
             }
             sub += p.warps_k * WGMMA_KEYS;
@@ -242,7 +242,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     let producer = group >= p.warps_k;
 
     variant::prefetch_heads::<V>(p);
-    let Some((item, seq_len)) = block_work::<V, CLUSTER>(p) else { return };
+    let Some((item, seq_len, seq_first)) = block_work::<V, CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let kvh = block_kv_head::<CLUSTER>(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -354,7 +354,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
         // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
         let q_desc = descriptor(q_tile, 16, 1024);
         let column = WGMMA_M * 128;
-        let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, mask_from };
+        let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, seq_first, mask_from };
         // Warpgroup `group` takes the stages `t ≡ group (mod warps_k)`
         // whole, in 64-key steps: half the 32-key steps' maxima, votes,
         // rescales and MMA waits a key. Stage `t` is in buffer
@@ -452,6 +452,8 @@ pub(super) struct RowView {
     pub tokens: [u32; 2],
     pub heads: [u32; 2],
     pub seq_len: u32,
+    /// The sequence's own first key (`super::block::first_key`).
+    pub seq_first: u32,
     pub mask_from: u32,
 }
 
@@ -505,7 +507,7 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     // step fewer (their step is issue-bound).
     let mut s = [[0f32; 4]; T];
     #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
-    let terms: [RowTerms; 2] = [0, 1].map(|r| variant::row_terms::<V>(p, view.seq_len, view.tokens[r], view.heads[r]));
+    let terms: [RowTerms; 2] = [0, 1].map(|r| variant::row_terms::<V>(p, view.seq_len, view.seq_first, view.tokens[r], view.heads[r]));
     for n in 0..T {
         for e in 0..4 {
             let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
@@ -517,7 +519,7 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     // the mask hook (`variant::logit` in one pass measured the same
     // instructions, numbered otherwise, which ptxas allocated with
     // spills in the 128-register kernels).
-    if variant::step_masked::<V>(key0, 8 * T as u32, view.mask_from, variant::window_from::<V>(p, view.seq_len)) {
+    if variant::step_masked::<V>(key0, 8 * T as u32, view.mask_from, variant::window_from::<V>(p, view.seq_len, view.seq_first)) {
         #[allow(clippy::needless_range_loop)]
         for n in 0..T {
             for e in 0..4 {

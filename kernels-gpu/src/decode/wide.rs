@@ -3,7 +3,7 @@
 
 use decode_attn_abi::{has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Family, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
 
-use super::block::{block_item, block_kv_head, block_work, capacity_len, keep_item, keep_seq_len, mask_from, qo_row_addr, row_pair};
+use super::block::{block_item, block_kv_head, block_work, capacity_len, keep_first_key, keep_item, keep_seq_len, kept_first_key, mask_from, qo_row_addr, row_pair};
 use super::epilogue::epilogue;
 use super::pipeline::{self, Pipeline};
 use super::query::{convert_q, q_fragment, stage_q};
@@ -55,7 +55,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
             let end = p.chunk_keys.min(p.max_seq_len);
             let guess = WorkItem { batch: seq, kv_start: 0, kv_end: end, partial_slot: DIRECT_OUTPUT };
             Pipeline::<F, D, PAGED, true, CLUSTER, false>::new(p, guess, block_kv_head::<CLUSTER>(p), shared::dynamic_smem_base()).prefetch();
-            (end, capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq).map(|item| (item, len)))
+            (end, capacity_work_item(x, len, p.q_len, p.chunk_keys, p.chunks_per_seq).map(|item| (item, len, 0)))
         } else {
             (0, block_work::<V, CLUSTER>(p))
         }
@@ -63,7 +63,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
         (0, block_work::<V, CLUSTER>(p))
     };
     variant::prefetch_heads::<V>(p);
-    let Some((item, seq_len)) = work else {
+    let Some((item, seq_len, seq_first)) = work else {
         // (A sequence shorter than its new tokens: no work, but the guessed
         // copies must land before the block's shared memory is released.)
         if guessed_end != 0 {
@@ -72,6 +72,7 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
         return;
     };
     keep_item(p, &item, tid);
+    keep_first_key::<V>(p, seq_first, tid);
     let batch = item.batch;
     let kvh = block_kv_head::<CLUSTER>(p);
     let row0 = thread::block_idx_z() * p.rows_per_block;
@@ -170,8 +171,10 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
                 ([[1.0; 2]; 2], [[1.0; 2]; 2])
             };
             // Constant-index loops (not iterators) so `s` stays in registers.
-            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len));
-            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, r.token, r.head));
+            // (The sequence's first key from shared memory: `keep_first_key`.)
+            let seq_first = kept_first_key::<V>(p);
+            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len, seq_first));
+            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, seq_first, r.token, r.head));
             #[allow(clippy::needless_range_loop)]
             for n in 0..2 {
                 for e in 0..4 {
