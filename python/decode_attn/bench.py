@@ -199,6 +199,7 @@ def main(argv=None):
     ap.add_argument("--layers", type=int, default=8, help="--hf: decoder layers of the Llama-3-8B-shaped model")
     ap.add_argument("--hf-rows", default="all", help="--hf: 'all', or comma-separated indices of bench_hf.ROWS")
     ap.add_argument("--quant-rows", default="all", help="--hf: 'all', 'none', or comma-separated indices of bench_hf.QUANT_ROWS")
+    ap.add_argument("--no-extras", action="store_true", help="--hf: skip the host time per call and the replayed-step count")
     args = ap.parse_args(argv)
     if args.hf:
         return main_hf(args)
@@ -228,7 +229,7 @@ def main_hf(args):
 
     name = torch.cuda.get_device_name(0)
     print(f"{name}, torch {torch.__version__}; Llama-3-8B-shaped, {args.layers} layers, {args.new} new tokens, median of {args.repeats}", flush=True)
-    results = bench_hf.run(pick(args.hf_rows, bench_hf.ROWS), pick(args.quant_rows, bench_hf.QUANT_ROWS), args.new, args.repeats, args.layers)
+    results = bench_hf.run(pick(args.hf_rows, bench_hf.ROWS), pick(args.quant_rows, bench_hf.QUANT_ROWS), args.new, args.repeats, args.layers, not args.no_extras)
     print(bench_hf.tables(results))
     if args.json:
         import json

@@ -45,13 +45,16 @@ import torch
 
 from . import ops
 from .api import DecodeAttention
+from .cache import quantized_layer_of
 
 MAX_Q_LEN = 8
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 _HEAD_DIMS = (64, 128, 256)
 # Arguments that change what attention computes and that the kernels do
 # not take: their calls fall back.
-_UNSERVED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "position_bias", "attention_bias", "head_mask")
+_UNSERVED_KWARGS = frozenset(("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "position_bias", "attention_bias", "head_mask"))
+
+_tracing = torch.compiler.is_compiling
 
 # How often the attention function served a call or fell back, and why
 # (for tests and the benchmark; a replayed CUDA graph counts nothing).
@@ -59,7 +62,7 @@ calls = {"served": 0}
 
 
 def _count(what: str) -> None:
-    if not torch.compiler.is_compiling():
+    if not _tracing():
         calls[what] = calls.get(what, 0) + 1
 
 
@@ -102,10 +105,6 @@ class KeyRanges:
             self._mask = sdpa_mask(**self._mask_args)
             self._made = True
         return self._mask
-
-
-def _tracing() -> bool:
-    return torch.compiler.is_compiling()
 
 
 def _lens_tensor(q_offset, q_length: int, kv_offset: int, batch: int, device) -> torch.Tensor:
@@ -168,6 +167,10 @@ def decode_attn_mask(
         if attention_mask is None:
             return KeyRanges(lens, None, q_length, kv_length, None, args)
         pad = prepare_padding_mask(attention_mask, kv_length, kv_offset)[:, kv_offset : kv_offset + kv_length]
+        if not isinstance(q_offset, torch.Tensor) and q_offset + q_length - kv_offset == kv_length and bool(pad.all()):
+            # Every row filled and none padded (as SDPA's mask reads it: one
+            # host read).
+            return KeyRanges(lens, None, q_length, kv_length, None, args)
         t = torch.arange(kv_length, device=device)
         filled = t[None, :] < lens[:, None]
         starts = (~pad & filled).cumprod(dim=1).sum(dim=1)
@@ -243,7 +246,7 @@ def _why_not(module, query, key, value, attention_mask, dropout, kwargs) -> str 
         return "dropout"
     if kwargs.get("output_attentions", False):
         return "output_attentions"
-    if any(kwargs.get(k) is not None for k in _UNSERVED_KWARGS):
+    if not _UNSERVED_KWARGS.isdisjoint(kwargs) and any(kwargs[k] is not None for k in _UNSERVED_KWARGS.intersection(kwargs)):
         return "packed or biased attention"
     n = key.shape[2]
     if isinstance(attention_mask, KeyRanges):
@@ -267,8 +270,6 @@ def _why_not(module, query, key, value, attention_mask, dropout, kwargs) -> str 
 def decode_attn_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, sliding_window=None, **kwargs):
     """transformers' attention interface (`query` `[B, Hq, q, D]`, `key` and
     `value` `[B, Hkv, L, D]`); returns `([B, q, Hq, D], None)`."""
-    from .cache import quantized_layer_of
-
     layer = quantized_layer_of(key)
     if layer is None and (key.dtype != query.dtype or key.shape[-1] != query.shape[-1]):
         why = "cache dtype or head dim"

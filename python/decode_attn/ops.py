@@ -126,16 +126,17 @@ class _StepPlan:
     element types and extents its key fixes, and the metadata of the
     tensors its first, fully checked launch took (`fits`)."""
 
-    __slots__ = ("plan", "batch", "heads", "q_elems", "kv", "ws_bytes", "checked")
+    __slots__ = ("plan", "q_elems", "q_elem", "kv", "ws_bytes", "checked", "device")
 
     def __init__(self, plan: api.Plan, q: Tensor, k: Tensor):
         from ._tensors import extent
 
         self.plan = plan
-        self.batch, _, self.heads, _ = q.shape
         self.q_elems = q.numel()
+        self.q_elem = _ELEM[q.dtype]
         self.kv = (extent(tuple(k.shape), tuple(k.stride())), _ELEM[k.dtype])
         self.ws_bytes = max(plan.workspace_bytes, 256)
+        self.device = q.device.index
         self.checked = None
 
     def fits(self, q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks) -> bool:
@@ -143,9 +144,15 @@ class _StepPlan:
         plan's key does not fix: then a launch needs only the Rust checks.
         (The key fixes q's and k's shape, k's strides and dtypes.)"""
         dev = k.device
-        if not (q.is_contiguous() and q.device == dev and v.device == dev and v.dtype == k.dtype and v.shape == k.shape and v.stride() == k.stride()):
-            return False
-        return self.checked == (_meta(seq_lens), _meta(seq_starts), _meta(k_scales), _meta(v_scales), _meta(sinks))
+        return (
+            q.is_contiguous()
+            and q.device == dev
+            and v.device == dev
+            and v.dtype == k.dtype
+            and v.shape == k.shape
+            and v.stride() == k.stride()
+            and self.checked == (_meta(seq_lens), _meta(seq_starts), _meta(k_scales), _meta(v_scales), _meta(sinks))
+        )
 
 
 def _meta(t):
@@ -189,6 +196,13 @@ def _buf(t, elem=None):
     return None if t is None else (t.data_ptr(), t.numel(), elem or _ELEM[t.dtype])
 
 
+try:  # the stream handle without a torch.cuda.Stream object (what inductor calls)
+    _raw_stream = torch._C._cuda_getCurrentRawStream
+except AttributeError:  # pragma: no cover - another torch
+    def _raw_stream(index):
+        return torch.cuda.current_stream(index).cuda_stream
+
+
 def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_format: str, window: int, scale: float, soft_cap: float):
     """`decode_attn::attention`'s work, callable directly (no dispatcher).
     The first launch of a plan checks every tensor (`DecodeAttention.run_step`'s
@@ -198,30 +212,47 @@ def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_
     plan = entry.plan
     out = torch.empty_like(q)
     workspace = torch.empty(entry.ws_bytes, dtype=torch.uint8, device=q.device)
-    attn = plan.attention
+    if entry.checked is None:
+        # A new plan (a DynamicCache's each step): tensors like ones that
+        # passed every check for another plan of the same queries (and,
+        # with side data, the same cache shape) need not pass them again.
+        entry.checked = _validated.get(_kind(q, k, kv_format, k_scales, seq_lens, seq_starts, v_scales, sinks))
     if entry.checked is not None and entry.fits(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks):
         kv_elems, kv_elem = entry.kv
-        side = "u32" if k_scales is not None and k_scales.dtype == torch.int32 else None
-        attn._native.run(
+        side = None if k_scales is None else ("u32" if k_scales.dtype == torch.int32 else "f32")
+        plan.attention._native.run(
             plan._native,
-            (q.data_ptr(), entry.q_elems, _ELEM[q.dtype]),
+            (q.data_ptr(), entry.q_elems, entry.q_elem),
             (k.data_ptr(), kv_elems, kv_elem),
             (v.data_ptr(), kv_elems, kv_elem),
-            _buf(k_scales, side),
-            _buf(v_scales, side),
-            (out.data_ptr(), entry.q_elems, _ELEM[q.dtype]),
+            None if side is None else (k_scales.data_ptr(), k_scales.numel(), side),
+            None if side is None else (v_scales.data_ptr(), v_scales.numel(), side),
+            (out.data_ptr(), entry.q_elems, entry.q_elem),
             (workspace.data_ptr(), entry.ws_bytes, "u8"),
-            _buf(seq_lens, "u32"),
+            (seq_lens.data_ptr(), seq_lens.numel(), "u32"),
             None,
-            _buf(seq_starts, "u32"),
-            _buf(sinks),
+            None if seq_starts is None else (seq_starts.data_ptr(), seq_starts.numel(), "u32"),
+            None if sinks is None else (sinks.data_ptr(), sinks.numel(), "f32"),
             None,
-            torch.cuda.current_stream(q.device).cuda_stream,
+            _raw_stream(entry.device),
         )
         return out
-    attn._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, None, sinks, None, None, seq_starts)
+    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, None, sinks, None, None, seq_starts)
     entry.checked = (_meta(seq_lens), _meta(seq_starts), _meta(k_scales), _meta(v_scales), _meta(sinks))
+    if len(_validated) > 4096:
+        _validated.clear()
+    _validated[_kind(q, k, kv_format, k_scales, seq_lens, seq_starts, v_scales, sinks)] = entry.checked
     return out
+
+
+# Tensor metadata that passed every check, by what the checks of the
+# tensors that are not the plan's own depend on: the queries' shape, dtype
+# and device, the format, and (side data) the cache's shape.
+_validated: dict = {}
+
+
+def _kind(q, k, kv_format, k_scales, *others):
+    return (tuple(q.shape), q.dtype, q.device, kv_format, None if k_scales is None else tuple(k.shape), _meta(k_scales), tuple(_meta(t) for t in others))
 
 
 @torch.library.custom_op("decode_attn::attention", mutates_args=(), device_types="cuda")
