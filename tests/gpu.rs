@@ -469,34 +469,12 @@ fn main() {
         if verbose {
             eprintln!("running {}", case.name);
         }
-        match run_case(&attn, &stream, case, case.seed.unwrap_or(1000 + i as u64)) {
-            Ok((err, splits)) => {
-                let ok = err <= TOLERANCE;
-                let w = worst.entry(case.shape.kv_format.name()).or_insert(0.0);
-                *w = w.max(err);
-                println!("{} {:<60} rel_l2={err:.2e} max_splits={splits}", if ok { "ok  " } else { "FAIL" }, case.name);
-                if ok { passed += 1 } else { failed += 1 }
-            }
-            Err(e) => {
-                println!("FAIL {:<60} {e}", case.name);
-                failed += 1;
-            }
-        }
+        let ok = report(&case.name, case.shape.kv_format, run_case(&attn, &stream, case, case.seed.unwrap_or(1000 + i as u64)), &mut worst);
+        if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in range_cases.iter().enumerate() {
-        match ranges::run(&attn, &stream, case, 9000 + i as u64) {
-            Ok((err, splits)) => {
-                let ok = err <= TOLERANCE;
-                let w = worst.entry(case.shape.kv_format.name()).or_insert(0.0);
-                *w = w.max(err);
-                println!("{} {:<60} rel_l2={err:.2e} max_splits={splits}", if ok { "ok  " } else { "FAIL" }, case.name);
-                if ok { passed += 1 } else { failed += 1 }
-            }
-            Err(e) => {
-                println!("FAIL {:<60} {e}", case.name);
-                failed += 1;
-            }
-        }
+        let ok = report(&case.name, case.shape.kv_format, ranges::run(&attn, &stream, case, 9000 + i as u64), &mut worst);
+        if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in graph_cases.iter().enumerate() {
         match graph::replay(&attn, &stream, case, 7000 + i as u64) {
@@ -576,6 +554,25 @@ fn main() {
     println!("gpu tests: {passed} passed, {failed} failed");
     if failed > 0 {
         std::process::exit(1);
+    }
+}
+
+/// Prints an attention case's outcome (its error against the reference
+/// and its plan's most splits) and keeps the worst error per format;
+/// whether it passed.
+fn report(name: &str, format: KvFormat, outcome: Result<(f64, u32), String>, worst: &mut std::collections::BTreeMap<&'static str, f64>) -> bool {
+    match outcome {
+        Ok((err, splits)) => {
+            let ok = err <= TOLERANCE;
+            let w = worst.entry(format.name()).or_insert(0.0);
+            *w = w.max(err);
+            println!("{} {:<60} rel_l2={err:.2e} max_splits={splits}", if ok { "ok  " } else { "FAIL" }, name);
+            ok
+        }
+        Err(e) => {
+            println!("FAIL {:<60} {e}", name);
+            false
+        }
     }
 }
 
