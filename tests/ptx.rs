@@ -105,10 +105,18 @@ fn no_unresolved_external_functions() {
     ptx_builder::check_ptx(decode_attn::PTX).unwrap();
 }
 
+/// The kernels that spill, and the most bytes of stack frame, spill stores
+/// and spill loads each may have: the paged narrow int4-g64 ALiBi kernels
+/// at head_dim 128, 4 bytes stored and loaded at their 128-register cap
+/// since the key ranges (docs/perf.md, "Key ranges"). Every other kernel:
+/// none.
+const KNOWN_SPILLS: [(&str, u32); 2] = [("decode_paged_narrow_alibi_kv_int4g64_q_f16_d128", 8), ("decode_paged_narrow_alibi_kv_int4g64_q_bf16_d128", 8)];
+
 /// Needs ptxas: `cargo xtask test` provides it (PATH, or PyPI into
 /// `target/tools/`) and runs this; a plain `cargo test` reports it ignored.
 /// Reads the report of the build's own ptxas run (`decode_attn::FATBIN`'s
-/// cubin) where the build made one, else runs ptxas.
+/// cubin) where the build made one, else runs ptxas. No kernel spills but
+/// the `KNOWN_SPILLS`, within their bytes; capped kernels stay at their caps.
 #[test]
 #[ignore = "needs ptxas (PTXAS=...); `cargo xtask test` runs it"]
 fn ptxas_accepts_it_without_spills() {
@@ -132,7 +140,9 @@ fn ptxas_accepts_it_without_spills() {
         if let Some(rest) = line.split("Function properties for ").nth(1) {
             kernel = rest.trim();
         } else if line.contains("bytes stack frame") {
-            assert!(line.trim_start().starts_with("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"), "{kernel}: {line}");
+            let bytes: Vec<u32> = line.split(',').filter_map(|part| part.split_whitespace().next()?.parse().ok()).collect();
+            let most = KNOWN_SPILLS.iter().find(|(name, _)| *name == kernel).map_or(0, |&(_, most)| most);
+            assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= most), "{kernel}: {line} (at most {most} bytes of stack and of spills each)");
             checked += 1;
         } else if let Some(regs) = line.split("Used ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u32>().ok()) {
             if let Some(cap) = DECODE_KERNELS.iter().find(|k| k.name == kernel).and_then(|k| k.register_cap()) {
