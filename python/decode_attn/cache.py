@@ -42,6 +42,7 @@ from __future__ import annotations
 import torch
 
 from .api import DecodeAttention, DecodeShape
+from .ops import DTYPE_NAMES
 
 try:  # transformers' cache classes (the module imports without transformers)
     from transformers.cache_utils import Cache, CacheLayerMixin
@@ -52,7 +53,6 @@ MAX_Q_LEN = 8
 # Dynamic layers grow (and sliding ones drop old tokens) this many at a time.
 CHUNK = 256
 FORMATS = ("int8", "fp8", "fp8_per_head", "int4_g32", "int4_g64", "int4_g128")
-_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 _ATTR = "_decode_attn_layer"
 
 
@@ -94,7 +94,7 @@ class QuantizedLayer(CacheLayerMixin):
 
     # -- storage -------------------------------------------------------------
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-        if key_states.dtype not in _DTYPE_NAMES:
+        if key_states.dtype not in DTYPE_NAMES:
             raise ValueError(f"decode_attn.cache: K and V must be bf16 or fp16 to quantize, got {key_states.dtype}")
         self.dtype, self.device = key_states.dtype, key_states.device
         self.batch_size, self.num_heads, _, self.head_dim = key_states.shape
@@ -110,7 +110,7 @@ class QuantizedLayer(CacheLayerMixin):
             num_kv_heads=self.num_heads,
             head_dim=self.head_dim,
             max_seq_len=capacity,
-            dtype=_DTYPE_NAMES[self.dtype],
+            dtype=DTYPE_NAMES[self.dtype],
             kv_format=self.kv_format,
             layout="hnd",
         )

@@ -44,11 +44,9 @@ import sys
 import torch
 
 from . import ops
-from .api import DecodeAttention
 from .cache import quantized_layer_of
 
 MAX_Q_LEN = 8
-_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 _HEAD_DIMS = (64, 128, 256)
 # Arguments that change what attention computes and that the kernels do
 # not take: their calls fall back.
@@ -234,7 +232,7 @@ def _why_not(module, query, key, value, attention_mask, dropout, kwargs) -> str 
     b, hq, q_len, d = query.shape
     if not _on_gpu(query):
         return "not on a CUDA device"
-    if query.dtype not in _DTYPES:
+    if query.dtype not in ops.DTYPE_NAMES:
         return "query dtype"
     if not 1 <= q_len <= MAX_Q_LEN:
         return "prefill"
@@ -298,7 +296,7 @@ def decode_attn_forward(module, query, key, value, attention_mask, scaling=None,
     if layer is not None:
         kv_format, k_scales, v_scales = layer.kv_format, layer.k_scales, layer.v_scales
     else:
-        kv_format, k_scales, v_scales = _DTYPES[query.dtype], None, None
+        kv_format, k_scales, v_scales = ops.DTYPE_NAMES[query.dtype], None, None
     # transformers' window W keeps W keys (the token and W − 1 before it);
     # the kernels' window W keeps W + 1.
     win = (window - 1) if window else -1
@@ -344,7 +342,7 @@ def _eager_inputs(mask, query, key, value):
     SDPA's meaning of None kept: one new token sees every key; several see
     the first `q` keys causally (SDPA crops a static cache's unfilled
     keys)."""
-    q_len, n = query.shape[2], key.shape[2]
+    q_len = query.shape[2]
     if mask is not None and mask.dtype != torch.bool:
         return key, value, mask
     if mask is None:

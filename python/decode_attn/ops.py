@@ -23,6 +23,10 @@ from .api import DecodeAttention, DecodeShape
 
 Tensor = torch.Tensor
 
+# The query (and 16-bit cache) dtypes the kernels take, by their names in
+# the library.
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+
 
 @torch.library.custom_op("decode_attn::run", mutates_args=("out", "workspace"), device_types="cuda")
 def run(
@@ -103,17 +107,13 @@ _plans: dict = {}
 _plans_lock = threading.Lock()
 _MAX_PLANS = 512
 
-# Cache values per stored element (int4: two nibbles a byte).
-_VALUES_PER_ELEMENT = {"int4-g32": 2, "int4-g64": 2, "int4-g128": 2}
-
-
 def cache_layout(k: Tensor, kv_format: str) -> dict:
     """The layout arguments of a `[batch, Hkv, rows, D']` cache tensor read
     in place: "hnd" when contiguous, else "strided" (strides in cache
     values)."""
     if k.is_contiguous():
         return {"layout": "hnd"}
-    vpe = _VALUES_PER_ELEMENT.get(kv_format, 1)
+    vpe = 2 if kv_format.startswith("int4") else 1  # (int4: two values a byte)
     sb, sh, st, _ = k.stride()
     return {"layout": "strided", "strides": (sb * vpe, st * vpe, sh * vpe)}
 
@@ -175,7 +175,7 @@ def capacity_plan(q: Tensor, k: Tensor, kv_format: str, window: int, scale: floa
         head_dim=d,
         q_len=q_len,
         max_seq_len=n,
-        dtype="bf16" if q.dtype == torch.bfloat16 else "f16",
+        dtype=DTYPE_NAMES[q.dtype],
         kv_format=kv_format,
         scale=scale if scale > 0 else None,
         soft_cap=soft_cap if soft_cap > 0 else None,

@@ -19,7 +19,7 @@ installed)."""
 
 import pytest
 
-from conftest import GPU_SKIP
+from conftest import GPU_SKIP, needs_gpu
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -28,6 +28,7 @@ import _emulated  # noqa: E402
 import _models  # noqa: E402
 import decode_attn.hf as hf  # noqa: E402
 import decode_attn.ops as ops  # noqa: E402
+from decode_attn import cache as qcache  # noqa: E402
 
 STEPS = 12
 BOUND = 1e-2
@@ -207,10 +208,6 @@ def test_the_mask_function_hands_over_key_ranges_only_where_they_are_exact(devic
 
 
 # -- GPU only: compiled generation and quantized caches -----------------------
-
-from conftest import needs_gpu  # noqa: E402
-
-from decode_attn import cache as qcache  # noqa: E402
 
 
 @needs_gpu
