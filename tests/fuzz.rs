@@ -326,6 +326,24 @@ fn extras_of(seed: u64, soft_capped: bool, longest: u32) -> (Option<u32>, bool, 
     (window.then_some(w), sinks, alibi)
 }
 
+/// Half the cases scale K and V by powers of ten, each drawn from bits of
+/// the data seed (persisted seeds still replay): K by `10^a`, V by `10^b`,
+/// a and b over -6..=3. The error bound holds whatever the magnitudes (with
+/// P carrying V's per-row scale, V of 1e-4 once lost 2.6 %). Cases whose
+/// outputs are fp16 keep V at `10^-1` or more (smaller outputs fall below
+/// fp16's normals, 2^-14, and round coarsely: the bound is not theirs) and K
+/// at `10^1` or less (the heavy-tailed K's 1000s past fp16's 65504);
+/// `LargeMagnitude` cases (V already ×1000, a softmax scale of 1) keep theirs.
+fn magnitudes_of(seed: u64, dtype: decode_attn::Dtype, dist: Distribution) -> (f32, f32) {
+    if (seed >> 52) % 2 == 0 || dist == Distribution::LargeMagnitude {
+        return (1.0, 1.0);
+    }
+    let (k_max, v_min) = if dtype == decode_attn::Dtype::F16 { (1, -1) } else { (3, -6) };
+    let k = -6 + ((seed >> 53) % (k_max + 7) as u64) as i32;
+    let v = v_min + ((seed >> 57) % (4 - v_min) as u64) as i32;
+    (10f32.powi(k), 10f32.powi(v))
+}
+
 /// A quarter of the cases have per-sequence key ranges (from further bits
 /// of the data seed), with the starts of `starts_of`.
 fn key_ranges_of(seed: u64) -> bool {
@@ -365,6 +383,8 @@ struct Tally {
     sinks: u64,
     alibis: u64,
     key_ranges: u64,
+    /// Cases whose K and V were scaled (`magnitudes_of`).
+    magnitudes: u64,
     /// Cases per variant combination (`variant_tag`).
     combos: BTreeMap<&'static str, u64>,
     worst: BTreeMap<Distribution, f64>,
@@ -412,9 +432,15 @@ fn specialize_for(case: &Case) -> SpecializeChoice {
 
 /// Runs one case; `Err` describes the failure.
 fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<(), String> {
-    let (q, k, v) = Tally::time(tally, "inputs", || problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, threads())).map_err(|e| e.to_string())?;
+    let (q, mut k, mut v) = Tally::time(tally, "inputs", || problem_inputs(&case.shape, &case.seq_lens, case.dist, case.seed, threads())).map_err(|e| e.to_string())?;
+    let (k_mag, v_mag) = magnitudes_of(case.seed, case.shape.dtype, case.dist);
+    if (k_mag, v_mag) != (1.0, 1.0) {
+        k.iter_mut().for_each(|x| *x *= k_mag);
+        v.iter_mut().for_each(|x| *x *= v_mag);
+    }
     {
         let mut t = tally.borrow_mut();
+        t.magnitudes += ((k_mag, v_mag) != (1.0, 1.0)) as u64;
         t.longest = t.longest.max(*case.seq_lens.iter().max().unwrap());
         t.most_rows = t.most_rows.max(case.shape.rows_per_kv_head().unwrap_or(0));
     }
@@ -645,7 +671,7 @@ fn main() {
                     println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
                 }
                 println!(
-                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped, {} windowed, {} with sinks, {} ALiBi, {} key ranges; longest sequence {}, most rows per kv head {}) in {:.0} s",
+                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped, {} windowed, {} with sinks, {} ALiBi, {} key ranges, {} with K and V scaled by 1e-6..1e3; longest sequence {}, most rows per kv head {}) in {:.0} s",
                     format.name(),
                     tally.passed,
                     tally.splits,
@@ -657,6 +683,7 @@ fn main() {
                     tally.sinks,
                     tally.alibis,
                     tally.key_ranges,
+                    tally.magnitudes,
                     tally.longest,
                     tally.most_rows,
                     secs

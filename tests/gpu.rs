@@ -16,6 +16,8 @@ mod paged;
 mod quant;
 #[path = "gpu/ranges.rs"]
 mod ranges;
+#[path = "gpu/magnitudes.rs"]
+mod magnitudes;
 
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
@@ -428,21 +430,38 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let filter = args.iter().position(|a| a == "--filter").and_then(|i| args.get(i + 1)).cloned();
     let sanitize = args.iter().any(|a| a == "--sanitize");
+    // `--part K/N`: every N-th case of each list from the K-th (and the
+    // one-off tests in part 0), so a long run (a compute-sanitizer tool
+    // over the sanitizer set) splits across device calls.
+    let part: Option<(usize, usize)> = args.iter().position(|a| a == "--part").and_then(|i| args.get(i + 1)).map(|p| {
+        let (k, n) = p.split_once('/').expect("--part K/N");
+        let (k, n) = (k.parse::<usize>().expect("--part K/N"), n.parse::<usize>().expect("--part K/N"));
+        assert!(n >= 1 && k < n, "--part K/N needs K < N");
+        (k, n)
+    });
+    fn in_part<T>(cases: Vec<T>, part: Option<(usize, usize)>) -> Vec<T> {
+        cases.into_iter().enumerate().filter(|(i, _)| part.is_none_or(|(k, n)| i % n == k)).map(|(_, c)| c).collect()
+    }
+    let first_part = part.is_none_or(|(k, _)| k == 0);
     let all = if sanitize { sanitize_cases() } else { cases() };
-    let cases: Vec<Case> = all.into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
+    let cases: Vec<Case> = in_part(all.into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
 
-    let quant_count = if filter.is_some() { 0 } else { quant_cases(sanitize).len() };
-    let range_cases: Vec<ranges::RangeCase> = ranges::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect();
-    let graph_cases: Vec<graph::GraphCase> = graph::cases()
-        .into_iter()
-        .filter(|c| !sanitize || c.paging.is_some_and(|p| p.page_size == 16))
-        .filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str())))
-        .collect();
+    let quant_count = if filter.is_some() || !first_part { 0 } else { quant_cases(sanitize).len() + KvFormat::ALL.iter().filter(|f| f.is_quantized()).count() };
+    let range_cases: Vec<ranges::RangeCase> = in_part(ranges::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
+    let magnitude_cases: Vec<magnitudes::MagnitudeCase> = in_part(magnitudes::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
+    let graph_cases: Vec<graph::GraphCase> = in_part(
+        graph::cases()
+            .into_iter()
+            .filter(|c| !sanitize || c.paging.is_some_and(|p| p.page_size == 16))
+            .filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str())))
+            .collect(),
+        part,
+    );
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
         Err(why) => {
-            let example = usize::from(filter.is_none());
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + example);
+            let example = usize::from(filter.is_none() && first_part);
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + magnitude_cases.len() + example);
             plan_on_cpu(&cases);
             return;
         }
@@ -456,7 +475,7 @@ fn main() {
     }
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
     let (mut passed, mut failed) = (0, 0);
-    if sanitize {
+    if sanitize && first_part {
         // The utility kernels too: the random fill and the busy-wait.
         let mut buf = decode_attn::cust::memory::DeviceBuffer::<decode_attn::half::bf16>::zeroed(1000).expect("alloc");
         let ok = decode_attn::testing::fill_random(&attn, &mut buf, 1, &stream).and_then(|_| decode_attn::testing::gpu_sleep(&attn, std::time::Duration::from_micros(5), &stream)).is_ok()
@@ -474,6 +493,10 @@ fn main() {
     }
     for (i, case) in range_cases.iter().enumerate() {
         let ok = report(&case.name, case.shape.kv_format, ranges::run(&attn, &stream, case, 9000 + i as u64), &mut worst);
+        if ok { passed += 1 } else { failed += 1 }
+    }
+    for (i, case) in magnitude_cases.iter().enumerate() {
+        let ok = report(&case.name, case.shape.kv_format, magnitudes::run(&attn, &stream, case, 11000 + i as u64), &mut worst);
         if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in graph_cases.iter().enumerate() {
@@ -494,7 +517,7 @@ fn main() {
         for (cap, split, pair) in [(512, SplitPolicy::Never, false), (512, SplitPolicy::ChunkKeys(128), false), (40, SplitPolicy::Auto, false), (512, SplitPolicy::Never, true)] {
             let what = if pair { "int8/head-pair-" } else { "" };
             let name = format!("{}/{what}capacity-sequences-without-work/cap{cap}/{split:?}", dtype.name());
-            if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) {
+            if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) || !first_part {
                 continue;
             }
             match capacity_sequences_without_work(&attn, &stream, dtype, cap, split, pair) {
@@ -509,7 +532,20 @@ fn main() {
             }
         }
     }
-    if filter.is_none() {
+    if filter.is_none() && first_part {
+        for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
+            let name = format!("{}/bf16/quantize-extreme-rows", format.name());
+            match quant::extreme_rows(&attn, &stream, format) {
+                Ok(()) => {
+                    println!("ok   {name:<60} GPU bits == CPU bits, no NaN code, values kept");
+                    passed += 1;
+                }
+                Err(e) => {
+                    println!("FAIL {name:<60} {e}");
+                    failed += 1;
+                }
+            }
+        }
         for (format, dtype, d, layout) in quant_cases(sanitize) {
             let name = format!("{}/{}/quantize-append-dequantize/d{d}/{layout:?}", format.name(), dtype.name());
             match quant::round_trips(&attn, &stream, format, dtype, d, layout) {
@@ -524,7 +560,7 @@ fn main() {
             }
         }
     }
-    if filter.is_none() {
+    if filter.is_none() && first_part {
         // In a thread of its own: cudarc makes its (primary) context current
         // there, leaving this thread's context to the other tests.
         let name = "examples/cudarc.rs (raw handles, cudarc memory, paged decode loop)";

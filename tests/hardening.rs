@@ -227,8 +227,8 @@ fn f10_reference_and_comparison_reject_bad_input() {
     rejects(decode_attention(&s, &[16], &q[1..], &kv, &kv), "q");
     rejects(decode_attention(&s, &[16], &q, &kv[1..], &kv), "k");
     rejects(relative_l2_error(&[1.0], &[1.0, 2.0]), "out");
-    rejects(relative_l2_error(&[1.0, 2.0], &[f64::NAN, f64::NAN]), "reference");
-    rejects(relative_l2_error(&[1.0], &[f64::INFINITY]), "reference");
+    rejects(relative_l2_error(&[1.0, 2.0], &[f64::NAN, f64::NAN]), "reference[0]");
+    rejects(relative_l2_error(&[1.0], &[f64::INFINITY]), "reference[0]");
 }
 
 /// What an Ok plan promises the kernels: launchable grids and a workspace
@@ -818,8 +818,13 @@ mod audit2 {
             let dev = DeviceInfo { max_cluster, ..DEV };
             rejects(plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 8192], &dev, &KERNEL, &opts), "device.max_cluster");
         }
-        let p = plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 8192], &DEV, &KERNEL, &opts).unwrap();
-        assert!(p.cluster() <= 8);
+        // On the real device's 8: 32 chunks a sequence cannot merge in a
+        // cluster, which the forced choice reports rather than merging
+        // otherwise.
+        match plan(&DecodeShape::bf16(2, 8, 1, 128, 1, 8192), &[8192, 8192], &DEV, &KERNEL, &opts) {
+            Err(Error::Unsupported(m)) => assert!(m.contains("32 chunks"), "{m}"),
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
     }
 
     /// A kernel limit of 64 threads a block validated, and a shape of 64
@@ -1020,4 +1025,180 @@ fn appended_rows_are_checked_before_any_launch() {
     rejects(append_rows_elems(&s, KvStrides { token: 132, ..hnd }, 5), "strides.token");
     // A view that would wrap past 2^64 needs more than any buffer holds.
     assert_eq!(append_rows_elems(&s, KvStrides { batch: u64::MAX - 7, ..hnd }, 5).unwrap(), u64::MAX);
+}
+
+/// The second outside audit: inputs that passed every check and then broke
+/// the library (strides, caps, tiny rows, the reference), and helpers that
+/// panicked in debug builds.
+mod audit3 {
+    use super::*;
+    use decode_attn::quant::{dequantize_cache, e4m3_to_f32, quantize_cache, quantize_cache_fp8, quantize_fp8_row, quantize_fp8_row_scaled, quantize_int4_row, quantize_int8_row, dequantize_int4_row};
+    use decode_attn::reference::{decode_attention_with, HeadInputs};
+    use decode_attn::shape::{MAX_SOFT_CAP, MAX_STRIDE_BYTES};
+
+    /// A stride the shape multiplies by zero (batch 1, one kv head,
+    /// max_seq_len 1) is still bounded: past 2^59 bytes an `Err` naming
+    /// it, where `decode_params` and `cache_params` overflowed a multiply.
+    #[test]
+    fn h3_every_stride_is_bounded_even_one_multiplied_by_zero() {
+        let strided = |batch, token, head| DecodeShape { kv_layout: KvLayout::Strided { batch, token, head }, ..DecodeShape::bf16(1, 8, 1, 128, 1, 64) };
+        rejects(strided(1 << 60, 1024, 128).validate(), "kv_layout.batch");
+        rejects(DecodeShape { max_seq_len: 1, ..strided(1024, 3 << 62, 128) }.validate(), "kv_layout.token");
+        rejects(strided(1024, 128, u64::MAX - 7).validate(), "kv_layout.head");
+        for format in KvFormat::ALL {
+            let most = MAX_STRIDE_BYTES * 8 / format.bits() as u64;
+            let s = DecodeShape { kv_format: format, dtype: format.required_dtype().unwrap_or(Dtype::Bf16), kv_layout: KvLayout::Strided { batch: most, token: 1024, head: 128 }, ..DecodeShape::bf16(1, 8, 1, 128, 1, 4) };
+            s.validate().unwrap_or_else(|e| panic!("{}: {e}", format.name()));
+            rejects(DecodeShape { kv_layout: KvLayout::Strided { batch: most + 128, token: 1024, head: 128 }, ..s }.validate(), "kv_layout.batch");
+            // The largest accepted stride plans, and its parameters are
+            // formed without overflow (debug builds panic on one).
+            let p = plan_with(&s, &[4], SplitPolicy::Never).unwrap();
+            let params = decode_attn::params::decode_params(&p, &decode_attn::params::LaunchAddrs::default());
+            assert_eq!(params.k_stride_batch, most * format.bits() as u64 / 8);
+            let launch = decode_attn::params::CacheLaunch { plain: 0, plain_strides: s.kv_strides(), data: 0, side: 0, seq_lens: 0, block_table: 0, rows_per_seq: 1, append: true };
+            decode_attn::params::cache_params(&s, &launch).unwrap();
+        }
+    }
+
+    /// A soft-cap errs by about `cap · 2^-23` in a logit: caps past
+    /// `MAX_SOFT_CAP` (1e4) are rejected, the bound itself taken (the GPU
+    /// tests run it: `magnitudes-softcap-bound`).
+    #[test]
+    fn h4_soft_caps_are_bounded_where_the_error_bound_holds() {
+        let capped = |cap| DecodeShape { soft_cap: Some(cap), ..DecodeShape::bf16(1, 8, 1, 128, 1, 64) };
+        capped(MAX_SOFT_CAP).validate().unwrap();
+        capped(30.0).validate().unwrap();
+        for cap in [f32::from_bits(MAX_SOFT_CAP.to_bits() + 1), 3e5, 1e10, 2.3e38] {
+            rejects(capped(cap).validate(), "soft_cap");
+        }
+    }
+
+    /// The reference gives a +inf sink its limit (the row's output 0, as
+    /// the kernels' `1 / (1 + 2^(s − lse))`), rejects NaN sinks and
+    /// non-finite slopes by name, never returns a NaN row, and the
+    /// comparison fails on a NaN where it used to skip it.
+    #[test]
+    fn h5_the_reference_never_hides_a_row() {
+        let s = DecodeShape { sinks: true, ..DecodeShape::bf16(1, 2, 1, 64, 1, 8) };
+        let q = vec![0.5; s.q_elems() as usize];
+        let kv: Vec<f32> = (0..s.kv_elems_required().unwrap()).map(|i| (i % 7) as f32 - 3.0).collect();
+        let run = |s: &DecodeShape, heads: &HeadInputs| decode_attention_with(s, &[8], &q, &kv, &kv, heads, &[0], 1);
+        let out = run(&s, &HeadInputs { sinks: Some(&[f32::INFINITY, 0.0]), ..Default::default() }).unwrap();
+        assert!(out[..64].iter().all(|&x| x == 0.0), "a +inf sink takes every weight");
+        assert!(out[64..].iter().all(|x| x.is_finite()) && out[64..].iter().any(|&x| x != 0.0));
+        let plain = run(&DecodeShape { sinks: false, ..s }, &HeadInputs::default()).unwrap();
+        assert_eq!(run(&s, &HeadInputs { sinks: Some(&[f32::NEG_INFINITY; 2]), ..Default::default() }).unwrap(), plain, "a -inf sink takes none");
+        rejects(run(&s, &HeadInputs { sinks: Some(&[0.0, f32::NAN]), ..Default::default() }), "sinks[1]");
+        let a = DecodeShape { alibi: true, ..DecodeShape::bf16(1, 2, 1, 64, 1, 8) };
+        for slope in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            rejects(run(&a, &HeadInputs { alibi_slopes: Some(&[0.5, slope]), ..Default::default() }), "alibi_slopes[1]");
+        }
+        // A NaN input inside a sequence is a failure, not a skipped row.
+        let mut bad = kv.clone();
+        bad[3] = f32::NAN;
+        let e = decode_attention_with(&DecodeShape { sinks: false, ..s }, &[8], &q, &bad, &kv, &HeadInputs::default(), &[0], 1).unwrap_err();
+        assert!(e.to_string().contains("reference row (sequence 0"), "{e}");
+        rejects(relative_l2_error(&[5.0, 1.0], &[f64::NAN, 1.0]), "reference[0]");
+    }
+
+    /// Rows below ~1.3e-36 made `448 / amax` (and `127 / amax` below
+    /// ~3.7e-37) infinite: zeros became NaN codes and every value
+    /// saturated. Now every finite row keeps its values; per tensor, a tiny
+    /// scale is lifted the same way and a scale that is not positive gives
+    /// zero codes. (The GPU kernels give the same bytes: the GPU test
+    /// `quantize-extreme-rows`.)
+    #[test]
+    fn h2_tiny_rows_keep_their_values_and_never_get_nan_codes() {
+        let mut q = [0u8; 4];
+        let s = quantize_fp8_row(&[1e-37, 0.0, 5e-38, 0.0], &mut q);
+        assert_eq!((q[1], q[3]), (0, 0), "zeros stay zero: {q:x?}");
+        assert!(q.iter().all(|&b| b & 0x7f != 0x7f), "{q:x?}");
+        assert!((e4m3_to_f32(q[0]) * s / 1e-37 - 1.0).abs() < 1e-2 && (e4m3_to_f32(q[2]) * s / 5e-38 - 1.0).abs() < 0.07);
+        for amax in [1e-37f32, 1e-39, 9.2e-41, f32::from_bits(1), 1e-30] {
+            let row = [amax, -amax / 3.0, 0.0, amax / 7.0];
+            let mut q8 = [0i8; 4];
+            let s8 = quantize_int8_row(&row, &mut q8);
+            assert_eq!(q8[0], 127, "amax {amax:e}");
+            assert_eq!(q8[2], 0);
+            let back: Vec<f32> = q8.iter().map(|&v| v as f32 * s8).collect();
+            assert!(back.iter().all(|x| x.is_finite()));
+            let mut qf = [0u8; 4];
+            let sf = quantize_fp8_row(&row, &mut qf);
+            assert_eq!(qf[0], 0x7e, "amax {amax:e} codes 448");
+            assert!(qf.iter().all(|&b| b & 0x7f != 0x7f) && qf[2] == 0);
+            assert!(sf > 0.0 || amax < 448.0 * f32::from_bits(1));
+        }
+        let mut qs = [0u8; 4];
+        quantize_fp8_row_scaled(&[1e-38, 0.0, -1e-38, 3e38], 1e-40, &mut qs);
+        assert_eq!((qs[1], qs[2], qs[3]), (0, qs[0] | 0x80, 0x7e), "{qs:x?}");
+        assert!((e4m3_to_f32(qs[0]) * 1e-40 / 1e-38 - 1.0).abs() < 0.07, "{qs:x?}");
+        for bad in [0.0, -1.0, f32::NAN] {
+            quantize_fp8_row_scaled(&[1.0, 0.0, -2.0, 5.0], bad, &mut qs);
+            assert!(qs.iter().all(|&b| b & 0x7f == 0), "scale {bad}: zero codes (±0), got {qs:x?}");
+        }
+        // The whole-cache twins agree, and `quantize_cache_fp8` takes a tiny scale.
+        let shape = DecodeShape { kv_format: KvFormat::Fp8, ..DecodeShape::bf16(1, 2, 1, 64, 1, 2) };
+        let plain: Vec<f32> = (0..shape.kv_elems_required().unwrap()).map(|i| if i % 3 == 0 { 0.0 } else { 1e-38 * (i % 5) as f32 }).collect();
+        let bytes = quantize_cache_fp8(&shape, &[2], &plain, 1e-40).unwrap();
+        assert!(bytes.iter().zip(&plain).all(|(&b, &x)| (x == 0.0) == (b == 0) && b & 0x7f != 0x7f));
+        // int4: groups beyond fp16's range saturate; scale, zero and every
+        // dequantized value stay finite.
+        let big: Vec<f32> = (0..64).map(|i| if i % 2 == 0 { 1e6 } else { -3e38 }).collect();
+        let (mut b4, mut side) = (vec![0u8; 32], vec![0u32; 2]);
+        quantize_int4_row(&big, 32, &mut b4, &mut side);
+        let mut out = vec![0f32; 64];
+        dequantize_int4_row(&b4, &side, 32, &mut out);
+        assert!(out.iter().all(|x| x.is_finite() && x.abs() <= 65504.0), "{out:?}");
+        let int8 = DecodeShape { kv_format: KvFormat::Int8, ..shape };
+        let tiny: Vec<f32> = plain.iter().map(|x| x * 1e-2).collect();
+        let (d8, s8) = quantize_cache(&int8, &[2], &tiny).unwrap();
+        let back = dequantize_cache(&int8, &[2], &d8, &s8).unwrap();
+        assert!(back.iter().zip(&tiny).all(|(&y, &x)| y.is_finite() && (y - x).abs() <= x.abs() / 100.0 + f32::from_bits(1) * 64.0));
+    }
+
+    /// Smaller findings: the fp8 dequantizer takes only a usable scale;
+    /// errors name the parameters the caller passed; a forced cluster
+    /// merge that cannot be is an `Err`; helpers that divided by zero or
+    /// overflowed in debug are total.
+    #[test]
+    fn h6_the_smaller_findings() {
+        let fp8 = DecodeShape { kv_format: KvFormat::Fp8, ..DecodeShape::bf16(1, 2, 1, 64, 1, 2) };
+        let n = fp8.kv_elems_required().unwrap() as usize;
+        for bad in [f32::NAN, 0.0, -1.0, f32::INFINITY] {
+            rejects(dequantize_cache(&fp8, &[2], &vec![0u8; n], &[bad.to_bits()]), "side[0]");
+        }
+        dequantize_cache(&fp8, &[2], &vec![0u8; n], &[1e-40f32.to_bits()]).unwrap();
+        let int8 = DecodeShape { kv_format: KvFormat::Int8, ..fp8 };
+        let side = (int8.side_bytes_required().unwrap() / 4) as usize;
+        rejects(dequantize_cache(&int8, &[2], &vec![0u8; n - 1], &vec![0; side]), "data");
+        rejects(dequantize_cache(&int8, &[2], &vec![0u8; n], &vec![0; side - 1]), "side");
+        let int4 = DecodeShape { kv_format: KvFormat::Int4G32, ..fp8 };
+        rejects(dequantize_cache(&int4, &[2], &vec![0u8; n / 2 - 1], &vec![0; 64]), "data");
+        // The cache jobs name `side` (`KvMut::side`, `dequantize_kv`'s).
+        let d = |addr, len, elem| BufferDesc { addr, len, elem };
+        let job = decode_attn::check::CacheJob {
+            direction: decode_attn_abi::QuantDirection::Quantize,
+            plain: d(1 << 40, n, ElemType::Bf16),
+            plain_name: "plain",
+            plain_elems: n as u64,
+            data: d(2 << 40, n, ElemType::U8),
+            side: None,
+            seq_lens: d(3 << 40, 1, ElemType::U32),
+            block_table: None,
+        };
+        rejects(decode_attn::check::check_cache_job(&int8, &job), "side");
+        rejects(decode_attn::check::check_cache_job(&int8, &decode_attn::check::CacheJob { side: Some(d(4 << 40, 1, ElemType::F32)), ..job }), "side");
+        // Total helpers.
+        let none = decode_attn_abi::MergeItem::default();
+        assert_eq!(decode_attn::work::uniform_work(&[5], &[], &[none], 0, 1, (decode_attn_abi::NO_WINDOW, 1)), None);
+        assert_eq!(decode_attn_abi::capacity_merge_item_from(3, 10, 0, 1, 0, 4).num_slots, 0);
+        assert_eq!(decode_attn_abi::capacity_merge_item_from(3, 10, 11, 1, 4, 4).num_slots, 0);
+        let _ = decode_attn_abi::capacity_merge_item_from(u32::MAX, 10, 0, 1, 4, u32::MAX);
+        assert_eq!(decode_attn::heuristics::merge_mode(u32::MAX, u32::MAX, u32::MAX), decode_attn::MergeMode::Kernel);
+        let facts = decode_attn::heuristics::HeadPairFacts { adjacent_heads: true, blocks: u64::MAX, resident_blocks: u64::MAX, sm_count: u64::MAX, paged: true, total_keys: u64::MAX, sequences: u64::MAX };
+        let _ = decode_attn::heuristics::pair_heads(&facts);
+        let p = plan_with(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 100], SplitPolicy::ChunkKeys(512)).unwrap();
+        let params = decode_attn::params::decode_params(&p, &decode_attn::params::LaunchAddrs { workspace: u64::MAX - 3, ..Default::default() });
+        assert_eq!(params.work, (u64::MAX - 3).wrapping_add(p.layout().work as u64));
+    }
 }

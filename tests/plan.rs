@@ -204,10 +204,21 @@ fn sequences_split_into_at_most_a_cluster_of_chunks_merge_in_the_cluster() {
     // Not when asked for a global merge, without clusters, or above 8 chunks.
     let global = PlanOptions { merge: MergeChoice::Global, ..Default::default() };
     assert_eq!(plan(&shape, &[1024], dev, &KERNEL, &global).unwrap().merge_mode(), MergeMode::InAttention);
+    // Asked for, a cluster merge that cannot be is an error naming why
+    // (no clusters, more chunks than the largest cluster, a variant
+    // without cluster kernels), never a global merge in its place.
     let no_clusters = DeviceInfo { max_cluster: 0, ..*dev };
-    assert_eq!(plan(&shape, &[1024], &no_clusters, &KERNEL, &clusters).unwrap().cluster(), 0);
-    let many = plan(&DecodeShape::bf16(1, 8, 1, 128, 1, 8192), &[8192], dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(512)) }).unwrap();
-    assert_eq!((many.cluster(), many.max_splits()), (0, 16));
+    let refused = |r: decode_attn::Result<decode_attn::Plan>, why: &str| match r {
+        Err(decode_attn::Error::Unsupported(m)) => assert!(m.contains("MergeChoice::Cluster") && m.contains(why), "{m}"),
+        other => panic!("expected Unsupported ({why}), got {other:?}"),
+    };
+    refused(plan(&shape, &[1024], &no_clusters, &KERNEL, &clusters), "no thread-block clusters");
+    refused(plan(&DecodeShape::bf16(1, 8, 1, 128, 1, 8192), &[8192], dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(512)) }), "16 chunks");
+    let sinks = DecodeShape { sinks: true, ..shape };
+    refused(plan(&sinks, &[1024], dev, &KERNEL, &clusters), "no cluster-merge kernels");
+    refused(decode_attn::plan::plan_capacity(&sinks, dev, &KERNEL, &clusters), "no cluster-merge kernels");
+    // A sequence that does not split needs no merge: honoured.
+    assert_eq!(plan(&sinks, &[1024], dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::Never) }).unwrap().max_splits(), 1);
 }
 
 #[test]

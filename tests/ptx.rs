@@ -108,9 +108,20 @@ fn no_unresolved_external_functions() {
 /// The kernels that spill, and the most bytes of stack frame, spill stores
 /// and spill loads each may have: the paged narrow int4-g64 ALiBi kernels
 /// at head_dim 128, 4 bytes stored and loaded at their 128-register cap
-/// since the key ranges (docs/perf.md, "Key ranges"). Every other kernel:
-/// none.
-const KNOWN_SPILLS: [(&str, u32); 2] = [("decode_paged_narrow_alibi_kv_int4g64_q_f16_d128", 8), ("decode_paged_narrow_alibi_kv_int4g64_q_bf16_d128", 8)];
+/// since the key ranges (docs/perf.md, "Key ranges"); the paged cluster
+/// wgmma int8 and fp8-per-head kernels, 4 bytes stored and 20 loaded at
+/// their 128-register cap since V's scale joined the softmax base (they run
+/// only where `MergeChoice::Cluster` is forced: `Auto` merges quantized
+/// caches globally; docs/perf.md, "V's scale in the softmax base"). Every
+/// other kernel: none.
+const KNOWN_SPILLS: [(&str, u32); 6] = [
+    ("decode_paged_narrow_alibi_kv_int4g64_q_f16_d128", 8),
+    ("decode_paged_narrow_alibi_kv_int4g64_q_bf16_d128", 8),
+    ("decode_cluster_paged_wgmma_kv_int8_q_bf16_d128", 20),
+    ("decode_cluster_paged_wgmma_kv_int8_q_f16_d128", 20),
+    ("decode_cluster_paged_wgmma_kv_fp8ph_q_bf16_d128", 20),
+    ("decode_cluster_paged_wgmma_kv_fp8ph_q_f16_d128", 20),
+];
 
 /// Needs ptxas: `cargo xtask test` provides it (PATH, or PyPI into
 /// `target/tools/`) and runs this; a plain `cargo test` reports it ignored.

@@ -41,23 +41,30 @@ pub fn build(out_dir: &Path) {
     }
     let src_path = out_dir.join("cuda_stub.rs");
     std::fs::write(&src_path, src).expect("write cuda_stub.rs");
+    // Built beside and renamed into place: a process that has the library
+    // loaded (a test binary of a parallel build) keeps its file, where a
+    // rewrite in place crashed it.
     let lib = link_dir.join("libcuda.so");
+    let tmp = link_dir.join(format!("libcuda.so.{}.tmp", std::process::id()));
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let out = Command::new(rustc)
         .args(["--crate-type", "cdylib", "--edition", "2021", "--crate-name", "cuda", "-O", "-C", "panic=abort"])
         .args(["-C", "link-arg=-Wl,-soname,libcuda.so.1"])
         .arg(&src_path)
         .arg("-o")
-        .arg(&lib)
+        .arg(&tmp)
         .output()
         .expect("running rustc for the libcuda stub");
     if !out.status.success() {
         panic!("building the libcuda stub failed:\n{}", String::from_utf8_lossy(&out.stderr));
     }
+    std::fs::rename(&tmp, &lib).expect("rename the libcuda stub into place");
     println!("cargo:rustc-link-search=native={}", link_dir.display());
     println!("cargo:rerun-if-env-changed=LD_LIBRARY_PATH");
     if find_driver().is_none() {
-        std::fs::copy(&lib, run_dir.join("libcuda.so.1")).expect("copy the libcuda stub");
+        let (run_tmp, run_lib) = (run_dir.join(format!("libcuda.so.1.{}.tmp", std::process::id())), run_dir.join("libcuda.so.1"));
+        std::fs::copy(&lib, &run_tmp).expect("copy the libcuda stub");
+        std::fs::rename(&run_tmp, &run_lib).expect("rename the libcuda stub into place");
         println!("cargo:rustc-link-search=native={}", run_dir.display());
     }
 }

@@ -191,7 +191,8 @@ impl DecodeAttention {
         self.enqueue(plan, step, q, cache, o, ws, true, stream)
     }
 
-    /// Quantizes (int8, int4) or stores (bf16, fp16) a whole 16-bit cache
+    /// Quantizes (int8, fp8 per head, fp8 under the tensor's scale, int4) or
+    /// stores (bf16, fp16) a whole 16-bit cache
     /// tensor (K or V; rows `t < seq_lens[b]`) into `out`: `plain` has the
     /// shape's dtype and its contiguous or paged layout (the same pages
     /// through `step`'s block table as `out`). Asynchronous.

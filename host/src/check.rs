@@ -232,7 +232,8 @@ pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
     let plain_bytes = job.plain_elems.checked_mul(2).unwrap_or(u64::MAX);
     check_buffer(job.plain_name, &job.plain, dtype_elem(shape.dtype), plain_bytes)?;
     check_buffer("data", &job.data, kv_elem(shape.kv_format), shape.kv_bytes_required().unwrap_or(u64::MAX))?;
-    let side_name = "scales";
+    // (`KvMut::side`, `dequantize_kv`'s `side`.)
+    let side_name = "side";
     let tensor_scaled = shape.kv_format.tensor_scaled();
     match (side_elem(shape.kv_format), &job.side) {
         (Some(_), Some(side)) if tensor_scaled => check_tensor_scale(side_name, side)?,

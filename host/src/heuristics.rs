@@ -101,7 +101,7 @@ pub struct HeadPairFacts {
 pub fn pair_heads(f: &HeadPairFacts) -> bool {
     let paired = f.blocks / 2;
     let busy = |blocks: u64| blocks.min(f.sm_count);
-    let keeps_sms = 100 * busy(paired) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT * busy(f.blocks);
+    let keeps_sms = 100u64.saturating_mul(busy(paired)) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT.saturating_mul(busy(f.blocks));
     let paged_waves = !f.paged || paired >= HEAD_PAIR_PAGED_MIN_WAVES.saturating_mul(f.resident_blocks);
     let long_enough = f.total_keys >= HEAD_PAIR_MIN_MEAN_KEYS.saturating_mul(f.sequences);
     f.adjacent_heads && keeps_sms && long_enough && paged_waves
@@ -174,7 +174,7 @@ pub const IN_ATTENTION_MERGE_MAX_BYTES: u64 = 64 << 10;
 /// The merge mode (without clusters) for sequences of up to `max_slots`
 /// partials, of blocks of `rows` query rows of `head_dim`.
 pub fn merge_mode(max_slots: u32, rows: u32, head_dim: u32) -> MergeMode {
-    if max_slots as u64 * rows as u64 * head_dim as u64 * 4 <= IN_ATTENTION_MERGE_MAX_BYTES {
+    if (max_slots as u64 * rows as u64).saturating_mul(head_dim as u64 * 4) <= IN_ATTENTION_MERGE_MAX_BYTES {
         MergeMode::InAttention
     } else {
         MergeMode::Kernel

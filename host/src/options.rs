@@ -80,8 +80,10 @@ pub enum MergeChoice {
     /// ([`merge_mode`](crate::heuristics::merge_mode)).
     #[default]
     Auto,
-    /// In a cluster whenever no sequence has more chunks than the device's
-    /// largest cluster (`DeviceInfo::max_cluster`); else as `Auto`.
+    /// In a cluster whenever sequences split; an `Err` where they cannot
+    /// be (a sequence with more chunks than the device's largest cluster,
+    /// `DeviceInfo::max_cluster`, a device without clusters, or a variant
+    /// without cluster-merge kernels).
     Cluster,
     /// Through fp32 partials in global memory, never in a cluster.
     Global,

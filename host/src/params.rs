@@ -11,10 +11,13 @@ use crate::shape::{DecodeShape, KvStrides};
 /// A cache's row strides and side-data strides in bytes: `[batch, token,
 /// head]` of values of the format's bits, and of its side entries.
 fn byte_strides(shape: &DecodeShape) -> ([u64; 3], [u64; 3]) {
+    // (A validated shape's strides are below 2^59 bytes, `MAX_STRIDE_BYTES`;
+    // saturating keeps this total for any shape.)
     let (s, side) = (shape.kv_strides(), shape.side_strides());
     let bits = shape.kv_format.bits() as u64;
     let entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
-    ([s.batch * bits / 8, s.token * bits / 8, s.head * bits / 8], [side.batch * entry, side.token * entry, side.head * entry])
+    let bytes = |elems: u64| elems.saturating_mul(bits) / 8;
+    ([bytes(s.batch), bytes(s.token), bytes(s.head)], [side.batch.saturating_mul(entry), side.token.saturating_mul(entry), side.head.saturating_mul(entry)])
 }
 
 /// Device addresses of one attention launch's buffers (checked by the
@@ -49,6 +52,9 @@ pub struct LaunchAddrs {
 /// - a uniform plan's (equal host lengths, `Plan::uniform_len`) from the
 ///   length in the params (a null length pointer);
 /// - otherwise from the work list uploaded into the workspace.
+///
+/// Total for any addresses: the workspace's regions are added wrapping
+/// (for a workspace `check::check_buffers` passed, nothing wraps).
 pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
     let shape = plan.shape();
     let layout = plan.layout();
@@ -56,29 +62,29 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
     let (chunks_per_seq, seq_lens, max_seq_len) = match (plan.mode(), plan.uniform) {
         (PlanMode::Capacity { chunks_per_seq }, _) => (chunks_per_seq, a.step_seq_lens, shape.max_seq_len),
         (PlanMode::Lengths, Some((len, chunks_per_seq))) => (chunks_per_seq, 0, len),
-        (PlanMode::Lengths, None) => (0, ws + layout.seq_lens as u64, shape.max_seq_len),
+        (PlanMode::Lengths, None) => (0, ws.wrapping_add(layout.seq_lens as u64), shape.max_seq_len),
     };
     let (page_shift, num_pages) = shape.page_geometry().unwrap_or((0, 0));
     let block_table = match (plan.mode(), shape.is_paged()) {
         (_, false) => 0,
         (PlanMode::Capacity { .. }, true) => a.step_block_table,
-        (PlanMode::Lengths, true) => ws + layout.block_table as u64,
+        (PlanMode::Lengths, true) => ws.wrapping_add(layout.block_table as u64),
     };
     let ([batch, token, head], side) = byte_strides(shape);
     let (score_scale, logit_cap) = shape.logit_factors();
     let seq_starts = match (plan.mode(), shape.key_ranges) {
         (_, false) => 0,
         (PlanMode::Capacity { .. }, true) => a.step_seq_starts,
-        (PlanMode::Lengths, true) => ws + layout.seq_starts as u64,
+        (PlanMode::Lengths, true) => ws.wrapping_add(layout.seq_starts as u64),
     };
     DecodeParams {
         q: a.q,
         k: a.k,
         v: a.v,
         o: a.o,
-        partial_o: ws + layout.partial_o as u64,
-        partial_lse: ws + layout.partial_lse as u64,
-        work: ws + layout.work as u64,
+        partial_o: ws.wrapping_add(layout.partial_o as u64),
+        partial_lse: ws.wrapping_add(layout.partial_lse as u64),
+        work: ws.wrapping_add(layout.work as u64),
         seq_lens,
         k_stride_batch: batch,
         k_stride_token: token,
@@ -105,8 +111,8 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         page_shift,
         num_pages,
         item_smem: plan.smem_bytes() - ITEM_SMEM_BYTES,
-        merge: ws + layout.merges as u64,
-        merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws + layout.merge_counters as u64 } else { 0 },
+        merge: ws.wrapping_add(layout.merges as u64),
+        merge_counters: if plan.merge_mode() == MergeMode::InAttention { ws.wrapping_add(layout.merge_counters as u64) } else { 0 },
         chunks_per_seq,
         chunk_keys: plan.chunk_keys(),
         max_seq_len,

@@ -14,7 +14,7 @@ use decode_attn_abi::{
 use crate::error::{ensure, Error, Result};
 use crate::heuristics::{self, HeadPairFacts, MergeMode};
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo, KernelLimits};
-use crate::options::{HeadPairChoice, PlanOptions, SpecializeChoice, SplitPolicy};
+use crate::options::{HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};
 use crate::shape::DecodeShape;
 use crate::work::{chunks_of, cluster_work, global_merge_work, merge_words, uniform_work, work_words, workspace_layout, WorkspaceLayout};
 
@@ -503,6 +503,10 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 /// and chunk size are those [`plan`] picks for every sequence at capacity;
 /// shorter sequences leave their chunks past the end idle (each such block
 /// returns at once).
+///
+/// `MergeChoice::Cluster` returns an `Err` where split sequences cannot be
+/// merged in a cluster (as `SpecializeChoice::Always` and
+/// `HeadPairChoice::Always` do where they cannot be honoured).
 pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
     // A block per sequence and kv head at least: checked before the
@@ -518,6 +522,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // lengths, exit at once).
     let chunks = chunks_of(keys, chunk_keys);
     let cluster = heuristics::cluster_size(chunks, shape, dev.max_cluster, opts.merge);
+    cluster_honoured(opts.merge, chunks, cluster, shape, dev)?;
     let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
@@ -765,6 +770,7 @@ fn make_plan_for(
 
     let max_chunks = keys.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
     let cluster = heuristics::cluster_size(max_chunks, shape, dev.max_cluster, opts.merge);
+    cluster_honoured(opts.merge, max_chunks, cluster, shape, dev)?;
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
@@ -829,4 +835,21 @@ pub fn stage_keys(format: decode_attn_abi::KvFormat, head_dim: u32) -> u32 {
 /// quantized formats stage half the keys the others do).
 pub fn stage_keys_for(format: decode_attn_abi::KvFormat, head_dim: u32, family: Family) -> u32 {
     tile_config(format, head_dim, family).keys_per_stage
+}
+
+/// `MergeChoice::Cluster` asked for a cluster merge: an `Err` naming why
+/// when sequences split into `chunks` and the plan merges them otherwise
+/// (`cluster` 0), rather than a global merge the caller did not ask for.
+fn cluster_honoured(choice: MergeChoice, chunks: u32, cluster: u32, shape: &DecodeShape, dev: &DeviceInfo) -> Result<()> {
+    if choice != MergeChoice::Cluster || chunks <= 1 || cluster > 1 {
+        return Ok(());
+    }
+    let why = if !shape.variant().builds(Merge::Cluster, Form::Plain) {
+        format!("the {} variant has no cluster-merge kernels", shape.variant().name())
+    } else if dev.max_cluster < 2 {
+        "the device has no thread-block clusters".to_owned()
+    } else {
+        format!("a sequence splits into {chunks} chunks, more than the device's largest cluster ({})", dev.max_cluster)
+    };
+    Err(Error::Unsupported(format!("MergeChoice::Cluster: {why}; merge globally (MergeChoice::Global or Auto), or split into fewer chunks")))
 }

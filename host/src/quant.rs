@@ -15,7 +15,7 @@ use decode_attn_abi::KvFormat;
 
 /// fp8 e4m3 conversions the cache kernels repeat bit for bit
 /// (`cvt.rn.satfinite.e4m3x2.f32`).
-pub use decode_attn_abi::{e4m3_from_f32, e4m3_to_f32, E4M3_MAX, E4M3_NAN};
+pub use decode_attn_abi::{e4m3_from_f32, e4m3_to_f32, int4_bound, row_factors, tensor_factors, E4M3_MAX, E4M3_NAN, INT4_LIMIT};
 
 use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
@@ -23,9 +23,9 @@ use crate::shape::DecodeShape;
 /// Quantizes one row; returns its scale.
 pub fn quantize_int8_row(x: &[f32], q: &mut [i8]) -> f32 {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+    let (lift, inv) = row_factors(amax, 127.0);
     for (o, &v) in q.iter_mut().zip(x) {
-        *o = ((v * inv).round_ties_even() as i32).clamp(-127, 127) as i8;
+        *o = ((v * lift * inv).round_ties_even() as i32).clamp(-127, 127) as i8;
     }
     amax / 127.0
 }
@@ -40,23 +40,26 @@ pub fn dequantize_int8_row(q: &[i8], scale: f32, out: &mut [f32]) {
 /// Quantizes one row to fp8 e4m3 with its own scale (the `Fp8PerHead`
 /// rule, int8's with 448 for 127): `amax = max |x|`, `inv = 448 / amax`,
 /// `q = e4m3(x · inv)`; returns the scale `amax / 448` (0 and zero codes
-/// for an all-zero row).
+/// for an all-zero row). Rows below 2^-100 are lifted by 2^64 first
+/// ([`row_factors`]), so `inv` never overflows.
 pub fn quantize_fp8_row(x: &[f32], q: &mut [u8]) -> f32 {
     let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let inv = if amax > 0.0 { E4M3_MAX / amax } else { 0.0 };
+    let (lift, inv) = row_factors(amax, E4M3_MAX);
     for (o, &v) in q.iter_mut().zip(x) {
-        *o = e4m3_from_f32(v * inv);
+        *o = e4m3_from_f32(v * lift * inv);
     }
     amax / E4M3_MAX
 }
 
 /// Quantizes one row to fp8 e4m3 under a given scale (the per-tensor `Fp8`
 /// rule): `q = e4m3(x · (1 / scale))`, values beyond ±448 · scale
-/// saturated. `scale` must be positive and finite.
+/// saturated; a scale below 2^-100 lifted as [`row_factors`], and one
+/// that is not positive gives zero codes ([`tensor_factors`]: the GPU
+/// kernel's rule for a device scale it cannot reject).
 pub fn quantize_fp8_row_scaled(x: &[f32], scale: f32, q: &mut [u8]) {
-    let inv = 1.0 / scale;
+    let (lift, inv) = tensor_factors(scale);
     for (o, &v) in q.iter_mut().zip(x) {
-        *o = e4m3_from_f32(v * inv);
+        *o = e4m3_from_f32(v * lift * inv);
     }
 }
 
@@ -79,13 +82,15 @@ pub fn int4_slot(p: usize) -> usize {
 
 /// Quantizes one row group-wise to int4: `bytes` gets D/2 bytes (nibbles in
 /// `int4_slot` order), `side` one word per group: fp16 scale (low half) and
-/// fp16 zero (high half). Per group: `lo = min`, `scale = f16((max - lo) / 15)`,
+/// fp16 zero (high half). Per group: `lo = min`, `hi = max` (both clamped
+/// to `±INT4_LIMIT`, so scale, zero and every dequantized value stay
+/// finite fp16), `scale = f16((hi - lo) / 15)`,
 /// `zero = f16(lo)`, `q = clamp(round_ties_even((x - zero) / scale), 0, 15)`
 /// with the rounded scale and zero (q = 0 where the scale is 0).
 pub fn quantize_int4_row(x: &[f32], group: usize, bytes: &mut [u8], side: &mut [u32]) {
     for (gi, (xs, sz)) in x.chunks(group).zip(side.iter_mut()).enumerate() {
-        let lo = xs.iter().copied().fold(f32::INFINITY, f32::min);
-        let hi = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lo = int4_bound(xs.iter().copied().fold(f32::INFINITY, f32::min));
+        let hi = int4_bound(xs.iter().copied().fold(f32::NEG_INFINITY, f32::max));
         let (s16, z16) = (half::f16::from_f32((hi - lo) / 15.0), half::f16::from_f32(lo));
         *sz = s16.to_bits() as u32 | ((z16.to_bits() as u32) << 16);
         let (s, z) = (s16.to_f32(), z16.to_f32());
@@ -125,7 +130,7 @@ pub fn dequantize_int4_row(bytes: &[u8], side: &[u32], group: usize, out: &mut [
 pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<u32>)> {
     match shape.kv_format {
         KvFormat::Fp8 => {
-            check_quantized(shape, seq_lens, plain.len())?;
+            check_quantized(shape, seq_lens, plain.len(), "plain")?;
             let mut amax = 0f32;
             for_each_row_in_order(shape, seq_lens, |at| amax = plain[at..at + shape.head_dim as usize].iter().fold(amax, |m, v| m.max(v.abs())));
             let scale = fp8_tensor_scale(amax);
@@ -137,7 +142,7 @@ pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> R
         }
         f => {
             let group = f.group().ok_or_else(|| Error::invalid("kv_format", "a quantized format", f.name()))? as usize;
-            check_quantized(shape, seq_lens, plain.len())?;
+            check_quantized(shape, seq_lens, plain.len(), "plain")?;
             let d = shape.head_dim as usize;
             let words = d / group;
             let mut data = vec![0u8; shape.kv_bytes_required().unwrap_or(0) as usize];
@@ -160,7 +165,10 @@ pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side
     match shape.kv_format {
         KvFormat::Fp8 => {
             let scale = side.first().map(|&w| f32::from_bits(w)).ok_or_else(|| Error::invalid("side", "the tensor's scale", "an empty slice"))?;
-            check_quantized(shape, seq_lens, data.len())?;
+            // As `quantize_cache_fp8` takes it: a code times a scale that is
+            // not positive and finite stands for no value.
+            ensure(scale.is_finite() && scale > 0.0, "side[0]", "a positive finite f32 scale", scale)?;
+            check_quantized(shape, seq_lens, data.len(), "data")?;
             let d = shape.head_dim as usize;
             let mut out = vec![f32::NAN; data.len()];
             let shared = Shared::new(&mut out);
@@ -172,11 +180,11 @@ pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side
         }
         KvFormat::Int8 | KvFormat::Fp8PerHead => {
             let scales: Vec<f32> = side.iter().map(|&w| f32::from_bits(w)).collect();
-            dequantize_cache_per_head(shape, seq_lens, data, &scales)
+            dequantize_cache_per_head(shape, seq_lens, data, &scales, "side")
         }
         f => {
             let group = f.group().ok_or_else(|| Error::invalid("kv_format", "a quantized format", f.name()))? as usize;
-            check_quantized(shape, seq_lens, data.len() * 2)?;
+            check_quantized(shape, seq_lens, data.len() * 2, "data")?;
             let d = shape.head_dim as usize;
             let words = d / group;
             ensure((side.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), "side", "the side data of every row", side.len())?;
@@ -210,7 +218,7 @@ pub fn fp8_tensor_scale(amax: f32) -> f32 {
 pub fn quantize_cache_fp8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32], scale: f32) -> Result<Vec<u8>> {
     ensure(shape.kv_format == KvFormat::Fp8, "kv_format", "fp8", shape.kv_format.name())?;
     ensure(scale.is_finite() && scale > 0.0, "scale", "a positive finite f32", scale)?;
-    check_quantized(shape, seq_lens, plain.len())?;
+    check_quantized(shape, seq_lens, plain.len(), "plain")?;
     let d = shape.head_dim as usize;
     let mut data = vec![0u8; shape.kv_elems_required().unwrap_or(0) as usize];
     let out = Shared::new(&mut data);
@@ -234,7 +242,7 @@ fn for_each_row_in_order(shape: &DecodeShape, seq_lens: &[u32], mut f: impl FnMu
     }
 }
 
-fn check_quantized(shape: &DecodeShape, seq_lens: &[u32], values: usize) -> Result<()> {
+fn check_quantized(shape: &DecodeShape, seq_lens: &[u32], values: usize, name: &str) -> Result<()> {
     shape.validate()?;
     // The CPU quantizer walks rows by the layout's strides; a pool's rows
     // are found through a block table, which it does not take (sequence b
@@ -242,7 +250,7 @@ fn check_quantized(shape: &DecodeShape, seq_lens: &[u32], values: usize) -> Resu
     ensure(!shape.is_paged(), "kv_layout", "a contiguous or strided layout (the CPU quantizer takes no block table)", "a paged layout")?;
     shape.validate_seq_lens(seq_lens)?;
     let need = shape.kv_elems_required().unwrap_or(u64::MAX);
-    ensure(values as u64 >= need, "plain", format!("at least {need} values"), values)
+    ensure(values as u64 >= need, name, format!("at least {need} values"), values)
 }
 
 /// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
@@ -258,7 +266,7 @@ pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32])
 /// [`quantize_cache_int8`] for either per-head byte format (int8, fp8 per
 /// head): bytes in the layout, one f32 scale per row.
 fn quantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<f32>)> {
-    check_cache_shape(shape, seq_lens, plain.len())?;
+    check_cache_shape(shape, seq_lens, plain.len(), "plain")?;
     let d = shape.head_dim as usize;
     let fp8 = shape.kv_format == KvFormat::Fp8PerHead;
     let mut data = vec![0u8; shape.kv_elems_required().unwrap_or(0) as usize];
@@ -284,13 +292,13 @@ fn quantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32])
 /// shape's layout (other elements NaN): what the attention kernels compute with.
 pub fn dequantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[f32]) -> Result<Vec<f32>> {
     ensure(shape.kv_format == KvFormat::Int8, "kv_format", "int8", shape.kv_format.name())?;
-    dequantize_cache_per_head(shape, seq_lens, data, scales)
+    dequantize_cache_per_head(shape, seq_lens, data, scales, "scales")
 }
 
 /// [`dequantize_cache_int8`] for either per-head byte format.
-fn dequantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[f32]) -> Result<Vec<f32>> {
-    check_cache_shape(shape, seq_lens, data.len())?;
-    ensure((scales.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), "scales", "one scale per row of the cache", scales.len())?;
+fn dequantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[f32], scales_name: &str) -> Result<Vec<f32>> {
+    check_cache_shape(shape, seq_lens, data.len(), "data")?;
+    ensure((scales.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), scales_name, "one scale per row of the cache", scales.len())?;
     let d = shape.head_dim as usize;
     let fp8 = shape.kv_format == KvFormat::Fp8PerHead;
     let mut out = vec![f32::NAN; data.len()];
@@ -341,9 +349,9 @@ fn for_each_row(shape: &DecodeShape, seq_lens: &[u32], f: impl Fn(usize, usize) 
     });
 }
 
-fn check_cache_shape(shape: &DecodeShape, seq_lens: &[u32], len: usize) -> Result<()> {
+fn check_cache_shape(shape: &DecodeShape, seq_lens: &[u32], len: usize, name: &str) -> Result<()> {
     ensure(matches!(shape.kv_format, KvFormat::Int8 | KvFormat::Fp8PerHead), "kv_format", "int8 or fp8-per-head", shape.kv_format.name())?;
-    check_quantized(shape, seq_lens, len)
+    check_quantized(shape, seq_lens, len, name)
 }
 
 /// A buffer that threads write at disjoint places (`for_each_row` hands

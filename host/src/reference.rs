@@ -73,6 +73,19 @@ pub fn decode_attention_with(
             (false, None) => {}
         }
     }
+    // A sink is a logit: ±inf are its limits (+inf takes every weight, the
+    // row's output is 0, as the kernels' `1 / (1 + 2^(s − lse))` gives), NaN
+    // is no value. A slope multiplies key distances: only finite ones.
+    if let Some(sinks) = heads.sinks {
+        if let Some(h) = sinks.iter().take(shape.num_q_heads as usize).position(|x| x.is_nan()) {
+            return Err(Error::invalid(format!("sinks[{h}]"), "a logit (a number, or ±inf)", "NaN"));
+        }
+    }
+    if let Some(slopes) = heads.alibi_slopes {
+        if let Some(h) = slopes.iter().take(shape.num_q_heads as usize).position(|x| !x.is_finite()) {
+            return Err(Error::invalid(format!("alibi_slopes[{h}]"), "a finite slope", slopes[h]));
+        }
+    }
     match (shape.key_ranges, heads.seq_starts) {
         (true, Some(s)) => ensure(s.len() >= shape.batch as usize, "seq_starts", format!("{} values (one per sequence)", shape.batch), s.len())?,
         (true, None) => return Err(Error::invalid("seq_starts", "one first key per sequence (the shape has key_ranges)", "none")),
@@ -113,6 +126,20 @@ pub fn decode_attention_with(
             });
         }
     });
+    // A computed row that is not finite is a failure of the inputs (a NaN
+    // in Q, K or V, a sum past f64), never a row to skip.
+    let row_elems = rows_per_seq * d;
+    for &b in batches {
+        if let Some(at) = out[b * row_elems..][..row_elems].iter().position(|x| !x.is_finite()) {
+            let r = at / d;
+            let (i, h) = (r / shape.num_q_heads as usize, r % shape.num_q_heads as usize);
+            return Err(Error::invalid(
+                format!("reference row (sequence {b}, new token {i}, query head {h})"),
+                "finite attention (finite Q, K and V rows)",
+                out[b * row_elems + at],
+            ));
+        }
+    }
     Ok(out)
 }
 
@@ -164,6 +191,10 @@ fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, 
         x + slope * (t as f64 - pos as f64)
     }));
     let sink = heads.sinks.map(|s| s[h] as f64);
+    if sink == Some(f64::INFINITY) {
+        out.fill(0.0);
+        return;
+    }
     let max = logits.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
     let mut denom = sink.map_or(0.0, |s| (s - max).exp());
     out.fill(0.0);
@@ -184,7 +215,7 @@ pub struct Comparison {
     pub rel_l2: f64,
     /// Whether `out` has a NaN or infinity at a compared element.
     pub nonfinite: bool,
-    /// Elements compared (those where the reference is not NaN).
+    /// Elements compared (all of them).
     pub compared: usize,
 }
 
@@ -195,24 +226,22 @@ impl Comparison {
     }
 }
 
-/// Compares `out` with `reference` over the elements where the reference is
-/// not NaN (sampled references mark the rest NaN). Errors when the slices
-/// differ in length, when the reference holds an infinity, or when nothing
-/// is compared (an all-NaN reference proves nothing).
+/// Compares `out` with `reference`, every element. Errors when the slices
+/// differ in length, are empty, or when the reference holds a NaN or an
+/// infinity: a sampled reference (`decode_attention_batches`) marks the
+/// rows it did not compute NaN, so compare the computed rows' slices; a
+/// NaN is never skipped, where it would pass a wrong kernel on those rows.
 pub fn relative_l2_error(out: &[f32], reference: &[f64]) -> Result<Comparison> {
     ensure(out.len() == reference.len(), "out", format!("{} values, as many as the reference", reference.len()), out.len())?;
     let (mut num, mut den, mut nonfinite, mut compared) = (0.0, 0.0, false, 0usize);
-    for (&o, &r) in out.iter().zip(reference) {
-        if r.is_nan() {
-            continue;
-        }
-        ensure(r.is_finite(), "reference", "finite values (or NaN for rows not computed)", r)?;
+    for (at, (&o, &r)) in out.iter().zip(reference).enumerate() {
+        ensure(r.is_finite(), format!("reference[{at}]"), "finite values (compare only the rows a sampled reference computed)", r)?;
         compared += 1;
         nonfinite |= !o.is_finite();
         num += (o as f64 - r).powi(2);
         den += r * r;
     }
-    ensure(compared > 0, "reference", "at least one computed (non-NaN) value", "none")?;
+    ensure(compared > 0, "reference", "at least one value", "none")?;
     let rel_l2 = if den > 0.0 {
         (num / den).sqrt()
     } else if num == 0.0 {

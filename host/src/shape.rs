@@ -8,6 +8,17 @@ use crate::error::{ensure, Result};
 /// kernels index keys in 32-bit arithmetic with headroom for one stage.
 pub const MAX_SEQ_LEN: u32 = i32::MAX as u32;
 
+/// The largest soft-cap a shape takes. The kernels' form of `c · tanh(x / c)`
+/// errs by about `c · 2^-23` in a logit (`kernels-gpu/src/variant.rs`):
+/// emulated on N(0, 4) logits, the output is 2-3 % off at a cap of 3e5 and
+/// 180 % at 1e6; at 1e4 the logit error is 1.2e-3. Models use 30 to 50.
+pub const MAX_SOFT_CAP: f32 = 1.0e4;
+
+/// The largest `KvLayout::Strided` stride, in bytes (`stride × bits / 8`):
+/// 2^59 (512 PiB), so a stride times a format's bits (at most 2^62) never
+/// overflows u64, nor does a sum of three of them.
+pub const MAX_STRIDE_BYTES: u64 = 1 << 59;
+
 /// How one sequence/token/head row of K (and of V) is addressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KvLayout {
@@ -424,6 +435,9 @@ impl DecodeShape {
                 format!("a positive finite cap c with c · log2(e) finite and 2 · log2(e) · scale / c finite and nonzero (scale {})", self.softmax_scale()),
                 cap,
             )?;
+            // The kernels' tanh form errs by about c · 2^-23 in a logit:
+            // beyond MAX_SOFT_CAP the output's 1e-2 bound no longer holds.
+            ensure(cap <= MAX_SOFT_CAP, "soft_cap", format!("at most {MAX_SOFT_CAP:e} (models use 30 to 50; a cap c costs about c · 2^-23 in each logit)"), cap)?;
         }
         if let Some(w) = self.window {
             ensure(w >= 1 && w != decode_attn_abi::NO_WINDOW, "window", format!("1..{} keys left of the query (None: no window)", decode_attn_abi::NO_WINDOW), w)?;
@@ -436,9 +450,15 @@ impl DecodeShape {
         )?;
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {
             // Rows must start 16-byte aligned for the kernels' vector loads.
-            let per16 = 128 / self.kv_format.bits() as u64;
+            // Every stride is bounded, also one the shape multiplies by
+            // zero (batch 1, one kv head, max_seq_len 1): the kernels'
+            // parameters hold each in bytes, `stride × bits / 8`.
+            let bits = self.kv_format.bits() as u64;
+            let per16 = 128 / bits;
+            let most = MAX_STRIDE_BYTES * 8 / bits;
             for (name, stride) in [("kv_layout.batch", batch), ("kv_layout.token", token), ("kv_layout.head", head)] {
                 ensure(stride % per16 == 0, name, format!("a multiple of {per16} elements (16-byte aligned rows)"), stride)?;
+                ensure(stride <= most, name, format!("at most {most} elements (2^59 bytes)"), stride)?;
             }
         }
         if let KvLayout::Paged { page_size, num_pages, .. } = self.kv_layout {

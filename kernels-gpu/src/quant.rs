@@ -8,7 +8,8 @@
 //! The arithmetic is the CPU quantizer's (`decode_attn::quant`), operation
 //! for operation in IEEE f32, so both give the same bits: `amax = max |x|`,
 //! `inv = 127 / amax`, `q = rint(x · inv)` (ties to even), scale `amax / 127`
-//! (all zero for an all-zero row).
+//! (all zero for an all-zero row; rows below 2^-100 lifted by 2^64 first,
+//! `decode_attn_abi::row_factors`, so no step overflows).
 
 use decode_attn_abi::{QuantParams, QUANT_WARPS};
 
@@ -135,13 +136,13 @@ fn row_amax<const E: usize>(x: &[f32; E]) -> f32 {
 pub unsafe fn quantize_int8<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
     let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
     let amax = row_amax(&x);
-    let inv = if amax > 0.0 { 127.0 / amax } else { 0.0 };
+    let (lift, inv) = decode_attn_abi::row_factors(amax, 127.0);
     let dst = data_row(p, cb, ct, h) + (lane as usize * E) as u64;
     let mut bytes = [0u32; E];
     #[allow(clippy::needless_range_loop)]
     for i in 0..E {
         // Stored offset by 128 (offset binary): 1..=255.
-        bytes[i] = (math::rint_i32(x[i] * inv).clamp(-127, 127) + 128) as u32;
+        bytes[i] = (math::rint_i32(x[i] * lift * inv).clamp(-127, 127) + 128) as u32;
     }
     if E == 2 {
         memory::st_global_u16(dst, bytes[0] | (bytes[1] << 8));
@@ -187,7 +188,7 @@ pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &Quant
 }
 
 /// 16-bit rows → fp8 e4m3 rows + one f32 scale per row (`Fp8PerHead`):
-/// `amax = max |x|`, `inv = 448 / amax`, `q = e4m3(x · inv)` by
+/// `amax = max |x|`, `inv = 448 / amax` (lifted below 2^-100), `q = e4m3(x · inv)` by
 /// `cvt.rn.satfinite` (ties to even), scale `amax / 448`; an all-zero row
 /// stores zeros and scale 0. `decode_attn::quant::quantize_fp8_row` is its
 /// CPU twin, bit for bit.
@@ -198,8 +199,8 @@ pub unsafe fn dequantize_int8<H: Half, const D: usize, const E: usize>(p: &Quant
 pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
     let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
     let amax = row_amax(&x);
-    let inv = if amax > 0.0 { decode_attn_abi::E4M3_MAX / amax } else { 0.0 };
-    store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, inv);
+    let (lift, inv) = decode_attn_abi::row_factors(amax, decode_attn_abi::E4M3_MAX);
+    store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, lift, inv);
     if lane == 0 {
         memory::st_global_f32(side_row(p, cb, ct, h), amax / decode_attn_abi::E4M3_MAX);
     }
@@ -216,17 +217,20 @@ pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: 
 #[inline(always)]
 pub unsafe fn quantize_fp8_per_tensor<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
     let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
-    let inv = 1.0 / memory::ld_global_nc_f32(p.side);
-    store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, inv);
+    // (A tiny device scale is lifted and a non-positive one writes zeros,
+    // `decode_attn_abi::tensor_factors`: the kernel cannot reject it.)
+    let (lift, inv) = decode_attn_abi::tensor_factors(memory::ld_global_nc_f32(p.side));
+    store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, lift, inv);
 }
 
-/// This lane's `E` values times `inv` as e4m3 bytes at `dst`, in order.
+/// This lane's `E` values times `lift`, then `inv`, as e4m3 bytes at
+/// `dst`, in order.
 #[inline(always)]
-unsafe fn store_e4m3_lane<const E: usize>(dst: u64, x: &[f32; E], inv: f32) {
+unsafe fn store_e4m3_lane<const E: usize>(dst: u64, x: &[f32; E], lift: f32, inv: f32) {
     // Pairs of bytes, the first value in the low byte.
     let mut pairs = [0u32; E];
     for i in 0..E / 2 {
-        pairs[i] = math::e4m3x2_from_f32(x[2 * i + 1] * inv, x[2 * i] * inv);
+        pairs[i] = math::e4m3x2_from_f32(x[2 * i + 1] * lift * inv, x[2 * i] * lift * inv);
     }
     if E == 2 {
         memory::st_global_u16(dst, pairs[0]);
@@ -287,7 +291,8 @@ fn shfl_xor_u32(v: u32, m: u32) -> u32 {
 }
 
 /// 16-bit rows → int4 rows + (fp16 scale, fp16 zero) per group of `G` dims:
-/// `lo = min`, `scale = f16((max - lo) / 15)`, `zero = f16(lo)`,
+/// `lo = min`, `hi = max` (both clamped to `±INT4_LIMIT`),
+/// `scale = f16((hi - lo) / 15)`, `zero = f16(lo)`,
 /// `q = clamp(rint((x - zero) / scale), 0, 15)` with the rounded scale and
 /// zero (q = 0 where the scale is 0).
 ///
@@ -309,6 +314,7 @@ pub unsafe fn quantize_int4<H: Half, const D: usize, const E: usize, const G: u3
         hi = hi.max(warp::shfl_xor_f32(hi, m));
         m *= 2;
     }
+    let (lo, hi) = (decode_attn_abi::int4_bound(lo), decode_attn_abi::int4_bound(hi));
     let s_bits = math::f16_bits((hi - lo) / 15.0);
     let z_bits = math::f16_bits(lo);
     let (scale, zero) = math::unpack_f16x2(s_bits | (z_bits << 16));

@@ -93,3 +93,25 @@ pub fn advance(m: &mut f32, step_max: f32) -> (f32, f32) {
     *m = new;
     (alpha, safe_max(new))
 }
+
+/// The exponent a row's softmax base adds for a key whose P carries V's
+/// per-row scale `s` (int8, fp8 per head, where P is packed to fp16 as
+/// `P · s`): `⌊log2 s⌋ − 14`, clamped to `[−64, 113]`, as an f32.
+///
+/// Such formats take as a row's base `b` the running maximum of `x + e`
+/// (logit plus the exponent of the largest V scale among the thread's
+/// keys of the step) rather than of `x`: the 16-bit operand `2^(x − b) · s`
+/// then stays below 2^15 (never fp16's 65504) and the step that sets `b`
+/// puts its largest at 2^14 or more, whatever V's magnitude. With the
+/// base at the plain maximum, V rows of magnitude 1e-4 put `P · s` among
+/// fp16's subnormals and lost 2.6 % of the output (docs/perf.md, "V's
+/// scale in the softmax base"). The sum `l = Σ 2^(x − b)` and the output
+/// share the base, so `O / l` and the log-sum-exp `b + log2 l` are the
+/// softmax's whatever `b` is; the clamp keeps `l` within f32 (at most
+/// `2^64` a key).
+#[inline(always)]
+pub fn scale_exponent(s: f32) -> f32 {
+    // The biased exponent into the low bits of 2^23: an exact integer.
+    let biased = f32::from_bits(0x4B00_0000 | ((s.to_bits() >> 23) & 0xff)) - 8_388_608.0;
+    (biased - (127.0 + 14.0)).clamp(-64.0, 113.0)
+}

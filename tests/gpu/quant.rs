@@ -172,3 +172,107 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     }
     Ok(())
 }
+
+/// Rows no finite input may break: magnitudes from bf16's smallest
+/// subnormal (9.2e-41) through 1e-37 (where `127 / amax` and `448 / amax`
+/// overflowed f32, zeros became NaN codes and every other value saturated)
+/// to 3e37, all-zero rows and rows with exact zeros. The GPU's bytes are the
+/// CPU's, no fp8 byte is a NaN code, every dequantized value is finite, and
+/// int8 and fp8 rows keep their values (relative error of the row within the
+/// format's rounding), tiny rows included; int4 rows (an fp16 scale and
+/// zero) keep theirs within fp16's range. fp8 per tensor: a tiny device
+/// scale (1e-40, 2^-149) gives the CPU's codes, a zero or negative one zero
+/// codes, never NaN ones.
+pub fn extreme_rows(attn: &DecodeAttention, stream: &Stream, format: KvFormat) -> Result<(), String> {
+    let dtype = Dtype::Bf16;
+    let shape = DecodeShape { kv_format: format, ..DecodeShape::bf16(1, 2, 2, 128, 1, 16) };
+    let lens = vec![16u32];
+    let mags: [f32; 16] = [1e-37, 5e-38, 1e-39, 1e-40, 9.2e-41, 0.0, 1e-30, 1e-6, 1.0, 100.0, 6e4, 1e6, 3e37, 1e-36, 2e-38, 7.0];
+    let n = shape.kv_elems_required().unwrap() as usize;
+    let d = shape.head_dim as usize;
+    let mut rng = decode_attn::testing::Rng::new(77);
+    let plain: Vec<f32> = (0..n)
+        .map(|i| {
+            let (row, dim) = (i / d, i % d);
+            let x = if dim % 5 == 0 { 0.0 } else { mags[row % mags.len()] * rng.normal() as f32 };
+            decode_attn::half::bf16::from_f32(x).to_f32()
+        })
+        .collect();
+    let bits: Vec<u16> = plain.iter().map(|&x| to16(x, dtype)).collect();
+    let plain_dev = DeviceBuffer::from_slice(&bits).map_err(err)?;
+    let lens_dev = DeviceBuffer::from_slice(&lens).map_err(err)?;
+    // SAFETY (of the views below): each names a live buffer of this function.
+    let plain_view = unsafe { TensorRef::from_raw(plain_dev.as_device_ptr().as_raw(), n, decode_attn::check::dtype_elem(dtype)) };
+    let side_elem = decode_attn::check::side_elem(format).ok_or("not a quantized format")?;
+    let n_bytes = shape.kv_bytes_required().unwrap() as usize;
+    let fp8 = matches!(format, KvFormat::Fp8 | KvFormat::Fp8PerHead);
+    let nan_code = |b: &u8| fp8 && b & 0x7f == 0x7f;
+    let mut data = DeviceBuffer::<u8>::zeroed(n_bytes).map_err(err)?;
+    let mut got = vec![0u8; n_bytes];
+    if format == KvFormat::Fp8 {
+        for scale in [1e-40f32, f32::from_bits(1), 1e-30, 0.0, -1.0] {
+            let side = DeviceBuffer::from_slice(&[scale.to_bits()]).map_err(err)?;
+            let side_view = unsafe { TensorMut::from_raw(side.as_device_ptr().as_raw(), 1, side_elem) };
+            attn.quantize_kv(&shape, &StepInputs::lengths(&lens_dev), plain_view, KvMut::quantized(&mut data, side_view), stream).map_err(err)?;
+            stream.synchronize().map_err(err)?;
+            data.copy_to(&mut got).map_err(err)?;
+            let mut want = vec![0u8; n_bytes];
+            for (row, out) in plain.chunks(d).zip(want.chunks_mut(d)) {
+                decode_attn::quant::quantize_fp8_row_scaled(row, scale, out);
+            }
+            if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+                return Err(format!("scale {scale:e}: byte {i} is {:#x} on the GPU, {:#x} on the CPU", got[i], want[i]));
+            }
+            if let Some(i) = got.iter().position(nan_code) {
+                return Err(format!("scale {scale:e}: byte {i} is a NaN code ({:#x})", got[i]));
+            }
+            if !(scale > 0.0) && got.iter().any(|&b| b & 0x7f != 0) {
+                return Err(format!("scale {scale:e}: nonzero codes under a scale that is not positive"));
+            }
+        }
+        return Ok(());
+    }
+    let n_side = (shape.side_bytes_required().unwrap() / 4) as usize;
+    let side = DeviceBuffer::from_slice(&vec![f32::NAN.to_bits(); n_side]).map_err(err)?;
+    let side_view = unsafe { TensorMut::from_raw(side.as_device_ptr().as_raw(), n_side, side_elem) };
+    attn.quantize_kv(&shape, &StepInputs::lengths(&lens_dev), plain_view, KvMut::quantized(&mut data, side_view), stream).map_err(err)?;
+    stream.synchronize().map_err(err)?;
+    data.copy_to(&mut got).map_err(err)?;
+    let mut got_side = vec![0u32; n_side];
+    side.copy_to(&mut got_side).map_err(err)?;
+    let (want, want_side) = quantize_cache(&shape, &lens, &plain).map_err(err)?;
+    if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+        return Err(format!("byte {i} is {:#x} on the GPU, {:#x} on the CPU", got[i], want[i]));
+    }
+    if let Some(i) = got_side.iter().zip(&want_side).position(|(a, b)| a != b) {
+        return Err(format!("side word {i} is {:#x} on the GPU, {:#x} on the CPU", got_side[i], want_side[i]));
+    }
+    if let Some(i) = got.iter().position(nan_code) {
+        return Err(format!("byte {i} is a NaN code ({:#x})", got[i]));
+    }
+    let back = dequantize_cache(&shape, &lens, &got, &got_side).map_err(err)?;
+    for (r, (x, y)) in plain.chunks(d).zip(back.chunks(d)).enumerate() {
+        let mag = mags[r % mags.len()];
+        if let Some(i) = y.iter().position(|v| !v.is_finite()) {
+            return Err(format!("row {r} (magnitude {mag:e}): dequantized value {i} is {}", y[i]));
+        }
+        if x.iter().zip(y).any(|(&a, &b)| a == 0.0 && b != 0.0 && format.group().is_none()) {
+            return Err(format!("row {r} (magnitude {mag:e}): a zero came back nonzero"));
+        }
+        let (num, den) = x.iter().zip(y).fold((0f64, 0f64), |(n, dd), (&a, &b)| (n + ((a - b) as f64).powi(2), dd + (a as f64).powi(2)));
+        let rel = if den > 0.0 { (num / den).sqrt() } else { num.sqrt() };
+        // Within the format's rounding: int8 half a step of 127, e4m3 half
+        // an ulp of 3 mantissa bits (relative L2 well below both); int4
+        // only where its fp16 scale and zero hold the row.
+        let bound = match format {
+            KvFormat::Int8 => Some(0.01),
+            KvFormat::Fp8PerHead => Some(0.07),
+            _ if (1e-3..=100.0).contains(&mag) => Some(0.25),
+            _ => None,
+        };
+        if bound.is_some_and(|b| !(rel <= b)) {
+            return Err(format!("row {r} (magnitude {mag:e}): relative error {rel:.3e} after the round trip"));
+        }
+    }
+    Ok(())
+}

@@ -10,6 +10,7 @@ mod fp8;
 mod kernel_set;
 mod kernels;
 mod params;
+mod quant;
 mod tile;
 
 pub use axes::*;
@@ -17,4 +18,5 @@ pub use fp8::*;
 pub use kernel_set::*;
 pub use kernels::*;
 pub use params::*;
+pub use quant::*;
 pub use tile::*;

@@ -248,9 +248,13 @@ pub const fn capacity_merge_item(batch: u32, seq_len: u32, q_len: u32, chunk_key
 /// [`capacity_merge_item`] of a sequence whose work starts at key `start`
 /// ([`capacity_work_item_from`]).
 #[inline(always)]
+///
+/// Total: a `start` past `seq_len` or a `chunk_keys` of 0 (which no plan
+/// makes) gives no slots, and the first slot wraps as the kernels' 32-bit
+/// arithmetic does.
 pub const fn capacity_merge_item_from(batch: u32, seq_len: u32, start: u32, q_len: u32, chunk_keys: u32, chunks_per_seq: u32) -> MergeItem {
-    let num_slots = if seq_len < q_len { 0 } else { (seq_len - start).div_ceil(chunk_keys) };
-    MergeItem { batch, first_slot: batch * chunks_per_seq, num_slots, _pad: 0 }
+    let num_slots = if seq_len < q_len || start > seq_len || chunk_keys == 0 { 0 } else { (seq_len - start).div_ceil(chunk_keys) };
+    MergeItem { batch, first_slot: batch.wrapping_mul(chunks_per_seq), num_slots, _pad: 0 }
 }
 
 /// Parameters of the split-merge kernel, for plans whose merges are too

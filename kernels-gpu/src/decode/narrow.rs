@@ -156,7 +156,10 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
                 s[e] = variant::logit::<V>(p, s[e], scale, hidden, key, row_terms);
             }
 
-            let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2])), warp::column_max(s[1].max(s[3])));
+            // (Formats whose P carries V's scales: the base covers them,
+            // `state::scale_exponent`.)
+            let e = if F::SCALED { state::scale_exponent(vscale[0].max(vscale[1])) } else { 0.0 };
+            let (mx_a, mx_b) = (warp::column_max(s[0].max(s[2]) + e), warp::column_max(s[1].max(s[3]) + e));
             let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK);
             let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
             let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);

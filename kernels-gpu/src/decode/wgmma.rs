@@ -478,6 +478,17 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     l: &mut [f32; 2],
 ) {
     let (warp_m, g, c2, key0) = (view.warp_m, view.g, view.c2, ops.key0);
+    // The exponent of this thread's largest V scale of the step (formats
+    // whose P carries V's scales, `state::scale_exponent`), before the
+    // scores: after them, its loads spilled the 128-register kernels.
+    let e = if F::SCALED {
+        state::scale_exponent(tree(core::array::from_fn::<_, T, _>(|n| {
+            let pair = shared::ld_shared_v2_f32(ops.v_scales + 4 * (8 * n as u32 + c2));
+            pair[0].max(pair[1])
+        }), f32::max))
+    } else {
+        0.0
+    };
     let raw = scores::<F::Compute, T>(q_desc, ops.k);
     // Per-row factors of the scores: the softmax scale (base 2),
     // times the power of two a converted Q row was scaled down by
@@ -532,10 +543,13 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     }
     // Maxima and sums as trees (a chain of 8 dependent operations
     // per row stalled the warps on fixed latencies).
-    let (mx_a, mx_b) = (warp::quad_max(tree(s.map(|t| t[0].max(t[1])), f32::max)), warp::quad_max(tree(s.map(|t| t[2].max(t[3])), f32::max)));
-    let (mx_a, mx_b) = if fold { (mx_a * scale_a, mx_b * scale_b) } else { (mx_a, mx_b) };
+    // (Formats whose P carries V's scales: the base covers them,
+    // `state::scale_exponent`; with `fold`, after the row factors.)
+    let (mx_a, mx_b) = (tree(s.map(|t| t[0].max(t[1])), f32::max), tree(s.map(|t| t[2].max(t[3])), f32::max));
+    let (mx_a, mx_b) = if fold { (fma(mx_a, scale_a, e), fma(mx_b, scale_b, e)) } else { (mx_a + e, mx_b + e) };
+    let (mx_a, mx_b) = (warp::quad_max(mx_a), warp::quad_max(mx_b));
     // Formats without slack (int8: P carries V's scale) still skip
-    // the rescale when no row's max grew (slack 0, P ≤ 1): here it
+    // the rescale when no row's base grew (slack 0): here it
     // is 64 multiplies a step.
     let moved = state::warp_must_move(*m, [mx_a, mx_b], F::RESCALE_SLACK.or(Some(0.0)));
     let (alpha_a, base_a) = state::advance_if(&mut m[0], mx_a, moved);

@@ -187,8 +187,11 @@ pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC:
                 }
             }
 
-            let mx_a = warp::quad_max(s[0][0].max(s[0][1]).max(s[1][0]).max(s[1][1]));
-            let mx_b = warp::quad_max(s[0][2].max(s[0][3]).max(s[1][2]).max(s[1][3]));
+            // (Formats whose P carries V's scales: the base covers them,
+            // `state::scale_exponent`.)
+            let e = if F::SCALED { state::scale_exponent(vscale[0][0].max(vscale[0][1]).max(vscale[1][0].max(vscale[1][1]))) } else { 0.0 };
+            let mx_a = warp::quad_max(s[0][0].max(s[0][1]).max(s[1][0]).max(s[1][1]) + e);
+            let mx_b = warp::quad_max(s[0][2].max(s[0][3]).max(s[1][2]).max(s[1][3]) + e);
             let moved = state::warp_must_move([m_a, m_b], [mx_a, mx_b], F::RESCALE_SLACK);
             let (alpha_a, base_a) = state::advance_if(&mut m_a, mx_a, moved);
             let (alpha_b, base_b) = state::advance_if(&mut m_b, mx_b, moved);

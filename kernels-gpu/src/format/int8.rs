@@ -87,11 +87,11 @@ impl<Q: Half, C: ByteCode> KvFormat for ByteKv<Q, C> {
     type Compute = super::F16;
     type Query = Q;
     const SCALED: bool = !C::FORMAT.tensor_scaled();
-    /// Per-row scales: P is multiplied by V's scale (up to max|v| / 127)
-    /// before it is packed to fp16: terms above 1 would narrow the range of
-    /// V the cache holds (and skipping only unmoved maxima, slack 0,
-    /// measured 1–2 % slower on grid B: the vote costs more than the
-    /// rescales it skips). Per-tensor scales leave P as the 16-bit formats
+    /// Per-row scales: P is multiplied by V's scale before it is packed to
+    /// fp16, and the softmax base puts the largest product at 2^14 to 2^15
+    /// (`state::scale_exponent`): no room for slack (and skipping only
+    /// unmoved maxima, slack 0, measured 1–2 % slower on grid B: the vote
+    /// costs more than the rescales it skips). Per-tensor scales leave P as the 16-bit formats
     /// do (terms ≤ 256 times e4m3 values ≤ 448, accumulated in f32).
     const RESCALE_SLACK: Option<f32> = if C::FORMAT.tensor_scaled() { Some(8.0) } else { None };
     const V_DIMS_INTERLEAVED: bool = true;
