@@ -38,7 +38,15 @@ fn shape_errors_name_the_parameter() {
         (|s| s.scale = Some(f32::NAN), "scale"),
         (|s| s.scale = Some(-1.0), "scale"),
         (|s| s.kv_layout = KvLayout::Strided { batch: 1024 * 256, token: 260, head: 128 }, "kv_layout.token"),
-        (|s| s.kv_layout = KvLayout::Strided { batch: u64::MAX & !7, token: 256, head: 128 }, "kv_layout"),
+        (|s| s.kv_layout = KvLayout::Strided { batch: u64::MAX & !7, token: 256, head: 128 }, "kv_layout.batch"),
+        // Each stride within its bound, the extent past memory.
+        (
+            |s| {
+                s.batch = 64;
+                s.kv_layout = KvLayout::Strided { batch: 1 << 57, token: 256, head: 128 };
+            },
+            "kv_layout",
+        ),
     ];
     for (mutate, param) in cases {
         let mut s = good();
