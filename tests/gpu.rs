@@ -533,31 +533,24 @@ fn main() {
         }
     }
     if filter.is_none() && first_part {
+        // A test without an error figure: its line, and the count.
+        let mut tally = |name: &str, outcome: Result<(), String>, ok: &str| match outcome {
+            Ok(()) => {
+                println!("ok   {name:<60} {ok}");
+                passed += 1;
+            }
+            Err(e) => {
+                println!("FAIL {name:<60} {e}");
+                failed += 1;
+            }
+        };
         for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
             let name = format!("{}/bf16/quantize-extreme-rows", format.name());
-            match quant::extreme_rows(&attn, &stream, format) {
-                Ok(()) => {
-                    println!("ok   {name:<60} GPU bits == CPU bits, no NaN code, values kept");
-                    passed += 1;
-                }
-                Err(e) => {
-                    println!("FAIL {name:<60} {e}");
-                    failed += 1;
-                }
-            }
+            tally(&name, quant::extreme_rows(&attn, &stream, format), "GPU bits == CPU bits, no NaN code, values kept");
         }
         for (format, dtype, d, layout) in quant_cases(sanitize) {
             let name = format!("{}/{}/quantize-append-dequantize/d{d}/{layout:?}", format.name(), dtype.name());
-            match quant::round_trips(&attn, &stream, format, dtype, d, layout) {
-                Ok(()) => {
-                    println!("ok   {name:<60} GPU bits == CPU bits");
-                    passed += 1;
-                }
-                Err(e) => {
-                    println!("FAIL {name:<60} {e}");
-                    failed += 1;
-                }
-            }
+            tally(&name, quant::round_trips(&attn, &stream, format, dtype, d, layout), "GPU bits == CPU bits");
         }
     }
     if filter.is_none() && first_part {
