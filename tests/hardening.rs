@@ -340,7 +340,7 @@ fn device() -> impl Strategy<Value = (DeviceInfo, KernelInfo)> {
         4 => Just((DEV, KERNEL)),
         1 => (extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32(), extreme_u32()).prop_map(
             |(sm, smem_b, smem_sm, thr, regs, mtpb, rpt)| (
-                DeviceInfo { sm_count: sm, max_smem_per_block: smem_b, max_smem_per_sm: smem_sm, max_threads_per_sm: thr, regs_per_sm: regs, l2_bytes: 0, max_cluster: 8 },
+                DeviceInfo { sm_count: sm, max_smem_per_block: smem_b, max_smem_per_sm: smem_sm, max_threads_per_sm: thr, regs_per_sm: regs, l2_bytes: 0, max_cluster: 8, ..DEV },
                 KernelInfo { max_threads_per_block: mtpb, regs_per_thread: rpt },
             )
         ),
@@ -858,7 +858,7 @@ mod audit2 {
     fn g7_plan_arithmetic_does_not_panic() {
         let p = plan_with(&DecodeShape::bf16(2, 8, 1, 128, 1, 1024), &[1024, 1024], SplitPolicy::Auto).unwrap();
         assert!(p.waves(&DeviceInfo { sm_count: 0, ..DEV }) >= 1);
-        let chunk = decode_attn::heuristics::auto_chunk_keys(&[43233, 26527], 13_000_000_000_000_000_000, 32, 0);
+        let chunk = decode_attn::heuristics::auto_chunk_keys(&[43233, 26527], 13_000_000_000_000_000_000, 32, 0, u32::MAX);
         assert_eq!(chunk, u32::MAX, "more blocks than a wave: no split");
     }
 
@@ -1194,9 +1194,9 @@ mod audit3 {
         assert_eq!(decode_attn_abi::capacity_merge_item_from(3, 10, 0, 1, 0, 4).num_slots, 0);
         assert_eq!(decode_attn_abi::capacity_merge_item_from(3, 10, 11, 1, 4, 4).num_slots, 0);
         let _ = decode_attn_abi::capacity_merge_item_from(u32::MAX, 10, 0, 1, 4, u32::MAX);
-        assert_eq!(decode_attn::heuristics::merge_mode(u32::MAX, u32::MAX, u32::MAX), decode_attn::MergeMode::Kernel);
+        assert_eq!(decode_attn::heuristics::merge_mode(u32::MAX, u32::MAX, u32::MAX, u32::MAX), decode_attn::MergeMode::Kernel);
         let facts = decode_attn::heuristics::HeadPairFacts { adjacent_heads: true, blocks: u64::MAX, resident_blocks: u64::MAX, sm_count: u64::MAX, paged: true, total_keys: u64::MAX, sequences: u64::MAX };
-        let _ = decode_attn::heuristics::pair_heads(&facts);
+        let _ = decode_attn::heuristics::pair_heads(&facts, &decode_attn::tuning::H100_TABLE);
         let p = plan_with(&DecodeShape::bf16(2, 8, 1, 128, 1, 4096), &[4096, 100], SplitPolicy::ChunkKeys(512)).unwrap();
         let params = decode_attn::params::decode_params(&p, &decode_attn::params::LaunchAddrs { workspace: u64::MAX - 3, ..Default::default() });
         assert_eq!(params.work, (u64::MAX - 3).wrapping_add(p.layout().work as u64));

@@ -1,6 +1,6 @@
 //! Planner invariants (CPU only).
 
-use decode_attn::heuristics::{auto_chunk_keys, block_shape, IN_ATTENTION_MERGE_MAX_BYTES};
+use decode_attn::heuristics::{self, block_shape};
 use decode_attn::plan::{plan, stage_keys};
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
 use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
@@ -109,8 +109,8 @@ fn head_packing_puts_a_whole_group_in_one_block() {
 
 #[test]
 fn auto_chunk_prefers_fewer_splits_on_ties_and_never_exceeds_length() {
-    assert_eq!(auto_chunk_keys(&[100], 1, 64, 1), u32::MAX);
-    let c = auto_chunk_keys(&[8192; 128], 1, 64, 264);
+    assert_eq!(heuristics::auto_chunk_keys(&[100], 1, 64, 1, 2), u32::MAX);
+    let c = heuristics::auto_chunk_keys(&[8192; 128], 1, 64, 264, 2);
     assert!(c < 8192 && c % 64 == 0, "chunk {c}");
 }
 
@@ -146,7 +146,7 @@ fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel()
     assert!(!c.overlaps_merge());
     // Grid B (2, 128K): 48 rows per block over ~128 slots, megabytes each.
     let b = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
-    assert!(b.max_splits() as u64 * 48 * 128 * 4 > IN_ATTENTION_MERGE_MAX_BYTES);
+    assert!(b.max_splits() as u64 * 48 * 128 * 4 > dev.tuning.in_attention_merge_max_bytes as u64);
     assert_eq!(b.merge_mode(), MergeMode::Kernel);
     assert_eq!(b.merge_grid(), Some((2, 48, 1)));
     // The merge kernel is a programmatic dependent launch of the attention kernel.
@@ -225,10 +225,10 @@ fn sequences_split_into_at_most_a_cluster_of_chunks_merge_in_the_cluster() {
 fn auto_split_fills_whole_waves() {
     // One sequence, 8 kv heads, 264 resident blocks: never a nearly empty second wave.
     let wave = 132 * 2;
-    let c = auto_chunk_keys(&[32768], 8, 64, wave);
+    let c = heuristics::auto_chunk_keys(&[32768], 8, 64, wave, 2);
     let blocks = 32768u64.div_ceil(c as u64) * 8;
     assert!(blocks <= wave, "chunk {c} gives {blocks} blocks for a wave of {wave}");
-    let c = auto_chunk_keys(&[131072; 2], 1, 64, wave);
+    let c = heuristics::auto_chunk_keys(&[131072; 2], 1, 64, wave, 2);
     assert!(2 * 131072u64.div_ceil(c as u64) <= wave, "chunk {c}");
 }
 
@@ -368,7 +368,7 @@ fn sixteen_bit_wgmma_splits_fill_one_block_per_sm() {
 #[test]
 fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     let dev = &DeviceInfo::H100_SXM;
-    let family = |shape: &DecodeShape| decode_attn::heuristics::family(FamilyChoice::Auto, shape);
+    let family = |shape: &DecodeShape| decode_attn::heuristics::family(FamilyChoice::Auto, shape, &dev.tuning);
     // Grid B (48 rows) in bf16 and fp16; 64 and 128 rows.
     assert_eq!(family(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096)), Family::Wgmma);
     assert_eq!(family(&DecodeShape { dtype: Dtype::F16, kv_format: KvFormat::F16, ..DecodeShape::bf16(64, 16, 1, 128, 3, 4096) }), Family::Wgmma);
@@ -539,7 +539,7 @@ fn auto_splits_cut_the_longest_sequence_into_equal_chunks() {
     // Every candidate is even: a chunk is never more than one stage longer
     // than the longest sequence divided by its split count.
     for len in [1000u32, 4097, 8192, 12345, 65536, 131071] {
-        let c = auto_chunk_keys(&[len], 8, 128, 264);
+        let c = heuristics::auto_chunk_keys(&[len], 8, 128, 264, 2);
         if c != u32::MAX {
             let n = len.div_ceil(c);
             assert!(c <= len.div_ceil(n).next_multiple_of(128), "len {len}: chunk {c} for {n} splits");
@@ -782,4 +782,75 @@ fn capacity_plans_derive_a_ranges_items_from_the_clamped_device_start() {
     // A window and a start: the later of the two first keys.
     assert_eq!(range_start(1000, 100, 1, 50, 16), 944);
     assert_eq!(range_start(1000, 990, 1, 50, 16), 976);
+}
+
+mod tuning {
+    //! Which table a GPU's planner reads (`Tuning::for_device`).
+    use decode_attn::tuning::{H100_TABLE, H200_TABLE, TABLES};
+    use decode_attn::{DeviceFacts, DeviceInfo, Knob, Tuning};
+
+    fn facts(sm_count: u32, memory_clock_khz: u32, memory_bus_bits: u32) -> DeviceFacts {
+        DeviceFacts { compute_capability: (9, 0), sm_count, l2_bytes: 50 << 20, memory_clock_khz, memory_bus_bits }
+    }
+
+    #[test]
+    fn each_measured_gpu_reads_its_own_table() {
+        for t in TABLES {
+            assert_eq!(Tuning::for_device(&t.facts), t, "{}", t.name);
+        }
+        assert_eq!(Tuning::for_device(&DeviceFacts::H100_SXM).name, "H100 SXM");
+        assert_eq!(Tuning::for_device(&DeviceFacts::H200).name, "H200");
+        assert_eq!(DeviceInfo::H100_SXM.tuning, H100_TABLE);
+    }
+
+    #[test]
+    fn an_unmeasured_sm90_part_reads_the_nearest_table() {
+        // H800 SXM: an H100's SMs and HBM3 (3.35 TB/s).
+        assert_eq!(Tuning::for_device(&facts(132, 2_619_000, 5120)).name, "H100 SXM");
+        // H100 PCIe: 114 SMs, HBM2e at 2.0 TB/s.
+        assert_eq!(Tuning::for_device(&facts(114, 1_593_000, 5120)).name, "H100 SXM");
+        // H20: 78 SMs, HBM3 at 4.0 TB/s.
+        assert_eq!(Tuning::for_device(&facts(78, 2_619_000, 6144)).name, "H100 SXM");
+        // GH200 with HBM3e (4.9 TB/s) and with HBM3 (4.0 TB/s).
+        assert_eq!(Tuning::for_device(&facts(132, 3_201_000, 6144)).name, "H200");
+        assert_eq!(Tuning::for_device(&facts(132, 2_619_000, 6144)).name, "H100 SXM");
+        // A driver that reports no memory clock: by SMs alone, the first table on a tie.
+        assert_eq!(Tuning::for_device(&facts(132, 0, 0)).name, "H100 SXM");
+        // Another architecture: the nearest of all tables.
+        let other = DeviceFacts { compute_capability: (10, 0), ..DeviceFacts::H200 };
+        assert_eq!(Tuning::for_device(&other).name, "H200");
+    }
+
+    #[test]
+    fn peak_bandwidth_is_two_transfers_a_clock_over_the_bus() {
+        assert_eq!(DeviceFacts::H100_SXM.peak_gbps(), 3352);
+        assert_eq!(facts(132, 0, 5120).peak_gbps(), 0);
+    }
+
+    #[test]
+    fn a_sweep_candidate_changes_one_threshold_and_names_round_trip() {
+        for k in Knob::ALL {
+            assert_eq!(Knob::from_name(k.name()), Some(k));
+            let t = H200_TABLE.with(k, 12345);
+            assert_eq!(t.get(k), 12345);
+            for other in Knob::ALL.into_iter().filter(|&o| o != k) {
+                assert_eq!(t.get(other), H200_TABLE.get(other), "{} moved {}", k.name(), other.name());
+            }
+        }
+        assert_eq!(Tuning::by_name("h200"), Some(&H200_TABLE));
+        assert_eq!(Tuning::by_name("B200"), None);
+    }
+
+    #[test]
+    fn the_tables_thresholds_reach_the_plans() {
+        use decode_attn::plan::plan;
+        use decode_attn::{Family, PlanOptions};
+        // Grid B's 48 rows: wgmma under the H100 table, wide when the table
+        // asks for more than 48 rows.
+        let shape = decode_attn::DecodeShape::bf16(64, 16, 1, 128, 3, 4096);
+        let dev = DeviceInfo::H100_SXM;
+        assert_eq!(plan(&shape, &[4096; 64], &dev, &super::KERNEL, &PlanOptions::default()).unwrap().family(), Family::Wgmma);
+        let fewer = DeviceInfo { tuning: H100_TABLE.with(Knob::WgmmaMinRows, 48), ..dev };
+        assert_eq!(plan(&shape, &[4096; 64], &fewer, &super::KERNEL, &PlanOptions::default()).unwrap().family(), Family::Wide);
+    }
 }

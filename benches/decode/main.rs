@@ -11,12 +11,13 @@ mod buffers;
 mod check;
 mod grids;
 mod report;
+mod sweep;
 mod timing;
 
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice, Tuning, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -138,6 +139,20 @@ struct Args {
     /// read up to 13 % slow on some rows (docs/perf.md, "Method").
     #[arg(long)]
     no_warmup_row: bool,
+    /// Plan with this tuning table (`H100 SXM`, `H200`) instead of the
+    /// device's own (`Tuning::for_device`); with --sweep, the table the
+    /// other thresholds are held at.
+    #[arg(long, value_name = "NAME")]
+    tuning: Option<String>,
+    /// Instead of the grids: try each threshold of the tuning table at its
+    /// candidate values on the rows it decides (`sweep.rs`), writing
+    /// `<out>/<date>-<device>-sweep<tag>.json` for `cargo xtask tune --from`.
+    #[arg(long)]
+    sweep: bool,
+    /// With --sweep: only these thresholds (comma-separated `Tuning` field
+    /// names), e.g. to split a sweep over device calls.
+    #[arg(long, value_name = "NAMES")]
+    sweep_knobs: Option<String>,
     /// Appended to the output file names (several runs in one directory).
     #[arg(long, default_value = "")]
     tag: String,
@@ -292,13 +307,23 @@ fn run(args: &Args) -> Result<(), String> {
     if args.paged && args.layout != CacheLayout::Nhd {
         return Err("--paged builds its pools from NHD rows: leave --layout at nhd".into());
     }
-    let attn = DecodeAttention::new().map_err(|e| e.to_string())?;
+    let mut attn = DecodeAttention::new().map_err(|e| e.to_string())?;
+    if let Some(name) = &args.tuning {
+        let names: Vec<&str> = decode_attn::tuning::TABLES.iter().map(|t| t.name).collect();
+        let t = Tuning::by_name(name).ok_or(format!("--tuning: no table `{name}` (have: {})", names.join(", ")))?;
+        attn.set_tuning(*t);
+    }
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| e.to_string())?;
     let device = decode_attn::cust::device::Device::get_device(args.device).and_then(|d| d.name()).unwrap_or_else(|_| "unknown".into());
     let info = *attn.device_info();
     eprintln!("device: {device} ({} SMs, L2 {} MiB); PTX {}", info.sm_count, info.l2_bytes >> 20, decode_attn::PTX_ARCH);
     let roofline = timing::roofline(&attn, &stream)?;
     eprintln!("roofline: device-to-device copy of 4 GiB = {roofline:.0} GB/s (read + write)");
+    eprintln!("tuning: the {} table (device: {:?}, {} GB/s peak)", info.tuning.name, info.facts, info.facts.peak_gbps());
+    let date = time::OffsetDateTime::now_utc().date().to_string();
+    if args.sweep {
+        return run_sweep(&mut attn, &stream, args, roofline, &device, &date);
+    }
 
     let grids: Vec<char> = args.grid.iter().map(|g| g.to_ascii_uppercase()).collect();
     let mut specs = grids::rows(&grids, &args.format, args.quick);
@@ -352,9 +377,8 @@ fn run(args: &Args) -> Result<(), String> {
     }
     eprintln!("{} rows in {:.0} s", rows.len(), t0.elapsed().as_secs_f64());
 
-    let date = time::OffsetDateTime::now_utc().date().to_string();
     let paged = if args.paged { format!("{:?} block tables, {:?} pools", args.page_table, args.page_layout).to_lowercase() } else { String::new() };
-    let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, paged, rows };
+    let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, paged, tuning: info.tuning.name.into(), rows };
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out))?;
     let suffix = if args.l2 == L2Mode::Flush { "-flush" } else { "" };
     let stem = format!("{}/{date}-{}{suffix}{}", args.out, device.replace(|c: char| !c.is_ascii_alphanumeric(), "-"), args.tag);
@@ -368,6 +392,58 @@ fn run(args: &Args) -> Result<(), String> {
     print!("{}", report.table());
     if report.rows.iter().any(|r| r.status != "ok") {
         return Err("some rows failed (see the status column)".into());
+    }
+    Ok(())
+}
+
+/// `--sweep`: every probe's rows under each candidate (`sweep.rs`), then
+/// the JSON and, per threshold, each candidate's geometric-mean time over
+/// the base value's.
+fn run_sweep(attn: &mut DecodeAttention, stream: &Stream, args: &Args, roofline: f64, device: &str, date: &str) -> Result<(), String> {
+    let info = *attn.device_info();
+    let t0 = std::time::Instant::now();
+    // The first row a process times can read slow (docs/perf.md, "Method").
+    if let Some(first) = sweep::probes().first().and_then(|p| p.rows.first()) {
+        bench_row(attn, stream, first, args, roofline, None)?;
+    }
+    let knobs = sweep::run(attn, info.tuning, args.sweep_knobs.as_deref(), |attn, spec| {
+        let r = bench_row(attn, stream, spec, args, roofline, None)?;
+        if r.status == "ok" {
+            Ok((r.median_us, r.block))
+        } else {
+            Err(r.status)
+        }
+    });
+    let f = info.facts;
+    let report = sweep::SweepReport {
+        device: device.into(),
+        date: date.into(),
+        compute_capability: f.compute_capability,
+        sm_count: f.sm_count,
+        l2_bytes: f.l2_bytes,
+        memory_clock_khz: f.memory_clock_khz,
+        memory_bus_bits: f.memory_bus_bits,
+        roofline_gbps: roofline,
+        base_table: info.tuning.name.into(),
+        base_values: decode_attn::Knob::ALL.iter().map(|&k| (k.name().to_string(), info.tuning.get(k))).collect(),
+        iters: args.iters as usize,
+        knobs,
+    };
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out))?;
+    let path = format!("{}/{date}-{}-sweep{}.json", args.out, device.replace(|c: char| !c.is_ascii_alphanumeric(), "-"), args.tag);
+    std::fs::write(&path, serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?).map_err(|e| format!("{path}: {e}"))?;
+    eprintln!("sweep: {} thresholds in {:.0} s; wrote {path}", report.knobs.len(), t0.elapsed().as_secs_f64());
+    println!("\n{device}: sweep around the {} table (copy roofline {roofline:.0} GB/s): geometric-mean time over the base value's, per candidate", info.tuning.name);
+    for k in &report.knobs {
+        let at = |c: usize| sweep::geomean(&k.median_us[c]);
+        let base = k.candidates.iter().position(|&c| c == k.base).and_then(at);
+        let cells: Vec<String> = (0..k.candidates.len())
+            .map(|c| match (at(c), base) {
+                (Some(t), Some(b)) => format!("{}: {:.3}", k.candidates[c], t / b),
+                _ => format!("{}: failed", k.candidates[c]),
+            })
+            .collect();
+        println!("{:<32} base {:<8} {}", k.knob, k.base, cells.join("  "));
     }
     Ok(())
 }

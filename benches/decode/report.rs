@@ -75,6 +75,10 @@ pub struct Report {
     /// empty when not run, and in runs before this field existed.
     #[serde(default)]
     pub paged: String,
+    /// The planner's tuning table (`Tuning::name`); empty in runs before
+    /// the tables were per GPU (the H100's rules).
+    #[serde(default)]
+    pub tuning: String,
     pub rows: Vec<RowResult>,
 }
 
@@ -89,7 +93,8 @@ impl Report {
             L2Mode::Rotate => "rotated buffers, no writes between launches",
             L2Mode::Flush => "L2 flushed by a memset before each launch",
         };
-        let _ = writeln!(s, "\n{}: copy roofline {:.0} GB/s; median of {} launches, {method}", self.device, self.roofline_gbps, self.iters);
+        let tuning = if self.tuning.is_empty() { String::new() } else { format!("; planned with the {} table", self.tuning) };
+        let _ = writeln!(s, "\n{}: copy roofline {:.0} GB/s; median of {} launches, {method}{tuning}", self.device, self.roofline_gbps, self.iters);
         if !self.paged.is_empty() {
             let _ = writeln!(s, "pg16 / pg64: paged over contiguous time, {}", self.paged);
         }

@@ -72,6 +72,14 @@ impl DecodeAttention {
         &self.kernels.device
     }
 
+    /// Plans made after this call read `tuning`'s thresholds instead of the
+    /// device's table ([`Tuning::for_device`](crate::Tuning::for_device)):
+    /// for `bench --sweep`, which measures each threshold's candidates, and
+    /// for a GPU without a table of its own. Plans made before keep theirs.
+    pub fn set_tuning(&mut self, tuning: crate::Tuning) {
+        self.kernels.device.tuning = tuning;
+    }
+
     /// Where the kernels were loaded from.
     pub fn module_source(&self) -> ModuleSource {
         self.kernels.source
@@ -332,7 +340,7 @@ impl DecodeAttention {
     /// it runs).
     fn shape_kernels(&self, shape: &DecodeShape, opts: &PlanOptions) -> Result<ShapeKernels> {
         shape.validate()?;
-        let family = heuristics::family(opts.family, shape);
+        let family = heuristics::family(opts.family, shape, &self.kernels.device.tuning);
         let id = |form| KernelId {
             format: shape.kv_format,
             dtype: shape.dtype,

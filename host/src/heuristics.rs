@@ -1,81 +1,49 @@
-//! Every `Auto` rule of the planner, each a pure function of plain figures,
-//! with the measurement that set it (headings of `docs/perf.md`). The
-//! planner (`plan.rs`) only applies them; what it may not change (limits,
-//! shapes) lives there.
+//! Every `Auto` rule of the planner, each a pure function of plain figures
+//! and the device's [`Tuning`] table, with the measurement that set the H100
+//! table's value (headings of `docs/perf.md`; a generated table's comments
+//! give its own sweep). The planner (`plan.rs`) only applies them; what it
+//! may not change (limits, shapes) lives there.
 
 use decode_attn_abi::{Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
 
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo};
 use crate::options::{FamilyChoice, MergeChoice};
 use crate::shape::DecodeShape;
-
-/// Rows per kv head past which `Auto` picks the wgmma family where it
-/// serves the cache: its 64-row tiles would leave half their rows empty at
-/// 32 and fewer, where wide blocks of one or two row tiles serve instead.
-pub const WGMMA_AUTO_MIN_ROWS: u32 = 32;
+use crate::tuning::Tuning;
 
 /// The kernel family of a shape under `choice`:
 /// - narrow for a quantized cache with at most 8 rows per kv head: 3-13 %
 ///   faster there, and no faster for bf16 / fp16, whose fragments cost
 ///   nothing to convert (docs/perf.md, "Narrow family for few rows");
-/// - wgmma for more than [`WGMMA_AUTO_MIN_ROWS`] rows where it serves the
-///   cache (head dim 128): grid B's 48 rows 2.5-3.5 % faster than wide in
-///   bf16, 8-10 % in int8 and 23-25 % in int4-g32 (docs/perf.md, "Wgmma
+/// - wgmma for more than [`Tuning::wgmma_min_rows`] rows where it serves
+///   the cache (head dim 128): grid B's 48 rows 2.5-3.5 % faster than wide
+///   in bf16, 8-10 % in int8 and 23-25 % in int4-g32; its 64-row tiles
+///   would leave half their rows empty at 32 and fewer, where wide blocks of
+///   one or two row tiles serve instead (H100: 32; docs/perf.md, "Wgmma
 ///   family for many rows");
 /// - else wide.
-pub fn family(choice: FamilyChoice, shape: &DecodeShape) -> Family {
+pub fn family(choice: FamilyChoice, shape: &DecodeShape, t: &Tuning) -> Family {
     match choice {
         FamilyChoice::Force(f) => f,
         FamilyChoice::Auto => match shape.rows_per_kv_head() {
             Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Family::Narrow,
-            Some(rows) if rows > WGMMA_AUTO_MIN_ROWS && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
+            Some(rows) if rows > t.wgmma_min_rows && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
             _ => Family::Wide,
         },
     }
 }
 
-/// The most waves of blocks (at one block per SM) for which `Auto` runs
-/// the warp-specialised wgmma kernel.
-pub const SPECIALIZED_MAX_WAVES: u64 = 2;
-
 /// Whether `Auto` runs the warp-specialised wgmma kernel of a grid of
-/// `waves` waves: measured side by side, it is 20-26 % (int8) and 14-22 %
+/// `waves` waves (at one block per SM): up to
+/// [`Tuning::specialized_max_waves`] (H100: 2). Measured side by side, it is 20-26 % (int8) and 14-22 %
 /// (int4-g32) faster on grid B's seven one-wave rows and 3-5 % on
 /// (1K, 256), whose 256 blocks it runs in two waves. Grids of more waves
 /// are unmeasured and keep the unspecialised kernel, whose two blocks per
 /// SM overlap each other's start and end (docs/perf.md, "Warp-specialised
 /// quantized wgmma").
-pub fn specialize(waves: u64) -> bool {
-    waves <= SPECIALIZED_MAX_WAVES
+pub fn specialize(waves: u64, t: &Tuning) -> bool {
+    waves <= t.specialized_max_waves as u64
 }
-
-/// Keys a plan's sequences must average for `Auto` to pair heads. A
-/// pair's stage holds half its keys of each head, so a short sequence
-/// takes twice the stages and the pipeline's fill and drain weigh more:
-/// int8 grid D (64, 128) (two pair stages a block) ran 10 % slower
-/// paired, (8, 1K) 2 % and (128, 2K) 3.7 % faster. 512 keys (eight pair
-/// stages) lies between the rows measured; no row between them was
-/// (docs/perf.md, "Head pairs").
-pub const HEAD_PAIR_MIN_MEAN_KEYS: u64 = 512;
-
-/// The share (%) of the SMs busy with the unpaired grid that the paired one
-/// (half the blocks) must keep busy for `Auto` to pair heads. Pairs read a
-/// token-major int8 cache 2-4 % faster; an SM left idle costs its share:
-/// grid D (8, 1K)'s 128 pairs on 132 SMs (3 % idle) measured 2 % faster
-/// than its 256 one-head blocks, so a grid that leaves 5 % idle is about
-/// where pairs stop paying (the break-even is not measured; docs/perf.md,
-/// "Head pairs").
-pub const HEAD_PAIR_MIN_BUSY_SMS_PERCENT: u64 = 95;
-
-/// Waves (the unpaired plan's resident blocks) a paired grid of a paged
-/// cache must fill for `Auto` to pair heads. A paged block waits for each
-/// stage's page ids before its copies; a second resident block hides that,
-/// and pairing takes it away where the grid is short: int8 grid D (8, 1K)
-/// in 16-token pages read +20 % over contiguous paired (128 pairs, one a
-/// SM) against +5.5 % unpaired (256 blocks, two a SM), while D (128, 2K)
-/// (2048 pairs) read +4.6 % paired against +6.3 % (docs/perf.md, "Head
-/// pairs").
-pub const HEAD_PAIR_PAGED_MIN_WAVES: u64 = 2;
 
 /// What the head-pair rule looks at, of a plan that can pair heads.
 #[derive(Clone, Copy, Debug)]
@@ -95,32 +63,56 @@ pub struct HeadPairFacts {
 }
 
 /// Whether `Auto` pairs heads: adjacent rows, sequences of at least
-/// [`HEAD_PAIR_MIN_MEAN_KEYS`] keys on average, a paired grid that keeps
-/// [`HEAD_PAIR_MIN_BUSY_SMS_PERCENT`] % of the busy SMs and (pools) fills
-/// [`HEAD_PAIR_PAGED_MIN_WAVES`] waves.
-pub fn pair_heads(f: &HeadPairFacts) -> bool {
+/// [`Tuning::head_pair_min_mean_keys`] keys on average, a paired grid that
+/// keeps [`Tuning::head_pair_min_busy_sms_percent`] % of the busy SMs and
+/// (pools) fills [`Tuning::head_pair_paged_min_waves`] waves.
+///
+/// [`Tuning::head_pair_min_mean_keys`] (H100: 512 keys). A pair's stage holds half its keys of each head, so a short sequence
+/// takes twice the stages and the pipeline's fill and drain weigh more:
+/// int8 grid D (64, 128) (two pair stages a block) ran 10 % slower
+/// paired, (8, 1K) 2 % and (128, 2K) 3.7 % faster. 512 keys (eight pair
+/// stages) lies between the rows measured; no row between them was
+/// (docs/perf.md, "Head pairs").
+///
+/// [`Tuning::head_pair_min_busy_sms_percent`] (H100: 95). Pairs read a
+/// token-major int8 cache 2-4 % faster; an SM left idle costs its share:
+/// grid D (8, 1K)'s 128 pairs on 132 SMs (3 % idle) measured 2 % faster
+/// than its 256 one-head blocks, so a grid that leaves 5 % idle is about
+/// where pairs stop paying (the break-even is not measured; docs/perf.md,
+/// "Head pairs").
+///
+/// [`Tuning::head_pair_paged_min_waves`] (H100: 2), in waves of the
+/// unpaired plan's resident blocks. A paged block waits for each
+/// stage's page ids before its copies; a second resident block hides that,
+/// and pairing takes it away where the grid is short: int8 grid D (8, 1K)
+/// in 16-token pages read +20 % over contiguous paired (128 pairs, one a
+/// SM) against +5.5 % unpaired (256 blocks, two a SM), while D (128, 2K)
+/// (2048 pairs) read +4.6 % paired against +6.3 % (docs/perf.md, "Head
+/// pairs").
+pub fn pair_heads(f: &HeadPairFacts, t: &Tuning) -> bool {
     let paired = f.blocks / 2;
     let busy = |blocks: u64| blocks.min(f.sm_count);
-    let keeps_sms = 100u64.saturating_mul(busy(paired)) >= HEAD_PAIR_MIN_BUSY_SMS_PERCENT.saturating_mul(busy(f.blocks));
-    let paged_waves = !f.paged || paired >= HEAD_PAIR_PAGED_MIN_WAVES.saturating_mul(f.resident_blocks);
-    let long_enough = f.total_keys >= HEAD_PAIR_MIN_MEAN_KEYS.saturating_mul(f.sequences);
+    let keeps_sms = 100u64.saturating_mul(busy(paired)) >= (t.head_pair_min_busy_sms_percent as u64).saturating_mul(busy(f.blocks));
+    let paged_waves = !f.paged || paired >= (t.head_pair_paged_min_waves as u64).saturating_mul(f.resident_blocks);
+    let long_enough = f.total_keys >= (t.head_pair_min_mean_keys as u64).saturating_mul(f.sequences);
     f.adjacent_heads && keeps_sms && long_enough && paged_waves
 }
 
-/// Most chunks per sequence the `Auto` merge puts in a cluster: clusters
-/// of 2 are 1-4.5 % faster than the global merge (grid B (128, 2K), A
-/// B=64, int4 A B=128); clusters of 4 and 8 were up to 1.5× slower on most
-/// rows (docs/perf.md, "Cluster merge").
-pub const AUTO_CLUSTER_MAX: u32 = 2;
-
-/// Whether the `Auto` merge may use a cluster for this cache format: 16-bit
-/// caches only. Since the in-attention merge became one acquire-release
-/// atomic, the quantized kernels' two-chunk rows run 1.3-3.5 % faster
+/// Most chunks per sequence the `Auto` merge puts in a cluster for this
+/// cache format ([`Tuning::cluster_max_16bit`], [`Tuning::cluster_max_quantized`];
+/// 0: never). H100: 2 for 16-bit caches, whose clusters of 2 are 1-4.5 %
+/// faster than the global merge (grid B (128, 2K), A B=64; grid B (4K, 64)
+/// 2-3 %), while clusters of 4 and 8 were up to 1.5× slower on most rows;
+/// 0 for quantized ones: since the in-attention merge became one
+/// acquire-release atomic, their two-chunk rows run 1.3-3.5 % faster
 /// merged through global memory (int8 A B=64, grid B (4K, 64), int4 A
-/// B=128), while the 16-bit grid B (4K, 64) still runs 2-3 % faster in
-/// clusters (docs/perf.md, "Cluster merge").
-pub fn auto_cluster_allowed(format: KvFormat) -> bool {
-    !format.is_quantized()
+/// B=128; docs/perf.md, "Cluster merge").
+pub fn auto_cluster_max(format: KvFormat, t: &Tuning) -> u32 {
+    if format.is_quantized() {
+        t.cluster_max_quantized
+    } else {
+        t.cluster_max_16bit
+    }
 }
 
 /// Blocks per cluster of a cluster merge for sequences of up to `chunks`
@@ -129,13 +121,13 @@ pub fn auto_cluster_allowed(format: KvFormat) -> bool {
 /// sequences split, `choice` allows a cluster that large, the device has
 /// one and the shape's variant has cluster kernels; else 0 (merge through
 /// global memory).
-pub fn cluster_size(chunks: u32, shape: &DecodeShape, max_cluster: u32, choice: MergeChoice) -> u32 {
+pub fn cluster_size(chunks: u32, shape: &DecodeShape, max_cluster: u32, choice: MergeChoice, t: &Tuning) -> u32 {
     if !shape.variant().builds(Merge::Cluster, Form::Plain) {
         return 0;
     }
     let most = match choice {
-        MergeChoice::Auto if auto_cluster_allowed(shape.kv_format) => AUTO_CLUSTER_MAX.min(max_cluster),
-        MergeChoice::Auto | MergeChoice::Global => 0,
+        MergeChoice::Auto => auto_cluster_max(shape.kv_format, t).min(max_cluster),
+        MergeChoice::Global => 0,
         MergeChoice::Cluster => max_cluster,
     };
     let size = chunks.checked_next_power_of_two().unwrap_or(u32::MAX);
@@ -159,22 +151,21 @@ pub enum MergeMode {
     InAttention,
     /// By the merge kernel, launched after the attention kernel, one block
     /// per 1–4 output rows: for merges too large for one block to finish
-    /// without becoming the tail ([`IN_ATTENTION_MERGE_MAX_BYTES`]).
+    /// without becoming the tail ([`Tuning::in_attention_merge_max_bytes`]).
     Kernel,
 }
 
-/// Partial bytes one block may merge inside the attention kernel (slots ×
-/// rows × head_dim × 4): rows of 64 KB and less (grid C's 32 slots of 4
+/// The merge mode (without clusters) for sequences of up to `max_slots`
+/// partials, of blocks of `rows` query rows of `head_dim`: in the attention
+/// kernel up to `max_bytes` ([`Tuning::in_attention_merge_max_bytes`]) of
+/// partials a block (slots × rows × head_dim × 4), else the merge kernel.
+/// H100: 64 KB; rows of 64 KB and less (grid C's 32 slots of 4
 /// rows, grid A's 8 of 8) gain 2-3.5 µs; grid B's 48-row blocks lose 1-2 µs
 /// from 4 slots (98 KB) and up to 2.1× at 128 slots (3 MB in one block),
 /// where the merge kernel's block per row is 12 % faster (docs/perf.md,
 /// "Split merge in the attention kernel").
-pub const IN_ATTENTION_MERGE_MAX_BYTES: u64 = 64 << 10;
-
-/// The merge mode (without clusters) for sequences of up to `max_slots`
-/// partials, of blocks of `rows` query rows of `head_dim`.
-pub fn merge_mode(max_slots: u32, rows: u32, head_dim: u32) -> MergeMode {
-    if (max_slots as u64 * rows as u64).saturating_mul(head_dim as u64 * 4) <= IN_ATTENTION_MERGE_MAX_BYTES {
+pub fn merge_mode(max_slots: u32, rows: u32, head_dim: u32, max_bytes: u32) -> MergeMode {
+    if (max_slots as u64 * rows as u64).saturating_mul(head_dim as u64 * 4) <= max_bytes as u64 {
         MergeMode::InAttention
     } else {
         MergeMode::Kernel
@@ -234,7 +225,9 @@ pub fn narrow_block_warps(splits: bool, longest: u32, keys_per_stage: u32, dev: 
 }
 
 /// Resident warps per SM past which more co-resident blocks stop adding
-/// throughput, where measured (block of `warps_m` row-tile warps):
+/// throughput (block of `warps_m` row-tile warps), from the table
+/// ([`Tuning::saturating_warps_8bit_narrow`], `_16bit_wide`, `_16bit_wgmma`;
+/// 0: none). The H100's, where measured:
 /// - a narrow int8 block of 8 warps alone keeps an SM's share of HBM busy,
 ///   so splitting a sequence further only to fill a second block slot adds
 ///   merge work and pipeline fills (grid C: 16 splits 26 / 56 / 83 % of
@@ -253,19 +246,20 @@ pub fn narrow_block_warps(splits: bool, longest: u32, keys_per_stage: u32, dev: 
 /// resident warp, as do the quantized wgmma kernels (docs/perf.md, "Splits
 /// for one block per SM"). Both fp8 formats read int8's value bytes and
 /// take int8's rule.
-pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32) -> Option<u32> {
-    match (format, family) {
-        (KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8, Family::Narrow) => Some(8),
-        (KvFormat::Bf16 | KvFormat::F16, Family::Wide) if warps_m == 1 => Some(4),
-        (KvFormat::Bf16 | KvFormat::F16, Family::Wgmma) => Some(8),
-        _ => None,
-    }
+pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32, t: &Tuning) -> Option<u32> {
+    let warps = match (format, family) {
+        (KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8, Family::Narrow) => t.saturating_warps_8bit_narrow,
+        (KvFormat::Bf16 | KvFormat::F16, Family::Wide) if warps_m == 1 => t.saturating_warps_16bit_wide,
+        (KvFormat::Bf16 | KvFormat::F16, Family::Wgmma) => t.saturating_warps_16bit_wgmma,
+        _ => 0,
+    };
+    (warps > 0).then_some(warps)
 }
 
 /// The blocks per SM the split planner should fill: all that fit, or as
 /// many as reach [`saturating_warps_per_sm`] (at least one).
-pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warps_per_block: u32, fit: u32) -> u32 {
-    match saturating_warps_per_sm(format, family, warps_m) {
+pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warps_per_block: u32, fit: u32, t: &Tuning) -> u32 {
+    match saturating_warps_per_sm(format, family, warps_m, t) {
         Some(w) => fit.min((w / warps_per_block.max(1)).max(1)),
         None => fit,
     }
@@ -273,7 +267,8 @@ pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warp
 
 /// Chunk size (keys) for `SplitPolicy::Auto`: the smallest estimated time,
 /// where a block costs its keys plus a fixed overhead (pipeline fill and
-/// epilogue, about two stages of keys), and the kernel takes at least its
+/// epilogue: `overhead_stages` stages of keys, [`Tuning::split_overhead_stages`],
+/// H100 2), and the kernel takes at least its
 /// longest block and at least the total work in *whole* waves of
 /// chunk-long blocks (a grid one block over a wave takes two waves; a
 /// fluid estimate misses that). `u32::MAX`: no split (`unsplit_blocks`
@@ -282,14 +277,14 @@ pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warp
 /// longest sequence: 33 stages of a 64-stage sequence become 32, so its
 /// two blocks are equal instead of 33 + 31 stages (the longer one set the
 /// time: +3 %; docs/perf.md, "Split sizing").
-pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u32, wave: u64) -> u32 {
+pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u32, wave: u64, overhead_stages: u32) -> u32 {
     let (keys_per_stage, wave, blocks_per_len) = (keys_per_stage.max(1), wave.max(1), blocks_per_len.max(1));
     let max_len = seq_lens.iter().copied().max().unwrap_or(1).max(1);
     let unsplit_blocks = (seq_lens.len() as u64).saturating_mul(blocks_per_len);
     if unsplit_blocks >= wave {
         return u32::MAX;
     }
-    let overhead = 2 * keys_per_stage as u64;
+    let overhead = overhead_stages as u64 * keys_per_stage as u64;
     let cost = |chunk: u64| -> u64 {
         let mut total = 0u64;
         for &len in seq_lens {

@@ -67,6 +67,7 @@ pub mod reference;
 pub mod shape;
 pub mod tensor;
 pub mod testing;
+pub mod tuning;
 pub mod work;
 
 pub use attention::{DecodeAttention, RawDevicePtr, Workspace};
@@ -78,6 +79,7 @@ pub use module::{ModuleSource, RawStream};
 pub use occupancy::{DeviceInfo, KernelInfo, KernelLimits};
 pub use options::{FamilyChoice, HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};
 pub use plan::{Plan, PlanMode};
+pub use tuning::{DeviceFacts, Knob, Tuning};
 pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder, MAX_PAGE_SIZE};
 pub use tensor::{BufferDesc, ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};

@@ -15,6 +15,7 @@ use decode_attn_abi::{KernelId, DECODE_KERNELS, MERGE_KERNELS, QUANT_KERNELS, UT
 use crate::error::{ensure, Error, Result};
 use crate::launch_ex::{LaunchAttr, LaunchEx};
 use crate::occupancy::{DeviceInfo, KernelInfo, MAX_CLUSTER};
+use crate::tuning::{DeviceFacts, Tuning};
 
 /// A raw stream handle (`CUstream`); null is the legacy default stream.
 pub type RawStream = cuda::CUstream;
@@ -96,14 +97,25 @@ impl Kernels {
         }
         // Clusters: compute capability 9.0+, launched with cuLaunchKernelEx.
         let launch_ex = if device_attr(&dev, DeviceAttribute::ComputeCapabilityMajor)? >= 9 { LaunchEx::load() } else { None };
-        let device = DeviceInfo {
-            max_cluster: if launch_ex.is_some() { MAX_CLUSTER } else { 0 },
+        let facts = DeviceFacts {
+            compute_capability: (device_attr(&dev, DeviceAttribute::ComputeCapabilityMajor)?, device_attr(&dev, DeviceAttribute::ComputeCapabilityMinor)?),
             sm_count: device_attr(&dev, DeviceAttribute::MultiprocessorCount)?,
+            l2_bytes: device_attr(&dev, DeviceAttribute::L2CacheSize)?,
+            // Not every driver reports them (then the nearest table is
+            // picked by SMs alone).
+            memory_clock_khz: device_attr(&dev, DeviceAttribute::MemoryClockRate).unwrap_or(0),
+            memory_bus_bits: device_attr(&dev, DeviceAttribute::GlobalMemoryBusWidth).unwrap_or(0),
+        };
+        let device = DeviceInfo {
+            tuning: *Tuning::for_device(&facts),
+            max_cluster: if launch_ex.is_some() { MAX_CLUSTER } else { 0 },
+            sm_count: facts.sm_count,
             max_smem_per_block: optin as u32,
             max_smem_per_sm: device_attr(&dev, DeviceAttribute::MaxSharedMemoryPerMultiprocessor)?,
             max_threads_per_sm: device_attr(&dev, DeviceAttribute::MaxThreadsPerMultiprocessor)?,
             regs_per_sm: device_attr(&dev, DeviceAttribute::MaxRegistersPerMultiprocessor)?,
-            l2_bytes: device_attr(&dev, DeviceAttribute::L2CacheSize)?,
+            l2_bytes: facts.l2_bytes,
+            facts,
         };
         let mut limits = HashMap::new();
         for k in DECODE_KERNELS {

@@ -4,6 +4,7 @@
 pub use decode_attn_abi::MAX_CLUSTER;
 
 use crate::error::{ensure, Result};
+use crate::tuning::{DeviceFacts, Tuning};
 
 /// What the planner needs to know about the GPU (read from the device by
 /// `DecodeAttention::new`).
@@ -20,6 +21,11 @@ pub struct DeviceInfo {
     /// portable size) on compute capability 9.0 and later with a driver
     /// that has `cuLaunchKernelEx`, else 0 (no cluster merge).
     pub max_cluster: u32,
+    /// What the driver reports of the GPU, which picks [`DeviceInfo::tuning`].
+    pub facts: DeviceFacts,
+    /// The thresholds of the `Auto` rules: the table of this GPU, or of the
+    /// nearest one measured ([`Tuning::for_device`]).
+    pub tuning: Tuning,
 }
 
 impl DeviceInfo {
@@ -51,6 +57,8 @@ impl DeviceInfo {
         regs_per_sm: 65536,
         l2_bytes: 50 * 1024 * 1024,
         max_cluster: 8,
+        facts: DeviceFacts::H100_SXM,
+        tuning: crate::tuning::H100_TABLE,
     };
 }
 

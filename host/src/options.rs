@@ -22,7 +22,7 @@ pub enum SplitPolicy {
 pub enum FamilyChoice {
     /// `Narrow` for a quantized cache whose kv heads have at most 8 query
     /// rows (`group × q_len`); `Wgmma` for any cache at head_dim 128 with
-    /// more than [`WGMMA_AUTO_MIN_ROWS`](crate::heuristics::WGMMA_AUTO_MIN_ROWS); else `Wide`.
+    /// more than [`Tuning::wgmma_min_rows`](crate::Tuning::wgmma_min_rows) (the device's table); else `Wide`.
     #[default]
     Auto,
     /// This family whatever the shape (`Wide` and `Narrow` serve every
@@ -59,10 +59,10 @@ pub enum SpecializeChoice {
 pub enum HeadPairChoice {
     /// Head pairs where the plan allows them ([`head_pair_unsupported`](crate::plan::head_pair_unsupported)),
     /// the cache is token-major (adjacent heads' rows adjacent), the
-    /// sequences average at least [`HEAD_PAIR_MIN_MEAN_KEYS`](crate::heuristics::HEAD_PAIR_MIN_MEAN_KEYS) keys, the
-    /// paired grid keeps [`HEAD_PAIR_MIN_BUSY_SMS_PERCENT`](crate::heuristics::HEAD_PAIR_MIN_BUSY_SMS_PERCENT) % of the SMs
+    /// sequences average at least [`Tuning::head_pair_min_mean_keys`](crate::Tuning::head_pair_min_mean_keys) keys, the
+    /// paired grid keeps [`Tuning::head_pair_min_busy_sms_percent`](crate::Tuning::head_pair_min_busy_sms_percent) % of the SMs
     /// the unpaired one keeps busy, and (paged pools) it fills
-    /// [`HEAD_PAIR_PAGED_MIN_WAVES`](crate::heuristics::HEAD_PAIR_PAGED_MIN_WAVES) waves.
+    /// [`Tuning::head_pair_paged_min_waves`](crate::Tuning::head_pair_paged_min_waves) waves.
     #[default]
     Auto,
     /// One kv head per block.
@@ -74,9 +74,9 @@ pub enum HeadPairChoice {
 /// How split sequences may be merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MergeChoice {
-    /// In a thread-block cluster ([`MergeMode::Cluster`](crate::heuristics::MergeMode::Cluster)) when the cache is
-    /// 16-bit, the device has clusters and no sequence has more than
-    /// [`AUTO_CLUSTER_MAX`](crate::heuristics::AUTO_CLUSTER_MAX) chunks; else through global memory
+    /// In a thread-block cluster ([`MergeMode::Cluster`](crate::heuristics::MergeMode::Cluster)) when
+    /// the device has clusters and no sequence has more than
+    /// [`auto_cluster_max`](crate::heuristics::auto_cluster_max) chunks (the device's table); else through global memory
     /// ([`merge_mode`](crate::heuristics::merge_mode)).
     #[default]
     Auto,

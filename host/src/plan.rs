@@ -107,6 +107,10 @@ pub struct Plan {
     pub(crate) uniform: Option<(u32, u32)>,
     /// A window's start alignment ([`window_align`]; 1 without a window).
     pub(crate) window_align: u32,
+    /// The device table's bound on a block's in-attention merge
+    /// ([`crate::Tuning::in_attention_merge_max_bytes`]), read by
+    /// [`Plan::merge_mode`].
+    pub(crate) in_attention_merge_max_bytes: u32,
     pub(crate) layout: WorkspaceLayout,
 }
 
@@ -278,7 +282,7 @@ impl Plan {
         if self.cluster > 1 {
             return MergeMode::Cluster;
         }
-        heuristics::merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dim)
+        heuristics::merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dim, self.in_attention_merge_max_bytes)
     }
     /// Merge-kernel grid ([`MergeMode::Kernel`] plans that split; else
     /// `None`): (sequences, groups of [`Plan::merge_rows_per_block`] output
@@ -411,7 +415,7 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
                 total_keys: plan.seq_lens.iter().map(|&l| l as u64).sum(),
                 sequences: plan.seq_lens.len() as u64,
             };
-            why_not.is_none() && heuristics::pair_heads(&facts)
+            why_not.is_none() && heuristics::pair_heads(&facts, &dev.tuning)
         }
     };
     if pair {
@@ -521,7 +525,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // power of two: the chunks past the capacity, like those past a step's
     // lengths, exit at once).
     let chunks = chunks_of(keys, chunk_keys);
-    let cluster = heuristics::cluster_size(chunks, shape, dev.max_cluster, opts.merge);
+    let cluster = heuristics::cluster_size(chunks, shape, dev.max_cluster, opts.merge, &dev.tuning);
     cluster_honoured(opts.merge, chunks, cluster, shape, dev)?;
     let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
@@ -573,7 +577,7 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 /// caller's `seq_lens` or, for a capacity plan, `max_seq_len`).
 #[allow(clippy::too_many_arguments)]
 fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_param: &'static str, block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
-    let family = heuristics::family(opts.family, shape);
+    let family = heuristics::family(opts.family, shape, &dev.tuning);
     let specializable = family == Family::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
     let ranges = key_ranges(shape, seq_lens, seq_starts, window_align(shape, family));
     let make = |block_table, specialized| make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernel.limits(specialized), opts, family, specialized);
@@ -588,7 +592,7 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_par
         SpecializeChoice::Always => make(block_table, true),
         SpecializeChoice::Auto if specializable => {
             let specialized = make(block_table, true)?;
-            if heuristics::specialize(specialized.waves(dev)) {
+            if heuristics::specialize(specialized.waves(dev), &dev.tuning) {
                 Ok(specialized)
             } else {
                 make(specialized.block_table, false)
@@ -699,9 +703,9 @@ fn make_plan_for(
                 SplitPolicy::Never => false,
                 SplitPolicy::ChunkKeys(k) => keys.iter().any(|&l| l > k),
                 SplitPolicy::Auto => {
-                    let per_sm = heuristics::useful_blocks_per_sm(format, family, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger))) as u64;
+                    let per_sm = heuristics::useful_blocks_per_sm(format, family, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger)), &dev.tuning) as u64;
                     let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
-                    heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm) != u32::MAX
+                    heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm, dev.tuning.split_overhead_stages) != u32::MAX
                 }
             };
             let k = heuristics::narrow_block_warps(splits, longest, tile.keys_per_stage, dev, kernel, smem);
@@ -757,8 +761,8 @@ fn make_plan_for(
             keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage)
         }
         SplitPolicy::Auto => {
-            let per_sm = heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm) as u64;
-            heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm)
+            let per_sm = heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm, &dev.tuning) as u64;
+            heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm, dev.tuning.split_overhead_stages)
         }
     };
 
@@ -769,7 +773,7 @@ fn make_plan_for(
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
     let max_chunks = keys.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
-    let cluster = heuristics::cluster_size(max_chunks, shape, dev.max_cluster, opts.merge);
+    let cluster = heuristics::cluster_size(max_chunks, shape, dev.max_cluster, opts.merge, &dev.tuning);
     cluster_honoured(opts.merge, max_chunks, cluster, shape, dev)?;
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
@@ -808,6 +812,7 @@ fn make_plan_for(
         heads_per_block: 1,
         uniform,
         window_align: ranges.align,
+        in_attention_merge_max_bytes: dev.tuning.in_attention_merge_max_bytes,
         layout,
     })
 }

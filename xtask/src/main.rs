@@ -8,6 +8,7 @@
 
 mod bundle;
 mod counts;
+mod tune;
 
 use std::path::{Path, PathBuf};
 use std::process::{exit, Command};
@@ -61,6 +62,20 @@ enum Cmd {
     /// Release test, fuzz and bench binaries, the PTX and `run.sh` in
     /// `target/bundle/`, for GPU machines without Rust.
     Bundle,
+    /// Write the planner's tuning table of a GPU (`host/src/tuning/<gpu>.rs`)
+    /// from a `bench --sweep` run on it (no GPU needed here).
+    Tune {
+        /// The sweep's JSON (`<date>-<device>-sweep.json`).
+        #[arg(long)]
+        from: PathBuf,
+        /// The table's name (default: the device's, without `NVIDIA `).
+        #[arg(long)]
+        name: Option<String>,
+        /// A candidate replaces the base table's value only when its
+        /// geometric-mean time is lower by more than this (%).
+        #[arg(long, default_value_t = 0.5)]
+        keep_within: f64,
+    },
 }
 
 pub fn workspace() -> PathBuf {
@@ -156,6 +171,7 @@ fn main() {
         Cmd::Fuzz { fuzz_args } => fuzz(&fuzz_args),
         Cmd::QuantError => run(cargo().args(["run", "--quiet", "--release", "-p", "decode-attn", "--example", "quant_error"])).map_err(Failure::from),
         Cmd::Bundle => bundle::bundle().map_err(Failure::from),
+        Cmd::Tune { from, name, keep_within } => tune::tune(&from, name.as_deref(), keep_within).map_err(Failure::from),
     };
     match result {
         Ok(()) => {}

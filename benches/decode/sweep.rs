@@ -1,0 +1,173 @@
+//! `bench --sweep`: each threshold of the planner's [`Tuning`] table tried
+//! at its candidate values on the rows it decides, the rest of the table
+//! held at the device's (or `--tuning`'s). `cargo xtask tune --from` turns
+//! the JSON into a table (docs/perf.md, "Tuning per GPU").
+
+use decode_attn::{DecodeAttention, KvFormat, Knob, Tuning};
+use serde::{Deserialize, Serialize};
+
+use crate::grids::{RowSpec, RowVariant};
+
+/// One threshold's sweep: its candidates and the rows whose plans it
+/// changes.
+pub struct Probe {
+    pub knob: Knob,
+    pub candidates: Vec<u32>,
+    pub rows: Vec<RowSpec>,
+}
+
+/// What one threshold measured: `median_us[c][r]` is row `r` planned with
+/// candidate `c` (0 where the row failed), `blocks[c][r]` its plan's block
+/// column (which rows a candidate changes).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct KnobResult {
+    pub knob: String,
+    /// The base table's value.
+    pub base: u32,
+    pub candidates: Vec<u32>,
+    pub rows: Vec<String>,
+    pub median_us: Vec<Vec<f64>>,
+    pub blocks: Vec<Vec<String>>,
+}
+
+/// The file `cargo xtask tune --from` reads.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct SweepReport {
+    pub device: String,
+    pub date: String,
+    /// `DeviceFacts` of the device: compute capability, SMs, L2 bytes,
+    /// memory clock (kHz) and bus width (bits).
+    pub compute_capability: (u32, u32),
+    pub sm_count: u32,
+    pub l2_bytes: u32,
+    pub memory_clock_khz: u32,
+    pub memory_bus_bits: u32,
+    pub roofline_gbps: f64,
+    /// The table the other thresholds were held at, and its every value
+    /// (`Tuning` field name, value): what a threshold the sweep left out
+    /// keeps.
+    pub base_table: String,
+    pub base_values: Vec<(String, u32)>,
+    pub iters: usize,
+    pub knobs: Vec<KnobResult>,
+}
+
+fn row(grid: char, batch: u32, ctx: u32, hq: u32, hkv: u32, q_len: u32, format: KvFormat) -> RowSpec {
+    RowSpec { grid, batch, ctx, hq, hkv, q_len, head_dim: 128, format, variant: RowVariant::default() }
+}
+
+fn each(formats: &[KvFormat], shapes: &[(char, u32, u32, u32, u32, u32)]) -> Vec<RowSpec> {
+    formats.iter().flat_map(|&f| shapes.iter().map(move |&(g, b, c, hq, hkv, q)| row(g, b, c, hq, hkv, q, f))).collect()
+}
+
+/// The sweep: per threshold, the rows on either side of its H100 value
+/// (the grids' rows where they fall there, else shapes of the same kind;
+/// grid letter `S` marks a shape of the sweep's own).
+pub fn probes() -> Vec<Probe> {
+    use KvFormat::*;
+    let grid_b = |b: u32, c: u32| ('B', b, c, 16, 1, 3);
+    let grid_c = |c: u32| ('C', 1, c, 32, 8, 1);
+    let grid_a = |b: u32| ('A', b, 8192, 8, 1, 1);
+    let mha = |b: u32, c: u32| ('D', b, c, 32, 32, 1);
+    vec![
+        Probe {
+            knob: Knob::WgmmaMinRows,
+            candidates: vec![8, 16, 24, 32, 40, 48, 64],
+            // 16 … 64 rows per kv head: a group of 8 with 2 … 8 new tokens
+            // over two kv heads, and grid B's 48 rows over one.
+            rows: {
+                let mut shapes = [2, 3, 4, 5, 6, 8].map(|q| ('S', 32, 4096, 16, 2, q)).to_vec();
+                shapes.extend([grid_b(64, 4096), grid_b(256, 1024)]);
+                each(&[Bf16, Int8, Int4G32], &shapes)
+            },
+        },
+        Probe {
+            knob: Knob::SpecializedMaxWaves,
+            candidates: vec![0, 1, 2, 4, 8],
+            // Grid B's shape over 1 … 8 waves of one block per SM.
+            rows: each(&[Int8, Fp8PerHead, Int4G32], &[grid_b(64, 4096), grid_b(128, 2048), grid_b(256, 1024), ('S', 512, 1024, 16, 1, 3), ('S', 1024, 512, 16, 1, 3)]),
+        },
+        Probe {
+            knob: Knob::HeadPairMinMeanKeys,
+            candidates: vec![128, 256, 512, 1024, 2048],
+            rows: each(&[Int8, Fp8PerHead], &[mha(64, 128), mha(32, 256), mha(16, 512), mha(8, 1024), mha(128, 2048)]),
+        },
+        Probe {
+            knob: Knob::HeadPairMinBusySmsPercent,
+            candidates: vec![50, 75, 90, 95, 100],
+            // Paired grids of 64, 96, 128 and 192 blocks on the SMs.
+            rows: each(&[Int8, Fp8PerHead], &[mha(4, 2048), mha(6, 2048), mha(8, 1024), mha(12, 1024)]),
+        },
+        Probe {
+            knob: Knob::ClusterMax16bit,
+            candidates: vec![0, 2, 4, 8],
+            rows: each(&[Bf16], &[grid_a(32), grid_a(64), grid_b(64, 4096), grid_b(32, 8192), grid_b(16, 16384), grid_c(8192)]),
+        },
+        Probe {
+            knob: Knob::ClusterMaxQuantized,
+            candidates: vec![0, 2, 4],
+            rows: each(&[Int8, Int4G32], &[grid_a(32), grid_a(64), grid_a(128), grid_b(64, 4096), grid_b(32, 8192)]),
+        },
+        Probe {
+            knob: Knob::InAttentionMergeMaxBytes,
+            candidates: vec![16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],
+            rows: each(&[Bf16, Int8], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_b(64, 4096), grid_b(8, 32768), grid_b(2, 131072)]),
+        },
+        Probe {
+            knob: Knob::SaturatingWarps8bitNarrow,
+            candidates: vec![4, 8, 16, 0],
+            rows: each(&[Int8, Fp8PerHead], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), mha(1, 1024)]),
+        },
+        Probe {
+            knob: Knob::SaturatingWarps16bitWide,
+            candidates: vec![4, 8, 0],
+            rows: each(&[Bf16], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), grid_a(64), mha(1, 1024)]),
+        },
+        Probe {
+            knob: Knob::SaturatingWarps16bitWgmma,
+            candidates: vec![8, 16, 0],
+            rows: each(&[Bf16], &[grid_b(64, 4096), grid_b(16, 16384), grid_b(4, 65536), grid_b(2, 131072)]),
+        },
+        Probe {
+            knob: Knob::SplitOverheadStages,
+            candidates: vec![1, 2, 3, 4, 6],
+            rows: each(&[Bf16, Int8, Int4G32], &[grid_a(32), grid_a(64), grid_c(8192), grid_c(32768), mha(1, 1024)]),
+        },
+    ]
+}
+
+/// Runs the probes (those of `only`, when given) with `time(row)` → (median
+/// µs, block column), each candidate's table set on `attn` first; the base
+/// table is restored after. Candidates alternate within a row, so a drift
+/// of the GPU over the sweep does not favour one of them.
+pub fn run(attn: &mut DecodeAttention, base: Tuning, only: Option<&str>, mut time: impl FnMut(&DecodeAttention, &RowSpec) -> Result<(f64, String), String>) -> Vec<KnobResult> {
+    let mut out = Vec::new();
+    for p in probes().into_iter().filter(|p| only.is_none_or(|o| o.split(',').any(|k| k == p.knob.name()))) {
+        let n = p.candidates.len();
+        let mut median_us = vec![Vec::new(); n];
+        let mut blocks = vec![Vec::new(); n];
+        for r in &p.rows {
+            for (c, &value) in p.candidates.iter().enumerate() {
+                attn.set_tuning(base.with(p.knob, value));
+                let (us, block) = time(attn, r).unwrap_or_else(|e| (0.0, format!("error: {e}")));
+                median_us[c].push(us);
+                blocks[c].push(block);
+            }
+        }
+        for (c, value) in p.candidates.iter().enumerate() {
+            eprintln!("  {} = {value}: {}", p.knob.name(), median_us[c].iter().map(|u| format!("{u:.1}")).collect::<Vec<_>>().join(" "));
+        }
+        out.push(KnobResult { knob: p.knob.name().into(), base: base.get(p.knob), candidates: p.candidates, rows: p.rows.iter().map(|r| r.key()).collect(), median_us, blocks });
+    }
+    attn.set_tuning(base);
+    out
+}
+
+/// Geometric mean of a candidate's row times; `None` when a row failed
+/// (0: every candidate must serve every row to be compared).
+pub fn geomean(us: &[f64]) -> Option<f64> {
+    if us.is_empty() || us.iter().any(|&u| u <= 0.0 || !u.is_finite()) {
+        return None;
+    }
+    Some((us.iter().map(|u| u.ln()).sum::<f64>() / us.len() as f64).exp())
+}
