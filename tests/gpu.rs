@@ -392,6 +392,14 @@ fn sanitize_cases() -> Vec<Case> {
                     let s = DecodeShape { kv_format: format, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Hnd) };
                     let name = format!("{}/{}/sanitize/d{d}/{split:?}", format.name(), dtype.name());
                     out.push(Case { name, family: Family::Wide, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
+                    // Token-major at head dim 128: the quantized wgmma
+                    // kernels' stages of rows a token stride apart, which
+                    // land by `cp.async` on the stage barrier.
+                    if d == 128 {
+                        let s = DecodeShape { kv_format: format, ..shape(dtype, 4, 8, 2, d, 3, 2 * stage8 + 1, KvLayout::Nhd) };
+                        let name = format!("{}/{}/sanitize-nhd/d{d}/{split:?}", format.name(), dtype.name());
+                        out.push(Case { name, family: Family::Wide, shape: s, seq_lens: lens8.clone(), split, dist: Distribution::Normal, seed: None, paging: None });
+                    }
                 }
             }
         }

@@ -36,8 +36,9 @@ impl DeviceFacts {
 
     /// An H100 SXM5 (80 GB HBM3) as its driver reports it.
     pub const H100_SXM: DeviceFacts = DeviceFacts { compute_capability: (9, 0), sm_count: 132, l2_bytes: 50 << 20, memory_clock_khz: 2_619_000, memory_bus_bits: 5120 };
-    /// An H200 (141 GB HBM3e) as its driver reports it.
-    pub const H200: DeviceFacts = DeviceFacts { compute_capability: (9, 0), sm_count: 132, l2_bytes: 50 << 20, memory_clock_khz: 3_201_000, memory_bus_bits: 6144 };
+    /// An H200 (141 GB HBM3e) as its driver reports it (read by the sweep
+    /// that wrote its table: L2 60 MiB, a 6016-bit bus).
+    pub const H200: DeviceFacts = h200::TABLE.facts;
 }
 
 /// The thresholds of the `Auto` rules on one GPU. Each field names the rule

@@ -73,7 +73,7 @@ enum Cmd {
         name: Option<String>,
         /// A candidate replaces the base table's value only when its
         /// geometric-mean time is lower by more than this (%).
-        #[arg(long, default_value_t = 0.5)]
+        #[arg(long, default_value_t = 1.0)]
         keep_within: f64,
     },
 }

@@ -3,7 +3,7 @@
 //!
 //! Per threshold, each candidate's score is the geometric mean of its rows'
 //! median times; the base table's value stays unless a candidate beats it
-//! by more than `keep_within` (a share: noise between launches must not move
+//! by more than `keep_within` (a share; 1 % by default, the run-to-run spread of docs/perf.md, "Method": noise must not move
 //! a threshold). A candidate that failed on any row is not chosen.
 //! Thresholds the sweep left out keep the base table's value.
 
