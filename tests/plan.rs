@@ -383,6 +383,18 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     assert_eq!(family(&DecodeShape::bf16(2, 16, 1, 64, 3, 4096)), Family::Wide);
     assert_eq!(family(&DecodeShape::bf16(2, 16, 1, 256, 3, 4096)), Family::Wide);
     assert_eq!(family(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Family::Wide);
+    // A quantized token-major cache of two kv heads (its rows not
+    // contiguous over tokens): wide, whatever the rows (the wgmma stages
+    // would land a bulk copy per row); head-major, paged, or 16-bit: wgmma.
+    for format in [KvFormat::Int8, KvFormat::Fp8PerHead, KvFormat::Fp8, KvFormat::Int4G32] {
+        let two_heads = quantized(format, 2, 32, 2, 3, 4096);
+        assert!(decode_attn::heuristics::row_per_bulk_copy(&two_heads));
+        assert_eq!(family(&two_heads), Family::Wide, "{format:?}");
+        assert_eq!(family(&DecodeShape { kv_layout: KvLayout::Hnd, ..two_heads.clone() }), Family::Wgmma, "{format:?}");
+        let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 512, order: PageOrder::TokenMajor, page_bytes: None }, ..two_heads };
+        assert_eq!(family(&paged), Family::Wgmma, "{format:?}");
+    }
+    assert_eq!(family(&DecodeShape::bf16(2, 32, 2, 128, 3, 4096)), Family::Wgmma);
     // Grid B's plan: warpgroups of 64 rows, two per block (one per 32-key
     // step of a 64-key stage); two blocks fit per SM, but the splits fill
     // one per SM (2 × 64 = 128 blocks: docs/perf.md, "Splits for one block

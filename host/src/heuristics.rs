@@ -21,16 +21,29 @@ use crate::tuning::Tuning;
 ///   would leave half their rows empty at 32 and fewer, where wide blocks of
 ///   one or two row tiles serve instead (H100: 32; docs/perf.md, "Wgmma
 ///   family for many rows");
+/// - but wide for a strided quantized cache whose rows are not contiguous
+///   over tokens (more than one kv head a token, token-major): its wgmma
+///   stages land by one bulk copy per row, which ran int8 and int4-g32 at
+///   ~10 % of the copy rate (H200, two kv heads, 16-64 rows: 154-158 µs
+///   against 34-82 µs wide; docs/perf.md, "Strided rows in the quantized
+///   wgmma kernels");
 /// - else wide.
 pub fn family(choice: FamilyChoice, shape: &DecodeShape, t: &Tuning) -> Family {
     match choice {
         FamilyChoice::Force(f) => f,
         FamilyChoice::Auto => match shape.rows_per_kv_head() {
             Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Family::Narrow,
-            Some(rows) if rows > t.wgmma_min_rows && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
+            Some(rows) if rows > t.wgmma_min_rows && Family::Wgmma.serves(shape.kv_format, shape.head_dim) && !row_per_bulk_copy(shape) => Family::Wgmma,
             _ => Family::Wide,
         },
     }
+}
+
+/// Whether the wgmma kernels would land this cache's stages one bulk copy
+/// per row: a strided quantized cache whose token stride is not one row.
+pub fn row_per_bulk_copy(shape: &DecodeShape) -> bool {
+    let token_bytes = shape.kv_strides().token.checked_mul(shape.kv_format.bits() as u64).map(|b| b / 8);
+    shape.kv_format.is_quantized() && !shape.is_paged() && token_bytes != Some(shape.kv_format.row_bytes(shape.head_dim) as u64)
 }
 
 /// Whether `Auto` runs the warp-specialised wgmma kernel of a grid of
