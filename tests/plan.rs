@@ -821,11 +821,14 @@ mod tuning {
         assert_eq!(Tuning::for_device(&facts(132, 2_619_000, 5120)).name, "H100 SXM");
         // H100 PCIe: 114 SMs, HBM2e at 2.0 TB/s.
         assert_eq!(Tuning::for_device(&facts(114, 1_593_000, 5120)).name, "H100 SXM");
-        // H20: 78 SMs, HBM3 at 4.0 TB/s.
-        assert_eq!(Tuning::for_device(&facts(78, 2_619_000, 6144)).name, "H100 SXM");
+        // H20: 78 SMs, HBM3 at 4.0 TB/s (nearer the H200's 4.8 than the
+        // H100's 3.35, on a log scale).
+        assert_eq!(Tuning::for_device(&facts(78, 2_619_000, 6144)).name, "H200");
         // GH200 with HBM3e (4.9 TB/s) and with HBM3 (4.0 TB/s).
         assert_eq!(Tuning::for_device(&facts(132, 3_201_000, 6144)).name, "H200");
-        assert_eq!(Tuning::for_device(&facts(132, 2_619_000, 6144)).name, "H100 SXM");
+        assert_eq!(Tuning::for_device(&facts(132, 2_619_000, 6144)).name, "H200");
+        // A part slower than the H100: its table.
+        assert_eq!(Tuning::for_device(&facts(132, 2_000_000, 5120)).name, "H100 SXM");
         // A driver that reports no memory clock: by SMs alone, the first table on a tie.
         assert_eq!(Tuning::for_device(&facts(132, 0, 0)).name, "H100 SXM");
         // Another architecture: the nearest of all tables.
@@ -836,6 +839,7 @@ mod tuning {
     #[test]
     fn peak_bandwidth_is_two_transfers_a_clock_over_the_bus() {
         assert_eq!(DeviceFacts::H100_SXM.peak_gbps(), 3352);
+        assert_eq!(DeviceFacts::H200.peak_gbps(), 4814);
         assert_eq!(facts(132, 0, 5120).peak_gbps(), 0);
     }
 
