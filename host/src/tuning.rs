@@ -180,41 +180,33 @@ impl Tuning {
 
     /// The value of one threshold.
     pub fn get(&self, knob: Knob) -> u32 {
-        match knob {
-            Knob::WgmmaMinRows => self.wgmma_min_rows,
-            Knob::SpecializedMaxWaves => self.specialized_max_waves,
-            Knob::HeadPairMinMeanKeys => self.head_pair_min_mean_keys,
-            Knob::HeadPairMinBusySmsPercent => self.head_pair_min_busy_sms_percent,
-            Knob::HeadPairPagedMinWaves => self.head_pair_paged_min_waves,
-            Knob::ClusterMax16bit => self.cluster_max_16bit,
-            Knob::ClusterMaxQuantized => self.cluster_max_quantized,
-            Knob::InAttentionMergeMaxBytes => self.in_attention_merge_max_bytes,
-            Knob::SaturatingWarps8bitNarrow => self.saturating_warps_8bit_narrow,
-            Knob::SaturatingWarps16bitWide => self.saturating_warps_16bit_wide,
-            Knob::SaturatingWarps16bitWgmma => self.saturating_warps_16bit_wgmma,
-            Knob::SplitOverheadStages => self.split_overhead_stages,
-        }
+        let mut t = *self;
+        *t.field(knob)
     }
 
     /// This table with one threshold replaced (a sweep's candidate).
     pub fn with(&self, knob: Knob, value: u32) -> Tuning {
         let mut t = *self;
-        let field = match knob {
-            Knob::WgmmaMinRows => &mut t.wgmma_min_rows,
-            Knob::SpecializedMaxWaves => &mut t.specialized_max_waves,
-            Knob::HeadPairMinMeanKeys => &mut t.head_pair_min_mean_keys,
-            Knob::HeadPairMinBusySmsPercent => &mut t.head_pair_min_busy_sms_percent,
-            Knob::HeadPairPagedMinWaves => &mut t.head_pair_paged_min_waves,
-            Knob::ClusterMax16bit => &mut t.cluster_max_16bit,
-            Knob::ClusterMaxQuantized => &mut t.cluster_max_quantized,
-            Knob::InAttentionMergeMaxBytes => &mut t.in_attention_merge_max_bytes,
-            Knob::SaturatingWarps8bitNarrow => &mut t.saturating_warps_8bit_narrow,
-            Knob::SaturatingWarps16bitWide => &mut t.saturating_warps_16bit_wide,
-            Knob::SaturatingWarps16bitWgmma => &mut t.saturating_warps_16bit_wgmma,
-            Knob::SplitOverheadStages => &mut t.split_overhead_stages,
-        };
-        *field = value;
+        *t.field(knob) = value;
         t
+    }
+
+    /// The field a knob names: the one place that maps knobs to fields.
+    fn field(&mut self, knob: Knob) -> &mut u32 {
+        match knob {
+            Knob::WgmmaMinRows => &mut self.wgmma_min_rows,
+            Knob::SpecializedMaxWaves => &mut self.specialized_max_waves,
+            Knob::HeadPairMinMeanKeys => &mut self.head_pair_min_mean_keys,
+            Knob::HeadPairMinBusySmsPercent => &mut self.head_pair_min_busy_sms_percent,
+            Knob::HeadPairPagedMinWaves => &mut self.head_pair_paged_min_waves,
+            Knob::ClusterMax16bit => &mut self.cluster_max_16bit,
+            Knob::ClusterMaxQuantized => &mut self.cluster_max_quantized,
+            Knob::InAttentionMergeMaxBytes => &mut self.in_attention_merge_max_bytes,
+            Knob::SaturatingWarps8bitNarrow => &mut self.saturating_warps_8bit_narrow,
+            Knob::SaturatingWarps16bitWide => &mut self.saturating_warps_16bit_wide,
+            Knob::SaturatingWarps16bitWgmma => &mut self.saturating_warps_16bit_wgmma,
+            Knob::SplitOverheadStages => &mut self.split_overhead_stages,
+        }
     }
 
     /// The table by its name (`H100 SXM`, `H200`), case-insensitive.
