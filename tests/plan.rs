@@ -383,13 +383,11 @@ fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     assert_eq!(family(&DecodeShape::bf16(2, 16, 1, 64, 3, 4096)), Family::Wide);
     assert_eq!(family(&DecodeShape::bf16(2, 16, 1, 256, 3, 4096)), Family::Wide);
     assert_eq!(family(&DecodeShape { head_dim: 64, ..quantized(KvFormat::Int8, 2, 16, 1, 3, 4096) }), Family::Wide);
-    // A quantized token-major cache of two kv heads (its rows not
-    // contiguous over tokens): wide, whatever the rows (the wgmma stages
-    // would land a bulk copy per row); head-major, paged, or 16-bit: wgmma.
+    // A quantized token-major cache of two kv heads (its rows a token
+    // stride apart, staged by cp.async chunks), head-major or paged: wgmma.
     for format in [KvFormat::Int8, KvFormat::Fp8PerHead, KvFormat::Fp8, KvFormat::Int4G32] {
         let two_heads = quantized(format, 2, 32, 2, 3, 4096);
-        assert!(decode_attn::heuristics::row_per_bulk_copy(&two_heads));
-        assert_eq!(family(&two_heads), Family::Wide, "{format:?}");
+        assert_eq!(family(&two_heads), Family::Wgmma, "{format:?}");
         assert_eq!(family(&DecodeShape { kv_layout: KvLayout::Hnd, ..two_heads.clone() }), Family::Wgmma, "{format:?}");
         let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 512, order: PageOrder::TokenMajor, page_bytes: None }, ..two_heads };
         assert_eq!(family(&paged), Family::Wgmma, "{format:?}");
@@ -868,5 +866,50 @@ mod tuning {
         assert_eq!(plan(&shape, &[4096; 64], &dev, &super::KERNEL, &PlanOptions::default()).unwrap().family(), Family::Wgmma);
         let fewer = DeviceInfo { tuning: H100_TABLE.with(Knob::WgmmaMinRows, 48), ..dev };
         assert_eq!(plan(&shape, &[4096; 64], &fewer, &super::KERNEL, &PlanOptions::default()).unwrap().family(), Family::Wide);
+    }
+
+    #[test]
+    fn a_paged_cache_fills_at_least_the_blocks_per_sm_its_table_asks_where_they_fit() {
+        use decode_attn::plan::{plan, plan_capacity, plan_paged};
+        use decode_attn::{DecodeShape, KvLayout, PageOrder, PlanOptions};
+        let auto = PlanOptions::default();
+        let floor = DeviceInfo { tuning: H100_TABLE.with(Knob::PagedMinBlocksPerSm, 2), ..DeviceInfo::H100_SXM };
+        // Grid A B=128 bf16: 128 one-block sequences, one wide block an SM
+        // (the saturating-warps rule) contiguous, paged or not under the
+        // H100 table; two splits (256 blocks) in a pool under a floor of two.
+        let shape = DecodeShape::bf16(128, 8, 1, 128, 1, 8192);
+        let lens = [8192; 128];
+        let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 128 * 512, order: PageOrder::TokenMajor, page_bytes: None }, ..shape.clone() };
+        let table: Vec<i32> = (0..128 * 512).collect();
+        let splits = |dev: &DeviceInfo, s: &DecodeShape| match s.is_paged() {
+            true => plan_paged(s, &lens, &table, dev, &super::KERNEL, &auto).unwrap().max_splits(),
+            false => plan(s, &lens, dev, &super::KERNEL, &auto).unwrap().max_splits(),
+        };
+        assert_eq!(splits(&DeviceInfo::H100_SXM, &paged), 1);
+        assert_eq!(splits(&floor, &paged), 2);
+        assert_eq!(splits(&floor, &shape), 1, "contiguous caches keep the saturating-warps rule");
+        // A capacity plan of the pool splits as its lengths at capacity do.
+        assert_eq!(plan_capacity(&paged, &floor, &super::KERNEL, &auto).unwrap().max_splits(), 2);
+        // B=256 fills two blocks an SM unsplit already: a second wave of
+        // half-length blocks would cost more than it hides.
+        let big = DecodeShape { batch: 256, kv_layout: KvLayout::Paged { page_size: 16, num_pages: 256 * 512, order: PageOrder::TokenMajor, page_bytes: None }, ..shape };
+        let table: Vec<i32> = (0..256 * 512).collect();
+        assert_eq!(plan_paged(&big, &[8192; 256], &table, &floor, &super::KERNEL, &auto).unwrap().max_splits(), 1);
+    }
+
+    #[test]
+    fn head_pairs_stop_at_the_tables_longest_mean_sequence() {
+        use decode_attn::plan::plan;
+        use decode_attn::{DecodeShape, KernelInfo, KvFormat, PlanOptions};
+        let kernel = KernelInfo { max_threads_per_block: 512, regs_per_thread: 128 };
+        let auto = PlanOptions::default();
+        let int8 = |batch: u32, len: u32| DecodeShape { kv_format: KvFormat::Int8, ..DecodeShape::bf16(batch, 32, 32, 128, 1, len) };
+        let heads = |dev: &DeviceInfo, batch: u32, len: u32| plan(&int8(batch, len), &vec![len; batch as usize], dev, &kernel, &auto).unwrap().heads_per_block();
+        let bounded = DeviceInfo { tuning: H100_TABLE.with(Knob::HeadPairMaxMeanKeys, 1024), ..DeviceInfo::H100_SXM };
+        // Grid D (128, 2K): paired under the H100 table (no bound), one head
+        // a block past a bound of 1024 keys; (16, 1K) at the bound pairs.
+        assert_eq!(heads(&DeviceInfo::H100_SXM, 128, 2048), 2);
+        assert_eq!(heads(&bounded, 128, 2048), 1);
+        assert_eq!(heads(&bounded, 16, 1024), 2);
     }
 }

@@ -112,15 +112,29 @@ fn no_unresolved_external_functions() {
 /// wgmma int8 and fp8-per-head kernels, 4 bytes stored and 20 loaded at
 /// their 128-register cap since V's scale joined the softmax base (they run
 /// only where `MergeChoice::Cluster` is forced: `Auto` merges quantized
-/// caches globally; docs/perf.md, "V's scale in the softmax base"). Every
+/// caches globally; docs/perf.md, "V's scale in the softmax base"); the
+/// unspecialised strided wgmma int4 kernels (8 bytes stored, 4 loaded) and
+/// the strided cluster wgmma int8 ones (4 stored, 8 loaded) at their
+/// 128-register cap since rows a token stride apart land by `cp.async`
+/// (docs/perf.md, "Strided rows in the quantized wgmma kernels"; `Auto`
+/// runs the warp-specialised kernels, which do not spill, on grids of up
+/// to the table's waves, and merges quantized caches globally). Every
 /// other kernel: none.
-const KNOWN_SPILLS: [(&str, u32); 6] = [
+const KNOWN_SPILLS: [(&str, u32); 14] = [
     ("decode_paged_narrow_alibi_kv_int4g64_q_f16_d128", 8),
     ("decode_paged_narrow_alibi_kv_int4g64_q_bf16_d128", 8),
     ("decode_cluster_paged_wgmma_kv_int8_q_bf16_d128", 20),
     ("decode_cluster_paged_wgmma_kv_int8_q_f16_d128", 20),
     ("decode_cluster_paged_wgmma_kv_fp8ph_q_bf16_d128", 20),
     ("decode_cluster_paged_wgmma_kv_fp8ph_q_f16_d128", 20),
+    ("decode_wgmma_kv_int4g32_q_bf16_d128", 8),
+    ("decode_wgmma_kv_int4g32_q_f16_d128", 8),
+    ("decode_wgmma_kv_int4g64_q_bf16_d128", 8),
+    ("decode_wgmma_kv_int4g64_q_f16_d128", 8),
+    ("decode_wgmma_kv_int4g128_q_bf16_d128", 8),
+    ("decode_wgmma_kv_int4g128_q_f16_d128", 8),
+    ("decode_cluster_wgmma_kv_int8_q_bf16_d128", 8),
+    ("decode_cluster_wgmma_kv_int8_q_f16_d128", 8),
 ];
 
 /// Needs ptxas: `cargo xtask test` provides it (PATH, or PyPI into

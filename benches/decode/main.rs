@@ -25,7 +25,7 @@ use grids::RowSpec;
 use report::{Report, RowResult};
 use timing::{median, L2Mode, TimedRun};
 
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "bench", bin_name = "cargo xtask bench", about = "decode-attn benchmark: grids A-E (docs/benchmark.md) against the copy roofline (needs a GPU)")]
 struct Args {
     /// Grids to run, comma-separated.
@@ -406,12 +406,16 @@ fn run_sweep(attn: &mut DecodeAttention, stream: &Stream, args: &Args, roofline:
     if let Some(first) = sweep::probes().first().and_then(|p| p.rows.first()) {
         bench_row(attn, stream, first, args, roofline, None)?;
     }
-    let knobs = sweep::run(attn, info.tuning, args.sweep_knobs.as_deref(), |attn, spec| {
-        let r = bench_row(attn, stream, spec, args, roofline, None)?;
-        if r.status == "ok" {
-            Ok((r.median_us, r.block))
-        } else {
-            Err(r.status)
+    // Paged probes time the row's 16-token pool (shuffled table, the
+    // layout --page-layout names).
+    let paged_args = Args { paged: true, page_table: PageTable::Shuffled, graph: false, ..args.clone() };
+    let knobs = sweep::run(attn, info.tuning, args.sweep_knobs.as_deref(), |attn, spec, paged| {
+        let r = bench_row(attn, stream, spec, if paged { &paged_args } else { args }, roofline, None)?;
+        match (r.status == "ok", paged) {
+            (false, _) => Err(r.status),
+            (true, false) => Ok((r.median_us, r.block)),
+            (true, true) if r.paged16_us > 0.0 => Ok((r.paged16_us, format!("{} pg16", r.block))),
+            (true, true) => Err("no 16-token pool for this length".into()),
         }
     });
     let f = info.facts;

@@ -14,6 +14,9 @@ pub struct Probe {
     pub knob: Knob,
     pub candidates: Vec<u32>,
     pub rows: Vec<RowSpec>,
+    /// The rows are timed in a pool of 16-token pages (shuffled table), not
+    /// contiguous: the thresholds that only paged plans read.
+    pub paged: bool,
 }
 
 /// What one threshold measured: `median_us[c][r]` is row `r` planned with
@@ -71,6 +74,7 @@ pub fn probes() -> Vec<Probe> {
     let mha = |b: u32, c: u32| ('D', b, c, 32, 32, 1);
     vec![
         Probe {
+            paged: false,
             knob: Knob::WgmmaMinRows,
             candidates: vec![8, 16, 24, 32, 40, 48, 64],
             // 16 … 64 rows per kv head: a group of 8 with 2 … 8 new tokens
@@ -82,65 +86,101 @@ pub fn probes() -> Vec<Probe> {
             },
         },
         Probe {
+            paged: false,
             knob: Knob::SpecializedMaxWaves,
             candidates: vec![0, 1, 2, 4, 8],
             // Grid B's shape over 1 … 8 waves of one block per SM.
             rows: each(&[Int8, Fp8PerHead, Int4G32], &[grid_b(64, 4096), grid_b(128, 2048), grid_b(256, 1024), ('S', 512, 1024, 16, 1, 3), ('S', 1024, 512, 16, 1, 3)]),
         },
         Probe {
+            paged: false,
             knob: Knob::HeadPairMinMeanKeys,
             candidates: vec![128, 256, 512, 1024, 2048],
             rows: each(&[Int8, Fp8PerHead], &[mha(64, 128), mha(32, 256), mha(16, 512), mha(8, 1024), mha(128, 2048)]),
         },
         Probe {
+            paged: false,
             knob: Knob::HeadPairMinBusySmsPercent,
             candidates: vec![50, 75, 90, 95, 100],
             // Paired grids of 64, 96, 128 and 192 blocks on the SMs.
             rows: each(&[Int8, Fp8PerHead], &[mha(4, 2048), mha(6, 2048), mha(8, 1024), mha(12, 1024)]),
         },
         Probe {
+            paged: false,
             knob: Knob::ClusterMax16bit,
             candidates: vec![0, 2, 4, 8],
             rows: each(&[Bf16], &[grid_a(32), grid_a(64), grid_b(64, 4096), grid_b(32, 8192), grid_b(16, 16384), grid_c(8192)]),
         },
         Probe {
+            paged: false,
             knob: Knob::ClusterMaxQuantized,
             candidates: vec![0, 2, 4],
             rows: each(&[Int8, Int4G32], &[grid_a(32), grid_a(64), grid_a(128), grid_b(64, 4096), grid_b(32, 8192)]),
         },
         Probe {
+            paged: false,
             knob: Knob::InAttentionMergeMaxBytes,
             candidates: vec![16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],
             rows: each(&[Bf16, Int8], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_b(64, 4096), grid_b(8, 32768), grid_b(2, 131072)]),
         },
         Probe {
+            paged: false,
             knob: Knob::SaturatingWarps8bitNarrow,
             candidates: vec![4, 8, 16, 0],
             rows: each(&[Int8, Fp8PerHead], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), mha(1, 1024)]),
         },
         Probe {
+            paged: false,
             knob: Knob::SaturatingWarps16bitWide,
             candidates: vec![4, 8, 0],
             rows: each(&[Bf16], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), grid_a(64), mha(1, 1024)]),
         },
         Probe {
+            paged: false,
             knob: Knob::SaturatingWarps16bitWgmma,
             candidates: vec![8, 16, 0],
             rows: each(&[Bf16], &[grid_b(64, 4096), grid_b(16, 16384), grid_b(4, 65536), grid_b(2, 131072)]),
         },
         Probe {
+            paged: false,
             knob: Knob::SplitOverheadStages,
             candidates: vec![1, 2, 3, 4, 6],
             rows: each(&[Bf16, Int8, Int4G32], &[grid_a(32), grid_a(64), grid_c(8192), grid_c(32768), mha(1, 1024)]),
         },
+        Probe {
+            paged: false,
+            knob: Knob::HeadPairMaxMeanKeys,
+            candidates: vec![512, 1024, 2048, 4096, u32::MAX],
+            // Sequences of 512 … 4096 keys whose pairs fill the SMs.
+            rows: each(&[Int8, Fp8PerHead], &[mha(16, 512), mha(12, 1024), mha(16, 1024), mha(32, 2048), mha(128, 2048), mha(16, 4096)]),
+        },
+        Probe {
+            paged: true,
+            knob: Knob::HeadPairPagedMinWaves,
+            candidates: vec![1, 2, 4, 8],
+            rows: each(&[Int8, Fp8PerHead], &[mha(16, 512), mha(32, 256), mha(16, 1024), mha(32, 2048), mha(128, 2048)]),
+        },
+        Probe {
+            paged: true,
+            knob: Knob::PagedMinBlocksPerSm,
+            candidates: vec![1, 2, 3, 4],
+            // The split rows of grids A and C, where one block a SM is what
+            // the saturating-warps rule plans contiguous.
+            rows: {
+                let mut rows = each(&[Bf16, Int8], &[grid_a(32), grid_a(64), grid_a(128), grid_c(8192), grid_c(32768), grid_c(131072), mha(1, 1024)]);
+                rows.extend(each(&[Bf16], &[grid_b(16, 16384), grid_b(2, 131072)]));
+                rows.extend(each(&[Int4G32], &[grid_a(64), grid_c(131072)]));
+                rows
+            },
+        },
     ]
 }
 
-/// Runs the probes (those of `only`, when given) with `time(row)` → (median
-/// µs, block column), each candidate's table set on `attn` first; the base
+/// Runs the probes (those of `only`, when given) with `time(row, paged)` →
+/// (median µs, block column), each candidate's table set on `attn` first; the base
 /// table is restored after. Candidates alternate within a row, so a drift
 /// of the GPU over the sweep does not favour one of them.
-pub fn run(attn: &mut DecodeAttention, base: Tuning, only: Option<&str>, mut time: impl FnMut(&DecodeAttention, &RowSpec) -> Result<(f64, String), String>) -> Vec<KnobResult> {
+pub fn run(attn: &mut DecodeAttention, base: Tuning, only: Option<&str>, mut time: impl FnMut(&DecodeAttention, &RowSpec, bool) -> Result<(f64, String), String>) -> Vec<KnobResult> {
     let mut out = Vec::new();
     for p in probes().into_iter().filter(|p| only.is_none_or(|o| o.split(',').any(|k| k == p.knob.name()))) {
         let n = p.candidates.len();
@@ -149,7 +189,7 @@ pub fn run(attn: &mut DecodeAttention, base: Tuning, only: Option<&str>, mut tim
         for r in &p.rows {
             for (c, &value) in p.candidates.iter().enumerate() {
                 attn.set_tuning(base.with(p.knob, value));
-                let (us, block) = time(attn, r).unwrap_or_else(|e| (0.0, format!("error: {e}")));
+                let (us, block) = time(attn, r, p.paged).unwrap_or_else(|e| (0.0, format!("error: {e}")));
                 median_us[c].push(us);
                 blocks[c].push(block);
             }

@@ -21,29 +21,16 @@ use crate::tuning::Tuning;
 ///   would leave half their rows empty at 32 and fewer, where wide blocks of
 ///   one or two row tiles serve instead (H100: 32; docs/perf.md, "Wgmma
 ///   family for many rows");
-/// - but wide for a strided quantized cache whose rows are not contiguous
-///   over tokens (more than one kv head a token, token-major): its wgmma
-///   stages land by one bulk copy per row, which ran int8 and int4-g32 at
-///   ~10 % of the copy rate (H200, two kv heads, 16-64 rows: 154-158 µs
-///   against 34-82 µs wide; docs/perf.md, "Strided rows in the quantized
-///   wgmma kernels");
 /// - else wide.
 pub fn family(choice: FamilyChoice, shape: &DecodeShape, t: &Tuning) -> Family {
     match choice {
         FamilyChoice::Force(f) => f,
         FamilyChoice::Auto => match shape.rows_per_kv_head() {
             Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Family::Narrow,
-            Some(rows) if rows > t.wgmma_min_rows && Family::Wgmma.serves(shape.kv_format, shape.head_dim) && !row_per_bulk_copy(shape) => Family::Wgmma,
+            Some(rows) if rows > t.wgmma_min_rows && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
             _ => Family::Wide,
         },
     }
-}
-
-/// Whether the wgmma kernels would land this cache's stages one bulk copy
-/// per row: a strided quantized cache whose token stride is not one row.
-pub fn row_per_bulk_copy(shape: &DecodeShape) -> bool {
-    let token_bytes = shape.kv_strides().token.checked_mul(shape.kv_format.bits() as u64).map(|b| b / 8);
-    shape.kv_format.is_quantized() && !shape.is_paged() && token_bytes != Some(shape.kv_format.row_bytes(shape.head_dim) as u64)
 }
 
 /// Whether `Auto` runs the warp-specialised wgmma kernel of a grid of
@@ -76,7 +63,8 @@ pub struct HeadPairFacts {
 }
 
 /// Whether `Auto` pairs heads: adjacent rows, sequences of at least
-/// [`Tuning::head_pair_min_mean_keys`] keys on average, a paired grid that
+/// [`Tuning::head_pair_min_mean_keys`] and at most
+/// [`Tuning::head_pair_max_mean_keys`] keys on average, a paired grid that
 /// keeps [`Tuning::head_pair_min_busy_sms_percent`] % of the busy SMs and
 /// (pools) fills [`Tuning::head_pair_paged_min_waves`] waves.
 ///
@@ -86,6 +74,12 @@ pub struct HeadPairFacts {
 /// paired, (8, 1K) 2 % and (128, 2K) 3.7 % faster. 512 keys (eight pair
 /// stages) lies between the rows measured; no row between them was
 /// (docs/perf.md, "Head pairs").
+///
+/// [`Tuning::head_pair_max_mean_keys`] (H100: no bound). On the H200 the
+/// one-head blocks of long sequences read faster than pairs: int8 grid D
+/// (128, 2K) 539.4 µs paired against 503.1 unpaired (95.6 → 102.5 % of the
+/// copy), fp8 per head 548.2 against 507.4, where short ones still gain
+/// from pairs ((32, 256) 29.2 against 34.9 µs; docs/perf.md, "Head pairs").
 ///
 /// [`Tuning::head_pair_min_busy_sms_percent`] (H100: 95). Pairs read a
 /// token-major int8 cache 2-4 % faster; an SM left idle costs its share:
@@ -108,7 +102,8 @@ pub fn pair_heads(f: &HeadPairFacts, t: &Tuning) -> bool {
     let keeps_sms = 100u64.saturating_mul(busy(paired)) >= (t.head_pair_min_busy_sms_percent as u64).saturating_mul(busy(f.blocks));
     let paged_waves = !f.paged || paired >= (t.head_pair_paged_min_waves as u64).saturating_mul(f.resident_blocks);
     let long_enough = f.total_keys >= (t.head_pair_min_mean_keys as u64).saturating_mul(f.sequences);
-    f.adjacent_heads && keeps_sms && long_enough && paged_waves
+    let short_enough = f.total_keys <= (t.head_pair_max_mean_keys as u64).saturating_mul(f.sequences);
+    f.adjacent_heads && keeps_sms && long_enough && short_enough && paged_waves
 }
 
 /// Most chunks per sequence the `Auto` merge puts in a cluster for this
@@ -270,11 +265,27 @@ pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32, t
 }
 
 /// The blocks per SM the split planner should fill: all that fit, or as
-/// many as reach [`saturating_warps_per_sm`] (at least one).
-pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warps_per_block: u32, fit: u32, t: &Tuning) -> u32 {
-    match saturating_warps_per_sm(format, family, warps_m, t) {
+/// many as reach [`saturating_warps_per_sm`] (at least one); for a paged
+/// cache at least [`Tuning::paged_min_blocks_per_sm`] where they fit.
+///
+/// [`Tuning::paged_min_blocks_per_sm`] (H100: 1, no floor). A paged block
+/// forms each row's address from a page id in shared memory, and where it
+/// is alone on its SM that latency is not hidden: on the H200, with the
+/// page order shuffled or not and the pools packed or not alike, grid A
+/// B=128 bf16 read +18.5 % over contiguous at 16-token pages in one block a
+/// SM (unsplit) and +4.7 % in two (two splits: 134.5 against 127.3 µs
+/// contiguous); C (1, 128K) +20 % at 16 splits, +1.7 % at 32; A B=32 / 64
+/// +13 / +32 % at 4 / 2 splits, +2.7 / +2.8 % at 8 / 4 (docs/perf.md,
+/// "Paged pools on the H200").
+pub fn useful_blocks_per_sm(format: KvFormat, family: Family, warps_m: u32, warps_per_block: u32, fit: u32, paged: bool, t: &Tuning) -> u32 {
+    let saturating = match saturating_warps_per_sm(format, family, warps_m, t) {
         Some(w) => fit.min((w / warps_per_block.max(1)).max(1)),
         None => fit,
+    };
+    if paged {
+        saturating.max(fit.min(t.paged_min_blocks_per_sm))
+    } else {
+        saturating
     }
 }
 

@@ -703,7 +703,7 @@ fn make_plan_for(
                 SplitPolicy::Never => false,
                 SplitPolicy::ChunkKeys(k) => keys.iter().any(|&l| l > k),
                 SplitPolicy::Auto => {
-                    let per_sm = heuristics::useful_blocks_per_sm(format, family, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger)), &dev.tuning) as u64;
+                    let per_sm = heuristics::useful_blocks_per_sm(format, family, 1, larger, blocks_per_sm(dev, kernel, 32 * larger, smem(larger)), shape.is_paged(), &dev.tuning) as u64;
                     let blocks_per_len = shape.num_kv_heads as u64 * rows.div_ceil(NARROW_ROWS) as u64;
                     heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm, dev.tuning.split_overhead_stages) != u32::MAX
                 }
@@ -761,7 +761,7 @@ fn make_plan_for(
             keys.div_ceil(tile.keys_per_stage).saturating_mul(tile.keys_per_stage)
         }
         SplitPolicy::Auto => {
-            let per_sm = heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm, &dev.tuning) as u64;
+            let per_sm = heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm, shape.is_paged(), &dev.tuning) as u64;
             heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm, dev.tuning.split_overhead_stages)
         }
     };

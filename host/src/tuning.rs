@@ -59,6 +59,9 @@ pub struct Tuning {
     /// Keys a plan's sequences must average for `Auto` to pair heads
     /// ([`crate::heuristics::pair_heads`]).
     pub head_pair_min_mean_keys: u32,
+    /// Keys a plan's sequences may average at most for `Auto` to pair heads
+    /// (`u32::MAX`: no bound; [`crate::heuristics::pair_heads`]).
+    pub head_pair_max_mean_keys: u32,
     /// The share (%) of the unpaired grid's busy SMs the paired grid must
     /// keep busy ([`crate::heuristics::pair_heads`]).
     pub head_pair_min_busy_sms_percent: u32,
@@ -84,6 +87,10 @@ pub struct Tuning {
     /// A block's fixed cost (pipeline fill, epilogue) in pipeline stages of
     /// keys, in the split-size estimate ([`crate::heuristics::auto_chunk_keys`]).
     pub split_overhead_stages: u32,
+    /// Blocks per SM the split planner fills at least for a paged cache,
+    /// where they fit, whatever the saturating-warps rule says
+    /// ([`crate::heuristics::useful_blocks_per_sm`]).
+    pub paged_min_blocks_per_sm: u32,
 }
 
 /// The H100 SXM's table.
@@ -101,6 +108,7 @@ pub enum Knob {
     WgmmaMinRows,
     SpecializedMaxWaves,
     HeadPairMinMeanKeys,
+    HeadPairMaxMeanKeys,
     HeadPairMinBusySmsPercent,
     HeadPairPagedMinWaves,
     ClusterMax16bit,
@@ -110,13 +118,15 @@ pub enum Knob {
     SaturatingWarps16bitWide,
     SaturatingWarps16bitWgmma,
     SplitOverheadStages,
+    PagedMinBlocksPerSm,
 }
 
 impl Knob {
-    pub const ALL: [Knob; 12] = [
+    pub const ALL: [Knob; 14] = [
         Knob::WgmmaMinRows,
         Knob::SpecializedMaxWaves,
         Knob::HeadPairMinMeanKeys,
+        Knob::HeadPairMaxMeanKeys,
         Knob::HeadPairMinBusySmsPercent,
         Knob::HeadPairPagedMinWaves,
         Knob::ClusterMax16bit,
@@ -126,6 +136,7 @@ impl Knob {
         Knob::SaturatingWarps16bitWide,
         Knob::SaturatingWarps16bitWgmma,
         Knob::SplitOverheadStages,
+        Knob::PagedMinBlocksPerSm,
     ];
 
     /// The [`Tuning`] field's name.
@@ -134,6 +145,7 @@ impl Knob {
             Knob::WgmmaMinRows => "wgmma_min_rows",
             Knob::SpecializedMaxWaves => "specialized_max_waves",
             Knob::HeadPairMinMeanKeys => "head_pair_min_mean_keys",
+            Knob::HeadPairMaxMeanKeys => "head_pair_max_mean_keys",
             Knob::HeadPairMinBusySmsPercent => "head_pair_min_busy_sms_percent",
             Knob::HeadPairPagedMinWaves => "head_pair_paged_min_waves",
             Knob::ClusterMax16bit => "cluster_max_16bit",
@@ -143,6 +155,7 @@ impl Knob {
             Knob::SaturatingWarps16bitWide => "saturating_warps_16bit_wide",
             Knob::SaturatingWarps16bitWgmma => "saturating_warps_16bit_wgmma",
             Knob::SplitOverheadStages => "split_overhead_stages",
+            Knob::PagedMinBlocksPerSm => "paged_min_blocks_per_sm",
         }
     }
 
@@ -197,6 +210,7 @@ impl Tuning {
             Knob::WgmmaMinRows => &mut self.wgmma_min_rows,
             Knob::SpecializedMaxWaves => &mut self.specialized_max_waves,
             Knob::HeadPairMinMeanKeys => &mut self.head_pair_min_mean_keys,
+            Knob::HeadPairMaxMeanKeys => &mut self.head_pair_max_mean_keys,
             Knob::HeadPairMinBusySmsPercent => &mut self.head_pair_min_busy_sms_percent,
             Knob::HeadPairPagedMinWaves => &mut self.head_pair_paged_min_waves,
             Knob::ClusterMax16bit => &mut self.cluster_max_16bit,
@@ -206,6 +220,7 @@ impl Tuning {
             Knob::SaturatingWarps16bitWide => &mut self.saturating_warps_16bit_wide,
             Knob::SaturatingWarps16bitWgmma => &mut self.saturating_warps_16bit_wgmma,
             Knob::SplitOverheadStages => &mut self.split_overhead_stages,
+            Knob::PagedMinBlocksPerSm => &mut self.paged_min_blocks_per_sm,
         }
     }
 

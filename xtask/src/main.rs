@@ -65,9 +65,11 @@ enum Cmd {
     /// Write the planner's tuning table of a GPU (`host/src/tuning/<gpu>.rs`)
     /// from a `bench --sweep` run on it (no GPU needed here).
     Tune {
-        /// The sweep's JSON (`<date>-<device>-sweep.json`).
-        #[arg(long)]
-        from: PathBuf,
+        /// The sweep's JSON (`<date>-<device>-sweep.json`); repeat it for
+        /// several sweeps of one GPU, in order: a later sweep's thresholds
+        /// replace an earlier one's.
+        #[arg(long, required = true)]
+        from: Vec<PathBuf>,
         /// The table's name (default: the device's, without `NVIDIA `).
         #[arg(long)]
         name: Option<String>,

@@ -8,7 +8,7 @@
 //! Thresholds the sweep left out keep the base table's value.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -73,24 +73,45 @@ pub fn table_name(device: &str) -> String {
     device.trim().trim_start_matches("NVIDIA ").trim().to_string()
 }
 
-/// The Rust source of the table (`host/src/tuning/*.rs`).
-pub fn table_source(sweep: &Value, name: &str, from: &str, keep_within: f64) -> Result<String, String> {
-    let knobs = field(sweep, "knobs")?.as_array().ok_or("`knobs` is not a list")?;
-    let choices: Vec<Choice> = knobs.iter().map(|k| choose(k, keep_within)).collect::<Result<_, _>>()?;
-    let base_values = field(sweep, "base_values")?.as_array().ok_or("`base_values` is not a list")?;
-    let cc = field(sweep, "compute_capability")?.as_array().filter(|a| a.len() == 2).ok_or("`compute_capability` is not a pair")?;
-    let num = |k: &str| field(sweep, k).and_then(|v| as_u32(v, k));
-    let device = field(sweep, "device")?.as_str().unwrap_or("?");
-    let date = field(sweep, "date")?.as_str().unwrap_or("?");
-    let base_table = field(sweep, "base_table")?.as_str().unwrap_or("?");
-    let roofline = field(sweep, "roofline_gbps")?.as_f64().unwrap_or(0.0);
+/// The Rust source of the table (`host/src/tuning/*.rs`) from one or more
+/// sweeps of one GPU, in order: a threshold a later sweep measured takes
+/// that sweep's choice; the device's facts, and the values of thresholds no
+/// sweep measured, are the last sweep's (its `base_values`, the table it
+/// ran with).
+pub fn table_source(sweeps: &[Value], name: &str, from: &[String], keep_within: f64) -> Result<String, String> {
+    let last = sweeps.last().ok_or("no sweep")?;
+    let mut choices: Vec<(Choice, usize)> = Vec::new();
+    for (i, sweep) in sweeps.iter().enumerate() {
+        for k in field(sweep, "knobs")?.as_array().ok_or("`knobs` is not a list")? {
+            let c = choose(k, keep_within)?;
+            choices.retain(|(old, _)| old.knob != c.knob);
+            choices.push((c, i));
+        }
+    }
+    let base_values = field(last, "base_values")?.as_array().ok_or("`base_values` is not a list")?;
+    let cc = field(last, "compute_capability")?.as_array().filter(|a| a.len() == 2).ok_or("`compute_capability` is not a pair")?;
+    let num = |k: &str| field(last, k).and_then(|v| as_u32(v, k));
+    let text = |sweep: &Value, k: &str| field(sweep, k).map(|v| v.as_str().unwrap_or("?").to_string());
+    let device = text(last, "device")?;
+    let base_table = text(last, "base_table")?;
     let mut s = String::new();
-    let _ = writeln!(s, "//! The {name} table, written by `cargo xtask tune --from {from}`: sweep");
-    let _ = writeln!(s, "//! again rather than edit it. Swept on {device}, {date} (copy roofline");
-    let _ = writeln!(s, "//! {roofline:.0} GB/s), the other thresholds held at the {base_table} table. Above each");
-    let _ = writeln!(s, "//! swept value: every candidate's geometric-mean time over the rows it");
-    let _ = writeln!(s, "//! decides (`benches/decode/sweep.rs`), against the chosen value's; a");
-    let _ = writeln!(s, "//! candidate replaces the {base_table} value only when faster by more than {:.1} %", keep_within * 100.0);
+    let froms: Vec<String> = from.iter().map(|f| format!("--from {f}")).collect();
+    let _ = writeln!(s, "//! The {name} table, written by `cargo xtask tune {}`:", froms.join(" "));
+    let _ = writeln!(s, "//! sweep again rather than edit it. Swept on {device}:");
+    for (i, sweep) in sweeps.iter().enumerate() {
+        let roofline = field(sweep, "roofline_gbps")?.as_f64().unwrap_or(0.0);
+        let _ = writeln!(
+            s,
+            "//! sweep {} ({}, copy roofline {roofline:.0} GB/s), the other thresholds held at the {} table;",
+            i + 1,
+            text(sweep, "date")?,
+            text(sweep, "base_table")?
+        );
+    }
+    let _ = writeln!(s, "//! a later sweep's thresholds replace an earlier one's. Above each swept");
+    let _ = writeln!(s, "//! value: every candidate's geometric-mean time over the rows it decides");
+    let _ = writeln!(s, "//! (`benches/decode/sweep.rs`), against the chosen value's; a candidate");
+    let _ = writeln!(s, "//! replaces the base table's value only when faster by more than {:.1} %", keep_within * 100.0);
     let _ = writeln!(s, "//! (docs/perf.md, \"Tuning per GPU\").");
     let _ = writeln!(s);
     let _ = writeln!(s, "use super::{{DeviceFacts, Tuning}};");
@@ -111,8 +132,8 @@ pub fn table_source(sweep: &Value, name: &str, from: &str, keep_within: f64) -> 
         let pair = entry.as_array().filter(|a| a.len() == 2).ok_or("`base_values` entries are not pairs")?;
         let knob = pair[0].as_str().ok_or("a `base_values` name is not a string")?;
         let base = as_u32(&pair[1], knob)?;
-        match choices.iter().find(|c| c.knob == knob) {
-            Some(c) => {
+        match choices.iter().find(|(c, _)| c.knob == knob) {
+            Some((c, i)) => {
                 let cells: Vec<String> = c
                     .relative
                     .iter()
@@ -122,7 +143,8 @@ pub fn table_source(sweep: &Value, name: &str, from: &str, keep_within: f64) -> 
                     })
                     .collect();
                 let was = if c.chosen == c.base { "kept".to_string() } else { format!("was {}", c.base) };
-                let _ = writeln!(s, "    // {} rows; {} ({was})", c.rows, cells.join(", "));
+                let which = if sweeps.len() > 1 { format!("sweep {}, ", i + 1) } else { String::new() };
+                let _ = writeln!(s, "    // {which}{} rows; {} ({was})", c.rows, cells.join(", "));
                 let _ = writeln!(s, "    {knob}: {},", c.chosen);
             }
             None => {
@@ -135,21 +157,29 @@ pub fn table_source(sweep: &Value, name: &str, from: &str, keep_within: f64) -> 
     Ok(s)
 }
 
-/// `cargo xtask tune`: writes `host/src/tuning/<name>.rs` and prints each
-/// threshold's outcome.
-pub fn tune(from: &Path, name: Option<&str>, keep_within_percent: f64) -> Result<(), String> {
-    let text = std::fs::read_to_string(from).map_err(|e| format!("{}: {e}", from.display()))?;
-    let sweep: Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", from.display()))?;
+/// `cargo xtask tune`: writes `host/src/tuning/<name>.rs` from the sweeps
+/// (in order) and prints each threshold's outcome.
+pub fn tune(from: &[PathBuf], name: Option<&str>, keep_within_percent: f64) -> Result<(), String> {
+    let mut sweeps = Vec::new();
+    for path in from {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        sweeps.push(serde_json::from_str::<Value>(&text).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
+    let last = sweeps.last().ok_or("no sweep: pass --from")?;
+    let device = field(last, "device")?.as_str().unwrap_or("").to_string();
+    if let Some(other) = sweeps.iter().find(|s| field(s, "device").ok().and_then(Value::as_str) != Some(device.as_str())) {
+        return Err(format!("the sweeps are of different GPUs: {device} and {}", field(other, "device")?));
+    }
     let name = match name {
         Some(n) => n.to_string(),
-        None => table_name(field(&sweep, "device")?.as_str().unwrap_or("")),
+        None => table_name(&device),
     };
     if name.is_empty() {
         return Err("the sweep names no device: pass --name".into());
     }
     let file: String = name.to_ascii_lowercase().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect();
-    let shown = from.strip_prefix(crate::workspace()).unwrap_or(from).display().to_string();
-    let source = table_source(&sweep, &name, &shown, keep_within_percent / 100.0)?;
+    let shown: Vec<String> = from.iter().map(|f| f.strip_prefix(crate::workspace()).unwrap_or(f).display().to_string()).collect();
+    let source = table_source(&sweeps, &name, &shown, keep_within_percent / 100.0)?;
     let path: PathBuf = crate::workspace().join("host/src/tuning").join(format!("{file}.rs"));
     let existed = path.exists();
     std::fs::write(&path, &source).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -200,10 +230,31 @@ mod tests {
             "base_table": "H100 SXM", "base_values": [["wgmma_min_rows", 32], ["specialized_max_waves", 2]],
             "knobs": [knob(32, &[16, 32], &[&[90.0], &[100.0]])],
         });
-        let s = table_source(&sweep, &table_name("NVIDIA H200"), "sweep.json", 0.005).unwrap();
+        let s = table_source(&[sweep], &table_name("NVIDIA H200"), &["sweep.json".into()], 0.005).unwrap();
         assert!(s.contains("name: \"H200\","), "{s}");
         assert!(s.contains("memory_clock_khz: 3201000, memory_bus_bits: 6144"), "{s}");
         assert!(s.contains("    // 1 rows; 16: 1.000, 32: 1.111 (was 32)\n    wgmma_min_rows: 16,"), "{s}");
         assert!(s.contains("    // not swept: the H100 SXM value\n    specialized_max_waves: 2,"), "{s}");
+    }
+
+    #[test]
+    fn a_later_sweep_replaces_the_thresholds_it_measured_and_keeps_the_others() {
+        let sweep = |base_wgmma: u32, knobs: Value| {
+            serde_json::json!({
+                "device": "NVIDIA H200", "date": "2026-11-29", "compute_capability": [9, 0], "sm_count": 132,
+                "l2_bytes": 62914560, "memory_clock_khz": 3201000, "memory_bus_bits": 6016, "roofline_gbps": 4298.0,
+                "base_table": "H200", "base_values": [["wgmma_min_rows", base_wgmma], ["specialized_max_waves", 2]],
+                "knobs": knobs,
+            })
+        };
+        let first = sweep(32, serde_json::json!([knob(32, &[16, 32], &[&[90.0], &[100.0]])]));
+        let mut max_waves = knob(2, &[2, 8], &[&[100.0], &[95.0]]);
+        max_waves["knob"] = "specialized_max_waves".into();
+        // The second sweep ran with the first's table (wgmma_min_rows 16).
+        let second = sweep(16, serde_json::json!([max_waves]));
+        let s = table_source(&[first, second], "H200", &["a.json".into(), "b.json".into()], 0.005).unwrap();
+        assert!(s.contains("`cargo xtask tune --from a.json --from b.json`"), "{s}");
+        assert!(s.contains("    // sweep 1, 1 rows; 16: 1.000, 32: 1.111 (was 32)\n    wgmma_min_rows: 16,"), "{s}");
+        assert!(s.contains("    // sweep 2, 1 rows; 2: 1.053, 8: 1.000 (was 2)\n    specialized_max_waves: 8,"), "{s}");
     }
 }

@@ -10,6 +10,7 @@ pub const TABLE: Tuning = Tuning {
     wgmma_min_rows: 32,
     specialized_max_waves: 2,
     head_pair_min_mean_keys: 512,
+    head_pair_max_mean_keys: u32::MAX,
     head_pair_min_busy_sms_percent: 95,
     head_pair_paged_min_waves: 2,
     cluster_max_16bit: 2,
@@ -19,4 +20,5 @@ pub const TABLE: Tuning = Tuning {
     saturating_warps_16bit_wide: 4,
     saturating_warps_16bit_wgmma: 8,
     split_overhead_stages: 2,
+    paged_min_blocks_per_sm: 1,
 };

@@ -98,6 +98,18 @@ pub unsafe fn wait_parity(bar: u32, parity: u32) {
     while !try_wait_parity(bar, parity) {}
 }
 
+/// `cp.async.mbarrier.arrive.noinc`: one of the phase's expected arrivals,
+/// made by the barrier itself once this thread's earlier `cp.async` copies
+/// have landed (their bytes then visible to the threads that see the phase
+/// complete).
+///
+/// # Safety
+/// `bar` was initialised with this arrival in its count ([`init_count`]).
+#[inline(always)]
+pub unsafe fn cp_async_arrive_noinc(bar: u32) {
+    core::arch::asm!("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [{b}];", b = in(reg32) bar, options(nostack));
+}
+
 /// `cp.async.bulk` global → shared of `bytes` bytes, completing on `bar`
 /// (whose phase must expect them: [`arrive_expect_tx`]).
 ///

@@ -1,4 +1,4 @@
-//! Warp shuffles.
+//! Warp shuffles and the warp barrier.
 
 /// `shfl.sync.bfly.b32` over the full warp: value from lane `lane ^ mask`.
 #[inline(always)]
@@ -74,4 +74,11 @@ pub fn any(p: bool) -> bool {
         );
     }
     r != 0
+}
+
+/// `bar.warp.sync` over the full warp.
+#[inline(always)]
+pub fn sync_warp() {
+    // SAFETY: all 32 lanes reach this (full-warp code paths only).
+    unsafe { core::arch::asm!("bar.warp.sync 0xffffffff;", options(nostack)) }
 }

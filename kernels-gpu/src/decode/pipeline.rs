@@ -24,7 +24,7 @@ use core::marker::PhantomData;
 use decode_attn_abi::{page_ids_per_stage, stage_region_bytes, tile_config, wgmma_producer_stages, DecodeParams, TileConfig, Family, WorkItem, PAGE_RING_SLOTS, PIPELINE_STAGES, WGMMA_PRODUCER_STAGES, WGMMA_STAGE_BARRIER_BYTES};
 
 use crate::addressing::{paged_rows, PagedStage, RowAddressing, Strided};
-use crate::arch::{mbarrier, memory, shared, thread};
+use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, SwizzledRows, TileLayout};
 
 /// How rows are copied (docs/perf.md, "Paged caches"): strided `WIDE`
@@ -185,13 +185,19 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     }
 
     /// Strided quantized wgmma kernels: issues tile `first ..`'s K and V rows and side data below
-    /// `end` into `stage` from warp 0 (`lane`: its lane): bulk copies on the
-    /// stage barrier, whose one arrival announces their bytes. Side data of
-    /// strided caches is contiguous over tokens and 16-byte aligned at a
-    /// stage's first token (`DecodeShape::side_strides`); its last bytes past
-    /// a multiple of 16, and zeros for the rows past `end`, are plain stores
-    /// by lane 0 before its arrival (ordered before the readers by the
-    /// barrier's phase).
+    /// `end` into `stage` from warp 0 (`lane`: its lane), completing on the
+    /// stage barrier, whose arrival by lane 0 announces the bulk copies'
+    /// bytes. Rows contiguous over tokens are one bulk copy per tensor. Rows
+    /// a token stride apart (several kv heads side by side) are 16-byte
+    /// `cp.async` chunks spread over the warp, each lane's copies one more
+    /// arrival of the barrier ([`Pipeline::bulk_arrivals`]), made when they
+    /// land: a bulk copy per 64-128-byte row ran the int8
+    /// and int4 kernels at 10 % of the copy rate (docs/perf.md, "Strided
+    /// rows in the quantized wgmma kernels"). Side data of strided caches is
+    /// contiguous over tokens and 16-byte aligned at a stage's first token
+    /// (`DecodeShape::side_strides`); its last bytes past a multiple of 16,
+    /// and zeros for the rows past `end`, are plain stores by lane 0 before
+    /// its arrival (ordered before the readers by the barrier's phase).
     #[inline(always)]
     unsafe fn bulk_stage(&self, k: Strided, k_side: Strided, stage: u32, first: u32, end: u32, lane: u32) {
         let (row_bytes, side_bytes, keys) = (Self::CFG.row_bytes, Self::CFG.side_bytes, Self::CFG.keys_per_stage);
@@ -200,6 +206,20 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         let side = rows * side_bytes;
         let side_bulk = side & !15;
         let (ks, vs, side_src, side_delta) = (self.k_side(stage), self.v_side(stage), k_side.row(first), self.side_delta());
+        let contiguous = k.token_stride == row_bytes as u64;
+        if !contiguous {
+            let chunks_per_row = row_bytes / 16;
+            let mut c = lane;
+            while c < rows * chunks_per_row {
+                let (r, at) = (c / chunks_per_row, c % chunks_per_row * 16);
+                let src = k.row(first + r) + at as u64;
+                memory::cp_async_16(kt + r * row_bytes + at, src, 16);
+                memory::cp_async_16(vt + r * row_bytes + at, src.wrapping_add(delta), 16);
+                c += 32;
+            }
+            mbarrier::cp_async_arrive_noinc(bar);
+            warp::sync_warp();
+        }
         if lane == 0 {
             // The side data's last 4-12 bytes, then zeros (a scale and zero
             // of 0) to the stage's end: plain stores before the arrival,
@@ -216,26 +236,17 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
                 shared::st_shared_u32(vs + at, vv);
                 at += 4;
             }
-            mbarrier::arrive_expect_tx(bar, 2 * (rows * row_bytes + side_bulk));
-        }
-        if k.token_stride == row_bytes as u64 {
-            if lane == 0 {
+            let bulk_rows = if contiguous { rows * row_bytes } else { 0 };
+            mbarrier::arrive_expect_tx(bar, 2 * (bulk_rows + side_bulk));
+            if contiguous {
                 let src = k.row(first);
                 mbarrier::bulk_copy(kt, src, rows * row_bytes, bar);
                 mbarrier::bulk_copy(vt, src.wrapping_add(delta), rows * row_bytes, bar);
             }
-        } else {
-            let mut r = lane;
-            while r < rows {
-                let src = k.row(first + r);
-                mbarrier::bulk_copy(kt + r * row_bytes, src, row_bytes, bar);
-                mbarrier::bulk_copy(vt + r * row_bytes, src.wrapping_add(delta), row_bytes, bar);
-                r += 32;
+            if side_bulk > 0 {
+                mbarrier::bulk_copy(ks, side_src, side_bulk, bar);
+                mbarrier::bulk_copy(vs, side_src.wrapping_add(side_delta), side_bulk, bar);
             }
-        }
-        if lane == 0 && side_bulk > 0 {
-            mbarrier::bulk_copy(ks, side_src, side_bulk, bar);
-            mbarrier::bulk_copy(vs, side_src.wrapping_add(side_delta), side_bulk, bar);
         }
     }
 
@@ -516,8 +527,22 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// Called once, by one thread, before any other use of the barriers.
     #[inline(always)]
     pub unsafe fn init_bulk_barriers(&self) {
+        let arrivals = self.bulk_arrivals();
         for stage in 0..WGMMA_PRODUCER_STAGES {
-            mbarrier::init(self.barrier(stage));
+            mbarrier::init_count(self.barrier(stage), arrivals);
+        }
+    }
+
+    /// Arrivals a stage barrier of the strided quantized wgmma kernels
+    /// expects: the issuing lane 0's, and where the rows are a token stride
+    /// apart one per lane of the warp for its `cp.async` copies
+    /// ([`Pipeline::bulk_stage`]).
+    #[inline(always)]
+    fn bulk_arrivals(&self) -> u32 {
+        if self.p.k_stride_token == Self::CFG.row_bytes as u64 {
+            1
+        } else {
+            1 + 32
         }
     }
 
