@@ -7,6 +7,7 @@
 //! roofline measured in the same run. Writes
 //! `<out>/<date>-<device>[-flush].{json,csv,svg}`; the table is printed last.
 
+mod bound;
 mod buffers;
 mod check;
 mod grids;
@@ -96,6 +97,11 @@ struct Args {
     /// `KvLayout::Paged { page_bytes: Some(..) }`).
     #[arg(long, value_enum, default_value = "separate")]
     page_layout: PageLayout,
+    /// Also measure the empty launch, the tensor cores' bf16 rate and the
+    /// SM clock, and give each row its bound (the %bound column: the bound
+    /// over the row's time; docs/benchmark.md, "The bound column").
+    #[arg(long)]
+    bound: bool,
     /// Also time each row as a replayed CUDA graph of a capacity plan
     /// (lengths read on the device by the attention blocks): the
     /// graph column, graph time over planned time. Its output is checked
@@ -320,6 +326,11 @@ fn run(args: &Args) -> Result<(), String> {
     let roofline = timing::roofline(&attn, &stream)?;
     eprintln!("roofline: device-to-device copy of 4 GiB = {roofline:.0} GB/s (read + write)");
     eprintln!("tuning: the {} table (device: {:?}, {} GB/s peak)", info.tuning.name, info.facts, info.facts.peak_gbps());
+    if args.bound {
+        let m = bound::Machine::measure(&attn, &stream, args.device, roofline)?;
+        eprintln!("bound: empty launch {:.2} µs, tensor cores {:.0} TFLOPS (bf16 wgmma), issue {:.0} G warp instructions/s", m.empty_launch_us, m.tensor_tflops, m.issue_ginstr_per_s);
+        let _ = bound::MACHINE.set(m);
+    }
     let date = time::OffsetDateTime::now_utc().date().to_string();
     if args.sweep {
         return run_sweep(&mut attn, &stream, args, roofline, &device, &date);
@@ -378,7 +389,7 @@ fn run(args: &Args) -> Result<(), String> {
     eprintln!("{} rows in {:.0} s", rows.len(), t0.elapsed().as_secs_f64());
 
     let paged = if args.paged { format!("{:?} block tables, {:?} pools", args.page_table, args.page_layout).to_lowercase() } else { String::new() };
-    let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, paged, tuning: info.tuning.name.into(), rows };
+    let report = Report { device: device.clone(), date: date.clone(), l2: args.l2, iters: args.iters as usize, roofline_gbps: roofline, paged, tuning: info.tuning.name.into(), machine: bound::MACHINE.get().copied(), rows };
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out))?;
     let suffix = if args.l2 == L2Mode::Flush { "-flush" } else { "" };
     let stem = format!("{}/{date}-{}{suffix}{}", args.out, device.replace(|c: char| !c.is_ascii_alphanumeric(), "-"), args.tag);
@@ -525,6 +536,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     let graph_us = if args.graph { graph_median(attn, stream, &plan, &opts, &mut sets, args.iters as usize)? } else { 0.0 };
     let bytes = plan.bytes_moved();
     let gbps = bytes as f64 / (med * 1e-6) / 1e9;
+    let (bound_us, bound_by) = bound::MACHINE.get().map_or((0.0, ""), |m| bound::bound(m, &plan));
     let cold = n_sets * per_set >= 4 * l2 || args.l2 == L2Mode::Flush;
     let status = if rel_err <= check::TOLERANCE { "ok".to_string() } else { format!("WRONG (rel err {rel_err:.2e})") };
     let mut notes = Vec::new();
@@ -578,6 +590,8 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         paged16_us: paged_us[0],
         paged64_us: paged_us[1],
         graph_us,
+        bound_us,
+        bound_by: bound_by.into(),
     })
 }
 

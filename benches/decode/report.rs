@@ -47,9 +47,25 @@ pub struct RowResult {
     /// a capacity plan (one attention launch, plus the merge kernel for large merges; 0: not run).
     #[serde(default)]
     pub graph_us: f64,
+    /// `--bound`: the least time the row could take here (`bound.rs`), and
+    /// its largest term (`bytes`, `mma`, `convert`); 0 and empty: not run.
+    #[serde(default)]
+    pub bound_us: f64,
+    #[serde(default)]
+    pub bound_by: String,
 }
 
 impl RowResult {
+    /// The bound over the row's time, in %, and the bound's largest term
+    /// ("—" when not measured).
+    pub fn bound_cell(&self) -> String {
+        if self.bound_us > 0.0 && self.median_us > 0.0 {
+            format!("{:.1}% {}", 100.0 * self.bound_us / self.median_us, self.bound_by)
+        } else {
+            "—".into()
+        }
+    }
+
     /// A family's time (paged, graph) over the contiguous planned time,
     /// minus one, in % ("—" when not run).
     pub fn paged_overhead(&self, paged_us: f64) -> String {
@@ -79,6 +95,9 @@ pub struct Report {
     /// the tables were per GPU (the H100's rules).
     #[serde(default)]
     pub tuning: String,
+    /// `--bound`: the figures the bound column was computed from.
+    #[serde(default)]
+    pub machine: Option<crate::bound::Machine>,
     pub rows: Vec<RowResult>,
 }
 
@@ -98,18 +117,25 @@ impl Report {
         if !self.paged.is_empty() {
             let _ = writeln!(s, "pg16 / pg64: paged over contiguous time, {}", self.paged);
         }
+        if let Some(m) = &self.machine {
+            let _ = writeln!(
+                s,
+                "%bound: the row's bound over its time; bound = empty launch {:.2} µs + max(bytes / {:.0} GB/s, FLOPs / {:.0} TFLOPS, narrow conversions / {:.0} G instr/s)",
+                m.empty_launch_us, m.copy_gbps, m.tensor_tflops, m.issue_ginstr_per_s
+            );
+        }
         let _ = writeln!(
             s,
-            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7}  status",
-            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph"
+            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7} {:>13}  status",
+            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph", "%bound"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7}  {} {}",
+                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7} {:>13}  {} {}",
                 r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.buffer_sets, r.bytes as f64 / 1e6,
                 r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.speedup_vs_bf16, r.rel_err,
-                r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.paged_overhead(r.graph_us), r.status, r.note
+                r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.paged_overhead(r.graph_us), r.bound_cell(), r.status, r.note
             );
         }
         s

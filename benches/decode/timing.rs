@@ -44,11 +44,11 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
-fn event() -> Result<Event, String> {
+pub(crate) fn event() -> Result<Event, String> {
     Event::new(EventFlags::DEFAULT).map_err(|e| e.to_string())
 }
 
-fn elapsed_us(from: &Event, to: &Event) -> Result<f64, String> {
+pub(crate) fn elapsed_us(from: &Event, to: &Event) -> Result<f64, String> {
     to.elapsed_time_f32(from).map(|ms| ms as f64 * 1e3).map_err(|e| e.to_string())
 }
 

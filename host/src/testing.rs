@@ -39,6 +39,22 @@ pub fn gpu_sleep(attn: &DecodeAttention, duration: std::time::Duration, stream: 
     unsafe { attn.kernels().launch(decode_attn_abi::SLEEP_KERNEL, (1, 1, 1), 32, 0, &params, stream.as_inner()) }
 }
 
+/// Enqueues the tensor-core rate kernel: `blocks` blocks of `warpgroups`
+/// warpgroups, each running `rounds` rounds of
+/// [`decode_attn_abi::MMA_RATE_FLOPS_PER_ROUND`] bf16 `wgmma` FLOPs from
+/// registers and shared memory; `out` receives one f32 per warpgroup
+/// (the benchmark's GEMM rate: its FLOPs over its time).
+pub fn mma_rate(attn: &DecodeAttention, blocks: u32, warpgroups: u32, rounds: u32, out: &cust::memory::DeviceBuffer<f32>, stream: &Stream) -> Result<()> {
+    ensure((1..=8).contains(&warpgroups), "warpgroups", "1 to 8 a block", warpgroups)?;
+    ensure(blocks >= 1, "blocks", "at least 1", blocks)?;
+    let needed = blocks as u64 * warpgroups as u64;
+    ensure(out.len() as u64 >= needed, "out", format!("at least {needed} f32 (one a warpgroup)"), out.len())?;
+    let params = decode_attn_abi::MmaRateParams { out: out.as_device_ptr().as_raw(), rounds, _pad: 0 };
+    // SAFETY: whole warpgroups, the shared memory the kernel asks for, one
+    // f32 a warpgroup in `out` (checked).
+    unsafe { attn.kernels().launch(decode_attn_abi::MMA_RATE_KERNEL, (blocks, 1, 1), 128 * warpgroups, decode_attn_abi::MMA_RATE_SMEM_BYTES, &params, stream.as_inner()) }
+}
+
 /// SplitMix64: small, fast, reproducible from a seed.
 #[derive(Clone, Debug)]
 pub struct Rng {

@@ -20,11 +20,12 @@ pub mod format;
 pub mod lengths;
 pub mod merge;
 pub mod quant;
+pub mod rate;
 pub mod sleep;
 pub mod state;
 pub mod variant;
 
-use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, FillParams, Form, Merge, MergeParams, QuantParams, SleepParams};
+use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, FillParams, Form, Merge, MergeParams, MmaRateParams, QuantParams, SleepParams};
 use format::{Bf16, Fp8Kv, Fp8PerHeadKv, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
@@ -156,6 +157,15 @@ pub unsafe extern "ptx-kernel" fn fill_random_f16(p: FillParams) {
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gpu_sleep(p: SleepParams) {
     sleep::sleep(&p)
+}
+
+/// The tensor cores' bf16 rate (benchmark).
+///
+/// # Safety
+/// See `rate::mma_rate`.
+#[no_mangle]
+pub unsafe extern "ptx-kernel" fn gpu_mma_rate(p: MmaRateParams) {
+    rate::mma_rate(&p)
 }
 
 /// Grows each sequence's device length by `p.by` (the end of a CUDA-graph

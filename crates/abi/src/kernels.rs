@@ -109,7 +109,7 @@ merge_kernel_table!(merge_list);
 
 /// Utility kernels (random fill, busy-wait, length advance), by the names
 /// their params use.
-pub const UTILITY_KERNELS: [&str; 4] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL];
+pub const UTILITY_KERNELS: [&str; 5] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL, crate::MMA_RATE_KERNEL];
 
 /// `pub const fn $name(id: &$id) -> Option<&'static str>`: the entry point
 /// of the kernel `id` in `$table`, or `None` when the set has no such kernel.

@@ -356,6 +356,27 @@ pub struct SleepParams {
 
 pub const SLEEP_KERNEL: &str = "gpu_sleep";
 
+/// Parameters of the tensor-core rate kernel (the bench's GEMM rate for its
+/// achievable bound): each warpgroup runs `rounds` rounds of four
+/// `m64n128k16` bf16 `wgmma` steps, A from registers and B from one shared
+/// tile, as the decode kernels' P·V steps run, and stores one f32 (its
+/// accumulator's first element) to `out[warpgroup]` so no round is dropped.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct MmaRateParams {
+    pub out: u64,
+    pub rounds: u32,
+    pub _pad: u32,
+}
+
+pub const MMA_RATE_KERNEL: &str = "gpu_mma_rate";
+/// The shared B tile (64 keys × 128 dims, bf16), 1024-byte aligned inside
+/// the launch's dynamic shared memory ([`MMA_RATE_SMEM_BYTES`]).
+pub const MMA_RATE_TILE_BYTES: u32 = 64 * 128 * 2;
+pub const MMA_RATE_SMEM_BYTES: u32 = MMA_RATE_TILE_BYTES + 1024;
+/// Floating-point operations of one warpgroup's round: 4 × 2·64·128·16.
+pub const MMA_RATE_FLOPS_PER_ROUND: u64 = 4 * 2 * 64 * 128 * 16;
+
 /// Parameters of the length-advance kernel, the step a CUDA-graph decode
 /// loop ends with: `seq_lens[b] += by` for `b < batch`, capped at
 /// `capacity`; lengths of 0 (empty batch slots) stay 0.
