@@ -26,7 +26,7 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::{DecodeAttention, Family, KvFormat, Plan};
 use std::time::Duration;
 
-use crate::timing::{elapsed_us, event, median};
+use crate::timing::{median, time_queued};
 
 /// The run's machine figures, once measured (`--bound`); rows read them.
 pub static MACHINE: std::sync::OnceLock<Machine> = std::sync::OnceLock::new();
@@ -41,22 +41,11 @@ pub struct Machine {
     pub issue_ginstr_per_s: f64,
 }
 
-/// Median time (µs) of `launches` enqueues of `launch` between events, queued
-/// behind a busy-wait so the host's enqueue pace is not timed.
+/// Median time (µs) of `launches` calls of `launch`, after one to warm up.
 fn timed(attn: &DecodeAttention, stream: &Stream, launches: usize, mut launch: impl FnMut() -> Result<(), String>) -> Result<f64, String> {
     launch()?;
     stream.synchronize().map_err(|e| e.to_string())?;
-    let events = |k| (0..k).map(|_| event()).collect::<Result<Vec<_>, _>>();
-    let (starts, stops) = (events(launches)?, events(launches)?);
-    decode_attn::testing::gpu_sleep(attn, Duration::from_micros(2000 + 40 * launches as u64), stream).map_err(|e| e.to_string())?;
-    for i in 0..launches {
-        starts[i].record(stream).map_err(|e| e.to_string())?;
-        launch()?;
-        stops[i].record(stream).map_err(|e| e.to_string())?;
-    }
-    stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-    let t: Vec<f64> = (0..launches).map(|i| elapsed_us(&starts[i], &stops[i])).collect::<Result<_, _>>()?;
-    Ok(median(&t))
+    Ok(median(&time_queued(attn, stream, launches, |_| launch())?))
 }
 
 impl Machine {

@@ -44,11 +44,11 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
-pub(crate) fn event() -> Result<Event, String> {
+fn event() -> Result<Event, String> {
     Event::new(EventFlags::DEFAULT).map_err(|e| e.to_string())
 }
 
-pub(crate) fn elapsed_us(from: &Event, to: &Event) -> Result<f64, String> {
+fn elapsed_us(from: &Event, to: &Event) -> Result<f64, String> {
     to.elapsed_time_f32(from).map(|ms| ms as f64 * 1e3).map_err(|e| e.to_string())
 }
 
@@ -168,14 +168,21 @@ pub fn time_graphs(attn: &DecodeAttention, stream: &Stream, graphs: &[crate::cud
         g.launch(stream)?; // warm-up: upload the graph
     }
     stream.synchronize().map_err(|e| e.to_string())?;
+    time_queued(attn, stream, iters, |i| graphs[(i + 1) % graphs.len()].launch(stream))
+}
+
+/// Per-call times (µs) of `n` calls of `launch(i)`, each between its own
+/// events, all queued behind a busy-wait so the host's enqueue pace is not
+/// timed (the caller warms up and synchronizes first).
+pub fn time_queued(attn: &DecodeAttention, stream: &Stream, n: usize, mut launch: impl FnMut(usize) -> Result<(), String>) -> Result<Vec<f64>, String> {
     let events = |k| (0..k).map(|_| event()).collect::<Result<Vec<_>, _>>();
-    let (starts, stops) = (events(iters)?, events(iters)?);
-    decode_attn::testing::gpu_sleep(attn, Duration::from_micros(2000 + 40 * iters as u64), stream).map_err(|e| e.to_string())?;
-    for i in 0..iters {
+    let (starts, stops) = (events(n)?, events(n)?);
+    decode_attn::testing::gpu_sleep(attn, Duration::from_micros(2000 + 40 * n as u64), stream).map_err(|e| e.to_string())?;
+    for i in 0..n {
         starts[i].record(stream).map_err(|e| e.to_string())?;
-        graphs[(i + 1) % graphs.len()].launch(stream)?;
+        launch(i)?;
         stops[i].record(stream).map_err(|e| e.to_string())?;
     }
-    stream.synchronize().map_err(|e| format!("graph failed: {e}"))?;
-    (0..iters).map(|i| elapsed_us(&starts[i], &stops[i])).collect()
+    stream.synchronize().map_err(|e| format!("launch failed: {e}"))?;
+    (0..n).map(|i| elapsed_us(&starts[i], &stops[i])).collect()
 }
