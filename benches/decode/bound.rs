@@ -76,11 +76,8 @@ pub fn bound(m: &Machine, plan: &Plan) -> (f64, &'static str) {
     let s = plan.shape();
     let (format, d) = (s.kv_format, s.head_dim as f64);
     let bytes = plan.bytes_moved() as f64;
-    let row = (format.row_bytes(s.head_dim) + format.side_bytes(s.head_dim)) as f64;
-    let q_bytes = s.q_bytes().unwrap_or(0) as f64;
-    // Keys read, summed over sequences and kv heads (bytes_moved's count).
-    let keys = ((bytes - 2.0 * q_bytes) / (2.0 * row)).max(0.0);
-    let rows_per_kv_head = (s.num_q_heads / s.num_kv_heads.max(1) * s.q_len) as f64;
+    let keys = plan.keys_read() as f64 * s.num_kv_heads as f64;
+    let rows_per_kv_head = s.rows_per_kv_head().unwrap_or(0) as f64;
     let flops = 4.0 * rows_per_kv_head * keys * d;
     let convert = match plan.family() {
         Family::Narrow => narrow_conversion_per_key(format) * (d / 128.0) * (rows_per_kv_head / 8.0).ceil() * keys,

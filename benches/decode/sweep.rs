@@ -19,6 +19,18 @@ pub struct Probe {
     pub paged: bool,
 }
 
+impl Probe {
+    /// A threshold timed on contiguous caches.
+    fn new(knob: Knob, candidates: Vec<u32>, rows: Vec<RowSpec>) -> Probe {
+        Probe { knob, candidates, rows, paged: false }
+    }
+
+    /// A threshold only paged plans read, timed in pools.
+    fn paged(knob: Knob, candidates: Vec<u32>, rows: Vec<RowSpec>) -> Probe {
+        Probe { paged: true, ..Probe::new(knob, candidates, rows) }
+    }
+}
+
 /// What one threshold measured: `median_us[c][r]` is row `r` planned with
 /// candidate `c` (0 where the row failed), `blocks[c][r]` its plan's block
 /// column (which rows a candidate changes).
@@ -73,106 +85,36 @@ pub fn probes() -> Vec<Probe> {
     let grid_a = |b: u32| ('A', b, 8192, 8, 1, 1);
     let mha = |b: u32, c: u32| ('D', b, c, 32, 32, 1);
     vec![
-        Probe {
-            paged: false,
-            knob: Knob::WgmmaMinRows,
-            candidates: vec![8, 16, 24, 32, 40, 48, 64],
-            // 16 … 64 rows per kv head: a group of 8 with 2 … 8 new tokens
-            // over two kv heads, and grid B's 48 rows over one.
-            rows: {
-                let mut shapes = [2, 3, 4, 5, 6, 8].map(|q| ('S', 32, 4096, 16, 2, q)).to_vec();
-                shapes.extend([grid_b(64, 4096), grid_b(256, 1024)]);
-                each(&[Bf16, Int8, Int4G32], &shapes)
-            },
-        },
-        Probe {
-            paged: false,
-            knob: Knob::SpecializedMaxWaves,
-            candidates: vec![0, 1, 2, 4, 8],
-            // Grid B's shape over 1 … 8 waves of one block per SM.
-            rows: each(&[Int8, Fp8PerHead, Int4G32], &[grid_b(64, 4096), grid_b(128, 2048), grid_b(256, 1024), ('S', 512, 1024, 16, 1, 3), ('S', 1024, 512, 16, 1, 3)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::HeadPairMinMeanKeys,
-            candidates: vec![128, 256, 512, 1024, 2048],
-            rows: each(&[Int8, Fp8PerHead], &[mha(64, 128), mha(32, 256), mha(16, 512), mha(8, 1024), mha(128, 2048)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::HeadPairMinBusySmsPercent,
-            candidates: vec![50, 75, 90, 95, 100],
-            // Paired grids of 64, 96, 128 and 192 blocks on the SMs.
-            rows: each(&[Int8, Fp8PerHead], &[mha(4, 2048), mha(6, 2048), mha(8, 1024), mha(12, 1024)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::ClusterMax16bit,
-            candidates: vec![0, 2, 4, 8],
-            rows: each(&[Bf16], &[grid_a(32), grid_a(64), grid_b(64, 4096), grid_b(32, 8192), grid_b(16, 16384), grid_c(8192)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::ClusterMaxQuantized,
-            candidates: vec![0, 2, 4],
-            rows: each(&[Int8, Int4G32], &[grid_a(32), grid_a(64), grid_a(128), grid_b(64, 4096), grid_b(32, 8192)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::InAttentionMergeMaxBytes,
-            candidates: vec![16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],
-            rows: each(&[Bf16, Int8], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_b(64, 4096), grid_b(8, 32768), grid_b(2, 131072)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::SaturatingWarps8bitNarrow,
-            candidates: vec![4, 8, 16, 0],
-            rows: each(&[Int8, Fp8PerHead], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), mha(1, 1024)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::SaturatingWarps16bitWide,
-            candidates: vec![4, 8, 0],
-            rows: each(&[Bf16], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), grid_a(64), mha(1, 1024)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::SaturatingWarps16bitWgmma,
-            candidates: vec![8, 16, 0],
-            rows: each(&[Bf16], &[grid_b(64, 4096), grid_b(16, 16384), grid_b(4, 65536), grid_b(2, 131072)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::SplitOverheadStages,
-            candidates: vec![1, 2, 3, 4, 6],
-            rows: each(&[Bf16, Int8, Int4G32], &[grid_a(32), grid_a(64), grid_c(8192), grid_c(32768), mha(1, 1024)]),
-        },
-        Probe {
-            paged: false,
-            knob: Knob::HeadPairMaxMeanKeys,
-            candidates: vec![512, 1024, 2048, 4096, u32::MAX],
-            // Sequences of 512 … 4096 keys whose pairs fill the SMs.
-            rows: each(&[Int8, Fp8PerHead], &[mha(16, 512), mha(12, 1024), mha(16, 1024), mha(32, 2048), mha(128, 2048), mha(16, 4096)]),
-        },
-        Probe {
-            paged: true,
-            knob: Knob::HeadPairPagedMinWaves,
-            candidates: vec![1, 2, 4, 8],
-            rows: each(&[Int8, Fp8PerHead], &[mha(16, 512), mha(32, 256), mha(16, 1024), mha(32, 2048), mha(128, 2048)]),
-        },
-        Probe {
-            paged: true,
-            knob: Knob::PagedMinBlocksPerSm,
-            candidates: vec![1, 2, 3, 4],
-            // The split rows of grids A and C, where one block a SM is what
-            // the saturating-warps rule plans contiguous.
-            rows: {
-                let mut rows = each(&[Bf16, Int8], &[grid_a(32), grid_a(64), grid_a(128), grid_c(8192), grid_c(32768), grid_c(131072), mha(1, 1024)]);
-                rows.extend(each(&[Bf16], &[grid_b(16, 16384), grid_b(2, 131072)]));
-                rows.extend(each(&[Int4G32], &[grid_a(64), grid_c(131072)]));
-                rows
-            },
-        },
+        // 16 … 64 rows per kv head: a group of 8 with 2 … 8 new tokens
+        // over two kv heads, and grid B's 48 rows over one.
+        Probe::new(Knob::WgmmaMinRows, vec![8, 16, 24, 32, 40, 48, 64], {
+            let mut shapes = [2, 3, 4, 5, 6, 8].map(|q| ('S', 32, 4096, 16, 2, q)).to_vec();
+            shapes.extend([grid_b(64, 4096), grid_b(256, 1024)]);
+            each(&[Bf16, Int8, Int4G32], &shapes)
+        }),
+        // Grid B's shape over 1 … 8 waves of one block per SM.
+        Probe::new(Knob::SpecializedMaxWaves, vec![0, 1, 2, 4, 8], each(&[Int8, Fp8PerHead, Int4G32], &[grid_b(64, 4096), grid_b(128, 2048), grid_b(256, 1024), ('S', 512, 1024, 16, 1, 3), ('S', 1024, 512, 16, 1, 3)])),
+        Probe::new(Knob::HeadPairMinMeanKeys, vec![128, 256, 512, 1024, 2048], each(&[Int8, Fp8PerHead], &[mha(64, 128), mha(32, 256), mha(16, 512), mha(8, 1024), mha(128, 2048)])),
+        // Paired grids of 64, 96, 128 and 192 blocks on the SMs.
+        Probe::new(Knob::HeadPairMinBusySmsPercent, vec![50, 75, 90, 95, 100], each(&[Int8, Fp8PerHead], &[mha(4, 2048), mha(6, 2048), mha(8, 1024), mha(12, 1024)])),
+        Probe::new(Knob::ClusterMax16bit, vec![0, 2, 4, 8], each(&[Bf16], &[grid_a(32), grid_a(64), grid_b(64, 4096), grid_b(32, 8192), grid_b(16, 16384), grid_c(8192)])),
+        Probe::new(Knob::ClusterMaxQuantized, vec![0, 2, 4], each(&[Int8, Int4G32], &[grid_a(32), grid_a(64), grid_a(128), grid_b(64, 4096), grid_b(32, 8192)])),
+        Probe::new(Knob::InAttentionMergeMaxBytes, vec![16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20], each(&[Bf16, Int8], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_b(64, 4096), grid_b(8, 32768), grid_b(2, 131072)])),
+        Probe::new(Knob::SaturatingWarps8bitNarrow, vec![4, 8, 16, 0], each(&[Int8, Fp8PerHead], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), mha(1, 1024)])),
+        Probe::new(Knob::SaturatingWarps16bitWide, vec![4, 8, 0], each(&[Bf16], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), grid_a(64), mha(1, 1024)])),
+        Probe::new(Knob::SaturatingWarps16bitWgmma, vec![8, 16, 0], each(&[Bf16], &[grid_b(64, 4096), grid_b(16, 16384), grid_b(4, 65536), grid_b(2, 131072)])),
+        Probe::new(Knob::SplitOverheadStages, vec![1, 2, 3, 4, 6], each(&[Bf16, Int8, Int4G32], &[grid_a(32), grid_a(64), grid_c(8192), grid_c(32768), mha(1, 1024)])),
+        // Sequences of 512 … 4096 keys whose pairs fill the SMs.
+        Probe::new(Knob::HeadPairMaxMeanKeys, vec![512, 1024, 2048, 4096, u32::MAX], each(&[Int8, Fp8PerHead], &[mha(16, 512), mha(12, 1024), mha(16, 1024), mha(32, 2048), mha(128, 2048), mha(16, 4096)])),
+        Probe::paged(Knob::HeadPairPagedMinWaves, vec![1, 2, 4, 8], each(&[Int8, Fp8PerHead], &[mha(16, 512), mha(32, 256), mha(16, 1024), mha(32, 2048), mha(128, 2048)])),
+        // The split rows of grids A and C, where one block a SM is what
+        // the saturating-warps rule plans contiguous.
+        Probe::paged(Knob::PagedMinBlocksPerSm, vec![1, 2, 3, 4], {
+            let mut rows = each(&[Bf16, Int8], &[grid_a(32), grid_a(64), grid_a(128), grid_c(8192), grid_c(32768), grid_c(131072), mha(1, 1024)]);
+            rows.extend(each(&[Bf16], &[grid_b(16, 16384), grid_b(2, 131072)]));
+            rows.extend(each(&[Int4G32], &[grid_a(64), grid_c(131072)]));
+            rows
+        }),
     ]
 }
 

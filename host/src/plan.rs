@@ -321,6 +321,12 @@ impl Plan {
     pub fn workspace_bytes(&self) -> usize {
         self.layout.total_bytes
     }
+    /// Keys the step reads of each kv head, summed over the sequences (each
+    /// from its first visible key: [`Plan::first_key`]; capacity plans: at
+    /// capacity).
+    pub fn keys_read(&self) -> u64 {
+        self.seq_lens.iter().enumerate().map(|(b, &l)| (l - self.first_key(b)) as u64).fold(0, u64::saturating_add)
+    }
     /// Bytes a run must move at least: every K and V row its work reads
     /// (each sequence's keys from [`Plan::first_key`]: all of them, or a
     /// window's) once with its side data (quantized formats' scales and
@@ -330,8 +336,7 @@ impl Plan {
     pub fn bytes_moved(&self) -> u64 {
         let (format, d) = (self.shape.kv_format, self.shape.head_dim);
         let row = format.row_bytes(d) as u64 + format.side_bytes(d) as u64;
-        let keys: u64 = self.seq_lens.iter().enumerate().map(|(b, &l)| (l - self.first_key(b)) as u64).fold(0, u64::saturating_add);
-        let kv = keys.saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(2);
+        let kv = self.keys_read().saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(2);
         kv.saturating_add(self.shape.q_bytes().unwrap_or(u64::MAX).saturating_mul(2))
     }
     /// Largest number of chunks any sequence was split into.
