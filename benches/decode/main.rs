@@ -276,7 +276,8 @@ fn main() {
     args.compare = args.compare.as_deref().map(user_path);
     args.from_json = args.from_json.as_deref().map(user_path);
     if let Some(g) = args.grid.iter().find(|g| !grids::GRIDS.contains(&g.to_ascii_uppercase())) {
-        eprintln!("bench: --grid: unknown grid `{g}` (have: A, B, C, D)");
+        let have: Vec<String> = grids::GRIDS.iter().map(char::to_string).collect();
+        eprintln!("bench: --grid: unknown grid `{g}` (have: {})", have.join(", "));
         std::process::exit(2);
     }
     if let Some(path) = &args.from_json {

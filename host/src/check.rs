@@ -159,9 +159,6 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     Ok(())
 }
 
-/// A per-head f32 array of the variant (sinks, ALiBi slopes): f32
-/// elements, non-null, 4-byte aligned, at least `heads` of them, not
-/// wrapping.
 /// What a quantized format's scales buffer must be, for errors.
 fn side_wanted(f: KvFormat, elem: ElemType) -> String {
     if f.tensor_scaled() {
@@ -176,6 +173,9 @@ fn check_tensor_scale(name: &str, b: &BufferDesc) -> Result<()> {
     check_f32_values(name, b, 1, "one f32 scale (a device scalar)")
 }
 
+/// A per-head f32 array of the variant (sinks, ALiBi slopes): f32
+/// elements, non-null, 4-byte aligned, at least `heads` of them, not
+/// wrapping.
 fn check_head_array(name: &str, b: &BufferDesc, heads: u32) -> Result<()> {
     check_f32_values(name, b, heads as u64, &format!("at least {heads} f32 values (one per query head)"))
 }

@@ -50,7 +50,7 @@ pub enum SpecializeChoice {
 }
 
 /// Whether a narrow plan of a quantized cache (strided or paged) runs blocks of two
-/// adjacent kv heads (`DecodeKernel::heads_per_block`): half of each
+/// adjacent kv heads ([`Plan::heads_per_block`](crate::Plan::heads_per_block)): half of each
 /// block's warps per head, each stage holding half its keys of both. In a
 /// token-major cache a token's rows of the two heads are one piece of
 /// twice a row's bytes; HBM serves 128-byte pieces scattered at the token

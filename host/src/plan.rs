@@ -389,7 +389,7 @@ pub fn head_pair_unsupported(plan: &Plan) -> Option<&'static str> {
     } else if s.num_kv_heads % 2 != 0 || plan.warps_k < 2 || plan.warps_m != 1 {
         Some("head pairs need an even number of kv heads and at least two warps a block")
     } else if !plan.kernel_id_with(Form::HeadPair).exists() {
-        Some("no head-pair kernel for this format, dtype, head dim and variant (int8 at head_dim 128, standard softmax)")
+        Some("no head-pair kernel for this format, dtype, head dim and variant (int8, fp8 per head and fp8 at head dim 128, the standard variant)")
     } else {
         None
     }

@@ -252,8 +252,6 @@ impl DecodeShape {
         }
     }
 
-    /// Entries per sequence of a paged cache's block table:
-    /// `ceil(max_seq_len / page_size)` (1 for other layouts).
     /// Paged layouts: (log2 of the page size, pages in the pool), as the
     /// kernels' params carry them.
     pub fn page_geometry(&self) -> Option<(u32, u32)> {
@@ -286,6 +284,8 @@ impl DecodeShape {
         Some((tokens.checked_mul(self.kv_format.row_bytes(self.head_dim) as u64)?, tokens.checked_mul(self.kv_format.side_bytes(self.head_dim) as u64)?))
     }
 
+    /// Entries per sequence of a paged cache's block table:
+    /// `ceil(max_seq_len / page_size)` (1 for other layouts).
     pub fn pages_per_seq(&self) -> u32 {
         match self.kv_layout {
             KvLayout::Paged { page_size, .. } => self.max_seq_len.div_ceil(page_size.max(1)),

@@ -2,7 +2,7 @@
 //!
 //! `arch` is the device support layer (the role `cuda_std` plays for
 //! Rust-CUDA); `format` the KV cache formats; `decode` the attention
-//! bodies (wide and narrow), each generic over the format; `merge` the split
+//! bodies (wide, narrow and wgmma), each generic over the format; `merge` the split
 //! merge (in the attention grid's last block, or as its own kernel;
 //! `decode::cluster` merges in a thread-block cluster instead). The
 //! entry points are expanded from the kernel tables in `decode_attn_abi`

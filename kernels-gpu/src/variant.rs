@@ -1,6 +1,8 @@
 //! Attention variants: the hooks of the softmax step, in the spirit of
-//! FlashInfer's `variants.cuh`. Each kernel body computes its scores with
-//! one call of [`logit`] per score, which applies a variant's
+//! FlashInfer's `variants.cuh`. The wide and narrow bodies compute each
+//! score with one call of [`logit`] (mask and logit together); the wgmma
+//! body calls [`AttentionVariant::logit`], then masks in a second pass.
+//! Together they apply a variant's
 //! - query transform ([`AttentionVariant::score_scale`]: the factor of the
 //!   raw `q·k`, per kernel launch; converted Q rows and int8 K rows multiply
 //!   their own factors in);

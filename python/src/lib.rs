@@ -160,7 +160,7 @@ impl PyShape {
     fn key_ranges(&self) -> bool {
         self.inner.key_ranges
     }
-    /// The variant's name (`softmax`, `soft-cap`, ...).
+    /// The variant's name: `standard`, `softcap`, `windowed` (a window, sinks or both) or `alibi`.
     #[getter]
     fn variant(&self) -> &'static str {
         self.inner.variant().name()

@@ -16,7 +16,7 @@ use std::process::{exit, Command};
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cargo xtask", about = "decode-attn developer commands")]
+#[command(name = "cargo xtask", bin_name = "cargo xtask", about = "decode-attn developer commands")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
