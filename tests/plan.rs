@@ -3,7 +3,7 @@
 use decode_attn::heuristics::{self, block_shape};
 use decode_attn::plan::{plan, stage_keys};
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
-use decode_attn_abi::{MAX_WARPS, PIPELINE_STAGES};
+use decode_attn_abi::{Form, KernelId, MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -133,6 +133,28 @@ fn metadata_bytes_match_the_layout() {
     assert!(counters.iter().all(|&b| b == 0));
     assert!(p.layout().partial_o >= p.layout().metadata_bytes);
     assert!(p.layout().partial_lse >= p.layout().partial_o + p.num_slots() as usize * 2 * 8 * 64 * 4);
+}
+
+#[test]
+fn a_plan_names_the_kernel_it_launches_and_decides_it_once() {
+    let dev = &DeviceInfo::H100_SXM;
+    let strided = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
+    let paged_shape = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 64, order: PageOrder::TokenMajor, page_bytes: None }, ..DecodeShape::bf16(2, 8, 2, 128, 1, 512) };
+    let table: Vec<i32> = (0..64).collect();
+    let paged = decode_attn::plan::plan_paged(&paged_shape, &[512, 300], &table, dev, &KERNEL, &PlanOptions::default()).unwrap();
+    let capacity = decode_attn::plan::plan_capacity(&quantized(KvFormat::Int8, 4, 32, 8, 1, 8192), dev, &KERNEL, &PlanOptions::default()).unwrap();
+    for p in [&strided, &paged, &capacity] {
+        // The kernel is found when the plan is made: its entry point is the
+        // table's name for its id, and the plan's Debug shows it.
+        assert_eq!(Some(p.kernel_name()), decode_attn_abi::decode_kernel_name(&p.kernel_id()));
+        assert!(format!("{p:?}").contains(p.kernel_name()), "{p:?}");
+        // Clones launch the same kernels.
+        let c = p.clone();
+        assert_eq!((c.kernel_id(), c.merge_mode(), c.merge_grid()), (p.kernel_id(), p.merge_mode(), p.merge_grid()));
+    }
+    assert!(paged.kernel_name().contains("_paged"), "{}", paged.kernel_name());
+    // A split plan that merges in the merge kernel holds that kernel's grid.
+    assert_eq!((strided.merge_mode(), strided.merge_grid()), (MergeMode::Kernel, Some((2, 48, 1))));
 }
 
 #[test]
@@ -437,12 +459,9 @@ fn a_forced_wgmma_plan_is_an_error_where_no_wgmma_kernel_exists() {
 struct BothWgmmaKernels;
 
 impl KernelLimits for BothWgmmaKernels {
-    fn limits(&self, specialized: bool) -> KernelInfo {
-        if specialized {
-            KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 }
-        } else {
-            WGMMA_KERNEL
-        }
+    fn limits(&self, id: &KernelId) -> Option<KernelInfo> {
+        let info = if id.form == Form::Specialized { KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 } } else { WGMMA_KERNEL };
+        id.exists().then_some(info)
     }
 }
 
@@ -591,11 +610,9 @@ struct WideAndTwin {
 }
 
 impl KernelLimits for WideAndTwin {
-    fn limits(&self, _specialized: bool) -> KernelInfo {
-        KernelInfo { max_threads_per_block: 384, regs_per_thread: 118 }
-    }
-    fn capacity_limits(&self, _specialized: bool) -> KernelInfo {
-        self.twin
+    fn limits(&self, id: &KernelId) -> Option<KernelInfo> {
+        let info = if id.form == Form::Capacity { self.twin } else { KernelInfo { max_threads_per_block: 384, regs_per_thread: 118 } };
+        id.exists().then_some(info)
     }
 }
 

@@ -9,14 +9,14 @@
 use cust::memory::DeviceBuffer;
 use cust::prelude::Stream;
 use cust::sys as cuda;
-use decode_attn_abi::{decode_kernel_name, merge_kernel_name, quant_kernel_name, Family, Form, KernelId, Merge, QuantDirection, QuantKernelId, MERGE_THREADS, QUANT_WARPS};
+use decode_attn_abi::{QuantDirection, QuantKernelId, MERGE_THREADS, QUANT_WARPS};
 
 use crate::cache::{KvCache, KvMut, StepInputs};
 use crate::check::{check_buffer, check_buffers, check_cache_job, CacheJob, RunBuffers};
 use crate::error::{ensure, Error, Result};
-use crate::heuristics;
-use crate::module::{driver, Kernels, ModuleSource, RawStream};
-use crate::occupancy::{DeviceInfo, KernelInfo, KernelLimits};
+use crate::kernel_table;
+use crate::module::{driver, Entry, Kernels, ModuleSource, RawStream};
+use crate::occupancy::DeviceInfo;
 use crate::options::PlanOptions;
 use crate::params::{cache_params, decode_params, merge_params, CacheLaunch, LaunchAddrs};
 use crate::plan::{self, Plan, PlanMode};
@@ -87,16 +87,14 @@ impl DecodeAttention {
 
     /// Plans one decode step (CPU only; see [`plan::plan`]).
     pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
-        let kernel = self.shape_kernels(shape, opts)?;
-        plan::plan(shape, seq_lens, self.device_info(), &kernel, opts)
+        plan::plan(shape, seq_lens, self.device_info(), &self.kernels, opts)
     }
 
     /// Plans one decode step over a paged cache (CPU only; see
     /// [`plan::plan_paged`]): `block_table` is `[batch, shape.pages_per_seq()]`
     /// page ids, checked here and uploaded with the plan.
     pub fn plan_paged(&self, shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], opts: &PlanOptions) -> Result<Plan> {
-        let kernel = self.shape_kernels(shape, opts)?;
-        plan::plan_paged(shape, seq_lens, block_table, self.device_info(), &kernel, opts)
+        plan::plan_paged(shape, seq_lens, block_table, self.device_info(), &self.kernels, opts)
     }
 
     /// Plans one decode step over sequences that each start at a key of
@@ -104,8 +102,7 @@ impl DecodeAttention {
     /// `key_ranges`, sequence b's keys `seq_starts[b] .. seq_lens[b]`, and
     /// a paged cache's block table (`None` for other layouts).
     pub fn plan_key_ranges(&self, shape: &DecodeShape, seq_starts: &[u32], seq_lens: &[u32], block_table: Option<&[i32]>, opts: &PlanOptions) -> Result<Plan> {
-        let kernel = self.shape_kernels(shape, opts)?;
-        plan::plan_key_ranges(shape, seq_starts, seq_lens, block_table, self.device_info(), &kernel, opts)
+        plan::plan_key_ranges(shape, seq_starts, seq_lens, block_table, self.device_info(), &self.kernels, opts)
     }
 
     /// Plans decode steps by capacity (CPU only; see [`plan::plan_capacity`]):
@@ -113,8 +110,7 @@ impl DecodeAttention {
     /// and block table from device memory, so one plan serves every step
     /// and the run can be captured in a CUDA graph.
     pub fn plan_capacity(&self, shape: &DecodeShape, opts: &PlanOptions) -> Result<Plan> {
-        let kernel = self.shape_kernels(shape, opts)?;
-        plan::plan_capacity(shape, self.device_info(), &kernel, opts)
+        plan::plan_capacity(shape, self.device_info(), &self.kernels, opts)
     }
 
     /// How many of a cluster-merge plan's clusters can be resident at once
@@ -124,7 +120,7 @@ impl DecodeAttention {
         if plan.cluster() <= 1 {
             return Ok(None);
         }
-        self.kernels.max_active_clusters(plan_kernel_name(plan)?, plan.grid(), plan.block_threads(), plan.smem_bytes(), plan.cluster()).map(Some)
+        self.kernels.max_active_clusters(Entry::Decode(plan.launch.kernel_index), plan.grid(), plan.block_threads(), plan.smem_bytes(), plan.cluster()).map(Some)
     }
 
     /// Enqueues one decode step of a plan of host lengths ([`plan::plan`],
@@ -325,7 +321,7 @@ impl DecodeAttention {
         let params = decode_attn_abi::AdvanceParams { seq_lens: seq_lens.addr, batch: shape.batch, by, capacity: shape.max_seq_len, _pad: 0 };
         let blocks = shape.batch.div_ceil(256).clamp(1, 1024);
         // SAFETY: writes the `batch` lengths of the checked buffer.
-        unsafe { self.kernels.launch(decode_attn_abi::ADVANCE_KERNEL, (blocks, 1, 1), 256, 0, &params, stream) }
+        unsafe { self.kernels.launch(Entry::Utility(decode_attn_abi::ADVANCE_KERNEL), (blocks, 1, 1), 256, 0, &params, stream) }
     }
 }
 
@@ -333,26 +329,6 @@ impl DecodeAttention {
     /// The loaded kernels (the crate's test utilities launch theirs).
     pub(crate) fn kernels(&self) -> &Kernels {
         &self.kernels
-    }
-
-    /// The limits of the global-merge attention kernels a plan of `shape`
-    /// may run (a cluster plan's kernel is checked against its block when
-    /// it runs).
-    fn shape_kernels(&self, shape: &DecodeShape, opts: &PlanOptions) -> Result<ShapeKernels> {
-        shape.validate()?;
-        let family = heuristics::family(opts.family, shape, &self.kernels.device.tuning);
-        let id = |form| KernelId {
-            format: shape.kv_format,
-            dtype: shape.dtype,
-            head_dim: shape.head_dim,
-            family,
-            addressing: shape.addressing(),
-            merge: Merge::Global,
-            form,
-            variant: shape.variant(),
-        };
-        let unspecialized = self.kernels.limits(&id(Form::Plain)).ok_or_else(|| unsupported_kernel(shape, family))?;
-        Ok(ShapeKernels { unspecialized, specialized: self.kernels.limits(&id(Form::Specialized)), capacity: self.kernels.limits(&id(Form::Capacity)) })
     }
 
     /// The one path every attention run takes: checks, then launches.
@@ -387,11 +363,12 @@ impl DecodeAttention {
                 step.check_starts_for(shape)?;
             }
         }
-        // The plan's shape was validated by `plan()`; only the look-up is needed.
-        let name = plan_kernel_name(plan)?;
-        let kernel = self.kernels.limits(&plan.kernel_id()).ok_or_else(|| unsupported_kernel(shape, plan.family()))?;
+        // The plan's shape was validated and its kernels found when it was
+        // made; a run reads them.
+        let launch = &plan.launch;
+        let kernel = self.kernels.decode_limits(launch.kernel_index);
         ensure(
-            plan.block_threads() <= kernel.max_threads_per_block && plan.smem_bytes() <= self.device_info().max_smem_per_block,
+            kernel.is_some_and(|k| launch.block_threads <= k.max_threads_per_block) && plan.smem_bytes() <= self.device_info().max_smem_per_block,
             "plan",
             "a plan made by this DecodeAttention (for this device)",
             "one whose block does not fit this device",
@@ -427,19 +404,19 @@ impl DecodeAttention {
         // SAFETY: the grid, block and shared memory are the plan's; every
         // buffer was checked against the plan's shape above.
         unsafe {
+            let kernel = Entry::Decode(launch.kernel_index);
             if plan.cluster() > 1 {
-                self.kernels.launch_clusters(name, plan.grid(), plan.block_threads(), plan.smem_bytes(), plan.cluster(), &params, stream)?
+                self.kernels.launch_clusters(kernel, plan.grid(), launch.block_threads, plan.smem_bytes(), plan.cluster(), &params, stream)?
             } else {
-                self.kernels.launch(name, plan.grid(), plan.block_threads(), plan.smem_bytes(), &params, stream)?
+                self.kernels.launch(kernel, plan.grid(), launch.block_threads, plan.smem_bytes(), &params, stream)?
             }
         };
-        if let Some((merge, grid)) = merge_params(plan, &params) {
-            let name = merge_kernel_name(shape.dtype, shape.head_dim, shape.variant().takes_window_and_sinks()).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at head_dim {}", shape.dtype.name(), shape.head_dim)))?;
+        if let (Some((index, _)), Some((merge, grid))) = (launch.merge_kernel, merge_params(plan, &params)) {
             // Every merge-kernel plan overlaps it (`Plan::overlaps_merge`).
             // SAFETY: reads the slots the attention kernel wrote (same
             // stream; its blocks read them after `griddepcontrol.wait`, which
             // waits for the attention grid and its writes) and writes rows of `o`.
-            unsafe { self.kernels.launch_overlapping(name, grid, MERGE_THREADS, 0, &merge, stream)? };
+            unsafe { self.kernels.launch_overlapping(Entry::Merge(index), grid, MERGE_THREADS, 0, &merge, stream)? };
         }
         Ok(())
     }
@@ -449,7 +426,8 @@ impl DecodeAttention {
     fn cache_launch(&self, shape: &DecodeShape, step: &StepInputs, job: &CacheJob, plain_strides: Option<KvStrides>, rows_per_seq: u32, append: bool, stream: RawStream) -> Result<()> {
         shape.validate()?;
         let direction = job.direction;
-        let name = quant_kernel_name(&QuantKernelId { format: shape.kv_format, dtype: shape.dtype, head_dim: shape.head_dim, direction })
+        let kernel = kernel_table::quant_index(&QuantKernelId { format: shape.kv_format, dtype: shape.dtype, head_dim: shape.head_dim, direction })
+            .map(Entry::Quant)
             .ok_or_else(|| Error::Unsupported(format!("no {direction:?} kernel for {} / {}", shape.kv_format.name(), shape.dtype.name())))?;
         step.check_for(shape)?;
         check_cache_job(shape, job)?;
@@ -468,48 +446,6 @@ impl DecodeAttention {
         // SAFETY: every buffer was checked against the shape above; the
         // kernel bounds its rows by the grid, the lengths and the capacity,
         // and its page ids by the pool.
-        unsafe { self.kernels.launch(name, (blocks, 1, 1), 32 * QUANT_WARPS, 0, &params, stream) }
+        unsafe { self.kernels.launch(kernel, (blocks, 1, 1), 32 * QUANT_WARPS, 0, &params, stream) }
     }
-}
-
-fn unsupported_kernel(shape: &DecodeShape, family: Family) -> Error {
-    Error::Unsupported(format!(
-        "no {} kernel for a {} cache with {} queries at head_dim {} ({} softmax)",
-        family.name(),
-        shape.kv_format.name(),
-        shape.dtype.name(),
-        shape.head_dim,
-        shape.variant().name()
-    ))
-}
-
-/// The global-merge attention kernels of one shape and family, both warp
-/// specialisations and the capacity twin where they exist.
-struct ShapeKernels {
-    unspecialized: KernelInfo,
-    specialized: Option<KernelInfo>,
-    capacity: Option<KernelInfo>,
-}
-
-impl KernelLimits for ShapeKernels {
-    fn limits(&self, specialized: bool) -> KernelInfo {
-        // The planner asks for the specialised kernel only where the set
-        // has one (`wgmma_specializable`).
-        if specialized { self.specialized.unwrap_or(self.unspecialized) } else { self.unspecialized }
-    }
-
-    fn capacity_limits(&self, specialized: bool) -> KernelInfo {
-        // (No kernel is both: twins are of unspecialised wide kernels.)
-        match self.capacity {
-            Some(twin) if !specialized => twin,
-            _ => self.limits(specialized),
-        }
-    }
-}
-
-/// The name of the attention kernel that runs `plan` ([`Plan::kernel_id`]).
-fn plan_kernel_name(plan: &Plan) -> Result<&'static str> {
-    let shape = plan.shape();
-    decode_kernel_name(&plan.kernel_id())
-        .ok_or_else(|| Error::Unsupported(format!("no kernel for this plan's {} / {} / d{} ({})", shape.kv_format.name(), shape.dtype.name(), shape.head_dim, shape.variant().name())))
 }

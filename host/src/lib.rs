@@ -56,6 +56,7 @@ pub mod cache;
 pub mod check;
 pub mod error;
 pub mod heuristics;
+mod kernel_table;
 mod launch_ex;
 mod module;
 pub mod occupancy;

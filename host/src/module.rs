@@ -3,7 +3,6 @@
 //! of the module is looked up once, at load, so a launch makes no driver
 //! call but the launch itself (safe inside a stream capture).
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 
 use cust::device::{Device, DeviceAttribute};
@@ -14,7 +13,8 @@ use decode_attn_abi::{KernelId, DECODE_KERNELS, MERGE_KERNELS, QUANT_KERNELS, UT
 
 use crate::error::{ensure, Error, Result};
 use crate::launch_ex::{LaunchAttr, LaunchEx};
-use crate::occupancy::{DeviceInfo, KernelInfo, MAX_CLUSTER};
+use crate::kernel_table;
+use crate::occupancy::{DeviceInfo, KernelInfo, KernelLimits, MAX_CLUSTER};
 use crate::tuning::{DeviceFacts, Tuning};
 
 /// A raw stream handle (`CUstream`); null is the legacy default stream.
@@ -33,18 +33,38 @@ pub enum ModuleSource {
     Ptx,
 }
 
-/// The loaded module: every kernel's function handle, the attention
-/// kernels' limits, and the device's figures.
+/// The loaded module: every kernel's function handle, in the order of the
+/// kernel tables (`DECODE_KERNELS`, `MERGE_KERNELS`, `QUANT_KERNELS`,
+/// `UTILITY_KERNELS`), so that a launch finds its function by the index a
+/// plan holds; the attention kernels' limits; the device's figures.
 pub(crate) struct Kernels {
     /// Keeps the functions below alive.
     _module: Module,
     pub(crate) source: ModuleSource,
     pub(crate) device: DeviceInfo,
-    limits: HashMap<KernelId, KernelInfo>,
-    functions: HashMap<&'static str, cuda::CUfunction>,
+    decode: Vec<(cuda::CUfunction, KernelInfo)>,
+    merge: Vec<cuda::CUfunction>,
+    quant: Vec<cuda::CUfunction>,
+    utility: Vec<cuda::CUfunction>,
     /// `cuLaunchKernelEx`, for cluster and programmatic launches (`None`:
     /// the driver has none, and `device.max_cluster` is 0).
     launch_ex: Option<LaunchEx>,
+}
+
+/// A kernel of the module: its table and its index there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    Decode(usize),
+    Merge(usize),
+    Quant(usize),
+    /// By name, one of `UTILITY_KERNELS`.
+    Utility(&'static str),
+}
+
+impl KernelLimits for Kernels {
+    fn limits(&self, id: &KernelId) -> Option<KernelInfo> {
+        kernel_table::decode_index(id).and_then(|i| self.decode_limits(i))
+    }
 }
 
 // SAFETY: CUfunction handles are plain driver handles, valid in the module's
@@ -117,7 +137,7 @@ impl Kernels {
             l2_bytes: facts.l2_bytes,
             facts,
         };
-        let mut limits = HashMap::new();
+        let mut decode = Vec::with_capacity(DECODE_KERNELS.len());
         for k in DECODE_KERNELS {
             let f = module.get_function(k.name)?;
             // SAFETY: sets a launch limit on a function of this module.
@@ -131,24 +151,30 @@ impl Kernels {
                 max_threads_per_block: f.get_attribute(FunctionAttribute::MaxThreadsPerBlock)? as u32,
                 regs_per_thread: f.get_attribute(FunctionAttribute::NumRegisters)? as u32,
             };
-            limits.insert(k.id, info);
+            decode.push((f.to_raw(), info));
         }
-        let names = DECODE_KERNELS.iter().map(|k| k.name).chain(MERGE_KERNELS.iter().map(|k| k.name)).chain(QUANT_KERNELS.iter().map(|k| k.name)).chain(UTILITY_KERNELS);
-        let mut functions = HashMap::new();
-        for name in names {
-            functions.insert(name, module.get_function(name)?.to_raw());
-        }
-        Ok(Kernels { _module: module, source, device, limits, functions, launch_ex })
+        let functions = |names: &mut dyn Iterator<Item = &'static str>| names.map(|name| Ok(module.get_function(name)?.to_raw())).collect::<Result<Vec<_>>>();
+        let merge = functions(&mut MERGE_KERNELS.iter().map(|k| k.name))?;
+        let quant = functions(&mut QUANT_KERNELS.iter().map(|k| k.name))?;
+        let utility = functions(&mut UTILITY_KERNELS.into_iter())?;
+        Ok(Kernels { _module: module, source, device, decode, merge, quant, utility, launch_ex })
     }
 
-    /// An attention kernel's limits, `None` where the module has no such kernel.
-    pub(crate) fn limits(&self, id: &KernelId) -> Option<KernelInfo> {
-        self.limits.get(id).copied()
+    /// An attention kernel's limits (the index of `DECODE_KERNELS` a plan
+    /// holds), `None` past the table.
+    pub(crate) fn decode_limits(&self, index: usize) -> Option<KernelInfo> {
+        self.decode.get(index).map(|&(_, info)| info)
     }
 
-    /// A function of the module by name.
-    fn function(&self, name: &str) -> Result<cuda::CUfunction> {
-        self.functions.get(name).copied().ok_or_else(|| Error::Unsupported(format!("kernel {name} is not in the module")))
+    /// The function of `entry`.
+    fn function(&self, entry: Entry) -> Result<cuda::CUfunction> {
+        let f = match entry {
+            Entry::Decode(i) => self.decode.get(i).map(|&(f, _)| f),
+            Entry::Merge(i) => self.merge.get(i).copied(),
+            Entry::Quant(i) => self.quant.get(i).copied(),
+            Entry::Utility(name) => UTILITY_KERNELS.iter().position(|&u| u == name).map(|i| self.utility[i]),
+        };
+        f.ok_or_else(|| Error::Unsupported(format!("kernel {entry:?} is not in the module")))
     }
 
     /// The driver's cluster entry points (none before CUDA 12).
@@ -156,13 +182,13 @@ impl Kernels {
         self.launch_ex.ok_or_else(|| Error::Unsupported("thread-block clusters: this driver has no cuLaunchKernelEx".into()))
     }
 
-    /// Launches kernel `name` with `params` as its single by-value argument.
+    /// Launches kernel `entry` with `params` as its single by-value argument.
     ///
     /// # Safety
     /// `P` must be the kernel's `#[repr(C)]` params type, and the launch shape
     /// and every address in `params` must be valid for that kernel.
-    pub(crate) unsafe fn launch<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
-        let func = self.function(name)?;
+    pub(crate) unsafe fn launch<P>(&self, entry: Entry, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
+        let func = self.function(entry)?;
         let (gx, gy, gz) = grid;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernel", cuda::cuLaunchKernel(func, gx, gy, gz, threads, 1, 1, smem, stream, args.as_mut_ptr(), std::ptr::null_mut()))
@@ -173,8 +199,8 @@ impl Kernels {
     /// # Safety
     /// As [`Kernels::launch`]; `grid.0` a multiple of `cluster`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn launch_clusters<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32, params: &P, stream: RawStream) -> Result<()> {
-        let (func, launcher) = (self.function(name)?, self.cluster_launcher()?);
+    pub(crate) unsafe fn launch_clusters<P>(&self, entry: Entry, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32, params: &P, stream: RawStream) -> Result<()> {
+        let (func, launcher) = (self.function(entry)?, self.cluster_launcher()?);
         ensure(cluster.is_power_of_two() && grid.0 % cluster == 0, "plan", format!("a grid of whole clusters of {cluster} blocks"), grid.0)?;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, LaunchAttr::Cluster(cluster), stream, args.as_mut_ptr()))
@@ -189,17 +215,17 @@ impl Kernels {
     ///
     /// # Safety
     /// As [`Kernels::launch`].
-    pub(crate) unsafe fn launch_overlapping<P>(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
-        let Some(launcher) = self.launch_ex else { return self.launch(name, grid, threads, smem, params, stream) };
-        let func = self.function(name)?;
+    pub(crate) unsafe fn launch_overlapping<P>(&self, entry: Entry, grid: (u32, u32, u32), threads: u32, smem: u32, params: &P, stream: RawStream) -> Result<()> {
+        let Some(launcher) = self.launch_ex else { return self.launch(entry, grid, threads, smem, params, stream) };
+        let func = self.function(entry)?;
         let mut args = [params as *const P as *mut c_void];
         driver("cuLaunchKernelEx", launcher.launch(func, grid, threads, smem, LaunchAttr::OverlapPrevious, stream, args.as_mut_ptr()))
     }
 
-    /// Clusters of `cluster` blocks of kernel `name` resident at once
+    /// Clusters of `cluster` blocks of kernel `entry` resident at once
     /// (`cuOccupancyMaxActiveClusters`).
-    pub(crate) fn max_active_clusters(&self, name: &str, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32) -> Result<u32> {
-        let (func, launcher) = (self.function(name)?, self.cluster_launcher()?);
+    pub(crate) fn max_active_clusters(&self, entry: Entry, grid: (u32, u32, u32), threads: u32, smem: u32, cluster: u32) -> Result<u32> {
+        let (func, launcher) = (self.function(entry)?, self.cluster_launcher()?);
         // SAFETY: an occupancy query on a function of this module.
         unsafe { launcher.max_active_clusters(func, grid, threads, smem, cluster) }.map_err(|code| Error::Driver { call: "cuOccupancyMaxActiveClusters", code: code as u32 })
     }

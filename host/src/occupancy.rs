@@ -3,6 +3,8 @@
 
 pub use decode_attn_abi::MAX_CLUSTER;
 
+use decode_attn_abi::KernelId;
+
 use crate::error::{ensure, Result};
 use crate::tuning::{DeviceFacts, Tuning};
 
@@ -82,25 +84,18 @@ impl KernelInfo {
     }
 }
 
-/// The limits of the attention kernels a plan picks from: one
-/// [`KernelInfo`] serves for both warp specialisations (tests, offline
-/// planning); [`DecodeAttention`](crate::DecodeAttention) reads each
-/// kernel's own.
+/// The limits of the attention kernels a plan picks from:
+/// [`DecodeAttention`](crate::DecodeAttention) reads each kernel's own from
+/// the loaded module; one [`KernelInfo`] stands for every kernel of the
+/// set (tests, offline planning).
 pub trait KernelLimits {
-    /// The unspecialised (`false`) or warp-specialised (`true`) kernel's limits.
-    fn limits(&self, specialized: bool) -> KernelInfo;
-
-    /// The limits of the kernel a capacity plan launches: the capacity twin
-    /// where the shape has one (`decode_attn_abi::has_capacity_twin`),
-    /// else the same as [`KernelLimits::limits`].
-    fn capacity_limits(&self, specialized: bool) -> KernelInfo {
-        self.limits(specialized)
-    }
+    /// The limits of kernel `id`, `None` where there is no such kernel.
+    fn limits(&self, id: &KernelId) -> Option<KernelInfo>;
 }
 
 impl KernelLimits for KernelInfo {
-    fn limits(&self, _specialized: bool) -> KernelInfo {
-        *self
+    fn limits(&self, id: &KernelId) -> Option<KernelInfo> {
+        id.exists().then_some(*self)
     }
 }
 

@@ -7,12 +7,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
+    MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
     NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
 use crate::error::{ensure, Error, Result};
 use crate::heuristics::{self, HeadPairFacts, MergeMode};
+use crate::kernel_table;
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo, KernelLimits};
 use crate::options::{HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};
 use crate::shape::DecodeShape;
@@ -112,6 +113,46 @@ pub struct Plan {
     /// [`Plan::merge_mode`].
     pub(crate) in_attention_merge_max_bytes: u32,
     pub(crate) layout: WorkspaceLayout,
+    /// What the plan launches, decided once when it is made (`finish`):
+    /// a run only reads it.
+    pub(crate) launch: Launch,
+    /// [`Plan::metadata`].
+    pub(crate) metadata: Vec<u8>,
+}
+
+/// A plan's kernels: the attention kernel (its id, entry point and index
+/// in `DECODE_KERNELS`), where split sequences merge, and the merge
+/// kernel's index in `MERGE_KERNELS` and grid where one runs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Launch {
+    pub(crate) kernel: KernelId,
+    pub(crate) kernel_name: &'static str,
+    pub(crate) kernel_index: usize,
+    pub(crate) merge_mode: MergeMode,
+    pub(crate) merge_kernel: Option<(usize, (u32, u32, u32))>,
+    /// Threads of an attention block ([`Plan::block_threads`]).
+    pub(crate) block_threads: u32,
+}
+
+impl Launch {
+    /// Before `finish`: no plan leaves the planner with it.
+    const UNSET: Launch = Launch {
+        kernel: KernelId {
+            format: decode_attn_abi::KvFormat::Bf16,
+            dtype: decode_attn_abi::Dtype::Bf16,
+            head_dim: 0,
+            family: Family::Wide,
+            addressing: decode_attn_abi::Addressing::Strided,
+            merge: Merge::Global,
+            form: Form::Plain,
+            variant: decode_attn_abi::Variant::Standard,
+        },
+        kernel_name: "",
+        kernel_index: usize::MAX,
+        merge_mode: MergeMode::Kernel,
+        merge_kernel: None,
+        block_threads: 0,
+    };
 }
 
 impl Plan {
@@ -212,6 +253,15 @@ impl Plan {
     /// cluster plans, its warp-specialised, capacity-twin or head-pair
     /// form where the plan takes one, of the shape's variant.
     pub fn kernel_id(&self) -> KernelId {
+        self.launch.kernel
+    }
+    /// The attention kernel's entry point in the PTX module.
+    pub fn kernel_name(&self) -> &'static str {
+        self.launch.kernel_name
+    }
+    /// The kernel the planned configuration runs ([`Plan::kernel_id`] once
+    /// the plan is made).
+    fn planned_kernel_id(&self) -> KernelId {
         let form = if self.specialized {
             Form::Specialized
         } else if self.heads_per_block > 1 {
@@ -279,6 +329,9 @@ impl Plan {
     /// Where split sequences are merged (unsplit plans: a no-op either way),
     /// from the most slots a sequence has and the rows a block merges.
     pub fn merge_mode(&self) -> MergeMode {
+        self.launch.merge_mode
+    }
+    fn planned_merge_mode(&self) -> MergeMode {
         if self.cluster > 1 {
             return MergeMode::Cluster;
         }
@@ -288,7 +341,10 @@ impl Plan {
     /// `None`): (sequences, groups of [`Plan::merge_rows_per_block`] output
     /// rows up to grid y's limit; the kernel strides over the rest).
     pub fn merge_grid(&self) -> Option<(u32, u32, u32)> {
-        if self.merge_mode() != MergeMode::Kernel || self.max_splits() <= 1 {
+        self.launch.merge_kernel.map(|(_, grid)| grid)
+    }
+    fn planned_merge_grid(&self) -> Option<(u32, u32, u32)> {
+        if self.planned_merge_mode() != MergeMode::Kernel || self.max_splits() <= 1 {
             return None;
         }
         // validate() bounds q_len × num_q_heads to 32 bits.
@@ -350,8 +406,12 @@ impl Plan {
         }
         self.merges.iter().map(|m| m.num_slots).max().unwrap_or(1)
     }
-    /// The metadata region's bytes, as the kernels read them.
-    pub fn metadata(&self) -> Vec<u8> {
+    /// The metadata region's bytes, as the kernels read them (built once,
+    /// when the plan is made; a run of a plan of host lengths uploads them).
+    pub fn metadata(&self) -> &[u8] {
+        &self.metadata
+    }
+    fn build_metadata(&self) -> Vec<u8> {
         let mut bytes = vec![0u8; self.layout.metadata_bytes];
         let put = |bytes: &mut [u8], at: usize, src: &[u8]| bytes[at..at + src.len()].copy_from_slice(src);
         put(&mut bytes, self.layout.work, bytemuck::cast_slice(&work_words(&self.work)));
@@ -444,22 +504,99 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
     Ok(plan)
 }
 
-/// A capacity plan's view of `K`: its kernels are the capacity twins.
-struct CapacityKernels<'a, K>(&'a K);
+/// The limits of the global-merge attention kernels a plan of one shape
+/// and family may run: the plain kernel, its warp-specialised form and its
+/// capacity twin where the set has them. (A cluster plan's kernel is
+/// checked against its block when it runs.)
+struct FamilyKernels {
+    family: Family,
+    plain: KernelInfo,
+    specialized: Option<KernelInfo>,
+    capacity: Option<KernelInfo>,
+}
 
-impl<K: KernelLimits> KernelLimits for CapacityKernels<'_, K> {
-    fn limits(&self, specialized: bool) -> KernelInfo {
-        self.0.capacity_limits(specialized)
+impl FamilyKernels {
+    /// Picks the family (`opts.family`, else the `Auto` rule) and reads its
+    /// kernels' limits; `Unsupported` where the set has no such kernel.
+    fn new(shape: &DecodeShape, dev: &DeviceInfo, kernels: &impl KernelLimits, opts: &PlanOptions) -> Result<Self> {
+        let family = heuristics::family(opts.family, shape, &dev.tuning);
+        let id = |form| KernelId {
+            format: shape.kv_format,
+            dtype: shape.dtype,
+            head_dim: shape.head_dim,
+            family,
+            addressing: shape.addressing(),
+            merge: Merge::Global,
+            form,
+            variant: shape.variant(),
+        };
+        let plain = kernels.limits(&id(Form::Plain)).ok_or_else(|| unsupported_kernel(shape, family))?;
+        Ok(FamilyKernels { family, plain, specialized: kernels.limits(&id(Form::Specialized)), capacity: kernels.limits(&id(Form::Capacity)) })
     }
+
+    /// The limits of the kernel a plan launches: warp-specialised or not,
+    /// and for a capacity plan the capacity twin where the shape has one
+    /// (`decode_attn_abi::has_capacity_twin`; no kernel is both).
+    fn limits(&self, specialized: bool, capacity: bool) -> KernelInfo {
+        match (specialized, capacity, self.capacity) {
+            (false, true, Some(twin)) => twin,
+            // The planner asks for the specialised kernel only where the
+            // set has one (`wgmma_specializable`).
+            (true, ..) => self.specialized.unwrap_or(self.plain),
+            _ => self.plain,
+        }
+    }
+}
+
+/// The error of a shape the kernel set does not serve in `family`.
+fn unsupported_kernel(shape: &DecodeShape, family: Family) -> Error {
+    Error::Unsupported(format!(
+        "no {} kernel for a {} cache with {} queries at head_dim {} ({} softmax)",
+        family.name(),
+        shape.kv_format.name(),
+        shape.dtype.name(),
+        shape.head_dim,
+        shape.variant().name()
+    ))
+}
+
+/// Fixes what the made plan launches ([`Launch`]): its attention kernel,
+/// where its split sequences merge and the merge kernel, each found once
+/// here, so that a run reads them.
+fn finish(mut plan: Plan) -> Result<Plan> {
+    let kernel = plan.planned_kernel_id();
+    let s = &plan.shape;
+    let kernel_index = kernel_table::decode_index(&kernel).ok_or_else(|| unsupported_kernel(s, plan.family))?;
+    let merge_kernel = match plan.planned_merge_grid() {
+        None => None,
+        Some(grid) => {
+            let id = MergeKernelId { dtype: s.dtype, head_dim: s.head_dim, sinks: s.variant().takes_window_and_sinks() };
+            let index = kernel_table::merge_index(&id).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at head_dim {}", s.dtype.name(), s.head_dim)))?;
+            Some((index, grid))
+        }
+    };
+    plan.launch = Launch {
+        kernel,
+        kernel_name: DECODE_KERNELS[kernel_index].name,
+        kernel_index,
+        merge_mode: plan.planned_merge_mode(),
+        merge_kernel,
+        block_threads: plan.block_threads(),
+    };
+    plan.metadata = plan.build_metadata();
+    Ok(plan)
 }
 
 /// Makes the plan. `kernel` describes the attention kernels that may run it.
 /// Paged caches need their block table: [`plan_paged`].
 pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
+    dev.validate()?;
     ensure(!shape.is_paged(), "block_table", "a block table for the paged layout (plan_paged)", "none")?;
+    shape.validate_seq_lens(seq_lens)?;
     no_starts_wanted(shape)?;
-    pair_heads(make_plan(shape, seq_lens, &[], "seq_lens", Vec::new(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
+    let kernels = FamilyKernels::new(shape, dev, kernel, opts)?;
+    finish(pair_heads(make_plan(shape, seq_lens, &[], "seq_lens", Vec::new(), dev, &kernels, false, opts)?, dev, &kernels.plain, opts.head_pair)?)
 }
 
 /// Plans of host lengths without starts: the shape must not ask for key
@@ -476,6 +613,7 @@ fn no_starts_wanted(shape: &DecodeShape) -> Result<()> {
 #[allow(clippy::too_many_arguments)]
 pub fn plan_key_ranges(shape: &DecodeShape, seq_starts: &[u32], seq_lens: &[u32], block_table: Option<&[i32]>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
+    dev.validate()?;
     shape.validate_seq_lens(seq_lens)?;
     shape.validate_seq_starts(seq_starts, seq_lens)?;
     let table = match (shape.kv_layout, block_table) {
@@ -487,7 +625,8 @@ pub fn plan_key_ranges(shape: &DecodeShape, seq_starts: &[u32], seq_lens: &[u32]
         (_, Some(_)) => return Err(Error::invalid("block_table", "none (the cache is not paged)", "a table")),
         (_, None) => Vec::new(),
     };
-    pair_heads(make_plan(shape, seq_lens, seq_starts, "seq_lens", table, dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
+    let kernels = FamilyKernels::new(shape, dev, kernel, opts)?;
+    finish(pair_heads(make_plan(shape, seq_lens, seq_starts, "seq_lens", table, dev, &kernels, false, opts)?, dev, &kernels.plain, opts.head_pair)?)
 }
 
 /// Makes the plan of a paged cache: `block_table` is `[batch,
@@ -496,13 +635,15 @@ pub fn plan_key_ranges(shape: &DecodeShape, seq_starts: &[u32], seq_lens: &[u32]
 /// uploaded with the plan's metadata.
 pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
+    dev.validate()?;
     shape.validate_seq_lens(seq_lens)?;
     let crate::shape::KvLayout::Paged { page_size, num_pages, .. } = shape.kv_layout else {
         return Err(Error::invalid("kv_layout", "a paged layout (KvLayout::Paged) for a block table", "another layout"));
     };
     check_block_table(block_table, seq_lens, shape.pages_per_seq(), page_size, num_pages)?;
     no_starts_wanted(shape)?;
-    pair_heads(make_plan(shape, seq_lens, &[], "seq_lens", block_table.to_vec(), dev, kernel, opts)?, dev, &kernel.limits(false), opts.head_pair)
+    let kernels = FamilyKernels::new(shape, dev, kernel, opts)?;
+    finish(pair_heads(make_plan(shape, seq_lens, &[], "seq_lens", block_table.to_vec(), dev, &kernels, false, opts)?, dev, &kernels.plain, opts.head_pair)?)
 }
 
 /// Makes a capacity plan ([`PlanMode::Capacity`]): launches fixed by the
@@ -518,11 +659,13 @@ pub fn plan_paged(shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], de
 /// `HeadPairChoice::Always` do where they cannot be honoured).
 pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
     shape.validate()?;
+    dev.validate()?;
     // A block per sequence and kv head at least: checked before the
     // lengths at capacity are made (one u32 per sequence).
     ensure_work_items(shape.batch as u64, shape, "batch", "(one per sequence at least)")?;
     let at_capacity = vec![shape.max_seq_len; shape.batch as usize];
-    let planned = make_plan(shape, &at_capacity, &[], "max_seq_len", Vec::new(), dev, &CapacityKernels(kernel), opts)?;
+    let kernels = FamilyKernels::new(shape, dev, kernel, opts)?;
+    let planned = make_plan(shape, &at_capacity, &[], "max_seq_len", Vec::new(), dev, &kernels, true, opts)?;
     // The most keys a step's work reads (a window's, at any length).
     let keys = capacity_keys(shape, planned.window_align);
     let chunk_keys = planned.chunk_keys.min(keys).max(1);
@@ -551,7 +694,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
         layout,
         ..planned
     };
-    pair_heads(capacity, dev, &kernel.capacity_limits(false), opts.head_pair)
+    finish(pair_heads(capacity, dev, &kernels.limits(false, true), opts.head_pair)?)
 }
 
 /// Checks a block table: `pages_per_seq` entries per sequence, pages of
@@ -581,11 +724,11 @@ pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u
 /// The plan of `seq_lens` (`lens_param`: what errors about them name, the
 /// caller's `seq_lens` or, for a capacity plan, `max_seq_len`).
 #[allow(clippy::too_many_arguments)]
-fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_param: &'static str, block_table: Vec<i32>, dev: &DeviceInfo, kernel: &impl KernelLimits, opts: &PlanOptions) -> Result<Plan> {
-    let family = heuristics::family(opts.family, shape, &dev.tuning);
+fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_param: &'static str, block_table: Vec<i32>, dev: &DeviceInfo, kernels: &FamilyKernels, capacity: bool, opts: &PlanOptions) -> Result<Plan> {
+    let family = kernels.family;
     let specializable = family == Family::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
     let ranges = key_ranges(shape, seq_lens, seq_starts, window_align(shape, family));
-    let make = |block_table, specialized| make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernel.limits(specialized), opts, family, specialized);
+    let make = |block_table, specialized| make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernels.limits(specialized, capacity), opts, family, specialized);
     match opts.specialize {
         SpecializeChoice::Never => make(block_table, false),
         SpecializeChoice::Always if !specializable => Err(Error::Unsupported(format!(
@@ -669,8 +812,6 @@ fn make_plan_for(
     family: Family,
     specialized: bool,
 ) -> Result<Plan> {
-    shape.validate_seq_lens(seq_lens)?;
-    dev.validate()?;
     kernel.validate()?;
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
@@ -819,6 +960,8 @@ fn make_plan_for(
         window_align: ranges.align,
         in_attention_merge_max_bytes: dev.tuning.in_attention_merge_max_bytes,
         layout,
+        launch: Launch::UNSET,
+        metadata: Vec::new(),
     })
 }
 

@@ -7,6 +7,7 @@
 use cust::prelude::Stream;
 
 use crate::attention::DecodeAttention;
+use crate::module::Entry;
 use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
 use crate::tensor::{ElemType, TensorMut};
@@ -26,7 +27,7 @@ pub fn fill_random<'a>(attn: &DecodeAttention, buf: impl Into<TensorMut<'a>>, se
     let params = decode_attn_abi::FillParams { ptr: buf.addr, len: buf.len as u64, seed };
     let blocks = (attn.device_info().sm_count * 8).max(1);
     // SAFETY: writes `len` elements of the checked buffer.
-    unsafe { attn.kernels().launch(name, (blocks, 1, 1), 256, 0, &params, stream.as_inner()) }
+    unsafe { attn.kernels().launch(Entry::Utility(name), (blocks, 1, 1), 256, 0, &params, stream.as_inner()) }
 }
 
 /// Enqueues a one-thread kernel that keeps the GPU busy for `duration`
@@ -36,7 +37,7 @@ pub fn gpu_sleep(attn: &DecodeAttention, duration: std::time::Duration, stream: 
     let ns = u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX);
     let params = decode_attn_abi::SleepParams { ns };
     // SAFETY: the kernel touches no memory.
-    unsafe { attn.kernels().launch(decode_attn_abi::SLEEP_KERNEL, (1, 1, 1), 32, 0, &params, stream.as_inner()) }
+    unsafe { attn.kernels().launch(Entry::Utility(decode_attn_abi::SLEEP_KERNEL), (1, 1, 1), 32, 0, &params, stream.as_inner()) }
 }
 
 /// Enqueues the tensor-core rate kernel: `blocks` blocks of `warpgroups`
@@ -52,7 +53,7 @@ pub fn mma_rate(attn: &DecodeAttention, blocks: u32, warpgroups: u32, rounds: u3
     let params = decode_attn_abi::MmaRateParams { out: out.as_device_ptr().as_raw(), rounds, _pad: 0 };
     // SAFETY: whole warpgroups, the shared memory the kernel asks for, one
     // f32 a warpgroup in `out` (checked).
-    unsafe { attn.kernels().launch(decode_attn_abi::MMA_RATE_KERNEL, (blocks, 1, 1), 128 * warpgroups, decode_attn_abi::MMA_RATE_SMEM_BYTES, &params, stream.as_inner()) }
+    unsafe { attn.kernels().launch(Entry::Utility(decode_attn_abi::MMA_RATE_KERNEL), (blocks, 1, 1), 128 * warpgroups, decode_attn_abi::MMA_RATE_SMEM_BYTES, &params, stream.as_inner()) }
 }
 
 /// SplitMix64: small, fast, reproducible from a seed.
