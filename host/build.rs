@@ -1,7 +1,8 @@
-//! Builds `kernels-gpu` into PTX and hands it to the crate (`include_str!`),
-//! the way `cuda_builder` does for Rust-CUDA, then compiles the PTX ahead
-//! with ptxas into a compressed fatbin (the cubin and the PTX) that
-//! `DecodeAttention::new` loads without a driver compilation.
+//! Builds `kernels-gpu` into PTX, the way `cuda_builder` does for
+//! Rust-CUDA, then compiles the PTX ahead with ptxas into a compressed
+//! fatbin (the cubin) that the crate embeds and `DecodeAttention::new`
+//! loads without a driver compilation. The PTX itself is embedded only
+//! where there is no fatbin; its path is `PTX_FILE` for the tests.
 //! `DECODE_ATTN_ARCH` selects the target (`sm_90a`, the one supported).
 //! Also builds the stand-in `libcuda.so` that binaries link against (see
 //! `build/cuda_stub.rs`), so no CUDA package has to be installed to build or
@@ -36,17 +37,21 @@ fn main() {
     let out = out_dir.join("decode_attn.ptx");
     std::fs::copy(&ptx, &out).expect("copy PTX into OUT_DIR");
     println!("cargo:rustc-env=DECODE_ATTN_PTX_ARCH={arch}");
+    println!("cargo:rustc-env=DECODE_ATTN_PTX_FILE={}", out.display());
 
     // The PTX compiled ahead, or an empty file (`FATBIN` is then `None`).
     let report = match ptx_builder::find_ptxas(&target_root) {
         Some(ptxas) => {
             let built = ptx_builder::build_fatbin(&out, &arch, &ptxas, &target_root.join("ptx")).unwrap_or_else(|e| fail(e));
             std::fs::copy(&built.fatbin, out_dir.join("decode_attn.fatbin")).expect("copy the fatbin into OUT_DIR");
+            // The fatbin serves the device the PTX could: embed no PTX.
+            std::fs::write(out_dir.join("embedded.ptx"), b"").expect("write the embedded PTX");
             built.report
         }
         None => {
             println!("cargo:warning=no ptxas ($PTXAS, target/tools or PATH; `cargo xtask test` installs one): decode-attn embeds no compiled kernels, and DecodeAttention::new() hands the PTX to the driver (minutes on a cold driver cache)");
             std::fs::write(out_dir.join("decode_attn.fatbin"), b"").expect("write an empty fatbin");
+            std::fs::copy(&out, out_dir.join("embedded.ptx")).expect("copy the PTX to embed");
             String::new()
         }
     };

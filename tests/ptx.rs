@@ -1,4 +1,5 @@
-//! The embedded PTX: every kernel the host names is in it, nothing is left
+//! The build's PTX (`decode_attn::PTX_FILE`; what the embedded fatbin was
+//! compiled from): every kernel the host names is in it, nothing is left
 //! unresolved, the kernels the planner counts two blocks per SM for carry
 //! their register cap, and (when a ptxas is available) it assembles for
 //! sm_90 with no local memory and within those caps.
@@ -7,6 +8,12 @@ use decode_attn_abi::{
     decode_kernel_name, has_capacity_twin, has_head_pair_form, merge_kernel_name, quant_kernel_name, wgmma_specializable, Addressing, Dtype, Family, Form, KernelId, KvFormat, Merge, QuantDirection, QuantKernelId, Variant, DECODE_KERNELS,
     HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS,
 };
+
+/// The build's PTX text, read once.
+fn ptx() -> &'static str {
+    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TEXT.get_or_init(|| std::fs::read_to_string(decode_attn::PTX_FILE).expect("the build's PTX file"))
+}
 
 fn host_names() -> Vec<&'static str> {
     let mut names = UTILITY_KERNELS.to_vec();
@@ -76,7 +83,7 @@ fn a_kernel_symbol_spells_its_identity() {
 
 #[test]
 fn every_kernel_the_host_names_is_an_entry() {
-    let entries = ptx_builder::ptx_entries(decode_attn::PTX);
+    let entries = ptx_builder::ptx_entries(ptx());
     for name in host_names() {
         assert!(entries.iter().any(|e| e == name), "{name} missing from PTX entries {entries:?}");
     }
@@ -93,16 +100,16 @@ fn register_caps_are_in_the_ptx() {
     assert!(capped.iter().any(|(n, r)| *n == "decode_paged_kv_bf16_q_bf16_d128" && *r == 168));
     assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.id.head_dim <= 128));
     for (name, regs) in &capped {
-        let at = decode_attn::PTX.find(&format!(".entry {name}(")).unwrap();
-        let head = &decode_attn::PTX[at..at + decode_attn::PTX[at..].find('{').unwrap()];
+        let at = ptx().find(&format!(".entry {name}(")).unwrap();
+        let head = &ptx()[at..at + ptx()[at..].find('{').unwrap()];
         assert!(head.contains(&format!(".maxnreg {regs}")), "{name}: {head}");
     }
-    assert_eq!(decode_attn::PTX.matches(".maxnreg").count(), capped.len());
+    assert_eq!(ptx().matches(".maxnreg").count(), capped.len());
 }
 
 #[test]
 fn no_unresolved_external_functions() {
-    ptx_builder::check_ptx(decode_attn::PTX).unwrap();
+    ptx_builder::check_ptx(ptx()).unwrap();
 }
 
 /// The kernels that spill, and the most bytes of stack frame, spill stores
@@ -151,10 +158,8 @@ fn ptxas_accepts_it_without_spills() {
         let ptxas = std::env::var_os("PTXAS").expect("set PTXAS to a ptxas binary (cargo xtask test does)");
         let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let ptx = dir.join("k.ptx");
-        std::fs::write(&ptx, decode_attn::PTX).unwrap();
         let arch = format!("-arch={}", decode_attn::PTX_ARCH);
-        let out = std::process::Command::new(ptxas).args([arch.as_str(), "-v"]).arg(&ptx).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
+        let out = std::process::Command::new(ptxas).args([arch.as_str(), "-v"]).arg(decode_attn::PTX_FILE).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
         let _ = std::fs::remove_dir_all(dir);
         assert!(out.status.success(), "ptxas rejected the PTX:\n{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stderr).into_owned()
@@ -175,7 +180,7 @@ fn ptxas_accepts_it_without_spills() {
             }
         }
     }
-    assert_eq!(checked, ptx_builder::ptx_entries(decode_attn::PTX).len(), "ptxas reported on every kernel");
+    assert_eq!(checked, ptx_builder::ptx_entries(ptx()).len(), "ptxas reported on every kernel");
 }
 
 /// Binaries link against the libcuda stub `host/build.rs` builds on machines

@@ -85,16 +85,29 @@ pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder, MAX_PAG
 pub use tensor::{BufferDesc, ElemType, Element, TensorMut, TensorRef};
 pub use {cust, half};
 
-/// The kernels' PTX, built from `kernels-gpu` by `build.rs`.
-pub const PTX: &str = include_str!(concat!(env!("OUT_DIR"), "/decode_attn.ptx"));
+/// The kernels' PTX, embedded only in builds without ptxas (then
+/// [`FATBIN`] is `None` and `DecodeAttention::new` hands it to the driver).
+pub(crate) const EMBEDDED_PTX: Option<&str> = {
+    const TEXT: &str = include_str!(concat!(env!("OUT_DIR"), "/embedded.ptx"));
+    if TEXT.is_empty() {
+        None
+    } else {
+        Some(TEXT)
+    }
+};
 
-/// The SM architecture the embedded PTX was built for.
+/// The PTX file this build made (179 MB, not embedded where there is a
+/// fatbin): what the tests check.
+#[doc(hidden)]
+pub const PTX_FILE: &str = env!("DECODE_ATTN_PTX_FILE");
+
+/// The SM architecture the kernels were built for.
 pub const PTX_ARCH: &str = env!("DECODE_ATTN_PTX_ARCH");
 
-/// [`PTX`] compiled ahead by ptxas for [`PTX_ARCH`], packed with the PTX in
-/// a compressed fatbin: what [`DecodeAttention::new`] loads on such a
-/// device, with nothing left for the driver to compile. `None` when the
-/// build found no ptxas (a build warning says so).
+/// The kernels compiled ahead by ptxas for [`PTX_ARCH`], in a compressed
+/// fatbin: what [`DecodeAttention::new`] loads on such a device, with
+/// nothing left for the driver to compile. `None` when the build found no
+/// ptxas (a build warning says so).
 pub const FATBIN: Option<&[u8]> = {
     const BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/decode_attn.fatbin"));
     if BYTES.is_empty() {

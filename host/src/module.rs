@@ -27,9 +27,7 @@ pub enum ModuleSource {
     /// at build time, loaded with no driver compilation.
     Fatbin,
     /// The embedded PTX, compiled by the driver (and cached in its
-    /// compute cache): on devices of another architecture than
-    /// [`crate::PTX_ARCH`], in builds without ptxas, or where the driver
-    /// refused the fatbin.
+    /// compute cache): builds without ptxas embed it instead of a fatbin.
     Ptx,
 }
 
@@ -85,20 +83,22 @@ fn device_attr(dev: &Device, attr: DeviceAttribute) -> Result<u32> {
     Ok(dev.get_attribute(attr)? as u32)
 }
 
-/// The kernels' module: the embedded fatbin where the current device is of
-/// the architecture it was compiled for (the driver then compiles nothing:
-/// ~500 kernels took it minutes from the PTX on a cold cache), else the
-/// PTX.
+/// The kernels' module: the embedded fatbin, or in a build without ptxas
+/// the PTX (the driver then compiles ~1000 kernels: minutes on a cold
+/// cache). Either is for one architecture ([`crate::PTX_ARCH`]): another
+/// device gets `Unsupported`, naming both.
 fn load_module(dev: &Device) -> Result<(Module, ModuleSource)> {
     let (major, minor) = (device_attr(dev, DeviceAttribute::ComputeCapabilityMajor)?, device_attr(dev, DeviceAttribute::ComputeCapabilityMinor)?);
     // `sm_90a` is compiled for compute capability 9.0 exactly.
     let arch = crate::PTX_ARCH.trim_start_matches("sm_").trim_end_matches('a');
-    if let Some(fatbin) = crate::FATBIN.filter(|_| arch == format!("{major}{minor}")) {
-        if let Ok(module) = Module::from_fatbin(fatbin, &[]) {
-            return Ok((module, ModuleSource::Fatbin));
-        }
+    if arch != format!("{major}{minor}") {
+        return Err(Error::Unsupported(format!("the kernels are built for {} only; this GPU is of compute capability {major}.{minor}", crate::PTX_ARCH)));
     }
-    Ok((Module::from_ptx(crate::PTX, &[])?, ModuleSource::Ptx))
+    match (crate::FATBIN, crate::EMBEDDED_PTX) {
+        (Some(fatbin), _) => Ok((Module::from_fatbin(fatbin, &[])?, ModuleSource::Fatbin)),
+        (None, Some(ptx)) => Ok((Module::from_ptx(ptx, &[])?, ModuleSource::Ptx)),
+        (None, None) => Err(Error::Unsupported("this build embeds neither a fatbin nor PTX".into())),
+    }
 }
 
 impl Kernels {
