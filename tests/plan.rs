@@ -158,6 +158,18 @@ fn a_plan_names_the_kernel_it_launches_and_decides_it_once() {
 }
 
 #[test]
+fn a_shape_checks_a_block_table_as_plan_paged_does() {
+    let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 8, order: PageOrder::TokenMajor, page_bytes: None }, ..DecodeShape::bf16(2, 8, 2, 128, 1, 64) };
+    let table = [0, 1, 2, 3, 4, 5, 6, 7];
+    assert!(paged.validate_block_table(&[64, 17], &table).is_ok());
+    let param = |r: decode_attn::Result<()>| r.unwrap_err().param().map(str::to_owned);
+    assert_eq!(param(paged.validate_block_table(&[64, 17], &[0, 1, 2, 3, 4, 8, 6, 7])), Some("block_table[1][1]".into()));
+    assert_eq!(param(paged.validate_block_table(&[65, 17], &table)), Some("seq_lens[0]".into()));
+    assert_eq!(param(paged.validate_block_table(&[64, 17], &table[..6])), Some("block_table".into()));
+    assert_eq!(param(DecodeShape::bf16(2, 8, 2, 128, 1, 64).validate_block_table(&[64, 17], &table)), Some("block_table".into()));
+}
+
+#[test]
 fn small_merges_run_in_the_attention_kernel_and_large_ones_in_the_merge_kernel() {
     let dev = &DeviceInfo::H100_SXM;
     // Grid C 8K: 4 rows per block, a few dozen slots: a few KB each block.

@@ -146,19 +146,19 @@ const KNOWN_SPILLS: [(&str, u32); 14] = [
 
 /// Needs ptxas: `cargo xtask test` provides it (PATH, or PyPI into
 /// `target/tools/`) and runs this; a plain `cargo test` reports it ignored.
-/// Reads the report of the build's own ptxas run (`decode_attn::FATBIN`'s
+/// Reads the report of the build's own ptxas run (the embedded fatbin's
 /// cubin) where the build made one, else runs ptxas. No kernel spills but
 /// the `KNOWN_SPILLS`, within their bytes; capped kernels stay at their caps.
 #[test]
 #[ignore = "needs ptxas (PTXAS=...); `cargo xtask test` runs it"]
 fn ptxas_accepts_it_without_spills() {
-    let log = if decode_attn::FATBIN.is_some() {
+    let log = if decode_attn::ModuleSource::EMBEDDED == decode_attn::ModuleSource::Fatbin {
         decode_attn::PTXAS_REPORT.to_owned()
     } else {
         let ptxas = std::env::var_os("PTXAS").expect("set PTXAS to a ptxas binary (cargo xtask test does)");
         let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let arch = format!("-arch={}", decode_attn::PTX_ARCH);
+        let arch = format!("-arch={}", decode_attn::DecodeAttention::ARCH);
         let out = std::process::Command::new(ptxas).args([arch.as_str(), "-v"]).arg(decode_attn::PTX_FILE).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
         let _ = std::fs::remove_dir_all(dir);
         assert!(out.status.success(), "ptxas rejected the PTX:\n{}", String::from_utf8_lossy(&out.stderr));

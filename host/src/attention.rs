@@ -67,17 +67,35 @@ impl DecodeAttention {
         Ok(DecodeAttention { kernels: Kernels::load()? })
     }
 
-    /// The device figures plans are made for.
-    pub fn device_info(&self) -> &DeviceInfo {
-        &self.kernels.device
+    /// The SM architecture the kernels were built for (`sm_90a`):
+    /// [`DecodeAttention::new`] loads them on a GPU of that architecture only.
+    pub const ARCH: &'static str = crate::PTX_ARCH;
+
+    /// The GPU's streaming multiprocessors, as the driver reports them.
+    pub fn sm_count(&self) -> u32 {
+        self.kernels.device.sm_count
     }
 
-    /// Plans made after this call read `tuning`'s thresholds instead of the
-    /// device's table ([`Tuning::for_device`](crate::Tuning::for_device)):
-    /// for `bench --sweep`, which measures each threshold's candidates, and
-    /// for a GPU without a table of its own. Plans made before keep theirs.
-    pub fn set_tuning(&mut self, tuning: crate::Tuning) {
-        self.kernels.device.tuning = tuning;
+    /// The GPU's L2 cache in bytes, as the driver reports it.
+    pub fn l2_bytes(&self) -> u32 {
+        self.kernels.device.l2_bytes
+    }
+
+    internal! {
+        /// The device figures plans are made for.
+        pub fn device_info(&self) -> &DeviceInfo {
+            &self.kernels.device
+        }
+    }
+
+    internal! {
+        /// Plans made after this call read `tuning`'s thresholds instead of the
+        /// device's table ([`Tuning::for_device`](crate::Tuning::for_device)):
+        /// for `bench --sweep`, which measures each threshold's candidates, and
+        /// for a GPU without a table of its own. Plans made before keep theirs.
+        pub fn set_tuning(&mut self, tuning: crate::Tuning) {
+            self.kernels.device.tuning = tuning;
+        }
     }
 
     /// Where the kernels were loaded from.
@@ -85,27 +103,27 @@ impl DecodeAttention {
         self.kernels.source
     }
 
-    /// Plans one decode step (CPU only; see [`plan::plan`]).
+    /// Plans one decode step (CPU only; see `plan::plan`).
     pub fn plan(&self, shape: &DecodeShape, seq_lens: &[u32], opts: &PlanOptions) -> Result<Plan> {
         plan::plan(shape, seq_lens, self.device_info(), &self.kernels, opts)
     }
 
     /// Plans one decode step over a paged cache (CPU only; see
-    /// [`plan::plan_paged`]): `block_table` is `[batch, shape.pages_per_seq()]`
+    /// `plan::plan_paged`): `block_table` is `[batch, shape.pages_per_seq()]`
     /// page ids, checked here and uploaded with the plan.
     pub fn plan_paged(&self, shape: &DecodeShape, seq_lens: &[u32], block_table: &[i32], opts: &PlanOptions) -> Result<Plan> {
         plan::plan_paged(shape, seq_lens, block_table, self.device_info(), &self.kernels, opts)
     }
 
     /// Plans one decode step over sequences that each start at a key of
-    /// their own (CPU only; see [`plan::plan_key_ranges`]): a shape with
+    /// their own (CPU only; see `plan::plan_key_ranges`): a shape with
     /// `key_ranges`, sequence b's keys `seq_starts[b] .. seq_lens[b]`, and
     /// a paged cache's block table (`None` for other layouts).
     pub fn plan_key_ranges(&self, shape: &DecodeShape, seq_starts: &[u32], seq_lens: &[u32], block_table: Option<&[i32]>, opts: &PlanOptions) -> Result<Plan> {
         plan::plan_key_ranges(shape, seq_starts, seq_lens, block_table, self.device_info(), &self.kernels, opts)
     }
 
-    /// Plans decode steps by capacity (CPU only; see [`plan::plan_capacity`]):
+    /// Plans decode steps by capacity (CPU only; see `plan::plan_capacity`):
     /// run it with [`DecodeAttention::run_step`], which reads the lengths
     /// and block table from device memory, so one plan serves every step
     /// and the run can be captured in a CUDA graph.
@@ -123,8 +141,8 @@ impl DecodeAttention {
         self.kernels.max_active_clusters(Entry::Decode(plan.launch.kernel_index), plan.grid(), plan.block_threads(), plan.smem_bytes(), plan.cluster()).map(Some)
     }
 
-    /// Enqueues one decode step of a plan of host lengths ([`plan::plan`],
-    /// [`plan::plan_paged`]) on `stream`: the attention kernel (split
+    /// Enqueues one decode step of a plan of host lengths (`plan::plan`,
+    /// `plan::plan_paged`) on `stream`: the attention kernel (split
     /// sequences merged inside it, in thread-block clusters or by the
     /// merge kernel after it, as the plan says).
     ///
@@ -142,7 +160,7 @@ impl DecodeAttention {
         Ok(())
     }
 
-    /// Enqueues one decode step of a capacity plan ([`plan::plan_capacity`]):
+    /// Enqueues one decode step of a capacity plan (`plan::plan_capacity`):
     /// one attention launch whose blocks read `step`'s lengths (and block
     /// table) on the device and derive their work from them (plus the merge
     /// kernel for plans with large merges). Nothing is copied from the host

@@ -148,7 +148,7 @@ pub(crate) fn pool_too_short(offset: u64, pool: &BufferDesc) -> Error {
 }
 
 /// What a capacity plan's run reads from device memory each step (see
-/// [`PlanMode::Capacity`](crate::PlanMode::Capacity)): the current lengths, new tokens included,
+/// `PlanMode::Capacity`): the current lengths, new tokens included,
 /// for paged caches the block table, and for shapes with key ranges each
 /// sequence's first key. Lengths above the capacity are read as the
 /// capacity, page ids outside the pool as its last page and starts past

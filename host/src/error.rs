@@ -13,8 +13,9 @@ pub enum Error {
     },
     /// No kernel is compiled for this combination.
     Unsupported(String),
-    /// The CUDA driver reported an error.
-    Cuda(cust::error::CudaError),
+    /// The CUDA driver reported an error (through `cust`): its `CUresult`
+    /// code and the driver's description.
+    Cuda { code: u32, message: String },
     /// A raw driver call failed with this `CUresult` code.
     Driver { call: &'static str, code: u32 },
 }
@@ -42,7 +43,7 @@ impl fmt::Display for Error {
                 write!(f, "invalid `{param}`: expected {expected}, got {got}")
             }
             Error::Unsupported(what) => write!(f, "unsupported: {what}"),
-            Error::Cuda(e) => write!(f, "CUDA error: {e}"),
+            Error::Cuda { code, message } => write!(f, "CUDA error {code}: {message}"),
             Error::Driver { call, code } => write!(f, "CUDA driver call {call} failed with CUresult {code}"),
         }
     }
@@ -52,7 +53,7 @@ impl std::error::Error for Error {}
 
 impl From<cust::error::CudaError> for Error {
     fn from(e: cust::error::CudaError) -> Self {
-        Error::Cuda(e)
+        Error::Cuda { code: e as u32, message: e.to_string() }
     }
 }
 

@@ -51,39 +51,61 @@
 //! # Ok(()) }
 //! ```
 
+/// `pub` where the `internals` feature is on (the tests, the bench and
+/// the fuzzer enable it), `pub(crate)` otherwise: the planner's parts, the
+/// references and the test utilities are not the library's API.
+macro_rules! internal {
+    ($(#[$meta:meta])* pub $($item:tt)*) => {
+        $(#[$meta])*
+        #[cfg(feature = "internals")]
+        pub $($item)*
+        $(#[$meta])*
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unused_imports)]
+        pub(crate) $($item)*
+    };
+}
+
 mod attention;
-pub mod cache;
-pub mod check;
-pub mod error;
-pub mod heuristics;
 mod kernel_table;
 mod launch_ex;
 mod module;
-pub mod occupancy;
-pub mod options;
-pub mod params;
-pub mod plan;
-pub mod quant;
-pub mod reference;
-pub mod shape;
-pub mod tensor;
-pub mod testing;
-pub mod tuning;
-pub mod work;
+internal! { pub mod cache; }
+internal! { pub mod check; }
+internal! { pub mod error; }
+internal! { pub mod heuristics; }
+internal! { pub mod occupancy; }
+internal! { pub mod options; }
+internal! { pub mod params; }
+internal! { pub mod plan; }
+internal! { pub mod quant; }
+internal! { pub mod reference; }
+internal! { pub mod shape; }
+internal! { pub mod tensor; }
+internal! { pub mod testing; }
+internal! { pub mod tuning; }
+internal! { pub mod work; }
 
 pub use attention::{DecodeAttention, RawDevicePtr, Workspace};
 pub use cache::{KvCache, KvMut, KvTensor, StepInputs};
-pub use decode_attn_abi::{Addressing, Dtype, Family, KvFormat, Variant};
+pub use decode_attn_abi::{Dtype, Family, KvFormat};
 pub use error::{Error, Result};
-pub use heuristics::MergeMode;
 pub use module::{ModuleSource, RawStream};
-pub use occupancy::{DeviceInfo, KernelInfo, KernelLimits};
 pub use options::{FamilyChoice, HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};
-pub use plan::{Plan, PlanMode};
-pub use tuning::{DeviceFacts, Knob, Tuning};
-pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder, MAX_PAGE_SIZE};
-pub use tensor::{BufferDesc, ElemType, Element, TensorMut, TensorRef};
-pub use {cust, half};
+pub use plan::Plan;
+pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder};
+pub use tensor::{ElemType, TensorMut, TensorRef};
+/// The `cust` types the API takes: streams and device buffers.
+#[doc(no_inline)]
+pub use cust::{memory::DeviceBuffer, stream::Stream};
+internal! { pub use decode_attn_abi::{Addressing, Variant}; }
+internal! { pub use heuristics::MergeMode; }
+internal! { pub use occupancy::{DeviceInfo, KernelInfo, KernelLimits}; }
+internal! { pub use plan::PlanMode; }
+internal! { pub use tuning::{DeviceFacts, Knob, Tuning}; }
+internal! { pub use shape::MAX_PAGE_SIZE; }
+internal! { pub use tensor::{BufferDesc, Element}; }
+internal! { pub use {cust, half}; }
 
 /// The kernels' PTX, embedded only in builds without ptxas (then
 /// [`FATBIN`] is `None` and `DecodeAttention::new` hands it to the driver).
@@ -101,14 +123,15 @@ pub(crate) const EMBEDDED_PTX: Option<&str> = {
 #[doc(hidden)]
 pub const PTX_FILE: &str = env!("DECODE_ATTN_PTX_FILE");
 
-/// The SM architecture the kernels were built for.
-pub const PTX_ARCH: &str = env!("DECODE_ATTN_PTX_ARCH");
+/// The SM architecture the kernels were built for
+/// ([`DecodeAttention::ARCH`]).
+pub(crate) const PTX_ARCH: &str = env!("DECODE_ATTN_PTX_ARCH");
 
 /// The kernels compiled ahead by ptxas for [`PTX_ARCH`], in a compressed
 /// fatbin: what [`DecodeAttention::new`] loads on such a device, with
 /// nothing left for the driver to compile. `None` when the build found no
-/// ptxas (a build warning says so).
-pub const FATBIN: Option<&[u8]> = {
+/// ptxas (a build warning says so; [`ModuleSource::EMBEDDED`]).
+pub(crate) const FATBIN: Option<&[u8]> = {
     const BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/decode_attn.fatbin"));
     if BYTES.is_empty() {
         None

@@ -23,12 +23,18 @@ pub type RawStream = cuda::CUstream;
 /// Where the kernels' module was loaded from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModuleSource {
-    /// The embedded fatbin ([`crate::FATBIN`]): the cubin ptxas compiled
+    /// The embedded fatbin (`crate::FATBIN`): the cubin ptxas compiled
     /// at build time, loaded with no driver compilation.
     Fatbin,
     /// The embedded PTX, compiled by the driver (and cached in its
     /// compute cache): builds without ptxas embed it instead of a fatbin.
     Ptx,
+}
+
+impl ModuleSource {
+    /// What this build embeds and [`DecodeAttention::new`](crate::DecodeAttention::new)
+    /// loads: the fatbin, or in a build without ptxas the PTX.
+    pub const EMBEDDED: ModuleSource = if crate::FATBIN.is_some() { ModuleSource::Fatbin } else { ModuleSource::Ptx };
 }
 
 /// The loaded module: every kernel's function handle, in the order of the

@@ -22,7 +22,7 @@ pub enum SplitPolicy {
 pub enum FamilyChoice {
     /// `Narrow` for a quantized cache whose kv heads have at most 8 query
     /// rows (`group × q_len`); `Wgmma` for any cache at head_dim 128 with
-    /// more than [`Tuning::wgmma_min_rows`](crate::Tuning::wgmma_min_rows) (the device's table); else `Wide`.
+    /// more than `Tuning::wgmma_min_rows` (the device's table); else `Wide`.
     #[default]
     Auto,
     /// This family whatever the shape (`Wide` and `Narrow` serve every
@@ -39,7 +39,7 @@ pub enum FamilyChoice {
 pub enum SpecializeChoice {
     /// The warp-specialised kernel when its grid fits two waves (at one
     /// block per SM), else the unspecialised one
-    /// ([`specialize`](crate::heuristics::specialize)).
+    /// (`specialize`).
     #[default]
     Auto,
     /// The unspecialised kernel.
@@ -57,12 +57,12 @@ pub enum SpecializeChoice {
 /// stride more slowly than 256-byte ones (docs/design/nhd-head-groups.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum HeadPairChoice {
-    /// Head pairs where the plan allows them ([`head_pair_unsupported`](crate::plan::head_pair_unsupported)),
+    /// Head pairs where the plan allows them (`head_pair_unsupported`),
     /// the cache is token-major (adjacent heads' rows adjacent), the
-    /// sequences average at least [`Tuning::head_pair_min_mean_keys`](crate::Tuning::head_pair_min_mean_keys) keys, the
-    /// paired grid keeps [`Tuning::head_pair_min_busy_sms_percent`](crate::Tuning::head_pair_min_busy_sms_percent) % of the SMs
+    /// sequences average at least `Tuning::head_pair_min_mean_keys` keys, the
+    /// paired grid keeps `Tuning::head_pair_min_busy_sms_percent` % of the SMs
     /// the unpaired one keeps busy, and (paged pools) it fills
-    /// [`Tuning::head_pair_paged_min_waves`](crate::Tuning::head_pair_paged_min_waves) waves.
+    /// `Tuning::head_pair_paged_min_waves` waves.
     #[default]
     Auto,
     /// One kv head per block.
@@ -74,10 +74,10 @@ pub enum HeadPairChoice {
 /// How split sequences may be merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MergeChoice {
-    /// In a thread-block cluster ([`MergeMode::Cluster`](crate::heuristics::MergeMode::Cluster)) when
+    /// In a thread-block cluster (`MergeMode::Cluster`) when
     /// the device has clusters and no sequence has more than
-    /// [`auto_cluster_max`](crate::heuristics::auto_cluster_max) chunks (the device's table); else through global memory
-    /// ([`merge_mode`](crate::heuristics::merge_mode)).
+    /// `auto_cluster_max` chunks (the device's table); else through global memory
+    /// (`merge_mode`).
     #[default]
     Auto,
     /// In a cluster whenever sequences split; an `Err` where they cannot

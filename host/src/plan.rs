@@ -57,7 +57,7 @@ pub enum PlanMode {
 }
 
 /// A launch plan for one shape and one set of sequence lengths, or for a
-/// capacity ([`PlanMode`]).
+/// capacity (`PlanMode`).
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub(crate) id: u64,
@@ -159,8 +159,10 @@ impl Plan {
     pub fn shape(&self) -> &DecodeShape {
         &self.shape
     }
-    pub fn mode(&self) -> PlanMode {
-        self.mode
+    internal! {
+        pub fn mode(&self) -> PlanMode {
+            self.mode
+        }
     }
     /// The length every sequence has when the plan's blocks compute their
     /// work from it instead of loading a work list (equal host lengths whose
@@ -175,11 +177,15 @@ impl Plan {
     pub fn seq_lens(&self) -> &[u32] {
         &self.seq_lens
     }
-    pub fn work(&self) -> &[WorkItem] {
-        &self.work
+    internal! {
+        pub fn work(&self) -> &[WorkItem] {
+            &self.work
+        }
     }
-    pub fn merges(&self) -> &[MergeItem] {
-        &self.merges
+    internal! {
+        pub fn merges(&self) -> &[MergeItem] {
+            &self.merges
+        }
     }
     pub fn num_slots(&self) -> u32 {
         self.num_slots
@@ -187,7 +193,7 @@ impl Plan {
     pub fn chunk_keys(&self) -> u32 {
         self.chunk_keys
     }
-    /// What a window's start is aligned down to ([`window_align`]; 1
+    /// What a window's start is aligned down to (`window_align`; 1
     /// without a window).
     pub fn window_align(&self) -> u32 {
         self.window_align
@@ -287,24 +293,30 @@ impl Plan {
             variant: s.variant(),
         }
     }
-    /// Whether every block of the grid is resident at once (one wave at
-    /// [`Plan::blocks_per_sm`]).
-    pub fn fits_one_wave(&self, dev: &DeviceInfo) -> bool {
-        self.waves(dev) <= 1
+    internal! {
+        /// Whether every block of the grid is resident at once (one wave at
+        /// [`Plan::blocks_per_sm`]).
+        pub fn fits_one_wave(&self, dev: &DeviceInfo) -> bool {
+            self.waves(dev) <= 1
+        }
     }
-    /// Waves of the grid at [`Plan::blocks_per_sm`]: the resident rounds its
-    /// blocks need.
-    pub fn waves(&self, dev: &DeviceInfo) -> u64 {
-        let (x, y, z) = self.grid();
-        // (A device of no SMs runs nothing: every block is a wave of its own.)
-        (x as u64 * y as u64 * z as u64).div_ceil((dev.sm_count as u64 * self.blocks_per_sm as u64).max(1))
+    internal! {
+        /// Waves of the grid at [`Plan::blocks_per_sm`]: the resident rounds its
+        /// blocks need.
+        pub fn waves(&self, dev: &DeviceInfo) -> u64 {
+            let (x, y, z) = self.grid();
+            // (A device of no SMs runs nothing: every block is a wave of its own.)
+            (x as u64 * y as u64 * z as u64).div_ceil((dev.sm_count as u64 * self.blocks_per_sm as u64).max(1))
+        }
     }
-    /// Blocks per thread-block cluster (0: no clusters; see [`MergeMode::Cluster`]).
+    /// Blocks per thread-block cluster (0: no clusters; see `MergeMode::Cluster`).
     pub fn cluster(&self) -> u32 {
         self.cluster
     }
-    pub fn layout(&self) -> &WorkspaceLayout {
-        &self.layout
+    internal! {
+        pub fn layout(&self) -> &WorkspaceLayout {
+            &self.layout
+        }
     }
     /// Threads per attention block: the `warps_m × warps_k` compute warps,
     /// then (warp-specialised wgmma kernels) the producer warps.
@@ -326,10 +338,12 @@ impl Plan {
             PlanMode::Capacity { chunks_per_seq } => self.shape.batch * chunks_per_seq,
         }
     }
-    /// Where split sequences are merged (unsplit plans: a no-op either way),
-    /// from the most slots a sequence has and the rows a block merges.
-    pub fn merge_mode(&self) -> MergeMode {
-        self.launch.merge_mode
+    internal! {
+        /// Where split sequences are merged (unsplit plans: a no-op either way),
+        /// from the most slots a sequence has and the rows a block merges.
+        pub fn merge_mode(&self) -> MergeMode {
+            self.launch.merge_mode
+        }
     }
     fn planned_merge_mode(&self) -> MergeMode {
         if self.cluster > 1 {
@@ -337,7 +351,7 @@ impl Plan {
         }
         heuristics::merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dim, self.in_attention_merge_max_bytes)
     }
-    /// Merge-kernel grid ([`MergeMode::Kernel`] plans that split; else
+    /// Merge-kernel grid (`MergeMode::Kernel` plans that split; else
     /// `None`): (sequences, groups of [`Plan::merge_rows_per_block`] output
     /// rows up to grid y's limit; the kernel strides over the rest).
     pub fn merge_grid(&self) -> Option<(u32, u32, u32)> {

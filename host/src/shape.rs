@@ -138,6 +138,8 @@ pub struct DecodeShape {
 }
 
 impl DecodeShape {
+    /// Largest page size of a paged cache, in tokens.
+    pub const MAX_PAGE_SIZE: u32 = MAX_PAGE_SIZE;
     /// A bf16 problem with an NHD cache and the default scale.
     pub fn bf16(batch: u32, num_q_heads: u32, num_kv_heads: u32, head_dim: u32, q_len: u32, max_seq_len: u32) -> Self {
         DecodeShape {
@@ -167,19 +169,26 @@ impl DecodeShape {
         self.scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
     }
 
-    /// The attention variant the shape's kernels are compiled for: soft-cap
-    /// or ALiBi kernels where the shape has either (with its window, sinks
-    /// and key ranges, if any), the windowed kernels for a window, sinks or
-    /// key ranges alone, else the standard ones.
-    pub fn variant(&self) -> Variant {
-        if self.soft_cap.is_some() {
-            Variant::SoftCap
-        } else if self.alibi {
-            Variant::Alibi
-        } else if self.window.is_some() || self.sinks || self.key_ranges {
-            Variant::Windowed
-        } else {
-            Variant::Standard
+    /// The name of the kernel variant the shape's options select:
+    /// `standard`, `softcap`, `windowed` (a window, sinks or both) or `alibi`.
+    pub fn variant_name(&self) -> &'static str {
+        self.variant().name()
+    }
+    internal! {
+        /// The attention variant the shape's kernels are compiled for: soft-cap
+        /// or ALiBi kernels where the shape has either (with its window, sinks
+        /// and key ranges, if any), the windowed kernels for a window, sinks or
+        /// key ranges alone, else the standard ones.
+        pub fn variant(&self) -> Variant {
+            if self.soft_cap.is_some() {
+                Variant::SoftCap
+            } else if self.alibi {
+                Variant::Alibi
+            } else if self.window.is_some() || self.sinks || self.key_ranges {
+                Variant::Windowed
+            } else {
+                Variant::Standard
+            }
         }
     }
 
@@ -243,12 +252,14 @@ impl DecodeShape {
         matches!(self.kv_layout, KvLayout::Paged { .. })
     }
 
-    /// How the kernels find rows of this layout.
-    pub fn addressing(&self) -> Addressing {
-        if self.is_paged() {
-            Addressing::Paged
-        } else {
-            Addressing::Strided
+    internal! {
+        /// How the kernels find rows of this layout.
+        pub fn addressing(&self) -> Addressing {
+            if self.is_paged() {
+                Addressing::Paged
+            } else {
+                Addressing::Strided
+            }
         }
     }
 
@@ -522,6 +533,18 @@ impl DecodeShape {
         }
         Ok(())
     }
+    /// Checks host lengths and a paged cache's flattened `[batch,
+    /// pages_per_seq]` block table against the shape: what
+    /// [`DecodeAttention::plan_paged`](crate::DecodeAttention::plan_paged)
+    /// checks first. An `Err` for a shape that is not paged.
+    pub fn validate_block_table(&self, seq_lens: &[u32], block_table: &[i32]) -> Result<()> {
+        let KvLayout::Paged { page_size, num_pages, .. } = self.kv_layout else {
+            return Err(crate::Error::invalid("block_table", "none (the shape is not paged)", "a table"));
+        };
+        self.validate_seq_lens(seq_lens)?;
+        crate::plan::check_block_table(block_table, seq_lens, self.pages_per_seq(), page_size, num_pages)
+    }
+
 
     /// Checks `seq_lens` against the shape: one per sequence, each in
     /// `q_len..=max_seq_len` (a length counts the new tokens).

@@ -2,7 +2,7 @@
 //! (never created) for as long as a `_Device` lives, and made current only
 //! for the length of one library call, the caller's context restored after.
 
-use decode_attn::cust::sys as cuda;
+use cust_raw as cuda;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 

@@ -24,7 +24,7 @@ pub(crate) fn py_err(e: Error) -> PyErr {
     match e {
         Error::InvalidArgument { .. } => PyValueError::new_err(e.to_string()),
         Error::Unsupported(_) => PyNotImplementedError::new_err(e.to_string()),
-        Error::Cuda(_) | Error::Driver { .. } => PyRuntimeError::new_err(format!("decode_attn: {e}")),
+        Error::Cuda { .. } | Error::Driver { .. } => PyRuntimeError::new_err(format!("decode_attn: {e}")),
     }
 }
 

@@ -9,7 +9,7 @@
 mod context;
 mod convert;
 
-use decode_attn::{plan as planner, DecodeAttention, DecodeShape, KvCache, KvMut, Plan, StepInputs};
+use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvMut, Plan, StepInputs};
 use pyo3::prelude::*;
 
 use crate::context::PrimaryContext;
@@ -163,7 +163,7 @@ impl PyShape {
     /// The variant's name: `standard`, `softcap`, `windowed` (a window, sinks or both) or `alibi`.
     #[getter]
     fn variant(&self) -> &'static str {
-        self.inner.variant().name()
+        self.inner.variant_name()
     }
     /// Cache values per stored element: 2 for int4 (nibbles in bytes), else 1.
     #[getter]
@@ -214,7 +214,7 @@ impl PyShape {
             s.dtype.name(),
             s.kv_format.name(),
             convert::layout_name(&s.kv_layout),
-            s.variant().name()
+            s.variant_name()
         )
     }
     fn __eq__(&self, other: &Self) -> bool {
@@ -245,13 +245,7 @@ fn check_seq_lens(shape: &PyShape, seq_lens: Vec<i64>) -> PyResult<()> {
 /// shape and host lengths (what `plan_paged` checks first).
 #[pyfunction]
 fn check_block_table(shape: &PyShape, seq_lens: Vec<i64>, block_table: Vec<i64>) -> PyResult<()> {
-    let s = &shape.inner;
-    let Some((log2, num_pages)) = s.page_geometry() else {
-        return Err(convert::invalid("block_table", "none (the shape is not paged)", "a table"));
-    };
-    let lens = lengths(&seq_lens)?;
-    s.validate_seq_lens(&lens).map_err(py_err)?;
-    planner::check_block_table(&table(&block_table)?, &lens, s.pages_per_seq(), 1 << log2, num_pages).map_err(py_err)
+    shape.inner.validate_block_table(&lengths(&seq_lens)?, &table(&block_table)?).map_err(py_err)
 }
 
 /// A plan: the work of one decode step (host lengths) or of every step up
@@ -349,11 +343,11 @@ impl PyDevice {
     }
     #[getter]
     fn sm_count(&self) -> u32 {
-        self.attn.device_info().sm_count
+        self.attn.sm_count()
     }
     #[getter]
     fn l2_bytes(&self) -> u32 {
-        self.attn.device_info().l2_bytes
+        self.attn.l2_bytes()
     }
 
     #[pyo3(signature = (shape, seq_lens, **options))]
@@ -524,7 +518,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_seq_lens, m)?)?;
     m.add_function(wrap_pyfunction!(check_block_table, m)?)?;
     m.add_function(wrap_pyfunction!(context::device_count, m)?)?;
-    m.add("PTX_ARCH", decode_attn::PTX_ARCH)?;
-    m.add("HAS_FATBIN", decode_attn::FATBIN.is_some())?;
+    m.add("PTX_ARCH", DecodeAttention::ARCH)?;
+    m.add("HAS_FATBIN", decode_attn::ModuleSource::EMBEDDED == decode_attn::ModuleSource::Fatbin)?;
     Ok(())
 }
