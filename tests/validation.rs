@@ -118,3 +118,25 @@ fn strided_extent_counts_the_last_row() {
     let st = s.kv_strides();
     assert_eq!(s.kv_elems_required(), Some(st.batch + 1023 * st.token + st.head + 128));
 }
+
+#[test]
+fn every_format_and_dtype_has_one_name_and_parses_from_its_aliases() {
+    use decode_attn::{Dtype, KvFormat};
+    for f in KvFormat::ALL {
+        assert_eq!(KvFormat::from_name(f.name()), Some(f));
+        assert_eq!(KvFormat::from_name(&f.name().replace('-', "_").to_uppercase()), Some(f), "{}", f.name());
+    }
+    for (alias, f) in [("bfloat16", KvFormat::Bf16), ("fp16", KvFormat::F16), ("float16", KvFormat::F16), ("int4", KvFormat::Int4G32), ("fp8_e4m3", KvFormat::Fp8)] {
+        assert_eq!(KvFormat::from_name(alias), Some(f), "{alias}");
+    }
+    for bad in ["", "int2", "int4-g16", "fp8-per-token", "bf16 ", "f16x"] {
+        assert_eq!(KvFormat::from_name(bad), None, "{bad:?}");
+    }
+    for d in Dtype::ALL {
+        assert_eq!(Dtype::from_name(d.name()), Some(d));
+    }
+    for (alias, d) in [("bfloat16", Dtype::Bf16), ("fp16", Dtype::F16), ("float16", Dtype::F16), ("half", Dtype::F16), ("BF16", Dtype::Bf16)] {
+        assert_eq!(Dtype::from_name(alias), Some(d), "{alias}");
+    }
+    assert_eq!(Dtype::from_name("fp32"), None);
+}

@@ -252,7 +252,7 @@ fn parse_kv_gap(s: &str) -> Result<u64, String> {
 }
 
 fn parse_format(s: &str) -> Result<KvFormat, String> {
-    KvFormat::ALL.into_iter().find(|k| k.name() == s.trim()).ok_or_else(|| {
+    KvFormat::from_name(s.trim()).ok_or_else(|| {
         let names: Vec<&str> = KvFormat::ALL.iter().map(|f| f.name()).collect();
         format!("unknown format `{s}` (have: {})", names.join(", "))
     })

@@ -57,7 +57,7 @@ pub fn side_elem(f: KvFormat) -> Option<ElemType> {
     match f {
         KvFormat::Bf16 | KvFormat::F16 => None,
         KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => Some(ElemType::F32),
-        _ => Some(ElemType::U32),
+        KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => Some(ElemType::U32),
     }
 }
 

@@ -259,7 +259,10 @@ pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32, t
         (KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8, Family::Narrow) => t.saturating_warps_8bit_narrow,
         (KvFormat::Bf16 | KvFormat::F16, Family::Wide) if warps_m == 1 => t.saturating_warps_16bit_wide,
         (KvFormat::Bf16 | KvFormat::F16, Family::Wgmma) => t.saturating_warps_16bit_wgmma,
-        _ => 0,
+        // (Each format named, so that a new one is placed here.)
+        (KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8, Family::Wide | Family::Wgmma)
+        | (KvFormat::Bf16 | KvFormat::F16, Family::Wide | Family::Narrow)
+        | (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, _) => 0,
     };
     (warps > 0).then_some(warps)
 }

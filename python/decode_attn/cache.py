@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import torch
 
+from ._native import QUANTIZED_KV_FORMATS, kv_format_name
 from .api import DecodeAttention, DecodeShape
 from .ops import DTYPE_NAMES
 
@@ -52,7 +53,8 @@ except ImportError:  # pragma: no cover - exercised without transformers
 MAX_Q_LEN = 8
 # Dynamic layers grow (and sliding ones drop old tokens) this many at a time.
 CHUNK = 256
-FORMATS = ("int8", "fp8", "fp8_per_head", "int4_g32", "int4_g64", "int4_g128")
+# The quantized formats' names, as the native module spells them.
+FORMATS = tuple(QUANTIZED_KV_FORMATS)
 _ATTR = "_decode_attn_layer"
 
 
@@ -71,9 +73,10 @@ class QuantizedLayer(CacheLayerMixin):
 
     def __init__(self, kv_format: str, max_cache_len: int | None = None, sliding_window: int | None = None, **kwargs):
         super().__init__()
-        if kv_format.replace("-", "_") not in FORMATS:
-            raise ValueError(f"invalid `kv_format`: expected one of {FORMATS}, got {kv_format!r}")
-        self.kv_format = kv_format.replace("_", "-")
+        name = kv_format_name(kv_format)  # one spelling, or a ValueError naming `kv_format`
+        if name not in FORMATS:
+            raise ValueError(f"invalid `kv_format`: expected a quantized format, one of {FORMATS}, got {kv_format!r}")
+        self.kv_format = name
         self.static = max_cache_len is not None
         self.max_cache_len = max_cache_len
         self.sliding_window = sliding_window
@@ -337,8 +340,8 @@ class QuantizedLayer(CacheLayerMixin):
 class QuantizedCache(Cache):
     """A transformers `Cache` of decode-attn quantized layers (module docs):
     one per layer of `config`, sliding layers where the config has them.
-    `kv_format`: "int8", "fp8", "fp8_per_head", "int4_g32", "int4_g64" or
-    "int4_g128"; `max_cache_len`: the static form."""
+    `kv_format`: "int8", "fp8", "fp8-per-head", "int4-g32", "int4-g64" or
+    "int4-g128" (`_` for `-` too); `max_cache_len`: the static form."""
 
     def __init__(self, config, kv_format: str = "int8", max_cache_len: int | None = None, **kwargs):
         from transformers.cache_utils import get_layer_types_and_kwargs

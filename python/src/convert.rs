@@ -60,7 +60,8 @@ pub(crate) struct ShapeArgs<'a> {
     pub head_dim: i64,
     pub max_seq_len: i64,
     pub q_len: i64,
-    pub dtype: &'a str,
+    /// `None`: the format's own dtype (16-bit caches), else bf16.
+    pub dtype: Option<&'a str>,
     pub kv_format: Option<&'a str>,
     pub layout: &'a str,
     pub strides: Option<(i64, i64, i64)>,
@@ -83,35 +84,31 @@ fn stride(param: &str, v: i64) -> PyResult<u64> {
     u64::try_from(v).map_err(|_| invalid(param, "a non-negative stride", v))
 }
 
-pub(crate) fn dtype(name: &str) -> PyResult<Dtype> {
-    match name {
-        "bf16" | "bfloat16" => Ok(Dtype::Bf16),
-        "f16" | "fp16" | "float16" | "half" => Ok(Dtype::F16),
-        other => Err(invalid("dtype", "'bf16' or 'fp16'", format!("'{other}'"))),
+/// `'a', 'b' or 'c'`: names for an error's "expected".
+fn one_of(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("'{n}'")).collect();
+    match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("one of {} or {last}", rest.join(", ")),
+        None => String::new(),
     }
 }
 
+pub(crate) fn dtype(name: &str) -> PyResult<Dtype> {
+    Dtype::from_name(name).ok_or_else(|| invalid("dtype", &one_of(&Dtype::ALL.map(Dtype::name)), format!("'{name}'")))
+}
+
 pub(crate) fn kv_format(name: &str) -> PyResult<KvFormat> {
-    Ok(match name.replace('_', "-").as_str() {
-        "bf16" | "bfloat16" => KvFormat::Bf16,
-        "f16" | "fp16" | "float16" => KvFormat::F16,
-        "int8" => KvFormat::Int8,
-        "fp8" | "fp8-e4m3" => KvFormat::Fp8,
-        "fp8-per-head" => KvFormat::Fp8PerHead,
-        "int4" | "int4-g32" => KvFormat::Int4G32,
-        "int4-g64" => KvFormat::Int4G64,
-        "int4-g128" => KvFormat::Int4G128,
-        _ => return Err(invalid("kv_format", "one of 'bf16', 'fp16', 'int8', 'fp8', 'fp8_per_head', 'int4_g32', 'int4_g64', 'int4_g128'", format!("'{name}'"))),
-    })
+    KvFormat::from_name(name).ok_or_else(|| invalid("kv_format", &one_of(&KvFormat::ALL.map(KvFormat::name)), format!("'{name}'")))
 }
 
 pub(crate) fn shape_from_args(a: &ShapeArgs) -> PyResult<decode_attn::DecodeShape> {
-    let dtype = dtype(a.dtype)?;
-    let kv_format = match a.kv_format {
-        Some(f) => kv_format(f)?,
-        None if dtype == Dtype::Bf16 => KvFormat::Bf16,
-        None => KvFormat::F16,
+    let format = a.kv_format.map(kv_format).transpose()?;
+    let dtype = match a.dtype {
+        Some(d) => dtype(d)?,
+        None => format.and_then(KvFormat::required_dtype).unwrap_or(Dtype::Bf16),
     };
+    let kv_format = format.unwrap_or(if dtype == Dtype::Bf16 { KvFormat::Bf16 } else { KvFormat::F16 });
     let paged_only = |param: &str, given: bool| -> PyResult<()> {
         if given {
             Err(invalid(param, "None unless layout='paged'", "a value"))

@@ -9,7 +9,7 @@
 mod context;
 mod convert;
 
-use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvMut, Plan, StepInputs};
+use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvMut, Plan, StepInputs};
 use pyo3::prelude::*;
 
 use crate::context::PrimaryContext;
@@ -25,7 +25,7 @@ struct PyShape {
 #[pymethods]
 impl PyShape {
     #[new]
-    #[pyo3(signature = (*, batch, num_q_heads, num_kv_heads, head_dim, max_seq_len, q_len = 1, dtype = "bf16", kv_format = None, layout = "nhd",
+    #[pyo3(signature = (*, batch, num_q_heads, num_kv_heads, head_dim, max_seq_len, q_len = 1, dtype = None, kv_format = None, layout = "nhd",
         strides = None, page_size = None, num_pages = None, page_order = "token_major", scale = None, soft_cap = None, window = None,
         sinks = false, alibi = false, key_ranges = false))]
     #[allow(clippy::too_many_arguments)]
@@ -36,7 +36,7 @@ impl PyShape {
         head_dim: i64,
         max_seq_len: i64,
         q_len: i64,
-        dtype: &str,
+        dtype: Option<&str>,
         kv_format: Option<&str>,
         layout: &str,
         strides: Option<(i64, i64, i64)>,
@@ -239,6 +239,13 @@ fn table(block_table: &[i64]) -> PyResult<Vec<i32>> {
 #[pyfunction]
 fn check_seq_lens(shape: &PyShape, seq_lens: Vec<i64>) -> PyResult<()> {
     shape.inner.validate_seq_lens(&lengths(&seq_lens)?).map_err(py_err)
+}
+
+/// The name of the KV format `name` spells (`fp8_per_head` → `fp8-per-head`,
+/// `fp16` → `f16`): the one spelling every error and `repr` uses.
+#[pyfunction]
+fn kv_format_name(name: &str) -> PyResult<&'static str> {
+    Ok(convert::kv_format(name)?.name())
 }
 
 /// Checks a flattened `[batch, pages_per_seq]` block table against a paged
@@ -518,6 +525,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_seq_lens, m)?)?;
     m.add_function(wrap_pyfunction!(check_block_table, m)?)?;
     m.add_function(wrap_pyfunction!(context::device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(kv_format_name, m)?)?;
+    m.add("KV_FORMATS", KvFormat::ALL.map(KvFormat::name))?;
+    m.add("QUANTIZED_KV_FORMATS", KvFormat::ALL.into_iter().filter(|f| f.is_quantized()).map(KvFormat::name).collect::<Vec<_>>())?;
     m.add("PTX_ARCH", DecodeAttention::ARCH)?;
     m.add("HAS_FATBIN", decode_attn::ModuleSource::EMBEDDED == decode_attn::ModuleSource::Fatbin)?;
     Ok(())

@@ -63,7 +63,7 @@ def test_imports_without_a_gpu_and_reports_none():
         assert da.device_count() == 0
 
 
-def test_the_wheel_carries_compiled_kernels_and_ptx():
+def test_the_wheel_carries_the_compiled_kernels():
     assert da.PTX_ARCH == "sm_90a"
     assert da.HAS_FATBIN
 
@@ -82,6 +82,15 @@ def test_a_valid_shape_reports_its_fields():
     assert (s.batch, s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len) == (2, 8, 2, 128, 1)
     assert (s.kv_format, s.layout, s.page_size, s.num_pages, s.pages_per_seq) == ("int8", "paged", 16, 10, 4)
     assert s.scale == pytest.approx(128**-0.5)
+
+
+def test_each_format_has_one_name_and_a_16_bit_cache_implies_its_dtype():
+    for given, name in [("fp16", "f16"), ("fp8_per_head", "fp8-per-head"), ("INT4_G64", "int4-g64"), ("int4", "int4-g32")]:
+        assert shape(kv_format=given).kv_format == name
+    # A 16-bit cache's dtype follows from it; quantized caches default to bf16.
+    assert (shape(kv_format="fp16").dtype, shape(kv_format="int8").dtype, shape(dtype="fp16").kv_format) == ("f16", "bf16", "f16")
+    with pytest.raises(ValueError, match="'fp8-per-head'"):
+        shape(kv_format="int2")
 
 
 @pytest.mark.parametrize(

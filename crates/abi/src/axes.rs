@@ -22,6 +22,24 @@ impl Dtype {
     pub const fn size_bytes(self) -> u32 {
         2
     }
+    /// The dtype named `name`: its [`Dtype::name`] or an alias (`bfloat16`;
+    /// `fp16`, `float16`, `half`), in any case. Every binding parses names
+    /// here, so each dtype has one spelling in what they print.
+    pub fn from_name(name: &str) -> Option<Dtype> {
+        let is = |n: &str| same_name(name, n);
+        if is("bf16") || is("bfloat16") {
+            Some(Dtype::Bf16)
+        } else if is("f16") || is("fp16") || is("float16") || is("half") {
+            Some(Dtype::F16)
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether `given` spells `name`: ASCII case aside, `_` for `-`.
+fn same_name(given: &str, name: &str) -> bool {
+    given.len() == name.len() && given.bytes().zip(name.bytes()).all(|(g, n)| g.to_ascii_lowercase() == n || (g == b'_' && n == b'-'))
 }
 
 /// How a block maps its work onto `mma.m16n8k16` tiles.
@@ -135,6 +153,31 @@ impl KvFormat {
             KvFormat::Fp8 => "fp8",
         }
     }
+    /// The format named `name`: its [`KvFormat::name`] (`bf16`, `f16`,
+    /// `int8`, `fp8`, `fp8-per-head`, `int4-g32`, `int4-g64`, `int4-g128`),
+    /// in any case and with `_` for `-`, or an alias (`bfloat16`; `fp16`,
+    /// `float16`; `int4` for `int4-g32`; `fp8-e4m3`). Every binding parses
+    /// names here, so each format has one spelling in what they print.
+    pub fn from_name(name: &str) -> Option<KvFormat> {
+        let mut found = None;
+        for f in KvFormat::ALL {
+            if same_name(name, f.name()) {
+                found = Some(f);
+            }
+        }
+        let is = |n: &str| same_name(name, n);
+        found.or(if is("bfloat16") {
+            Some(KvFormat::Bf16)
+        } else if is("fp16") || is("float16") {
+            Some(KvFormat::F16)
+        } else if is("int4") {
+            Some(KvFormat::Int4G32)
+        } else if is("fp8-e4m3") {
+            Some(KvFormat::Fp8)
+        } else {
+            None
+        })
+    }
     /// The format's part of kernel symbols: its name without punctuation.
     pub const fn symbol(self) -> &'static str {
         match self {
@@ -162,7 +205,7 @@ impl KvFormat {
             KvFormat::Int4G32 => Some(32),
             KvFormat::Int4G64 => Some(64),
             KvFormat::Int4G128 => Some(128),
-            _ => None,
+            KvFormat::Bf16 | KvFormat::F16 | KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => None,
         }
     }
     /// Whether rows of `head_dim` values exist in this format (a group
@@ -207,7 +250,7 @@ impl KvFormat {
         match self {
             KvFormat::Bf16 => Some(Dtype::Bf16),
             KvFormat::F16 => Some(Dtype::F16),
-            _ => None,
+            KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => None,
         }
     }
 }

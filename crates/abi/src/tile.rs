@@ -92,7 +92,7 @@ pub const WGMMA_PRODUCER_STAGES: u32 = 4;
 pub const fn wgmma_producer_stages(format: KvFormat) -> u32 {
     match format {
         KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => WGMMA_PRODUCER_STAGES,
-        _ => 3,
+        KvFormat::Bf16 | KvFormat::F16 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 3,
     }
 }
 
