@@ -3,7 +3,7 @@
 # here (`pip wheel ./python -w .whl`, carried in `.whl/`), then runs the
 # GPU test suite (the emulated CPU variants of test_hf.py skipped: the GPU
 # ones run) and the benchmarks, logs under $OUT (or ./logs). One call of
-# the device tool carries `.whl` (the wheel is ~49 MB of the 64 MiB).
+# the device tool carries `.whl` (the wheel is ~5 MB; a bundle fits beside it).
 # Usage: bash python/device-run.sh [tests] [bench] [hf]   (default: all three)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
