@@ -542,7 +542,7 @@ impl DecodeShape {
             return Err(crate::Error::invalid("block_table", "none (the shape is not paged)", "a table"));
         };
         self.validate_seq_lens(seq_lens)?;
-        crate::plan::check_block_table(block_table, seq_lens, self.pages_per_seq(), page_size, num_pages)
+        check_block_table(block_table, seq_lens, self.pages_per_seq(), page_size, num_pages)
     }
 
 
@@ -565,4 +565,28 @@ impl DecodeShape {
         }
         Ok(())
     }
+}
+
+/// Checks a block table: `pages_per_seq` entries per sequence, pages of
+/// `page_size` tokens (a power of two) of which each sequence's tokens fill
+/// no more than `pages_per_seq`, and the entries that hold its tokens ids
+/// of the pool.
+pub fn check_block_table(block_table: &[i32], seq_lens: &[u32], pages_per_seq: u32, page_size: u32, num_pages: u32) -> Result<()> {
+    ensure(page_size.is_power_of_two(), "page_size", "a power of two", page_size)?;
+    let width = pages_per_seq as usize;
+    let entries = seq_lens.len().checked_mul(width);
+    ensure(
+        entries == Some(block_table.len()),
+        "block_table",
+        format!("{} entries ({} sequences × {width} pages per sequence)", entries.map_or("too many".into(), |n| n.to_string()), seq_lens.len()),
+        block_table.len(),
+    )?;
+    for (b, &len) in seq_lens.iter().enumerate() {
+        let used = len.div_ceil(page_size) as usize;
+        ensure(used <= width, format!("seq_lens[{b}]"), format!("at most {} tokens ({width} pages of {page_size})", width as u64 * page_size as u64), len)?;
+        for (i, &id) in block_table[b * width..b * width + used].iter().enumerate() {
+            ensure(id >= 0 && (id as u32) < num_pages, format!("block_table[{b}][{i}]"), format!("a page id in 0..{num_pages}"), id)?;
+        }
+    }
+    Ok(())
 }
