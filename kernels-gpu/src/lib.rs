@@ -33,23 +33,8 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
     arch::thread::trap()
 }
 
-/// The kernel-side type of a (KvFormat, Dtype) pair of the tables.
-macro_rules! kv_type {
-    (Bf16, Bf16) => { PlainKv<Bf16> };
-    (F16, F16) => { PlainKv<F16> };
-    (Int8, Bf16) => { Int8Kv<Bf16> };
-    (Int8, F16) => { Int8Kv<F16> };
-    (Fp8PerHead, Bf16) => { Fp8PerHeadKv<Bf16> };
-    (Fp8PerHead, F16) => { Fp8PerHeadKv<F16> };
-    (Fp8, Bf16) => { Fp8Kv<Bf16> };
-    (Fp8, F16) => { Fp8Kv<F16> };
-    (Int4G32, $q:ident) => { Int4Kv<$q, 32> };
-    (Int4G64, $q:ident) => { Int4Kv<$q, 64> };
-    (Int4G128, $q:ident) => { Int4Kv<$q, 128> };
-}
-
 macro_rules! decode_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident);)*) => {$(
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
         /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
         /// see `decode::decode`, `decode::decode_narrow` and `decode::decode_wgmma`.
         ///
@@ -59,7 +44,7 @@ macro_rules! decode_kernels {
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
             decode_body!(
                 $fam,
-                kv_type!($f, $q),
+                $kv,
                 variant::$v,
                 $d,
                 { Addressing::$a.is_paged() },
@@ -98,34 +83,16 @@ macro_rules! merge_kernels {
 }
 
 macro_rules! quant_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident);)*) => {$(
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident, $call:path);)*) => {$(
         /// Cache store / quantize / dequantize for one format / dtype / head dim; see `quant`.
         ///
         /// # Safety
         /// Launched only by the host library, on buffers it checked.
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: QuantParams) {
-            quant_kernel!($f, $dir, $q, $d, &p)
+            $call(&p)
         }
     )*};
-}
-
-/// The quant function of a (format, direction).
-macro_rules! quant_kernel {
-    (Bf16, Quantize, $q:ident, $d:literal, $p:expr) => { quant::store_plain::<$d, { $d / 32 }>($p) };
-    (F16, Quantize, $q:ident, $d:literal, $p:expr) => { quant::store_plain::<$d, { $d / 32 }>($p) };
-    (Int8, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int8::<$q, $d, { $d / 32 }>($p) };
-    (Int8, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int8::<$q, $d, { $d / 32 }>($p) };
-    (Fp8PerHead, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_fp8_per_head::<$q, $d, { $d / 32 }>($p) };
-    (Fp8PerHead, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_fp8::<$q, $d, { $d / 32 }>($p) };
-    (Fp8, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_fp8_per_tensor::<$q, $d, { $d / 32 }>($p) };
-    (Fp8, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_fp8::<$q, $d, { $d / 32 }>($p) };
-    (Int4G32, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 32>($p) };
-    (Int4G64, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 64>($p) };
-    (Int4G128, Quantize, $q:ident, $d:literal, $p:expr) => { quant::quantize_int4::<$q, $d, { $d / 32 }, 128>($p) };
-    (Int4G32, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int4::<$q, $d, { $d / 32 }, 32>($p) };
-    (Int4G64, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int4::<$q, $d, { $d / 32 }, 64>($p) };
-    (Int4G128, Dequantize, $q:ident, $d:literal, $p:expr) => { quant::dequantize_int4::<$q, $d, { $d / 32 }, 128>($p) };
 }
 
 decode_attn_abi::decode_kernel_table!(decode_kernels);

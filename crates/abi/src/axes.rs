@@ -22,6 +22,13 @@ impl Dtype {
     pub const fn size_bytes(self) -> u32 {
         2
     }
+    /// The kernels' type of this dtype (`kernels-gpu/src/format/`).
+    pub const fn type_name(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "Bf16",
+            Dtype::F16 => "F16",
+        }
+    }
     /// The dtype named `name`: its [`Dtype::name`] or an alias (`bfloat16`;
     /// `fp16`, `float16`, `half`), in any case. Every binding parses names
     /// here, so each dtype has one spelling in what they print.
@@ -177,6 +184,27 @@ impl KvFormat {
         } else {
             None
         })
+    }
+    /// The kernels' type of this format's cache, read with `dtype` queries
+    /// (`kernels-gpu/src/format/`), as a type path: `build.rs` writes it
+    /// into each kernel's table row, so the kernel crate names no format
+    /// by hand.
+    pub fn kernel_type(self, dtype: Dtype, out: &mut impl core::fmt::Write) -> core::fmt::Result {
+        let q = dtype.type_name();
+        match self {
+            KvFormat::Bf16 | KvFormat::F16 => write!(out, "PlainKv<{q}>"),
+            KvFormat::Int8 => write!(out, "Int8Kv<{q}>"),
+            KvFormat::Fp8PerHead => write!(out, "Fp8PerHeadKv<{q}>"),
+            KvFormat::Fp8 => write!(out, "Fp8Kv<{q}>"),
+            KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => write!(out, "Int4Kv<{q}, {}>", self.group_size()),
+        }
+    }
+    /// Head dims per int4 group (0 for the other formats).
+    const fn group_size(self) -> u32 {
+        match self.group() {
+            Some(g) => g,
+            None => 0,
+        }
     }
     /// The format's part of kernel symbols: its name without punctuation.
     pub const fn symbol(self) -> &'static str {

@@ -165,6 +165,27 @@ impl QuantKernelId {
         }
     }
 
+    /// The kernel's function in `kernels-gpu`'s `quant` module with its
+    /// generic arguments, as a path (`build.rs` writes it into the table
+    /// row): `quant::<function>::<Q, D, D / 32[, G]>`.
+    pub fn write_function(&self, w: &mut impl Write) -> fmt::Result {
+        let (q, d, e) = (self.dtype.type_name(), self.head_dim, self.head_dim / 32);
+        let function = match (self.format, self.direction) {
+            (KvFormat::Bf16 | KvFormat::F16, _) => return write!(w, "quant::store_plain::<{d}, {e}>"),
+            (KvFormat::Int8, QuantDirection::Quantize) => "quantize_int8",
+            (KvFormat::Int8, QuantDirection::Dequantize) => "dequantize_int8",
+            (KvFormat::Fp8PerHead, QuantDirection::Quantize) => "quantize_fp8_per_head",
+            (KvFormat::Fp8, QuantDirection::Quantize) => "quantize_fp8_per_tensor",
+            (KvFormat::Fp8PerHead | KvFormat::Fp8, QuantDirection::Dequantize) => "dequantize_fp8",
+            (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, QuantDirection::Quantize) => "quantize_int4",
+            (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, QuantDirection::Dequantize) => "dequantize_int4",
+        };
+        match self.format.group() {
+            Some(g) => write!(w, "quant::{function}::<{q}, {d}, {e}, {g}>"),
+            None => write!(w, "quant::{function}::<{q}, {d}, {e}>"),
+        }
+    }
+
     pub fn all() -> impl Iterator<Item = QuantKernelId> {
         KvFormat::ALL.into_iter().flat_map(|format| {
             Dtype::ALL.into_iter().flat_map(move |dtype| {

@@ -69,7 +69,7 @@ pub struct MergeKernel {
 }
 
 macro_rules! decode_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident);)*) => {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {
         /// Every attention kernel in the PTX module.
         pub const DECODE_KERNELS: &[DecodeKernel] = &[$(DecodeKernel {
             id: KernelId {
@@ -89,7 +89,7 @@ macro_rules! decode_list {
 decode_kernel_table!(decode_list);
 
 macro_rules! quant_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident);)*) => {
+    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident, $call:path);)*) => {
         /// Every store / quantize / dequantize kernel in the PTX module.
         pub const QUANT_KERNELS: &[QuantKernel] = &[$(QuantKernel {
             id: QuantKernelId { format: KvFormat::$f, dtype: Dtype::$q, head_dim: $d, direction: QuantDirection::$dir },
