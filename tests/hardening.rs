@@ -1177,7 +1177,7 @@ mod audit3 {
         // The cache jobs name `side` (`KvMut::side`, `dequantize_kv`'s).
         let d = |addr, len, elem| BufferDesc { addr, len, elem };
         let job = decode_attn::check::CacheJob {
-            direction: decode_attn_abi::QuantDirection::Quantize,
+            direction: decode_attn_abi::QuantDirection::Store,
             plain: d(1 << 40, n, ElemType::Bf16),
             plain_name: "plain",
             plain_elems: n as u64,

@@ -77,7 +77,7 @@ fn a_kernel_symbol_spells_its_identity() {
     assert_eq!(named("decode_capacity_kv_bf16_q_bf16_d64").unwrap().form, Form::Capacity);
     assert_eq!(named("decode_paged_narrow_pair_kv_int8_q_f16_d128").unwrap().form, Form::HeadPair);
     assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::Int4G64, dtype: Dtype::Bf16, head_dim: 64, direction: QuantDirection::Dequantize }), Some("dequantize_int4g64_to_bf16_d64"));
-    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Quantize }), Some("store_f16_d128"));
+    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Store }), Some("store_f16_d128"));
     assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Dequantize }), None);
 }
 

@@ -225,7 +225,7 @@ impl DecodeAttention {
     /// [`DecodeAttention::quantize_kv`] on a raw stream.
     pub fn quantize_kv_raw<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, plain: TensorRef<'a>, out: KvMut<'a>, stream: RawStream) -> Result<()> {
         let job = CacheJob {
-            direction: QuantDirection::Quantize,
+            direction: QuantDirection::Store,
             plain: plain.desc(),
             plain_name: "plain",
             plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
@@ -254,7 +254,7 @@ impl DecodeAttention {
     pub fn append_kv_raw<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, new_rows: TensorRef<'a>, out: KvMut<'a>, stream: RawStream) -> Result<()> {
         let (d, h, ql) = (shape.head_dim as u64, shape.num_kv_heads as u64, shape.q_len as u64);
         let job = CacheJob {
-            direction: QuantDirection::Quantize,
+            direction: QuantDirection::Store,
             plain: new_rows.desc(),
             plain_name: "new_rows",
             plain_elems: (shape.batch as u64).saturating_mul(ql * h * d),
@@ -287,7 +287,7 @@ impl DecodeAttention {
     pub fn append_rows_raw<'a>(&self, shape: &DecodeShape, step: &StepInputs<'a>, new_rows: TensorRef<'a>, strides: KvStrides, rows: u32, out: KvMut<'a>, stream: RawStream) -> Result<()> {
         let plain_elems = crate::check::append_rows_elems(shape, strides, rows)?;
         let job = CacheJob {
-            direction: QuantDirection::Quantize,
+            direction: QuantDirection::Store,
             plain: new_rows.desc(),
             plain_name: "new_rows",
             plain_elems,

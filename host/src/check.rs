@@ -193,7 +193,7 @@ fn check_f32_values(name: &str, b: &BufferDesc, n: u64, wanted: &str) -> Result<
 /// (`DecodeAttention::{quantize_kv, append_kv, dequantize_kv}`).
 #[derive(Clone, Copy, Debug)]
 pub struct CacheJob {
-    /// Quantize (16-bit rows → the cache) or dequantize (the reverse).
+    /// Store (16-bit rows → the cache, quantized or not) or dequantize (the reverse).
     pub direction: QuantDirection,
     /// The 16-bit rows (`new_rows` of an append, else `plain`).
     pub plain: BufferDesc,
@@ -247,7 +247,7 @@ pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
     if let Some(t) = job.block_table {
         read.push(("block_table", t));
     }
-    let (written, others): (Vec<_>, Vec<_>) = if job.direction == QuantDirection::Quantize {
+    let (written, others): (Vec<_>, Vec<_>) = if job.direction == QuantDirection::Store {
         read.push((job.plain_name, job.plain));
         if tensor_scaled {
             // The tensor's scale is read, not written.

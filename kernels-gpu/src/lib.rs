@@ -36,7 +36,7 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 macro_rules! decode_kernels {
     ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
         /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
-        /// see `decode::decode`, `decode::decode_narrow` and `decode::decode_wgmma`.
+        /// see `decode::decode_wide`, `decode::decode_narrow` and `decode::decode_wgmma`.
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
@@ -59,7 +59,7 @@ macro_rules! decode_kernels {
 /// The body of a family, its const parameters from the row's axes.
 macro_rules! decode_body {
     (Wide, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
-        decode::decode::<$t, $v, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, { $form.is_capacity() }>($p)
+        decode::decode_wide::<$t, $v, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, { $form.is_capacity() }>($p)
     };
     (Narrow, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
         decode::decode_narrow::<$t, $v, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster, { $form.heads_per_block() }>($p)

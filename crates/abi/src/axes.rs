@@ -438,7 +438,7 @@ pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
 /// of 16-bit caches that keep Q in registers (head dims up to 128), global
 /// merge. A block of a sequence's first chunk issues its first stages for
 /// the chunk at full capacity before its device length arrives, and zeroes
-/// the rows it copied past that length as they land (`decode::decode`); a
+/// the rows it copied past that length as they land (`decode::decode_wide`); a
 /// Q staged in shared memory, converted formats, page ids and cluster ranks
 /// would each need that length or their own copies first.
 pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, paged: bool, cluster: bool) -> bool {

@@ -119,14 +119,14 @@ impl KernelId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QuantDirection {
     /// 16-bit rows → cache rows: quantized rows + side data, or (16-bit
-    /// formats) the rows themselves (a store: the append of a 16-bit cache).
-    Quantize = 0,
+    /// formats) the rows themselves.
+    Store = 0,
     /// Quantized rows + side data → 16-bit rows.
     Dequantize = 1,
 }
 
 impl QuantDirection {
-    pub const ALL: [QuantDirection; 2] = [QuantDirection::Quantize, QuantDirection::Dequantize];
+    pub const ALL: [QuantDirection; 2] = [QuantDirection::Store, QuantDirection::Dequantize];
 }
 
 /// One cache store / quantize / dequantize kernel.
@@ -147,7 +147,7 @@ impl QuantKernelId {
             Some(d) => d as u32 == self.dtype as u32,
             None => true,
         };
-        self.format.supports_head_dim(self.head_dim) && dtype_ok && (matches!(self.direction, QuantDirection::Quantize) || self.format.is_quantized())
+        self.format.supports_head_dim(self.head_dim) && dtype_ok && (matches!(self.direction, QuantDirection::Store) || self.format.is_quantized())
     }
 
     pub const fn same(&self, other: &QuantKernelId) -> bool {
@@ -160,7 +160,7 @@ impl QuantKernelId {
         let (format, dtype, d) = (self.format.symbol(), self.dtype.name(), self.head_dim);
         match (self.format.is_quantized(), self.direction) {
             (false, _) => write!(w, "store_{format}_d{d}"),
-            (true, QuantDirection::Quantize) => write!(w, "quantize_{format}_from_{dtype}_d{d}"),
+            (true, QuantDirection::Store) => write!(w, "quantize_{format}_from_{dtype}_d{d}"),
             (true, QuantDirection::Dequantize) => write!(w, "dequantize_{format}_to_{dtype}_d{d}"),
         }
     }
@@ -172,12 +172,12 @@ impl QuantKernelId {
         let (q, d, e) = (self.dtype.type_name(), self.head_dim, self.head_dim / 32);
         let function = match (self.format, self.direction) {
             (KvFormat::Bf16 | KvFormat::F16, _) => return write!(w, "quant::store_plain::<{d}, {e}>"),
-            (KvFormat::Int8, QuantDirection::Quantize) => "quantize_int8",
+            (KvFormat::Int8, QuantDirection::Store) => "quantize_int8",
             (KvFormat::Int8, QuantDirection::Dequantize) => "dequantize_int8",
-            (KvFormat::Fp8PerHead, QuantDirection::Quantize) => "quantize_fp8_per_head",
-            (KvFormat::Fp8, QuantDirection::Quantize) => "quantize_fp8_per_tensor",
+            (KvFormat::Fp8PerHead, QuantDirection::Store) => "quantize_fp8_per_head",
+            (KvFormat::Fp8, QuantDirection::Store) => "quantize_fp8_per_tensor",
             (KvFormat::Fp8PerHead | KvFormat::Fp8, QuantDirection::Dequantize) => "dequantize_fp8",
-            (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, QuantDirection::Quantize) => "quantize_int4",
+            (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, QuantDirection::Store) => "quantize_int4",
             (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, QuantDirection::Dequantize) => "dequantize_int4",
         };
         match self.format.group() {

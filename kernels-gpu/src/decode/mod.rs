@@ -33,4 +33,4 @@ mod wide;
 
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
-pub use wide::decode;
+pub use wide::decode_wide;

@@ -456,7 +456,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
 
     /// [`Pipeline::advance`] of a pipeline whose first tiles were issued
     /// for a guessed item `0 .. guessed_end` (0: none) of the same rows
-    /// before this one's end was known (`decode::decode`): rows of those
+    /// before this one's end was known (`decode::decode_wide`): rows of those
     /// tiles at or past the real end were copied rather than zero-filled,
     /// so before the block barrier each thread zeroes the ones it copied
     /// (its own copies have landed: same thread, after its wait). Strided

@@ -76,7 +76,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     let g = lane / 4;
     let c2 = (lane % 4) * 2;
     // The rows after the first copies for 16-bit caches, as the wide kernel
-    // (`decode::decode`) has them; converting kernels keep them here (later,
+    // (`decode::decode_wide`) has them; converting kernels keep them here (later,
     // their held values spilled at the 128-register cap).
     let rows = || row_pair(p, &item, seq_len, kvh, row0, warp_m * 16 + g);
     let early_rows = convert.then(rows);

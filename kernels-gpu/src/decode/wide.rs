@@ -17,7 +17,7 @@ use decode_attn_abi::{capacity_work_item, div_rem};
 /// Launched by the host with the grid, block and shared memory the planner
 /// computed for these params (see the module docs), on buffers it validated.
 #[inline(always)]
-pub unsafe fn decode<F: KvFormat, V: AttentionVariant, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool, const GUESS: bool>(p: &DecodeParams) {
+pub unsafe fn decode_wide<F: KvFormat, V: AttentionVariant, const D: usize, const KC: usize, const NT: usize, const PAGED: bool, const CLUSTER: bool, const GUESS: bool>(p: &DecodeParams) {
     const { assert!(KC * 16 == D && NT * 8 == D && KC % 2 == 0 && NT % 4 == 0) };
     // The guess (below) is for strided 16-bit caches whose Q is in
     // registers: a Q staged in shared memory would be copied after the
