@@ -166,14 +166,8 @@ impl KvFormat {
     /// `float16`; `int4` for `int4-g32`; `fp8-e4m3`). Every binding parses
     /// names here, so each format has one spelling in what they print.
     pub fn from_name(name: &str) -> Option<KvFormat> {
-        let mut found = None;
-        for f in KvFormat::ALL {
-            if same_name(name, f.name()) {
-                found = Some(f);
-            }
-        }
         let is = |n: &str| same_name(name, n);
-        found.or(if is("bfloat16") {
+        KvFormat::ALL.into_iter().find(|f| is(f.name())).or(if is("bfloat16") {
             Some(KvFormat::Bf16)
         } else if is("fp16") || is("float16") {
             Some(KvFormat::F16)
@@ -196,14 +190,7 @@ impl KvFormat {
             KvFormat::Int8 => write!(out, "Int8Kv<{q}>"),
             KvFormat::Fp8PerHead => write!(out, "Fp8PerHeadKv<{q}>"),
             KvFormat::Fp8 => write!(out, "Fp8Kv<{q}>"),
-            KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => write!(out, "Int4Kv<{q}, {}>", self.group_size()),
-        }
-    }
-    /// Head dims per int4 group (0 for the other formats).
-    const fn group_size(self) -> u32 {
-        match self.group() {
-            Some(g) => g,
-            None => 0,
+            KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => write!(out, "Int4Kv<{q}, {}>", self.group().unwrap_or(0)),
         }
     }
     /// The format's part of kernel symbols: its name without punctuation.
