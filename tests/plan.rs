@@ -3,7 +3,7 @@
 use decode_attn::heuristics::{self, block_shape};
 use decode_attn::plan::{plan, stage_keys};
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
-use decode_attn_abi::{Form, KernelId, MAX_WARPS, PIPELINE_STAGES};
+use decode_attn_abi::{Arch, Form, KernelId, MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -53,6 +53,50 @@ proptest! {
             prop_assert_eq!(p.chunk_keys() % stage_keys(KvFormat::Bf16, d), 0);
         }
     }
+}
+
+/// An Ampere or Ada GPU (or a Hopper one run on the portable kernels):
+/// its modules are the portable ones, without clusters.
+fn portable(arch: Arch) -> DeviceInfo {
+    DeviceInfo { arch, max_cluster: 0, ..DeviceInfo::H100_SXM }
+}
+
+/// On a GPU whose kernels are portable, the planner takes the wide and
+/// narrow kernels of the module that holds each (fp8: sm_89's; the rest
+/// and the merges: sm_80's) and never picks wgmma; what needs Hopper's or
+/// Ada's kernels is refused, naming the architecture.
+#[test]
+fn portable_gpus_plan_wide_and_narrow_kernels_and_refuse_what_needs_a_later_architecture() {
+    let grid_b = DecodeShape::bf16(16, 64, 8, 128, 1, 16_384);
+    let lens = vec![16_384; 16];
+    for arch in [Arch::Sm80, Arch::Sm89] {
+        let dev = portable(arch);
+        let p = plan(&grid_b, &lens, &dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+        assert_eq!((p.family(), p.kernel_id().arch), (Family::Wide, Arch::Sm80), "{arch:?}: grid B's 8 rows a kv head, bf16");
+        let wgmma = PlanOptions { family: FamilyChoice::Force(Family::Wgmma), ..opts(SplitPolicy::Auto) };
+        let e = plan(&grid_b, &lens, &dev, &KERNEL, &wgmma).unwrap_err().to_string();
+        assert!(e.contains("the wgmma family needs sm_90a kernels") && e.contains(arch.name()), "{e}");
+        let split = DecodeShape::bf16(1, 8, 1, 128, 1, 65_536);
+        let cluster = PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(8192)) };
+        let e = plan(&split, &[65_536], &dev, &KERNEL, &cluster).unwrap_err().to_string();
+        assert!(e.contains("a cluster merge needs sm_90a kernels"), "{e}");
+        let auto = plan(&split, &[65_536], &dev, &KERNEL, &opts(SplitPolicy::ChunkKeys(8192))).unwrap();
+        assert_ne!(auto.merge_mode(), MergeMode::Cluster);
+        let fp8 = DecodeShape { kv_format: KvFormat::Fp8PerHead, ..DecodeShape::bf16(4, 32, 8, 128, 1, 4096) };
+        match arch {
+            Arch::Sm80 => {
+                let e = plan(&fp8, &[4096; 4], &dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap_err().to_string();
+                assert!(e.contains("a fp8-per-head cache needs sm_89 kernels; this GPU runs sm_80's"), "{e}");
+            }
+            _ => {
+                let p = plan(&fp8, &[4096; 4], &dev, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+                assert_eq!((p.family(), p.kernel_id().arch), (Family::Narrow, Arch::Sm89));
+            }
+        }
+    }
+    // Hopper's plans are unchanged: its own module's kernels.
+    let p = plan(&grid_b, &lens, &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
+    assert_eq!((p.family(), p.kernel_id().arch), (Family::Wide, Arch::Sm90a));
 }
 
 #[test]
@@ -402,7 +446,7 @@ fn sixteen_bit_wgmma_splits_fill_one_block_per_sm() {
 #[test]
 fn auto_picks_wgmma_at_head_dim_128_with_more_than_two_row_tiles() {
     let dev = &DeviceInfo::H100_SXM;
-    let family = |shape: &DecodeShape| decode_attn::heuristics::family(FamilyChoice::Auto, shape, &dev.tuning);
+    let family = |shape: &DecodeShape| decode_attn::heuristics::family(FamilyChoice::Auto, shape, dev.arch, &dev.tuning);
     // Grid B (48 rows) in bf16 and fp16; 64 and 128 rows.
     assert_eq!(family(&DecodeShape::bf16(64, 16, 1, 128, 3, 4096)), Family::Wgmma);
     assert_eq!(family(&DecodeShape { dtype: Dtype::F16, kv_format: KvFormat::F16, ..DecodeShape::bf16(64, 16, 1, 128, 3, 4096) }), Family::Wgmma);

@@ -1,25 +1,29 @@
-//! The build's PTX (`decode_attn::PTX_FILE`; what the embedded fatbin was
-//! compiled from): every kernel the host names is in it, nothing is left
-//! unresolved, the kernels the planner counts two blocks per SM for carry
-//! their register cap, and (when a ptxas is available) it assembles for
-//! sm_90 with no local memory and within those caps.
+//! The build's PTX, one module per architecture (`decode_attn::ptx_file`;
+//! what the embedded fatbins were compiled from): every kernel the host
+//! names of an architecture is in its module, nothing is left unresolved,
+//! the kernels the planner counts two blocks per SM for carry their
+//! register cap, and (when a ptxas is available) each assembles for its
+//! architecture with no local memory and within those caps.
 
 use decode_attn_abi::{
-    decode_kernel_name, has_capacity_twin, has_head_pair_form, merge_kernel_name, quant_kernel_name, wgmma_specializable, Addressing, Dtype, Family, Form, KernelId, KvFormat, Merge, QuantDirection, QuantKernelId, Variant, DECODE_KERNELS,
+    Arch, decode_kernel_name, has_capacity_twin, has_head_pair_form, merge_kernel_name, quant_kernel_name, wgmma_specializable, Addressing, Dtype, Family, Form, KernelId, KvFormat, Merge, QuantDirection, QuantKernelId, Variant, DECODE_KERNELS,
     HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS,
 };
 
-/// The build's PTX text, read once.
-fn ptx() -> &'static str {
-    static TEXT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    TEXT.get_or_init(|| std::fs::read_to_string(decode_attn::PTX_FILE).expect("the build's PTX file"))
+/// The build's PTX text of `arch`'s module, read once.
+fn ptx(arch: Arch) -> &'static str {
+    static TEXT: [std::sync::OnceLock<String>; 3] = [const { std::sync::OnceLock::new() }; 3];
+    TEXT[arch as usize].get_or_init(|| std::fs::read_to_string(decode_attn::ptx_file(arch)).expect("the build's PTX file"))
 }
 
-fn host_names() -> Vec<&'static str> {
-    let mut names = UTILITY_KERNELS.to_vec();
-    names.extend(DECODE_KERNELS.iter().map(|k| k.name));
-    names.extend(MERGE_KERNELS.iter().map(|k| k.name));
-    names.extend(QUANT_KERNELS.iter().map(|k| k.name));
+/// The kernels the host looks up in `arch`'s module.
+fn host_names(arch: Arch) -> Vec<&'static str> {
+    let mut names = if arch.holds(Arch::Sm80) { UTILITY_KERNELS.to_vec() } else { Vec::new() };
+    // The tensor-core rate is a `wgmma` loop: Hopper's module only.
+    names.retain(|&n| arch == Arch::Sm90a || n != decode_attn_abi::MMA_RATE_KERNEL);
+    names.extend(DECODE_KERNELS.iter().filter(|k| k.id.arch == arch).map(|k| k.name));
+    names.extend(MERGE_KERNELS.iter().filter(|k| k.id.arch == arch).map(|k| k.name));
+    names.extend(QUANT_KERNELS.iter().filter(|k| k.id.arch == arch).map(|k| k.name));
     names
 }
 
@@ -31,11 +35,13 @@ fn host_names() -> Vec<&'static str> {
 /// their predicates say; and no two kernels share a symbol.
 #[test]
 fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
-    let id = |format, dtype, head_dim, family, addressing, merge, form, variant| KernelId { format, dtype, head_dim, family, addressing, merge, form, variant };
+    let id = |format, dtype, head_dim, family, addressing, merge, form, variant| KernelId { arch: Arch::Sm90a, format, dtype, head_dim, family, addressing, merge, form, variant };
     for d in HEAD_DIMS {
         for dtype in Dtype::ALL {
             for sinks in [false, true] {
-                assert!(merge_kernel_name(dtype, d, sinks).is_some(), "no merge kernel for {dtype:?} d{d} (sinks: {sinks})");
+                assert!(merge_kernel_name(Arch::Sm90a, dtype, d, sinks).is_some(), "no merge kernel for {dtype:?} d{d} (sinks: {sinks})");
+                assert!(merge_kernel_name(Arch::Sm80, dtype, d, sinks).is_some(), "no portable merge kernel for {dtype:?} d{d} (sinks: {sinks})");
+                assert!(merge_kernel_name(Arch::Sm89, dtype, d, sinks).is_none(), "sm_89 GPUs take the merges of the sm_80 module");
             }
         }
         for f in KvFormat::ALL.into_iter().filter(|f| f.supports_head_dim(d)) {
@@ -59,35 +65,90 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
             }
         }
     }
-    let names: std::collections::BTreeSet<_> = host_names().into_iter().collect();
-    assert_eq!(names.len(), host_names().len(), "two kernels share a symbol");
+    for arch in Arch::ALL {
+        let names: std::collections::BTreeSet<_> = host_names(arch).into_iter().collect();
+        assert_eq!(names.len(), host_names(arch).len(), "two kernels of the {} module share a symbol", arch.name());
+    }
     assert_eq!(DECODE_KERNELS.len(), KernelId::all().count());
     assert!(DECODE_KERNELS.iter().all(|k| k.id.exists()));
+}
+
+/// The portable modules hold, each, the kernels whose parts need exactly
+/// their architecture: sm_80 the wide and narrow kernels of the 16-bit,
+/// int8 and int4 formats with the global merge, sm_89 those of the fp8
+/// formats; Hopper's module holds the whole set. A GPU finds each kernel
+/// in the module `KernelId::on` names, or none.
+#[test]
+fn the_portable_modules_split_the_wide_and_narrow_kernels_by_what_they_need() {
+    let hopper: Vec<KernelId> = DECODE_KERNELS.iter().map(|k| k.id).filter(|k| k.arch == Arch::Sm90a).collect();
+    for k in &hopper {
+        let on = |arch| KernelId { arch, ..*k }.on(arch);
+        let portable = k.family != Family::Wgmma && k.merge == Merge::Global;
+        let fp8 = matches!(k.format, KvFormat::Fp8 | KvFormat::Fp8PerHead);
+        assert_eq!(on(Arch::Sm80).exists(), portable && !fp8, "{k:?} on sm_80");
+        assert_eq!(on(Arch::Sm89).exists(), portable, "{k:?} on sm_89");
+        if portable {
+            assert_eq!(on(Arch::Sm89).arch, if fp8 { Arch::Sm89 } else { Arch::Sm80 }, "{k:?}: the module an sm_89 GPU finds it in");
+        }
+        assert_eq!(on(Arch::Sm90a), *k);
+    }
+    let portable = DECODE_KERNELS.iter().filter(|k| k.id.arch != Arch::Sm90a).count();
+    assert_eq!(portable, hopper.iter().filter(|k| k.family != Family::Wgmma && k.merge == Merge::Global).count());
+    assert!(DECODE_KERNELS.iter().filter(|k| k.id.arch == Arch::Sm89).all(|k| matches!(k.id.format, KvFormat::Fp8 | KvFormat::Fp8PerHead)));
+    assert!(QUANT_KERNELS.iter().all(|k| k.id.arch == Arch::Sm90a || k.id.arch == k.id.format.needs()));
+    // A GPU's modules: Hopper its own; sm_89 both portable ones; sm_80 one.
+    assert!(Arch::Sm90a.loads(Arch::Sm90a) && !Arch::Sm90a.loads(Arch::Sm80));
+    assert!(Arch::Sm89.loads(Arch::Sm80) && Arch::Sm89.loads(Arch::Sm89) && !Arch::Sm89.loads(Arch::Sm90a));
+    assert!(Arch::Sm80.loads(Arch::Sm80) && !Arch::Sm80.loads(Arch::Sm89));
+    assert_eq!(Arch::for_compute_capability(9, 0), Some(Arch::Sm90a));
+    assert_eq!(Arch::for_compute_capability(10, 0), Some(Arch::Sm89), "Blackwell runs the portable PTX");
+    assert_eq!(Arch::for_compute_capability(8, 9), Some(Arch::Sm89));
+    assert_eq!(Arch::for_compute_capability(8, 6), Some(Arch::Sm80));
+    assert_eq!(Arch::for_compute_capability(7, 5), None);
+}
+
+/// No portable module has an instruction of a later architecture: ptxas
+/// checks that when it builds the fatbins; here, without ptxas, the
+/// instructions that need sm_90 are absent by name.
+#[test]
+fn the_portable_ptx_has_no_hopper_instruction() {
+    for arch in [Arch::Sm80, Arch::Sm89] {
+        let text = ptx(arch);
+        assert!(text.contains(&format!(".target {}", arch.name())), "{}", &text[..200]);
+        for hopper in ["wgmma", "griddepcontrol", "mapa", "barrier.cluster", "cp.async.bulk", "mbarrier.try_wait", "setmaxnreg"] {
+            assert!(!text.contains(hopper), "the {} module has `{hopper}`", arch.name());
+        }
+        if arch == Arch::Sm80 {
+            assert!(!text.contains("e4m3"), "the sm_80 module converts fp8");
+        }
+    }
 }
 
 /// Symbols spell the identity: family, addressing, merge, form and variant
 /// as words, then the format, the query type and the head dim.
 #[test]
 fn a_kernel_symbol_spells_its_identity() {
-    let named = |name: &str| DECODE_KERNELS.iter().find(|k| k.name == name).map(|k| k.id);
+    let named = |name: &str| DECODE_KERNELS.iter().find(|k| k.name == name && k.id.arch == Arch::Sm90a).map(|k| k.id);
     let k = named("decode_cluster_paged_narrow_kv_int4g32_q_f16_d256").unwrap();
     assert_eq!((k.format, k.dtype, k.head_dim, k.family, k.addressing, k.merge, k.form, k.variant), (KvFormat::Int4G32, Dtype::F16, 256, Family::Narrow, Addressing::Paged, Merge::Cluster, Form::Plain, Variant::Standard));
     let k = named("decode_wgmma_ws_softcap_kv_int8_q_bf16_d128").unwrap();
     assert_eq!((k.family, k.addressing, k.merge, k.form, k.variant), (Family::Wgmma, Addressing::Strided, Merge::Global, Form::Specialized, Variant::SoftCap));
     assert_eq!(named("decode_capacity_kv_bf16_q_bf16_d64").unwrap().form, Form::Capacity);
     assert_eq!(named("decode_paged_narrow_pair_kv_int8_q_f16_d128").unwrap().form, Form::HeadPair);
-    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::Int4G64, dtype: Dtype::Bf16, head_dim: 64, direction: QuantDirection::Dequantize }), Some("dequantize_int4g64_to_bf16_d64"));
-    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Store }), Some("store_f16_d128"));
-    assert_eq!(quant_kernel_name(&QuantKernelId { format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Dequantize }), None);
+    assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm80, format: KvFormat::Int4G64, dtype: Dtype::Bf16, head_dim: 64, direction: QuantDirection::Dequantize }), Some("dequantize_int4g64_to_bf16_d64"));
+    assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm90a, format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Store }), Some("store_f16_d128"));
+    assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm90a, format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Dequantize }), None);
 }
 
 #[test]
-fn every_kernel_the_host_names_is_an_entry() {
-    let entries = ptx_builder::ptx_entries(ptx());
-    for name in host_names() {
-        assert!(entries.iter().any(|e| e == name), "{name} missing from PTX entries {entries:?}");
+fn every_kernel_the_host_names_is_an_entry_of_its_module() {
+    for arch in Arch::ALL {
+        let entries = ptx_builder::ptx_entries(ptx(arch));
+        for name in host_names(arch) {
+            assert!(entries.iter().any(|e| e == name), "{name} missing from the {} PTX's entries", arch.name());
+        }
+        assert_eq!(entries.len(), host_names(arch).len(), "the {} PTX has entries the host does not know", arch.name());
     }
-    assert_eq!(entries.len(), host_names().len(), "PTX has entries the host does not know: {entries:?}");
 }
 
 /// The narrow kernels of the quantized formats (head dims ≤ 128) are
@@ -95,21 +156,28 @@ fn every_kernel_the_host_names_is_an_entry() {
 /// right after their parameter list, and nowhere else.
 #[test]
 fn register_caps_are_in_the_ptx() {
-    let capped: Vec<_> = DECODE_KERNELS.iter().filter_map(|k| Some((k.name, k.register_cap()?))).collect();
-    assert!(capped.iter().any(|(n, _)| *n == "decode_narrow_kv_int8_q_bf16_d128"));
-    assert!(capped.iter().any(|(n, r)| *n == "decode_paged_kv_bf16_q_bf16_d128" && *r == 168));
     assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.id.head_dim <= 128));
-    for (name, regs) in &capped {
-        let at = ptx().find(&format!(".entry {name}(")).unwrap();
-        let head = &ptx()[at..at + ptx()[at..].find('{').unwrap()];
-        assert!(head.contains(&format!(".maxnreg {regs}")), "{name}: {head}");
+    for arch in Arch::ALL {
+        let capped: Vec<_> = DECODE_KERNELS.iter().filter(|k| k.id.arch == arch).filter_map(|k| Some((k.name, k.register_cap()?))).collect();
+        if arch != Arch::Sm89 {
+            assert!(capped.iter().any(|(n, _)| *n == "decode_narrow_kv_int8_q_bf16_d128"));
+            assert!(capped.iter().any(|(n, r)| *n == "decode_paged_kv_bf16_q_bf16_d128" && *r == 168));
+        }
+        let text = ptx(arch);
+        for (name, regs) in &capped {
+            let at = text.find(&format!(".entry {name}(")).unwrap();
+            let head = &text[at..at + text[at..].find('{').unwrap()];
+            assert!(head.contains(&format!(".maxnreg {regs}")), "{name}: {head}");
+        }
+        assert_eq!(text.matches(".maxnreg").count(), capped.len(), "{}", arch.name());
     }
-    assert_eq!(ptx().matches(".maxnreg").count(), capped.len());
 }
 
 #[test]
 fn no_unresolved_external_functions() {
-    ptx_builder::check_ptx(ptx()).unwrap();
+    for arch in Arch::ALL {
+        ptx_builder::check_ptx(ptx(arch)).unwrap();
+    }
 }
 
 /// The kernels that spill, and the most bytes of stack frame, spill stores
@@ -144,6 +212,15 @@ const KNOWN_SPILLS: [(&str, u32); 14] = [
     ("decode_cluster_wgmma_kv_int8_q_f16_d128", 8),
 ];
 
+/// On the portable architectures ptxas schedules the same kernels at the
+/// same register caps differently: 16 sm_80 kernels (the paged wide 16-bit
+/// ones at head_dim 128, with and without variants; the narrow int4
+/// soft-cap and window ones; the paged int8 head pairs) and 2 sm_89 ones
+/// (narrow fp8-per-head ALiBi) spill 4-12 bytes. Their speed on Ampere and
+/// Ada is unmeasured (docs/perf.md, "Portable kernels"); a capped
+/// portable kernel may spill this many bytes, no more.
+const PORTABLE_CAPPED_SPILLS: u32 = 12;
+
 /// Needs ptxas: `cargo xtask test` provides it (PATH, or PyPI into
 /// `target/tools/`) and runs this; a plain `cargo test` reports it ignored.
 /// Reads the report of the build's own ptxas run (the embedded fatbin's
@@ -152,35 +229,40 @@ const KNOWN_SPILLS: [(&str, u32); 14] = [
 #[test]
 #[ignore = "needs ptxas (PTXAS=...); `cargo xtask test` runs it"]
 fn ptxas_accepts_it_without_spills() {
-    let log = if decode_attn::ModuleSource::EMBEDDED == decode_attn::ModuleSource::Fatbin {
-        decode_attn::PTXAS_REPORT.to_owned()
-    } else {
-        let ptxas = std::env::var_os("PTXAS").expect("set PTXAS to a ptxas binary (cargo xtask test does)");
-        let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let arch = format!("-arch={}", decode_attn::DecodeAttention::ARCH);
-        let out = std::process::Command::new(ptxas).args([arch.as_str(), "-v"]).arg(decode_attn::PTX_FILE).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
-        let _ = std::fs::remove_dir_all(dir);
-        assert!(out.status.success(), "ptxas rejected the PTX:\n{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
-    let mut kernel = "";
-    let mut checked = 0;
-    for line in log.lines() {
-        if let Some(rest) = line.split("Function properties for ").nth(1) {
-            kernel = rest.trim();
-        } else if line.contains("bytes stack frame") {
-            let bytes: Vec<u32> = line.split(',').filter_map(|part| part.split_whitespace().next()?.parse().ok()).collect();
-            let most = KNOWN_SPILLS.iter().find(|(name, _)| *name == kernel).map_or(0, |&(_, most)| most);
-            assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= most), "{kernel}: {line} (at most {most} bytes of stack and of spills each)");
-            checked += 1;
-        } else if let Some(regs) = line.split("Used ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u32>().ok()) {
-            if let Some(cap) = DECODE_KERNELS.iter().find(|k| k.name == kernel).and_then(|k| k.register_cap()) {
-                assert!(regs <= cap, "{kernel}: {regs} registers, cap {cap}");
+    for image in &decode_attn::MODULE_IMAGES {
+        let arch = image.arch;
+        let log = if image.fatbin.is_some() {
+            image.ptxas_report.to_owned()
+        } else {
+            let ptxas = std::env::var_os("PTXAS").expect("set PTXAS to a ptxas binary (cargo xtask test does)");
+            let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let flag = format!("-arch={}", arch.name());
+            let out = std::process::Command::new(ptxas).args([flag.as_str(), "-v"]).arg(decode_attn::ptx_file(arch)).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
+            let _ = std::fs::remove_dir_all(dir);
+            assert!(out.status.success(), "ptxas rejected the {} PTX:\n{}", arch.name(), String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stderr).into_owned()
+        };
+        let mut kernel = "";
+        let mut checked = 0;
+        for line in log.lines() {
+            if let Some(rest) = line.split("Function properties for ").nth(1) {
+                kernel = rest.trim();
+            } else if line.contains("bytes stack frame") {
+                let bytes: Vec<u32> = line.split(',').filter_map(|part| part.split_whitespace().next()?.parse().ok()).collect();
+                let capped = DECODE_KERNELS.iter().any(|k| k.name == kernel && k.id.arch == arch && k.register_cap().is_some());
+                let portable = if arch.is_specific() || !capped { 0 } else { PORTABLE_CAPPED_SPILLS };
+                let most = KNOWN_SPILLS.iter().find(|(name, _)| *name == kernel).map_or(0, |&(_, most)| most).max(portable);
+                assert!(bytes.len() == 3 && bytes.iter().all(|&b| b <= most), "{} {kernel}: {line} (at most {most} bytes of stack and of spills each)", arch.name());
+                checked += 1;
+            } else if let Some(regs) = line.split("Used ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u32>().ok()) {
+                if let Some(cap) = DECODE_KERNELS.iter().find(|k| k.name == kernel && k.id.arch == arch).and_then(|k| k.register_cap()) {
+                    assert!(regs <= cap, "{} {kernel}: {regs} registers, cap {cap}", arch.name());
+                }
             }
         }
+        assert_eq!(checked, ptx_builder::ptx_entries(ptx(arch)).len(), "ptxas reported on every kernel of {}", arch.name());
     }
-    assert_eq!(checked, ptx_builder::ptx_entries(ptx()).len(), "ptxas reported on every kernel");
 }
 
 /// Binaries link against the libcuda stub `host/build.rs` builds on machines

@@ -323,7 +323,7 @@ fn run(args: &Args) -> Result<(), String> {
     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).map_err(|e| e.to_string())?;
     let device = decode_attn::cust::device::Device::get_device(args.device).and_then(|d| d.name()).unwrap_or_else(|_| "unknown".into());
     let info = *attn.device_info();
-    eprintln!("device: {device} ({} SMs, L2 {} MiB); PTX {}", info.sm_count, info.l2_bytes >> 20, decode_attn::DecodeAttention::ARCH);
+    eprintln!("device: {device} ({} SMs, L2 {} MiB); kernels {}", info.sm_count, info.l2_bytes >> 20, info.arch.name());
     let roofline = timing::roofline(&attn, &stream)?;
     eprintln!("roofline: device-to-device copy of 4 GiB = {roofline:.0} GB/s (read + write)");
     eprintln!("tuning: the {} table (device: {:?}, {} GB/s peak)", info.tuning.name, info.facts, info.facts.peak_gbps());

@@ -67,9 +67,16 @@ impl DecodeAttention {
         Ok(DecodeAttention { kernels: Kernels::load()? })
     }
 
-    /// The SM architecture the kernels were built for (`sm_90a`):
-    /// [`DecodeAttention::new`] loads them on a GPU of that architecture only.
-    pub const ARCH: &'static str = crate::PTX_ARCH;
+    /// The architectures this build has kernels for: the portable ones that
+    /// every later GPU runs, and Hopper's own.
+    pub const ARCHS: [&'static str; 3] = [crate::MODULE_IMAGES[0].arch.name(), crate::MODULE_IMAGES[1].arch.name(), crate::MODULE_IMAGES[2].arch.name()];
+
+    /// The kernels' architecture on this GPU (`sm_90a` on Hopper, else the
+    /// portable `sm_89` or `sm_80`, whose kernels are the wide and narrow
+    /// families; see the README's "GPUs").
+    pub fn arch(&self) -> &'static str {
+        self.kernels.device.arch.name()
+    }
 
     /// The GPU's streaming multiprocessors, as the driver reports them.
     pub fn sm_count(&self) -> u32 {
@@ -444,7 +451,11 @@ impl DecodeAttention {
     fn cache_launch(&self, shape: &DecodeShape, step: &StepInputs, job: &CacheJob, plain_strides: Option<KvStrides>, rows_per_seq: u32, append: bool, stream: RawStream) -> Result<()> {
         shape.validate()?;
         let direction = job.direction;
-        let kernel = kernel_table::quant_index(&QuantKernelId { format: shape.kv_format, dtype: shape.dtype, head_dim: shape.head_dim, direction })
+        let arch = self.kernels.device.arch;
+        let module = arch.module_for(shape.kv_format.needs()).ok_or_else(|| {
+            Error::Unsupported(format!("a {} cache needs {} kernels; this GPU runs {}'s", shape.kv_format.name(), shape.kv_format.needs().name(), arch.name()))
+        })?;
+        let kernel = kernel_table::quant_index(&QuantKernelId { arch: module, format: shape.kv_format, dtype: shape.dtype, head_dim: shape.head_dim, direction })
             .map(Entry::Quant)
             .ok_or_else(|| Error::Unsupported(format!("no {direction:?} kernel for {} / {}", shape.kv_format.name(), shape.dtype.name())))?;
         step.check_for(shape)?;

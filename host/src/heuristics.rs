@@ -4,7 +4,7 @@
 //! give its own sweep). The planner (`plan.rs`) only applies them; what it
 //! may not change (limits, shapes) lives there.
 
-use decode_attn_abi::{Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
+use decode_attn_abi::{Arch, Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
 
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo};
 use crate::options::{FamilyChoice, MergeChoice};
@@ -20,14 +20,19 @@ use crate::tuning::Tuning;
 ///   in bf16, 8-10 % in int8 and 23-25 % in int4-g32; its 64-row tiles
 ///   would leave half their rows empty at 32 and fewer, where wide blocks of
 ///   one or two row tiles serve instead (H100: 32; docs/perf.md, "Wgmma
-///   family for many rows");
+///   family for many rows"), on the architectures that have it (sm_90a:
+///   `arch`'s modules hold it);
 /// - else wide.
-pub fn family(choice: FamilyChoice, shape: &DecodeShape, t: &Tuning) -> Family {
+///
+/// These are sm_90's rules, measured on the H100 and H200; below, they are
+/// the same less the families the architecture lacks (unmeasured there).
+pub fn family(choice: FamilyChoice, shape: &DecodeShape, arch: Arch, t: &Tuning) -> Family {
+    let has = |f: Family| arch.module_for(f.needs()).is_some();
     match choice {
         FamilyChoice::Force(f) => f,
         FamilyChoice::Auto => match shape.rows_per_kv_head() {
             Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Family::Narrow,
-            Some(rows) if rows > t.wgmma_min_rows && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
+            Some(rows) if rows > t.wgmma_min_rows && has(Family::Wgmma) && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
             _ => Family::Wide,
         },
     }

@@ -107,40 +107,55 @@ internal! { pub use shape::MAX_PAGE_SIZE; }
 internal! { pub use tensor::{BufferDesc, Element}; }
 internal! { pub use {cust, half}; }
 
-/// The kernels' PTX, embedded only in builds without ptxas (then
-/// [`FATBIN`] is `None` and `DecodeAttention::new` hands it to the driver).
-pub(crate) const EMBEDDED_PTX: Option<&str> = {
-    const TEXT: &str = include_str!(concat!(env!("OUT_DIR"), "/embedded.ptx"));
-    if TEXT.is_empty() {
-        None
-    } else {
-        Some(TEXT)
-    }
-};
-
-/// The PTX file this build made (179 MB, not embedded where there is a
-/// fatbin): what the tests check.
+/// One architecture's kernels as this build embeds them
+/// (`decode_attn_abi::Arch`): the fatbin ptxas compiled (the cubin, and
+/// for a portable architecture its PTX too), or in a build without ptxas
+/// the PTX alone.
 #[doc(hidden)]
-pub const PTX_FILE: &str = env!("DECODE_ATTN_PTX_FILE");
+pub struct ModuleImage {
+    pub arch: decode_attn_abi::Arch,
+    /// `None` when the build found no ptxas (a build warning says so;
+    /// [`ModuleSource::EMBEDDED`]).
+    pub fatbin: Option<&'static [u8]>,
+    /// Embedded only where there is no fatbin.
+    pub ptx: Option<&'static str>,
+    /// ptxas's `-v` report of the fatbin's cubin (registers, stack, spills
+    /// per kernel); empty when there is no fatbin.
+    pub ptxas_report: &'static str,
+}
 
-/// The SM architecture the kernels were built for
-/// ([`DecodeAttention::ARCH`]).
-pub(crate) const PTX_ARCH: &str = env!("DECODE_ATTN_PTX_ARCH");
+macro_rules! module_image {
+    ($arch:ident, $name:literal) => {
+        ModuleImage {
+            arch: decode_attn_abi::Arch::$arch,
+            fatbin: {
+                const BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/", $name, ".fatbin"));
+                if BYTES.is_empty() {
+                    None
+                } else {
+                    Some(BYTES)
+                }
+            },
+            ptx: {
+                const TEXT: &str = include_str!(concat!(env!("OUT_DIR"), "/", $name, ".embedded.ptx"));
+                if TEXT.is_empty() {
+                    None
+                } else {
+                    Some(TEXT)
+                }
+            },
+            ptxas_report: include_str!(concat!(env!("OUT_DIR"), "/", $name, ".ptxas-report.txt")),
+        }
+    };
+}
 
-/// The kernels compiled ahead by ptxas for [`PTX_ARCH`], in a compressed
-/// fatbin: what [`DecodeAttention::new`] loads on such a device, with
-/// nothing left for the driver to compile. `None` when the build found no
-/// ptxas (a build warning says so; [`ModuleSource::EMBEDDED`]).
-pub(crate) const FATBIN: Option<&[u8]> = {
-    const BYTES: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/decode_attn.fatbin"));
-    if BYTES.is_empty() {
-        None
-    } else {
-        Some(BYTES)
-    }
-};
-
-/// ptxas's `-v` report of [`FATBIN`]'s cubin (registers, stack, spills per
-/// kernel); empty when there is no fatbin.
+/// Every architecture's kernels, in `Arch::ALL`'s order.
 #[doc(hidden)]
-pub const PTXAS_REPORT: &str = include_str!(concat!(env!("OUT_DIR"), "/ptxas-report.txt"));
+pub const MODULE_IMAGES: [ModuleImage; 3] = [module_image!(Sm80, "sm_80"), module_image!(Sm89, "sm_89"), module_image!(Sm90a, "sm_90a")];
+
+/// The PTX files this build made (sm_80, sm_89, sm_90a; 179 MB for
+/// sm_90a, not embedded where there is a fatbin): what the tests check.
+#[doc(hidden)]
+pub fn ptx_file(arch: decode_attn_abi::Arch) -> &'static str {
+    env!("DECODE_ATTN_PTX_FILES").split(';').nth(arch as usize).unwrap_or("")
+}

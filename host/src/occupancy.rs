@@ -3,7 +3,7 @@
 
 pub use decode_attn_abi::MAX_CLUSTER;
 
-use decode_attn_abi::KernelId;
+use decode_attn_abi::{Arch, KernelId};
 
 use crate::error::{ensure, Result};
 use crate::tuning::{DeviceFacts, Tuning};
@@ -12,6 +12,10 @@ use crate::tuning::{DeviceFacts, Tuning};
 /// `DecodeAttention::new`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceInfo {
+    /// The kernels' architecture on this GPU (`Arch::for_compute_capability`,
+    /// or lower where `DECODE_ATTN_DEVICE_ARCH` says): which modules are
+    /// loaded, so which families, merges and formats exist.
+    pub arch: Arch,
     pub sm_count: u32,
     /// Dynamic + static shared memory one block may opt in to.
     pub max_smem_per_block: u32,
@@ -47,11 +51,14 @@ impl DeviceInfo {
             format!("0 (no clusters) or a power of two up to {MAX_CLUSTER}"),
             self.max_cluster,
         )?;
+        let clusters = self.arch.module_for(decode_attn_abi::Merge::Cluster.needs()).is_some();
+        ensure(self.max_cluster == 0 || clusters, "device.max_cluster", format!("0: {} kernels have no cluster merge", self.arch.name()), self.max_cluster)?;
         Ok(())
     }
 
     /// An H100 SXM's figures, for tests and examples that run without a GPU.
     pub const H100_SXM: DeviceInfo = DeviceInfo {
+        arch: Arch::Sm90a,
         sm_count: 132,
         max_smem_per_block: 227 * 1024,
         max_smem_per_sm: 228 * 1024,

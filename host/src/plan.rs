@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
+    Arch, MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
     NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
@@ -79,6 +79,9 @@ pub struct Plan {
     pub(crate) num_slots: u32,
     /// Keys per chunk (`u32::MAX` when no sequence is split).
     pub(crate) chunk_keys: u32,
+    /// The device's kernel architecture (`DeviceInfo::arch`): which module
+    /// the plan's kernels come from.
+    pub(crate) arch: Arch,
     pub(crate) family: Family,
     pub(crate) warps_m: u32,
     pub(crate) warps_k: u32,
@@ -138,6 +141,7 @@ impl Launch {
     /// Before `finish`: no plan leaves the planner with it.
     const UNSET: Launch = Launch {
         kernel: KernelId {
+            arch: Arch::Sm80,
             format: decode_attn_abi::KvFormat::Bf16,
             dtype: decode_attn_abi::Dtype::Bf16,
             head_dim: 0,
@@ -279,10 +283,12 @@ impl Plan {
         };
         self.kernel_id_with(form)
     }
-    /// The plan's kernel in form `form`.
+    /// The plan's kernel in form `form`, of the module that holds it on
+    /// the plan's device (one that does not exist where none does).
     fn kernel_id_with(&self, form: Form) -> KernelId {
         let s = &self.shape;
         KernelId {
+            arch: self.arch,
             format: s.kv_format,
             dtype: s.dtype,
             head_dim: s.head_dim,
@@ -292,6 +298,7 @@ impl Plan {
             form,
             variant: s.variant(),
         }
+        .on(self.arch)
     }
     internal! {
         /// Whether every block of the grid is resident at once (one wave at
@@ -523,6 +530,8 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
 /// capacity twin where the set has them. (A cluster plan's kernel is
 /// checked against its block when it runs.)
 struct FamilyKernels {
+    /// The device's kernel architecture.
+    arch: Arch,
     family: Family,
     plain: KernelInfo,
     specialized: Option<KernelInfo>,
@@ -533,8 +542,9 @@ impl FamilyKernels {
     /// Picks the family (`opts.family`, else the `Auto` rule) and reads its
     /// kernels' limits; `Unsupported` where the set has no such kernel.
     fn new(shape: &DecodeShape, dev: &DeviceInfo, kernels: &impl KernelLimits, opts: &PlanOptions) -> Result<Self> {
-        let family = heuristics::family(opts.family, shape, &dev.tuning);
+        let family = heuristics::family(opts.family, shape, dev.arch, &dev.tuning);
         let id = |form| KernelId {
+            arch: dev.arch,
             format: shape.kv_format,
             dtype: shape.dtype,
             head_dim: shape.head_dim,
@@ -543,9 +553,10 @@ impl FamilyKernels {
             merge: Merge::Global,
             form,
             variant: shape.variant(),
-        };
-        let plain = kernels.limits(&id(Form::Plain)).ok_or_else(|| unsupported_kernel(shape, family))?;
-        Ok(FamilyKernels { family, plain, specialized: kernels.limits(&id(Form::Specialized)), capacity: kernels.limits(&id(Form::Capacity)) })
+        }
+        .on(dev.arch);
+        let plain = kernels.limits(&id(Form::Plain)).ok_or_else(|| unsupported_kernel(shape, family, dev.arch))?;
+        Ok(FamilyKernels { arch: dev.arch, family, plain, specialized: kernels.limits(&id(Form::Specialized)), capacity: kernels.limits(&id(Form::Capacity)) })
     }
 
     /// The limits of the kernel a plan launches: warp-specialised or not,
@@ -562,8 +573,14 @@ impl FamilyKernels {
     }
 }
 
-/// The error of a shape the kernel set does not serve in `family`.
-fn unsupported_kernel(shape: &DecodeShape, family: Family) -> Error {
+/// The error of a shape the kernel set does not serve in `family` on a
+/// device of kernel architecture `arch`: what needs a later architecture
+/// names it and the device's.
+fn unsupported_kernel(shape: &DecodeShape, family: Family, arch: Arch) -> Error {
+    let need = |part: String, needs: Arch| (arch.module_for(needs).is_none()).then(|| format!("{part} needs {} kernels; this GPU runs {}'s", needs.name(), arch.name()));
+    if let Some(why) = need(format!("the {} family", family.name()), family.needs()).or_else(|| need(format!("a {} cache", shape.kv_format.name()), shape.kv_format.needs())) {
+        return Error::Unsupported(why);
+    }
     Error::Unsupported(format!(
         "no {} kernel for a {} cache with {} queries at head_dim {} ({} softmax)",
         family.name(),
@@ -580,11 +597,12 @@ fn unsupported_kernel(shape: &DecodeShape, family: Family) -> Error {
 fn finish(mut plan: Plan) -> Result<Plan> {
     let kernel = plan.planned_kernel_id();
     let s = &plan.shape;
-    let kernel_index = kernel_table::decode_index(&kernel).ok_or_else(|| unsupported_kernel(s, plan.family))?;
+    let kernel_index = kernel_table::decode_index(&kernel).ok_or_else(|| unsupported_kernel(s, plan.family, plan.arch))?;
     let merge_kernel = match plan.planned_merge_grid() {
         None => None,
         Some(grid) => {
-            let id = MergeKernelId { dtype: s.dtype, head_dim: s.head_dim, sinks: s.variant().takes_window_and_sinks() };
+            let arch = plan.arch.module_for(Arch::Sm80).unwrap_or(plan.arch);
+            let id = MergeKernelId { arch, dtype: s.dtype, head_dim: s.head_dim, sinks: s.variant().takes_window_and_sinks() };
             let index = kernel_table::merge_index(&id).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at head_dim {}", s.dtype.name(), s.head_dim)))?;
             Some((index, grid))
         }
@@ -698,6 +716,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     let layout = workspace_layout(0, shape.batch as usize, 0, planned.row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid("max_seq_len", "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
     let capacity = Plan {
+        arch: kernels.arch,
         mode: PlanMode::Capacity { chunks_per_seq },
         chunk_keys,
         num_slots,
@@ -938,6 +957,7 @@ fn make_plan_for(
         merges,
         num_slots,
         chunk_keys,
+        arch: dev.arch,
         family,
         warps_m,
         warps_k,
@@ -992,6 +1012,8 @@ fn cluster_honoured(choice: MergeChoice, chunks: u32, cluster: u32, shape: &Deco
     }
     let why = if !shape.variant().builds(Merge::Cluster, Form::Plain) {
         format!("the {} variant has no cluster-merge kernels", shape.variant().name())
+    } else if dev.arch.module_for(Merge::Cluster.needs()).is_none() {
+        format!("a cluster merge needs {} kernels; this GPU runs {}'s", Merge::Cluster.needs().name(), dev.arch.name())
     } else if dev.max_cluster < 2 {
         "the device has no thread-block clusters".to_owned()
     } else {

@@ -1,4 +1,7 @@
-//! decode-attn GPU kernels, compiled to one PTX module by `ptx-builder`.
+//! decode-attn GPU kernels, compiled by `ptx-builder` to one PTX module per
+//! architecture (`decode_attn_abi::Arch`): each build sets the cfg
+//! `decode_attn_arch` to the architecture's name, and the kernel tables'
+//! rows of that architecture become its entry points.
 //!
 //! `arch` is the device support layer (the role `cuda_std` plays for
 //! Rust-CUDA); `format` the KV cache formats; `decode` the attention
@@ -25,7 +28,10 @@ pub mod sleep;
 pub mod state;
 pub mod variant;
 
+#[allow(unused_imports)]
 use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, FillParams, Form, Merge, MergeParams, MmaRateParams, QuantParams, SleepParams};
+// (Each architecture's module names only some of the formats and params.)
+#[allow(unused_imports)]
 use format::{Bf16, Fp8Kv, Fp8PerHeadKv, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
@@ -34,12 +40,13 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 }
 
 macro_rules! decode_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
+    ($($name:ident => ($arch:literal, $arch_id:ident, $f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
         /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
         /// see `decode::decode_wide`, `decode::decode_narrow` and `decode::decode_wgmma`.
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
+        #[cfg(decode_attn_arch = $arch)]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
             decode_body!(
@@ -70,11 +77,12 @@ macro_rules! decode_body {
 }
 
 macro_rules! merge_kernels {
-    ($($name:ident => ($q:ident, $d:literal, $sinks:literal);)*) => {$(
+    ($($name:ident => ($arch:literal, $arch_id:ident, $q:ident, $d:literal, $sinks:literal);)*) => {$(
         /// Split merge for one dtype / head dim, with or without sinks; see `merge::merge_kernel`.
         ///
         /// # Safety
         /// Launched only by the host library after the attention kernel.
+        #[cfg(decode_attn_arch = $arch)]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: MergeParams) {
             merge::merge_kernel::<$q, $d, $sinks>(&p)
@@ -83,11 +91,12 @@ macro_rules! merge_kernels {
 }
 
 macro_rules! quant_kernels {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident, $call:path);)*) => {$(
+    ($($name:ident => ($arch:literal, $arch_id:ident, $f:ident, $q:ident, $d:literal, $dir:ident, $call:path);)*) => {$(
         /// Cache store / quantize / dequantize for one format / dtype / head dim; see `quant`.
         ///
         /// # Safety
         /// Launched only by the host library, on buffers it checked.
+        #[cfg(decode_attn_arch = $arch)]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: QuantParams) {
             $call(&p)
@@ -103,6 +112,7 @@ decode_attn_abi::merge_kernel_table!(merge_kernels);
 ///
 /// # Safety
 /// See `fill::fill`.
+#[cfg(any(decode_attn_arch = "sm_80", decode_attn_arch = "sm_90a"))]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn fill_random_bf16(p: FillParams) {
     fill::fill::<Bf16>(&p)
@@ -112,6 +122,7 @@ pub unsafe extern "ptx-kernel" fn fill_random_bf16(p: FillParams) {
 ///
 /// # Safety
 /// See `fill::fill`.
+#[cfg(any(decode_attn_arch = "sm_80", decode_attn_arch = "sm_90a"))]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn fill_random_f16(p: FillParams) {
     fill::fill::<F16>(&p)
@@ -121,6 +132,7 @@ pub unsafe extern "ptx-kernel" fn fill_random_f16(p: FillParams) {
 ///
 /// # Safety
 /// See `sleep::sleep`.
+#[cfg(any(decode_attn_arch = "sm_80", decode_attn_arch = "sm_90a"))]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gpu_sleep(p: SleepParams) {
     sleep::sleep(&p)
@@ -130,6 +142,8 @@ pub unsafe extern "ptx-kernel" fn gpu_sleep(p: SleepParams) {
 ///
 /// # Safety
 /// See `rate::mma_rate`.
+/// (`wgmma`: Hopper's module only.)
+#[cfg(decode_attn_arch = "sm_90a")]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn gpu_mma_rate(p: MmaRateParams) {
     rate::mma_rate(&p)
@@ -140,6 +154,7 @@ pub unsafe extern "ptx-kernel" fn gpu_mma_rate(p: MmaRateParams) {
 ///
 /// # Safety
 /// See `lengths::advance_seq_lens`.
+#[cfg(any(decode_attn_arch = "sm_80", decode_attn_arch = "sm_90a"))]
 #[no_mangle]
 pub unsafe extern "ptx-kernel" fn advance_seq_lens(p: AdvanceParams) {
     lengths::advance_seq_lens(&p)

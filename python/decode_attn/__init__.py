@@ -19,7 +19,7 @@ from ._driver import load_driver
 DRIVER = load_driver()  # before the extension, which links libcuda.so.1
 
 from . import _native  # noqa: E402
-from ._native import HAS_FATBIN, PTX_ARCH, DecodeShape, check_block_table, check_seq_lens, device_count  # noqa: E402
+from ._native import ARCHS, HAS_FATBIN, DecodeShape, check_block_table, check_seq_lens, device_count  # noqa: E402
 from .api import DecodeAttention, Plan  # noqa: E402
 
 __all__ = [
@@ -30,8 +30,8 @@ __all__ = [
     "check_block_table",
     "device_count",
     "DRIVER",
+    "ARCHS",
     "HAS_FATBIN",
-    "PTX_ARCH",
 ]
 
 try:  # the torch custom ops, where torch is installed

@@ -131,11 +131,19 @@ class DecodeAttention:
 
     def __repr__(self) -> str:
         n = self._native
-        return f"DecodeAttention(device=cuda:{self.device}, sms={n.sm_count}, kernels from {n.module_source})"
+        return f"DecodeAttention(device=cuda:{self.device}, sms={n.sm_count}, {n.arch} kernels from {n.module_source})"
 
     @property
     def module_source(self) -> str:
+        """`fatbin` (cubins compiled ahead), `fatbin-ptx` (the portable PTX,
+        compiled by the driver at the first load) or `ptx`."""
         return self._native.module_source
+
+    @property
+    def arch(self) -> str:
+        """The kernels' architecture on this GPU: `sm_90a` (Hopper, every
+        family), else the portable `sm_89` or `sm_80` (wide and narrow)."""
+        return self._native.arch
 
     # -- plans -------------------------------------------------------------
     def plan(self, shape: DecodeShape, seq_lens, **options) -> Plan:

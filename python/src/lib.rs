@@ -340,13 +340,22 @@ impl PyDevice {
     fn ordinal(&self) -> i32 {
         self.ctx.ordinal
     }
-    /// `fatbin` (the cubin compiled ahead) or `ptx` (compiled by the driver).
+    /// `fatbin` (the cubins compiled ahead), `fatbin-ptx` (the fatbins'
+    /// portable PTX, compiled by the driver) or `ptx` (a build without
+    /// ptxas: compiled by the driver).
     #[getter]
     fn module_source(&self) -> &'static str {
         match self.attn.module_source() {
             decode_attn::ModuleSource::Fatbin => "fatbin",
+            decode_attn::ModuleSource::FatbinPtx => "fatbin-ptx",
             decode_attn::ModuleSource::Ptx => "ptx",
         }
+    }
+    /// The kernels' architecture on this GPU: `sm_90a` (Hopper), else the
+    /// portable `sm_89` or `sm_80` (wide and narrow kernels).
+    #[getter]
+    fn arch(&self) -> &'static str {
+        self.attn.arch()
     }
     #[getter]
     fn sm_count(&self) -> u32 {
@@ -528,7 +537,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kv_format_name, m)?)?;
     m.add("KV_FORMATS", KvFormat::ALL.map(KvFormat::name))?;
     m.add("QUANTIZED_KV_FORMATS", KvFormat::ALL.into_iter().filter(|f| f.is_quantized()).map(KvFormat::name).collect::<Vec<_>>())?;
-    m.add("PTX_ARCH", DecodeAttention::ARCH)?;
+    // A tuple: what the wheel carries kernels for.
+    let [a, b, c] = DecodeAttention::ARCHS;
+    m.add("ARCHS", (a, b, c))?;
     m.add("HAS_FATBIN", decode_attn::ModuleSource::EMBEDDED == decode_attn::ModuleSource::Fatbin)?;
     Ok(())
 }

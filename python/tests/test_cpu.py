@@ -64,7 +64,7 @@ def test_imports_without_a_gpu_and_reports_none():
 
 
 def test_the_wheel_carries_the_compiled_kernels():
-    assert da.PTX_ARCH == "sm_90a"
+    assert da.ARCHS == ("sm_80", "sm_89", "sm_90a")
     assert da.HAS_FATBIN
 
 

@@ -253,6 +253,14 @@ FORMATS = [("bf16", "bf16"), ("f16", "f16"), ("int8", "bf16"), ("fp8_per_head", 
 HEADS = {"gqa": (32, 8), "mqa": (16, 1), "mha": (8, 8)}
 
 
+def test_a_device_names_its_kernels_architecture_and_where_they_came_from():
+    dev = da.DecodeAttention(0)
+    major, minor = torch.cuda.get_device_capability(0)
+    expected = "sm_90a" if (major, minor) == (9, 0) else "sm_89" if (major, minor) >= (8, 9) else "sm_80"
+    assert dev.arch == expected and dev.arch in da.ARCHS
+    assert dev.module_source in ("fatbin", "fatbin-ptx")
+
+
 @pytest.mark.parametrize("layout", ["nhd", "paged"])
 @pytest.mark.parametrize("heads", list(HEADS))
 @pytest.mark.parametrize("q_len", [1, 3, 8])

@@ -437,3 +437,21 @@ pub fn check_merge_named(name: &str, plan: &Plan) -> std::result::Result<(), Str
     }
 }
 pub use cuda::init_cuda;
+
+/// Whether a case needs kernels that only Hopper's module has (the wgmma
+/// family, a cluster merge) on a GPU whose kernels are of another
+/// architecture (a portable run: `DECODE_ATTN_DEVICE_ARCH`, or an Ampere
+/// or Ada GPU).
+pub fn needs_hopper(arch: &str, family: decode_attn_abi::Family, name: &str) -> bool {
+    arch != "sm_90a" && (family == decode_attn_abi::Family::Wgmma || name.contains("cluster-merge"))
+}
+
+/// The outcome of such a case: it must fail with `Unsupported`, naming
+/// the architecture it needs; `Ok` with that message.
+pub fn must_be_unsupported<T>(outcome: std::result::Result<T, String>) -> std::result::Result<String, String> {
+    match outcome {
+        Ok(_) => Err("ran without sm_90a kernels: it must be Unsupported".into()),
+        Err(e) if e.contains("unsupported") && e.contains("needs sm_90a") => Ok(e),
+        Err(e) => Err(format!("must be Unsupported, naming sm_90a: {e}")),
+    }
+}

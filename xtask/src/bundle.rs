@@ -1,6 +1,6 @@
 //! `cargo xtask bundle`: everything a GPU machine without Rust needs, in
 //! `target/bundle/`: release binaries (GPU tests, fuzzer, benchmark; each
-//! embeds the kernels compiled ahead, `decode_attn::FATBIN`), the fuzz
+//! embeds the kernels compiled ahead, `decode_attn::MODULE_IMAGES`), the fuzz
 //! regressions and `run.sh`.
 
 use std::path::{Path, PathBuf};

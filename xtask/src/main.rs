@@ -26,8 +26,9 @@ struct Cli {
 enum Cmd {
     /// Build the kernels' PTX and print its path.
     Ptx {
-        /// SM architecture (sm_90a, the one supported).
-        #[arg(long, default_value = ptx_builder::DEFAULT_ARCH)]
+        /// The module's architecture: sm_90a (Hopper, the whole set), or the
+        /// portable sm_80 / sm_89 (wide and narrow kernels).
+        #[arg(long, default_value = "sm_90a")]
         arch: String,
         /// Also print ptxas's registers / stack / spills per kernel.
         #[arg(long)]
@@ -187,13 +188,14 @@ fn main() {
 
 fn ptx(arch: &str, report: bool) -> Result<(), String> {
     let ws = workspace();
+    let arch = ptx_builder::Arch::from_name(arch).ok_or_else(|| format!("--arch: expected sm_80, sm_89 or sm_90a, got `{arch}`"))?;
     let path = ptx_builder::PtxBuild::for_workspace(&ws, &ws.join("target"), arch).build()?;
     println!("{}", path.display());
     if !report {
         return Ok(());
     }
     let ptxas = ensure_ptxas().ok_or("--report needs ptxas: pip could not install nvidia-cuda-nvcc==13.0.88; set PTXAS")?;
-    let out = Command::new(&ptxas).args([&format!("-arch={arch}"), "-v"]).arg(&path).args(["-o", "/dev/null"]).output().map_err(|e| e.to_string())?;
+    let out = Command::new(&ptxas).args([&format!("-arch={}", arch.name()), "-v"]).arg(&path).args(["-o", "/dev/null"]).output().map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
         return Err(format!("ptxas rejected the PTX:\n{text}"));

@@ -49,6 +49,110 @@ fn same_name(given: &str, name: &str) -> bool {
     given.len() == name.len() && given.bytes().zip(name.bytes()).all(|(g, n)| g.to_ascii_lowercase() == n || (g == b'_' && n == b'-'))
 }
 
+/// The GPU architecture a module of kernels is compiled for: rustc's
+/// `-C target-cpu`, one PTX file and one fatbin each (`ptx-builder`).
+///
+/// An architecture-specific target ([`Arch::Sm90a`]) holds the whole
+/// kernel set, compiled for that GPU alone; the portable targets hold,
+/// each, the kernels whose parts need it and no less ([`Arch::needed_by`]):
+/// sm_80 the 16-bit, int8 and int4 kernels of the wide and narrow families
+/// with the global merge, and the cache and merge kernels of those formats;
+/// sm_89 the same for the fp8 formats (`cvt.*.e4m3x2` needs it). Their PTX
+/// runs, compiled by the driver, on any later GPU too.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Arch {
+    /// Ampere (A100, A10, RTX 30) and later: `mma.sync` bf16, `cp.async`.
+    Sm80 = 0,
+    /// Ada (L4, L40, RTX 40) and later: fp8 conversions.
+    Sm89 = 1,
+    /// Hopper (H100, H200) only: `wgmma`, bulk copies, thread-block
+    /// clusters, programmatic dependent launch.
+    Sm90a = 2,
+}
+
+impl Arch {
+    pub const ALL: [Arch; 3] = [Arch::Sm80, Arch::Sm89, Arch::Sm90a];
+    /// The target's name, as rustc's `-C target-cpu` and ptxas's `-arch` spell it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Arch::Sm80 => "sm_80",
+            Arch::Sm89 => "sm_89",
+            Arch::Sm90a => "sm_90a",
+        }
+    }
+    /// The architecture named `name` (`sm_80`, `sm_89`, `sm_90a`), in any case.
+    pub fn from_name(name: &str) -> Option<Arch> {
+        Arch::ALL.into_iter().find(|a| same_name(name, a.name()))
+    }
+    /// Whether the target is for one compute capability only (its PTX and
+    /// cubin run there alone), rather than portable to every later one.
+    pub const fn is_specific(self) -> bool {
+        matches!(self, Arch::Sm90a)
+    }
+    /// The compute capability the target is compiled for.
+    pub const fn compute_capability(self) -> (u32, u32) {
+        match self {
+            Arch::Sm80 => (8, 0),
+            Arch::Sm89 => (8, 9),
+            Arch::Sm90a => (9, 0),
+        }
+    }
+    /// The kernels' architecture on a GPU of compute capability
+    /// `(major, minor)`: the specific target built for exactly it, else the
+    /// newest portable one it can run; `None` before sm_80.
+    pub const fn for_compute_capability(major: u32, minor: u32) -> Option<Arch> {
+        let cc = major * 10 + minor;
+        if cc == 90 {
+            Some(Arch::Sm90a)
+        } else if cc >= 89 {
+            Some(Arch::Sm89)
+        } else if cc >= 80 {
+            Some(Arch::Sm80)
+        } else {
+            None
+        }
+    }
+    /// Whether a GPU whose kernels are of `self`'s architecture runs the
+    /// modules of `module`: its own, and below a specific target every
+    /// portable one up to it (an sm_89 GPU loads the sm_80 and sm_89 modules).
+    pub const fn loads(self, module: Arch) -> bool {
+        self as u32 == module as u32 || (!self.is_specific() && !module.is_specific() && module as u32 <= self as u32)
+    }
+    /// The module that holds a kernel needing `needed` on a GPU of this
+    /// architecture: a specific target's own (it holds the whole set), else
+    /// the portable module of exactly `needed`; `None` where the GPU's
+    /// architecture is below it.
+    pub const fn module_for(self, needed: Arch) -> Option<Arch> {
+        if self.is_specific() {
+            Some(self)
+        } else if needed as u32 <= self as u32 && !needed.is_specific() {
+            Some(needed)
+        } else {
+            None
+        }
+    }
+    /// The least architecture of a kernel's parts: the newest that any of
+    /// them needs.
+    pub const fn needed_by(parts: &[Arch]) -> Arch {
+        let mut most = Arch::Sm80;
+        let mut i = 0;
+        while i < parts.len() {
+            if parts[i] as u32 > most as u32 {
+                most = parts[i];
+            }
+            i += 1;
+        }
+        most
+    }
+    /// Whether a module of this architecture has a kernel needing `needed`:
+    /// a specific target has every kernel; a portable one those that need
+    /// exactly it.
+    pub const fn holds(self, needed: Arch) -> bool {
+        self.is_specific() || self as u32 == needed as u32
+    }
+}
+
 /// How a block maps its work onto `mma.m16n8k16` tiles.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -79,6 +183,13 @@ impl Family {
             Family::Wide => "wide",
             Family::Narrow => "narrow",
             Family::Wgmma => "wgmma",
+        }
+    }
+    /// The architecture the family's kernels need: wgmma sm_90a.
+    pub const fn needs(self) -> Arch {
+        match self {
+            Family::Wide | Family::Narrow => Arch::Sm80,
+            Family::Wgmma => Arch::Sm90a,
         }
     }
     /// Whether the kernel table has this family for a format and head dim
@@ -193,6 +304,14 @@ impl KvFormat {
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => write!(out, "Int4Kv<{q}, {}>", self.group().unwrap_or(0)),
         }
     }
+    /// The architecture the format's kernels need: fp8's conversions
+    /// (`cvt.*.e4m3x2`) sm_89, every other format sm_80.
+    pub const fn needs(self) -> Arch {
+        match self {
+            KvFormat::Fp8PerHead | KvFormat::Fp8 => Arch::Sm89,
+            KvFormat::Bf16 | KvFormat::F16 | KvFormat::Int8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => Arch::Sm80,
+        }
+    }
     /// The format's part of kernel symbols: its name without punctuation.
     pub const fn symbol(self) -> &'static str {
         match self {
@@ -301,6 +420,13 @@ impl Merge {
     pub const ALL: [Merge; 2] = [Merge::Global, Merge::Cluster];
     pub const fn is_cluster(self) -> bool {
         matches!(self, Merge::Cluster)
+    }
+    /// The architecture the merge needs: clusters sm_90a.
+    pub const fn needs(self) -> Arch {
+        match self {
+            Merge::Global => Arch::Sm80,
+            Merge::Cluster => Arch::Sm90a,
+        }
     }
 }
 

@@ -10,12 +10,14 @@
 
 use core::fmt::{self, Write};
 
-use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Dtype, Family, Form, KvFormat, Merge, Variant, HEAD_DIMS};
+use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, KvFormat, Merge, Variant, HEAD_DIMS};
 
-/// One attention kernel: its KV format, Q/O dtype, head dim, family,
-/// addressing, merge, form and attention variant.
+/// One attention kernel: the architecture of its module, its KV format,
+/// Q/O dtype, head dim, family, addressing, merge, form and attention
+/// variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KernelId {
+    pub arch: Arch,
     pub format: KvFormat,
     pub dtype: Dtype,
     pub head_dim: u32,
@@ -34,7 +36,9 @@ impl KernelId {
     /// - a form other than [`Form::Plain`] exists where its predicate says
     ///   ([`wgmma_specializable`], [`has_capacity_twin`],
     ///   [`has_head_pair_form`]);
-    /// - the variant is built for the merge and form ([`Variant::builds`]).
+    /// - the variant is built for the merge and form ([`Variant::builds`]);
+    /// - the module's architecture holds a kernel of what its parts need
+    ///   ([`Arch::holds`]).
     pub const fn exists(&self) -> bool {
         let dtype_ok = match self.format.required_dtype() {
             Some(d) => d as u32 == self.dtype as u32,
@@ -49,11 +53,29 @@ impl KernelId {
             Form::HeadPair => has_head_pair_form(self.format, self.head_dim, self.family, cluster),
         };
         self.format.supports_head_dim(self.head_dim) && dtype_ok && self.family.serves(self.format, self.head_dim) && form_ok && self.variant.builds(self.merge, self.form)
+            && self.arch.holds(self.needs())
+    }
+
+    /// This kernel in the module that holds it on a GPU whose kernels are
+    /// of `device`'s architecture ([`Arch::module_for`]), or in `device`'s
+    /// own, where it does not exist, when no module there holds it.
+    pub const fn on(mut self, device: Arch) -> KernelId {
+        self.arch = match device.module_for(self.needs()) {
+            Some(module) => module,
+            None => device,
+        };
+        self
+    }
+
+    /// The architecture the kernel's parts need (format, family, merge).
+    pub const fn needs(&self) -> Arch {
+        Arch::needed_by(&[self.format.needs(), self.family.needs(), self.merge.needs()])
     }
 
     /// Field-wise equality in a `const fn` (the look-ups are const).
     pub const fn same(&self, other: &KernelId) -> bool {
-        self.format as u32 == other.format as u32
+        self.arch as u32 == other.arch as u32
+            && self.format as u32 == other.format as u32
             && self.dtype as u32 == other.dtype as u32
             && self.head_dim == other.head_dim
             && self.family as u32 == other.family as u32
@@ -93,17 +115,19 @@ impl KernelId {
         write!(w, "_kv_{}_q_{}_d{}", self.format.symbol(), self.dtype.name(), self.head_dim)
     }
 
-    /// Every kernel of the set, in the product's order: format, dtype,
-    /// head dim, family, addressing, merge, form, variant.
+    /// Every kernel of the set, in the product's order: architecture,
+    /// format, dtype, head dim, family, addressing, merge, form, variant.
     pub fn all() -> impl Iterator<Item = KernelId> {
-        KvFormat::ALL.into_iter().flat_map(|format| {
-            Dtype::ALL.into_iter().flat_map(move |dtype| {
-                HEAD_DIMS.into_iter().flat_map(move |head_dim| {
-                    Family::ALL.into_iter().flat_map(move |family| {
-                        Addressing::ALL.into_iter().flat_map(move |addressing| {
-                            Merge::ALL.into_iter().flat_map(move |merge| {
-                                Form::ALL.into_iter().flat_map(move |form| {
-                                    Variant::ALL.into_iter().map(move |variant| KernelId { format, dtype, head_dim, family, addressing, merge, form, variant }).filter(KernelId::exists)
+        Arch::ALL.into_iter().flat_map(|arch| {
+            KvFormat::ALL.into_iter().flat_map(move |format| {
+                Dtype::ALL.into_iter().flat_map(move |dtype| {
+                    HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                        Family::ALL.into_iter().flat_map(move |family| {
+                            Addressing::ALL.into_iter().flat_map(move |addressing| {
+                                Merge::ALL.into_iter().flat_map(move |merge| {
+                                    Form::ALL.into_iter().flat_map(move |form| {
+                                        Variant::ALL.into_iter().map(move |variant| KernelId { arch, format, dtype, head_dim, family, addressing, merge, form, variant }).filter(KernelId::exists)
+                                    })
                                 })
                             })
                         })
@@ -132,6 +156,8 @@ impl QuantDirection {
 /// One cache store / quantize / dequantize kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct QuantKernelId {
+    /// The architecture of its module.
+    pub arch: Arch,
     pub format: KvFormat,
     /// The 16-bit side's type.
     pub dtype: Dtype,
@@ -141,17 +167,18 @@ pub struct QuantKernelId {
 
 impl QuantKernelId {
     /// Every format has a store (16-bit) or quantize kernel per dtype it
-    /// takes and head dim it supports; quantized formats a dequantize too.
+    /// takes and head dim it supports; quantized formats a dequantize too;
+    /// in the modules that hold what the format needs ([`Arch::holds`]).
     pub const fn exists(&self) -> bool {
         let dtype_ok = match self.format.required_dtype() {
             Some(d) => d as u32 == self.dtype as u32,
             None => true,
         };
-        self.format.supports_head_dim(self.head_dim) && dtype_ok && (matches!(self.direction, QuantDirection::Store) || self.format.is_quantized())
+        self.format.supports_head_dim(self.head_dim) && dtype_ok && (matches!(self.direction, QuantDirection::Store) || self.format.is_quantized()) && self.arch.holds(self.format.needs())
     }
 
     pub const fn same(&self, other: &QuantKernelId) -> bool {
-        self.format as u32 == other.format as u32 && self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim && self.direction as u32 == other.direction as u32
+        self.arch as u32 == other.arch as u32 && self.format as u32 == other.format as u32 && self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim && self.direction as u32 == other.direction as u32
     }
 
     /// `store_<format>_d<D>` (16-bit formats), `quantize_<format>_from_<dtype>_d<D>`,
@@ -187,10 +214,12 @@ impl QuantKernelId {
     }
 
     pub fn all() -> impl Iterator<Item = QuantKernelId> {
-        KvFormat::ALL.into_iter().flat_map(|format| {
-            Dtype::ALL.into_iter().flat_map(move |dtype| {
-                HEAD_DIMS.into_iter().flat_map(move |head_dim| {
-                    QuantDirection::ALL.into_iter().map(move |direction| QuantKernelId { format, dtype, head_dim, direction }).filter(QuantKernelId::exists)
+        Arch::ALL.into_iter().flat_map(|arch| {
+            KvFormat::ALL.into_iter().flat_map(move |format| {
+                Dtype::ALL.into_iter().flat_map(move |dtype| {
+                    HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                        QuantDirection::ALL.into_iter().map(move |direction| QuantKernelId { arch, format, dtype, head_dim, direction }).filter(QuantKernelId::exists)
+                    })
                 })
             })
         })
@@ -203,6 +232,9 @@ impl QuantKernelId {
 /// denominator once, in the merge, never in a split's partial).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MergeKernelId {
+    /// The architecture of its module: sm_80 (portable, without the
+    /// programmatic launch's wait) or a specific target's.
+    pub arch: Arch,
     pub dtype: Dtype,
     pub head_dim: u32,
     pub sinks: bool,
@@ -210,7 +242,7 @@ pub struct MergeKernelId {
 
 impl MergeKernelId {
     pub const fn same(&self, other: &MergeKernelId) -> bool {
-        self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim && self.sinks == other.sinks
+        self.arch as u32 == other.arch as u32 && self.dtype as u32 == other.dtype as u32 && self.head_dim == other.head_dim && self.sinks == other.sinks
     }
 
     /// `merge[_sinks]_<dtype>_d<D>`.
@@ -218,7 +250,14 @@ impl MergeKernelId {
         write!(w, "merge{}_{}_d{}", if self.sinks { "_sinks" } else { "" }, self.dtype.name(), self.head_dim)
     }
 
+    /// Whether a module of its architecture has it: merges need sm_80.
+    pub const fn exists(&self) -> bool {
+        self.arch.holds(Arch::Sm80)
+    }
+
     pub fn all() -> impl Iterator<Item = MergeKernelId> {
-        Dtype::ALL.into_iter().flat_map(|dtype| HEAD_DIMS.into_iter().flat_map(move |head_dim| [false, true].map(move |sinks| MergeKernelId { dtype, head_dim, sinks })))
+        Arch::ALL.into_iter().flat_map(|arch| {
+            Dtype::ALL.into_iter().flat_map(move |dtype| HEAD_DIMS.into_iter().flat_map(move |head_dim| [false, true].map(move |sinks| MergeKernelId { arch, dtype, head_dim, sinks })))
+        }).filter(MergeKernelId::exists)
     }
 }

@@ -4,13 +4,18 @@
 //! kernel cannot be named on one side and missing on the other.
 //!
 //! A table macro takes the name of a macro and calls it with every row:
-//! `decode_kernel_table!(m)` calls `m! { name => (KvFormat, Dtype, head_dim,
-//! Family, Addressing, Merge, Form, Variant); … }` (each a variant name of
-//! its enum), `quant_kernel_table!(m)` `m! { name => (KvFormat, Dtype,
-//! head_dim, QuantDirection); … }`, `merge_kernel_table!(m)` `m! { name =>
-//! (Dtype, head_dim, sinks); … }`.
+//! `decode_kernel_table!(m)` calls `m! { name => ("arch", Arch, KvFormat,
+//! Dtype, head_dim, Family, Addressing, Merge, Form, Variant, kernel type);
+//! … }` (each a variant name of its enum; `"arch"` the architecture's name,
+//! which `kernels-gpu` compares with its `decode_attn_arch` cfg),
+//! `quant_kernel_table!(m)` `m! { name => ("arch", Arch, KvFormat, Dtype,
+//! head_dim, QuantDirection, function); … }`, `merge_kernel_table!(m)`
+//! `m! { name => ("arch", Arch, Dtype, head_dim, sinks); … }`.
+//!
+//! A kernel's symbol is unique within its architecture's module; the same
+//! symbol names the kernel of another architecture in that one's module.
 
-use crate::axes::{Addressing, Dtype, Family, Form, KvFormat, Merge, Variant};
+use crate::axes::{Addressing, Arch, Dtype, Family, Form, KvFormat, Merge, Variant};
 use crate::kernel_set::{KernelId, MergeKernelId, QuantDirection, QuantKernelId};
 
 include!(concat!(env!("OUT_DIR"), "/kernel_tables.rs"));
@@ -69,10 +74,11 @@ pub struct MergeKernel {
 }
 
 macro_rules! decode_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {
-        /// Every attention kernel in the PTX module.
+    ($($name:ident => ($arch_name:literal, $arch:ident, $f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {
+        /// Every attention kernel of every architecture's module.
         pub const DECODE_KERNELS: &[DecodeKernel] = &[$(DecodeKernel {
             id: KernelId {
+                arch: Arch::$arch,
                 format: KvFormat::$f,
                 dtype: Dtype::$q,
                 head_dim: $d,
@@ -89,10 +95,10 @@ macro_rules! decode_list {
 decode_kernel_table!(decode_list);
 
 macro_rules! quant_list {
-    ($($name:ident => ($f:ident, $q:ident, $d:literal, $dir:ident, $call:path);)*) => {
-        /// Every store / quantize / dequantize kernel in the PTX module.
+    ($($name:ident => ($arch_name:literal, $arch:ident, $f:ident, $q:ident, $d:literal, $dir:ident, $call:path);)*) => {
+        /// Every store / quantize / dequantize kernel of every architecture's module.
         pub const QUANT_KERNELS: &[QuantKernel] = &[$(QuantKernel {
-            id: QuantKernelId { format: KvFormat::$f, dtype: Dtype::$q, head_dim: $d, direction: QuantDirection::$dir },
+            id: QuantKernelId { arch: Arch::$arch, format: KvFormat::$f, dtype: Dtype::$q, head_dim: $d, direction: QuantDirection::$dir },
             name: stringify!($name),
         },)*];
     };
@@ -100,15 +106,17 @@ macro_rules! quant_list {
 quant_kernel_table!(quant_list);
 
 macro_rules! merge_list {
-    ($($name:ident => ($q:ident, $d:literal, $sinks:literal);)*) => {
-        /// Every split-merge kernel in the PTX module.
-        pub const MERGE_KERNELS: &[MergeKernel] = &[$(MergeKernel { id: MergeKernelId { dtype: Dtype::$q, head_dim: $d, sinks: $sinks }, name: stringify!($name) },)*];
+    ($($name:ident => ($arch_name:literal, $arch:ident, $q:ident, $d:literal, $sinks:literal);)*) => {
+        /// Every split-merge kernel of every architecture's module.
+        pub const MERGE_KERNELS: &[MergeKernel] = &[$(MergeKernel { id: MergeKernelId { arch: Arch::$arch, dtype: Dtype::$q, head_dim: $d, sinks: $sinks }, name: stringify!($name) },)*];
     };
 }
 merge_kernel_table!(merge_list);
 
 /// Utility kernels (random fill, busy-wait, length advance), by the names
-/// their params use.
+/// their params use: in the sm_80 module and in every specific target's
+/// (where a GPU finds them: `Arch::module_for(Arch::Sm80)`), but the
+/// tensor-core rate (`wgmma`), which is in Hopper's alone.
 pub const UTILITY_KERNELS: [&str; 5] = [crate::FILL_KERNEL_BF16, crate::FILL_KERNEL_F16, crate::SLEEP_KERNEL, crate::ADVANCE_KERNEL, crate::MMA_RATE_KERNEL];
 
 /// `pub const fn $name(id: &$id) -> Option<&'static str>`: the entry point
@@ -150,7 +158,7 @@ look_up!(
 );
 
 /// The entry point of the split-merge kernel for a (dtype, head_dim), with
-/// or without sinks.
-pub const fn merge_kernel_name(dtype: Dtype, head_dim: u32, sinks: bool) -> Option<&'static str> {
-    merge_kernel_id_name(&MergeKernelId { dtype, head_dim, sinks })
+/// or without sinks, in the module of `arch`.
+pub const fn merge_kernel_name(arch: Arch, dtype: Dtype, head_dim: u32, sinks: bool) -> Option<&'static str> {
+    merge_kernel_id_name(&MergeKernelId { arch, dtype, head_dim, sinks })
 }

@@ -14,46 +14,38 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 pub const TARGET: &str = "nvptx64-nvidia-cuda";
-/// Architectures the kernels are built for: Hopper with its
-/// architecture-specific features (`wgmma` needs sm_90a; the module then
-/// loads on sm_90 devices, H100 / H200, only).
-pub const SUPPORTED_ARCHS: [&str; 1] = ["sm_90a"];
-pub const DEFAULT_ARCH: &str = "sm_90a";
+pub use decode_attn_abi::Arch;
 
 #[derive(Clone, Debug)]
 pub struct PtxBuild {
     /// The `kernels-gpu` crate directory.
     pub kernel_crate: PathBuf,
-    /// Target directory for the nested build (kept between builds).
+    /// Target directory for the nested build (kept between builds), one
+    /// per architecture: each builds `core` for its own `target-cpu`.
     pub target_dir: PathBuf,
-    /// `sm_90a` (the one supported).
-    pub arch: String,
+    /// The module's architecture: its kernels are the table rows of it.
+    pub arch: Arch,
 }
 
 impl PtxBuild {
-    /// The workspace's kernel crate, built under `<target_root>/ptx`.
-    pub fn for_workspace(workspace: &Path, target_root: &Path, arch: &str) -> Self {
-        PtxBuild {
-            kernel_crate: workspace.join("kernels-gpu"),
-            target_dir: target_root.join("ptx"),
-            arch: arch.to_owned(),
-        }
+    /// The workspace's kernel crate, built under `<target_root>/ptx`
+    /// (sm_90a) or `<target_root>/ptx/<arch>` (the portable targets).
+    pub fn for_workspace(workspace: &Path, target_root: &Path, arch: Arch) -> Self {
+        let ptx = target_root.join("ptx");
+        PtxBuild { kernel_crate: workspace.join("kernels-gpu"), target_dir: if arch.is_specific() { ptx } else { ptx.join(arch.name()) }, arch }
     }
 
     /// Runs the build and returns the path of the PTX file.
     pub fn build(&self) -> Result<PathBuf, String> {
-        if !SUPPORTED_ARCHS.contains(&self.arch.as_str()) {
-            return Err(format!("arch: expected one of {SUPPORTED_ARCHS:?}, got `{}`", self.arch));
-        }
         std::fs::create_dir_all(&self.target_dir).map_err(|e| format!("{}: {e}", self.target_dir.display()))?;
         let toolchain = Toolchain::detect()?;
         let linker = self.build_linker(&toolchain)?;
         let built = self.build_kernels(&toolchain, &linker)?;
         let text = std::fs::read_to_string(&built).map_err(|e| format!("{}: {e}", built.display()))?;
         check_ptx(&text)?;
-        let caps = decode_attn_abi::DECODE_KERNELS.iter().filter_map(|k| Some((k.name, k.register_cap()?)));
+        let caps = decode_attn_abi::DECODE_KERNELS.iter().filter(|k| k.id.arch == self.arch).filter_map(|k| Some((k.name, k.register_cap()?)));
         let capped = cap_registers(&text, caps)?;
-        let ptx = self.target_dir.join(format!("decode_attn-{}.ptx", self.arch));
+        let ptx = self.target_dir.join(format!("decode_attn-{}.ptx", self.arch.name()));
         std::fs::write(&ptx, capped).map_err(|e| format!("{}: {e}", ptx.display()))?;
         Ok(ptx)
     }
@@ -79,7 +71,10 @@ impl PtxBuild {
 
     fn build_kernels(&self, tc: &Toolchain, linker: &Path) -> Result<PathBuf, String> {
         let rustflags = [
-            format!("-Ctarget-cpu={}", self.arch),
+            format!("-Ctarget-cpu={}", self.arch.name()),
+            // The kernel tables' rows of this architecture become entry points.
+            "--cfg".into(),
+            format!("decode_attn_arch=\"{}\"", self.arch.name()),
             format!("-Clinker={}", linker.display()),
             "-Zunstable-options".into(),
             // A failed bounds check becomes `trap` instead of pulling in the
@@ -88,8 +83,16 @@ impl PtxBuild {
             // Fragment arrays must stay in registers: fully unroll fixed-count
             // loops (Rust has no `#pragma unroll`).
             "-Cllvm-args=-unroll-threshold=4000".into(),
-        ]
-        .join("\u{1f}");
+        ];
+        // The portable modules' PTX ISA: 7.8 (CUDA 11.8 drivers) for
+        // `movmatrix` and the L2 prefetch hints; 8.1 (CUDA 12.1) for the
+        // fp8 conversions on sm_89. sm_90a's default is 8.0.
+        let ptx_isa = match self.arch {
+            Arch::Sm80 => Some("+ptx78"),
+            Arch::Sm89 => Some("+ptx81"),
+            Arch::Sm90a => None,
+        };
+        let rustflags = rustflags.into_iter().chain(ptx_isa.map(|f| format!("-Ctarget-feature={f}"))).collect::<Vec<_>>().join("\u{1f}");
         let mut cmd = clean_env(Command::new(&tc.cargo));
         cmd.args(["build", "--release", "--message-format=json-render-diagnostics", "-Zbuild-std=core"])
             .args(["--target", TARGET])
@@ -155,22 +158,27 @@ fn python_ptxas() -> Option<PathBuf> {
 /// The PTX compiled ahead: what `build_fatbin` made.
 pub struct Fatbin {
     /// A compressed fatbin holding the `arch` cubin, which the driver
-    /// loads without compiling anything on a device of that architecture.
+    /// loads without compiling anything on a device it runs on, and for a
+    /// portable architecture the PTX too, which the driver compiles on
+    /// the later ones.
     pub fatbin: PathBuf,
     /// ptxas's `-v` report (registers, stack and spills per kernel).
     pub report: String,
 }
 
 /// Compiles `ptx` for `arch` with ptxas (all cores) and packs the cubin
-/// into a compressed fatbin with the `fatbinary` beside ptxas.
-/// The result is kept in `cache_dir` under the PTX's hash, so builds of
-/// the same PTX (another profile, a test after a build) reuse it.
-pub fn build_fatbin(ptx: &Path, arch: &str, ptxas: &Path, cache_dir: &Path) -> Result<Fatbin, String> {
+/// (and, portable, the PTX) into a compressed fatbin with the `fatbinary`
+/// beside ptxas. The result is kept in `cache_dir` under the PTX's hash,
+/// so builds of the same PTX (another profile, a test after a build)
+/// reuse it.
+pub fn build_fatbin(ptx: &Path, arch: Arch, ptxas: &Path, cache_dir: &Path) -> Result<Fatbin, String> {
     let text = std::fs::read(ptx).map_err(|e| format!("{}: {e}", ptx.display()))?;
     let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
     // (`-cubin`: the fatbin's contents; fatbins that also held the PTX
     // were named by the hash alone.)
-    let stem_name = format!("decode_attn-{arch}-{hash:016x}-cubin");
+    let contents = if arch.is_specific() { "cubin" } else { "cubin-ptx" };
+    let arch = arch.name();
+    let stem_name = format!("decode_attn-{arch}-{hash:016x}-{contents}");
     let stem = cache_dir.join(&stem_name);
     let (fatbin, report_file) = (stem.with_extension("fatbin"), stem.with_extension("ptxas.txt"));
     if let (true, Ok(report)) = (fatbin.is_file(), std::fs::read_to_string(&report_file)) {
@@ -191,14 +199,18 @@ pub fn build_fatbin(ptx: &Path, arch: &str, ptxas: &Path, cache_dir: &Path) -> R
     let fatbinary = ptxas.with_file_name("fatbinary");
     let fatbinary = if fatbinary.is_file() { fatbinary } else { PathBuf::from("fatbinary") };
     let sm = arch.trim_start_matches("sm_");
-    // The cubin alone, compressed for size (71.6 MB of cubin → 4.5 MB,
-    // against 18.9 MB with the PTX beside it at the default mode): `sm_90a`
-    // PTX runs on compute capability 9.0 only, where the cubin does, so the
-    // driver could never need it.
+    // Compressed for size (71.6 MB of sm_90a cubin → 4.5 MB). `sm_90a` PTX
+    // runs on compute capability 9.0 only, where the cubin does, so the
+    // driver could never need it; a portable target's PTX is what later
+    // GPUs (sm_90 forced portable, Blackwell) compile.
+    let mut images = vec![format!("--image3=kind=elf,sm={sm},file={}", cubin.display())];
+    if contents == "cubin-ptx" {
+        images.push(format!("--image3=kind=ptx,sm={sm},file={}", ptx.display()));
+    }
     let status = Command::new(&fatbinary)
         .arg(format!("--create={}", fatbin.display()))
         .args(["--compress-all", "--compress-mode=size"])
-        .arg(format!("--image3=kind=elf,sm={sm},file={}", cubin.display()))
+        .args(&images)
         .status()
         .map_err(|e| format!("running {}: {e}", fatbinary.display()))?;
     let _ = std::fs::remove_file(&cubin);

@@ -114,19 +114,29 @@ pub fn global_timer_ns() -> u64 {
 /// `griddepcontrol.launch_dependents` (sm_90): lets a kernel launched after
 /// this one with programmatic stream serialization start its blocks once
 /// every block of this grid has executed it or exited. Without such a
-/// dependent it does nothing.
+/// dependent it does nothing; below sm_90, which has no programmatic
+/// launch (the host launches no dependent there), it is compiled out.
 #[inline(always)]
 pub fn launch_dependents() {
     // SAFETY: a scheduling hint; no memory or control-flow effect here.
-    unsafe { core::arch::asm!("griddepcontrol.launch_dependents;", options(nomem, nostack, preserves_flags)) };
+    #[cfg(target_feature = "sm_90")]
+    unsafe {
+        core::arch::asm!("griddepcontrol.launch_dependents;", options(nomem, nostack, preserves_flags))
+    };
 }
 
 /// `griddepcontrol.wait` (sm_90): waits until the grids this one depends on
 /// have completed and their memory operations are visible. A no-op for a
 /// grid launched without programmatic stream serialization. Not `nomem`:
-/// loads of the prerequisite's results must not move above it.
+/// loads of the prerequisite's results must not move above it. Below
+/// sm_90 it is compiled out: the host launches every kernel there in plain
+/// stream order (`Kernels::launch_overlapping` needs a specific target's
+/// module), so the prerequisite has completed before this grid starts.
 #[inline(always)]
 pub fn wait_for_prerequisites() {
     // SAFETY: a wait; the memory clobber orders later loads after it.
-    unsafe { core::arch::asm!("griddepcontrol.wait;", options(nostack, preserves_flags)) };
+    #[cfg(target_feature = "sm_90")]
+    unsafe {
+        core::arch::asm!("griddepcontrol.wait;", options(nostack, preserves_flags))
+    };
 }

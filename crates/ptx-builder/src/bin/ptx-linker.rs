@@ -6,7 +6,7 @@
 //! drop dead globals, `-O3` → `llc` for the requested SM.
 //!
 //! rustc calls it as
-//! `--export-symbol NAME ... <objs>.o <libs>.rlib -L DIR --target T --target-cpu sm_90 -o OUT.ptx -O3 [--debug]`.
+//! `--export-symbol NAME ... <objs>.o <libs>.rlib -L DIR --target T --target-cpu sm_90 [--target-feature=+ptx78,…] -o OUT.ptx -O3 [--debug]`.
 //! The LLVM tools are taken from `$DECODE_ATTN_LLVM_BIN` (set by ptx-builder)
 //! or from the active toolchain's `llvm-tools` component.
 //!
@@ -19,6 +19,8 @@ struct Args {
     exports: Vec<String>,
     objects: Vec<PathBuf>,
     cpu: String,
+    /// `--target-feature=+a,+b`, for `llc -mattr`.
+    features: Option<String>,
     output: PathBuf,
 }
 
@@ -26,6 +28,7 @@ fn parse(raw: Vec<String>) -> Result<Args, String> {
     let mut exports = Vec::new();
     let mut objects = Vec::new();
     let mut cpu = String::from("sm_90");
+    let mut features = None;
     let mut output = None;
     let mut it = raw.into_iter();
     while let Some(a) = it.next() {
@@ -33,6 +36,7 @@ fn parse(raw: Vec<String>) -> Result<Args, String> {
             "--export-symbol" => exports.push(it.next().ok_or("--export-symbol needs a value")?),
             "--target-cpu" => cpu = it.next().ok_or("--target-cpu needs a value")?,
             "-o" => output = Some(PathBuf::from(it.next().ok_or("-o needs a value")?)),
+            s if s.starts_with("--target-feature=") => features = Some(s["--target-feature=".len()..].to_owned()),
             "-L" | "--target" => {
                 it.next();
             }
@@ -48,7 +52,7 @@ fn parse(raw: Vec<String>) -> Result<Args, String> {
     if objects.is_empty() {
         return Err("no bitcode objects given".into());
     }
-    Ok(Args { exports, objects, cpu, output })
+    Ok(Args { exports, objects, cpu, features, output })
 }
 
 /// Expands `@file` response-file arguments (one argument per line).
@@ -118,7 +122,13 @@ fn link(args: &Args) -> Result<(), String> {
         .arg(&linked)
         .arg("-o")
         .arg(&optimized))?;
-    run(Command::new(tool("llc")?)
+    // The target features rustc was given (the portable modules' PTX ISA
+    // version, `+ptx78`) set the PTX header's `.version`.
+    let mut llc = Command::new(tool("llc")?);
+    if let Some(features) = &args.features {
+        llc.arg(format!("-mattr={features}"));
+    }
+    run(llc
         .arg(format!("-mcpu={}", args.cpu))
         .arg("-O3")
         .arg(&optimized)
