@@ -4,7 +4,7 @@
 use decode_attn::check::{check_buffers, RunBuffers};
 use decode_attn::BufferDesc;
 use decode_attn::plan::plan;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, PlanOptions, SplitPolicy};
+use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, PageOrder, PlanOptions, SplitPolicy};
 
 const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
 
@@ -139,4 +139,53 @@ fn every_format_and_dtype_has_one_name_and_parses_from_its_aliases() {
         assert_eq!(Dtype::from_name(alias), Some(d), "{alias}");
     }
     assert_eq!(Dtype::from_name("fp32"), None);
+}
+
+/// A binding's tensor views (dims and strides in elements) are checked in
+/// Rust, one message whichever binding asks: a K/V cache in the shape's
+/// layout (token- or head-major, either for the strided layout, a paged
+/// pool in its page order; int4 in bytes of two values), Q/O rows and
+/// per-sequence figures contiguous, side data in `side_dims`. Each check
+/// returns the view's extent in elements.
+#[test]
+fn tensor_views_are_checked_against_the_shape_in_one_place() {
+    let s = DecodeShape::bf16(2, 8, 2, 128, 1, 64);
+    let nhd = [2i64, 64, 2, 128];
+    let nhd_strides = [64 * 2 * 128i64, 2 * 128, 128, 1];
+    assert_eq!(s.check_cache_view("k", &nhd, &nhd_strides, false).unwrap(), 2 * 64 * 2 * 128);
+    let e = s.check_cache_view("k", &[2, 2, 64, 128], &[64 * 2 * 128, 64 * 128, 128, 1], false).unwrap_err().to_string();
+    assert!(e.starts_with("invalid `k`: expected shape (2, 64, 2, 128) (batch, max_seq_len, num_kv_heads, head_dim)"), "{e}");
+    // A view with a gap between sequences: the strided layout takes it.
+    let padded = [2 * 64 * 2 * 128i64, 2 * 128, 128, 1];
+    let e = s.check_cache_view("v", &nhd, &padded, false).unwrap_err().to_string();
+    assert!(e.starts_with("invalid `v`: expected strides") && e.contains("strided layout"), "{e}");
+    let strided = DecodeShape { kv_layout: KvLayout::Strided { batch: 2 * 64 * 2 * 128, token: 256, head: 128 }, ..s.clone() };
+    assert_eq!(strided.check_cache_view("v", &nhd, &padded, false).unwrap(), (2 * 64 * 2 * 128) + 63 * 256 + 128 + 128);
+    let e = s.check_cache_view("k", &[2, 64, 2, 128], &[64 * 2 * 128, 2 * 128, 128, 2], false).unwrap_err().to_string();
+    assert!(e.contains("last dimension is contiguous"), "{e}");
+    assert!(s.check_cache_view("k", &[2, 64, 256], &[1, 1, 1], false).unwrap_err().to_string().contains("a 4-D tensor"));
+    assert!(s.check_cache_view("k", &nhd, &[-1, 256, 128, 1], false).unwrap_err().to_string().contains("non-negative strides"));
+    // int4: bytes of two values; its plain copy in values.
+    let int4 = DecodeShape { kv_format: KvFormat::Int4G32, ..s.clone() };
+    assert_eq!(int4.check_cache_view("k", &[2, 64, 2, 64], &[64 * 2 * 64, 2 * 64, 64, 1], false).unwrap(), 2 * 64 * 2 * 64);
+    assert!(int4.check_cache_view("k", &nhd, &nhd_strides, true).is_ok());
+    // A paged pool, head-major pages.
+    let paged = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 9, order: PageOrder::HeadMajor, page_bytes: None }, ..s.clone() };
+    assert!(paged.check_cache_view("k", &[9, 2, 16, 128], &[2 * 16 * 128, 16 * 128, 128, 1], false).is_ok());
+    assert!(paged.check_cache_view("k", &[9, 16, 2, 128], &[2 * 16 * 128, 2 * 128, 128, 1], false).is_err());
+    // Rows and per-sequence figures: contiguous, exactly their dims.
+    assert_eq!(s.check_rows_view("q", 8, &[2, 1, 8, 128], &[1024, 1024, 128, 1]).unwrap(), 2048);
+    let e = s.check_rows_view("q", 8, &[2, 1, 8, 128], &[2048, 1024, 128, 1]).unwrap_err().to_string();
+    assert!(e.contains("a contiguous tensor (strides (1024, 1024, 128, 1))"), "{e}");
+    assert!(s.check_per_sequence_view("seq_lens", &[3], &[1]).unwrap_err().to_string().contains("shape (2,) (batch)"));
+    // Side data: int8's f32 per (sequence, kv head, token rounded up to 4);
+    // int4's words per group a trailing dim; fp8 per tensor one scale;
+    // 16-bit caches none.
+    let int8 = DecodeShape { kv_format: KvFormat::Int8, ..s.clone() };
+    assert_eq!(int8.side_dims(), Some((vec![2, 2, 64], "batch, num_kv_heads, max_seq_len rounded up to 4")));
+    assert_eq!(int8.check_side_view("k_scales", &[2, 2, 64], &[128, 64, 1]).unwrap(), 256);
+    assert_eq!(int4.side_dims().unwrap().0, vec![2, 2, 64, 4]);
+    let fp8 = DecodeShape { kv_format: KvFormat::Fp8, ..s.clone() };
+    assert_eq!((fp8.side_dims(), fp8.check_side_view("k_scale", &[1], &[1]).unwrap()), (None, 1));
+    assert!(s.check_side_view("k_scales", &[2, 2, 64], &[128, 64, 1]).unwrap_err().to_string().contains("no side data"));
 }

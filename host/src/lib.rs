@@ -70,6 +70,7 @@ mod attention;
 mod kernel_table;
 mod launch_ex;
 mod module;
+mod view;
 internal! { pub mod cache; }
 internal! { pub mod check; }
 internal! { pub mod error; }

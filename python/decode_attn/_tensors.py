@@ -1,6 +1,7 @@
-"""Tensor checks: what Rust cannot see of a torch tensor (its device, dtype,
-shape and strides) checked against a `DecodeShape`, and the
-`(address, elements, element type)` triples the native layer takes.
+"""Tensor checks: what Rust cannot see of a torch tensor (its device and
+dtype), its dims and strides handed to the Rust checks of each role
+(`DecodeShape.check_*_view`: one check and one message for every binding),
+and the `(address, elements, element type)` triples the native layer takes.
 
 Duck-typed on purpose: anything with `dtype`, `device`, `shape`,
 `stride()` and `data_ptr()` passes through, so the CPU tests exercise every
@@ -81,9 +82,11 @@ class Checker:
 
     # -- roles -------------------------------------------------------------
     def rows(self, name: str, t, heads: int):
-        """Q, O or new K/V rows: `[batch, q_len, heads, head_dim]`, contiguous."""
+        """Q, O or new K/V rows: `[batch, q_len, heads, head_dim]`, contiguous
+        (the shape and strides checked in Rust)."""
         s = self.shape
-        return self.dense(name, t, (_TORCH_DTYPE[s.dtype],), (s.batch, s.q_len, heads, s.head_dim), "batch, q_len, heads, head_dim")
+        elem = self.tensor(name, t, (_TORCH_DTYPE[s.dtype],))
+        return (t.data_ptr(), s.check_rows_view(name, heads, list(t.shape), list(t.stride())), elem)
 
     def q(self, t):
         return self.rows("q", t, self.shape.num_q_heads)
@@ -94,7 +97,6 @@ class Checker:
     def cache(self, name: str, t, plain: bool = False):
         """K or V values (or a 16-bit `plain` copy) in the shape's layout."""
         s = self.shape
-        vpe = 1 if plain else s.values_per_element
         if plain or s.kv_format in ("bf16", "f16"):
             dtypes = (_TORCH_DTYPE[s.dtype],)
         elif s.kv_format.startswith("fp8"):
@@ -102,36 +104,9 @@ class Checker:
         else:
             dtypes = ("uint8",)
         elem = self.tensor(name, t, dtypes)
-        sb, st, sh = s.kv_strides
-        if s.head_dim % vpe:
-            raise invalid("head_dim", f"a multiple of {vpe}", s.head_dim)
-        dst = s.head_dim // vpe
-        if any(x % vpe for x in (sb, st, sh)):
-            raise invalid("strides", f"multiples of {vpe} values (whole bytes)", (sb, st, sh))
-        sb, st, sh = sb // vpe, st // vpe, sh // vpe
-        got_shape, got_strides = tuple(t.shape), tuple(t.stride())
-        if len(got_shape) != 4:
-            raise invalid(name, "a 4-D tensor", f"{len(got_shape)}-D")
-        if got_strides[3] != 1 and got_shape[3] > 1:
-            raise invalid(name, "a tensor whose last dimension is contiguous (stride 1)", f"stride {got_strides[3]}")
-        layout = s.layout
-        if layout == "paged":
-            p, n = s.page_size, s.num_pages
-            if s.page_order == "token_major":
-                options = [((n, p, s.num_kv_heads, dst), (sb, st, sh, 1), "num_pages, page_size, num_kv_heads, head_dim")]
-            else:
-                options = [((n, s.num_kv_heads, p, dst), (sb, sh, st, 1), "num_pages, num_kv_heads, page_size, head_dim")]
-        else:
-            nhd = ((s.batch, s.max_seq_len, s.num_kv_heads, dst), (sb, st, sh, 1), "batch, max_seq_len, num_kv_heads, head_dim")
-            hnd = ((s.batch, s.num_kv_heads, s.max_seq_len, dst), (sb, sh, st, 1), "batch, num_kv_heads, max_seq_len, head_dim")
-            options = {"nhd": [nhd], "hnd": [hnd], "strided": [nhd, hnd]}[layout]
-        for dims, strides, _ in options:
-            if got_shape == dims and _strides_match(dims, got_strides, strides):
-                return (t.data_ptr(), extent(dims, got_strides), elem)
-        dims, strides, what = options[0]
-        if all(got_shape != o[0] for o in options):
-            raise invalid(name, f"shape {dims} ({what}; layout '{layout}')", got_shape)
-        raise invalid(name, f"strides {strides} (layout '{layout}'" + ("; pass layout='strided' with the tensor's strides" if layout != "paged" else "") + ")", f"strides {got_strides}")
+        # The layout's dims and strides, checked in Rust (one message for
+        # every binding).
+        return (t.data_ptr(), s.check_cache_view(name, list(t.shape), list(t.stride()), plain), elem)
 
     def scales(self, name: str, t):
         """A quantized cache's side data (None for 16-bit caches)."""
@@ -142,16 +117,15 @@ class Checker:
             return None
         if s.tensor_scaled:
             elem = self.tensor(name, t, ("float32",))
-            if prod(t.shape) != 1:
-                raise invalid(name, "one float32 scale (a per-tensor fp8 cache)", f"{prod(t.shape)} elements")
-            return (t.data_ptr(), 1, elem)
-        dims, what = side_dims(s)
+            return (t.data_ptr(), s.check_side_view(name, list(t.shape), list(t.stride())), elem)
         dtypes = ("float32",) if s.kv_format in ("int8", "fp8-per-head") else ("int32", "uint32")
+        self.tensor(name, t, dtypes)
         # int4's side words (an fp16 scale and an fp16 zero) travel as u32.
-        return self.dense(name, t, dtypes, dims, what)[:2] + (("f32",) if dtypes == ("float32",) else ("u32",))
+        return (t.data_ptr(), s.check_side_view(name, list(t.shape), list(t.stride())), "f32" if dtypes == ("float32",) else "u32")
 
     def seq_lens(self, t):
-        return self.dense("seq_lens", t, ("int32", "uint32"), (self.shape.batch,), "batch")[:2] + ("u32",)
+        self.tensor("seq_lens", t, ("int32", "uint32"))
+        return (t.data_ptr(), self.shape.check_per_sequence_view("seq_lens", list(t.shape), list(t.stride())), "u32")
 
     def seq_starts(self, t):
         """A capacity step's first keys: `[batch]` int32 exactly when the
@@ -160,7 +134,8 @@ class Checker:
             if t is not None:
                 raise invalid("seq_starts", "None (the shape has key_ranges=False)", "a tensor")
             return None
-        return self.dense("seq_starts", t, ("int32", "uint32"), (self.shape.batch,), "batch")[:2] + ("u32",)
+        self.tensor("seq_starts", t, ("int32", "uint32"))
+        return (t.data_ptr(), self.shape.check_per_sequence_view("seq_starts", list(t.shape), list(t.stride())), "u32")
 
     def new_rows_any(self, t, order: str):
         """Any number of new K or V rows, `[batch, rows, Hkv, D]` ("nhd") or
@@ -210,18 +185,12 @@ class Checker:
         return (t.data_ptr(), n, elem)
 
 
-def side_dims(s) -> tuple[tuple[int, ...], str]:
-    """The shape of a quantized cache's side data: one entry per (sequence
-    or page, kv head, token); int4's entries are one u32 word per group
-    (an fp16 scale and an fp16 zero), a trailing dimension."""
-    if s.layout == "paged":
-        dims, what = (s.num_pages, s.num_kv_heads, s.page_size), "num_pages, num_kv_heads, page_size"
-    else:
-        dims, what = (s.batch, s.num_kv_heads, s.side_strides[2]), "batch, num_kv_heads, max_seq_len rounded up to 4"
-    words = s.side_entry_bytes // 4
-    if words > 1:
-        dims, what = dims + (words,), what + ", groups"
-    return dims, what
+def side_dims(s) -> tuple[tuple[int, ...], str] | None:
+    """The shape of a quantized cache's side data and its dims' names, as
+    the Rust library defines it (`DecodeShape::side_dims`); None for a
+    format without side rows (16-bit, fp8 per tensor)."""
+    side = s.side_dims
+    return None if side is None else (tuple(side[0]), side[1])
 
 
 def _contiguous_strides(dims) -> tuple[int, ...]:

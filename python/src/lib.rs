@@ -201,6 +201,26 @@ impl PyShape {
     fn tensor_scaled(&self) -> bool {
         self.inner.kv_format.tensor_scaled()
     }
+    /// The shape of a quantized cache's side data and its dims' names
+    /// (`None`: no side rows).
+    #[getter]
+    fn side_dims(&self) -> Option<(Vec<u64>, &'static str)> {
+        self.inner.side_dims()
+    }
+    /// The Rust checks of a tensor view (dims and strides in elements) for
+    /// each role; each returns the view's extent in elements.
+    fn check_rows_view(&self, name: &str, heads: u32, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_rows_view(name, heads, &dims, &strides).map_err(py_err)
+    }
+    fn check_per_sequence_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_per_sequence_view(name, &dims, &strides).map_err(py_err)
+    }
+    fn check_cache_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>, plain: bool) -> PyResult<u64> {
+        self.inner.check_cache_view(name, &dims, &strides, plain).map_err(py_err)
+    }
+    fn check_side_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_side_view(name, &dims, &strides).map_err(py_err)
+    }
     fn __repr__(&self) -> String {
         let s = &self.inner;
         format!(

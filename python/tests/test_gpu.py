@@ -144,12 +144,12 @@ def empty_cache(s):
         dims = (s.num_pages, s.page_size, s.num_kv_heads, d) if s.page_order == "token_major" else (s.num_pages, s.num_kv_heads, s.page_size, d)
     else:
         dims = (s.batch, s.max_seq_len, s.num_kv_heads, d)
-    side = side_dims(s)[0]
     if s.kv_format in ("bf16", "f16"):
         return torch.zeros(dims, dtype=TORCH_DTYPE[s.dtype], device="cuda"), None
     data = torch.zeros(dims, dtype=torch.uint8, device="cuda")
     if s.tensor_scaled:
         return data, torch.ones(1, dtype=torch.float32, device="cuda")
+    side = side_dims(s)[0]
     side_dtype = torch.float32 if s.kv_format in ("int8", "fp8-per-head") else torch.int32
     return data, torch.zeros(side, dtype=side_dtype, device="cuda")
 

@@ -1,0 +1,189 @@
+//! Tensor views as a binding holds them (dims and strides in elements of
+//! the buffer's type, as torch and numpy give them), checked against what
+//! a shape expects of each role: one check and one message, whichever
+//! binding calls it. Each check returns the view's extent in elements
+//! (one past the last element it addresses), which the binding passes on
+//! as the buffer's length, so the launch checks that the extent covers
+//! what the shape reads.
+
+use crate::error::{Error, Result};
+use crate::shape::{DecodeShape, KvLayout, PageOrder};
+
+/// One accepted form of a view: its dims, the strides they must have
+/// (a dimension of extent 1 may have any) and their names.
+struct Form {
+    dims: Vec<u64>,
+    strides: Vec<u64>,
+    what: &'static str,
+}
+
+fn fmt_tuple(xs: &[impl std::fmt::Display]) -> String {
+    let parts: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+    if parts.len() == 1 {
+        format!("({},)", parts[0])
+    } else {
+        format!("({})", parts.join(", "))
+    }
+}
+
+/// Elements from a view's first to one past its last; 0 for an empty one.
+fn extent(dims: &[u64], strides: &[u64]) -> u64 {
+    if dims.contains(&0) {
+        return 0;
+    }
+    1 + dims.iter().zip(strides).map(|(&n, &s)| (n - 1).saturating_mul(s)).fold(0u64, u64::saturating_add)
+}
+
+fn contiguous(dims: &[u64]) -> Vec<u64> {
+    let mut out = vec![0; dims.len()];
+    let mut acc = 1u64;
+    for (o, &n) in out.iter_mut().zip(dims).rev() {
+        *o = acc;
+        acc = acc.saturating_mul(n);
+    }
+    out
+}
+
+/// A binding's dims and strides as unsigned figures: negative ones are no
+/// view the kernels can read.
+fn unsigned(name: &str, dims: &[i64], strides: &[i64]) -> Result<(Vec<u64>, Vec<u64>)> {
+    if dims.len() != strides.len() {
+        return Err(Error::invalid(name, format!("as many strides as dims ({})", dims.len()), strides.len()));
+    }
+    let cast = |xs: &[i64], what: &str| xs.iter().map(|&x| u64::try_from(x).map_err(|_| Error::invalid(name, format!("non-negative {what}"), fmt_tuple(xs)))).collect::<Result<Vec<_>>>();
+    Ok((cast(dims, "dims")?, cast(strides, "strides")?))
+}
+
+fn strides_match(dims: &[u64], got: &[u64], want: &[u64]) -> bool {
+    dims.iter().zip(got).zip(want).all(|((&n, &g), &w)| n == 1 || g == w)
+}
+
+/// The view if it has one of `forms`; else the error naming the first
+/// form (its shape when no form's dims match, else its strides, with
+/// `hint`).
+fn one_of(name: &str, dims: &[i64], strides: &[i64], forms: &[Form], hint: &str) -> Result<u64> {
+    let (dims, strides) = unsigned(name, dims, strides)?;
+    if forms.iter().any(|f| f.dims == dims && strides_match(&dims, &strides, &f.strides)) {
+        return Ok(extent(&dims, &strides));
+    }
+    let first = &forms[0];
+    if forms.iter().all(|f| f.dims != dims) {
+        return Err(Error::invalid(name, format!("shape {} ({})", fmt_tuple(&first.dims), first.what), fmt_tuple(&dims)));
+    }
+    Err(Error::invalid(name, format!("strides {}{hint}", fmt_tuple(&first.strides)), format!("strides {}", fmt_tuple(&strides))))
+}
+
+impl DecodeShape {
+    /// A contiguous view of exactly `want` dims (named by `what`): Q, O,
+    /// new rows, lengths and the like.
+    fn dense_view(name: &str, dims: &[i64], strides: &[i64], want: Vec<u64>, what: &'static str) -> Result<u64> {
+        let strides_want = contiguous(&want);
+        let form = Form { dims: want, strides: strides_want, what };
+        let (d, s) = unsigned(name, dims, strides)?;
+        if d != form.dims {
+            return Err(Error::invalid(name, format!("shape {} ({what})", fmt_tuple(&form.dims)), fmt_tuple(&d)));
+        }
+        if !strides_match(&d, &s, &form.strides) {
+            return Err(Error::invalid(name, format!("a contiguous tensor (strides {})", fmt_tuple(&form.strides)), format!("strides {}", fmt_tuple(&s))));
+        }
+        Ok(extent(&d, &s))
+    }
+
+    /// Checks a view of Q, O (`heads` = `num_q_heads`) or new K / V rows
+    /// (`num_kv_heads`): `[batch, q_len, heads, head_dim]`, contiguous.
+    pub fn check_rows_view(&self, name: &str, heads: u32, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        let want = vec![self.batch as u64, self.q_len as u64, heads as u64, self.head_dim as u64];
+        Self::dense_view(name, dims, strides, want, "batch, q_len, heads, head_dim")
+    }
+
+    /// Checks a view of per-sequence figures (device lengths, first keys):
+    /// `[batch]`, contiguous.
+    pub fn check_per_sequence_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        Self::dense_view(name, dims, strides, vec![self.batch as u64], "batch")
+    }
+
+    /// Checks a view of a K or V cache in the shape's layout, its elements
+    /// the format's storage (int4: bytes of two values) or, `plain`, 16-bit
+    /// values (a plain copy of the rows): `[batch, max_seq_len, Hkv, D]`
+    /// (token-major) or `[batch, Hkv, max_seq_len, D]` (head-major) with
+    /// the layout's strides (a strided layout takes either), or a paged
+    /// pool's `[num_pages, page_size, Hkv, D]` / `[num_pages, Hkv,
+    /// page_size, D]`; `head_dim` contiguous.
+    pub fn check_cache_view(&self, name: &str, dims: &[i64], strides: &[i64], plain: bool) -> Result<u64> {
+        let per = if plain || self.kv_format.bits() != 4 { 1 } else { 2 };
+        if self.head_dim % per != 0 {
+            return Err(Error::invalid("head_dim", format!("a multiple of {per}"), self.head_dim));
+        }
+        let s = self.kv_strides_checked().ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;
+        let per = per as u64;
+        if [s.batch, s.token, s.head].iter().any(|x| x % per != 0) {
+            return Err(Error::invalid("kv_layout", format!("strides that are multiples of {per} values (whole bytes)"), fmt_tuple(&[s.batch, s.token, s.head])));
+        }
+        let (sb, st, sh, d) = (s.batch / per, s.token / per, s.head / per, self.head_dim as u64 / per);
+        if dims.len() != 4 {
+            return Err(Error::invalid(name, "a 4-D tensor", format!("{}-D", dims.len())));
+        }
+        if strides.len() == 4 && strides[3] != 1 && dims[3] > 1 {
+            return Err(Error::invalid(name, "a tensor whose last dimension is contiguous (stride 1)", format!("stride {}", strides[3])));
+        }
+        let (b, l, h) = (self.batch as u64, self.max_seq_len as u64, self.num_kv_heads as u64);
+        let nhd = Form { dims: vec![b, l, h, d], strides: vec![sb, st, sh, 1], what: "batch, max_seq_len, num_kv_heads, head_dim" };
+        let hnd = Form { dims: vec![b, h, l, d], strides: vec![sb, sh, st, 1], what: "batch, num_kv_heads, max_seq_len, head_dim" };
+        let (forms, hint) = match self.kv_layout {
+            KvLayout::Nhd => (vec![nhd], "; a tensor of other strides needs the strided layout with them"),
+            KvLayout::Hnd => (vec![hnd], "; a tensor of other strides needs the strided layout with them"),
+            KvLayout::Strided { .. } => (vec![nhd, hnd], ""),
+            KvLayout::Paged { page_size, num_pages, order, .. } => {
+                let (n, p) = (num_pages as u64, page_size as u64);
+                let form = match order {
+                    PageOrder::TokenMajor => Form { dims: vec![n, p, h, d], strides: vec![sb, st, sh, 1], what: "num_pages, page_size, num_kv_heads, head_dim" },
+                    PageOrder::HeadMajor => Form { dims: vec![n, h, p, d], strides: vec![sb, sh, st, 1], what: "num_pages, num_kv_heads, page_size, head_dim" },
+                };
+                (vec![form], "")
+            }
+        };
+        one_of(name, dims, strides, &forms, hint)
+    }
+
+    /// The dims of a quantized cache's side data and their names: one entry
+    /// per (sequence or page, kv head, token), `[batch, Hkv, max_seq_len
+    /// rounded up to 4]` or `[num_pages, Hkv, page_size]`; int4's entries
+    /// are a trailing dimension of one u32 word per group (an fp16 scale and
+    /// an fp16 zero). `None` for formats without side rows (16-bit, and fp8
+    /// per tensor, whose scale is one f32).
+    pub fn side_dims(&self) -> Option<(Vec<u64>, &'static str)> {
+        let entry = self.kv_format.side_bytes(self.head_dim);
+        if entry == 0 || self.kv_format.tensor_scaled() {
+            return None;
+        }
+        let h = self.num_kv_heads as u64;
+        let (mut dims, mut what) = match self.kv_layout {
+            KvLayout::Paged { page_size, num_pages, .. } => (vec![num_pages as u64, h, page_size as u64], "num_pages, num_kv_heads, page_size"),
+            _ => (vec![self.batch as u64, h, self.side_strides().head], "batch, num_kv_heads, max_seq_len rounded up to 4"),
+        };
+        if entry / 4 > 1 {
+            dims.push(entry as u64 / 4);
+            what = match self.kv_layout {
+                KvLayout::Paged { .. } => "num_pages, num_kv_heads, page_size, groups",
+                _ => "batch, num_kv_heads, max_seq_len rounded up to 4, groups",
+            };
+        }
+        Some((dims, what))
+    }
+
+    /// Checks a view of a quantized cache's side data ([`DecodeShape::side_dims`],
+    /// contiguous; entries of 4 bytes: int8's and fp8's f32 scales, int4's
+    /// u32 words), or of a per-tensor fp8 scale (one element).
+    pub fn check_side_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        if self.kv_format.tensor_scaled() {
+            let (d, _) = unsigned(name, dims, strides)?;
+            let n: u64 = d.iter().product();
+            if n != 1 {
+                return Err(Error::invalid(name, "one float32 scale (a per-tensor fp8 cache)", format!("{n} elements")));
+            }
+            return Ok(1);
+        }
+        let (want, what) = self.side_dims().ok_or_else(|| Error::invalid(name, format!("no side data (a {} cache has none)", self.kv_format.name()), "a tensor"))?;
+        Self::dense_view(name, dims, strides, want, what)
+    }
+}
