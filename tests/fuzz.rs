@@ -455,7 +455,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     let starts = case.shape.key_ranges.then(|| starts_of(case.seed, &case.seq_lens, case.shape.q_len, case.capacity));
     let Some(gpu) = gpu else {
         let (sinks, slopes) = common::head_values(&case.shape, 0);
-        let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref(), seq_starts: starts.as_deref() };
+        let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref(), seq_starts: starts.as_deref(), tree: None };
         let r = decode_attn::reference::decode_attention_with(&case.shape, &case.seq_lens, &q, &k, &v, &heads, &(0..case.shape.batch as usize).collect::<Vec<_>>(), threads());
         r.map_err(|e| e.to_string())?;
         tally.borrow_mut().passed += 1;

@@ -83,3 +83,67 @@ fn parallel_reference_equals_the_serial_one() {
     let par = decode_attn::reference::decode_attention_threads(&shape, &lens, &q, &k, &v, &all, 3).unwrap();
     assert!(serial.iter().zip(&par).all(|(a, b)| a.to_bits() == b.to_bits()));
 }
+
+/// The reference of a draft tree (speculative decoding; the kernels do
+/// not take trees yet): a chain (token i sees tokens 0..=i at positions
+/// len − q_len + i) is the causal step bit for bit, with and without a
+/// window and ALiBi; a token of a tree attends to the prefix and to the
+/// new tokens its mask names and no others (changing another's K and V
+/// leaves its row unchanged, changing one it sees changes it); masks
+/// without a token's own bit and positions outside its sequence's new
+/// tokens are errors naming the entry.
+#[test]
+fn a_draft_tree_sees_the_prefix_and_its_ancestors_and_a_chain_is_the_causal_step() {
+    use decode_attn::reference::{decode_attention_with, HeadInputs, TreeInputs};
+    let ql = 4usize;
+    let lens = [40u32, 9];
+    let chain_masks: Vec<u8> = (0..2).flat_map(|_| (0..ql).map(|i| ((1u16 << (i + 1)) - 1) as u8)).collect();
+    let chain_pos: Vec<u32> = lens.iter().flat_map(|&l| (0..ql as u32).map(move |i| l - ql as u32 + i)).collect();
+    let slopes = [0.25f32, 0.5, 0.125, 1.0];
+    for (window, alibi) in [(None, false), (Some(5), false), (None, true), (Some(2), true)] {
+        let shape = DecodeShape { window, alibi, ..DecodeShape::bf16(2, 4, 2, 64, ql as u32, 40) };
+        let mut rng = Rng::new(17);
+        let q = random_values(&mut rng, shape.q_elems() as usize, 64, Distribution::Normal);
+        let kv = shape.kv_elems_required().unwrap() as usize;
+        let k = random_values(&mut rng, kv, 64, Distribution::HeavyTailed);
+        let v = random_values(&mut rng, kv, 64, Distribution::Normal);
+        let heads = HeadInputs { alibi_slopes: alibi.then_some(&slopes[..]), ..Default::default() };
+        let run = |tree: Option<TreeInputs>, k: &[f32], v: &[f32]| decode_attention_with(&shape, &lens, &q, k, v, &HeadInputs { tree, ..heads }, &[0, 1], 1).unwrap();
+        let causal = run(None, &k, &v);
+        assert_eq!(run(Some(TreeInputs { masks: &chain_masks, positions: &chain_pos }), &k, &v), causal, "a chain is the causal step (window {window:?}, alibi {alibi})");
+        // A tree of root 0 with children 1 and 2, and 3 under 1: depths 0, 1, 1, 2.
+        let tree_masks: Vec<u8> = (0..2).flat_map(|_| [0b0001u8, 0b0011, 0b0101, 0b1011]).collect();
+        let tree_pos: Vec<u32> = lens.iter().flat_map(|&l| [0u32, 1, 1, 2].map(|depth| l - ql as u32 + depth)).collect();
+        let tree = TreeInputs { masks: &tree_masks, positions: &tree_pos };
+        let base = run(Some(tree), &k, &v);
+        let d = 64usize;
+        let st = shape.kv_strides();
+        // Token 2 does not see token 1 (its sibling) or 3: their rows may change.
+        let (b, hkv) = (0usize, 0usize);
+        let mut k2 = k.clone();
+        let mut v2 = v.clone();
+        for j in [1usize, 3] {
+            let at = (b as u64 * st.batch + (lens[b] as u64 - ql as u64 + j as u64) * st.token + hkv as u64 * st.head) as usize;
+            k2[at..at + d].iter_mut().for_each(|x| *x += 3.0);
+            v2[at..at + d].iter_mut().for_each(|x| *x -= 2.0);
+        }
+        let changed = run(Some(tree), &k2, &v2);
+        let row = |out: &[f64], i: usize, h: usize| out[((b * ql + i) * 4 + h) * d..][..d].to_vec();
+        for h in 0..2 {
+            // Query heads 0 and 1 read kv head 0.
+            assert_eq!(row(&changed, 2, h), row(&base, 2, h), "token 2 sees neither its sibling nor 3");
+            assert_eq!(row(&changed, 0, h), row(&base, 0, h), "the root sees no new token but itself");
+            assert_ne!(row(&changed, 1, h), row(&base, 1, h), "token 1 sees itself");
+            assert_ne!(row(&changed, 3, h), row(&base, 3, h), "token 3 sees its parent 1");
+        }
+        // Errors: a mask without the token's own bit; a position past the sequence.
+        let mut bad = tree_masks.clone();
+        bad[5] = 0b0001;
+        let e = decode_attention_with(&shape, &lens, &q, &k, &v, &HeadInputs { tree: Some(TreeInputs { masks: &bad, positions: &tree_pos }), ..heads }, &[0, 1], 1).unwrap_err().to_string();
+        assert!(e.contains("tree_masks[5]") && e.contains("bit 1 set"), "{e}");
+        let mut far = tree_pos.clone();
+        far[6] = lens[1];
+        let e = decode_attention_with(&shape, &lens, &q, &k, &v, &HeadInputs { tree: Some(TreeInputs { masks: &tree_masks, positions: &far }), ..heads }, &[0, 1], 1).unwrap_err().to_string();
+        assert!(e.contains("tree_positions[6]"), "{e}");
+    }
+}

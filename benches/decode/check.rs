@@ -71,7 +71,7 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
         };
         let o = to_f32(&download::<u16>(at(&set.o, q_seq), q_seq)?, shape.dtype);
         let lens = [plan.seq_lens()[b]];
-        let heads = decode_attn::reference::HeadInputs { sinks: set.sinks.as_ref().map(|(h, _)| &h[..]), alibi_slopes: set.slopes.as_ref().map(|(h, _)| &h[..]), seq_starts: None };
+        let heads = decode_attn::reference::HeadInputs { sinks: set.sinks.as_ref().map(|(h, _)| &h[..]), alibi_slopes: set.slopes.as_ref().map(|(h, _)| &h[..]), seq_starts: None, tree: None };
         let r = decode_attn::reference::decode_attention_with(&one, &lens, &q, &k, &v, &heads, &[0], threads).map_err(|e| e.to_string())?;
         let c = decode_attn::reference::relative_l2_error(&o, &r).map_err(|e| e.to_string())?;
         if c.nonfinite {

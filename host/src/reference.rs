@@ -49,6 +49,25 @@ pub struct HeadInputs<'a> {
     /// Sequence b sees keys from `seq_starts[b]` on (read, as the kernels
     /// read device starts, as at most `seq_lens[b] − q_len`).
     pub seq_starts: Option<&'a [u32]>,
+    /// A speculative-decoding draft tree over each sequence's new tokens
+    /// (`docs/design/open-variants.md`, "The tree mask"); `None`: the new
+    /// tokens are a chain (causal among themselves).
+    pub tree: Option<TreeInputs<'a>>,
+}
+
+/// A draft tree per sequence, on the host: new token `i` of sequence `b`
+/// sees the cached prefix (the first `len − q_len` keys) and the new
+/// tokens its mask names (its ancestors and itself), and sits at its own
+/// position, which the window and ALiBi measure from. A chain (mask of
+/// token `i`: bits `0..=i`; position `len − q_len + i`) is the causal step.
+#[derive(Clone, Copy, Debug)]
+pub struct TreeInputs<'a> {
+    /// `[batch, q_len]`: bit `j` of entry `(b, i)` set when new token `i`
+    /// sees new token `j`; bit `i` must be set (a token sees itself).
+    pub masks: &'a [u8],
+    /// `[batch, q_len]`: each new token's position, the prefix length plus
+    /// its depth in the tree (`len − q_len ≤ position < len`).
+    pub positions: &'a [u32],
 }
 
 /// As [`decode_attention_threads`], with the variant's per-head inputs
@@ -91,6 +110,9 @@ pub fn decode_attention_with(
         (true, None) => return Err(Error::invalid("seq_starts", "one first key per sequence (the shape has key_ranges)", "none")),
         (false, Some(_)) => return Err(Error::invalid("seq_starts", "none (the shape has key_ranges = false)", "values")),
         (false, None) => {}
+    }
+    if let Some(tree) = heads.tree {
+        check_tree(shape, seq_lens, &tree)?;
     }
     let d = shape.head_dim as usize;
     let rows_per_seq = shape.q_len as usize * shape.num_q_heads as usize;
@@ -160,12 +182,34 @@ fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: 
     Ok(())
 }
 
+/// A tree's masks and positions: one per new token of every sequence, each
+/// token seeing itself, each position within its sequence's new tokens.
+fn check_tree(shape: &DecodeShape, seq_lens: &[u32], tree: &TreeInputs) -> Result<()> {
+    let (batch, ql) = (shape.batch as usize, shape.q_len as usize);
+    for (name, len) in [("tree_masks", tree.masks.len()), ("tree_positions", tree.positions.len())] {
+        ensure(len >= batch * ql, name, format!("{} values ([batch, q_len])", batch * ql), len)?;
+    }
+    for b in 0..batch {
+        let prefix = seq_lens[b] - shape.q_len;
+        for i in 0..ql {
+            let at = b * ql + i;
+            ensure(tree.masks[at] & (1 << i) != 0, format!("tree_masks[{at}]"), format!("bit {i} set (new token {i} sees itself)"), format!("{:#010b}", tree.masks[at]))?;
+            let pos = tree.positions[at];
+            ensure((prefix..seq_lens[b]).contains(&pos), format!("tree_positions[{at}]"), format!("a position in {prefix}..{} (the prefix length plus a depth below q_len)", seq_lens[b]), pos)?;
+        }
+    }
+    Ok(())
+}
+
 /// Output row (sequence `b` of length `len`, new token `i`, query head `h`):
 /// the query at position `p = len − q_len + i` sees keys `t ≤ p` (and, with
 /// a window `W`, `t ≥ p − W`; with key ranges, `t ≥ min(start_b, len −
 /// q_len)`); logit `scale · q·k`, soft-capped
 /// (`c · tanh(x / c)`) or plus ALiBi's `slope_h · (t − p)`; a sink adds
-/// `exp(s_h − m)` to the denominator.
+/// `exp(s_h − m)` to the denominator. With a draft tree, `p` is the
+/// token's position and the new tokens it sees are those its mask names,
+/// each at its own position (the window and ALiBi measure from those);
+/// keys in order, so that a chain gives the causal row bit for bit.
 #[allow(clippy::too_many_arguments)]
 fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, h: usize, q: &[f32], k: &[f32], v: &[f32], logits: &mut Vec<f64>, out: &mut [f64]) {
     let d = shape.head_dim as usize;
@@ -174,21 +218,35 @@ fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, 
     let kvh = h / shape.group_size() as usize;
     let st = shape.kv_strides();
     let scale = shape.softmax_scale() as f64;
-    let pos = len - ql + i;
-    let own = heads.seq_starts.map_or(0, |s| (s[b] as usize).min(len - ql));
+    let prefix = len - ql;
+    // The keys the row sees, each with its position: the prefix's from the
+    // first the window and key range leave, then the new tokens it sees.
+    let (pos, sees): (usize, Box<dyn Fn(usize) -> bool>) = match heads.tree {
+        None => (prefix + i, Box::new(move |j| j <= i)),
+        Some(tree) => {
+            let mask = tree.masks[b * ql + i];
+            (tree.positions[b * ql + i] as usize, Box::new(move |j| mask & (1 << j) != 0))
+        }
+    };
+    let key_pos = |t: usize| match heads.tree {
+        Some(tree) if t >= prefix => tree.positions[b * ql + t - prefix] as usize,
+        _ => t,
+    };
+    let own = heads.seq_starts.map_or(0, |s| (s[b] as usize).min(prefix));
     let first = shape.window.map_or(0, |w| pos.saturating_sub(w as usize)).max(own);
+    let keys: Vec<usize> = (first.min(prefix)..prefix).chain((0..ql).filter(|&j| sees(j)).map(|j| prefix + j).filter(|&t| key_pos(t) >= first)).collect();
     let slope = heads.alibi_slopes.map_or(0.0, |s| s[h] as f64);
     let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
     let row_at = |t: usize| (b as u64 * st.batch + t as u64 * st.token + kvh as u64 * st.head) as usize;
     logits.clear();
-    logits.extend((first..=pos).map(|t| {
+    logits.extend(keys.iter().map(|&t| {
         let krow = &k[row_at(t)..][..d];
         let x = scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>();
         let x = match shape.soft_cap {
             Some(cap) => cap as f64 * (x / cap as f64).tanh(),
             None => x,
         };
-        x + slope * (t as f64 - pos as f64)
+        x + slope * (key_pos(t) as f64 - pos as f64)
     }));
     let sink = heads.sinks.map(|s| s[h] as f64);
     if sink == Some(f64::INFINITY) {
@@ -198,7 +256,7 @@ fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, 
     let max = logits.iter().copied().chain(sink).fold(f64::NEG_INFINITY, f64::max);
     let mut denom = sink.map_or(0.0, |s| (s - max).exp());
     out.fill(0.0);
-    for (t, &s) in (first..).zip(logits.iter()) {
+    for (&t, &s) in keys.iter().zip(logits.iter()) {
         let p = (s - max).exp();
         denom += p;
         for (o, &x) in out.iter_mut().zip(&v[row_at(t)..][..d]) {

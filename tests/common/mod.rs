@@ -94,6 +94,7 @@ impl HeadBufs {
             sinks: self.sinks.as_ref().map(|(h, _)| &h[..]),
             alibi_slopes: self.slopes.as_ref().map(|(h, _)| &h[..]),
             seq_starts: self.starts.as_ref().map(|(h, _)| &h[..]),
+            tree: None,
         }
     }
 }

@@ -365,7 +365,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             })
             .collect();
         let q = &q_all[s * q_elems..(s + 1) * q_elems];
-        let heads = reference::HeadInputs { sinks: sinks_host.as_deref(), alibi_slopes: slopes_host.as_deref(), seq_starts: case.starts.as_deref() };
+        let heads = reference::HeadInputs { sinks: sinks_host.as_deref(), alibi_slopes: slopes_host.as_deref(), seq_starts: case.starts.as_deref(), tree: None };
         let all: Vec<usize> = (0..batch as usize).collect();
         let reference = reference::decode_attention_with(&contig, &lens, q, &k_eff, &v_eff, &heads, &all, 1).map_err(err)?;
         let cmp = reference::relative_l2_error(&out, &reference).map_err(err)?;
