@@ -27,7 +27,10 @@ fn built_executables(cmd: &mut Command) -> Result<Vec<PathBuf>, String> {
 const RUN_SH: &str = r#"#!/usr/bin/env bash
 # decode-attn GPU bundle: needs only the NVIDIA driver (and compute-sanitizer
 # for `sanitize`). Usage:
-#   run.sh [tests] [bench] [flush] [fuzz] [soak] [sanitize]   (default: tests bench)
+#   run.sh [tests] [portable] [bench] [flush] [fuzz] [soak] [sanitize]   (default: tests bench)
+# `portable`: the GPU tests on the portable sm_80 / sm_89 kernels
+# (DECODE_ATTN_DEVICE_ARCH=sm_89; on Hopper the driver first compiles their
+# PTX: ~5 minutes on a cold cache).
 # Environment: FUZZ_CASES (per format, default 10000), FUZZ_SEED,
 # SOAK_CALLS (default 10000), BENCH_ARGS (e.g. "--quick").
 # Full logs and result files go to ./logs (or $LOGS), and when $OUT is set
@@ -50,6 +53,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 for s in $steps; do
   case $s in
     tests) step tests gpu-tests.log "$here/gpu-tests" ;;
+    portable) step portable gpu-tests-portable.log env DECODE_ATTN_DEVICE_ARCH=sm_89 "$here/gpu-tests" ;;
     bench) step bench bench.log bash -c "cd '$logs' && '$here/bench' --out '$logs' ${BENCH_ARGS:-}" ;;
     flush) step flush bench-flush.log bash -c "cd '$logs' && '$here/bench' --out '$logs' --l2 flush ${BENCH_ARGS:-}" ;;
     fuzz) step fuzz fuzz.log "$here/fuzz" --cases "${FUZZ_CASES:-10000}" ${FUZZ_SEED:+--seed $FUZZ_SEED} --regressions "$here/fuzz-regressions.txt" --require-gpu ;;
