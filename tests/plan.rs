@@ -94,6 +94,9 @@ fn portable_gpus_plan_wide_and_narrow_kernels_and_refuse_what_needs_a_later_arch
             }
         }
     }
+    // A portable GPU that claims clusters is no device the planner takes.
+    let e = DeviceInfo { max_cluster: 8, ..portable(Arch::Sm89) }.validate().unwrap_err().to_string();
+    assert!(e.contains("device.max_cluster") && e.contains("sm_89 kernels have no cluster merge"), "{e}");
     // Hopper's plans are unchanged: its own module's kernels.
     let p = plan(&grid_b, &lens, &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap();
     assert_eq!((p.family(), p.kernel_id().arch), (Family::Wide, Arch::Sm90a));
