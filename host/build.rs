@@ -69,6 +69,10 @@ fn main() {
         std::fs::write(out_dir.join(format!("{name}.ptxas-report.txt")), report).expect("write the ptxas report");
     }
     println!("cargo:rustc-env=DECODE_ATTN_PTX_FILES={}", files.join(";"));
+    // One image per architecture, in `Arch::ALL`'s order (`include_bytes!`
+    // needs literal paths: the list is written here, from `Arch::ALL`).
+    let images: String = Arch::ALL.into_iter().map(|a| format!("module_image!({:?}, {:?}),\n", a, a.name())).collect();
+    std::fs::write(out_dir.join("module_images.rs"), format!("[\n{images}]\n")).expect("write the module images");
     println!("cargo:rerun-if-changed={}", manifest.join("build").display());
     cuda_stub::build(&out_dir);
 }

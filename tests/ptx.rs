@@ -12,7 +12,7 @@ use decode_attn_abi::{
 
 /// The build's PTX text of `arch`'s module, read once.
 fn ptx(arch: Arch) -> &'static str {
-    static TEXT: [std::sync::OnceLock<String>; 3] = [const { std::sync::OnceLock::new() }; 3];
+    static TEXT: [std::sync::OnceLock<String>; Arch::ALL.len()] = [const { std::sync::OnceLock::new() }; Arch::ALL.len()];
     TEXT[arch as usize].get_or_init(|| std::fs::read_to_string(decode_attn::ptx_file(arch)).expect("the build's PTX file"))
 }
 

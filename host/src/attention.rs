@@ -69,7 +69,15 @@ impl DecodeAttention {
 
     /// The architectures this build has kernels for: the portable ones that
     /// every later GPU runs, and Hopper's own.
-    pub const ARCHS: [&'static str; 3] = [crate::MODULE_IMAGES[0].arch.name(), crate::MODULE_IMAGES[1].arch.name(), crate::MODULE_IMAGES[2].arch.name()];
+    pub const ARCHS: [&'static str; decode_attn_abi::Arch::ALL.len()] = {
+        let mut names = [""; decode_attn_abi::Arch::ALL.len()];
+        let mut i = 0;
+        while i < names.len() {
+            names[i] = decode_attn_abi::Arch::ALL[i].name();
+            i += 1;
+        }
+        names
+    };
 
     /// The kernels' architecture on this GPU (`sm_90a` on Hopper, else the
     /// portable `sm_89` or `sm_80`, whose kernels are the wide and narrow

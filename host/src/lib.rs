@@ -150,9 +150,10 @@ macro_rules! module_image {
     };
 }
 
-/// Every architecture's kernels, in `Arch::ALL`'s order.
+/// Every architecture's kernels, in `Arch::ALL`'s order (the list
+/// `build.rs` writes from it).
 #[doc(hidden)]
-pub const MODULE_IMAGES: [ModuleImage; 3] = [module_image!(Sm80, "sm_80"), module_image!(Sm89, "sm_89"), module_image!(Sm90a, "sm_90a")];
+pub const MODULE_IMAGES: [ModuleImage; decode_attn_abi::Arch::ALL.len()] = include!(concat!(env!("OUT_DIR"), "/module_images.rs"));
 
 /// The PTX files this build made (sm_80, sm_89, sm_90a; 179 MB for
 /// sm_90a, not embedded where there is a fatbin): what the tests check.

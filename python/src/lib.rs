@@ -558,8 +558,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("KV_FORMATS", KvFormat::ALL.map(KvFormat::name))?;
     m.add("QUANTIZED_KV_FORMATS", KvFormat::ALL.into_iter().filter(|f| f.is_quantized()).map(KvFormat::name).collect::<Vec<_>>())?;
     // A tuple: what the wheel carries kernels for.
-    let [a, b, c] = DecodeAttention::ARCHS;
-    m.add("ARCHS", (a, b, c))?;
+    m.add("ARCHS", pyo3::types::PyTuple::new(m.py(), DecodeAttention::ARCHS)?)?;
     m.add("HAS_FATBIN", decode_attn::ModuleSource::EMBEDDED == decode_attn::ModuleSource::Fatbin)?;
     Ok(())
 }

@@ -85,6 +85,17 @@ impl Arch {
     pub fn from_name(name: &str) -> Option<Arch> {
         Arch::ALL.into_iter().find(|a| same_name(name, a.name()))
     }
+    /// The PTX ISA feature its module is built with (`-C target-feature`),
+    /// where the target's default is too old: the portable modules' 7.8
+    /// (CUDA 11.8 drivers) for `movmatrix` and the L2 prefetch hints, 8.1
+    /// (CUDA 12.1) for sm_89's fp8 conversions; sm_90a's default is 8.0.
+    pub const fn ptx_isa(self) -> Option<&'static str> {
+        match self {
+            Arch::Sm80 => Some("+ptx78"),
+            Arch::Sm89 => Some("+ptx81"),
+            Arch::Sm90a => None,
+        }
+    }
     /// Whether the target is for one compute capability only (its PTX and
     /// cubin run there alone), rather than portable to every later one.
     pub const fn is_specific(self) -> bool {

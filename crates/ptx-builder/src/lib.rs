@@ -84,14 +84,7 @@ impl PtxBuild {
             // loops (Rust has no `#pragma unroll`).
             "-Cllvm-args=-unroll-threshold=4000".into(),
         ];
-        // The portable modules' PTX ISA: 7.8 (CUDA 11.8 drivers) for
-        // `movmatrix` and the L2 prefetch hints; 8.1 (CUDA 12.1) for the
-        // fp8 conversions on sm_89. sm_90a's default is 8.0.
-        let ptx_isa = match self.arch {
-            Arch::Sm80 => Some("+ptx78"),
-            Arch::Sm89 => Some("+ptx81"),
-            Arch::Sm90a => None,
-        };
+        let ptx_isa = self.arch.ptx_isa();
         let rustflags = rustflags.into_iter().chain(ptx_isa.map(|f| format!("-Ctarget-feature={f}"))).collect::<Vec<_>>().join("\u{1f}");
         let mut cmd = clean_env(Command::new(&tc.cargo));
         cmd.args(["build", "--release", "--message-format=json-render-diagnostics", "-Zbuild-std=core"])
