@@ -60,9 +60,11 @@ pub struct DecodeAttention {
 }
 
 impl DecodeAttention {
-    /// Loads the kernels into the current context ([`ModuleSource`]: the
-    /// compiled-ahead fatbin on the architecture it was built for, in well
-    /// under a second) and reads the device's limits.
+    /// Loads the kernels of the GPU's architecture into the current
+    /// context ([`ModuleSource`]: on Hopper, Ampere and Ada the cubins
+    /// compiled ahead, in well under a second; on a later GPU the portable
+    /// PTX, which the driver compiles once, in minutes, and caches) and
+    /// reads the device's limits. `Unsupported` before sm_80.
     pub fn new() -> Result<Self> {
         Ok(DecodeAttention { kernels: Kernels::load()? })
     }

@@ -24,8 +24,8 @@ pub struct DeviceInfo {
     pub regs_per_sm: u32,
     pub l2_bytes: u32,
     /// Most blocks per thread-block cluster a launch may use: 8 (the
-    /// portable size) on compute capability 9.0 and later with a driver
-    /// that has `cuLaunchKernelEx`, else 0 (no cluster merge).
+    /// portable size) where the GPU runs Hopper's own kernels (sm_90a) and
+    /// the driver has `cuLaunchKernelEx`, else 0 (no cluster merge).
     pub max_cluster: u32,
     /// What the driver reports of the GPU, which picks [`DeviceInfo::tuning`].
     pub facts: DeviceFacts,
