@@ -169,7 +169,9 @@ pub fn build_fatbin(ptx: &Path, arch: Arch, ptxas: &Path, cache_dir: &Path) -> R
     let hash = text.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3));
     // (`-cubin`: the fatbin's contents; fatbins that also held the PTX
     // were named by the hash alone.)
-    let contents = if arch.is_specific() { "cubin" } else { "cubin-ptx" };
+    // A portable architecture's fatbin carries its PTX beside the cubin.
+    let with_ptx = !arch.is_specific();
+    let contents = if with_ptx { "cubin-ptx" } else { "cubin" };
     let arch = arch.name();
     let stem_name = format!("decode_attn-{arch}-{hash:016x}-{contents}");
     let stem = cache_dir.join(&stem_name);
@@ -197,7 +199,7 @@ pub fn build_fatbin(ptx: &Path, arch: Arch, ptxas: &Path, cache_dir: &Path) -> R
     // driver could never need it; a portable target's PTX is what later
     // GPUs (sm_90 forced portable, Blackwell) compile.
     let mut images = vec![format!("--image3=kind=elf,sm={sm},file={}", cubin.display())];
-    if contents == "cubin-ptx" {
+    if with_ptx {
         images.push(format!("--image3=kind=ptx,sm={sm},file={}", ptx.display()));
     }
     let status = Command::new(&fatbinary)
