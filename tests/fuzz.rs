@@ -273,9 +273,10 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
         sinks: false,
         alibi: false,
         key_ranges: false,
+        tree: false,
     };
     let (window, sinks, alibi) = extras_of(d.seed, soft_cap_of(d.seed).is_some(), *lens.iter().max().unwrap());
-    let shape = DecodeShape { window, sinks, alibi, key_ranges: key_ranges_of(d.seed), ..shape };
+    let shape = DecodeShape { window, sinks, alibi, key_ranges: key_ranges_of(d.seed), tree: tree_of(d.seed, q_len, alibi, window), ..shape };
     let split = match d.split {
         SplitKind::Auto => SplitPolicy::Auto,
         SplitKind::Never => SplitPolicy::Never,
@@ -352,6 +353,14 @@ fn magnitudes_of(seed: u64, shape: &DecodeShape, dist: Distribution) -> (f32, f3
     (10f32.powi(k), 10f32.powi(v))
 }
 
+/// A sixth of the cases of two or more new tokens verify a draft tree
+/// (`common::random_tree`, from further bits of the data seed), except
+/// ALiBi's and those whose window is shorter than `q_len − 1` (neither
+/// takes a tree).
+fn tree_of(seed: u64, q_len: u32, alibi: bool, window: Option<u32>) -> bool {
+    (seed >> 30) % 6 == 5 && q_len >= 2 && !alibi && window.is_none_or(|w| w >= q_len - 1)
+}
+
 /// A quarter of the cases have per-sequence key ranges (from further bits
 /// of the data seed), with the starts of `starts_of`.
 fn key_ranges_of(seed: u64) -> bool {
@@ -391,6 +400,7 @@ struct Tally {
     sinks: u64,
     alibis: u64,
     key_ranges: u64,
+    trees: u64,
     /// Cases whose K and V were scaled (`magnitudes_of`).
     magnitudes: u64,
     /// Cases per variant combination (`variant_tag`).
@@ -455,7 +465,9 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     let starts = case.shape.key_ranges.then(|| starts_of(case.seed, &case.seq_lens, case.shape.q_len, case.capacity));
     let Some(gpu) = gpu else {
         let (sinks, slopes) = common::head_values(&case.shape, 0);
-        let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref(), seq_starts: starts.as_deref(), tree: None };
+        let tree = case.shape.tree.then(|| common::random_tree(case.shape.q_len, &case.seq_lens, 0));
+        let tree = tree.as_ref().map(|(masks, positions)| decode_attn::reference::TreeInputs { masks, positions });
+        let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref(), seq_starts: starts.as_deref(), tree };
         let r = decode_attn::reference::decode_attention_with(&case.shape, &case.seq_lens, &q, &k, &v, &heads, &(0..case.shape.batch as usize).collect::<Vec<_>>(), threads());
         r.map_err(|e| e.to_string())?;
         tally.borrow_mut().passed += 1;
@@ -526,6 +538,7 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     t.sinks += case.shape.sinks as u64;
     t.alibis += case.shape.alibi as u64;
     t.key_ranges += case.shape.key_ranges as u64;
+    t.trees += case.shape.tree as u64;
     *t.combos.entry(variant_tag(&case.shape)).or_default() += 1;
     let w = t.worst.entry(case.dist).or_insert(0.0);
     *w = w.max(cmp.rel_l2);
@@ -534,6 +547,15 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
 
 /// The case's combination of variants, for the tallies.
 fn variant_tag(s: &DecodeShape) -> &'static str {
+    if s.tree {
+        return match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.key_ranges) {
+            (_, _, _, true) => "tree+ranges",
+            (true, _, _, false) => "tree+soft-cap",
+            (false, true, _, false) => "tree+window",
+            (false, false, true, false) => "tree+sinks",
+            (false, false, false, false) => "tree",
+        };
+    }
     if s.key_ranges {
         return match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.alibi) {
             (false, false, false, false) => "ranges",
@@ -679,7 +701,7 @@ fn main() {
                     println!("  {:<5} {:<15} worst rel L2 {err:.3e}", format.name(), format!("{dist:?}"));
                 }
                 println!(
-                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped, {} windowed, {} with sinks, {} ALiBi, {} key ranges, {} with K and V scaled by 1e-6..1e3; longest sequence {}, most rows per kv head {}) in {:.0} s",
+                    "fuzz {}: {} cases passed ({} split, {} paged, {} capacity plans, {} head pairs, {} soft-capped, {} windowed, {} with sinks, {} ALiBi, {} key ranges, {} draft trees, {} with K and V scaled by 1e-6..1e3; longest sequence {}, most rows per kv head {}) in {:.0} s",
                     format.name(),
                     tally.passed,
                     tally.splits,
@@ -691,6 +713,7 @@ fn main() {
                     tally.sinks,
                     tally.alibis,
                     tally.key_ranges,
+                    tally.trees,
                     tally.magnitudes,
                     tally.longest,
                     tally.most_rows,

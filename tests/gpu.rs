@@ -18,6 +18,8 @@ mod quant;
 mod ranges;
 #[path = "gpu/magnitudes.rs"]
 mod magnitudes;
+#[path = "gpu/tree.rs"]
+mod tree;
 
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
@@ -46,7 +48,7 @@ fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u
         Dtype::Bf16 => KvFormat::Bf16,
         Dtype::F16 => KvFormat::F16,
     };
-    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None, window: None, sinks: false, alibi: false, key_ranges: false }
+    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None, window: None, sinks: false, alibi: false, key_ranges: false, tree: false }
 }
 
 /// The specification, as cases: every head ratio, head dim, q_len, length
@@ -457,6 +459,7 @@ fn main() {
     let quant_count = if filter.is_some() || !first_part { 0 } else { quant_cases(sanitize).len() + KvFormat::ALL.iter().filter(|f| f.is_quantized()).count() };
     let range_cases: Vec<ranges::RangeCase> = in_part(ranges::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
     let magnitude_cases: Vec<magnitudes::MagnitudeCase> = in_part(magnitudes::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
+    let tree_cases: Vec<tree::TreeCase> = in_part(tree::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
     let graph_cases: Vec<graph::GraphCase> = in_part(
         graph::cases()
             .into_iter()
@@ -469,7 +472,7 @@ fn main() {
         Ok(ctx) => ctx,
         Err(why) => {
             let example = usize::from(filter.is_none() && first_part);
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + magnitude_cases.len() + example);
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + magnitude_cases.len() + tree_cases.len() + example);
             plan_on_cpu(&cases);
             return;
         }
@@ -516,6 +519,10 @@ fn main() {
     }
     for (i, case) in magnitude_cases.iter().enumerate() {
         let ok = outcome(&case.name, case.shape.kv_format, case.family, &|| magnitudes::run(&attn, &stream, case, 11000 + i as u64), &mut worst);
+        if ok { passed += 1 } else { failed += 1 }
+    }
+    for (i, case) in tree_cases.iter().enumerate() {
+        let ok = outcome(&case.name, case.shape.kv_format, case.family, &|| tree::run(&attn, &stream, case, 13000 + i as u64), &mut worst);
         if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in graph_cases.iter().enumerate() {

@@ -59,6 +59,10 @@ fn bufs_for(shape: &DecodeShape, q_len: usize, kv_len: usize, ws: usize) -> RunB
         seq_starts: None,
         sinks: shape.sinks.then(|| d(8 << 40, shape.num_q_heads as usize, ElemType::F32)),
         alibi_slopes: shape.alibi.then(|| d(9 << 40, shape.num_q_heads as usize, ElemType::F32)),
+        tree: shape.tree.then(|| {
+            let n = (shape.batch * shape.q_len) as usize;
+            (d(10 << 40, n, ElemType::U8), d(11 << 40, n, ElemType::U32))
+        }),
     }
 }
 
@@ -291,12 +295,13 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
     let quantized = prop_oneof![7 => Just(None), 3 => prop::sample::select(vec![KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128]).prop_map(Some)];
     // Soft-caps: mostly none, some ordinary, some invalid or extreme.
     let soft_cap = prop_oneof![24 => Just(None), 4 => (0.5f32..100.0).prop_map(Some), 1 => prop::sample::select(vec![0.0, -1.0, f32::NAN, f32::INFINITY, f32::MAX, f32::MIN_POSITIVE, 1e-30]).prop_map(Some)];
-    // Windows: mostly none, some ordinary, some invalid or extreme; sinks
-    // and ALiBi now and then (ALiBi with a soft-cap is an error).
+    // Windows: mostly none, some ordinary, some invalid or extreme; sinks,
+    // ALiBi and draft trees now and then (ALiBi with a soft-cap or a tree
+    // is an error, as is a tree with a window below q_len − 1).
     let window = prop_oneof![6 => Just(None), 3 => (1u32..200_000).prop_map(Some), 1 => prop::sample::select(vec![0, 1, u32::MAX, u32::MAX - 1]).prop_map(Some)];
-    let extras = (window, prop::bool::weighted(0.2), prop::bool::weighted(0.15));
+    let extras = (window, prop::bool::weighted(0.2), prop::bool::weighted(0.15), prop::bool::weighted(0.15));
     let kinds = (any::<bool>(), prop::bool::weighted(0.1), layout(), (scale(), soft_cap, extras), quantized);
-    (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, (scale, soft_cap, (window, sinks, alibi)), quantized))| {
+    (dims, rest, kinds).prop_map(|((batch, group, hkv), (d, q_len, cap), (f16, mismatch, kv_layout, (scale, soft_cap, (window, sinks, alibi, tree)), quantized))| {
         let dtype = if f16 { Dtype::F16 } else { Dtype::Bf16 };
         let same = quantized.unwrap_or(if f16 { KvFormat::F16 } else { KvFormat::Bf16 });
         let other = if f16 { KvFormat::Bf16 } else { KvFormat::F16 };
@@ -316,6 +321,7 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
             sinks,
             alibi,
             key_ranges: false,
+            tree,
         }
     })
 }
@@ -1008,6 +1014,38 @@ fn a_capacity_steps_starts_are_required_exactly_for_shapes_with_key_ranges() {
     b.seq_lens = Some(BufferDesc { addr: 0x7000_0000, len: 4, elem: ElemType::U32 });
     b.seq_starts = Some(BufferDesc { addr: b.o.addr, len: 4, elem: ElemType::U32 });
     rejects(decode_attn::check::check_buffers(&p, &b), "o");
+}
+
+/// A draft tree (`DecodeShape::tree`): not with ALiBi, with a window of at
+/// least q_len − 1 keys; on the masked (or soft-cap) kernels; its masks
+/// (`[batch, q_len]` u8) and positions (`[batch, q_len]` u32, 4-byte
+/// aligned) required exactly when the shape has one, and never where the
+/// kernels write.
+#[test]
+fn a_draft_tree_is_checked_with_its_shape_and_required_exactly_when_it_has_one() {
+    use decode_attn::Variant;
+    let plain = DecodeShape::bf16(4, 8, 2, 128, 5, 100);
+    let tree = DecodeShape { tree: true, ..plain.clone() };
+    tree.validate().unwrap();
+    assert_eq!(tree.variant(), Variant::MaskedTree);
+    assert_eq!(DecodeShape { soft_cap: Some(30.0), ..tree.clone() }.variant(), Variant::SoftCapTree);
+    rejects(DecodeShape { alibi: true, ..tree.clone() }.validate(), "tree");
+    rejects(DecodeShape { window: Some(3), ..tree.clone() }.validate(), "window");
+    DecodeShape { window: Some(4), sinks: true, ..tree.clone() }.validate().unwrap();
+    DecodeShape { window: Some(3), ..plain.clone() }.validate().unwrap();
+    let p = decode_attn::plan::plan(&tree, &[100, 5, 17, 60], &DEV, &KERNEL, &PlanOptions::default()).unwrap();
+    let b = bufs_for(&tree, tree.q_elems() as usize, tree.kv_elems_required().unwrap() as usize, p.workspace_bytes());
+    decode_attn::check::check_buffers(&p, &b).unwrap();
+    let (masks, positions) = b.tree.unwrap();
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: None, ..b }), "tree");
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((BufferDesc { len: 19, ..masks }, positions)), ..b }), "tree_masks");
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((masks, BufferDesc { elem: ElemType::U8, len: 80, ..positions })), ..b }), "tree_positions");
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((masks, BufferDesc { addr: positions.addr + 2, ..positions })), ..b }), "tree_positions");
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((BufferDesc { addr: 0, ..masks }, positions)), ..b }), "tree_masks");
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((BufferDesc { addr: b.o.addr, ..masks }, positions)), ..b }), "o");
+    // A tree given to a plan without one.
+    let p = decode_attn::plan::plan(&plain, &[100, 5, 17, 60], &DEV, &KERNEL, &PlanOptions::default()).unwrap();
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((masks, positions)), ..bufs_for(&plain, plain.q_elems() as usize, plain.kv_elems_required().unwrap() as usize, p.workspace_bytes()) }), "tree");
 }
 
 /// `append_rows`: 1..=capacity rows, strides of whole 16-byte rows, and

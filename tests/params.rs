@@ -13,7 +13,7 @@ const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thr
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 
 fn addrs() -> LaunchAddrs {
-    LaunchAddrs { q: 0x1000, k: 0x10_0000, v: 0x20_0000, o: 0x2000, k_side: 0, v_side: 0, workspace: 0x100_0000, step_seq_lens: 0, step_block_table: 0, sinks: 0, alibi_slopes: 0, step_seq_starts: 0 }
+    LaunchAddrs { q: 0x1000, k: 0x10_0000, v: 0x20_0000, o: 0x2000, k_side: 0, v_side: 0, workspace: 0x100_0000, step_seq_lens: 0, step_block_table: 0, sinks: 0, alibi_slopes: 0, step_seq_starts: 0, tree_masks: 0, tree_positions: 0 }
 }
 
 fn opts(split: SplitPolicy) -> PlanOptions {

@@ -796,9 +796,9 @@ fn ranged(batch: u32, q_len: u32, cap: u32) -> DecodeShape {
 }
 
 #[test]
-fn key_ranges_run_the_windowed_kernels_and_read_from_each_sequences_start_aligned_down() {
+fn key_ranges_run_the_masked_kernels_and_read_from_each_sequences_start_aligned_down() {
     let shape = ranged(3, 2, 4096);
-    assert_eq!(shape.variant(), decode_attn::Variant::Windowed);
+    assert_eq!(shape.variant(), decode_attn::Variant::Masked);
     let (starts, lens) = ([0u32, 9, 1000], [4096u32, 700, 1002]);
     for policy in [SplitPolicy::Never, SplitPolicy::ChunkKeys(256), SplitPolicy::Auto] {
         let p = decode_attn::plan::plan_key_ranges(&shape, &starts, &lens, None, &DeviceInfo::H100_SXM, &KERNEL, &opts(policy)).unwrap();

@@ -84,14 +84,15 @@ fn parallel_reference_equals_the_serial_one() {
     assert!(serial.iter().zip(&par).all(|(a, b)| a.to_bits() == b.to_bits()));
 }
 
-/// The reference of a draft tree (speculative decoding; the kernels do
-/// not take trees yet): a chain (token i sees tokens 0..=i at positions
+/// The reference of a draft tree (speculative decoding): a chain (token i
+/// sees tokens 0..=i at positions
 /// len − q_len + i) is the causal step bit for bit, with and without a
 /// window and ALiBi; a token of a tree attends to the prefix and to the
 /// new tokens its mask names and no others (changing another's K and V
 /// leaves its row unchanged, changing one it sees changes it); masks
-/// without a token's own bit and positions outside its sequence's new
-/// tokens are errors naming the entry.
+/// without a token's own bit or with a later token's, and positions
+/// outside the prefix length plus the token's index, are errors naming the
+/// entry.
 #[test]
 fn a_draft_tree_sees_the_prefix_and_its_ancestors_and_a_chain_is_the_causal_step() {
     use decode_attn::reference::{decode_attention_with, HeadInputs, TreeInputs};
@@ -145,5 +146,13 @@ fn a_draft_tree_sees_the_prefix_and_its_ancestors_and_a_chain_is_the_causal_step
         far[6] = lens[1];
         let e = decode_attention_with(&shape, &lens, &q, &k, &v, &HeadInputs { tree: Some(TreeInputs { masks: &tree_masks, positions: &far }), ..heads }, &[0, 1], 1).unwrap_err().to_string();
         assert!(e.contains("tree_positions[6]"), "{e}");
+        let mut later = tree_masks.clone();
+        later[1] = 0b0111;
+        let e = decode_attention_with(&shape, &lens, &q, &k, &v, &HeadInputs { tree: Some(TreeInputs { masks: &later, positions: &tree_pos }), ..heads }, &[0, 1], 1).unwrap_err().to_string();
+        assert!(e.contains("tree_masks[1]") && e.contains("no bit above 1"), "{e}");
+        let mut deep = tree_pos.clone();
+        deep[5] = lens[1] - ql as u32 + 2;
+        let e = decode_attention_with(&shape, &lens, &q, &k, &v, &HeadInputs { tree: Some(TreeInputs { masks: &tree_masks, positions: &deep }), ..heads }, &[0, 1], 1).unwrap_err().to_string();
+        assert!(e.contains("tree_positions[5]") && e.contains("depth of at most 1"), "{e}");
     }
 }

@@ -78,7 +78,7 @@ fn buffers(shape: &DecodeShape) -> RunBuffers {
     let kv = shape.kv_elems_required().unwrap() as usize;
     let d = |addr, len| BufferDesc { addr, len, elem: ElemType::Bf16 };
     let workspace = BufferDesc { addr: 0x10000000, len: 1 << 20, elem: ElemType::U8 };
-    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace, k_side: None, v_side: None, seq_lens: None, block_table: None, seq_starts: None, sinks: None, alibi_slopes: None }
+    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace, k_side: None, v_side: None, seq_lens: None, block_table: None, seq_starts: None, sinks: None, alibi_slopes: None, tree: None }
 }
 
 #[test]

@@ -483,6 +483,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         sinks: v.sinks,
         alibi: v.alibi,
         key_ranges: false,
+        tree: false,
     };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);

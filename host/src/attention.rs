@@ -386,6 +386,7 @@ impl DecodeAttention {
                 seq_starts: step.and_then(|s| s.seq_starts.as_ref().map(TensorRef::desc)),
                 sinks: cache.sinks.as_ref().map(TensorRef::desc),
                 alibi_slopes: cache.alibi_slopes.as_ref().map(TensorRef::desc),
+                tree: cache.tree.as_ref().map(|(m, p)| (m.desc(), p.desc())),
             },
         )?;
         let shape = plan.shape();
@@ -434,6 +435,8 @@ impl DecodeAttention {
             sinks: cache.sinks.map_or(0, |t| t.addr),
             alibi_slopes: cache.alibi_slopes.map_or(0, |t| t.addr),
             step_seq_starts: step.and_then(|s| s.seq_starts).map_or(0, |t| t.addr),
+            tree_masks: cache.tree.map_or(0, |(m, _)| m.addr),
+            tree_positions: cache.tree.map_or(0, |(_, p)| p.addr),
         };
         let params = decode_params(plan, &addrs);
         // SAFETY: the grid, block and shared memory are the plan's; every

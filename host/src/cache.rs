@@ -9,9 +9,9 @@ use crate::tensor::{BufferDesc, ElemType, TensorMut, TensorRef};
 
 /// A KV cache as the kernels read it: K and V values in the shape's layout
 /// and, for quantized formats, their per-row scales (`docs/formats.md`);
-/// and the layer's per-head inputs of its variant — sinks and ALiBi slopes
-/// — device arrays read at each run (a captured CUDA graph sees their
-/// current values).
+/// and the inputs of its variant — the layer's sinks and ALiBi slopes, the
+/// step's draft tree — device arrays read at each run (a captured CUDA
+/// graph sees their current values).
 #[derive(Clone, Copy, Debug)]
 pub struct KvCache<'a> {
     pub k: TensorRef<'a>,
@@ -24,12 +24,16 @@ pub struct KvCache<'a> {
     /// `[num_q_heads]` f32 ALiBi slopes: required when the plan's shape has
     /// `alibi`, rejected otherwise.
     pub alibi_slopes: Option<TensorRef<'a>>,
+    /// The step's draft tree (`[batch, q_len]` u8 masks, `[batch, q_len]`
+    /// u32 positions, [`DecodeShape::tree`]): required when the plan's
+    /// shape has `tree`, rejected otherwise.
+    pub tree: Option<(TensorRef<'a>, TensorRef<'a>)>,
 }
 
 impl<'a> KvCache<'a> {
     /// A bf16 / fp16 cache.
     pub fn plain(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>) -> Self {
-        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None, sinks: None, alibi_slopes: None }
+        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None, sinks: None, alibi_slopes: None, tree: None }
     }
     /// A quantized cache: its values (`u8` buffers) and side data (int8:
     /// one f32 scale per row; int4: one u32 word per group, an fp16 scale
@@ -40,7 +44,7 @@ impl<'a> KvCache<'a> {
         k_scales: impl Into<TensorRef<'a>>,
         v_scales: impl Into<TensorRef<'a>>,
     ) -> Self {
-        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()), sinks: None, alibi_slopes: None }
+        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()), sinks: None, alibi_slopes: None, tree: None }
     }
     /// An fp8 (per-tensor) cache: its e4m3 values (`u8` buffers) and K's
     /// and V's scales, one f32 each on the device, read at each run (a
@@ -62,6 +66,12 @@ impl<'a> KvCache<'a> {
     pub fn with_alibi_slopes(self, slopes: impl Into<TensorRef<'a>>) -> Self {
         KvCache { alibi_slopes: Some(slopes.into()), ..self }
     }
+    /// The cache with the step's draft tree ([`DecodeShape::tree`]):
+    /// `[batch, q_len]` u8 ancestor masks and `[batch, q_len]` u32
+    /// positions.
+    pub fn with_tree(self, masks: impl Into<TensorRef<'a>>, positions: impl Into<TensorRef<'a>>) -> Self {
+        KvCache { tree: Some((masks.into(), positions.into())), ..self }
+    }
     /// The cache in one packed pool (`shape`: `KvLayout::Paged` with
     /// `page_bytes` of [`DecodeShape::packed_page`]): views of `pool`'s bytes
     /// at the page offsets, typed as the format's values and side data, so
@@ -73,7 +83,7 @@ impl<'a> KvCache<'a> {
         let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
         let (k, k_side) = packed_parts(shape, KvTensor::K)?;
         let (v, v_side) = packed_parts(shape, KvTensor::V)?;
-        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_side.map(part).transpose()?, v_scales: v_side.map(part).transpose()?, sinks: None, alibi_slopes: None })
+        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_side.map(part).transpose()?, v_scales: v_side.map(part).transpose()?, sinks: None, alibi_slopes: None, tree: None })
     }
 }
 

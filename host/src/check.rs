@@ -32,6 +32,9 @@ pub struct RunBuffers {
     /// `num_q_heads` each), each required exactly when the shape has it.
     pub sinks: Option<BufferDesc>,
     pub alibi_slopes: Option<BufferDesc>,
+    /// The step's draft tree: u8 masks and u32 positions, `batch × q_len`
+    /// each, required exactly when the shape has a tree.
+    pub tree: Option<(BufferDesc, BufferDesc)>,
 }
 
 pub fn dtype_elem(d: Dtype) -> ElemType {
@@ -128,6 +131,18 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
             (false, None) => {}
         }
     }
+    match (shape.tree, bufs.tree) {
+        (true, Some((masks, positions))) => {
+            let n = shape.batch as u64 * shape.q_len as u64;
+            check_values("tree_masks", &masks, ElemType::U8, n, &format!("at least {n} u8 masks ([batch, q_len])"))?;
+            check_values("tree_positions", &positions, ElemType::U32, n, &format!("at least {n} u32 positions ([batch, q_len])"))?;
+            inputs.push(("tree_masks", masks));
+            inputs.push(("tree_positions", positions));
+        }
+        (true, None) => return Err(Error::invalid("tree", format!("the step's draft tree: {0} u8 masks and {0} u32 positions ([batch, q_len], KvCache::with_tree)", shape.batch as u64 * shape.q_len as u64), "none")),
+        (false, Some(_)) => return Err(Error::invalid("tree", "none (the plan was made without a tree: DecodeShape::tree)", "a tree")),
+        (false, None) => {}
+    }
     let ws = &bufs.workspace;
     ensure(ws.elem == ElemType::U8, "workspace", "a byte buffer", format!("{} elements", ws.elem.name()))?;
     ensure(
@@ -183,8 +198,15 @@ fn check_head_array(name: &str, b: &BufferDesc, heads: u32) -> Result<()> {
 /// At least `n` f32 values (`wanted` says what they are) at a non-null,
 /// 4-byte aligned address whose range does not wrap.
 fn check_f32_values(name: &str, b: &BufferDesc, n: u64, wanted: &str) -> Result<()> {
-    ensure(b.elem == ElemType::F32, name, "f32 elements", format!("{} elements", b.elem.name()))?;
-    ensure(b.addr != 0 && b.addr % 4 == 0, name, "a non-null 4-byte aligned device pointer", format!("{:#x}", b.addr))?;
+    check_values(name, b, ElemType::F32, n, wanted)
+}
+
+/// At least `n` values of `elem` (`wanted` says what they are) at a
+/// non-null address aligned to the element, whose range does not wrap.
+fn check_values(name: &str, b: &BufferDesc, elem: ElemType, n: u64, wanted: &str) -> Result<()> {
+    let align = elem.size_bytes() as u64;
+    ensure(b.elem == elem, name, format!("{} elements", elem.name()), format!("{} elements", b.elem.name()))?;
+    ensure(b.addr != 0 && b.addr % align == 0, name, format!("a non-null {align}-byte aligned device pointer"), format!("{:#x}", b.addr))?;
     ensure(end_of(b).is_some(), name, "an address range that does not wrap past 2^64", format!("{:#x} + {} elements", b.addr, b.len))?;
     ensure(b.len as u64 >= n, name, wanted, format!("{} elements", b.len))
 }

@@ -43,6 +43,9 @@ pub struct LaunchAddrs {
     /// A capacity plan's device first keys (shapes with key ranges; 0:
     /// none, or a plan of host lengths, whose starts are in the workspace).
     pub step_seq_starts: u64,
+    /// The step's draft tree: masks and positions (0: none).
+    pub tree_masks: u64,
+    pub tree_positions: u64,
 }
 
 /// The attention kernel's parameters for `plan` on the buffers at `a`.
@@ -124,6 +127,10 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         sinks: a.sinks,
         alibi_slopes: a.alibi_slopes,
         seq_starts,
+        tree_masks: a.tree_masks,
+        tree_positions: a.tree_positions,
+        row_window: if shape.tree { shape.window_param().saturating_add(shape.q_len.saturating_sub(1)) } else { shape.window_param() },
+        _pad_tree: 0,
     }
 }
 

@@ -183,7 +183,9 @@ fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: 
 }
 
 /// A tree's masks and positions: one per new token of every sequence, each
-/// token seeing itself, each position within its sequence's new tokens.
+/// token seeing itself and no later token (a token comes after its
+/// ancestors), each position the prefix length plus a depth of at most the
+/// token's index (what the kernels read them as, `DecodeShape::tree`).
 fn check_tree(shape: &DecodeShape, seq_lens: &[u32], tree: &TreeInputs) -> Result<()> {
     let (batch, ql) = (shape.batch as usize, shape.q_len as usize);
     for (name, len) in [("tree_masks", tree.masks.len()), ("tree_positions", tree.positions.len())] {
@@ -194,8 +196,9 @@ fn check_tree(shape: &DecodeShape, seq_lens: &[u32], tree: &TreeInputs) -> Resul
         for i in 0..ql {
             let at = b * ql + i;
             ensure(tree.masks[at] & (1 << i) != 0, format!("tree_masks[{at}]"), format!("bit {i} set (new token {i} sees itself)"), format!("{:#010b}", tree.masks[at]))?;
+            ensure(tree.masks[at] >> i <= 1, format!("tree_masks[{at}]"), format!("no bit above {i} (a token comes after its ancestors)"), format!("{:#010b}", tree.masks[at]))?;
             let pos = tree.positions[at];
-            ensure((prefix..seq_lens[b]).contains(&pos), format!("tree_positions[{at}]"), format!("a position in {prefix}..{} (the prefix length plus a depth below q_len)", seq_lens[b]), pos)?;
+            ensure((prefix..=prefix + i as u32).contains(&pos), format!("tree_positions[{at}]"), format!("a position in {prefix}..={} (the prefix length plus a depth of at most {i})", prefix + i as u32), pos)?;
         }
     }
     Ok(())

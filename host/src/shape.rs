@@ -132,9 +132,23 @@ pub struct DecodeShape {
     /// ([`StepInputs::with_seq_starts`](crate::StepInputs::with_seq_starts)),
     /// where a start past `L_b − q_len` reads as `L_b − q_len`. The work
     /// starts at the range (aligned down as a window's start is). Runs the
-    /// kernels of a variant with a window ([`Variant::Windowed`] where the
+    /// kernels of a variant with masks ([`Variant::Masked`] where the
     /// shape has no other variant).
     pub key_ranges: bool,
+    /// A speculative-decoding draft tree over each sequence's `q_len` new
+    /// tokens (SGLang's and FlashInfer's tree verification): each new token
+    /// sees the cached prefix and its ancestors in the tree, itself
+    /// included, given at run time as two `[batch, q_len]` device arrays
+    /// ([`KvCache::with_tree`](crate::KvCache::with_tree)): u8 masks, bit
+    /// `j` of entry `(b, i)` set when token `i` sees token `j` (`j ≤ i`: a
+    /// token comes after its ancestors), and u32 positions, the prefix
+    /// length plus the token's depth, which the window measures from.
+    /// Bit `i` is read as set and bits above it as clear, and a position as
+    /// at least the prefix length and at most `L − q_len + i`, so no device
+    /// value makes a kernel read outside its buffers. Combines with a
+    /// window of at least `q_len − 1` keys, sinks, key ranges and a
+    /// soft-cap; not with ALiBi. Runs the kernels of a variant with masks.
+    pub tree: bool,
 }
 
 impl DecodeShape {
@@ -158,6 +172,7 @@ impl DecodeShape {
             sinks: false,
             alibi: false,
             key_ranges: false,
+            tree: false,
         }
     }
 
@@ -170,22 +185,27 @@ impl DecodeShape {
     }
 
     /// The name of the kernel variant the shape's options select:
-    /// `standard`, `softcap`, `windowed` (a window, sinks or both) or `alibi`.
+    /// `standard`, `softcap`, `masked` (a window, sinks, key ranges, or
+    /// several), `alibi`, or with a draft tree `masked_tree` or
+    /// `softcap_tree`.
     pub fn variant_name(&self) -> &'static str {
         self.variant().name()
     }
     internal! {
         /// The attention variant the shape's kernels are compiled for: soft-cap
         /// or ALiBi kernels where the shape has either (with its window, sinks
-        /// and key ranges, if any), the windowed kernels for a window, sinks or
-        /// key ranges alone, else the standard ones.
+        /// and key ranges, if any; the soft-cap's tree kernels with a tree),
+        /// the masked tree kernels for a tree, the masked kernels for a
+        /// window, sinks or key ranges alone, else the standard ones.
         pub fn variant(&self) -> Variant {
             if self.soft_cap.is_some() {
-                Variant::SoftCap
+                if self.tree { Variant::SoftCapTree } else { Variant::SoftCap }
             } else if self.alibi {
                 Variant::Alibi
+            } else if self.tree {
+                Variant::MaskedTree
             } else if self.window.is_some() || self.sinks || self.key_ranges {
-                Variant::Windowed
+                Variant::Masked
             } else {
                 Variant::Standard
             }
@@ -459,6 +479,20 @@ impl DecodeShape {
             "false when soft_cap is set (no kernel applies both; no model does)",
             "true with a soft-cap",
         )?;
+        if self.tree {
+            ensure(!self.alibi, "tree", "false when alibi is set (ALiBi's bias would need each new key's tree position; no kernel applies both)", "true with ALiBi")?;
+            // A window of at least q_len − 1 keys shows every new token to
+            // every row (a depth is below q_len): the tree alone decides
+            // which new keys a row sees, whatever their positions.
+            if let Some(w) = self.window {
+                ensure(
+                    w >= self.q_len - 1,
+                    "window",
+                    format!("at least q_len − 1 = {} keys with a draft tree (every new token within every row's window)", self.q_len - 1),
+                    w,
+                )?;
+            }
+        }
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {
             // Rows must start 16-byte aligned for the kernels' vector loads.
             // Every stride is bounded, also one the shape multiplies by

@@ -6,8 +6,12 @@
 //! as the buffer's length, so the launch checks that the extent covers
 //! what the shape reads.
 
+use decode_attn_abi::{Dtype, KvFormat};
+
+use crate::check::side_elem;
 use crate::error::{Error, Result};
 use crate::shape::{DecodeShape, KvLayout, PageOrder};
+use crate::tensor::ElemType;
 
 /// One accepted form of a view: its dims, the strides they must have
 /// (a dimension of extent 1 may have any) and their names.
@@ -169,6 +173,99 @@ impl DecodeShape {
             };
         }
         Some((dims, what))
+    }
+
+    /// The element types a binding may hold K or V in (`plain`: a 16-bit
+    /// copy of the rows), by name: [`ElemType::name`]s, and `e4m3` for an
+    /// fp8 cache held in an e4m3 type (the same bytes). The first is the
+    /// one the launch takes.
+    pub fn value_elems(&self, plain: bool) -> &'static [&'static str] {
+        let own = match self.dtype {
+            Dtype::Bf16 => &["bf16"],
+            Dtype::F16 => &["f16"],
+        };
+        if plain {
+            return own;
+        }
+        match self.kv_format {
+            KvFormat::Bf16 | KvFormat::F16 => own,
+            KvFormat::Fp8PerHead | KvFormat::Fp8 => &["u8", "e4m3"],
+            KvFormat::Int8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => &["u8"],
+        }
+    }
+
+    /// The element types a binding may hold a quantized cache's side data
+    /// in (none for 16-bit caches): f32 scales, or int4's words as u32 (or
+    /// i32, the same bits). The first is the one the launch takes.
+    pub fn side_elems(&self) -> &'static [&'static str] {
+        match side_elem(self.kv_format) {
+            None => &[],
+            Some(ElemType::U32) => &["u32", "i32"],
+            Some(ElemType::F32) => &["f32"],
+            Some(ElemType::Bf16 | ElemType::F16 | ElemType::U8 | ElemType::I32) => &[],
+        }
+    }
+
+    /// Checks a view of a paged cache's block table: `[batch,
+    /// pages_per_seq]` i32 page ids, contiguous; none for other layouts.
+    pub fn check_table_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        if !self.is_paged() {
+            return Err(Error::invalid(name, "none (the cache is not paged)", "a tensor"));
+        }
+        Self::dense_view(name, dims, strides, vec![self.batch as u64, self.pages_per_seq() as u64], "batch, pages_per_seq")
+    }
+
+    /// Checks a view of one value per query head (sinks, ALiBi slopes):
+    /// `[num_q_heads]`, contiguous.
+    pub fn check_per_head_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        Self::dense_view(name, dims, strides, vec![self.num_q_heads as u64], "num_q_heads")
+    }
+
+    /// Checks a view of a step's draft tree (`tree_masks`, `tree_positions`):
+    /// `[batch, q_len]`, contiguous, for a shape with `tree`.
+    pub fn check_tree_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        if !self.tree {
+            return Err(Error::invalid(name, "none (the shape has no draft tree: tree = false)", "a tensor"));
+        }
+        Self::dense_view(name, dims, strides, vec![self.batch as u64, self.q_len as u64], "batch, q_len")
+    }
+
+    /// Checks a view of a workspace: a contiguous 1-D byte tensor of at
+    /// least `bytes` (`Plan::workspace_bytes`).
+    pub fn check_workspace_view(name: &str, dims: &[i64], strides: &[i64], bytes: u64) -> Result<u64> {
+        let (d, s) = unsigned(name, dims, strides)?;
+        if d.len() != 1 || (d[0] > 1 && s[0] != 1) {
+            return Err(Error::invalid(name, "a contiguous 1-D byte tensor", format!("shape {} strides {}", fmt_tuple(&d), fmt_tuple(&s))));
+        }
+        if d[0] < bytes {
+            return Err(Error::invalid(name, format!("at least {bytes} bytes (Plan::workspace_bytes)"), format!("{} bytes", d[0])));
+        }
+        Ok(d[0])
+    }
+
+    /// Checks a view of any number of new K or V rows (`append_rows`):
+    /// `[batch, rows, Hkv, D]` (`hnd` false) or `[batch, Hkv, rows, D]`
+    /// (`hnd`, transformers' states), any strides with `head_dim`
+    /// contiguous, at least one row. Returns the rows, the `(batch, token,
+    /// head)` strides (0 for a dimension of extent 1) and the extent.
+    pub fn check_new_rows_view(&self, name: &str, dims: &[i64], strides: &[i64], hnd: bool) -> Result<(u32, [u64; 3], u64)> {
+        let (d, s) = unsigned(name, dims, strides)?;
+        if d.len() != 4 {
+            return Err(Error::invalid(name, "a 4-D tensor", format!("{}-D", d.len())));
+        }
+        let (tok, head) = if hnd { (2, 1) } else { (1, 2) };
+        let rows = d[tok];
+        let (b, h, hd) = (self.batch as u64, self.num_kv_heads as u64, self.head_dim as u64);
+        let (want, what) = if hnd { ([b, h, rows, hd], "batch, num_kv_heads, rows, head_dim") } else { ([b, rows, h, hd], "batch, rows, num_kv_heads, head_dim") };
+        if d != want || rows < 1 || rows > u32::MAX as u64 {
+            return Err(Error::invalid(name, format!("shape {} ({what}, rows >= 1)", fmt_tuple(&want)), fmt_tuple(&d)));
+        }
+        if s[3] != 1 && d[3] > 1 {
+            return Err(Error::invalid(name, "a tensor whose last dimension is contiguous (stride 1)", format!("stride {}", s[3])));
+        }
+        // (A dimension of extent 1 has no meaningful stride.)
+        let at = |i: usize| if d[i] > 1 { s[i] } else { 0 };
+        Ok((rows as u32, [at(0), at(tok), at(head)], extent(&d, &s)))
     }
 
     /// Checks a view of a quantized cache's side data ([`DecodeShape::side_dims`],

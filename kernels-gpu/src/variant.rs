@@ -7,7 +7,8 @@
 //!   raw `q·k`, per kernel launch; converted Q rows and int8 K rows multiply
 //!   their own factors in);
 //! - mask ([`AttentionVariant::hides`]: which keys a query row does not see:
-//!   the causal limit, and a sliding window's start);
+//!   the causal limit, a sliding window's start, a sequence's first key,
+//!   and a draft tree's non-ancestors);
 //! - logits transform ([`AttentionVariant::logit`]: the base-2 logit of a
 //!   scaled score, which may depend on the key's distance to the row: ALiBi);
 //!
@@ -19,10 +20,11 @@
 //! hooks compile to exactly the arithmetic the bodies had before they
 //! existed, and no variant's values cost registers they do not use: they
 //! are read from the launch's parameters (`DecodeParams::score_scale`,
-//! `logit_cap`, `window`, `sinks`, `alibi_slopes`). Every variant but the
-//! standard one takes a window and sinks, whose absence is a value
-//! (`NO_WINDOW`, a null pointer), so that one kernel serves gpt-oss's
-//! windowed and full layers and Gemma 2's local and global ones.
+//! `logit_cap`, `window`, `sinks`, `alibi_slopes`, `tree_masks`). Every
+//! variant but the standard one takes a window and sinks, and all but ALiBi
+//! a draft tree, whose absence is a value (`NO_WINDOW`, a null pointer), so
+//! that one kernel serves gpt-oss's windowed and full layers, Gemma 2's
+//! local and global ones, and a speculative step's tree or none.
 
 use decode_attn_abi::{DecodeParams, Variant};
 
@@ -38,10 +40,67 @@ pub struct RowTerms {
     /// Keys `< first` are outside the row's window or before its
     /// sequence's first key (`DecodeParams::seq_starts`).
     pub first: u32,
-    /// The row's position `p = seq_len − q_len + token`.
+    /// The row's position `p = seq_len − q_len + token` (under a draft
+    /// tree its causal one: its [`TreeRow`] has its tree position).
     pub pos: u32,
     /// ALiBi: the row's head's slope × log2(e).
     pub slope: f32,
+}
+
+/// A row's mask under a draft tree (`DecodeParams::tree_masks`), applied
+/// in a second pass over a masked step's logits ([`tree_row`]): the first
+/// key its tree position's window shows, and the new keys it does not see.
+/// (Its own pass, after the row terms are dead: tested beside them in one
+/// pass, the tree's terms spilled the wide kernels at their 168-register
+/// cap by up to 128 bytes, docs/perf.md, "Draft trees".)
+#[derive(Clone, Copy)]
+pub struct TreeRow {
+    /// Keys `< first` are outside the row's window or before its
+    /// sequence's first key.
+    pub first: u32,
+    /// The step's first new key, `seq_len − q_len`.
+    pub new0: u32,
+    /// Bit `j` set when the row does not see new key `new0 + j` (not an
+    /// ancestor in the tree, nor itself).
+    pub hidden: u32,
+}
+
+impl TreeRow {
+    /// Whether the tree hides `key` from the row: below its window's first
+    /// key, or a new key it does not see (`j` past 31 for the prefix's).
+    #[inline(always)]
+    pub fn hides(&self, key: u32) -> bool {
+        let j = key.wrapping_sub(self.new0);
+        key < self.first || (j < 32 && (self.hidden >> j) & 1 != 0)
+    }
+}
+
+/// Whether a step's logits take the draft tree's pass: kernels of a variant
+/// that takes a tree, a launch with one, a step that tests keys.
+#[inline(always)]
+pub fn tree_applies<V: AttentionVariant>(p: &DecodeParams, masked: bool) -> bool {
+    V::TREE && masked && p.tree_masks != 0
+}
+
+/// The tree's mask of the row of `token` of sequence `batch` (`seq_len`
+/// keys, its own first key `seq_first`): its ancestor bits and position
+/// from the launch's arrays, the position read as at least the step's
+/// first new key and at most the row's causal position (a tree's tokens
+/// come after their ancestors: a depth is at most the token's index), so
+/// that no device value moves a row's window outside the keys the plan's
+/// work covers; its own bit read as set (no row is empty), the bits past
+/// it as clear (the causal limit hides those keys).
+///
+/// # Safety
+/// A launch with a tree ([`tree_applies`]): the host checked both arrays
+/// to hold `batch × q_len` values (u8 masks, u32 positions).
+#[inline(always)]
+pub unsafe fn tree_row(p: &DecodeParams, seq_len: u32, seq_first: u32, batch: u32, token: u32) -> TreeRow {
+    let new0 = seq_len.wrapping_sub(p.q_len);
+    let at = (batch * p.q_len + token) as u64;
+    let (mask, pos) = (memory::ld_global_nc_u8(p.tree_masks + at), memory::ld_global_nc_u32(p.tree_positions + 4 * at));
+    let pos = pos.max(new0).min(new0.wrapping_add(token));
+    TreeRow { first: pos.saturating_sub(p.window).max(seq_first), new0, hidden: !(mask | (1 << token)) }
 }
 
 /// The hooks a kernel body applies to every score (see the module docs).
@@ -58,6 +117,8 @@ pub trait AttentionVariant {
     const WINDOW_AND_SINKS: bool = Self::VARIANT.takes_window_and_sinks();
     /// Whether the logits carry ALiBi's bias (the row terms' slope).
     const ALIBI: bool = false;
+    /// Whether the launch's draft tree applies ([`Variant::takes_tree`]).
+    const TREE: bool = Self::VARIANT.takes_tree();
 
     /// The query transform: what every raw score `q·k` of the launch is
     /// multiplied by before [`AttentionVariant::logit`].
@@ -90,11 +151,12 @@ impl AttentionVariant for Standard {
     }
 }
 
-/// The standard logits under a sliding window and / or sinks.
-pub struct Windowed;
+/// The standard logits under any of the launch's masks (a sliding window,
+/// the sequences' first keys, a draft tree) and / or sinks.
+pub struct Masked;
 
-impl AttentionVariant for Windowed {
-    const VARIANT: Variant = Variant::Windowed;
+impl AttentionVariant for Masked {
+    const VARIANT: Variant = Variant::Masked;
     #[inline(always)]
     fn logit(_p: &DecodeParams, x: f32, _key: u32, _row: &RowTerms) -> f32 {
         x
@@ -133,6 +195,28 @@ impl AttentionVariant for SoftCap {
 /// in integers first (exact), then converted: three operations a score.
 pub struct Alibi;
 
+/// [`Masked`] verifying a draft tree (`DecodeParams::tree_masks`).
+pub struct MaskedTree;
+
+impl AttentionVariant for MaskedTree {
+    const VARIANT: Variant = Variant::MaskedTree;
+    #[inline(always)]
+    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32 {
+        Masked::logit(p, x, key, row)
+    }
+}
+
+/// [`SoftCap`] verifying a draft tree.
+pub struct SoftCapTree;
+
+impl AttentionVariant for SoftCapTree {
+    const VARIANT: Variant = Variant::SoftCapTree;
+    #[inline(always)]
+    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32 {
+        SoftCap::logit(p, x, key, row)
+    }
+}
+
 impl AttentionVariant for Alibi {
     const VARIANT: Variant = Variant::Alibi;
     const ALIBI: bool = true;
@@ -157,13 +241,18 @@ impl RowTerms {
 /// ALiBi slope is an L1 hit. The standard variant's are [`RowTerms::NONE`],
 /// computed from nothing (so its kernels' code is what it was before the
 /// terms existed).
+/// Under a draft tree the first key is measured with a window `q_len − 1`
+/// keys wider (`DecodeParams::row_window`): the least a tree position's
+/// first key can be; the tree's pass ([`tree_row`]) masks the keys the
+/// row's own position's window does not show.
 #[inline(always)]
 pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, seq_first: u32, token: u32, head: u32) -> RowTerms {
     if !V::WINDOW_AND_SINKS && !V::ALIBI {
         return RowTerms::NONE;
     }
     let pos = seq_len.wrapping_sub(p.q_len).wrapping_add(thread::opaque(token));
-    let first = if V::WINDOW_AND_SINKS { pos.saturating_sub(p.window).max(seq_first) } else { 0 };
+    let window = if V::TREE { p.row_window } else { p.window };
+    let first = if V::WINDOW_AND_SINKS { pos.saturating_sub(window).max(seq_first) } else { 0 };
     let slope = if V::ALIBI {
         // SAFETY: the host checked `alibi_slopes` to hold `num_q_heads` f32s
         // (a missing row's head is 0).
@@ -216,8 +305,9 @@ pub fn window_from<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, seq_firs
 }
 
 /// Whether a step over keys `key0 .. key0 + keys` must test its keys
-/// against the rows' masks: it reaches the first key a row's causal limit
-/// or the item's end hides (`mask_from`), or (windows) starts below the
+/// against the rows' masks: it reaches the first key a row's causal limit,
+/// a draft tree or the item's end hides (`mask_from`,
+/// `crate::decode::block::mask_from`), or (windows) starts below the
 /// last first key a row's window shows (`window_from`).
 #[inline(always)]
 pub fn step_masked<V: AttentionVariant>(key0: u32, keys: u32, mask_from: u32, window_from: u32) -> bool {

@@ -11,18 +11,22 @@ library words its own: ``invalid `param`: expected ..., got ...``.
 
 from __future__ import annotations
 
-from math import prod
-
-# torch dtype name -> the library's element type.
+# torch dtype name -> the library's element type (`ElemType`'s names, and
+# `e4m3` for fp8 bytes in torch's fp8 type).
 _ELEM = {
     "bfloat16": "bf16",
     "float16": "f16",
     "uint8": "u8",
-    "float8_e4m3fn": "u8",
+    "float8_e4m3fn": "e4m3",
     "float32": "f32",
     "int32": "i32",
     "uint32": "u32",
 }
+
+
+def torch_dtypes(elems) -> tuple[str, ...]:
+    """The torch dtypes holding any of the library's element types `elems`."""
+    return tuple(t for e in elems for t, x in _ELEM.items() if x == e)
 
 # The shape's `dtype` -> the torch dtype Q, O and 16-bit caches have.
 _TORCH_DTYPE = {"bf16": "bfloat16", "f16": "float16"}
@@ -69,17 +73,6 @@ class Checker:
             raise invalid(name, f"dtype {' or '.join(dtypes)}", dt)
         return _ELEM[dt]
 
-    def dense(self, name: str, t, dtypes: tuple[str, ...], dims: tuple[int, ...], what: str):
-        """A contiguous tensor of exactly `dims`."""
-        elem = self.tensor(name, t, dtypes)
-        got = tuple(t.shape)
-        if got != tuple(dims):
-            raise invalid(name, f"shape {tuple(dims)} ({what})", got)
-        want = _contiguous_strides(dims)
-        if not _strides_match(dims, tuple(t.stride()), want):
-            raise invalid(name, f"a contiguous tensor (strides {want})", f"strides {tuple(t.stride())}")
-        return (t.data_ptr(), prod(dims), elem)
-
     # -- roles -------------------------------------------------------------
     def rows(self, name: str, t, heads: int):
         """Q, O or new K/V rows: `[batch, q_len, heads, head_dim]`, contiguous
@@ -95,33 +88,25 @@ class Checker:
         return self.rows("out", t, self.shape.num_q_heads)
 
     def cache(self, name: str, t, plain: bool = False):
-        """K or V values (or a 16-bit `plain` copy) in the shape's layout."""
+        """K or V values (or a 16-bit `plain` copy) in the shape's layout:
+        the element types the format takes and the layout's dims and
+        strides, both from Rust (one message for every binding)."""
         s = self.shape
-        if plain or s.kv_format in ("bf16", "f16"):
-            dtypes = (_TORCH_DTYPE[s.dtype],)
-        elif s.kv_format.startswith("fp8"):
-            dtypes = ("uint8", "float8_e4m3fn")
-        else:
-            dtypes = ("uint8",)
-        elem = self.tensor(name, t, dtypes)
-        # The layout's dims and strides, checked in Rust (one message for
-        # every binding).
-        return (t.data_ptr(), s.check_cache_view(name, list(t.shape), list(t.stride()), plain), elem)
+        elems = s.value_elems(plain)
+        self.tensor(name, t, torch_dtypes(elems))
+        return (t.data_ptr(), s.check_cache_view(name, list(t.shape), list(t.stride()), plain), elems[0])
 
     def scales(self, name: str, t):
         """A quantized cache's side data (None for 16-bit caches)."""
         s = self.shape
-        if s.kv_format in ("bf16", "f16"):
+        elems = s.side_elems
+        if not elems:
             if t is not None:
                 raise invalid(name, f"None (a {s.kv_format} cache has no scales)", "a tensor")
             return None
-        if s.tensor_scaled:
-            elem = self.tensor(name, t, ("float32",))
-            return (t.data_ptr(), s.check_side_view(name, list(t.shape), list(t.stride())), elem)
-        dtypes = ("float32",) if s.kv_format in ("int8", "fp8-per-head") else ("int32", "uint32")
-        self.tensor(name, t, dtypes)
-        # int4's side words (an fp16 scale and an fp16 zero) travel as u32.
-        return (t.data_ptr(), s.check_side_view(name, list(t.shape), list(t.stride())), "f32" if dtypes == ("float32",) else "u32")
+        self.tensor(name, t, torch_dtypes(elems))
+        # (int4's side words, an fp16 scale and an fp16 zero, travel as u32.)
+        return (t.data_ptr(), s.check_side_view(name, list(t.shape), list(t.stride())), elems[0])
 
     def seq_lens(self, t):
         self.tensor("seq_lens", t, ("int32", "uint32"))
@@ -145,27 +130,16 @@ class Checker:
         elem = self.tensor("new_rows", t, (_TORCH_DTYPE[s.dtype],))
         if order not in ("nhd", "hnd"):
             raise invalid("order", "'nhd' or 'hnd'", repr(order))
-        shape, strides = tuple(t.shape), tuple(t.stride())
-        if len(shape) != 4:
-            raise invalid("new_rows", "a 4-D tensor", f"{len(shape)}-D")
-        tok, head = (1, 2) if order == "nhd" else (2, 1)
-        rows = shape[tok]
-        want = (s.batch, rows, s.num_kv_heads, s.head_dim) if order == "nhd" else (s.batch, s.num_kv_heads, rows, s.head_dim)
-        if shape != want or rows < 1:
-            raise invalid("new_rows", f"shape {want} ({'batch, rows, num_kv_heads, head_dim' if order == 'nhd' else 'batch, num_kv_heads, rows, head_dim'}, rows >= 1)", shape)
-        if strides[3] != 1:
-            raise invalid("new_rows", "a tensor whose last dimension is contiguous (stride 1)", f"stride {strides[3]}")
-        # (A dimension of extent 1 has no meaningful stride.)
-        sb, st, sh = ((strides[i] if shape[i] > 1 else 0) for i in (0, tok, head))
-        return rows, (sb, st, sh), (t.data_ptr(), extent(shape, strides), elem)
+        rows, strides, n = s.check_new_rows_view("new_rows", list(t.shape), list(t.stride()), order == "hnd")
+        return rows, strides, (t.data_ptr(), n, elem)
 
     def block_table(self, t):
-        s = self.shape
-        if s.layout != "paged":
-            if t is not None:
-                raise invalid("block_table", "None (the cache is not paged)", "a tensor")
+        """A paged cache's `[batch, pages_per_seq]` int32 page ids (None for
+        other layouts)."""
+        if t is None and self.shape.layout != "paged":
             return None
-        return self.dense("block_table", t, ("int32",), (s.batch, s.pages_per_seq), "batch, pages_per_seq")
+        elem = self.tensor("block_table", t, ("int32",))
+        return (t.data_ptr(), self.shape.check_table_view("block_table", list(t.shape), list(t.stride())), elem)
 
     def per_head(self, name: str, t, wanted: bool, flag: str):
         """Sinks or ALiBi slopes: `[num_q_heads]` float32 when the shape has them."""
@@ -173,16 +147,23 @@ class Checker:
             if t is not None:
                 raise invalid(name, f"None (the shape has {flag}=False)", "a tensor")
             return None
-        return self.dense(name, t, ("float32",), (self.shape.num_q_heads,), "num_q_heads")
+        elem = self.tensor(name, t, ("float32",))
+        return (t.data_ptr(), self.shape.check_per_head_view(name, list(t.shape), list(t.stride())), elem)
+
+    def tree(self, masks, positions):
+        """A step's draft tree: `[batch, q_len]` uint8 ancestor masks and
+        `[batch, q_len]` int32 positions, exactly when the shape has `tree`."""
+        if masks is None and positions is None and not self.shape.tree:
+            return None, None
+        out = []
+        for name, t, dtypes in (("tree_masks", masks, ("uint8",)), ("tree_positions", positions, ("int32", "uint32"))):
+            self.tensor(name, t, dtypes)
+            out.append((t.data_ptr(), self.shape.check_tree_view(name, list(t.shape), list(t.stride())), "u8" if name == "tree_masks" else "u32"))
+        return tuple(out)
 
     def workspace(self, t, nbytes: int):
         elem = self.tensor("workspace", t, ("uint8",))
-        n = prod(t.shape)
-        if n < nbytes:
-            raise invalid("workspace", f"at least {nbytes} bytes (plan.workspace_bytes)", f"{n} bytes")
-        if len(t.shape) != 1 or (n > 1 and t.stride()[0] != 1):
-            raise invalid("workspace", "a contiguous 1-D uint8 tensor", f"shape {tuple(t.shape)}")
-        return (t.data_ptr(), n, elem)
+        return (t.data_ptr(), type(self.shape).check_workspace_view("workspace", list(t.shape), list(t.stride()), nbytes), elem)
 
 
 def side_dims(s) -> tuple[tuple[int, ...], str] | None:
@@ -191,16 +172,3 @@ def side_dims(s) -> tuple[tuple[int, ...], str] | None:
     format without side rows (16-bit, fp8 per tensor)."""
     side = s.side_dims
     return None if side is None else (tuple(side[0]), side[1])
-
-
-def _contiguous_strides(dims) -> tuple[int, ...]:
-    out, acc = [], 1
-    for n in reversed(dims):
-        out.append(acc)
-        acc *= n
-    return tuple(reversed(out))
-
-
-def _strides_match(dims, got, want) -> bool:
-    # A dimension of extent 1 has no meaningful stride.
-    return all(n == 1 or g == w for n, g, w in zip(dims, got, want))

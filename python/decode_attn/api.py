@@ -178,32 +178,36 @@ class DecodeAttention:
         return torch.empty(max(plan.workspace_bytes, 256), dtype=torch.uint8, device=f"cuda:{self.device}")
 
     # -- attention ---------------------------------------------------------
-    def run(self, plan: Plan, q, k, v, out, workspace, *, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, stream=None) -> None:
+    def run(self, plan: Plan, q, k, v, out, workspace, *, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, tree_masks=None, tree_positions=None, stream=None) -> None:
         """One decode step of a plan of host lengths into `out`
-        (`[batch, q_len, num_q_heads, head_dim]`)."""
+        (`[batch, q_len, num_q_heads, head_dim]`). Shapes with `tree`
+        take the step's draft tree: `tree_masks` (`[batch, q_len]` uint8,
+        bit j of entry (b, i) set when new token i sees new token j, j <= i)
+        and `tree_positions` (`[batch, q_len]` int32, the prefix length plus
+        each token's depth)."""
         if _compiling() and stream is None:
-            _torch().ops.decode_attn.run(plan.id, q, k, v, out, workspace, k_scales, v_scales, sinks, alibi_slopes)
+            _torch().ops.decode_attn.run(plan.id, q, k, v, out, workspace, k_scales, v_scales, sinks, alibi_slopes, tree_masks, tree_positions)
             return
         if plan.is_capacity:
             raise invalid("plan", "a plan of host lengths (plan / plan_paged); capacity plans run with run_step", "a capacity plan")
-        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, stream)
+        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, stream, tree=(tree_masks, tree_positions))
 
-    def run_step(self, plan: Plan, q, k, v, out, workspace, seq_lens, block_table=None, *, seq_starts=None, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, stream=None) -> None:
+    def run_step(self, plan: Plan, q, k, v, out, workspace, seq_lens, block_table=None, *, seq_starts=None, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, tree_masks=None, tree_positions=None, stream=None) -> None:
         """One decode step of a capacity plan: `seq_lens` (`[batch]` int32,
         new tokens included), `block_table` (paged caches) and `seq_starts`
         (`[batch]` int32 first keys, shapes with `key_ranges`; a start past
-        `seq_lens[b] - q_len` reads as that) are read on the device.
-        Graph-capturable."""
+        `seq_lens[b] - q_len` reads as that) are read on the device, as is a
+        draft tree (`run`). Graph-capturable."""
         if _compiling() and stream is None:
-            _torch().ops.decode_attn.run_step(plan.id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, sinks, alibi_slopes)
+            _torch().ops.decode_attn.run_step(plan.id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, sinks, alibi_slopes, tree_masks, tree_positions)
             return
         if not plan.is_capacity:
             raise invalid("plan", "a capacity plan (plan_capacity) for run_step", "a plan of host lengths")
         if seq_lens is None:
             raise invalid("seq_lens", "the [batch] int32 device lengths a capacity plan reads", "None")
-        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts)
+        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts, (tree_masks, tree_positions))
 
-    def _launch(self, plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts=None):
+    def _launch(self, plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts=None, tree=(None, None)):
         if plan.attention is not self:
             raise invalid("plan", f"a plan made for cuda:{self.device}", f"one for cuda:{plan.attention.device}")
         s = plan.shape
@@ -211,6 +215,7 @@ class DecodeAttention:
         step_lens = c.seq_lens(seq_lens) if seq_lens is not None else None
         table = c.block_table(block_table) if seq_lens is not None else _none("block_table", block_table, "None (a plan of host lengths has its block table)")
         starts = c.seq_starts(seq_starts) if seq_lens is not None else _none("seq_starts", seq_starts, "None (a plan of host lengths has its starts)")
+        tree_masks, tree_positions = c.tree(*tree)
         self._native.run(
             plan._native,
             c.q(q),
@@ -225,6 +230,8 @@ class DecodeAttention:
             starts,
             c.per_head("sinks", sinks, s.sinks, "sinks"),
             c.per_head("alibi_slopes", alibi_slopes, s.alibi, "alibi"),
+            tree_masks,
+            tree_positions,
             self._stream(stream),
         )
 

@@ -19,6 +19,7 @@ from typing import Optional
 import torch
 
 from . import api
+from ._native import KV_FORMAT_BITS
 from .api import DecodeAttention, DecodeShape
 
 Tensor = torch.Tensor
@@ -40,13 +41,15 @@ def run(
     v_scales: Optional[Tensor],
     sinks: Optional[Tensor],
     alibi_slopes: Optional[Tensor],
+    tree_masks: Optional[Tensor] = None,
+    tree_positions: Optional[Tensor] = None,
 ) -> None:
     plan = api.lookup_plan(plan_id)
-    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, None)
+    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, None, tree=(tree_masks, tree_positions))
 
 
 @run.register_fake
-def _run_fake(plan_id, q, k, v, out, workspace, k_scales, v_scales, sinks, alibi_slopes) -> None:
+def _run_fake(plan_id, q, k, v, out, workspace, k_scales, v_scales, sinks, alibi_slopes, tree_masks=None, tree_positions=None) -> None:
     return None
 
 
@@ -65,13 +68,15 @@ def run_step(
     v_scales: Optional[Tensor],
     sinks: Optional[Tensor],
     alibi_slopes: Optional[Tensor],
+    tree_masks: Optional[Tensor] = None,
+    tree_positions: Optional[Tensor] = None,
 ) -> None:
     plan = api.lookup_plan(plan_id)
-    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, None, seq_starts)
+    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, None, seq_starts, (tree_masks, tree_positions))
 
 
 @run_step.register_fake
-def _run_step_fake(plan_id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, sinks, alibi_slopes) -> None:
+def _run_step_fake(plan_id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, sinks, alibi_slopes, tree_masks=None, tree_positions=None) -> None:
     return None
 
 
@@ -113,7 +118,7 @@ def cache_layout(k: Tensor, kv_format: str) -> dict:
     values)."""
     if k.is_contiguous():
         return {"layout": "hnd"}
-    vpe = 2 if kv_format.startswith("int4") else 1  # (int4: two values a byte)
+    vpe = max(8 // KV_FORMAT_BITS[kv_format], 1)  # (int4: two values a byte)
     sb, sh, st, _ = k.stride()
     return {"layout": "strided", "strides": (sb * vpe, st * vpe, sh * vpe)}
 
@@ -233,6 +238,8 @@ def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_
             None,
             None if seq_starts is None else (seq_starts.data_ptr(), seq_starts.numel(), "u32"),
             None if sinks is None else (sinks.data_ptr(), sinks.numel(), "f32"),
+            None,
+            None,
             None,
             _raw_stream(entry.device),
         )

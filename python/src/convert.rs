@@ -74,6 +74,7 @@ pub(crate) struct ShapeArgs<'a> {
     pub sinks: bool,
     pub alibi: bool,
     pub key_ranges: bool,
+    pub tree: bool,
 }
 
 fn count(param: &str, v: i64) -> PyResult<u32> {
@@ -165,6 +166,7 @@ pub(crate) fn shape_from_args(a: &ShapeArgs) -> PyResult<decode_attn::DecodeShap
         sinks: a.sinks,
         alibi: a.alibi,
         key_ranges: a.key_ranges,
+        tree: a.tree,
     })
 }
 

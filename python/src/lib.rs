@@ -27,7 +27,7 @@ impl PyShape {
     #[new]
     #[pyo3(signature = (*, batch, num_q_heads, num_kv_heads, head_dim, max_seq_len, q_len = 1, dtype = None, kv_format = None, layout = "nhd",
         strides = None, page_size = None, num_pages = None, page_order = "token_major", scale = None, soft_cap = None, window = None,
-        sinks = false, alibi = false, key_ranges = false))]
+        sinks = false, alibi = false, key_ranges = false, tree = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         batch: i64,
@@ -49,6 +49,7 @@ impl PyShape {
         sinks: bool,
         alibi: bool,
         key_ranges: bool,
+        tree: bool,
     ) -> PyResult<Self> {
         let args = ShapeArgs {
             batch,
@@ -70,6 +71,7 @@ impl PyShape {
             sinks,
             alibi,
             key_ranges,
+            tree,
         };
         let inner = shape_from_args(&args)?;
         inner.validate().map_err(py_err)?;
@@ -160,7 +162,13 @@ impl PyShape {
     fn key_ranges(&self) -> bool {
         self.inner.key_ranges
     }
-    /// The variant's name: `standard`, `softcap`, `windowed` (a window, sinks or both) or `alibi`.
+
+    /// Whether the steps verify a draft tree (`tree_masks`, `tree_positions`).
+    #[getter]
+    fn tree(&self) -> bool {
+        self.inner.tree
+    }
+    /// The variant's name: `standard`, `softcap`, `masked` (a window, sinks, key ranges, or several), `alibi`, `masked_tree` or `softcap_tree` (a draft tree).
     #[getter]
     fn variant(&self) -> &'static str {
         self.inner.variant_name()
@@ -217,6 +225,35 @@ impl PyShape {
     }
     fn check_cache_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>, plain: bool) -> PyResult<u64> {
         self.inner.check_cache_view(name, &dims, &strides, plain).map_err(py_err)
+    }
+    fn check_table_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_table_view(name, &dims, &strides).map_err(py_err)
+    }
+    fn check_per_head_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_per_head_view(name, &dims, &strides).map_err(py_err)
+    }
+    fn check_tree_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_tree_view(name, &dims, &strides).map_err(py_err)
+    }
+    #[staticmethod]
+    fn check_workspace_view(name: &str, dims: Vec<i64>, strides: Vec<i64>, bytes: u64) -> PyResult<u64> {
+        decode_attn::DecodeShape::check_workspace_view(name, &dims, &strides, bytes).map_err(py_err)
+    }
+    /// `(rows, (batch, token, head) strides, extent)` of new rows for
+    /// `append_rows` (`hnd`: `[batch, Hkv, rows, D]`).
+    fn check_new_rows_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>, hnd: bool) -> PyResult<(u32, (u64, u64, u64), u64)> {
+        let (rows, [b, t, h], extent) = self.inner.check_new_rows_view(name, &dims, &strides, hnd).map_err(py_err)?;
+        Ok((rows, (b, t, h), extent))
+    }
+    /// The element types K and V may be held in (`plain`: a 16-bit copy),
+    /// by name; the first is the launch's.
+    fn value_elems(&self, plain: bool) -> Vec<&'static str> {
+        self.inner.value_elems(plain).to_vec()
+    }
+    /// The element types side data may be held in; the first is the launch's.
+    #[getter]
+    fn side_elems(&self) -> Vec<&'static str> {
+        self.inner.side_elems().to_vec()
     }
     fn check_side_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
         self.inner.check_side_view(name, &dims, &strides).map_err(py_err)
@@ -428,8 +465,9 @@ impl PyDevice {
 
     /// One attention run on `stream` (a `CUstream` as an integer):
     /// `seq_lens`, `block_table` and `seq_starts` are a capacity plan's
-    /// device inputs (`None` for plans of host lengths).
-    #[pyo3(signature = (plan, q, k, v, k_side, v_side, out, workspace, seq_lens, block_table, seq_starts, sinks, alibi_slopes, stream))]
+    /// device inputs (`None` for plans of host lengths); `tree_masks` and
+    /// `tree_positions` a step's draft tree (both or neither).
+    #[pyo3(signature = (plan, q, k, v, k_side, v_side, out, workspace, seq_lens, block_table, seq_starts, sinks, alibi_slopes, tree_masks, tree_positions, stream))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -447,6 +485,8 @@ impl PyDevice {
         seq_starts: Option<Buf>,
         sinks: Option<Buf>,
         alibi_slopes: Option<Buf>,
+        tree_masks: Option<Buf>,
+        tree_positions: Option<Buf>,
         stream: usize,
     ) -> PyResult<()> {
         self.same_device(plan)?;
@@ -460,6 +500,11 @@ impl PyDevice {
                 cache.v_scales = v_side.map(|b| buffer_ref(b)).transpose()?;
                 cache.sinks = sinks.map(|b| buffer_ref(b)).transpose()?;
                 cache.alibi_slopes = alibi_slopes.map(|b| buffer_ref(b)).transpose()?;
+                cache.tree = match (tree_masks, tree_positions) {
+                    (Some(m), Some(p)) => Some((buffer_ref(m)?, buffer_ref(p)?)),
+                    (None, None) => None,
+                    _ => return Err(convert::invalid("tree", "both tree_masks and tree_positions, or neither", "one of them")),
+                };
                 let step = match seq_lens {
                     Some(l) => Some(StepInputs {
                         seq_lens: buffer_ref(l)?,
@@ -556,6 +601,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(context::device_count, m)?)?;
     m.add_function(wrap_pyfunction!(kv_format_name, m)?)?;
     m.add("KV_FORMATS", KvFormat::ALL.map(KvFormat::name))?;
+    m.add("KV_FORMAT_BITS", KvFormat::ALL.into_iter().map(|f| (f.name(), f.bits())).collect::<std::collections::HashMap<_, _>>())?;
     m.add("QUANTIZED_KV_FORMATS", KvFormat::ALL.into_iter().filter(|f| f.is_quantized()).map(KvFormat::name).collect::<Vec<_>>())?;
     // A tuple: what the wheel carries kernels for.
     m.add("ARCHS", pyo3::types::PyTuple::new(m.py(), DecodeAttention::ARCHS)?)?;

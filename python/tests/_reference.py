@@ -5,11 +5,13 @@ transform, mask and sinks)."""
 import torch
 
 
-def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alibi=None, starts=None):
+def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alibi=None, starts=None, tree=None):
     """q: [B, q_len, Hq, D]; k, v: [B, >=max(lens), Hkv, D] (token-major);
     lens: host lengths (new tokens included); starts: host first keys
-    (key ranges; read as at most `lens[b] - q_len`). Returns
-    [B, q_len, Hq, D] float64."""
+    (key ranges; read as at most `lens[b] - q_len`); tree: a draft tree,
+    host lists `(masks, positions)` of `[B][q_len]` (new token i sees new
+    token j when bit j of masks[b][i] is set; its position, and each new
+    key's, is positions[b][.]). Returns [B, q_len, Hq, D] float64."""
     q, k, v = q.double(), k.double(), v.double()
     b_count, q_len, hq, d = q.shape
     group = hq // k.shape[2]
@@ -27,6 +29,12 @@ def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alib
         if alibi is not None:
             s = s + alibi.double()[:, None, None] * (t[None, None, :] - pos[None, :, None])
         mask = t[None, :] <= pos[:, None]
+        if tree is not None:
+            masks, positions = tree
+            pos = torch.tensor(positions[b], device=q.device)
+            t = torch.cat([t[: n - q_len], pos])
+            bits = torch.tensor([[(masks[b][i] >> j) & 1 == 1 for j in range(q_len)] for i in range(q_len)], device=q.device)
+            mask = torch.cat([torch.ones(q_len, n - q_len, dtype=torch.bool, device=q.device), bits], dim=1)
         if window is not None:
             mask &= t[None, :] >= pos[:, None] - window
         if starts is not None:

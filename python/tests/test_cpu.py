@@ -231,7 +231,7 @@ def test_dimensions_of_extent_one_may_have_any_stride():
 
 def test_key_ranges_take_one_int32_start_per_sequence():
     s = shape(key_ranges=True)
-    assert s.key_ranges and s.variant == "windowed"
+    assert s.key_ranges and s.variant == "masked"
     assert shape().variant == "standard" and not shape().key_ranges
     c = Checker(s, 0)
     assert c.seq_starts(FakeTensor((2,), dtype="int32"))[1:] == (2, "u32")
@@ -240,6 +240,23 @@ def test_key_ranges_take_one_int32_start_per_sequence():
     raises("seq_starts", c.seq_starts, FakeTensor((2,), dtype="int64"))
     assert Checker(shape(), 0).seq_starts(None) is None
     raises("seq_starts", Checker(shape(), 0).seq_starts, FakeTensor((2,), dtype="int32"))
+
+
+def test_a_draft_tree_takes_uint8_masks_and_int32_positions_per_new_token():
+    s = shape(q_len=4, tree=True)
+    assert s.tree and s.variant == "masked_tree"
+    assert shape(q_len=4, tree=True, soft_cap=30.0).variant == "softcap_tree"
+    raises("tree", shape, q_len=4, tree=True, alibi=True)
+    raises("window", shape, q_len=4, tree=True, window=2)
+    c = Checker(s, 0)
+    m, p = c.tree(FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int32"))
+    assert m[1:] == (8, "u8") and p[1:] == (8, "u32")
+    raises("tree_masks", c.tree, None, FakeTensor((2, 4), dtype="int32"))
+    raises("tree_masks", c.tree, FakeTensor((2, 3), dtype="uint8"), FakeTensor((2, 4), dtype="int32"))
+    raises("tree_positions", c.tree, FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int64"))
+    raises("tree_positions", c.tree, FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int32", strides=(1, 2)))
+    assert Checker(shape(), 0).tree(None, None) == (None, None)
+    raises("tree_masks", Checker(shape(), 0).tree, FakeTensor((2, 1), dtype="uint8"), None)
 
 
 def test_appended_rows_are_token_or_head_major_views_of_any_count():

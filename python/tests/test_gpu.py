@@ -9,6 +9,7 @@ SPEC.md's relative L2 of 1e-2 against the reference computed from the
 values the kernel reads (a quantized cache's dequantized values)."""
 
 import math
+import random
 
 import pytest
 
@@ -202,6 +203,24 @@ def make_shape(fmt="bf16", dtype="bf16", q_len=1, heads=(32, 8), d=128, layout="
     return da.DecodeShape(**args)
 
 
+def draft_tree(q_len, lens, seed):
+    """A random draft tree per sequence: each new token hangs from the
+    prefix or an earlier token; (masks, positions) as host lists and as the
+    uint8 / int32 device tensors `run` takes."""
+    rng = random.Random(seed)
+    masks, positions = [], []
+    for n in lens:
+        m, depth = [], []
+        for i in range(q_len):
+            parent = rng.randrange(-1, i) if i else -1
+            m.append((1 << i) | (m[parent] if parent >= 0 else 0))
+            depth.append(depth[parent] + 1 if parent >= 0 else 0)
+        masks.append(m)
+        positions.append([n - q_len + d for d in depth])
+    dev = (torch.tensor(masks, dtype=torch.uint8, device="cuda"), torch.tensor(positions, dtype=torch.int32, device="cuda"))
+    return (masks, positions), dev
+
+
 def check(attn, shape, lens, report, capacity=False, seed=1, name="", starts=None):
     gen = torch.Generator(device="cuda").manual_seed(seed)
     cache = Cache(attn, shape, list(lens), gen)
@@ -214,6 +233,9 @@ def check(attn, shape, lens, report, capacity=False, seed=1, name="", starts=Non
         sinks = extra["sinks"] = randn(s.num_q_heads, gen=gen, scale=3.0)
     if s.alibi:
         alibi = extra["alibi_slopes"] = torch.tensor([2.0 ** (-8 * (i + 1) / s.num_q_heads) for i in range(s.num_q_heads)], device="cuda")
+    tree = None
+    if s.tree:
+        tree, (extra["tree_masks"], extra["tree_positions"]) = draft_tree(s.q_len, lens, seed)
     if capacity and starts is not None:
         plan = attn.plan_capacity(s)
         extra["seq_starts"] = torch.tensor(starts, dtype=torch.int32, device="cuda")
@@ -235,7 +257,7 @@ def check(attn, shape, lens, report, capacity=False, seed=1, name="", starts=Non
             attn.run(plan, q, cache.k, cache.v, out, ws, k_scales=cache.k_scales, v_scales=cache.v_scales, **extra)
         outs.append(out)
     torch.cuda.synchronize()
-    ref = attention(q, cache.k_ref, cache.v_ref, lens, s.scale, s.soft_cap, s.window, sinks, alibi, starts=starts)
+    ref = attention(q, cache.k_ref, cache.v_ref, lens, s.scale, s.soft_cap, s.window, sinks, alibi, starts=starts, tree=tree)
     err = rel_l2(outs[0], ref)
     report(test=name or "case", shape=repr(s), capacity=capacity, rel_l2=err, family=plan.family)
     assert not torch.isnan(outs[0]).any(), "NaN left in the output"
@@ -464,6 +486,16 @@ def test_key_ranges_hide_each_sequences_keys_before_its_start(attn, report, fmt,
 @pytest.mark.parametrize("variant", [dict(window=64), dict(window=64, sinks=True), dict(soft_cap=20.0), dict(alibi=True)], ids=["window", "window-sinks", "softcap", "alibi"])
 def test_key_ranges_combine_with_every_variant(attn, report, variant):
     check(attn, make_shape("bf16", "bf16", 2, (16, 4), key_ranges=True, **variant), [37, 300, 1025], report, starts=[3, 250, 960], name="key-ranges-variant")
+
+
+@pytest.mark.parametrize("capacity", [False, True], ids=["host-lengths", "capacity"])
+@pytest.mark.parametrize("variant", [dict(), dict(window=64, sinks=True), dict(soft_cap=20.0)], ids=["tree", "tree-window-sinks", "tree-softcap"])
+@pytest.mark.parametrize("layout", ["nhd", "paged"])
+@pytest.mark.parametrize("fmt, dtype", FORMATS, ids=[f for f, _ in FORMATS])
+def test_a_draft_tree_shows_each_token_the_prefix_and_its_ancestors(attn, report, fmt, dtype, layout, variant, capacity):
+    """Speculative decoding's tree verification: 6 new tokens a sequence
+    in a random tree, against the reference of the same tree."""
+    check(attn, make_shape(fmt, dtype, 6, (32, 8), layout=layout, tree=True, **variant), [37, 300, 1025], report, capacity=capacity, name="tree")
 
 
 @pytest.mark.parametrize("order", ["nhd", "hnd"])

@@ -40,13 +40,53 @@ impl QuantBufs {
 }
 
 /// The run-time inputs of a shape's variant: sinks and ALiBi slopes (one
-/// value per query head) and key-range starts (one per sequence), host
-/// copies and device arrays.
+/// value per query head), key-range starts (one per sequence) and a draft
+/// tree (masks and positions per new token), host copies and device arrays.
 #[derive(Default)]
 pub struct HeadBufs {
     pub sinks: Option<(Vec<f32>, DeviceBuffer<f32>)>,
     pub slopes: Option<(Vec<f32>, DeviceBuffer<f32>)>,
     pub starts: Option<(Vec<u32>, DeviceBuffer<u32>)>,
+    pub tree: Option<TreeBufs>,
+}
+
+/// A draft tree per sequence: host masks and positions, and their device
+/// copies (`KvCache::with_tree`).
+pub struct TreeBufs {
+    pub masks: Vec<u8>,
+    pub positions: Vec<u32>,
+    pub masks_dev: DeviceBuffer<u8>,
+    pub positions_dev: DeviceBuffer<u32>,
+}
+
+impl TreeBufs {
+    /// Uploads `masks` and `positions` (`[batch, q_len]` each).
+    pub fn new(masks: Vec<u8>, positions: Vec<u32>) -> Result<TreeBufs> {
+        let (masks_dev, positions_dev) = (DeviceBuffer::from_slice(&masks)?, DeviceBuffer::from_slice(&positions)?);
+        Ok(TreeBufs { masks, positions, masks_dev, positions_dev })
+    }
+}
+
+/// A random draft tree over each sequence's `q_len` new tokens, varied by
+/// `seed`: token 0 hangs from the prefix, each later one from the prefix
+/// (a forest) or from an earlier token. Masks name each token's ancestors
+/// and itself; positions are the prefix length plus the depth.
+pub fn random_tree(q_len: u32, seq_lens: &[u32], seed: u64) -> (Vec<u8>, Vec<u32>) {
+    let mut rng = decode_attn::testing::Rng::new(seed ^ 0x7ee5);
+    let (mut masks, mut positions) = (Vec::new(), Vec::new());
+    for &len in seq_lens {
+        let prefix = len - q_len;
+        let (mut mask, mut depth) = (vec![0u8; q_len as usize], vec![0u32; q_len as usize]);
+        for i in 0..q_len as usize {
+            // A parent among the earlier tokens, or none (hangs from the prefix).
+            let parent = (i > 0).then(|| rng.below(i as u64 + 1) as usize).and_then(|p| p.checked_sub(1));
+            mask[i] = (1 << i) | parent.map_or(0, |p| mask[p]);
+            depth[i] = parent.map_or(0, |p| depth[p] + 1);
+        }
+        masks.extend(mask);
+        positions.extend(depth.iter().map(|d| prefix + d));
+    }
+    (masks, positions)
 }
 
 /// Sink logit of query head `h`: a spread from below the scores to far
@@ -76,7 +116,7 @@ impl HeadBufs {
             Ok((v, d))
         };
         let (sinks, slopes) = head_values(shape, seed);
-        Ok(HeadBufs { sinks: sinks.map(upload).transpose()?, slopes: slopes.map(upload).transpose()?, starts: None })
+        Ok(HeadBufs { sinks: sinks.map(upload).transpose()?, slopes: slopes.map(upload).transpose()?, starts: None, tree: None })
     }
     /// `cache` with these arrays.
     pub fn attach<'a>(&'a self, mut cache: KvCache<'a>) -> KvCache<'a> {
@@ -86,6 +126,9 @@ impl HeadBufs {
         if let Some((_, d)) = &self.slopes {
             cache = cache.with_alibi_slopes(d);
         }
+        if let Some(t) = &self.tree {
+            cache = cache.with_tree(&t.masks_dev, &t.positions_dev);
+        }
         cache
     }
     /// The host copies, for the reference.
@@ -94,7 +137,7 @@ impl HeadBufs {
             sinks: self.sinks.as_ref().map(|(h, _)| &h[..]),
             alibi_slopes: self.slopes.as_ref().map(|(h, _)| &h[..]),
             seq_starts: self.starts.as_ref().map(|(h, _)| &h[..]),
-            tree: None,
+            tree: self.tree.as_ref().map(|t| reference::TreeInputs { masks: &t.masks, positions: &t.positions }),
         }
     }
 }
@@ -295,7 +338,12 @@ impl Problem {
         } else {
             None
         };
-        let heads = HeadBufs::for_shape(shape, seq_lens.iter().map(|&l| l as u64).sum())?;
+        let seed = seq_lens.iter().map(|&l| l as u64).sum();
+        let mut heads = HeadBufs::for_shape(shape, seed)?;
+        if shape.tree {
+            let (masks, positions) = random_tree(shape.q_len, seq_lens, seed);
+            heads.tree = Some(TreeBufs::new(masks, positions)?);
+        }
         Ok(Problem { shape: shape.clone(), seq_lens: seq_lens.to_vec(), q, k, v, bufs, quant, heads })
     }
 
@@ -344,7 +392,7 @@ impl Problem {
             // which its callers keep alive across the runs using them.
             return unsafe {
                 let v = |t: TensorRef| TensorRef::from_raw(t.addr(), t.len(), t.elem());
-                KvCache { k: v(c.k), v: v(c.v), k_scales: c.k_scales.map(v), v_scales: c.v_scales.map(v), sinks: None, alibi_slopes: None }
+                KvCache { k: v(c.k), v: v(c.v), k_scales: c.k_scales.map(v), v_scales: c.v_scales.map(v), sinks: None, alibi_slopes: None, tree: None }
             };
         }
         let (k, v): (TensorRef, TensorRef) = match &self.bufs {

@@ -138,6 +138,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         sinks: case.sinks,
         alibi: case.alibi,
         key_ranges: case.starts.is_some(),
+        tree: false,
     };
     let width = cap / page;
     let mut rng = Rng::new(seed);

@@ -62,6 +62,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
         sinks: false,
         alibi: false,
         key_ranges: false,
+        tree: false,
     };
     let lens = vec![300u32, 2, 157];
     let p = Problem::new(&shape, &lens, Distribution::HeavyTailed, 5).map_err(err)?;

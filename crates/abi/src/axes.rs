@@ -479,11 +479,11 @@ impl Form {
 }
 
 /// The attention variant a kernel is compiled for: the logits transform of
-/// its softmax step and whether it takes a sliding window and sinks
-/// (`kernels-gpu`'s `AttentionVariant`; the semantics are
+/// its softmax step and whether it takes a sliding window, sinks and a
+/// draft tree (`kernels-gpu`'s `AttentionVariant`; the semantics are
 /// `docs/benchmark.md`'s, "The operation"). A variant's presence is a
-/// compile-time choice; its values (the cap, the window, the sinks' and
-/// slopes' device arrays) are runtime data in `DecodeParams`.
+/// compile-time choice; its values (the cap, the window, the sinks',
+/// slopes' and tree's device arrays) are runtime data in `DecodeParams`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Variant {
@@ -491,23 +491,33 @@ pub enum Variant {
     /// sinks. The fastest kernels; every form.
     Standard = 0,
     /// Logits soft-cap (Gemma 2, Grok): `cap · tanh(scale · q·k / cap)`;
-    /// with a sliding window and sinks where the launch sets them.
+    /// with a sliding window, sinks and first keys where the launch sets
+    /// them.
     SoftCap = 1,
-    /// The standard logits with a sliding window (Mistral, Gemma's local
-    /// layers) and / or attention sinks (gpt-oss).
-    Windowed = 2,
+    /// The standard logits with any of the masks — a sliding window
+    /// (Mistral, Gemma's local layers), the sequences' first keys — and / or
+    /// attention sinks (gpt-oss).
+    Masked = 2,
     /// ALiBi (BLOOM, MPT, Falcon): `scale · q·k + slope_h · (t − p)`; with
     /// a sliding window and sinks where the launch sets them.
     Alibi = 3,
+    /// [`Variant::Masked`] verifying a speculative step's draft tree (each
+    /// new token sees the prefix and its ancestors): its own kernels, so
+    /// that the masked ones keep their code (docs/perf.md, "Draft trees").
+    MaskedTree = 4,
+    /// [`Variant::SoftCap`] verifying a draft tree.
+    SoftCapTree = 5,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 4] = [Variant::Standard, Variant::SoftCap, Variant::Windowed, Variant::Alibi];
+    pub const ALL: [Variant; 6] = [Variant::Standard, Variant::SoftCap, Variant::Masked, Variant::Alibi, Variant::MaskedTree, Variant::SoftCapTree];
     pub const fn name(self) -> &'static str {
         match self {
             Variant::Standard => "standard",
             Variant::SoftCap => "softcap",
-            Variant::Windowed => "windowed",
+            Variant::Masked => "masked",
+            Variant::MaskedTree => "masked_tree",
+            Variant::SoftCapTree => "softcap_tree",
             Variant::Alibi => "alibi",
         }
     }
@@ -516,13 +526,21 @@ impl Variant {
     /// the exponent's FMA instead of to every score (the wgmma kernels'
     /// `fold`). A soft-cap's `tanh` is not, nor is ALiBi's added bias.
     pub const fn linear_in_scale(self) -> bool {
-        matches!(self, Variant::Standard | Variant::Windowed)
+        matches!(self, Variant::Standard | Variant::Masked | Variant::MaskedTree)
     }
     /// Whether the kernels read a sliding window and sinks from their
     /// parameters (`DecodeParams::window`, `sinks`): every variant but
     /// [`Variant::Standard`], whose kernels stay exactly the plain softmax.
     pub const fn takes_window_and_sinks(self) -> bool {
         !matches!(self, Variant::Standard)
+    }
+    /// Whether the kernels read a draft tree from their parameters
+    /// (`DecodeParams::tree_masks`, `tree_positions`): the tree variants of
+    /// the masked and soft-cap kernels (not ALiBi's: its bias would need
+    /// each new key's tree position too; no model pairs ALiBi with
+    /// speculative trees).
+    pub const fn takes_tree(self) -> bool {
+        matches!(self, Variant::MaskedTree | Variant::SoftCapTree)
     }
     /// Whether the kernels of a merge and form are built with this variant.
     /// Variants other than [`Variant::Standard`] merge split sequences

@@ -86,7 +86,7 @@ impl KernelId {
     }
 
     /// The entry point's symbol:
-    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma][_ws|_pair][_softcap|_windowed|_alibi]_kv_<format>_q_<dtype>_d<head_dim>`,
+    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma][_ws|_pair][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>`,
     /// e.g. `decode_paged_narrow_kv_int8_q_bf16_d128`.
     pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
         w.write_str("decode")?;

@@ -163,6 +163,22 @@ pub struct DecodeParams {
     /// [`range_start`]. A capacity plan's are the step's device starts, a
     /// plan of host lengths has them in its workspace.
     pub seq_starts: u64,
+    /// Kernels of a variant that takes a draft tree (`Variant::takes_tree`):
+    /// `[batch, q_len]` u8, bit `j` of entry `(b, i)` set when new token
+    /// `i` of sequence `b` sees new token `j` (bit `i` is read as set, bits
+    /// above it as clear); or 0 (no tree: causal among the new tokens).
+    pub tree_masks: u64,
+    /// With `tree_masks`: `[batch, q_len]` u32, each new token's position
+    /// (its prefix length plus its depth in the tree), which its window
+    /// and ALiBi measure from; read as at least `seq_len − q_len` and at
+    /// most `seq_len − q_len + i`.
+    pub tree_positions: u64,
+    /// The window a row's first key is measured with in the logits' mask
+    /// (`kernels-gpu`'s `row_terms`): `window`, or with a draft tree
+    /// `window + q_len − 1`, which gives every row the first key of the
+    /// least tree position (each row's own is its tree pass's); saturated.
+    pub row_window: u32,
+    pub _pad_tree: u32,
 }
 
 /// `DecodeParams::window` of a launch without a window.
@@ -315,7 +331,7 @@ pub const MERGE_THREADS: u32 = 128;
 const _: () = assert!(core::mem::size_of::<WorkItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeItem>() == 16);
 const _: () = assert!(core::mem::size_of::<MergeParams>() == 88);
-const _: () = assert!(core::mem::size_of::<DecodeParams>() == 280);
+const _: () = assert!(core::mem::size_of::<DecodeParams>() == 304);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, num_q_heads) == 152);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, logit_cap) == 244);
 const _: () = assert!(core::mem::offset_of!(DecodeParams, sinks) == 256);

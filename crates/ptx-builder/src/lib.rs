@@ -241,15 +241,34 @@ pub fn check_ptx(ptx: &str) -> Result<(), String> {
 /// Adds `.maxnreg N` after the parameter list of each named entry (`.entry
 /// NAME(` … `)`, before its body), as `__launch_bounds__` / `maxnreg` would
 /// in CUDA C++. Every named entry must exist.
+/// One pass over the module (a search and an insertion per entry, over a
+/// module of 1500 kernels and 260 MB, took minutes).
 pub fn cap_registers<'a>(ptx: &str, caps: impl IntoIterator<Item = (&'a str, u32)>) -> Result<String, String> {
-    let mut out = ptx.to_owned();
-    for (name, regs) in caps {
-        let head = format!(".entry {name}(");
-        let at = out.find(&head).ok_or_else(|| format!("register cap for `{name}`: no such entry in the PTX"))?;
-        let close = out[at..].find(')').map(|i| at + i + 1).ok_or_else(|| format!("`{name}`: unterminated parameter list"))?;
-        out.insert_str(close, &format!("\n.maxnreg {regs}"));
+    let mut caps: std::collections::BTreeMap<&str, u32> = caps.into_iter().collect();
+    let mut out = String::with_capacity(ptx.len() + 24 * caps.len());
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        let name_at = at + ".entry ".len();
+        let Some(open) = rest[name_at..].find('(').map(|i| name_at + i) else { break };
+        let name = &rest[name_at..open];
+        match caps.remove(name) {
+            Some(regs) => {
+                let close = rest[open..].find(')').map(|i| open + i + 1).ok_or_else(|| format!("`{name}`: unterminated parameter list"))?;
+                out.push_str(&rest[..close]);
+                out.push_str(&format!("\n.maxnreg {regs}"));
+                rest = &rest[close..];
+            }
+            None => {
+                out.push_str(&rest[..open]);
+                rest = &rest[open..];
+            }
+        }
     }
-    Ok(out)
+    out.push_str(rest);
+    match caps.keys().next() {
+        Some(name) => Err(format!("register cap for `{name}`: no such entry in the PTX")),
+        None => Ok(out),
+    }
 }
 
 /// The `.entry` names in a PTX module.

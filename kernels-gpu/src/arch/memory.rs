@@ -184,6 +184,18 @@ pub unsafe fn st_global_u16(addr: u64, v: u32) {
     core::arch::asm!("{{ .reg .b16 h; cvt.u16.u32 h, {v}; st.global.b16 [{p}], h; }}", p = in(reg64) addr, v = in(reg32) v, options(nostack));
 }
 
+/// `ld.global.nc.u8`, zero-extended.
+///
+/// # Safety
+/// `addr` must be a readable global address.
+#[inline(always)]
+pub unsafe fn ld_global_nc_u8(addr: u64) -> u32 {
+    let r: u32;
+    core::arch::asm!("ld.global.nc.u8 {r}, [{a}];", r = out(reg32) r, a = in(reg64) addr,
+        options(readonly, nostack, pure));
+    r
+}
+
 /// `ld.global.nc.b16`, zero-extended.
 ///
 /// # Safety

@@ -214,15 +214,25 @@ pub(crate) unsafe fn capacity_len(seq_lens: u64, batch: u32, max_seq_len: u32) -
 }
 
 /// Keys at or past this may be masked for some row of the block (causal
-/// among the new tokens, or past the work item's end).
+/// among the new tokens, a draft tree's from the first new key, or past
+/// the work item's end).
 #[inline(always)]
-pub(crate) fn mask_from(p: &DecodeParams, item: &WorkItem, seq_len: u32) -> u32 {
-    let causal0 = seq_len - p.q_len + 1;
+pub(crate) fn mask_from<V: AttentionVariant>(p: &DecodeParams, item: &WorkItem, seq_len: u32) -> u32 {
+    let causal0 = if V::TREE && p.tree_masks != 0 { seq_len - p.q_len } else { seq_len - p.q_len + 1 };
     if causal0 < item.kv_end {
         causal0
     } else {
         item.kv_end
     }
+}
+
+/// The work item's sequence, which [`keep_item`] kept, read afresh (a draft
+/// tree's pass reads it: held through the key loop, it would cost the
+/// capped kernels a register). Every step begins after a block barrier
+/// that follows the store.
+#[inline(always)]
+pub(crate) unsafe fn kept_batch(p: &DecodeParams) -> u32 {
+    shared::ld_shared_u32(shared::dynamic_smem_base() + p.item_smem)
 }
 
 /// Byte address of element 0 of row (batch, token, head) of a

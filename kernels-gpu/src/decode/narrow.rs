@@ -27,7 +27,7 @@
 use decode_attn_abi::{div_rem, q_converted, DecodeParams, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M, NARROW_ROWS};
 
 use super::pipeline::Pipeline;
-use super::block::{block_first_head, block_work_of, keep_first_key, keep_item, keep_seq_len, kept_first_key, mask_from, qo_row_addr, row_info, RowInfo};
+use super::block::{block_first_head, block_work_of, keep_first_key, keep_item, keep_seq_len, kept_batch, kept_first_key, mask_from, qo_row_addr, row_info, RowInfo};
 use super::epilogue::epilogue;
 use super::query::convert_q;
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
@@ -106,7 +106,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
         }
     }
 
-    let mask_from = mask_from(p, &item, seq_len);
+    let mask_from = mask_from::<V>(p, &item, seq_len);
 
     // o[np] = Oᵀ tile of dims v_dim(2np, ·) | v_dim(2np + 1, ·) × rows 2c, 2c+1.
     let mut o = [[0f32; 4]; NP];
@@ -154,6 +154,20 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
                 let hidden = masked && V::hides(p, key, row.limit, row_terms);
                 let scale = if F::SCALED { row_scale * kscale[e / 2] } else { row_scale };
                 s[e] = variant::logit::<V>(p, s[e], scale, hidden, key, row_terms);
+            }
+            if variant::tree_applies::<V>(p, masked) {
+                // A draft tree's pass (`variant::TreeRow`), a row at a time
+                // (row `r`'s elements are `r` and `r + 2`, keys 8 apart).
+                let mut pass = |r: usize, token: u32| {
+                    let tree = variant::tree_row(p, seq_len, kept_first_key::<V>(p), kept_batch(p), token);
+                    for i in 0..2 {
+                        if tree.hides(key0 + g + 8 * i as u32) {
+                            s[r + 2 * i] = f32::NEG_INFINITY;
+                        }
+                    }
+                };
+                pass(0, ra.token);
+                pass(1, rb.token);
             }
 
             // (Formats whose P carries V's scales: the base covers them,

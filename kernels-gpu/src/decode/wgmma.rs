@@ -26,7 +26,7 @@
 use decode_attn_abi::{q_converted, wgmma_prefix_bytes, wgmma_producer_stages, wgmma_specializable, DecodeParams, WGMMA_PRODUCER_STAGES, WGMMA_CONVERTED_BUFFERS, WGMMA_KEYS, WGMMA_M};
 
 use super::pipeline::Pipeline;
-use super::block::{block_kv_head, block_work, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, row_pair, token_head};
+use super::block::{block_kv_head, block_work, keep_item, keep_seq_len, kept_batch, mask_from, qo_row_addr, row_info, row_pair, token_head};
 use super::epilogue::{epilogue, OUT_BATCH, SPECIALIZED_OUT_BATCH};
 use super::query::convert_q_to;
 use crate::arch::wgmma::descriptor;
@@ -105,7 +105,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
         shared::fence_proxy_async_shared();
     }
 
-    let mask_from = mask_from(p, &item, seq_len);
+    let mask_from = mask_from::<V>(p, &item, seq_len);
     // Groups of 8 rows (or keys) are 1024 bytes apart; V's two column
     // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
     let q_desc = descriptor(q_tile, 16, 1024);
@@ -349,7 +349,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
             }
         }
     } else {
-        let mask_from = mask_from(p, &item, seq_len);
+        let mask_from = mask_from::<V>(p, &item, seq_len);
         // Groups of 8 rows (or keys) are 1024 bytes apart; V's two column
         // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
         let q_desc = descriptor(q_tile, 16, 1024);
@@ -530,7 +530,8 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     // the mask hook (`variant::logit` in one pass measured the same
     // instructions, numbered otherwise, which ptxas allocated with
     // spills in the 128-register kernels).
-    if variant::step_masked::<V>(key0, 8 * T as u32, view.mask_from, variant::window_from::<V>(p, view.seq_len, view.seq_first)) {
+    let masked = variant::step_masked::<V>(key0, 8 * T as u32, view.mask_from, variant::window_from::<V>(p, view.seq_len, view.seq_first));
+    if masked {
         #[allow(clippy::needless_range_loop)]
         for n in 0..T {
             for e in 0..4 {
@@ -540,6 +541,23 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
                 }
             }
         }
+    }
+    if variant::tree_applies::<V>(p, masked) {
+        // A draft tree's pass (`variant::TreeRow`), a row at a time
+        // (row `r`'s elements are `2r`, `2r + 1` of each tile).
+        let mut pass = |r: usize, token: u32| {
+            let tree = variant::tree_row(p, view.seq_len, view.seq_first, kept_batch(p), token);
+            #[allow(clippy::needless_range_loop)]
+            for n in 0..T {
+                for i in 0..2 {
+                    if tree.hides(key0 + n as u32 * 8 + c2 + i as u32) {
+                        s[n][2 * r + i] = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        };
+        pass(0, view.tokens[0]);
+        pass(1, view.tokens[1]);
     }
     // Maxima and sums as trees (a chain of 8 dependent operations
     // per row stalled the warps on fixed latencies).

@@ -3,7 +3,7 @@
 
 use decode_attn_abi::{has_capacity_twin, q_converted, q_in_smem, tile_config, DecodeParams, Family, WorkItem, DIRECT_OUTPUT, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M};
 
-use super::block::{block_item, block_kv_head, block_work, capacity_len, keep_first_key, keep_item, keep_seq_len, kept_first_key, mask_from, qo_row_addr, row_pair};
+use super::block::{block_item, block_kv_head, block_work, capacity_len, keep_first_key, keep_item, keep_seq_len, kept_batch, kept_first_key, mask_from, qo_row_addr, row_pair};
 use super::epilogue::epilogue;
 use super::pipeline::{self, Pipeline};
 use super::query::{convert_q, q_fragment, stage_q};
@@ -134,7 +134,7 @@ pub unsafe fn decode_wide<F: KvFormat, V: AttentionVariant, const D: usize, cons
 
     }
 
-    let mask_from = mask_from(p, &item, seq_len);
+    let mask_from = mask_from::<V>(p, &item, seq_len);
 
     let mut o = [[0f32; 4]; NT];
     let (mut m_a, mut m_b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
@@ -185,6 +185,23 @@ pub unsafe fn decode_wide<F: KvFormat, V: AttentionVariant, const D: usize, cons
                     let hidden = masked && V::hides(p, key, row.limit, row_terms);
                     s[n][e] = variant::logit::<V>(p, s[n][e], scale, hidden, key, row_terms);
                 }
+            }
+            if variant::tree_applies::<V>(p, masked) {
+                // A draft tree's pass (`variant::TreeRow`), a row at a time
+                // (row `r`'s elements are `2r`, `2r + 1` of each tile).
+                let mut pass = |r: usize, token: u32| {
+                    let tree = variant::tree_row(p, seq_len, kept_first_key::<V>(p), kept_batch(p), token);
+                    #[allow(clippy::needless_range_loop)]
+                    for n in 0..2 {
+                        for i in 0..2 {
+                            if tree.hides(key0 + n as u32 * 8 + c2 + i as u32) {
+                                s[n][2 * r + i] = f32::NEG_INFINITY;
+                            }
+                        }
+                    }
+                };
+                pass(0, ra.token);
+                pass(1, rb.token);
             }
 
             // (Formats whose P carries V's scales: the base covers them,
