@@ -198,16 +198,19 @@ fn no_unresolved_external_functions() {
 /// masked and soft-cap ones at head_dim 128, 24 bytes stored and 32
 /// loaded at their 168-register cap (28 on sm_80: any code in their key
 /// loop spilled them); the wide int4-g32 masked ones at head_dim 256, 8
-/// stored and 4 loaded at 255; on sm_89 the narrow fp8-per-head masked and
+/// stored and 4 loaded at 255 (on sm_80 also the 16-bit ones, 12 and 8);
+/// on sm_89 the narrow fp8-per-head masked and
 /// soft-cap ones at head_dim 128, 16 stored and 28 loaded at their
 /// 128-register cap. Every other kernel: none.
-const KNOWN_SPILLS: [(&str, u32); 24] = [
+const KNOWN_SPILLS: [(&str, u32); 26] = [
     ("decode_paged_masked_tree_kv_bf16_q_bf16_d128", 32),
     ("decode_paged_masked_tree_kv_f16_q_f16_d128", 32),
     ("decode_paged_softcap_tree_kv_bf16_q_bf16_d128", 32),
     ("decode_paged_softcap_tree_kv_f16_q_f16_d128", 32),
     ("decode_masked_tree_kv_int4g32_q_bf16_d256", 8),
     ("decode_masked_tree_kv_int4g32_q_f16_d256", 8),
+    ("decode_masked_tree_kv_bf16_q_bf16_d256", 12),
+    ("decode_masked_tree_kv_f16_q_f16_d256", 12),
     ("decode_narrow_masked_tree_kv_fp8ph_q_bf16_d128", 28),
     ("decode_narrow_masked_tree_kv_fp8ph_q_f16_d128", 28),
     ("decode_narrow_softcap_tree_kv_fp8ph_q_bf16_d128", 28),
