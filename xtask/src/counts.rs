@@ -11,15 +11,17 @@ pub struct Counts {
     pub failed: u64,
     pub skipped: u64,
     pub success: bool,
+    /// Commands added up (`add`): a total succeeds when every one did.
+    pub runs: u32,
 }
 
 impl Counts {
     pub fn add(&mut self, other: &Counts) {
-        let first = self.passed + self.failed + self.skipped == 0 && !self.success;
         self.passed += other.passed;
         self.failed += other.failed;
         self.skipped += other.skipped;
-        self.success = (first || self.success) && other.success;
+        self.success = (self.runs == 0 || self.success) && other.success;
+        self.runs += 1;
     }
 }
 
@@ -87,6 +89,20 @@ mod tests {
         let mut c = Counts::default();
         lines.iter().for_each(|l| parse_line(l, &mut c));
         (c.passed, c.failed, c.skipped)
+    }
+
+    /// A command that failed before reporting anything (a build that did
+    /// not compile) fails the total, whatever runs after it.
+    #[test]
+    fn a_failed_command_without_counts_fails_the_total() {
+        let mut total = Counts::default();
+        total.add(&Counts { success: false, ..Counts::default() });
+        total.add(&Counts { passed: 45, success: true, ..Counts::default() });
+        assert!(!total.success);
+        let mut ok = Counts::default();
+        ok.add(&Counts { passed: 1, success: true, ..Counts::default() });
+        ok.add(&Counts { skipped: 2, success: true, ..Counts::default() });
+        assert!(ok.success);
     }
 
     #[test]

@@ -176,6 +176,13 @@ pub fn build_fatbin(ptx: &Path, arch: Arch, ptxas: &Path, cache_dir: &Path) -> R
     let stem_name = format!("decode_attn-{arch}-{hash:016x}-{contents}");
     let stem = cache_dir.join(&stem_name);
     let (fatbin, report_file) = (stem.with_extension("fatbin"), stem.with_extension("ptxas.txt"));
+    // One ptxas at a time across build scripts running side by side (a
+    // test build and the wheel's): on Hopper's module each took 12 GB, and
+    // two ran a 24 GB machine out of memory. The later one then finds the
+    // earlier one's fatbin. (Released when `lock` drops.)
+    std::fs::create_dir_all(cache_dir).map_err(|e| format!("{}: {e}", cache_dir.display()))?;
+    let lock = std::fs::File::create(cache_dir.join(".ptxas.lock")).map_err(|e| format!("{}: {e}", cache_dir.display()))?;
+    lock.lock().map_err(|e| format!("locking {}: {e}", cache_dir.join(".ptxas.lock").display()))?;
     if let (true, Ok(report)) = (fatbin.is_file(), std::fs::read_to_string(&report_file)) {
         return Ok(Fatbin { fatbin, report });
     }
@@ -189,7 +196,7 @@ pub fn build_fatbin(ptx: &Path, arch: Arch, ptxas: &Path, cache_dir: &Path) -> R
         .map_err(|e| format!("running {}: {e}", ptxas.display()))?;
     let report = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        return Err(format!("ptxas rejected the PTX:\n{report}"));
+        return Err(format!("ptxas rejected the PTX ({}; killed without a message: out of memory?):\n{report}", out.status));
     }
     let fatbinary = ptxas.with_file_name("fatbinary");
     let fatbinary = if fatbinary.is_file() { fatbinary } else { PathBuf::from("fatbinary") };
