@@ -28,7 +28,7 @@ use decode_attn::plan::stage_keys;
 use decode_attn::reference::relative_l2_error;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::cust::memory::DeviceBuffer;
-use decode_attn::{DecodeAttention, DecodeShape, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SpecializeChoice, SplitPolicy, StepInputs, Family, FamilyChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SpecializeChoice, SplitPolicy, StepInputs, Family, FamilyChoice, Workspace};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence, RngSeed, TestCaseError, TestError, TestRunner};
 
@@ -234,7 +234,7 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
     }
     let mut cap = *lens.iter().max().unwrap() + d.extra_capacity;
     // Paged: the problem is an NHD cache of whole pages, then scattered.
-    // Half the pools are packed (K, V and side data in one page). Read from
+    // Half the pools are packed (K, V and scales in one page). Read from
     // a bit of the data seed rather than drawn, so that persisted seeds
     // (tests/fuzz-regressions.txt) still replay the cases they failed with.
     let packed = (d.seed >> 60) & 1 == 1;
@@ -256,27 +256,10 @@ fn fit(d: &Draw, format: KvFormat) -> Case {
             KvLayout::Strided { batch: cap as u64 * token + step * c as u64, token, head }
         }
     };
-    let shape = DecodeShape {
-        batch: lens.len() as u32,
-        num_q_heads: hq,
-        num_kv_heads: d.num_kv_heads,
-        head_dim: d.head_dim,
-        q_len,
-        max_seq_len: cap,
-        dtype: format.required_dtype().unwrap_or(if d.q_f16 { decode_attn::Dtype::F16 } else { decode_attn::Dtype::Bf16 }),
-        kv_format: format,
-        kv_layout,
-        // Large magnitudes need a scale of 1 for logits of 100 and more.
-        scale: (d.dist == Distribution::LargeMagnitude).then_some(1.0),
-        soft_cap: soft_cap_of(d.seed),
-        window: None,
-        sinks: false,
-        alibi: false,
-        key_ranges: false,
-        tree: false,
-    };
+    let shape = DecodeShape { batch: lens.len() as u32, num_q_heads: hq, num_kv_heads: d.num_kv_heads, head_dim: d.head_dim, q_len, max_seq_len: cap, dtype: format.required_dtype().unwrap_or(if d.q_f16 { decode_attn::Dtype::F16 } else { decode_attn::Dtype::Bf16 }), kv_format: format, kv_layout, // Large magnitudes need a scale of 1 for logits of 100 and more.
+        scale: (d.dist == Distribution::LargeMagnitude).then_some(1.0), variant: VariantSpec { soft_cap: soft_cap_of(d.seed), window: None, sinks: false, alibi: false, key_ranges: false, tree: false } };
     let (window, sinks, alibi) = extras_of(d.seed, soft_cap_of(d.seed).is_some(), *lens.iter().max().unwrap());
-    let shape = DecodeShape { window, sinks, alibi, key_ranges: key_ranges_of(d.seed), tree: tree_of(d.seed, q_len, alibi, window), ..shape };
+    let shape = DecodeShape { variant: VariantSpec { key_ranges: key_ranges_of(d.seed), tree: tree_of(d.seed, q_len, alibi, window), window, sinks, alibi, ..shape.variant }, ..shape };
     let split = match d.split {
         SplitKind::Auto => SplitPolicy::Auto,
         SplitKind::Never => SplitPolicy::Never,
@@ -344,7 +327,7 @@ fn magnitudes_of(seed: u64, shape: &DecodeShape, dist: Distribution) -> (f32, f3
         return (1.0, 1.0);
     }
     let (k_max, v_min) = match shape.dtype {
-        decode_attn::Dtype::F16 if shape.sinks => (1, 0),
+        decode_attn::Dtype::F16 if shape.variant.sinks => (1, 0),
         decode_attn::Dtype::F16 => (1, -1),
         decode_attn::Dtype::Bf16 => (3, -6),
     };
@@ -462,10 +445,10 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
         t.longest = t.longest.max(*case.seq_lens.iter().max().unwrap());
         t.most_rows = t.most_rows.max(case.shape.rows_per_kv_head().unwrap_or(0));
     }
-    let starts = case.shape.key_ranges.then(|| starts_of(case.seed, &case.seq_lens, case.shape.q_len, case.capacity));
+    let starts = case.shape.variant.key_ranges.then(|| starts_of(case.seed, &case.seq_lens, case.shape.q_len, case.capacity));
     let Some(gpu) = gpu else {
         let (sinks, slopes) = common::head_values(&case.shape, 0);
-        let tree = case.shape.tree.then(|| common::random_tree(case.shape.q_len, &case.seq_lens, 0));
+        let tree = case.shape.variant.tree.then(|| common::random_tree(case.shape.q_len, &case.seq_lens, 0));
         let tree = tree.as_ref().map(|(masks, positions)| decode_attn::reference::TreeInputs { masks, positions });
         let heads = decode_attn::reference::HeadInputs { sinks: sinks.as_deref(), alibi_slopes: slopes.as_deref(), seq_starts: starts.as_deref(), tree };
         let r = decode_attn::reference::decode_attention_with(&case.shape, &case.seq_lens, &q, &k, &v, &heads, &(0..case.shape.batch as usize).collect::<Vec<_>>(), threads());
@@ -533,12 +516,12 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
     t.paged += case.paging.is_some() as u64;
     t.capacity += case.capacity as u64;
     t.head_pairs += (plan.heads_per_block() > 1) as u64;
-    t.soft_caps += case.shape.soft_cap.is_some() as u64;
-    t.windows += case.shape.window.is_some() as u64;
-    t.sinks += case.shape.sinks as u64;
-    t.alibis += case.shape.alibi as u64;
-    t.key_ranges += case.shape.key_ranges as u64;
-    t.trees += case.shape.tree as u64;
+    t.soft_caps += case.shape.variant.soft_cap.is_some() as u64;
+    t.windows += case.shape.variant.window.is_some() as u64;
+    t.sinks += case.shape.variant.sinks as u64;
+    t.alibis += case.shape.variant.alibi as u64;
+    t.key_ranges += case.shape.variant.key_ranges as u64;
+    t.trees += case.shape.variant.tree as u64;
     *t.combos.entry(variant_tag(&case.shape)).or_default() += 1;
     let w = t.worst.entry(case.dist).or_insert(0.0);
     *w = w.max(cmp.rel_l2);
@@ -547,8 +530,8 @@ fn check_case(gpu: Option<&Gpu>, case: &Case, tally: &RefCell<Tally>) -> Result<
 
 /// The case's combination of variants, for the tallies.
 fn variant_tag(s: &DecodeShape) -> &'static str {
-    if s.tree {
-        return match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.key_ranges) {
+    if s.variant.tree {
+        return match (s.variant.soft_cap.is_some(), s.variant.window.is_some(), s.variant.sinks, s.variant.key_ranges) {
             (_, _, _, true) => "tree+ranges",
             (true, _, _, false) => "tree+soft-cap",
             (false, true, _, false) => "tree+window",
@@ -556,8 +539,8 @@ fn variant_tag(s: &DecodeShape) -> &'static str {
             (false, false, false, false) => "tree",
         };
     }
-    if s.key_ranges {
-        return match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.alibi) {
+    if s.variant.key_ranges {
+        return match (s.variant.soft_cap.is_some(), s.variant.window.is_some(), s.variant.sinks, s.variant.alibi) {
             (false, false, false, false) => "ranges",
             (true, _, _, _) => "ranges+soft-cap",
             (false, true, _, false) => "ranges+window",
@@ -565,7 +548,7 @@ fn variant_tag(s: &DecodeShape) -> &'static str {
             (false, _, _, true) => "ranges+alibi",
         };
     }
-    match (s.soft_cap.is_some(), s.window.is_some(), s.sinks, s.alibi) {
+    match (s.variant.soft_cap.is_some(), s.variant.window.is_some(), s.variant.sinks, s.variant.alibi) {
         (false, false, false, false) => "standard",
         (true, false, _, _) => "soft-cap",
         (true, true, _, _) => "soft-cap+window",

@@ -24,7 +24,7 @@ mod tree;
 use common::{init_cuda, Problem};
 use decode_attn::cust::stream::{Stream, StreamFlags};
 use decode_attn::testing::Distribution;
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SplitPolicy, Family, FamilyChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, HeadPairChoice, KvFormat, KvLayout, PlanOptions, SplitPolicy, Family, FamilyChoice, Workspace};
 
 const TOLERANCE: f64 = 1e-2;
 
@@ -48,7 +48,7 @@ fn shape(dtype: Dtype, batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u
         Dtype::Bf16 => KvFormat::Bf16,
         Dtype::F16 => KvFormat::F16,
     };
-    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, soft_cap: None, window: None, sinks: false, alibi: false, key_ranges: false, tree: false }
+    DecodeShape { batch, num_q_heads: hq, num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format, kv_layout: layout, scale: None, variant: VariantSpec { soft_cap: None, window: None, sinks: false, alibi: false, key_ranges: false, tree: false } }
 }
 
 /// The specification, as cases: every head ratio, head dim, q_len, length
@@ -159,7 +159,7 @@ fn cases() -> Vec<Case> {
     all
 }
 
-/// The soft-cap kernels (`DecodeShape::soft_cap`) in every format, each
+/// The soft-cap kernels (`VariantSpec::soft_cap`) in every format, each
 /// case run in every kernel family that serves it (`per_family`): logits
 /// capped at 2 over N(0, 1) scores (most of them bent by the tanh), and at
 /// 30 over logits in the hundreds (`LargeMagnitude`, scale 1: nearly every
@@ -175,7 +175,7 @@ fn soft_cap_cases(small: bool) -> Vec<Case> {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int4G64 { Dtype::F16 } else { Dtype::Bf16 });
         let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, cap: f32, paging: Option<paged::Paging>| {
             let scale = (dist == LargeMagnitude).then_some(1.0);
-            let s = DecodeShape { kv_format: format, soft_cap: Some(cap), scale, ..s };
+            let s = DecodeShape { variant: VariantSpec { soft_cap: Some(cap), ..s.variant }, kv_format: format, scale, ..s };
             let name = format!("{}/{}/softcap{cap}-{name}/hq{}-hkv{}/d{}/q{}/{split:?}/{dist:?}", format.name(), dtype.name(), s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len);
             out.push(Case { name, family: Family::Wide, shape: s, seq_lens, split, dist, seed: None, paging });
         };
@@ -235,15 +235,7 @@ fn variant_cases(small: bool) -> Vec<Case> {
         for v in variants {
             let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, window: u32, paging: Option<paged::Paging>| {
                 let large = dist == LargeMagnitude;
-                let s = DecodeShape {
-                    kv_format: format,
-                    window: v.window.then_some(window),
-                    sinks: v.sinks,
-                    alibi: v.alibi,
-                    soft_cap: v.soft_cap.then_some(if large { 30.0 } else { 2.0 }),
-                    scale: large.then_some(1.0),
-                    ..s
-                };
+                let s = DecodeShape { variant: VariantSpec { window: v.window.then_some(window), sinks: v.sinks, alibi: v.alibi, soft_cap: v.soft_cap.then_some(if large { 30.0 } else { 2.0 }), ..s.variant }, kv_format: format, scale: large.then_some(1.0), ..s };
                 let w = if v.window { format!("-w{window}") } else { String::new() };
                 let name = format!("{}/{}/{}{w}-{name}/hq{}-hkv{}/d{}/q{}/{split:?}/{dist:?}", format.name(), dtype.name(), v.tag, s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len);
                 out.push(Case { name, family: Family::Wide, shape: s, seq_lens, split, dist, seed: None, paging });
@@ -317,7 +309,7 @@ fn head_pair_cases(small: bool) -> Vec<Case> {
 /// Paged caches: every format × page sizes 1, 16, 256 × both page orders,
 /// ragged lengths across page and stage edges, split and unsplit, GQA with
 /// q_len 3 and MQA; plus head dims 64 and 256 at page size 16. Each of
-/// these also as a packed pool (K, V and side data in one page).
+/// these also as a packed pool (K, V and scales in one page).
 fn paged_cases() -> Vec<Case> {
     use decode_attn::PageOrder::{HeadMajor, TokenMajor};
     use paged::Paging;

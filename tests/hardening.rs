@@ -14,7 +14,7 @@ use decode_attn::BufferDesc;
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, Family, FamilyChoice, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy};
+use decode_attn::{DecodeShape, VariantBuffers, VariantSpec, DeviceInfo, Dtype, ElemType, Error, Family, FamilyChoice, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -44,7 +44,7 @@ fn bufs_for(shape: &DecodeShape, q_len: usize, kv_len: usize, ws: usize) -> RunB
     let elem = decode_attn::check::dtype_elem(shape.dtype);
     let kv_elem = decode_attn::check::kv_elem(shape.kv_format);
     let d = |addr, len, elem| BufferDesc { addr, len, elem };
-    let side_len = (shape.side_bytes_required().unwrap_or(0) / 4) as usize;
+    let side_len = (shape.scale_bytes_required().unwrap_or(0) / 4) as usize;
     let side = |addr| shape.kv_format.is_quantized().then(|| d(addr, side_len, ElemType::F32));
     RunBuffers {
         q: d(1 << 40, q_len, elem),
@@ -52,17 +52,17 @@ fn bufs_for(shape: &DecodeShape, q_len: usize, kv_len: usize, ws: usize) -> RunB
         v: d(3 << 40, kv_len, kv_elem),
         o: d(4 << 40, q_len, elem),
         workspace: d(7 << 40, ws, ElemType::U8),
-        k_side: side(5 << 40),
-        v_side: side(6 << 40),
+        k_scales: side(5 << 40),
+        v_scales: side(6 << 40),
         seq_lens: None,
         block_table: None,
         seq_starts: None,
-        sinks: shape.sinks.then(|| d(8 << 40, shape.num_q_heads as usize, ElemType::F32)),
-        alibi_slopes: shape.alibi.then(|| d(9 << 40, shape.num_q_heads as usize, ElemType::F32)),
-        tree: shape.tree.then(|| {
-            let n = (shape.batch * shape.q_len) as usize;
-            (d(10 << 40, n, ElemType::U8), d(11 << 40, n, ElemType::U32))
-        }),
+        variant: VariantBuffers {
+            sinks: shape.variant.sinks.then(|| d(8 << 40, shape.num_q_heads as usize, ElemType::F32)),
+            alibi_slopes: shape.variant.alibi.then(|| d(9 << 40, shape.num_q_heads as usize, ElemType::F32)),
+            tree_masks: shape.variant.tree.then(|| d(10 << 40, (shape.batch * shape.q_len) as usize, ElemType::U8)),
+            tree_positions: shape.variant.tree.then(|| d(11 << 40, (shape.batch * shape.q_len) as usize, ElemType::U32)),
+        },
     }
 }
 
@@ -305,24 +305,7 @@ fn shape() -> impl Strategy<Value = DecodeShape> {
         let dtype = if f16 { Dtype::F16 } else { Dtype::Bf16 };
         let same = quantized.unwrap_or(if f16 { KvFormat::F16 } else { KvFormat::Bf16 });
         let other = if f16 { KvFormat::Bf16 } else { KvFormat::F16 };
-        DecodeShape {
-            batch,
-            num_q_heads: group.saturating_mul(hkv),
-            num_kv_heads: hkv,
-            head_dim: d,
-            q_len,
-            max_seq_len: cap,
-            dtype,
-            kv_format: if mismatch { other } else { same },
-            kv_layout,
-            scale,
-            soft_cap,
-            window,
-            sinks,
-            alibi,
-            key_ranges: false,
-            tree,
-        }
+        DecodeShape { batch, num_q_heads: group.saturating_mul(hkv), num_kv_heads: hkv, head_dim: d, q_len, max_seq_len: cap, dtype, kv_format: if mismatch { other } else { same }, kv_layout, scale, variant: VariantSpec { key_ranges: false, soft_cap, window, sinks, alibi, tree } }
     })
 }
 
@@ -465,8 +448,8 @@ fn plan_and_check_property() {
                     prop_assert!(ws.1 <= r.0 || r.1 <= ws.0 || ws.0 == ws.1);
                 }
                 prop_assert!(ws.1 <= u64::MAX as u128);
-                for side in [b.k_side, b.v_side].into_iter().flatten() {
-                    prop_assert!(side.len as u64 * 4 >= shape.side_bytes_required().unwrap());
+                for side in [b.k_scales, b.v_scales].into_iter().flatten() {
+                    prop_assert!(side.len as u64 * 4 >= shape.scale_bytes_required().unwrap());
                 }
             }
         }
@@ -534,8 +517,8 @@ mod paged {
         let s = paged(16, 20);
         assert_eq!(s.kv_elems_required(), Some(20 * 16 * 2 * 128));
         let q = DecodeShape { kv_format: KvFormat::Int8, ..s };
-        // Side data [num_pages, Hkv, page_size] f32 scales.
-        assert_eq!(q.side_bytes_required(), Some(20 * 2 * 16 * 4));
+        // Scales [num_pages, Hkv, page_size] f32 scales.
+        assert_eq!(q.scale_bytes_required(), Some(20 * 2 * 16 * 4));
         let h = DecodeShape { kv_layout: KvLayout::Paged { page_size: 16, num_pages: 20, order: PageOrder::HeadMajor, page_bytes: None }, ..q };
         assert_eq!(h.kv_strides(), decode_attn::KvStrides { batch: 16 * 2 * 128, token: 128, head: 16 * 128 });
     }
@@ -550,23 +533,23 @@ mod paged {
         // int8, 16 tokens × 2 kv heads: 4 KiB of rows per tensor, 128 B of scales.
         let dense = DecodeShape { kv_format: KvFormat::Int8, ..paged(16, 20) };
         let pp = dense.packed_page().unwrap();
-        assert_eq!(pp, decode_attn::PackedPage { page_bytes: 8448, v: 4096, k_side: 8192, v_side: 8320 });
+        assert_eq!(pp, decode_attn::PackedPage { page_bytes: 8448, v: 4096, k_scales: 8192, v_scales: 8320 });
         let packed = with_page_bytes(&dense, Some(pp.page_bytes));
         packed.validate().unwrap();
-        // Pages are page_bytes apart for values (bytes) and side data (4-byte entries) alike.
+        // Pages are page_bytes apart for values (bytes) and scales (4-byte entries) alike.
         assert_eq!(packed.kv_strides(), decode_attn::KvStrides { batch: 8448, token: 2 * 128, head: 128 });
-        assert_eq!(packed.side_strides(), decode_attn::KvStrides { batch: 8448 / 4, token: 1, head: 16 });
+        assert_eq!(packed.scale_strides(), decode_attn::KvStrides { batch: 8448 / 4, token: 1, head: 16 });
         // A view needs every page but the last whole, and the last one's part.
         assert_eq!(packed.kv_bytes_required(), Some(19 * 8448 + 4096));
-        assert_eq!(packed.side_bytes_required(), Some(19 * 8448 + 2 * 16 * 4));
+        assert_eq!(packed.scale_bytes_required(), Some(19 * 8448 + 2 * 16 * 4));
         // bf16: FlashInfer's [num_pages, 2, page_size, Hkv, D].
         let bf = paged(16, 20).packed_page().unwrap();
-        assert_eq!((bf.page_bytes, bf.v, bf.k_side), (2 * 8192, 8192, 16384));
+        assert_eq!((bf.page_bytes, bf.v, bf.k_scales), (2 * 8192, 8192, 16384));
         assert_eq!(with_page_bytes(&paged(16, 20), Some(bf.page_bytes)).kv_strides().batch, 8192, "in bf16 elements");
         // One int8 token per page: 2 × 128 B rows and 2 × 4 B scales, each
         // part 16-byte aligned.
         let one = DecodeShape { num_q_heads: 4, num_kv_heads: 1, kv_layout: KvLayout::Paged { page_size: 1, num_pages: 5, order: PageOrder::TokenMajor, page_bytes: None }, ..dense.clone() };
-        assert_eq!(one.packed_page().unwrap(), decode_attn::PackedPage { page_bytes: 288, v: 128, k_side: 256, v_side: 272 });
+        assert_eq!(one.packed_page().unwrap(), decode_attn::PackedPage { page_bytes: 288, v: 128, k_scales: 256, v_scales: 272 });
     }
 
     #[test]
@@ -604,8 +587,8 @@ mod paged {
             let d = |off: u64, unit: u64, elem| BufferDesc { addr: base + off, len: ((pool_bytes - off) / unit) as usize, elem };
             b.k = d(0, 1, ElemType::U8);
             b.v = d(pp.v, 1, ElemType::U8);
-            b.k_side = Some(d(pp.k_side, 4, ElemType::F32));
-            b.v_side = Some(d(pp.v_side, 4, ElemType::F32));
+            b.k_scales = Some(d(pp.k_scales, 4, ElemType::F32));
+            b.v_scales = Some(d(pp.v_scales, 4, ElemType::F32));
             b
         };
         check_buffers(&p, &views(pool_bytes)).unwrap();
@@ -626,19 +609,19 @@ mod paged {
         let at = |t: &TensorRef| (t.addr() - base, t.len(), t.elem());
         assert_eq!(at(&c.k), (0, bytes, ElemType::U8));
         assert_eq!(at(&c.v), (pp.v, bytes - pp.v as usize, ElemType::U8));
-        assert_eq!(at(c.k_scales.as_ref().unwrap()), (pp.k_side, (bytes - pp.k_side as usize) / 4, ElemType::F32));
-        assert_eq!(at(c.v_scales.as_ref().unwrap()), (pp.v_side, (bytes - pp.v_side as usize) / 4, ElemType::F32));
+        assert_eq!(at(c.k_scales.as_ref().unwrap()), (pp.k_scales, (bytes - pp.k_scales as usize) / 4, ElemType::F32));
+        assert_eq!(at(c.v_scales.as_ref().unwrap()), (pp.v_scales, (bytes - pp.v_scales as usize) / 4, ElemType::F32));
         // SAFETY: as above.
         let whole = || unsafe { TensorMut::from_raw(base, bytes, ElemType::U8) };
         let w = KvMut::packed(&s, whole(), KvTensor::V).unwrap();
-        assert_eq!((w.data.addr() - base, w.side.as_ref().map(|t| t.addr() - base)), (pp.v, Some(pp.v_side)));
+        assert_eq!((w.data.addr() - base, w.scales.as_ref().map(|t| t.addr() - base)), (pp.v, Some(pp.v_scales)));
         // Only the packed layout: dense pools and other strides are rejected.
         rejects(KvCache::packed(&dense, pool), "kv_layout.page_bytes");
         rejects(KvCache::packed(&with_page_bytes(&dense, Some(1 << 20)), pool), "kv_layout.page_bytes");
         rejects(KvMut::packed(&DecodeShape::bf16(2, 8, 2, 128, 1, 100), whole(), KvTensor::K), "kv_layout");
         // A pool that ends before a part starts.
         // SAFETY: as above.
-        let short = unsafe { TensorRef::from_raw(base, pp.k_side as usize, ElemType::U8) };
+        let short = unsafe { TensorRef::from_raw(base, pp.k_scales as usize, ElemType::U8) };
         rejects(KvCache::packed(&s, short), "pool");
     }
 }
@@ -869,20 +852,20 @@ mod audit2 {
     }
 
     /// The size helpers were not total: an int4 shape of head_dim u32::MAX
-    /// overflowed `side_bytes_required`, `side_strides` and `packed_page`
+    /// overflowed `scale_bytes_required`, `scale_strides` and `packed_page`
     /// (debug panics, wrong values in release).
     #[test]
     fn g8_size_helpers_saturate_or_say_none() {
         for format in [KvFormat::Int4G32, KvFormat::Int4G128, KvFormat::Int8] {
             let mut s = DecodeShape { kv_format: format, ..DecodeShape::bf16(3, 4, 2, u32::MAX, 1, 64) };
-            assert!(s.side_bytes_required().is_none_or(|b| b >= 3 * 2 * 64));
-            let _ = s.side_strides();
+            assert!(s.scale_bytes_required().is_none_or(|b| b >= 3 * 2 * 64));
+            let _ = s.scale_strides();
             s.kv_layout = KvLayout::Paged { page_size: 256, num_pages: u32::MAX, order: PageOrder::HeadMajor, page_bytes: None };
-            let _ = (s.side_strides(), s.side_bytes_required(), s.kv_bytes_required());
-            assert!(s.packed_page().is_none_or(|p| p.page_bytes >= p.v_side));
+            let _ = (s.scale_strides(), s.scale_bytes_required(), s.kv_bytes_required());
+            assert!(s.packed_page().is_none_or(|p| p.page_bytes >= p.v_scales));
             assert!(s.validate().is_err());
         }
-        assert_eq!(KvFormat::Int4G32.side_bytes(u32::MAX), (4 * u32::MAX as u64 / 32) as u32);
+        assert_eq!(KvFormat::Int4G32.scale_bytes(u32::MAX), (4 * u32::MAX as u64 / 32) as u32);
         assert_eq!(KvFormat::Bf16.row_bytes(u32::MAX), u32::MAX);
     }
 
@@ -933,27 +916,27 @@ mod fp8_per_tensor {
     #[test]
     fn its_scales_are_one_f32_each_and_checked() {
         let s = shape();
-        assert_eq!(s.side_bytes_required(), Some(4));
+        assert_eq!(s.scale_bytes_required(), Some(4));
         let p = plan_with(&s, &[100, 17], SplitPolicy::Auto).unwrap();
         let kv = s.kv_elems_required().unwrap() as usize;
         let ok = bufs_for(&s, s.q_elems() as usize, kv, p.workspace_bytes());
-        assert_eq!(ok.k_side.unwrap().len, 1);
+        assert_eq!(ok.k_scales.unwrap().len, 1);
         check_buffers(&p, &ok).unwrap();
         // A scale need only be 4-byte aligned (a tensor's element).
         let mut b = ok;
-        b.k_side = Some(BufferDesc { addr: (5 << 40) + 4, ..b.k_side.unwrap() });
+        b.k_scales = Some(BufferDesc { addr: (5 << 40) + 4, ..b.k_scales.unwrap() });
         check_buffers(&p, &b).unwrap();
         let mut b = ok;
-        b.v_side = None;
+        b.v_scales = None;
         rejects(check_buffers(&p, &b), "v_scales");
         let mut b = ok;
-        b.k_side = Some(BufferDesc { addr: (5 << 40) + 2, ..b.k_side.unwrap() });
+        b.k_scales = Some(BufferDesc { addr: (5 << 40) + 2, ..b.k_scales.unwrap() });
         rejects(check_buffers(&p, &b), "k_scales");
         let mut b = ok;
-        b.k_side = Some(BufferDesc { len: 0, ..b.k_side.unwrap() });
+        b.k_scales = Some(BufferDesc { len: 0, ..b.k_scales.unwrap() });
         rejects(check_buffers(&p, &b), "k_scales");
         let mut b = ok;
-        b.v_side = Some(BufferDesc { elem: ElemType::U32, ..b.v_side.unwrap() });
+        b.v_scales = Some(BufferDesc { elem: ElemType::U32, ..b.v_scales.unwrap() });
         rejects(check_buffers(&p, &b), "v_scales");
     }
 
@@ -976,10 +959,10 @@ mod fp8_per_tensor {
         // SAFETY: as above.
         let whole = unsafe { TensorMut::from_raw(base, bytes, ElemType::U8) };
         let w = KvMut::packed(&s, whole, KvTensor::V).unwrap();
-        assert!(w.side.is_none());
+        assert!(w.scales.is_none());
         // SAFETY: as above.
         let w = w.with_fp8_scale(unsafe { TensorMut::from_raw(4 << 40, 1, ElemType::F32) });
-        assert_eq!(w.side.map(|t| t.addr()), Some(4 << 40));
+        assert_eq!(w.scales.map(|t| t.addr()), Some(4 << 40));
     }
 
     #[test]
@@ -1002,7 +985,7 @@ fn a_capacity_steps_starts_are_required_exactly_for_shapes_with_key_ranges() {
     // SAFETY: descriptors only; nothing is dereferenced on the CPU.
     let (lens, starts, short) = unsafe { (TensorRef::from_raw(0x1000, 4, ElemType::U32), TensorRef::from_raw(0x2000, 4, ElemType::U32), TensorRef::from_raw(0x2000, 3, ElemType::U32)) };
     let plain = DecodeShape::bf16(4, 8, 2, 128, 1, 100);
-    let ranged = DecodeShape { key_ranges: true, ..plain.clone() };
+    let ranged = DecodeShape { variant: VariantSpec { key_ranges: true, ..plain.variant }, ..plain.clone() };
     StepInputs::lengths(lens).with_seq_starts(starts).check_starts_for(&ranged).unwrap();
     StepInputs::lengths(lens).check_starts_for(&plain).unwrap();
     rejects(StepInputs::lengths(lens).check_starts_for(&ranged), "seq_starts");
@@ -1016,7 +999,7 @@ fn a_capacity_steps_starts_are_required_exactly_for_shapes_with_key_ranges() {
     rejects(decode_attn::check::check_buffers(&p, &b), "o");
 }
 
-/// A draft tree (`DecodeShape::tree`): not with ALiBi, with a window of at
+/// A draft tree (`VariantSpec::tree`): not with ALiBi, with a window of at
 /// least q_len − 1 keys; on the masked (or soft-cap) kernels; its masks
 /// (`[batch, q_len]` u8) and positions (`[batch, q_len]` u32, 4-byte
 /// aligned) required exactly when the shape has one, and never where the
@@ -1025,27 +1008,66 @@ fn a_capacity_steps_starts_are_required_exactly_for_shapes_with_key_ranges() {
 fn a_draft_tree_is_checked_with_its_shape_and_required_exactly_when_it_has_one() {
     use decode_attn::Variant;
     let plain = DecodeShape::bf16(4, 8, 2, 128, 5, 100);
-    let tree = DecodeShape { tree: true, ..plain.clone() };
+    let tree = DecodeShape { variant: VariantSpec { tree: true, ..plain.variant }, ..plain.clone() };
     tree.validate().unwrap();
-    assert_eq!(tree.variant(), Variant::MaskedTree);
-    assert_eq!(DecodeShape { soft_cap: Some(30.0), ..tree.clone() }.variant(), Variant::SoftCapTree);
-    rejects(DecodeShape { alibi: true, ..tree.clone() }.validate(), "tree");
-    rejects(DecodeShape { window: Some(3), ..tree.clone() }.validate(), "window");
-    DecodeShape { window: Some(4), sinks: true, ..tree.clone() }.validate().unwrap();
-    DecodeShape { window: Some(3), ..plain.clone() }.validate().unwrap();
+    assert_eq!(tree.kernel_variant(), Variant::MaskedTree);
+    assert_eq!(DecodeShape { variant: VariantSpec { soft_cap: Some(30.0), ..tree.variant }, ..tree.clone() }.kernel_variant(), Variant::SoftCapTree);
+    rejects(DecodeShape { variant: VariantSpec { alibi: true, ..tree.variant }, ..tree.clone() }.validate(), "tree");
+    rejects(DecodeShape { variant: VariantSpec { window: Some(3), ..tree.variant }, ..tree.clone() }.validate(), "window");
+    DecodeShape { variant: VariantSpec { window: Some(4), sinks: true, ..tree.variant }, ..tree.clone() }.validate().unwrap();
+    DecodeShape { variant: VariantSpec { window: Some(3), ..plain.variant }, ..plain.clone() }.validate().unwrap();
     let p = decode_attn::plan::plan(&tree, &[100, 5, 17, 60], &DEV, &KERNEL, &PlanOptions::default()).unwrap();
     let b = bufs_for(&tree, tree.q_elems() as usize, tree.kv_elems_required().unwrap() as usize, p.workspace_bytes());
     decode_attn::check::check_buffers(&p, &b).unwrap();
-    let (masks, positions) = b.tree.unwrap();
-    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: None, ..b }), "tree");
-    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((BufferDesc { len: 19, ..masks }, positions)), ..b }), "tree_masks");
-    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((masks, BufferDesc { elem: ElemType::U8, len: 80, ..positions })), ..b }), "tree_positions");
-    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((masks, BufferDesc { addr: positions.addr + 2, ..positions })), ..b }), "tree_positions");
-    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((BufferDesc { addr: 0, ..masks }, positions)), ..b }), "tree_masks");
-    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((BufferDesc { addr: b.o.addr, ..masks }, positions)), ..b }), "o");
+    let (masks, positions) = (b.variant.tree_masks.unwrap(), b.variant.tree_positions.unwrap());
+    let with = |m: Option<BufferDesc>, t: Option<BufferDesc>| RunBuffers { variant: VariantBuffers { tree_masks: m, tree_positions: t, ..b.variant }, ..b };
+    rejects(decode_attn::check::check_buffers(&p, &with(None, None)), "tree_masks");
+    rejects(decode_attn::check::check_buffers(&p, &with(Some(masks), None)), "tree_positions");
+    rejects(decode_attn::check::check_buffers(&p, &with(Some(BufferDesc { len: 19, ..masks }), Some(positions))), "tree_masks");
+    rejects(decode_attn::check::check_buffers(&p, &with(Some(masks), Some(BufferDesc { elem: ElemType::U8, len: 80, ..positions }))), "tree_positions");
+    rejects(decode_attn::check::check_buffers(&p, &with(Some(masks), Some(BufferDesc { addr: positions.addr + 2, ..positions }))), "tree_positions");
+    rejects(decode_attn::check::check_buffers(&p, &with(Some(BufferDesc { addr: 0, ..masks }), Some(positions))), "tree_masks");
+    rejects(decode_attn::check::check_buffers(&p, &with(Some(BufferDesc { addr: b.o.addr, ..masks }), Some(positions))), "o");
     // A tree given to a plan without one.
     let p = decode_attn::plan::plan(&plain, &[100, 5, 17, 60], &DEV, &KERNEL, &PlanOptions::default()).unwrap();
-    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { tree: Some((masks, positions)), ..bufs_for(&plain, plain.q_elems() as usize, plain.kv_elems_required().unwrap() as usize, p.workspace_bytes()) }), "tree");
+    let b = bufs_for(&plain, plain.q_elems() as usize, plain.kv_elems_required().unwrap() as usize, p.workspace_bytes());
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { variant: VariantBuffers { tree_masks: Some(masks), ..b.variant }, ..b }), "tree_masks");
+    rejects(decode_attn::check::check_buffers(&p, &RunBuffers { variant: VariantBuffers { tree_positions: Some(positions), ..b.variant }, ..b }), "tree_positions");
+}
+
+/// A shape's variant is one spec of orthogonal parts, and the kernels that
+/// serve it are the fastest compiled variant covering them: a window or
+/// key ranges alone take the masked kernels, a cap keeps its window and
+/// sinks in the soft-cap kernels, a tree moves either to its twin, and ALiBi
+/// with a tree has none (an error naming `tree`).
+#[test]
+fn a_variant_spec_picks_the_fastest_kernels_that_cover_its_parts() {
+    use decode_attn::Variant;
+    let spec = |f: fn(&mut VariantSpec)| {
+        let mut v = VariantSpec::default();
+        f(&mut v);
+        v
+    };
+    assert_eq!(VariantSpec::default(), VariantSpec::STANDARD);
+    assert_eq!(VariantSpec::STANDARD.kernel_variant().unwrap(), Variant::Standard);
+    assert_eq!(spec(|v| v.window = Some(8)).kernel_variant().unwrap(), Variant::Masked);
+    assert_eq!(spec(|v| v.key_ranges = true).kernel_variant().unwrap(), Variant::Masked);
+    assert_eq!(spec(|v| v.sinks = true).kernel_variant().unwrap(), Variant::Masked);
+    assert_eq!(spec(|v| v.soft_cap = Some(30.0)).kernel_variant().unwrap(), Variant::SoftCap);
+    assert_eq!(spec(|v| { v.soft_cap = Some(30.0); v.sinks = true; v.window = Some(4) }).kernel_variant().unwrap(), Variant::SoftCap);
+    assert_eq!(spec(|v| { v.alibi = true; v.window = Some(4) }).kernel_variant().unwrap(), Variant::Alibi);
+    assert_eq!(spec(|v| v.tree = true).kernel_variant().unwrap(), Variant::MaskedTree);
+    assert_eq!(spec(|v| { v.tree = true; v.soft_cap = Some(30.0) }).kernel_variant().unwrap(), Variant::SoftCapTree);
+    rejects(spec(|v| { v.tree = true; v.alibi = true }).kernel_variant(), "tree");
+    rejects(spec(|v| { v.soft_cap = Some(30.0); v.alibi = true }).validate(1, 0.125), "alibi");
+    rejects(spec(|v| v.window = Some(0)).validate(1, 0.125), "window");
+    rejects(spec(|v| v.soft_cap = Some(f32::NAN)).validate(1, 0.125), "soft_cap");
+    // Every compiled variant serves its own parts, and exactly those parts
+    // name it.
+    for v in Variant::ALL {
+        assert_eq!(Variant::serving(v.parts()), Some(v));
+        assert_eq!(Variant::of(v.parts()), v);
+    }
 }
 
 /// `append_rows`: 1..=capacity rows, strides of whole 16-byte rows, and
@@ -1093,7 +1115,7 @@ mod audit3 {
             let p = plan_with(&s, &[4], SplitPolicy::Never).unwrap();
             let params = decode_attn::params::decode_params(&p, &decode_attn::params::LaunchAddrs::default());
             assert_eq!(params.k_stride_batch, most * format.bits() as u64 / 8);
-            let launch = decode_attn::params::CacheLaunch { plain: 0, plain_strides: s.kv_strides(), data: 0, side: 0, seq_lens: 0, block_table: 0, rows_per_seq: 1, append: true };
+            let launch = decode_attn::params::CacheLaunch { plain: 0, plain_strides: s.kv_strides(), data: 0, scales: 0, seq_lens: 0, block_table: 0, rows_per_seq: 1, append: true };
             decode_attn::params::cache_params(&s, &launch).unwrap();
         }
     }
@@ -1103,7 +1125,7 @@ mod audit3 {
     /// tests run it: `magnitudes-softcap-bound`).
     #[test]
     fn h4_soft_caps_are_bounded_where_the_error_bound_holds() {
-        let capped = |cap| DecodeShape { soft_cap: Some(cap), ..DecodeShape::bf16(1, 8, 1, 128, 1, 64) };
+        let capped = |cap| DecodeShape { variant: VariantSpec { soft_cap: Some(cap), ..VariantSpec::STANDARD }, ..DecodeShape::bf16(1, 8, 1, 128, 1, 64) };
         capped(MAX_SOFT_CAP).validate().unwrap();
         capped(30.0).validate().unwrap();
         for cap in [f32::from_bits(MAX_SOFT_CAP.to_bits() + 1), 3e5, 1e10, 2.3e38] {
@@ -1117,24 +1139,24 @@ mod audit3 {
     /// comparison fails on a NaN where it used to skip it.
     #[test]
     fn h5_the_reference_never_hides_a_row() {
-        let s = DecodeShape { sinks: true, ..DecodeShape::bf16(1, 2, 1, 64, 1, 8) };
+        let s = DecodeShape { variant: VariantSpec { sinks: true, ..VariantSpec::STANDARD }, ..DecodeShape::bf16(1, 2, 1, 64, 1, 8) };
         let q = vec![0.5; s.q_elems() as usize];
         let kv: Vec<f32> = (0..s.kv_elems_required().unwrap()).map(|i| (i % 7) as f32 - 3.0).collect();
         let run = |s: &DecodeShape, heads: &HeadInputs| decode_attention_with(s, &[8], &q, &kv, &kv, heads, &[0], 1);
         let out = run(&s, &HeadInputs { sinks: Some(&[f32::INFINITY, 0.0]), ..Default::default() }).unwrap();
         assert!(out[..64].iter().all(|&x| x == 0.0), "a +inf sink takes every weight");
         assert!(out[64..].iter().all(|x| x.is_finite()) && out[64..].iter().any(|&x| x != 0.0));
-        let plain = run(&DecodeShape { sinks: false, ..s }, &HeadInputs::default()).unwrap();
+        let plain = run(&DecodeShape { variant: VariantSpec { sinks: false, ..s.variant }, ..s }, &HeadInputs::default()).unwrap();
         assert_eq!(run(&s, &HeadInputs { sinks: Some(&[f32::NEG_INFINITY; 2]), ..Default::default() }).unwrap(), plain, "a -inf sink takes none");
         rejects(run(&s, &HeadInputs { sinks: Some(&[0.0, f32::NAN]), ..Default::default() }), "sinks[1]");
-        let a = DecodeShape { alibi: true, ..DecodeShape::bf16(1, 2, 1, 64, 1, 8) };
+        let a = DecodeShape { variant: VariantSpec { alibi: true, ..VariantSpec::STANDARD }, ..DecodeShape::bf16(1, 2, 1, 64, 1, 8) };
         for slope in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
             rejects(run(&a, &HeadInputs { alibi_slopes: Some(&[0.5, slope]), ..Default::default() }), "alibi_slopes[1]");
         }
         // A NaN input inside a sequence is a failure, not a skipped row.
         let mut bad = kv.clone();
         bad[3] = f32::NAN;
-        let e = decode_attention_with(&DecodeShape { sinks: false, ..s }, &[8], &q, &bad, &kv, &HeadInputs::default(), &[0], 1).unwrap_err();
+        let e = decode_attention_with(&DecodeShape { variant: VariantSpec { sinks: false, ..s.variant }, ..s }, &[8], &q, &bad, &kv, &HeadInputs::default(), &[0], 1).unwrap_err();
         assert!(e.to_string().contains("reference row (sequence 0"), "{e}");
         rejects(relative_l2_error(&[5.0, 1.0], &[f64::NAN, 1.0]), "reference[0]");
     }
@@ -1203,16 +1225,16 @@ mod audit3 {
         let fp8 = DecodeShape { kv_format: KvFormat::Fp8, ..DecodeShape::bf16(1, 2, 1, 64, 1, 2) };
         let n = fp8.kv_elems_required().unwrap() as usize;
         for bad in [f32::NAN, 0.0, -1.0, f32::INFINITY] {
-            rejects(dequantize_cache(&fp8, &[2], &vec![0u8; n], &[bad.to_bits()]), "side[0]");
+            rejects(dequantize_cache(&fp8, &[2], &vec![0u8; n], &[bad.to_bits()]), "scales[0]");
         }
         dequantize_cache(&fp8, &[2], &vec![0u8; n], &[1e-40f32.to_bits()]).unwrap();
         let int8 = DecodeShape { kv_format: KvFormat::Int8, ..fp8 };
-        let side = (int8.side_bytes_required().unwrap() / 4) as usize;
+        let side = (int8.scale_bytes_required().unwrap() / 4) as usize;
         rejects(dequantize_cache(&int8, &[2], &vec![0u8; n - 1], &vec![0; side]), "data");
-        rejects(dequantize_cache(&int8, &[2], &vec![0u8; n], &vec![0; side - 1]), "side");
+        rejects(dequantize_cache(&int8, &[2], &vec![0u8; n], &vec![0; side - 1]), "scales");
         let int4 = DecodeShape { kv_format: KvFormat::Int4G32, ..fp8 };
         rejects(dequantize_cache(&int4, &[2], &vec![0u8; n / 2 - 1], &vec![0; 64]), "data");
-        // The cache jobs name `side` (`KvMut::side`, `dequantize_kv`'s).
+        // The cache jobs name `scales` (`KvMut::scales`, `dequantize_kv`'s).
         let d = |addr, len, elem| BufferDesc { addr, len, elem };
         let job = decode_attn::check::CacheJob {
             direction: decode_attn_abi::QuantDirection::Store,
@@ -1220,12 +1242,12 @@ mod audit3 {
             plain_name: "plain",
             plain_elems: n as u64,
             data: d(2 << 40, n, ElemType::U8),
-            side: None,
+            scales: None,
             seq_lens: d(3 << 40, 1, ElemType::U32),
             block_table: None,
         };
-        rejects(decode_attn::check::check_cache_job(&int8, &job), "side");
-        rejects(decode_attn::check::check_cache_job(&int8, &decode_attn::check::CacheJob { side: Some(d(4 << 40, 1, ElemType::F32)), ..job }), "side");
+        rejects(decode_attn::check::check_cache_job(&int8, &job), "scales");
+        rejects(decode_attn::check::check_cache_job(&int8, &decode_attn::check::CacheJob { scales: Some(d(4 << 40, 1, ElemType::F32)), ..job }), "scales");
         // Total helpers.
         let none = decode_attn_abi::MergeItem::default();
         assert_eq!(decode_attn::work::uniform_work(&[5], &[], &[none], 0, 1, (decode_attn_abi::NO_WINDOW, 1)), None);

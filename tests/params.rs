@@ -5,7 +5,7 @@
 use decode_attn::heuristics::MergeMode;
 use decode_attn::params::{decode_params, merge_params, LaunchAddrs};
 use decode_attn::plan::{plan, plan_capacity, plan_paged};
-use decode_attn::{DecodeShape, DeviceInfo, Family, FamilyChoice, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SplitPolicy};
+use decode_attn::{DecodeShape, VariantBuffers, VariantSpec, DeviceInfo, Family, FamilyChoice, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SplitPolicy};
 use decode_attn_abi::{ITEM_SMEM_BYTES, MERGE_THREADS};
 
 const DEV: DeviceInfo = DeviceInfo::H100_SXM;
@@ -13,7 +13,7 @@ const KERNEL: KernelInfo = KernelInfo { max_threads_per_block: 384, regs_per_thr
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 
 fn addrs() -> LaunchAddrs {
-    LaunchAddrs { q: 0x1000, k: 0x10_0000, v: 0x20_0000, o: 0x2000, k_side: 0, v_side: 0, workspace: 0x100_0000, step_seq_lens: 0, step_block_table: 0, sinks: 0, alibi_slopes: 0, step_seq_starts: 0, tree_masks: 0, tree_positions: 0 }
+    LaunchAddrs { q: 0x1000, k: 0x10_0000, v: 0x20_0000, o: 0x2000, k_scales: 0, v_scales: 0, workspace: 0x100_0000, step_seq_lens: 0, step_block_table: 0, variant: VariantBuffers::NONE, step_seq_starts: 0 }
 }
 
 fn opts(split: SplitPolicy) -> PlanOptions {
@@ -43,7 +43,7 @@ fn a_plan_of_ragged_lengths_points_into_its_workspace() {
     assert_eq!((d.rows_per_block, d.warps_m, d.warps_k, d.stages), (p.rows_per_block(), p.warps_m(), p.warps_k(), p.stages()));
     assert_eq!((d.chunk_keys, d.max_seq_len, d.cluster_log2), (1024, 4096, 0));
     assert_eq!(d.item_smem, p.smem_bytes() - ITEM_SMEM_BYTES);
-    assert_eq!((d.block_table, d.k_side, d.v_side), (0, 0, 0));
+    assert_eq!((d.block_table, d.k_scales, d.v_scales), (0, 0, 0));
     assert_eq!(p.merge_mode(), MergeMode::InAttention);
     assert_eq!(d.merge_counters, a.workspace + l.merge_counters as u64);
     assert!(merge_params(&p, &d).is_none(), "merged in the attention kernel");
@@ -61,7 +61,7 @@ fn a_uniform_plan_carries_its_length() {
 }
 
 /// A capacity plan of a paged int8 pool: lengths and block table from the
-/// step's device buffers, pages as the batch stride, side data strides of
+/// step's device buffers, pages as the batch stride, scales strides of
 /// 4-byte scales, the chunks per sequence at capacity.
 #[test]
 fn a_capacity_step_reads_its_device_lengths_and_table() {
@@ -71,14 +71,14 @@ fn a_capacity_step_reads_its_device_lengths_and_table() {
         ..DecodeShape::bf16(2, 8, 2, 128, 1, 4096)
     };
     let p = plan_capacity(&shape, &DEV, &KERNEL, &opts(SplitPolicy::ChunkKeys(1024))).unwrap();
-    let a = LaunchAddrs { k_side: 0x30_0000, v_side: 0x40_0000, step_seq_lens: 0x5000, step_block_table: 0x6000, ..addrs() };
+    let a = LaunchAddrs { k_scales: 0x30_0000, v_scales: 0x40_0000, step_seq_lens: 0x5000, step_block_table: 0x6000, ..addrs() };
     let d = decode_params(&p, &a);
     assert_eq!((d.seq_lens, d.block_table, d.chunks_per_seq, d.max_seq_len), (0x5000, 0x6000, 4, 4096));
     assert_eq!((d.page_shift, d.num_pages, d.table_stride), (4, 512, 256));
-    // A page of 16 tokens × 2 heads × 128 bytes; side data [pages, Hkv, 16] f32.
+    // A page of 16 tokens × 2 heads × 128 bytes; scales [pages, Hkv, 16] f32.
     assert_eq!((d.k_stride_batch, d.k_stride_token, d.k_stride_head), (16 * 2 * 128, 2 * 128, 128));
-    assert_eq!((d.k_side, d.v_side), (0x30_0000, 0x40_0000));
-    assert_eq!((d.side_stride_batch, d.side_stride_token, d.side_stride_head), (2 * 16 * 4, 4, 16 * 4));
+    assert_eq!((d.k_scales, d.v_scales), (0x30_0000, 0x40_0000));
+    assert_eq!((d.scale_stride_batch, d.scale_stride_token, d.scale_stride_head), (2 * 16 * 4, 4, 16 * 4));
 }
 
 /// A plan of host lengths over a pool reads the table uploaded with it.
@@ -98,7 +98,7 @@ fn a_paged_plan_reads_the_table_in_its_workspace() {
 /// (2·log2 e · scale / c) and the logit factor c·log2 e.
 #[test]
 fn a_soft_cap_plan_carries_its_factors() {
-    let shape = DecodeShape { soft_cap: Some(50.0), scale: Some(0.25), ..DecodeShape::bf16(2, 16, 8, 256, 1, 8192) };
+    let shape = DecodeShape { variant: VariantSpec { soft_cap: Some(50.0), ..VariantSpec::STANDARD }, scale: Some(0.25), ..DecodeShape::bf16(2, 16, 8, 256, 1, 8192) };
     let p = plan(&shape, &[8192, 4000], &DEV, &KERNEL, &PlanOptions::default()).unwrap();
     let d = decode_params(&p, &addrs());
     assert_eq!(d.score_scale, 2.0 * LOG2E * (0.25 / 50.0));
@@ -139,7 +139,7 @@ fn a_merge_kernel_plan_fills_the_merge_launch() {
 /// merge kernel too); a shape without key ranges at none.
 #[test]
 fn key_range_starts_come_from_the_workspace_or_the_step() {
-    let shape = DecodeShape { key_ranges: true, ..DecodeShape::bf16(2, 16, 1, 128, 3, 5000) };
+    let shape = DecodeShape { variant: VariantSpec { key_ranges: true, ..VariantSpec::STANDARD }, ..DecodeShape::bf16(2, 16, 1, 128, 3, 5000) };
     let p = decode_attn::plan::plan_key_ranges(&shape, &[7, 0], &[5000, 100], None, &DEV, &KERNEL, &opts(SplitPolicy::ChunkKeys(64))).unwrap();
     let d = decode_params(&p, &addrs());
     assert_eq!(d.seq_starts, addrs().workspace + p.layout().seq_starts as u64);

@@ -2,7 +2,7 @@
 
 use decode_attn::heuristics::{self, block_shape};
 use decode_attn::plan::{plan, stage_keys};
-use decode_attn::{DecodeShape, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
+use decode_attn::{DecodeShape, VariantSpec, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
 use decode_attn_abi::{Arch, Form, KernelId, MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
@@ -295,7 +295,7 @@ fn sequences_split_into_at_most_a_cluster_of_chunks_merge_in_the_cluster() {
     };
     refused(plan(&shape, &[1024], &no_clusters, &KERNEL, &clusters), "no thread-block clusters");
     refused(plan(&DecodeShape::bf16(1, 8, 1, 128, 1, 8192), &[8192], dev, &KERNEL, &PlanOptions { merge: MergeChoice::Cluster, ..opts(SplitPolicy::ChunkKeys(512)) }), "16 chunks");
-    let sinks = DecodeShape { sinks: true, ..shape };
+    let sinks = DecodeShape { variant: VariantSpec { sinks: true, ..shape.variant }, ..shape };
     refused(plan(&sinks, &[1024], dev, &KERNEL, &clusters), "no cluster-merge kernels");
     refused(decode_attn::plan::plan_capacity(&sinks, dev, &KERNEL, &clusters), "no cluster-merge kernels");
     // A sequence that does not split needs no merge: honoured.
@@ -598,7 +598,7 @@ fn short_sequences_take_only_the_stages_they_fill() {
 
 #[test]
 fn bytes_moved_counts_every_visible_row_with_its_side_data_plus_q_and_o() {
-    // docs/benchmark.md: K and V bytes actually read, side data included, + Q + O.
+    // docs/benchmark.md: K and V bytes actually read, scales included, + Q + O.
     let bytes = |format| {
         let shape = quantized(format, 2, 8, 1, 1, 4096);
         plan(&shape, &[1000, 24], &DeviceInfo::H100_SXM, &KERNEL, &opts(SplitPolicy::Auto)).unwrap().bytes_moved()
@@ -792,13 +792,13 @@ fn token_major_quantized_caches_read_two_adjacent_kv_heads_a_block_when_the_sms_
 }
 
 fn ranged(batch: u32, q_len: u32, cap: u32) -> DecodeShape {
-    DecodeShape { key_ranges: true, ..DecodeShape::bf16(batch, 8, 2, 128, q_len, cap) }
+    DecodeShape { variant: VariantSpec { key_ranges: true, ..VariantSpec::STANDARD }, ..DecodeShape::bf16(batch, 8, 2, 128, q_len, cap) }
 }
 
 #[test]
 fn key_ranges_run_the_masked_kernels_and_read_from_each_sequences_start_aligned_down() {
     let shape = ranged(3, 2, 4096);
-    assert_eq!(shape.variant(), decode_attn::Variant::Masked);
+    assert_eq!(shape.kernel_variant(), decode_attn::Variant::Masked);
     let (starts, lens) = ([0u32, 9, 1000], [4096u32, 700, 1002]);
     for policy in [SplitPolicy::Never, SplitPolicy::ChunkKeys(256), SplitPolicy::Auto] {
         let p = decode_attn::plan::plan_key_ranges(&shape, &starts, &lens, None, &DeviceInfo::H100_SXM, &KERNEL, &opts(policy)).unwrap();

@@ -6,7 +6,7 @@
 //! architecture with no local memory and within those caps.
 
 use decode_attn_abi::{
-    Arch, decode_kernel_name, has_capacity_twin, has_head_pair_form, merge_kernel_name, quant_kernel_name, wgmma_specializable, Addressing, Dtype, Family, Form, KernelId, KvFormat, Merge, QuantDirection, QuantKernelId, Variant, DECODE_KERNELS,
+    Arch, decode_kernel_name, has_capacity_twin, has_head_pair_form, merge_kernel_name, quant_kernel_name, wgmma_specializable, Addressing, Dtype, Family, Form, HeadDims, KernelId, KvFormat, Merge, QuantDirection, QuantKernelId, Variant, DECODE_KERNELS,
     HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS,
 };
 
@@ -35,7 +35,7 @@ fn host_names(arch: Arch) -> Vec<&'static str> {
 /// their predicates say; and no two kernels share a symbol.
 #[test]
 fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
-    let id = |format, dtype, head_dim, family, addressing, merge, form, variant| KernelId { arch: Arch::Sm90a, format, dtype, head_dim, family, addressing, merge, form, variant };
+    let id = |format, dtype, head_dim, family, addressing, merge, form, variant| KernelId { arch: Arch::Sm90a, format, dtype, dims: HeadDims::square(head_dim), family, addressing, merge, form, variant };
     for d in HEAD_DIMS {
         for dtype in Dtype::ALL {
             for sinks in [false, true] {
@@ -130,7 +130,7 @@ fn the_portable_ptx_has_no_hopper_instruction() {
 fn a_kernel_symbol_spells_its_identity() {
     let named = |name: &str| DECODE_KERNELS.iter().find(|k| k.name == name && k.id.arch == Arch::Sm90a).map(|k| k.id);
     let k = named("decode_cluster_paged_narrow_kv_int4g32_q_f16_d256").unwrap();
-    assert_eq!((k.format, k.dtype, k.head_dim, k.family, k.addressing, k.merge, k.form, k.variant), (KvFormat::Int4G32, Dtype::F16, 256, Family::Narrow, Addressing::Paged, Merge::Cluster, Form::Plain, Variant::Standard));
+    assert_eq!((k.format, k.dtype, k.dims.qk, k.family, k.addressing, k.merge, k.form, k.variant), (KvFormat::Int4G32, Dtype::F16, 256, Family::Narrow, Addressing::Paged, Merge::Cluster, Form::Plain, Variant::Standard));
     let k = named("decode_wgmma_ws_softcap_kv_int8_q_bf16_d128").unwrap();
     assert_eq!((k.family, k.addressing, k.merge, k.form, k.variant), (Family::Wgmma, Addressing::Strided, Merge::Global, Form::Specialized, Variant::SoftCap));
     assert_eq!(named("decode_capacity_kv_bf16_q_bf16_d64").unwrap().form, Form::Capacity);
@@ -156,7 +156,7 @@ fn every_kernel_the_host_names_is_an_entry_of_its_module() {
 /// right after their parameter list, and nowhere else.
 #[test]
 fn register_caps_are_in_the_ptx() {
-    assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.id.head_dim <= 128));
+    assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.id.dims.qk <= 128));
     for arch in Arch::ALL {
         let capped: Vec<_> = DECODE_KERNELS.iter().filter(|k| k.id.arch == arch).filter_map(|k| Some((k.name, k.register_cap()?))).collect();
         if arch != Arch::Sm89 {
@@ -195,18 +195,19 @@ fn no_unresolved_external_functions() {
 /// runs the warp-specialised kernels, which do not spill, on grids of up
 /// to the table's waves, and merges quantized caches globally). The draft
 /// tree's kernels (docs/perf.md, "Draft trees"): the paged wide 16-bit
-/// masked and soft-cap ones at head_dim 128, 24 bytes stored and 32
-/// loaded at their 168-register cap (28 on sm_80: any code in their key
-/// loop spilled them); the wide int4-g32 masked ones at head_dim 256, 8
+/// masked and soft-cap ones at head_dim 128, 24 bytes stored and 36
+/// loaded at their 168-register cap (32 before the shared logits step,
+/// docs/perf.md, "Variant parts"; 16 and 12 on sm_80: any code in their
+/// key loop spilled them); the wide int4-g32 masked ones at head_dim 256, 8
 /// stored and 4 loaded at 255 (on sm_80 also the 16-bit ones, 12 and 8);
 /// on sm_89 the narrow fp8-per-head masked and
 /// soft-cap ones at head_dim 128, 16 stored and 28 loaded at their
 /// 128-register cap. Every other kernel: none.
 const KNOWN_SPILLS: [(&str, u32); 26] = [
-    ("decode_paged_masked_tree_kv_bf16_q_bf16_d128", 32),
-    ("decode_paged_masked_tree_kv_f16_q_f16_d128", 32),
-    ("decode_paged_softcap_tree_kv_bf16_q_bf16_d128", 32),
-    ("decode_paged_softcap_tree_kv_f16_q_f16_d128", 32),
+    ("decode_paged_masked_tree_kv_bf16_q_bf16_d128", 36),
+    ("decode_paged_masked_tree_kv_f16_q_f16_d128", 36),
+    ("decode_paged_softcap_tree_kv_bf16_q_bf16_d128", 36),
+    ("decode_paged_softcap_tree_kv_f16_q_f16_d128", 36),
     ("decode_masked_tree_kv_int4g32_q_bf16_d256", 8),
     ("decode_masked_tree_kv_int4g32_q_f16_d256", 8),
     ("decode_masked_tree_kv_bf16_q_bf16_d256", 12),

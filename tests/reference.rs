@@ -2,7 +2,7 @@
 
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::testing::{random_values, Distribution, Rng};
-use decode_attn::{DecodeShape, KvLayout};
+use decode_attn::{DecodeShape, VariantSpec, KvLayout};
 
 /// softmax(scale · q·k) · v over keys t < limit, written the naive way.
 fn naive_row(q: &[f32], keys: &[Vec<f32>], values: &[Vec<f32>], scale: f64) -> Vec<f64> {
@@ -102,7 +102,7 @@ fn a_draft_tree_sees_the_prefix_and_its_ancestors_and_a_chain_is_the_causal_step
     let chain_pos: Vec<u32> = lens.iter().flat_map(|&l| (0..ql as u32).map(move |i| l - ql as u32 + i)).collect();
     let slopes = [0.25f32, 0.5, 0.125, 1.0];
     for (window, alibi) in [(None, false), (Some(5), false), (None, true), (Some(2), true)] {
-        let shape = DecodeShape { window, alibi, ..DecodeShape::bf16(2, 4, 2, 64, ql as u32, 40) };
+        let shape = DecodeShape { variant: VariantSpec { window, alibi, ..VariantSpec::STANDARD }, ..DecodeShape::bf16(2, 4, 2, 64, ql as u32, 40) };
         let mut rng = Rng::new(17);
         let q = random_values(&mut rng, shape.q_elems() as usize, 64, Distribution::Normal);
         let kv = shape.kv_elems_required().unwrap() as usize;

@@ -2,7 +2,7 @@
 //! buffer checks are pure functions).
 
 use decode_attn::check::{check_buffers, RunBuffers};
-use decode_attn::BufferDesc;
+use decode_attn::{BufferDesc, VariantBuffers, VariantSpec};
 use decode_attn::plan::plan;
 use decode_attn::{DecodeShape, DeviceInfo, Dtype, ElemType, Error, KernelInfo, KvFormat, KvLayout, PageOrder, PlanOptions, SplitPolicy};
 
@@ -78,7 +78,7 @@ fn buffers(shape: &DecodeShape) -> RunBuffers {
     let kv = shape.kv_elems_required().unwrap() as usize;
     let d = |addr, len| BufferDesc { addr, len, elem: ElemType::Bf16 };
     let workspace = BufferDesc { addr: 0x10000000, len: 1 << 20, elem: ElemType::U8 };
-    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace, k_side: None, v_side: None, seq_lens: None, block_table: None, seq_starts: None, sinks: None, alibi_slopes: None, tree: None }
+    RunBuffers { q: d(0x10000, q), k: d(0x1000000, kv), v: d(0x8000000, kv), o: d(0x100000, q), workspace, k_scales: None, v_scales: None, seq_lens: None, block_table: None, seq_starts: None, variant: VariantBuffers::NONE }
 }
 
 #[test]
@@ -145,7 +145,7 @@ fn every_format_and_dtype_has_one_name_and_parses_from_its_aliases() {
 /// Rust, one message whichever binding asks: a K/V cache in the shape's
 /// layout (token- or head-major, either for the strided layout, a paged
 /// pool in its page order; int4 in bytes of two values), Q/O rows and
-/// per-sequence figures contiguous, side data in `side_dims`. Each check
+/// per-sequence figures contiguous, scales in `scale_dims`. Each check
 /// returns the view's extent in elements.
 #[test]
 fn tensor_views_are_checked_against_the_shape_in_one_place() {
@@ -178,14 +178,24 @@ fn tensor_views_are_checked_against_the_shape_in_one_place() {
     let e = s.check_rows_view("q", 8, &[2, 1, 8, 128], &[2048, 1024, 128, 1]).unwrap_err().to_string();
     assert!(e.contains("a contiguous tensor (strides (1024, 1024, 128, 1))"), "{e}");
     assert!(s.check_per_sequence_view("seq_lens", &[3], &[1]).unwrap_err().to_string().contains("shape (2,) (batch)"));
-    // Side data: int8's f32 per (sequence, kv head, token rounded up to 4);
+    // Scales: int8's f32 per (sequence, kv head, token rounded up to 4);
     // int4's words per group a trailing dim; fp8 per tensor one scale;
     // 16-bit caches none.
     let int8 = DecodeShape { kv_format: KvFormat::Int8, ..s.clone() };
-    assert_eq!(int8.side_dims(), Some((vec![2, 2, 64], "batch, num_kv_heads, max_seq_len rounded up to 4")));
-    assert_eq!(int8.check_side_view("k_scales", &[2, 2, 64], &[128, 64, 1]).unwrap(), 256);
-    assert_eq!(int4.side_dims().unwrap().0, vec![2, 2, 64, 4]);
+    assert_eq!(int8.scale_dims(), Some((vec![2, 2, 64], "batch, num_kv_heads, max_seq_len rounded up to 4")));
+    assert_eq!(int8.check_scales_view("k_scales", &[2, 2, 64], &[128, 64, 1]).unwrap(), 256);
+    assert_eq!(int4.scale_dims().unwrap().0, vec![2, 2, 64, 4]);
     let fp8 = DecodeShape { kv_format: KvFormat::Fp8, ..s.clone() };
-    assert_eq!((fp8.side_dims(), fp8.check_side_view("k_scale", &[1], &[1]).unwrap()), (None, 1));
-    assert!(s.check_side_view("k_scales", &[2, 2, 64], &[128, 64, 1]).unwrap_err().to_string().contains("no side data"));
+    assert_eq!((fp8.scale_dims(), fp8.check_scales_view("k_scale", &[1], &[1]).unwrap()), (None, 1));
+    assert!(s.check_scales_view("k_scales", &[2, 2, 64], &[128, 64, 1]).unwrap_err().to_string().contains("no scales"));
+    // A variant's arrays: one per query head (sinks, ALiBi slopes) or per
+    // new token (a tree's masks and positions), for a shape with the part,
+    // in the element types Rust names.
+    let tree = DecodeShape { q_len: 4, variant: VariantSpec { tree: true, sinks: true, ..VariantSpec::STANDARD }, ..s.clone() };
+    assert_eq!(tree.check_variant_view("sinks", &[8], &[1]).unwrap(), 8);
+    assert_eq!(tree.check_variant_view("tree_masks", &[2, 4], &[4, 1]).unwrap(), 8);
+    assert_eq!((tree.variant_elems("tree_masks").unwrap(), tree.variant_elems("tree_positions").unwrap()), (&["u8"][..], &["u32", "i32"][..]));
+    assert!(tree.check_variant_view("tree_positions", &[2, 4], &[1, 2]).unwrap_err().to_string().contains("contiguous"));
+    assert!(tree.check_variant_view("alibi_slopes", &[8], &[1]).unwrap_err().to_string().contains("variant.alibi = false"));
+    assert!(tree.check_variant_view("slopes", &[8], &[1]).unwrap_err().to_string().starts_with("invalid `name`"));
 }

@@ -34,10 +34,10 @@ pub struct BufferSet {
     pub k: ManuallyDrop<DeviceBuffer<u8>>,
     pub v: ManuallyDrop<DeviceBuffer<u8>>,
     pub o: DeviceBuffer<u8>,
-    /// Side data of K and V as 32-bit words (int8 scales, int4 scale/zero pairs).
+    /// Scales of K and V as 32-bit words (int8 scales, int4 scale/zero pairs).
     pub scales: Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>,
     side: Option<ElemType>,
-    /// A packed paged pool holding this set's K, V and side data: while
+    /// A packed paged pool holding this set's K, V and scales: while
     /// set, `views` hands out views into it (see `BufferSet::pack`).
     pool: Option<PackedPool>,
     /// `--kv-gap`: one allocation holding K, then `kv_gap` bytes, then V.
@@ -63,7 +63,7 @@ fn slope_values(shape: &DecodeShape) -> Vec<f32> {
 
 /// Bytes one set occupies on the device.
 pub fn set_bytes(shape: &DecodeShape) -> u64 {
-    2 * shape.q_bytes().unwrap_or(u64::MAX) + 2 * shape.kv_bytes_required().unwrap_or(u64::MAX) + 2 * shape.side_bytes_required().unwrap_or(u64::MAX)
+    2 * shape.q_bytes().unwrap_or(u64::MAX) + 2 * shape.kv_bytes_required().unwrap_or(u64::MAX) + 2 * shape.scale_bytes_required().unwrap_or(u64::MAX)
 }
 
 fn alloc(bytes: u64) -> Result<DeviceBuffer<u8>, String> {
@@ -97,8 +97,8 @@ impl BufferSet {
             let d = DeviceBuffer::from_slice(&v).map_err(|e| e.to_string())?;
             Ok((v, d))
         };
-        let sinks = shape.sinks.then(|| upload(sink_values(shape))).transpose()?;
-        let slopes = shape.alibi.then(|| upload(slope_values(shape))).transpose()?;
+        let sinks = shape.variant.sinks.then(|| upload(sink_values(shape))).transpose()?;
+        let slopes = shape.variant.alibi.then(|| upload(slope_values(shape))).transpose()?;
         let mut set = BufferSet {
             q,
             k: ManuallyDrop::new(k),
@@ -107,7 +107,7 @@ impl BufferSet {
             scales: None,
             pool: None,
             kv_block,
-            side: decode_attn::check::side_elem(shape.kv_format),
+            side: decode_attn::check::scale_elem(shape.kv_format),
             qo: qo_elem(shape),
             kv: kv_elem(shape),
             sinks,
@@ -124,7 +124,7 @@ impl BufferSet {
             // Random 16-bit K and V, quantized on the GPU (every token).
             let lens = DeviceBuffer::from_slice(&vec![shape.max_seq_len; shape.batch as usize]).map_err(|e| e.to_string())?;
             let plain = alloc(shape.kv_elems_required().unwrap_or(0) * 2)?;
-            let n_side = (shape.side_bytes_required().unwrap_or(0) / 4) as usize;
+            let n_side = (shape.scale_bytes_required().unwrap_or(0) / 4) as usize;
             // SAFETY: every scale is written by the quantize kernel, but a
             // per-tensor format's, which quantizing reads: the fill's
             // largest magnitude (127 / 64) maps to e4m3's largest value.
@@ -134,7 +134,7 @@ impl BufferSet {
             } else {
                 unsafe { (DeviceBuffer::<u32>::uninitialized(n_side), DeviceBuffer::<u32>::uninitialized(n_side)) }
             };
-            let side_elem = set.side.ok_or("a quantized format without side data")?;
+            let scale_elem = set.side.ok_or("a quantized format without scales")?;
             let (ks, vs) = (scales.0.as_mut().map_err(|e| e.to_string())?, scales.1.as_mut().map_err(|e| e.to_string())?);
             for (data, side, s) in [(&set.k, ks, 2), (&set.v, vs, 3)] {
                 fill(&plain, set.qo, s)?;
@@ -143,7 +143,7 @@ impl BufferSet {
                     (
                         TensorRef::from_raw(plain.as_device_ptr().as_raw(), plain.len() / 2, set.qo),
                         TensorMut::from_raw(data.as_device_ptr().as_raw(), data.len(), ElemType::U8),
-                        TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), side_elem),
+                        TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), scale_elem),
                     )
                 };
                 attn.quantize_kv(shape, &decode_attn::StepInputs::lengths(&lens), plain_v, decode_attn::KvMut::quantized(data_v, side_v), stream).map_err(e)?;
@@ -212,7 +212,7 @@ fn with_heads<'a>(sinks: &'a Option<(Vec<f32>, DeviceBuffer<f32>)>, slopes: &'a 
     cache
 }
 
-/// One buffer whose pages hold K's rows, V's rows and their side data
+/// One buffer whose pages hold K's rows, V's rows and their scales
 /// (`KvLayout::Paged { page_bytes: Some(..) }`).
 struct PackedPool {
     buf: DeviceBuffer<u8>,
@@ -247,21 +247,21 @@ fn copy_pitched(dst: u64, pitch: u64, src: u64, width: u64, height: u64) -> Resu
 impl BufferSet {
     /// Builds a packed pool of `packed`'s geometry from this set's values
     /// (NHD rows of whole pages: token-major pages, identity table) and
-    /// `side` (the side data in the dense paged layout `dense`, from
+    /// `side` (the scales in the dense paged layout `dense`, from
     /// `paged_side`), and makes `views` hand out views into it until
     /// `unpack`.
     pub fn pack(&mut self, dense: &DecodeShape, packed: &DecodeShape, side: Option<&(DeviceBuffer<u32>, DeviceBuffer<u32>)>) -> Result<(), String> {
         let decode_attn::KvLayout::Paged { num_pages, .. } = dense.kv_layout else { return Err("not a paged shape".into()) };
         let page = packed.packed_page().ok_or("not a paged shape")?;
         let n = num_pages as u64;
-        let (rows, side_page) = (page.v, page.v_side - page.k_side);
+        let (rows, side_page) = (page.v, page.v_scales - page.k_scales);
         let buf = alloc(n * page.page_bytes)?;
         let base = buf.as_device_ptr().as_raw();
         copy_pitched(base, page.page_bytes, self.k.as_device_ptr().as_raw(), rows, n)?;
         copy_pitched(base + page.v, page.page_bytes, self.v.as_device_ptr().as_raw(), rows, n)?;
         if let Some((ks, vs)) = side.filter(|_| side_page > 0) {
-            copy_pitched(base + page.k_side, page.page_bytes, ks.as_device_ptr().as_raw(), side_page, n)?;
-            copy_pitched(base + page.v_side, page.page_bytes, vs.as_device_ptr().as_raw(), side_page, n)?;
+            copy_pitched(base + page.k_scales, page.page_bytes, ks.as_device_ptr().as_raw(), side_page, n)?;
+            copy_pitched(base + page.v_scales, page.page_bytes, vs.as_device_ptr().as_raw(), side_page, n)?;
         }
         self.pool = Some(PackedPool { buf, shape: packed.clone() });
         Ok(())
@@ -272,7 +272,7 @@ impl BufferSet {
         self.pool = None;
     }
 
-    /// Swaps this set's side data for the same entries laid out as the
+    /// Swaps this set's scales for the same entries laid out as the
     /// paged shape `paged` with the identity table (sequence b's tokens in
     /// pages `b·pages_per_seq ..`; the values need no change: NHD rows of
     /// whole pages are already token-major pages). Call again with the
@@ -281,7 +281,7 @@ impl BufferSet {
         self.scales.replace(side)
     }
 
-    /// This set's side data in `paged`'s layout (see [`BufferSet::swap_side`]).
+    /// This set's scales in `paged`'s layout (see [`BufferSet::swap_side`]).
     pub fn paged_side(&self, contiguous: &DecodeShape, paged: &DecodeShape) -> Result<Option<(DeviceBuffer<u32>, DeviceBuffer<u32>)>, String> {
         let Some((ks, vs)) = &self.scales else { return Ok(None) };
         let decode_attn::KvLayout::Paged { page_size, .. } = paged.kv_layout else { return Err("not a paged shape".into()) };
@@ -290,10 +290,10 @@ impl BufferSet {
             let copy = |b: &DeviceBuffer<u32>| DeviceBuffer::from_slice(&download::<u32>(b.as_device_ptr().as_raw(), 1)?).map_err(|e| e.to_string());
             return Ok(Some((copy(ks)?, copy(vs)?)));
         }
-        let words = (contiguous.kv_format.side_bytes(contiguous.head_dim) / 4) as u64;
-        let (c, p) = (contiguous.side_strides(), paged.side_strides());
+        let words = (contiguous.kv_format.scale_bytes(contiguous.head_dim) / 4) as u64;
+        let (c, p) = (contiguous.scale_strides(), paged.scale_strides());
         let (ps, per_seq) = (page_size as u64, paged.pages_per_seq() as u64);
-        let n_paged = (paged.side_bytes_required().unwrap_or(0) / 4) as usize;
+        let n_paged = (paged.scale_bytes_required().unwrap_or(0) / 4) as usize;
         let permute = |buf: &DeviceBuffer<u32>| -> Result<DeviceBuffer<u32>, String> {
             let old = download::<u32>(buf.as_device_ptr().as_raw(), buf.len())?;
             let mut new = vec![0u32; n_paged];

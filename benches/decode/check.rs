@@ -37,7 +37,7 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
     one.batch = 1;
     let q_seq = one.q_elems() as usize;
     let kv_seq = shape.kv_strides().batch as usize;
-    let side_seq = shape.side_strides().batch as usize;
+    let side_seq = shape.scale_strides().batch as usize;
     let (mut num, mut den) = (0.0f64, 0.0f64);
     let mut samples = vec![0usize, shape.batch as usize - 1];
     samples.dedup();
@@ -47,10 +47,10 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
         let q = to_f32(&download::<u16>(at(&set.q, q_seq), q_seq)?, shape.dtype);
         let (k, v) = match (&set.scales, shape.kv_format.required_dtype()) {
             (Some((ks, vs)), _) => {
-                // One sequence's quantized rows and side data, dequantized as the kernel sees them.
+                // One sequence's quantized rows and scales, dequantized as the kernel sees them.
                 let lens = [plan.seq_lens()[b]];
                 let bytes_seq = kv_seq * shape.kv_format.bits() as usize / 8;
-                let words_seq = side_seq * shape.kv_format.side_bytes(shape.head_dim) as usize / 4;
+                let words_seq = side_seq * shape.kv_format.scale_bytes(shape.head_dim) as usize / 4;
                 let load = |data: &decode_attn::cust::memory::DeviceBuffer<u8>, side: &decode_attn::cust::memory::DeviceBuffer<u32>| -> Result<Vec<f32>, String> {
                     let bytes = download::<u8>(data.as_device_ptr().as_raw() + (b * bytes_seq) as u64, bytes_seq)?;
                     // (A per-tensor format's one scale serves every sequence.)

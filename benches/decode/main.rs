@@ -18,7 +18,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice, Tuning, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice, Tuning, VariantSpec, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -92,7 +92,7 @@ struct Args {
     /// memory system's cost of scattered pages).
     #[arg(long, value_enum, default_value = "shuffled")]
     page_table: PageTable,
-    /// What the --paged pools hold: separate (K, V and their side data in
+    /// What the --paged pools hold: separate (K, V and their scales in
     /// four pools; default) or packed (one pool whose pages hold all four:
     /// `KvLayout::Paged { page_bytes: Some(..) }`).
     #[arg(long, value_enum, default_value = "separate")]
@@ -478,12 +478,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         kv_format: s.format,
         kv_layout: args.layout.kv_layout(),
         scale: None,
-        soft_cap: v.soft_cap,
-        window: v.window,
-        sinks: v.sinks,
-        alibi: v.alibi,
-        key_ranges: false,
-        tree: false,
+        variant: VariantSpec { soft_cap: v.soft_cap, window: v.window, sinks: v.sinks, alibi: v.alibi, ..VariantSpec::STANDARD },
     };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
@@ -662,7 +657,7 @@ fn paged_median(
         output_of(attn, stream, contiguous, None, &mut sets[0])?
     };
     if layout == PageLayout::Packed {
-        // One pool per set, built from its values and its side data in the
+        // One pool per set, built from its values and its scales in the
         // dense paged layout.
         let page_bytes = pshape.packed_page().map(|p| p.page_bytes);
         let packed = DecodeShape { kv_layout: KvLayout::Paged { page_size: ps, num_pages, order: PageOrder::TokenMajor, page_bytes }, ..shape.clone() };
@@ -674,7 +669,7 @@ fn paged_median(
         sets.iter_mut().for_each(BufferSet::unpack);
         return result;
     }
-    // Quantized caches: side data in the pool's layout, swapped in for the
+    // Quantized caches: scales in the pool's layout, swapped in for the
     // paged runs and back out after (values are pages already).
     let mut saved = Vec::with_capacity(sets.len());
     for set in sets.iter_mut() {

@@ -23,9 +23,6 @@ use crate::plan::{self, Plan, PlanMode};
 use crate::shape::{DecodeShape, KvStrides};
 use crate::tensor::{BufferDesc, ElemType, TensorMut, TensorRef};
 
-/// A raw device address (`CUdeviceptr`), as cudarc, candle or PyTorch hand them out.
-pub type RawDevicePtr = cuda::CUdeviceptr;
-
 /// Device memory for one plan's metadata and split partials. Reusable across
 /// plans; the metadata upload (capacity plans: the merge-counter reset) is
 /// skipped when the last plan run in it is the same plan.
@@ -164,7 +161,7 @@ impl DecodeAttention {
     /// merge kernel after it, as the plan says).
     ///
     /// `q`, `o`: `[batch, q_len, num_q_heads, head_dim]` of the plan's dtype;
-    /// `cache`: K and V (and a quantized format's side data) in the plan's
+    /// `cache`: K and V (and a quantized format's scales) in the plan's
     /// format and layout. The call returns once the work is queued; the
     /// buffers must stay alive until the stream has executed it. The
     /// plan's metadata is uploaded into `workspace` unless the last run in
@@ -207,7 +204,8 @@ impl DecodeAttention {
     /// [`DecodeAttention::run`] (plans of host lengths: `step` is `None`)
     /// or [`DecodeAttention::run_step`] (capacity plans: `step` is
     /// required) on raw handles: a workspace of `workspace_bytes` at
-    /// `workspace` (256-byte aligned, disjoint from every other buffer)
+    /// `workspace` (a `CUdeviceptr`, as cudarc, candle or PyTorch hand them
+    /// out; 256-byte aligned, disjoint from every other buffer)
     /// and a raw stream. Plans of host lengths copy their metadata into the
     /// workspace on every call (from pageable memory, staged before the
     /// call returns); capacity plans zero their merge counters on every
@@ -220,7 +218,7 @@ impl DecodeAttention {
         q: TensorRef<'a>,
         cache: &KvCache<'a>,
         o: TensorMut<'a>,
-        workspace: RawDevicePtr,
+        workspace: u64,
         workspace_bytes: usize,
         stream: RawStream,
     ) -> Result<()> {
@@ -247,7 +245,7 @@ impl DecodeAttention {
             plain_name: "plain",
             plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
             data: out.data.desc(),
-            side: out.side.as_ref().map(TensorMut::desc),
+            scales: out.scales.as_ref().map(TensorMut::desc),
             seq_lens: step.seq_lens.desc(),
             block_table: step.block_table.as_ref().map(TensorRef::desc),
         };
@@ -276,7 +274,7 @@ impl DecodeAttention {
             plain_name: "new_rows",
             plain_elems: (shape.batch as u64).saturating_mul(ql * h * d),
             data: out.data.desc(),
-            side: out.side.as_ref().map(TensorMut::desc),
+            scales: out.scales.as_ref().map(TensorMut::desc),
             seq_lens: step.seq_lens.desc(),
             block_table: step.block_table.as_ref().map(TensorRef::desc),
         };
@@ -309,7 +307,7 @@ impl DecodeAttention {
             plain_name: "new_rows",
             plain_elems,
             data: out.data.desc(),
-            side: out.side.as_ref().map(TensorMut::desc),
+            scales: out.scales.as_ref().map(TensorMut::desc),
             seq_lens: step.seq_lens.desc(),
             block_table: step.block_table.as_ref().map(TensorRef::desc),
         };
@@ -317,15 +315,15 @@ impl DecodeAttention {
     }
 
     /// Dequantizes a contiguous quantized cache tensor (rows
-    /// `t < seq_lens[b]`; `cache`: its values and side data) into a 16-bit
+    /// `t < seq_lens[b]`; `cache`: its values and scales) into a 16-bit
     /// buffer of the shape's dtype and layout (other elements are left
     /// untouched).
-    pub fn dequantize_kv<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, data: impl Into<TensorRef<'a>>, side: impl Into<TensorRef<'a>>, plain: impl Into<TensorMut<'a>>, stream: &Stream) -> Result<()> {
-        self.dequantize_kv_raw(shape, seq_lens.into(), data.into(), side.into(), plain.into(), stream.as_inner())
+    pub fn dequantize_kv<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, data: impl Into<TensorRef<'a>>, scales: impl Into<TensorRef<'a>>, plain: impl Into<TensorMut<'a>>, stream: &Stream) -> Result<()> {
+        self.dequantize_kv_raw(shape, seq_lens.into(), data.into(), scales.into(), plain.into(), stream.as_inner())
     }
 
     /// [`DecodeAttention::dequantize_kv`] on a raw stream.
-    pub fn dequantize_kv_raw<'a>(&self, shape: &DecodeShape, seq_lens: TensorRef<'a>, data: TensorRef<'a>, side: TensorRef<'a>, plain: TensorMut<'a>, stream: RawStream) -> Result<()> {
+    pub fn dequantize_kv_raw<'a>(&self, shape: &DecodeShape, seq_lens: TensorRef<'a>, data: TensorRef<'a>, scales: TensorRef<'a>, plain: TensorMut<'a>, stream: RawStream) -> Result<()> {
         ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8, fp8, int4)", shape.kv_format.name())?;
         ensure(!shape.is_paged(), "kv_layout", "a contiguous or strided layout", "a paged one")?;
         let step = StepInputs::lengths(seq_lens);
@@ -335,7 +333,7 @@ impl DecodeAttention {
             plain_name: "plain",
             plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
             data: data.desc(),
-            side: Some(side.desc()),
+            scales: Some(scales.desc()),
             seq_lens: step.seq_lens.desc(),
             block_table: None,
         };
@@ -379,14 +377,12 @@ impl DecodeAttention {
                 v: cache.v.desc(),
                 o: o.desc(),
                 workspace: ws,
-                k_side: cache.k_scales.as_ref().map(TensorRef::desc),
-                v_side: cache.v_scales.as_ref().map(TensorRef::desc),
+                k_scales: cache.k_scales.as_ref().map(TensorRef::desc),
+                v_scales: cache.v_scales.as_ref().map(TensorRef::desc),
                 seq_lens: step.map(|s| s.seq_lens.desc()),
                 block_table: step.and_then(|s| s.block_table.as_ref().map(TensorRef::desc)),
                 seq_starts: step.and_then(|s| s.seq_starts.as_ref().map(TensorRef::desc)),
-                sinks: cache.sinks.as_ref().map(TensorRef::desc),
-                alibi_slopes: cache.alibi_slopes.as_ref().map(TensorRef::desc),
-                tree: cache.tree.as_ref().map(|(m, p)| (m.desc(), p.desc())),
+                variant: cache.variant.map(|t| t.desc()),
             },
         )?;
         let shape = plan.shape();
@@ -427,16 +423,13 @@ impl DecodeAttention {
             k: cache.k.addr,
             v: cache.v.addr,
             o: o.addr,
-            k_side: cache.k_scales.map_or(0, |t| t.addr),
-            v_side: cache.v_scales.map_or(0, |t| t.addr),
+            k_scales: cache.k_scales.map_or(0, |t| t.addr),
+            v_scales: cache.v_scales.map_or(0, |t| t.addr),
             workspace: ws.addr,
             step_seq_lens: step.map_or(0, |s| s.seq_lens.addr),
             step_block_table: step.and_then(|s| s.block_table).map_or(0, |t| t.addr),
-            sinks: cache.sinks.map_or(0, |t| t.addr),
-            alibi_slopes: cache.alibi_slopes.map_or(0, |t| t.addr),
+            variant: cache.variant.map(|t| t.addr),
             step_seq_starts: step.and_then(|s| s.seq_starts).map_or(0, |t| t.addr),
-            tree_masks: cache.tree.map_or(0, |(m, _)| m.addr),
-            tree_positions: cache.tree.map_or(0, |(_, p)| p.addr),
         };
         let params = decode_params(plan, &addrs);
         // SAFETY: the grid, block and shared memory are the plan's; every
@@ -478,7 +471,7 @@ impl DecodeAttention {
             plain: job.plain.addr,
             plain_strides,
             data: job.data.addr,
-            side: job.side.map_or(0, |s| s.addr),
+            scales: job.scales.map_or(0, |s| s.addr),
             seq_lens: job.seq_lens.addr,
             block_table: job.block_table.map_or(0, |t| t.addr),
             rows_per_seq,

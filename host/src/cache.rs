@@ -2,10 +2,11 @@
 //! (`KvCache`), one cache tensor being written (`KvMut`), and what a
 //! capacity plan's step reads on the device (`StepInputs`). No CUDA calls.
 
-use crate::check::{check_buffer, kv_elem, side_elem};
+use crate::check::{check_buffer, kv_elem, scale_elem};
 use crate::error::{ensure, Error, Result};
 use crate::shape::{DecodeShape, KvLayout};
 use crate::tensor::{BufferDesc, ElemType, TensorMut, TensorRef};
+use crate::variant::VariantBuffers;
 
 /// A KV cache as the kernels read it: K and V values in the shape's layout
 /// and, for quantized formats, their per-row scales (`docs/formats.md`);
@@ -18,24 +19,18 @@ pub struct KvCache<'a> {
     pub v: TensorRef<'a>,
     pub k_scales: Option<TensorRef<'a>>,
     pub v_scales: Option<TensorRef<'a>>,
-    /// `[num_q_heads]` f32 sink logits: required when the plan's shape has
-    /// `sinks`, rejected otherwise.
-    pub sinks: Option<TensorRef<'a>>,
-    /// `[num_q_heads]` f32 ALiBi slopes: required when the plan's shape has
-    /// `alibi`, rejected otherwise.
-    pub alibi_slopes: Option<TensorRef<'a>>,
-    /// The step's draft tree (`[batch, q_len]` u8 masks, `[batch, q_len]`
-    /// u32 positions, [`DecodeShape::tree`]): required when the plan's
-    /// shape has `tree`, rejected otherwise.
-    pub tree: Option<(TensorRef<'a>, TensorRef<'a>)>,
+    /// The device arrays of the plan's variant (sinks, ALiBi slopes, a
+    /// draft tree): each required when the plan's [`VariantSpec`] has its
+    /// part, rejected otherwise.
+    pub variant: VariantBuffers<TensorRef<'a>>,
 }
 
 impl<'a> KvCache<'a> {
     /// A bf16 / fp16 cache.
     pub fn plain(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>) -> Self {
-        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None, sinks: None, alibi_slopes: None, tree: None }
+        KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None, variant: VariantBuffers::NONE }
     }
-    /// A quantized cache: its values (`u8` buffers) and side data (int8:
+    /// A quantized cache: its values (`u8` buffers) and scales (int8:
     /// one f32 scale per row; int4: one u32 word per group, an fp16 scale
     /// and an fp16 zero; `docs/formats.md`).
     pub fn quantized(
@@ -44,7 +39,7 @@ impl<'a> KvCache<'a> {
         k_scales: impl Into<TensorRef<'a>>,
         v_scales: impl Into<TensorRef<'a>>,
     ) -> Self {
-        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()), sinks: None, alibi_slopes: None, tree: None }
+        KvCache { k: k.into(), v: v.into(), k_scales: Some(k_scales.into()), v_scales: Some(v_scales.into()), variant: VariantBuffers::NONE }
     }
     /// An fp8 (per-tensor) cache: its e4m3 values (`u8` buffers) and K's
     /// and V's scales, one f32 each on the device, read at each run (a
@@ -58,57 +53,61 @@ impl<'a> KvCache<'a> {
     pub fn with_fp8_scales(self, k_scale: impl Into<TensorRef<'a>>, v_scale: impl Into<TensorRef<'a>>) -> Self {
         KvCache { k_scales: Some(k_scale.into()), v_scales: Some(v_scale.into()), ..self }
     }
+    /// The cache with its variant's device arrays.
+    pub fn with_variant(self, variant: VariantBuffers<TensorRef<'a>>) -> Self {
+        KvCache { variant, ..self }
+    }
     /// The cache with the layer's sink logits (`[num_q_heads]` f32).
     pub fn with_sinks(self, sinks: impl Into<TensorRef<'a>>) -> Self {
-        KvCache { sinks: Some(sinks.into()), ..self }
+        self.with_variant(VariantBuffers { sinks: Some(sinks.into()), ..self.variant })
     }
     /// The cache with the layer's ALiBi slopes (`[num_q_heads]` f32).
     pub fn with_alibi_slopes(self, slopes: impl Into<TensorRef<'a>>) -> Self {
-        KvCache { alibi_slopes: Some(slopes.into()), ..self }
+        self.with_variant(VariantBuffers { alibi_slopes: Some(slopes.into()), ..self.variant })
     }
-    /// The cache with the step's draft tree ([`DecodeShape::tree`]):
+    /// The cache with the step's draft tree ([`VariantSpec::tree`]):
     /// `[batch, q_len]` u8 ancestor masks and `[batch, q_len]` u32
     /// positions.
     pub fn with_tree(self, masks: impl Into<TensorRef<'a>>, positions: impl Into<TensorRef<'a>>) -> Self {
-        KvCache { tree: Some((masks.into(), positions.into())), ..self }
+        self.with_variant(VariantBuffers { tree_masks: Some(masks.into()), tree_positions: Some(positions.into()), ..self.variant })
     }
     /// The cache in one packed pool (`shape`: `KvLayout::Paged` with
     /// `page_bytes` of [`DecodeShape::packed_page`]): views of `pool`'s bytes
-    /// at the page offsets, typed as the format's values and side data, so
+    /// at the page offsets, typed as the format's values and scales, so
     /// no `from_raw` is needed. Their lengths are checked when the cache is
     /// run, like any buffers'. An fp8 pool holds values only: add its
     /// scales with [`KvCache::with_fp8_scales`].
     pub fn packed(shape: &DecodeShape, pool: impl Into<TensorRef<'a>>) -> Result<Self> {
         let pool = pool.into();
         let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
-        let (k, k_side) = packed_parts(shape, KvTensor::K)?;
-        let (v, v_side) = packed_parts(shape, KvTensor::V)?;
-        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_side.map(part).transpose()?, v_scales: v_side.map(part).transpose()?, sinks: None, alibi_slopes: None, tree: None })
+        let (k, k_scales) = packed_parts(shape, KvTensor::K)?;
+        let (v, v_scales) = packed_parts(shape, KvTensor::V)?;
+        Ok(KvCache { k: part(k)?, v: part(v)?, k_scales: k_scales.map(part).transpose()?, v_scales: v_scales.map(part).transpose()?, variant: VariantBuffers::NONE })
     }
 }
 
 /// One cache tensor (K or V) being written, in any format: its values and,
-/// for quantized formats, its side data (scales, or scales and zeros).
+/// for quantized formats, its scales (int4: scales and zeros).
 #[derive(Debug)]
 pub struct KvMut<'a> {
     pub data: TensorMut<'a>,
-    pub side: Option<TensorMut<'a>>,
+    pub scales: Option<TensorMut<'a>>,
 }
 
 impl<'a> KvMut<'a> {
     /// A 16-bit cache tensor.
     pub fn plain(data: impl Into<TensorMut<'a>>) -> Self {
-        KvMut { data: data.into(), side: None }
+        KvMut { data: data.into(), scales: None }
     }
-    /// A quantized cache tensor. For fp8 (per tensor), `side` is the
+    /// A quantized cache tensor. For fp8 (per tensor), `scales` is the
     /// tensor's scale, one f32 on the device, which quantizing reads.
-    pub fn quantized(data: impl Into<TensorMut<'a>>, side: impl Into<TensorMut<'a>>) -> Self {
-        KvMut { data: data.into(), side: Some(side.into()) }
+    pub fn quantized(data: impl Into<TensorMut<'a>>, scales: impl Into<TensorMut<'a>>) -> Self {
+        KvMut { data: data.into(), scales: Some(scales.into()) }
     }
     /// The tensor with its fp8 scale (one f32 on the device): what a packed
     /// pool's fp8 tensor ([`KvMut::packed`]) lacks.
     pub fn with_fp8_scale(self, scale: impl Into<TensorMut<'a>>) -> Self {
-        KvMut { side: Some(scale.into()), ..self }
+        KvMut { scales: Some(scale.into()), ..self }
     }
 }
 
@@ -120,7 +119,7 @@ pub enum KvTensor {
 }
 
 impl<'a> KvMut<'a> {
-    /// K's or V's values and side data in one packed pool (`shape`:
+    /// K's or V's values and scales in one packed pool (`shape`:
     /// `KvLayout::Paged` with `page_bytes` of [`DecodeShape::packed_page`]),
     /// as `append_kv` / `quantize_kv` write them: views of `pool`'s bytes at
     /// the page offsets (the two interleave; each page's parts are apart).
@@ -128,11 +127,11 @@ impl<'a> KvMut<'a> {
         let pool = pool.into();
         let part = |(offset, elem): (u64, ElemType)| pool.tail(offset, elem).ok_or_else(|| pool_too_short(offset, &pool.desc()));
         let (data, side) = packed_parts(shape, tensor)?;
-        Ok(KvMut { data: part(data)?, side: side.map(part).transpose()? })
+        Ok(KvMut { data: part(data)?, scales: side.map(part).transpose()? })
     }
 }
 
-/// Where tensor `tensor`'s values and side data start in a page of the
+/// Where tensor `tensor`'s values and scales start in a page of the
 /// packed pool `shape` describes, with their element types; an error
 /// unless `shape` is a packed layout (`page_bytes` of `packed_page`).
 pub(crate) fn packed_parts(shape: &DecodeShape, tensor: KvTensor) -> Result<((u64, ElemType), Option<(u64, ElemType)>)> {
@@ -145,11 +144,11 @@ pub(crate) fn packed_parts(shape: &DecodeShape, tensor: KvTensor) -> Result<((u6
         format!("{page_bytes:?}"),
     )?;
     let (data, side) = match tensor {
-        KvTensor::K => (0, page.k_side),
-        KvTensor::V => (page.v, page.v_side),
+        KvTensor::K => (0, page.k_scales),
+        KvTensor::V => (page.v, page.v_scales),
     };
     // (A per-tensor format's scales are not in the pool.)
-    let side = side_elem(shape.kv_format).filter(|_| !shape.kv_format.tensor_scaled()).map(|e| (side, e));
+    let side = scale_elem(shape.kv_format).filter(|_| !shape.kv_format.tensor_scaled()).map(|e| (side, e));
     Ok(((data, kv_elem(shape.kv_format)), side))
 }
 
@@ -193,7 +192,7 @@ impl<'a> StepInputs<'a> {
     /// Checks the starts an attention step reads: `batch` of them exactly
     /// when the shape has key ranges.
     pub fn check_starts_for(&self, shape: &DecodeShape) -> Result<()> {
-        match (shape.key_ranges, &self.seq_starts) {
+        match (shape.variant.key_ranges, &self.seq_starts) {
             (true, Some(s)) => check_buffer("seq_starts", &s.desc(), ElemType::U32, shape.batch as u64 * 4),
             (true, None) => Err(Error::invalid("seq_starts", "a [batch] u32 device array of first keys (the shape has key_ranges)", "none")),
             (false, Some(_)) => Err(Error::invalid("seq_starts", "none (the shape has key_ranges = false)", "starts")),

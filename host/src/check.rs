@@ -7,6 +7,7 @@ use crate::error::{ensure, Error, Result};
 use crate::plan::Plan;
 use crate::shape::{DecodeShape, KvLayout};
 use crate::tensor::{BufferDesc, ElemType};
+use crate::variant::{VariantBuffers, VariantCount};
 
 /// The buffers of one `run` call.
 #[derive(Clone, Copy, Debug)]
@@ -18,23 +19,18 @@ pub struct RunBuffers {
     /// The workspace: `len` bytes at `addr` (`ElemType::U8`), which the
     /// kernels write (split partials, merge counters) and read.
     pub workspace: BufferDesc,
-    /// Side data (scales) of K and V: required for quantized formats,
+    /// Scales (scales) of K and V: required for quantized formats,
     /// rejected for plain ones.
-    pub k_side: Option<BufferDesc>,
-    pub v_side: Option<BufferDesc>,
+    pub k_scales: Option<BufferDesc>,
+    pub v_scales: Option<BufferDesc>,
     /// A capacity plan's device lengths and (paged) block table, which the
     /// kernels read while they write `o` and the workspace.
     pub seq_lens: Option<BufferDesc>,
     pub block_table: Option<BufferDesc>,
     /// A capacity plan's device first keys (shapes with key ranges).
     pub seq_starts: Option<BufferDesc>,
-    /// The variant's per-head arrays: sink logits and ALiBi slopes (f32,
-    /// `num_q_heads` each), each required exactly when the shape has it.
-    pub sinks: Option<BufferDesc>,
-    pub alibi_slopes: Option<BufferDesc>,
-    /// The step's draft tree: u8 masks and u32 positions, `batch × q_len`
-    /// each, required exactly when the shape has a tree.
-    pub tree: Option<(BufferDesc, BufferDesc)>,
+    /// The variant's arrays ([`check_variant_buffers`]).
+    pub variant: VariantBuffers<BufferDesc>,
 }
 
 pub fn dtype_elem(d: Dtype) -> ElemType {
@@ -53,10 +49,10 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
     }
 }
 
-/// Element type of a quantized format's side data (`None`: no side data).
+/// Element type of a quantized format's scales (`None`: no scales).
 /// int8, fp8 per head: f32 scales; fp8: one f32 scale (per tensor); int4:
 /// (fp16 scale, fp16 zero) pairs as u32 words.
-pub fn side_elem(f: KvFormat) -> Option<ElemType> {
+pub fn scale_elem(f: KvFormat) -> Option<ElemType> {
     match f {
         KvFormat::Bf16 | KvFormat::F16 => None,
         KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => Some(ElemType::F32),
@@ -101,47 +97,27 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     check_buffer("k", &bufs.k, kv, kv_bytes)?;
     check_buffer("v", &bufs.v, kv, kv_bytes)?;
     let mut inputs = vec![("q", bufs.q), ("k", bufs.k), ("v", bufs.v)];
-    match side_elem(shape.kv_format) {
+    match scale_elem(shape.kv_format) {
         Some(elem) => {
-            let side_bytes = shape.side_bytes_required().unwrap_or(u64::MAX);
-            for (name, side) in [("k_scales", bufs.k_side), ("v_scales", bufs.v_side)] {
-                let side = side.ok_or_else(|| Error::invalid(name, side_wanted(shape.kv_format, elem), "none"))?;
+            let scale_bytes = shape.scale_bytes_required().unwrap_or(u64::MAX);
+            for (name, side) in [("k_scales", bufs.k_scales), ("v_scales", bufs.v_scales)] {
+                let side = side.ok_or_else(|| Error::invalid(name, scales_wanted(shape.kv_format, elem), "none"))?;
                 if shape.kv_format.tensor_scaled() {
                     check_tensor_scale(name, &side)?;
                 } else {
-                    check_buffer(name, &side, elem, side_bytes)?;
+                    check_buffer(name, &side, elem, scale_bytes)?;
                 }
                 inputs.push((name, side));
             }
         }
         None => {
-            for (name, side) in [("k_scales", bufs.k_side), ("v_scales", bufs.v_side)] {
+            for (name, side) in [("k_scales", bufs.k_scales), ("v_scales", bufs.v_scales)] {
                 ensure(side.is_none(), name, format!("none (a {} cache has no scales)", shape.kv_format.name()), "a buffer")?;
             }
         }
     }
-    for (name, wanted, buf) in [("sinks", shape.sinks, bufs.sinks), ("alibi_slopes", shape.alibi, bufs.alibi_slopes)] {
-        match (wanted, buf) {
-            (true, Some(b)) => {
-                check_head_array(name, &b, shape.num_q_heads)?;
-                inputs.push((name, b));
-            }
-            (true, None) => return Err(Error::invalid(name, format!("{} f32 values (one per query head: the plan's shape has {name})", shape.num_q_heads), "none")),
-            (false, Some(_)) => return Err(Error::invalid(name, format!("none (the plan was made without {name}: DecodeShape::{})", if name == "sinks" { "sinks" } else { "alibi" }), "a buffer")),
-            (false, None) => {}
-        }
-    }
-    match (shape.tree, bufs.tree) {
-        (true, Some((masks, positions))) => {
-            let n = shape.batch as u64 * shape.q_len as u64;
-            check_values("tree_masks", &masks, ElemType::U8, n, &format!("at least {n} u8 masks ([batch, q_len])"))?;
-            check_values("tree_positions", &positions, ElemType::U32, n, &format!("at least {n} u32 positions ([batch, q_len])"))?;
-            inputs.push(("tree_masks", masks));
-            inputs.push(("tree_positions", positions));
-        }
-        (true, None) => return Err(Error::invalid("tree", format!("the step's draft tree: {0} u8 masks and {0} u32 positions ([batch, q_len], KvCache::with_tree)", shape.batch as u64 * shape.q_len as u64), "none")),
-        (false, Some(_)) => return Err(Error::invalid("tree", "none (the plan was made without a tree: DecodeShape::tree)", "a tree")),
-        (false, None) => {}
+    for (name, buf) in check_variant_buffers(shape, bufs.variant)? {
+        inputs.push((name, buf));
     }
     let ws = &bufs.workspace;
     ensure(ws.elem == ElemType::U8, "workspace", "a byte buffer", format!("{} elements", ws.elem.name()))?;
@@ -174,25 +150,44 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     Ok(())
 }
 
+/// Checks a variant's arrays against a (validated) shape: each present
+/// exactly when the shape's [`VariantSpec`](crate::VariantSpec) has its
+/// part — sinks and ALiBi slopes `num_q_heads` f32s, a tree's masks and
+/// positions `batch × q_len` u8s and u32s — aligned and not wrapping.
+/// Returns them by name, for the overlap checks. The one check of these
+/// buffers, whichever binding calls it.
+pub fn check_variant_buffers(shape: &DecodeShape, bufs: VariantBuffers<BufferDesc>) -> Result<Vec<(&'static str, BufferDesc)>> {
+    let mut given = Vec::new();
+    for a in bufs.arrays(&shape.variant) {
+        let n = match a.count {
+            VariantCount::PerQueryHead => shape.num_q_heads as u64,
+            VariantCount::PerRow => shape.batch as u64 * shape.q_len as u64,
+        };
+        match (a.wanted, a.buf) {
+            (true, Some(b)) => {
+                check_values(a.name, &b, a.elem, n, &format!("at least {n} {}", a.what))?;
+                given.push((a.name, b));
+            }
+            (true, None) => return Err(Error::invalid(a.name, format!("{n} {} (the plan's shape has variant.{})", a.what, a.part), "none")),
+            (false, Some(_)) => return Err(Error::invalid(a.name, format!("none (the plan was made without variant.{})", a.part), "a buffer")),
+            (false, None) => {}
+        }
+    }
+    Ok(given)
+}
+
 /// What a quantized format's scales buffer must be, for errors.
-fn side_wanted(f: KvFormat, elem: ElemType) -> String {
+fn scales_wanted(f: KvFormat, elem: ElemType) -> String {
     if f.tensor_scaled() {
         format!("the {} cache's scale (one f32, a device scalar: KvCache::with_fp8_scales)", f.name())
     } else {
-        format!("the {} cache's side data ({})", f.name(), elem.name())
+        format!("the {} cache's scales ({})", f.name(), elem.name())
     }
 }
 
 /// A per-tensor scale: one f32 at a non-null, 4-byte aligned address.
 fn check_tensor_scale(name: &str, b: &BufferDesc) -> Result<()> {
     check_f32_values(name, b, 1, "one f32 scale (a device scalar)")
-}
-
-/// A per-head f32 array of the variant (sinks, ALiBi slopes): f32
-/// elements, non-null, 4-byte aligned, at least `heads` of them, not
-/// wrapping.
-fn check_head_array(name: &str, b: &BufferDesc, heads: u32) -> Result<()> {
-    check_f32_values(name, b, heads as u64, &format!("at least {heads} f32 values (one per query head)"))
 }
 
 /// At least `n` f32 values (`wanted` says what they are) at a non-null,
@@ -222,9 +217,9 @@ pub struct CacheJob {
     pub plain_name: &'static str,
     /// Elements `plain` must hold.
     pub plain_elems: u64,
-    /// The cache's values and side data.
+    /// The cache's values and scales.
     pub data: BufferDesc,
-    pub side: Option<BufferDesc>,
+    pub scales: Option<BufferDesc>,
     /// The device lengths and (paged) block table.
     pub seq_lens: BufferDesc,
     pub block_table: Option<BufferDesc>,
@@ -249,22 +244,22 @@ pub fn append_rows_elems(shape: &DecodeShape, strides: crate::shape::KvStrides, 
 
 /// Checks a cache job's buffers against the shape: element types, sizes,
 /// alignment, and the written buffers disjoint from every other (a packed
-/// pool's values and side data may interleave, each page's parts apart).
+/// pool's values and scales may interleave, each page's parts apart).
 pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
     let plain_bytes = job.plain_elems.checked_mul(2).unwrap_or(u64::MAX);
     check_buffer(job.plain_name, &job.plain, dtype_elem(shape.dtype), plain_bytes)?;
     check_buffer("data", &job.data, kv_elem(shape.kv_format), shape.kv_bytes_required().unwrap_or(u64::MAX))?;
-    // (`KvMut::side`, `dequantize_kv`'s `side`.)
-    let side_name = "side";
+    // (`KvMut::scales`, `dequantize_kv`'s `scales`.)
+    let scales_name = "scales";
     let tensor_scaled = shape.kv_format.tensor_scaled();
-    match (side_elem(shape.kv_format), &job.side) {
-        (Some(_), Some(side)) if tensor_scaled => check_tensor_scale(side_name, side)?,
-        (Some(elem), Some(side)) => check_buffer(side_name, side, elem, shape.side_bytes_required().unwrap_or(u64::MAX))?,
-        (Some(elem), None) => return Err(Error::invalid(side_name, side_wanted(shape.kv_format, elem), "none")),
-        (None, Some(_)) => return Err(Error::invalid(side_name, format!("none (a {} cache has no side data)", shape.kv_format.name()), "a buffer")),
+    match (scale_elem(shape.kv_format), &job.scales) {
+        (Some(_), Some(side)) if tensor_scaled => check_tensor_scale(scales_name, side)?,
+        (Some(elem), Some(side)) => check_buffer(scales_name, side, elem, shape.scale_bytes_required().unwrap_or(u64::MAX))?,
+        (Some(elem), None) => return Err(Error::invalid(scales_name, scales_wanted(shape.kv_format, elem), "none")),
+        (None, Some(_)) => return Err(Error::invalid(scales_name, format!("none (a {} cache has no scales)", shape.kv_format.name()), "a buffer")),
         (None, None) => {}
     }
-    let side = job.side.unwrap_or(BufferDesc { addr: 0, len: 0, elem: ElemType::U32 });
+    let side = job.scales.unwrap_or(BufferDesc { addr: 0, len: 0, elem: ElemType::U32 });
     let mut read = vec![("seq_lens", job.seq_lens)];
     if let Some(t) = job.block_table {
         read.push(("block_table", t));
@@ -273,19 +268,19 @@ pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
         read.push((job.plain_name, job.plain));
         if tensor_scaled {
             // The tensor's scale is read, not written.
-            read.push((side_name, side));
+            read.push((scales_name, side));
             (vec![("data", job.data)], read)
         } else {
-            (vec![("data", job.data), (side_name, side)], read)
+            (vec![("data", job.data), (scales_name, side)], read)
         }
     } else {
-        read.extend([("data", job.data), (side_name, side)]);
+        read.extend([("data", job.data), (scales_name, side)]);
         (vec![(job.plain_name, job.plain)], read)
     };
     let end = |b: &BufferDesc| end_of(b).unwrap_or(u64::MAX);
-    // A packed pool's values and side data share pages: they may
+    // A packed pool's values and scales share pages: they may
     // interleave, as long as in every page `a`'s part (a page of rows)
-    // ends before `b`'s (a page of side data) starts, and `b`'s ends
+    // ends before `b`'s (a page of scales) starts, and `b`'s ends
     // within the page.
     let packed = match (shape.kv_layout, shape.page_part_bytes()) {
         (KvLayout::Paged { page_bytes: Some(page), .. }, Some((rows, side))) => Some((rows, side, page)),
@@ -298,7 +293,7 @@ pub fn check_cache_job(shape: &DecodeShape, job: &CacheJob) -> Result<()> {
         })
     };
     for (i, (_, w)) in written.iter().enumerate() {
-        // Only two written buffers (values, then side data) may interleave.
+        // Only two written buffers (values, then scales) may interleave.
         let later = written[i + 1..].iter().map(|o| (o, true));
         for ((n, other), may_interleave) in others.iter().map(|o| (o, false)).chain(later) {
             if other.len == 0 {

@@ -85,9 +85,10 @@ internal! { pub mod shape; }
 internal! { pub mod tensor; }
 internal! { pub mod testing; }
 internal! { pub mod tuning; }
+internal! { pub mod variant; }
 internal! { pub mod work; }
 
-pub use attention::{DecodeAttention, RawDevicePtr, Workspace};
+pub use attention::{DecodeAttention, Workspace};
 pub use cache::{KvCache, KvMut, KvTensor, StepInputs};
 pub use decode_attn_abi::{Dtype, Family, KvFormat};
 pub use error::{Error, Result};
@@ -96,6 +97,7 @@ pub use options::{FamilyChoice, HeadPairChoice, MergeChoice, PlanOptions, Specia
 pub use plan::Plan;
 pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder};
 pub use tensor::{ElemType, TensorMut, TensorRef};
+pub use variant::{VariantBuffers, VariantSpec};
 /// The `cust` types the API takes: streams and device buffers.
 #[doc(no_inline)]
 pub use cust::{memory::DeviceBuffer, stream::Stream};

@@ -7,15 +7,16 @@ use crate::heuristics::MergeMode;
 use crate::error::{ensure, Error, Result};
 use crate::plan::{Plan, PlanMode};
 use crate::shape::{DecodeShape, KvStrides};
+use crate::variant::VariantBuffers;
 
 /// A cache's row strides and side-data strides in bytes: `[batch, token,
 /// head]` of values of the format's bits, and of its side entries.
 fn byte_strides(shape: &DecodeShape) -> ([u64; 3], [u64; 3]) {
     // (A validated shape's strides are below 2^59 bytes, `MAX_STRIDE_BYTES`;
     // saturating keeps this total for any shape.)
-    let (s, side) = (shape.kv_strides(), shape.side_strides());
+    let (s, side) = (shape.kv_strides(), shape.scale_strides());
     let bits = shape.kv_format.bits() as u64;
-    let entry = shape.kv_format.side_bytes(shape.head_dim) as u64;
+    let entry = shape.kv_format.scale_bytes(shape.head_dim) as u64;
     let bytes = |elems: u64| elems.saturating_mul(bits) / 8;
     ([bytes(s.batch), bytes(s.token), bytes(s.head)], [side.batch.saturating_mul(entry), side.token.saturating_mul(entry), side.head.saturating_mul(entry)])
 }
@@ -28,24 +29,20 @@ pub struct LaunchAddrs {
     pub k: u64,
     pub v: u64,
     pub o: u64,
-    /// K's and V's side data (quantized formats; 0 otherwise).
-    pub k_side: u64,
-    pub v_side: u64,
+    /// K's and V's scales (quantized formats; 0 otherwise).
+    pub k_scales: u64,
+    pub v_scales: u64,
     /// The workspace (`Plan::workspace_bytes` of it).
     pub workspace: u64,
     /// A capacity plan's device lengths and (paged) block table (0: a plan
     /// of host lengths, whose lengths and table are in the workspace).
     pub step_seq_lens: u64,
     pub step_block_table: u64,
-    /// The variant's per-head arrays (0: none).
-    pub sinks: u64,
-    pub alibi_slopes: u64,
+    /// The variant's arrays (sinks, ALiBi slopes, a draft tree; absent: 0).
+    pub variant: VariantBuffers<u64>,
     /// A capacity plan's device first keys (shapes with key ranges; 0:
     /// none, or a plan of host lengths, whose starts are in the workspace).
     pub step_seq_starts: u64,
-    /// The step's draft tree: masks and positions (0: none).
-    pub tree_masks: u64,
-    pub tree_positions: u64,
 }
 
 /// The attention kernel's parameters for `plan` on the buffers at `a`.
@@ -75,7 +72,7 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
     };
     let ([batch, token, head], side) = byte_strides(shape);
     let (score_scale, logit_cap) = shape.logit_factors();
-    let seq_starts = match (plan.mode(), shape.key_ranges) {
+    let seq_starts = match (plan.mode(), shape.variant.key_ranges) {
         (_, false) => 0,
         (PlanMode::Capacity { .. }, true) => a.step_seq_starts,
         (PlanMode::Lengths, true) => ws.wrapping_add(layout.seq_starts as u64),
@@ -95,11 +92,11 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         v_stride_batch: batch,
         v_stride_token: token,
         v_stride_head: head,
-        k_side: a.k_side,
-        v_side: a.v_side,
-        side_stride_batch: side[0],
-        side_stride_token: side[1],
-        side_stride_head: side[2],
+        k_scales: a.k_scales,
+        v_scales: a.v_scales,
+        scale_stride_batch: side[0],
+        scale_stride_token: side[1],
+        scale_stride_head: side[2],
         num_q_heads: shape.num_q_heads,
         q_len: shape.q_len,
         group: shape.group_size(),
@@ -124,12 +121,12 @@ pub fn decode_params(plan: &Plan, a: &LaunchAddrs) -> DecodeParams {
         logit_cap,
         window: shape.window_param(),
         window_align: plan.window_align(),
-        sinks: a.sinks,
-        alibi_slopes: a.alibi_slopes,
+        sinks: a.variant.sinks.unwrap_or(0),
+        alibi_slopes: a.variant.alibi_slopes.unwrap_or(0),
         seq_starts,
-        tree_masks: a.tree_masks,
-        tree_positions: a.tree_positions,
-        row_window: if shape.tree { shape.window_param().saturating_add(shape.q_len.saturating_sub(1)) } else { shape.window_param() },
+        tree_masks: a.variant.tree_masks.unwrap_or(0),
+        tree_positions: a.variant.tree_positions.unwrap_or(0),
+        row_window: if shape.variant.tree { shape.window_param().saturating_add(shape.q_len.saturating_sub(1)) } else { shape.window_param() },
         _pad_tree: 0,
     }
 }
@@ -167,7 +164,7 @@ pub struct CacheLaunch {
     /// The 16-bit rows' strides in elements.
     pub plain_strides: KvStrides,
     pub data: u64,
-    pub side: u64,
+    pub scales: u64,
     pub seq_lens: u64,
     pub block_table: u64,
     /// Rows per sequence: the new tokens of an append (`append`), else the
@@ -196,10 +193,10 @@ pub fn cache_params(shape: &DecodeShape, c: &CacheLaunch) -> Result<(QuantParams
         data_stride_batch: data[0],
         data_stride_token: data[1],
         data_stride_head: data[2],
-        side: c.side,
-        side_stride_batch: side[0],
-        side_stride_token: side[1],
-        side_stride_head: side[2],
+        scales: c.scales,
+        scale_stride_batch: side[0],
+        scale_stride_token: side[1],
+        scale_stride_head: side[2],
         seq_lens: c.seq_lens,
         batch: shape.batch,
         rows_per_seq: c.rows_per_seq,

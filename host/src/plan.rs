@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    Arch, MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
+    Arch, MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, HeadDims, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
     NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
@@ -144,7 +144,7 @@ impl Launch {
             arch: Arch::Sm80,
             format: decode_attn_abi::KvFormat::Bf16,
             dtype: decode_attn_abi::Dtype::Bf16,
-            head_dim: 0,
+            dims: HeadDims::square(0),
             family: Family::Wide,
             addressing: decode_attn_abi::Addressing::Strided,
             merge: Merge::Global,
@@ -291,12 +291,12 @@ impl Plan {
             arch: self.arch,
             format: s.kv_format,
             dtype: s.dtype,
-            head_dim: s.head_dim,
+            dims: s.head_dims(),
             family: self.family,
             addressing: s.addressing(),
             merge: if self.cluster > 1 { Merge::Cluster } else { Merge::Global },
             form,
-            variant: s.variant(),
+            variant: s.kernel_variant(),
         }
         .on(self.arch)
     }
@@ -406,13 +406,13 @@ impl Plan {
     }
     /// Bytes a run must move at least: every K and V row its work reads
     /// (each sequence's keys from [`Plan::first_key`]: all of them, or a
-    /// window's) once with its side data (quantized formats' scales and
+    /// window's) once with its scales (quantized formats' scales and
     /// zeros), plus Q and O (the benchmark's GB/s numerator, as
     /// docs/benchmark.md defines it); capacity plans: at capacity.
     /// Saturates at `u64::MAX`.
     pub fn bytes_moved(&self) -> u64 {
         let (format, d) = (self.shape.kv_format, self.shape.head_dim);
-        let row = format.row_bytes(d) as u64 + format.side_bytes(d) as u64;
+        let row = format.row_bytes(d) as u64 + format.scale_bytes(d) as u64;
         let kv = self.keys_read().saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(2);
         kv.saturating_add(self.shape.q_bytes().unwrap_or(u64::MAX).saturating_mul(2))
     }
@@ -547,12 +547,12 @@ impl FamilyKernels {
             arch: dev.arch,
             format: shape.kv_format,
             dtype: shape.dtype,
-            head_dim: shape.head_dim,
+            dims: shape.head_dims(),
             family,
             addressing: shape.addressing(),
             merge: Merge::Global,
             form,
-            variant: shape.variant(),
+            variant: shape.kernel_variant(),
         }
         .on(dev.arch);
         let plain = kernels.limits(&id(Form::Plain)).ok_or_else(|| unsupported_kernel(shape, family, dev.arch))?;
@@ -587,7 +587,7 @@ fn unsupported_kernel(shape: &DecodeShape, family: Family, arch: Arch) -> Error 
         shape.kv_format.name(),
         shape.dtype.name(),
         shape.head_dim,
-        shape.variant().name()
+        shape.kernel_variant().name()
     ))
 }
 
@@ -602,7 +602,7 @@ fn finish(mut plan: Plan) -> Result<Plan> {
         None => None,
         Some(grid) => {
             let arch = plan.arch.module_for(Arch::Sm80).unwrap_or(plan.arch);
-            let id = MergeKernelId { arch, dtype: s.dtype, head_dim: s.head_dim, sinks: s.variant().takes_window_and_sinks() };
+            let id = MergeKernelId { arch, dtype: s.dtype, head_dim: s.head_dim, sinks: s.kernel_variant().takes_sinks() };
             let index = kernel_table::merge_index(&id).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at head_dim {}", s.dtype.name(), s.head_dim)))?;
             Some((index, grid))
         }
@@ -634,11 +634,11 @@ pub fn plan(shape: &DecodeShape, seq_lens: &[u32], dev: &DeviceInfo, kernel: &im
 /// Plans of host lengths without starts: the shape must not ask for key
 /// ranges ([`plan_key_ranges`] takes them).
 fn no_starts_wanted(shape: &DecodeShape) -> Result<()> {
-    ensure(!shape.key_ranges, "seq_starts", "each sequence's first key for a shape with key_ranges (plan_key_ranges)", "none")
+    ensure(!shape.variant.key_ranges, "seq_starts", "each sequence's first key for a shape with key_ranges (plan_key_ranges)", "none")
 }
 
 /// Makes the plan of sequences that each start at a key of their own
-/// (`shape.key_ranges`): sequence b's keys `seq_starts[b] .. seq_lens[b]`
+/// (`shape.variant.key_ranges`): sequence b's keys `seq_starts[b] .. seq_lens[b]`
 /// (each start at most `seq_lens[b] − q_len`), uploaded with the plan's
 /// metadata. `block_table`: a paged cache's `[batch, pages_per_seq]` ids
 /// (as [`plan_paged`]), `None` for other layouts.
@@ -787,7 +787,7 @@ fn key_ranges(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], align: 
 /// caches, the smaller of a stage's keys and a page over paged ones; 1
 /// without either.
 pub fn window_align(shape: &DecodeShape, family: Family) -> u32 {
-    if shape.window.is_none() && !shape.key_ranges {
+    if shape.variant.window.is_none() && !shape.variant.key_ranges {
         return 1;
     }
     match shape.kv_layout {
@@ -801,7 +801,7 @@ pub fn window_align(shape: &DecodeShape, family: Family) -> u32 {
 /// keys left of the first new token, the new tokens, and the start's
 /// alignment) where that is fewer.
 fn capacity_keys(shape: &DecodeShape, align: u32) -> u32 {
-    match shape.window {
+    match shape.variant.window {
         None => shape.max_seq_len,
         Some(w) => (w as u64 + shape.q_len as u64 + align as u64 - 1).min(shape.max_seq_len as u64) as u32,
     }
@@ -944,7 +944,7 @@ fn make_plan_for(
         .ok_or_else(|| Error::invalid(lens_param, "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;
     // (Key ranges: the blocks read each sequence's first key, which a
     // uniform plan's params do not carry.)
-    let uniform = if cluster > 1 || shape.key_ranges { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len, (shape.window_param(), ranges.align)) };
+    let uniform = if cluster > 1 || shape.variant.key_ranges { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len, (shape.window_param(), ranges.align)) };
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
@@ -1010,8 +1010,8 @@ fn cluster_honoured(choice: MergeChoice, chunks: u32, cluster: u32, shape: &Deco
     if choice != MergeChoice::Cluster || chunks <= 1 || cluster > 1 {
         return Ok(());
     }
-    let why = if !shape.variant().builds(Merge::Cluster, Form::Plain) {
-        format!("the {} variant has no cluster-merge kernels", shape.variant().name())
+    let why = if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) {
+        format!("the {} variant has no cluster-merge kernels", shape.kernel_variant().name())
     } else if dev.arch.module_for(Merge::Cluster.needs()).is_none() {
         format!("a cluster merge needs {} kernels; this GPU runs {}'s", Merge::Cluster.needs().name(), dev.arch.name())
     } else if dev.max_cluster < 2 {

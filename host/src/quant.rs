@@ -81,14 +81,14 @@ pub fn int4_slot(p: usize) -> usize {
 }
 
 /// Quantizes one row group-wise to int4: `bytes` gets D/2 bytes (nibbles in
-/// `int4_slot` order), `side` one word per group: fp16 scale (low half) and
+/// `int4_slot` order), `scales` one word per group: fp16 scale (low half) and
 /// fp16 zero (high half). Per group: `lo = min`, `hi = max` (both clamped
 /// to `±INT4_LIMIT`, so scale, zero and every dequantized value stay
 /// finite fp16), `scale = f16((hi - lo) / 15)`,
 /// `zero = f16(lo)`, `q = clamp(round_ties_even((x - zero) / scale), 0, 15)`
 /// with the rounded scale and zero (q = 0 where the scale is 0).
-pub fn quantize_int4_row(x: &[f32], group: usize, bytes: &mut [u8], side: &mut [u32]) {
-    for (gi, (xs, sz)) in x.chunks(group).zip(side.iter_mut()).enumerate() {
+pub fn quantize_int4_row(x: &[f32], group: usize, bytes: &mut [u8], scales: &mut [u32]) {
+    for (gi, (xs, sz)) in x.chunks(group).zip(scales.iter_mut()).enumerate() {
         let lo = int4_bound(xs.iter().copied().fold(f32::INFINITY, f32::min));
         let hi = int4_bound(xs.iter().copied().fold(f32::NEG_INFINITY, f32::max));
         let (s16, z16) = (half::f16::from_f32((hi - lo) / 15.0), half::f16::from_f32(lo));
@@ -106,12 +106,12 @@ pub fn quantize_int4_row(x: &[f32], group: usize, bytes: &mut [u8], side: &mut [
 
 /// The values an int4 row stands for: `q · scale + zero` rounded once to
 /// fp16 (the fp16 fma the kernels compute; `docs/formats.md`).
-pub fn dequantize_int4_row(bytes: &[u8], side: &[u32], group: usize, out: &mut [f32]) {
+pub fn dequantize_int4_row(bytes: &[u8], scales: &[u32], group: usize, out: &mut [f32]) {
     for (dim, o) in out.iter_mut().enumerate() {
         let slot = int4_slot(dim % 8);
         let byte = bytes[dim / 8 * 4 + slot / 2];
         let q = if slot % 2 == 0 { byte & 0xF } else { byte >> 4 };
-        let sz = side[dim / group];
+        let sz = scales[dim / group];
         let (s, z) = (half::f16::from_bits(sz as u16).to_f64(), half::f16::from_bits((sz >> 16) as u16).to_f64());
         // One fp16 fma, as the kernels compute it: q·s + z in f64 (exact
         // but for extreme scale / zero ratios), then one rounding to fp16.
@@ -121,12 +121,12 @@ pub fn dequantize_int4_row(bytes: &[u8], side: &[u32], group: usize, out: &mut [
 
 /// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
 /// the shape's layout, for any quantized format: value bytes in the cache's
-/// byte layout (other bytes 0) and side data as 32-bit words in
-/// `shape.side_strides()` order (int8: f32 bits of the scale; int4: one word
+/// byte layout (other bytes 0) and scales as 32-bit words in
+/// `shape.scale_strides()` order (int8: f32 bits of the scale; int4: one word
 /// per group; entries of missing rows are NaN bits, `0x7FC0_0000`).
 ///
 /// fp8 (per tensor) takes the scale [`fp8_tensor_scale`] of the rows and
-/// returns it as its one side word.
+/// returns it as its one scale word.
 pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<u32>)> {
     match shape.kv_format {
         KvFormat::Fp8 => {
@@ -146,28 +146,28 @@ pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> R
             let d = shape.head_dim as usize;
             let words = d / group;
             let mut data = vec![0u8; shape.kv_bytes_required().unwrap_or(0) as usize];
-            let mut side = vec![f32::NAN.to_bits(); (shape.side_bytes_required().unwrap_or(0) / 4) as usize];
-            let (out, sides) = (Shared::new(&mut data), Shared::new(&mut side));
+            let mut scales = vec![f32::NAN.to_bits(); (shape.scale_bytes_required().unwrap_or(0) / 4) as usize];
+            let (out, sides) = (Shared::new(&mut data), Shared::new(&mut scales));
             for_each_row(shape, seq_lens, |at, si| {
-                // SAFETY: each row and its side words go to one thread.
+                // SAFETY: each row and its scale words go to one thread.
                 let (bytes, sz) = unsafe { (out.slice(at / 2, d / 2), sides.slice(si * words, words)) };
                 quantize_int4_row(&plain[at..at + d], group, bytes, sz);
             });
-            Ok((data, side))
+            Ok((data, scales))
         }
     }
 }
 
 /// The f32 values of a quantized cache's rows `t < seq_lens[b]`, in the
 /// shape's layout (other elements NaN), for any quantized format.
-/// (fp8 per tensor: `side[0]` holds the scale's bits.)
-pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side: &[u32]) -> Result<Vec<f32>> {
+/// (fp8 per tensor: `scales[0]` holds the scale's bits.)
+pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[u32]) -> Result<Vec<f32>> {
     match shape.kv_format {
         KvFormat::Fp8 => {
-            let scale = side.first().map(|&w| f32::from_bits(w)).ok_or_else(|| Error::invalid("side", "the tensor's scale", "an empty slice"))?;
+            let scale = scales.first().map(|&w| f32::from_bits(w)).ok_or_else(|| Error::invalid("scales", "the tensor's scale", "an empty slice"))?;
             // As `quantize_cache_fp8` takes it: a code times a scale that is
             // not positive and finite stands for no value.
-            ensure(scale.is_finite() && scale > 0.0, "side[0]", "a positive finite f32 scale", scale)?;
+            ensure(scale.is_finite() && scale > 0.0, "scales[0]", "a positive finite f32 scale", scale)?;
             check_quantized(shape, seq_lens, data.len(), "data")?;
             let d = shape.head_dim as usize;
             let mut out = vec![f32::NAN; data.len()];
@@ -179,21 +179,21 @@ pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], side
             Ok(out)
         }
         KvFormat::Int8 | KvFormat::Fp8PerHead => {
-            let scales: Vec<f32> = side.iter().map(|&w| f32::from_bits(w)).collect();
-            dequantize_cache_per_head(shape, seq_lens, data, &scales, "side")
+            let scales: Vec<f32> = scales.iter().map(|&w| f32::from_bits(w)).collect();
+            dequantize_cache_per_head(shape, seq_lens, data, &scales, "scales")
         }
         f => {
             let group = f.group().ok_or_else(|| Error::invalid("kv_format", "a quantized format", f.name()))? as usize;
             check_quantized(shape, seq_lens, data.len() * 2, "data")?;
             let d = shape.head_dim as usize;
             let words = d / group;
-            ensure((side.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), "side", "the side data of every row", side.len())?;
+            ensure((scales.len() as u64) * 4 >= shape.scale_bytes_required().unwrap_or(u64::MAX), "scales", "the scales of every row", scales.len())?;
             let mut out = vec![f32::NAN; shape.kv_elems_required().unwrap_or(0) as usize];
             let shared = Shared::new(&mut out);
             for_each_row(shape, seq_lens, |at, si| {
                 // SAFETY: each row goes to one thread.
                 let row = unsafe { shared.slice(at, d) };
-                dequantize_int4_row(&data[at / 2..at / 2 + d / 2], &side[si * words..][..words], group, row);
+                dequantize_int4_row(&data[at / 2..at / 2 + d / 2], &scales[si * words..][..words], group, row);
             });
             Ok(out)
         }
@@ -255,7 +255,7 @@ fn check_quantized(shape: &DecodeShape, seq_lens: &[u32], values: usize, name: &
 
 /// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
 /// the shape's layout (`shape.kv_strides()`, elements): bytes `q + 128` in
-/// the same layout (other bytes 0) and scales in `shape.side_strides()` (other
+/// the same layout (other bytes 0) and scales in `shape.scale_strides()` (other
 /// entries NaN, so a kernel that reads a row past a length cannot pass).
 /// Rows are quantized in parallel.
 pub fn quantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<f32>)> {
@@ -270,11 +270,11 @@ fn quantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32])
     let d = shape.head_dim as usize;
     let fp8 = shape.kv_format == KvFormat::Fp8PerHead;
     let mut data = vec![0u8; shape.kv_elems_required().unwrap_or(0) as usize];
-    let mut scales = vec![f32::NAN; (shape.side_bytes_required().unwrap_or(0) / 4) as usize];
-    let (out, side) = (Shared::new(&mut data), Shared::new(&mut scales));
+    let mut scales = vec![f32::NAN; (shape.scale_bytes_required().unwrap_or(0) / 4) as usize];
+    let (out, row_scales) = (Shared::new(&mut data), Shared::new(&mut scales));
     for_each_row(shape, seq_lens, |at, s| {
         // SAFETY: each row and scale goes to one thread (`for_each_row`).
-        let (row, scale) = unsafe { (out.slice(at, d), side.slice(s, 1)) };
+        let (row, scale) = unsafe { (out.slice(at, d), row_scales.slice(s, 1)) };
         if fp8 {
             scale[0] = quantize_fp8_row(&plain[at..at + d], row);
         } else {
@@ -298,7 +298,7 @@ pub fn dequantize_cache_int8(shape: &DecodeShape, seq_lens: &[u32], data: &[u8],
 /// [`dequantize_cache_int8`] for either per-head byte format.
 fn dequantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[f32], scales_name: &str) -> Result<Vec<f32>> {
     check_cache_shape(shape, seq_lens, data.len(), "data")?;
-    ensure((scales.len() as u64) * 4 >= shape.side_bytes_required().unwrap_or(u64::MAX), scales_name, "one scale per row of the cache", scales.len())?;
+    ensure((scales.len() as u64) * 4 >= shape.scale_bytes_required().unwrap_or(u64::MAX), scales_name, "one scale per row of the cache", scales.len())?;
     let d = shape.head_dim as usize;
     let fp8 = shape.kv_format == KvFormat::Fp8PerHead;
     let mut out = vec![f32::NAN; data.len()];
@@ -323,7 +323,7 @@ fn dequantize_cache_per_head(shape: &DecodeShape, seq_lens: &[u32], data: &[u8],
 /// sequences) disjoint, as every built-in layout does, rows are spread over
 /// all threads; otherwise they run in order on one.
 fn for_each_row(shape: &DecodeShape, seq_lens: &[u32], f: impl Fn(usize, usize) + Sync) {
-    let (st, ss) = (shape.kv_strides(), shape.side_strides());
+    let (st, ss) = (shape.kv_strides(), shape.scale_strides());
     let (d, hkv, n) = (shape.head_dim as u64, shape.num_kv_heads as u64, shape.max_seq_len as u64);
     let extent = (n - 1) * st.token + (hkv - 1) * st.head + d;
     let token_major = st.head >= d && st.token >= hkv * st.head;
@@ -334,8 +334,8 @@ fn for_each_row(shape: &DecodeShape, seq_lens: &[u32], f: impl Fn(usize, usize) 
     let run = |rows: &[(u32, u32, u32)]| {
         for &(b, t, h) in rows {
             let at = b as u64 * st.batch + t as u64 * st.token + h as u64 * st.head;
-            let side = b as u64 * ss.batch + t as u64 * ss.token + h as u64 * ss.head;
-            f(at as usize, side as usize);
+            let scale_at = b as u64 * ss.batch + t as u64 * ss.token + h as u64 * ss.head;
+            f(at as usize, scale_at as usize);
         }
     };
     if !disjoint {

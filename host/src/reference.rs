@@ -39,9 +39,9 @@ pub fn decode_attention_threads(
 }
 
 /// The run-time inputs of a shape's variant, on the host: sink logits
-/// (`DecodeShape::sinks`) and ALiBi slopes (`DecodeShape::alibi`), one
+/// (`VariantSpec::sinks`) and ALiBi slopes (`VariantSpec::alibi`), one
 /// per query head each, and the sequences' first keys
-/// (`DecodeShape::key_ranges`), one per sequence.
+/// (`VariantSpec::key_ranges`), one per sequence.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct HeadInputs<'a> {
     pub sinks: Option<&'a [f32]>,
@@ -84,7 +84,7 @@ pub fn decode_attention_with(
     threads: usize,
 ) -> Result<Vec<f64>> {
     check_inputs(shape, seq_lens, q, k, v, batches)?;
-    for (name, wanted, given) in [("sinks", shape.sinks, heads.sinks), ("alibi_slopes", shape.alibi, heads.alibi_slopes)] {
+    for (name, wanted, given) in [("sinks", shape.variant.sinks, heads.sinks), ("alibi_slopes", shape.variant.alibi, heads.alibi_slopes)] {
         match (wanted, given) {
             (true, Some(x)) => ensure(x.len() >= shape.num_q_heads as usize, name, format!("{} values (one per query head)", shape.num_q_heads), x.len())?,
             (true, None) => return Err(Error::invalid(name, "one value per query head (the shape has them)", "none")),
@@ -105,7 +105,7 @@ pub fn decode_attention_with(
             return Err(Error::invalid(format!("alibi_slopes[{h}]"), "a finite slope", slopes[h]));
         }
     }
-    match (shape.key_ranges, heads.seq_starts) {
+    match (shape.variant.key_ranges, heads.seq_starts) {
         (true, Some(s)) => ensure(s.len() >= shape.batch as usize, "seq_starts", format!("{} values (one per sequence)", shape.batch), s.len())?,
         (true, None) => return Err(Error::invalid("seq_starts", "one first key per sequence (the shape has key_ranges)", "none")),
         (false, Some(_)) => return Err(Error::invalid("seq_starts", "none (the shape has key_ranges = false)", "values")),
@@ -185,7 +185,7 @@ fn check_inputs(shape: &DecodeShape, seq_lens: &[u32], q: &[f32], k: &[f32], v: 
 /// A tree's masks and positions: one per new token of every sequence, each
 /// token seeing itself and no later token (a token comes after its
 /// ancestors), each position the prefix length plus a depth of at most the
-/// token's index (what the kernels read them as, `DecodeShape::tree`).
+/// token's index (what the kernels read them as, `VariantSpec::tree`).
 fn check_tree(shape: &DecodeShape, seq_lens: &[u32], tree: &TreeInputs) -> Result<()> {
     let (batch, ql) = (shape.batch as usize, shape.q_len as usize);
     for (name, len) in [("tree_masks", tree.masks.len()), ("tree_positions", tree.positions.len())] {
@@ -236,7 +236,7 @@ fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, 
         _ => t,
     };
     let own = heads.seq_starts.map_or(0, |s| (s[b] as usize).min(prefix));
-    let first = shape.window.map_or(0, |w| pos.saturating_sub(w as usize)).max(own);
+    let first = shape.variant.window.map_or(0, |w| pos.saturating_sub(w as usize)).max(own);
     let keys: Vec<usize> = (first.min(prefix)..prefix).chain((0..ql).filter(|&j| sees(j)).map(|j| prefix + j).filter(|&t| key_pos(t) >= first)).collect();
     let slope = heads.alibi_slopes.map_or(0.0, |s| s[h] as f64);
     let qrow = &q[((b * ql + i) * hq + h) * d..][..d];
@@ -245,7 +245,7 @@ fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, 
     logits.extend(keys.iter().map(|&t| {
         let krow = &k[row_at(t)..][..d];
         let x = scale * qrow.iter().zip(krow).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>();
-        let x = match shape.soft_cap {
+        let x = match shape.variant.soft_cap {
             Some(cap) => cap as f64 * (x / cap as f64).tanh(),
             None => x,
         };

@@ -1,18 +1,14 @@
 //! The problem description a plan is made for, and its validation.
 
-use decode_attn_abi::{Addressing, Dtype, KvFormat, Variant, HEAD_DIMS, MAX_Q_LEN};
+use decode_attn_abi::{Addressing, Dtype, HeadDims, KvFormat, Variant, HEAD_DIMS, MAX_Q_LEN};
 
 use crate::error::{ensure, Result};
+pub use crate::variant::MAX_SOFT_CAP;
+use crate::variant::VariantSpec;
 
 /// Longest sequence (and cache capacity) a shape may have, in tokens: the
 /// kernels index keys in 32-bit arithmetic with headroom for one stage.
 pub const MAX_SEQ_LEN: u32 = i32::MAX as u32;
-
-/// The largest soft-cap a shape takes. The kernels' form of `c · tanh(x / c)`
-/// errs by about `c · 2^-23` in a logit (`kernels-gpu/src/variant.rs`):
-/// emulated on N(0, 4) logits, the output is 2-3 % off at a cap of 3e5 and
-/// 180 % at 1e6; at 1e4 the logit error is 1.2e-3. Models use 30 to 50.
-pub const MAX_SOFT_CAP: f32 = 1.0e4;
 
 /// The largest `KvLayout::Strided` stride, in bytes (`stride × bits / 8`):
 /// 2^59 (512 PiB), so a stride times a format's bits (at most 2^62) never
@@ -30,19 +26,19 @@ pub enum KvLayout {
     /// bytes for int8, nibbles for int4); `head_dim` values of a row are
     /// contiguous.
     /// Each stride must be a multiple of 16 bytes, for 16-byte vector loads.
-    /// A quantized cache's scales have their own layout (`side_strides`).
+    /// A quantized cache's scales have their own layout (`scale_strides`).
     Strided { batch: u64, token: u64, head: u64 },
     /// A pool of `num_pages` pages of `page_size` tokens (a power of two,
     /// 1..=256), found through a block table `[batch, pages_per_seq]` of
     /// `i32` page ids (`DecodeShape::pages_per_seq`) given to the plan.
     /// K and V: `[num_pages, page_size, Hkv, D]` (`PageOrder::TokenMajor`)
     /// or `[num_pages, Hkv, page_size, D]` (`PageOrder::HeadMajor`); a
-    /// quantized cache's side data `[num_pages, Hkv, page_size]` either way.
+    /// quantized cache's scales `[num_pages, Hkv, page_size]` either way.
     ///
-    /// `page_bytes: None`: K, V and their side data are four dense pools.
+    /// `page_bytes: None`: K, V and their scales are four dense pools.
     /// `Some(n)`: page p of each of them starts `p · n` bytes from its
     /// buffer's start, so all four can share one allocation, each page
-    /// holding K's rows, V's rows and their side data together
+    /// holding K's rows, V's rows and their scales together
     /// ([`DecodeShape::packed_page`] gives the offsets; FlashInfer's
     /// `[num_pages, 2, page_size, Hkv, D]` is this with `n` = two pages of
     /// rows). Fewer, larger scattered reads per page: see docs/formats.md.
@@ -61,16 +57,16 @@ pub enum PageOrder {
 /// Largest page size of a paged cache, in tokens.
 pub const MAX_PAGE_SIZE: u32 = 256;
 
-/// Where K's rows, V's rows and their side data sit in one page of a packed
+/// Where K's rows, V's rows and their scales sit in one page of a packed
 /// pool (`KvLayout::Paged { page_bytes: Some(page_bytes), .. }`), in bytes
-/// from the page's start: K's rows at 0, then V's, K's side data, V's side
+/// from the page's start: K's rows at 0, then V's, K's scales, V's side
 /// data, each part starting 16-byte aligned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PackedPage {
     pub page_bytes: u64,
     pub v: u64,
-    pub k_side: u64,
-    pub v_side: u64,
+    pub k_scales: u64,
+    pub v_scales: u64,
 }
 
 /// Strides of a KV layout, in elements (paged: `batch` is the page stride
@@ -102,53 +98,11 @@ pub struct DecodeShape {
     pub kv_layout: KvLayout,
     /// Softmax scale; `None` means `1/sqrt(head_dim)`.
     pub scale: Option<f32>,
-    /// Logits soft-cap `c` (Gemma 2, Grok): each logit is
-    /// `c · tanh(scale · q·k / c)` (`docs/benchmark.md`, "The operation").
-    /// `None`: plain `softmax(scale · q·k)`. Runs the soft-cap kernels
-    /// ([`Variant::SoftCap`]); plans of a cap are plans of that variant.
-    pub soft_cap: Option<f32>,
-    /// Sliding window of left width `W` (Mistral, Gemma's local layers,
-    /// gpt-oss's banded layers): the query at position `p` sees keys
-    /// `p − W ..= p` (and, causally, none after it) — FlashAttention's
-    /// `window_size = (W, 0)`. The plan reads only the window (its work
-    /// starts at most 15 keys, or a page, before it: `docs/benchmark.md`,
-    /// "The operation"). `None`: every key up to `p`.
-    pub window: Option<u32>,
-    /// Attention sinks (gpt-oss): one f32 logit `s_h` per query head, a
-    /// device array given with the cache at run time
-    /// ([`KvCache::with_sinks`](crate::KvCache::with_sinks)), which enters
-    /// each row's softmax denominator as `exp(s_h − m)` and adds nothing
-    /// to the numerator.
-    pub sinks: bool,
-    /// ALiBi (BLOOM, MPT, Falcon): one f32 slope per query head, a device
-    /// array given at run time ([`KvCache::with_alibi_slopes`](crate::KvCache::with_alibi_slopes));
-    /// each logit gets `slope_h · (t − p)`. Not with a soft-cap.
-    pub alibi: bool,
-    /// Per-sequence key ranges `[start_b, L_b)`: sequence b's keys before
-    /// `start_b` are not seen (a left-padded batch, a serving engine's
-    /// evicted prefix). The starts are a `[batch]` u32 array: on the host
-    /// for a plan of host lengths ([`crate::DecodeAttention::plan_key_ranges`]),
-    /// on the device for a capacity plan's steps
-    /// ([`StepInputs::with_seq_starts`](crate::StepInputs::with_seq_starts)),
-    /// where a start past `L_b − q_len` reads as `L_b − q_len`. The work
-    /// starts at the range (aligned down as a window's start is). Runs the
-    /// kernels of a variant with masks ([`Variant::Masked`] where the
-    /// shape has no other variant).
-    pub key_ranges: bool,
-    /// A speculative-decoding draft tree over each sequence's `q_len` new
-    /// tokens (SGLang's and FlashInfer's tree verification): each new token
-    /// sees the cached prefix and its ancestors in the tree, itself
-    /// included, given at run time as two `[batch, q_len]` device arrays
-    /// ([`KvCache::with_tree`](crate::KvCache::with_tree)): u8 masks, bit
-    /// `j` of entry `(b, i)` set when token `i` sees token `j` (`j ≤ i`: a
-    /// token comes after its ancestors), and u32 positions, the prefix
-    /// length plus the token's depth, which the window measures from.
-    /// Bit `i` is read as set and bits above it as clear, and a position as
-    /// at least the prefix length and at most `L − q_len + i`, so no device
-    /// value makes a kernel read outside its buffers. Combines with a
-    /// window of at least `q_len − 1` keys, sinks, key ranges and a
-    /// soft-cap; not with ALiBi. Runs the kernels of a variant with masks.
-    pub tree: bool,
+    /// The attention variant: a soft-cap or ALiBi, a window, key ranges,
+    /// a draft tree, sinks ([`VariantSpec`]; default: none of them). Its
+    /// parts pick the kernels ([`VariantSpec::kernel_variant`]); plans of a
+    /// spec run only with its [`VariantBuffers`](crate::VariantBuffers).
+    pub variant: VariantSpec,
 }
 
 impl DecodeShape {
@@ -167,12 +121,15 @@ impl DecodeShape {
             kv_format: KvFormat::Bf16,
             kv_layout: KvLayout::Nhd,
             scale: None,
-            soft_cap: None,
-            window: None,
-            sinks: false,
-            alibi: false,
-            key_ranges: false,
-            tree: false,
+            variant: VariantSpec::STANDARD,
+        }
+    }
+
+    internal! {
+        /// The head dims of the shape's kernels: Q·K's and V's, both
+        /// `head_dim` (no family reads V rows of another length yet).
+        pub fn head_dims(&self) -> HeadDims {
+            HeadDims::square(self.head_dim)
         }
     }
 
@@ -184,50 +141,33 @@ impl DecodeShape {
         self.scale.unwrap_or(1.0 / (self.head_dim as f32).sqrt())
     }
 
-    /// The name of the kernel variant the shape's options select:
+    /// The name of the kernel variant the shape's parts select:
     /// `standard`, `softcap`, `masked` (a window, sinks, key ranges, or
     /// several), `alibi`, or with a draft tree `masked_tree` or
     /// `softcap_tree`.
     pub fn variant_name(&self) -> &'static str {
-        self.variant().name()
+        self.kernel_variant().name()
     }
     internal! {
-        /// The attention variant the shape's kernels are compiled for: soft-cap
-        /// or ALiBi kernels where the shape has either (with its window, sinks
-        /// and key ranges, if any; the soft-cap's tree kernels with a tree),
-        /// the masked tree kernels for a tree, the masked kernels for a
-        /// window, sinks or key ranges alone, else the standard ones.
-        pub fn variant(&self) -> Variant {
-            if self.soft_cap.is_some() {
-                if self.tree { Variant::SoftCapTree } else { Variant::SoftCap }
-            } else if self.alibi {
-                Variant::Alibi
-            } else if self.tree {
-                Variant::MaskedTree
-            } else if self.window.is_some() || self.sinks || self.key_ranges {
-                Variant::Masked
-            } else {
-                Variant::Standard
-            }
+        /// The attention variant the shape's kernels are compiled for
+        /// ([`VariantSpec::kernel_variant`]; a shape that
+        /// [`DecodeShape::validate`] rejects for ALiBi with a tree reads as
+        /// ALiBi's).
+        pub fn kernel_variant(&self) -> Variant {
+            self.variant.kernel_variant().unwrap_or(Variant::Alibi)
         }
     }
 
     /// The kernels' `DecodeParams::window`: the window, or
     /// `decode_attn_abi::NO_WINDOW`.
     pub fn window_param(&self) -> u32 {
-        self.window.unwrap_or(decode_attn_abi::NO_WINDOW)
+        self.variant.window_param()
     }
 
     /// The kernels' query transform (`DecodeParams::score_scale`) and
-    /// soft-cap factor (`logit_cap`), from the softmax scale and the cap:
-    /// `(scale · log2 e, 0)`, or with a cap `c` `(2 · log2 e · scale / c,
-    /// c · log2 e)`.
+    /// soft-cap factor (`logit_cap`) ([`VariantSpec::logit_factors`]).
     pub fn logit_factors(&self) -> (f32, f32) {
-        let log2e = std::f32::consts::LOG2_E;
-        match self.soft_cap {
-            None => (self.softmax_scale() * log2e, 0.0),
-            Some(cap) => (2.0 * log2e * (self.softmax_scale() / cap), cap * log2e),
-        }
+        self.variant.logit_factors(self.softmax_scale())
     }
 
     /// Elements of Q (and of O): `batch * q_len * num_q_heads * head_dim`;
@@ -295,24 +235,24 @@ impl DecodeShape {
     /// The offsets of a packed pool's page for this shape's page size, kv
     /// heads and format (`None` for layouts that are not paged): use
     /// `page_bytes` as `KvLayout::Paged::page_bytes` and views of one buffer
-    /// at the offsets as K, V and their side data.
+    /// at the offsets as K, V and their scales.
     pub fn packed_page(&self) -> Option<PackedPage> {
         let (rows, side) = self.page_part_bytes()?;
-        let entry = self.kv_format.side_bytes(self.head_dim) as u64;
+        let entry = self.kv_format.scale_bytes(self.head_dim) as u64;
         // Every part starts 16-byte aligned (the side pointers' alignment
         // rule; rows are multiples of 16 bytes already).
-        let k_side = rows.checked_mul(2)?;
-        let v_side = k_side.checked_add(side.checked_next_multiple_of(16)?)?;
-        let page_bytes = v_side.checked_add(side)?.checked_next_multiple_of(16.max(entry))?;
-        Some(PackedPage { page_bytes, v: rows, k_side, v_side })
+        let k_scales = rows.checked_mul(2)?;
+        let v_scales = k_scales.checked_add(side.checked_next_multiple_of(16)?)?;
+        let page_bytes = v_scales.checked_add(side)?.checked_next_multiple_of(16.max(entry))?;
+        Some(PackedPage { page_bytes, v: rows, k_scales, v_scales })
     }
 
-    /// Bytes of one page of one tensor's rows and of its side data (paged
+    /// Bytes of one page of one tensor's rows and of its scales (paged
     /// layouts only): what each part of a page holds, whatever the stride.
     pub fn page_part_bytes(&self) -> Option<(u64, u64)> {
         let KvLayout::Paged { page_size, .. } = self.kv_layout else { return None };
         let tokens = page_size as u64 * self.num_kv_heads as u64;
-        Some((tokens.checked_mul(self.kv_format.row_bytes(self.head_dim) as u64)?, tokens.checked_mul(self.kv_format.side_bytes(self.head_dim) as u64)?))
+        Some((tokens.checked_mul(self.kv_format.row_bytes(self.head_dim) as u64)?, tokens.checked_mul(self.kv_format.scale_bytes(self.head_dim) as u64)?))
     }
 
     /// Entries per sequence of a paged cache's block table:
@@ -353,17 +293,17 @@ impl DecodeShape {
         Some(self.kv_elems_required()?.checked_mul(self.kv_format.bits() as u64)?.div_ceil(8))
     }
 
-    /// Strides of the side data (scales) of a quantized cache, in entries:
+    /// Strides of the scales of a quantized cache, in entries:
     /// `[batch, Hkv, padded_len]` whatever the value layout, with
     /// `padded_len = max_seq_len` rounded up to a multiple of 4, so that one
     /// kv head's scales of consecutive tokens are contiguous and 16-byte
     /// aligned in groups of 4 (a block reads only its own head's scales, in
     /// 16-byte copies; interleaved heads would waste most of each 32-byte
     /// sector).
-    pub fn side_strides(&self) -> KvStrides {
+    pub fn scale_strides(&self) -> KvStrides {
         if let KvLayout::Paged { page_size, page_bytes, .. } = self.kv_layout {
             let p = page_size as u64;
-            let entry = (self.kv_format.side_bytes(self.head_dim) as u64).max(1);
+            let entry = (self.kv_format.scale_bytes(self.head_dim) as u64).max(1);
             let page = page_bytes.map_or((self.num_kv_heads as u64).saturating_mul(p), |b| b / entry);
             return KvStrides { batch: page, token: 1, head: p };
         }
@@ -374,16 +314,16 @@ impl DecodeShape {
 
     /// Bytes a side-data buffer (K's or V's scales) must hold; 0 for
     /// unquantized formats, `None` on overflow.
-    /// A per-tensor format's side data is its one f32 scale: 4 bytes.
-    pub fn side_bytes_required(&self) -> Option<u64> {
+    /// A per-tensor format's scales is its one f32 scale: 4 bytes.
+    pub fn scale_bytes_required(&self) -> Option<u64> {
         if self.kv_format.tensor_scaled() {
             return Some(4);
         }
-        let entry = self.kv_format.side_bytes(self.head_dim) as u64;
+        let entry = self.kv_format.scale_bytes(self.head_dim) as u64;
         if entry == 0 {
             return Some(0);
         }
-        let s = self.side_strides();
+        let s = self.scale_strides();
         if let KvLayout::Paged { page_size, num_pages, .. } = self.kv_layout {
             let page = (self.num_kv_heads as u64).checked_mul(page_size as u64)?;
             return (num_pages as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(page)?.checked_mul(entry);
@@ -456,43 +396,7 @@ impl DecodeShape {
                 scale,
             )?;
         }
-        if let Some(cap) = self.soft_cap {
-            // The kernels compute 2·log2(e)·scale / c and c·log2(e): both
-            // finite and the first nonzero.
-            let (factor, out) = self.logit_factors();
-            ensure(
-                cap.is_finite() && cap > 0.0 && factor.is_finite() && factor > 0.0 && out.is_finite(),
-                "soft_cap",
-                format!("a positive finite cap c with c · log2(e) finite and 2 · log2(e) · scale / c finite and nonzero (scale {})", self.softmax_scale()),
-                cap,
-            )?;
-            // The kernels' tanh form errs by about c · 2^-23 in a logit:
-            // beyond MAX_SOFT_CAP the output's 1e-2 bound no longer holds.
-            ensure(cap <= MAX_SOFT_CAP, "soft_cap", format!("at most {MAX_SOFT_CAP:e} (models use 30 to 50; a cap c costs about c · 2^-23 in each logit)"), cap)?;
-        }
-        if let Some(w) = self.window {
-            ensure(w >= 1 && w != decode_attn_abi::NO_WINDOW, "window", format!("1..{} keys left of the query (None: no window)", decode_attn_abi::NO_WINDOW), w)?;
-        }
-        ensure(
-            !(self.alibi && self.soft_cap.is_some()),
-            "alibi",
-            "false when soft_cap is set (no kernel applies both; no model does)",
-            "true with a soft-cap",
-        )?;
-        if self.tree {
-            ensure(!self.alibi, "tree", "false when alibi is set (ALiBi's bias would need each new key's tree position; no kernel applies both)", "true with ALiBi")?;
-            // A window of at least q_len − 1 keys shows every new token to
-            // every row (a depth is below q_len): the tree alone decides
-            // which new keys a row sees, whatever their positions.
-            if let Some(w) = self.window {
-                ensure(
-                    w >= self.q_len - 1,
-                    "window",
-                    format!("at least q_len − 1 = {} keys with a draft tree (every new token within every row's window)", self.q_len - 1),
-                    w,
-                )?;
-            }
-        }
+        self.variant.validate(self.q_len, self.softmax_scale())?;
         if let KvLayout::Strided { batch, token, head } = self.kv_layout {
             // Rows must start 16-byte aligned for the kernels' vector loads.
             // Every stride is bounded, also one the shape multiplies by
@@ -516,16 +420,16 @@ impl DecodeShape {
             ensure(num_pages >= 1 && num_pages <= i32::MAX as u32, "kv_layout.num_pages", "1..=2^31-1 (page ids are i32)", num_pages)?;
         }
         if let (KvLayout::Paged { num_pages, page_bytes: Some(bytes), .. }, Some((rows, side))) = (self.kv_layout, self.page_part_bytes()) {
-            // Each page's rows (and side data) must fit before the next
+            // Each page's rows (and scales) must fit before the next
             // page, and rows and side entries stay aligned for the kernels'
             // 16-byte copies.
-            let entry = self.kv_format.side_bytes(self.head_dim) as u64;
+            let entry = self.kv_format.scale_bytes(self.head_dim) as u64;
             let align = 16u64.max(entry);
             let least = rows.max(side);
             ensure(
                 bytes % align == 0 && bytes >= least,
                 "kv_layout.page_bytes",
-                format!("a multiple of {align} bytes of at least {least} (one page of rows{})", if entry > 0 { " or of side data" } else { "" }),
+                format!("a multiple of {align} bytes of at least {least} (one page of rows{})", if entry > 0 { " or of scales" } else { "" }),
                 bytes,
             )?;
             ensure(
@@ -536,9 +440,9 @@ impl DecodeShape {
             )?;
         }
         ensure(
-            self.side_bytes_required().is_some_and(|b| b <= isize::MAX as u64),
+            self.scale_bytes_required().is_some_and(|b| b <= isize::MAX as u64),
             "max_seq_len",
-            "side data (batch × max_seq_len × num_kv_heads scales) that fits in memory",
+            "scales (batch × max_seq_len × num_kv_heads scales) that fits in memory",
             self.max_seq_len,
         )?;
         ensure(
@@ -554,7 +458,7 @@ impl DecodeShape {
     /// lengths: one per sequence, each at most `seq_lens[b] − q_len`, so
     /// that every new token sees at least one key.
     pub fn validate_seq_starts(&self, seq_starts: &[u32], seq_lens: &[u32]) -> Result<()> {
-        ensure(self.key_ranges, "seq_starts", "none (the shape has key_ranges = false)", "starts")?;
+        ensure(self.variant.key_ranges, "seq_starts", "none (the shape has variant.key_ranges = false)", "starts")?;
         ensure(
             seq_starts.len() == self.batch as usize,
             "seq_starts",

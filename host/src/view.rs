@@ -8,10 +8,11 @@
 
 use decode_attn_abi::{Dtype, KvFormat};
 
-use crate::check::side_elem;
+use crate::check::scale_elem;
 use crate::error::{Error, Result};
 use crate::shape::{DecodeShape, KvLayout, PageOrder};
 use crate::tensor::ElemType;
+use crate::variant::{VariantArray, VariantBuffers, VariantCount};
 
 /// One accepted form of a view: its dims, the strides they must have
 /// (a dimension of extent 1 may have any) and their names.
@@ -149,21 +150,21 @@ impl DecodeShape {
         one_of(name, dims, strides, &forms, hint)
     }
 
-    /// The dims of a quantized cache's side data and their names: one entry
+    /// The dims of a quantized cache's scales and their names: one entry
     /// per (sequence or page, kv head, token), `[batch, Hkv, max_seq_len
     /// rounded up to 4]` or `[num_pages, Hkv, page_size]`; int4's entries
     /// are a trailing dimension of one u32 word per group (an fp16 scale and
     /// an fp16 zero). `None` for formats without side rows (16-bit, and fp8
     /// per tensor, whose scale is one f32).
-    pub fn side_dims(&self) -> Option<(Vec<u64>, &'static str)> {
-        let entry = self.kv_format.side_bytes(self.head_dim);
+    pub fn scale_dims(&self) -> Option<(Vec<u64>, &'static str)> {
+        let entry = self.kv_format.scale_bytes(self.head_dim);
         if entry == 0 || self.kv_format.tensor_scaled() {
             return None;
         }
         let h = self.num_kv_heads as u64;
         let (mut dims, mut what) = match self.kv_layout {
             KvLayout::Paged { page_size, num_pages, .. } => (vec![num_pages as u64, h, page_size as u64], "num_pages, num_kv_heads, page_size"),
-            _ => (vec![self.batch as u64, h, self.side_strides().head], "batch, num_kv_heads, max_seq_len rounded up to 4"),
+            _ => (vec![self.batch as u64, h, self.scale_strides().head], "batch, num_kv_heads, max_seq_len rounded up to 4"),
         };
         if entry / 4 > 1 {
             dims.push(entry as u64 / 4);
@@ -194,11 +195,11 @@ impl DecodeShape {
         }
     }
 
-    /// The element types a binding may hold a quantized cache's side data
+    /// The element types a binding may hold a quantized cache's scales
     /// in (none for 16-bit caches): f32 scales, or int4's words as u32 (or
     /// i32, the same bits). The first is the one the launch takes.
-    pub fn side_elems(&self) -> &'static [&'static str] {
-        match side_elem(self.kv_format) {
+    pub fn scale_elems(&self) -> &'static [&'static str] {
+        match scale_elem(self.kv_format) {
             None => &[],
             Some(ElemType::U32) => &["u32", "i32"],
             Some(ElemType::F32) => &["f32"],
@@ -215,19 +216,41 @@ impl DecodeShape {
         Self::dense_view(name, dims, strides, vec![self.batch as u64, self.pages_per_seq() as u64], "batch, pages_per_seq")
     }
 
-    /// Checks a view of one value per query head (sinks, ALiBi slopes):
-    /// `[num_q_heads]`, contiguous.
-    pub fn check_per_head_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
-        Self::dense_view(name, dims, strides, vec![self.num_q_heads as u64], "num_q_heads")
+    /// The array `name` of the shape's variant ([`VariantBuffers::arrays`]),
+    /// or an error naming the array names there are.
+    fn variant_array(&self, name: &str) -> Result<VariantArray<()>> {
+        VariantBuffers::<()>::NONE
+            .arrays(&self.variant)
+            .into_iter()
+            .find(|a| a.name == name)
+            .ok_or_else(|| Error::invalid("name", "sinks, alibi_slopes, tree_masks or tree_positions", name))
     }
 
-    /// Checks a view of a step's draft tree (`tree_masks`, `tree_positions`):
-    /// `[batch, q_len]`, contiguous, for a shape with `tree`.
-    pub fn check_tree_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
-        if !self.tree {
-            return Err(Error::invalid(name, "none (the shape has no draft tree: tree = false)", "a tensor"));
+    /// The element types a binding may hold the variant's array `name` in
+    /// (sinks and ALiBi slopes f32, tree masks u8, tree positions u32 or
+    /// i32, the same bits). The first is the one the launch takes.
+    pub fn variant_elems(&self, name: &str) -> Result<&'static [&'static str]> {
+        Ok(match self.variant_array(name)?.elem {
+            ElemType::F32 => &["f32"],
+            ElemType::U8 => &["u8"],
+            ElemType::U32 => &["u32", "i32"],
+            ElemType::Bf16 | ElemType::F16 | ElemType::I32 => &[],
+        })
+    }
+
+    /// Checks a view of the variant's array `name` for a shape whose
+    /// [`VariantSpec`](crate::VariantSpec) has its part: `[num_q_heads]`
+    /// (sinks, ALiBi slopes) or `[batch, q_len]` (a draft tree's masks and
+    /// positions), contiguous.
+    pub fn check_variant_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        let a = self.variant_array(name)?;
+        if !a.wanted {
+            return Err(Error::invalid(name, format!("none (the shape has variant.{} = false)", a.part), "a tensor"));
         }
-        Self::dense_view(name, dims, strides, vec![self.batch as u64, self.q_len as u64], "batch, q_len")
+        match a.count {
+            VariantCount::PerQueryHead => Self::dense_view(name, dims, strides, vec![self.num_q_heads as u64], "num_q_heads"),
+            VariantCount::PerRow => Self::dense_view(name, dims, strides, vec![self.batch as u64, self.q_len as u64], "batch, q_len"),
+        }
     }
 
     /// Checks a view of a workspace: a contiguous 1-D byte tensor of at
@@ -268,10 +291,10 @@ impl DecodeShape {
         Ok((rows as u32, [at(0), at(tok), at(head)], extent(&d, &s)))
     }
 
-    /// Checks a view of a quantized cache's side data ([`DecodeShape::side_dims`],
+    /// Checks a view of a quantized cache's scales ([`DecodeShape::scale_dims`],
     /// contiguous; entries of 4 bytes: int8's and fp8's f32 scales, int4's
     /// u32 words), or of a per-tensor fp8 scale (one element).
-    pub fn check_side_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+    pub fn check_scales_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
         if self.kv_format.tensor_scaled() {
             let (d, _) = unsigned(name, dims, strides)?;
             let n: u64 = d.iter().product();
@@ -280,7 +303,7 @@ impl DecodeShape {
             }
             return Ok(1);
         }
-        let (want, what) = self.side_dims().ok_or_else(|| Error::invalid(name, format!("no side data (a {} cache has none)", self.kv_format.name()), "a tensor"))?;
+        let (want, what) = self.scale_dims().ok_or_else(|| Error::invalid(name, format!("no scales (a {} cache has none)", self.kv_format.name()), "a tensor"))?;
         Self::dense_view(name, dims, strides, want, what)
     }
 }

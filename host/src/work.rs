@@ -40,7 +40,7 @@ pub(crate) fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunk
     let seq_lens_at = work.checked_mul(16)?;
     let starts_at = align_up(seq_lens_at.checked_add(seqs.checked_mul(4)?)?)?;
     // (Empty without key ranges: the other regions stay where they were.)
-    let starts = if shape.key_ranges { seqs } else { 0 };
+    let starts = if shape.variant.key_ranges { seqs } else { 0 };
     let table_at = align_up(starts_at.checked_add(starts.checked_mul(4)?)?)?;
     let merges_at = align_up(table_at.checked_add(table.checked_mul(4)?)?)?;
     let counters_at = align_up(merges_at.checked_add(seqs.checked_mul(16)?)?)?;

@@ -8,7 +8,7 @@ use decode_attn_abi::DecodeParams;
 
 use crate::arch::{memory, shared};
 
-/// The rows of one (sequence, kv head) of K or V (or of their side data).
+/// The rows of one (sequence, kv head) of K or V (or of their scales).
 pub trait RowAddressing: Copy {
     /// Whether rows of consecutive tokens can be in different pages (side
     /// data is then copied one page run at a time).
@@ -50,7 +50,7 @@ impl RowAddressing for Strided {
 }
 
 /// Which rows of a paged cache a [`PagedStage`] addresses (V's rows and
-/// side data are addressed from K's: the tensors share strides).
+/// scales are addressed from K's: the tensors share strides).
 pub mod paged_rows {
     pub const K: u8 = 0;
     pub const K_SIDE: u8 = 1;
@@ -84,7 +84,7 @@ impl<const W: u8, const TABLE: bool> PagedStage<'_, W, TABLE> {
         let p = self.p;
         match W {
             paged_rows::K => (p.k, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            _ => (p.k_side, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+            _ => (p.k_scales, p.scale_stride_batch, p.scale_stride_token, p.scale_stride_head),
         }
     }
 

@@ -12,7 +12,7 @@
 //! (`decode_kernel_table!`, `merge_kernel_table!`, `quant_kernel_table!`),
 //! which the host expands too: one list of names.
 #![no_std]
-#![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, gpu_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics)]
+#![feature(abi_ptx, stdarch_nvptx, asm_experimental_arch, gpu_intrinsics, gpu_launch_sized_workgroup_mem, core_intrinsics, stmt_expr_attributes)]
 #![allow(internal_features)]
 
 pub mod addressing;
@@ -40,15 +40,18 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 }
 
 macro_rules! decode_kernels {
-    ($($name:ident => ($arch:literal, $arch_id:ident, $f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
+    ($($name:ident => ($arch:literal, $arch_id:ident, $f:ident, $q:ident, $d:literal, $dv:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
         /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
         /// see `decode::decode_wide`, `decode::decode_narrow` and `decode::decode_wgmma`.
+        /// (Their bodies read V rows of Q·K's head dim: the set holds no
+        /// other, `KernelId::exists`.)
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
         #[cfg(decode_attn_arch = $arch)]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
+            const { assert!($d == $dv) };
             decode_body!(
                 $fam,
                 $kv,

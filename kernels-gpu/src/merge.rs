@@ -47,7 +47,7 @@ use crate::variant::AttentionVariant;
 #[inline(always)]
 pub(crate) unsafe fn merge_if_last<H: Half, V: AttentionVariant, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
     let (kvh, row0) = (block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
-    let seq = if V::WINDOW_AND_SINKS {
+    let seq = if V::WINDOW {
         windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align, p.seq_starts)
     } else {
         merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq)
@@ -73,7 +73,7 @@ pub(crate) unsafe fn merge_if_last<H: Half, V: AttentionVariant, const D: usize,
         let target = Target { partial_o: p.partial_o, partial_lse: p.partial_lse, o: p.o, q_len: p.q_len, num_q_heads: p.num_q_heads };
         // Packed row r of the block: token-major over the kv head's group.
         let row_of = |r: u32| token_head(p, kvh, row0 + r);
-        if V::WINDOW_AND_SINKS {
+        if V::SINKS {
             merge_rows::<H, D, true>(&target, p.sinks, batch, &seq, rows_here, row_of);
         } else {
             merge_rows::<H, D, false>(&target, 0, batch, &seq, rows_here, row_of);

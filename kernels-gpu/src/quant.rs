@@ -86,10 +86,10 @@ fn data_row(p: &QuantParams, b: u32, token: u32, h: u32) -> u64 {
     row_at(p.data, [p.data_stride_batch, p.data_stride_token, p.data_stride_head], b, token, h)
 }
 
-/// The side data of row (b, token, h).
+/// The scales of row (b, token, h).
 #[inline(always)]
 fn side_row(p: &QuantParams, b: u32, token: u32, h: u32) -> u64 {
-    row_at(p.side, [p.side_stride_batch, p.side_stride_token, p.side_stride_head], b, token, h)
+    row_at(p.scales, [p.scale_stride_batch, p.scale_stride_token, p.scale_stride_head], b, token, h)
 }
 
 /// This lane's `E` values (dims `lane·E ..`) of a 16-bit row, as f32.
@@ -207,7 +207,7 @@ pub unsafe fn quantize_fp8_per_head<H: Half, const D: usize, const E: usize>(p: 
 }
 
 /// 16-bit rows → fp8 e4m3 rows under the tensor's scale (`Fp8`), a device
-/// scalar at `p.side` (its strides 0), read, not written: `inv = 1 /
+/// scalar at `p.scales` (its strides 0), read, not written: `inv = 1 /
 /// scale`, `q = e4m3(x · inv)` by `cvt.rn.satfinite` (values beyond ±448 ·
 /// scale saturate). `decode_attn::quant::quantize_fp8_row_scaled` is its
 /// CPU twin, bit for bit.
@@ -219,7 +219,7 @@ pub unsafe fn quantize_fp8_per_tensor<H: Half, const D: usize, const E: usize>(p
     let Some((cb, ct, h, lane, x)) = source_row::<H, E>(p) else { return };
     // (A tiny device scale is lifted and a non-positive one writes zeros,
     // `decode_attn_abi::tensor_factors`: the kernel cannot reject it.)
-    let (lift, inv) = decode_attn_abi::tensor_factors(memory::ld_global_nc_f32(p.side));
+    let (lift, inv) = decode_attn_abi::tensor_factors(memory::ld_global_nc_f32(p.scales));
     store_e4m3_lane::<E>(data_row(p, cb, ct, h) + (lane as usize * E) as u64, &x, lift, inv);
 }
 
@@ -243,7 +243,7 @@ unsafe fn store_e4m3_lane<const E: usize>(dst: u64, x: &[f32; E], lift: f32, inv
 
 /// fp8 e4m3 rows + scales → 16-bit rows (the whole cache, rows `t <
 /// seq_len`): `e4m3 · scale`, rounded once to the 16-bit type. Both fp8
-/// formats: a per-tensor scale is side data with strides 0.
+/// formats: a per-tensor scale is scales with strides 0.
 ///
 /// # Safety
 /// As [`quantize_int8`].

@@ -1,32 +1,35 @@
 //! Attention variants: the hooks of the softmax step, in the spirit of
-//! FlashInfer's `variants.cuh`. The wide and narrow bodies compute each
-//! score with one call of [`logit`] (mask and logit together); the wgmma
-//! body calls [`AttentionVariant::logit`], then masks in a second pass.
-//! Together they apply a variant's
-//! - query transform ([`AttentionVariant::score_scale`]: the factor of the
-//!   raw `q·k`, per kernel launch; converted Q rows and int8 K rows multiply
-//!   their own factors in);
-//! - mask ([`AttentionVariant::hides`]: which keys a query row does not see:
-//!   the causal limit, a sliding window's start, a sequence's first key,
-//!   and a draft tree's non-ancestors);
-//! - logits transform ([`AttentionVariant::logit`]: the base-2 logit of a
-//!   scaled score, which may depend on the key's distance to the row: ALiBi);
+//! FlashInfer's `variants.cuh`, as three orthogonal parts ([`Parts`]):
+//! - a score modifier ([`ScoreModifier`]: the base-2 logit of a scaled
+//!   score, which may depend on the key's distance to the row: ALiBi);
+//! - a mask ([`MaskPart`]: which keys a row does not see beyond the causal
+//!   limit: a sliding window's start, a sequence's first key, a draft
+//!   tree's non-ancestors);
+//! - sinks ([`SinksPart`]: the epilogue's [`AttentionVariant::sink_factor`];
+//!   split rows get theirs in the merge, `crate::merge`).
 //!
-//! and its epilogue applies the sinks ([`sink_factor`]; split rows get
-//! theirs in the merge, `crate::merge`).
+//! [`AttentionVariant`] derives every hook from the parts, as trait methods
+//! with defaults: the query transform ([`AttentionVariant::score_scale`]:
+//! the factor of the raw `q·k`; converted Q rows and int8 K rows multiply
+//! their own factors in), a row's terms ([`AttentionVariant::row_terms`]),
+//! the masked-step test ([`AttentionVariant::step_masked`]), the mask
+//! ([`AttentionVariant::hides`], and a draft tree's [`TreeRow`]) and the
+//! logit. The three bodies apply them through one helper, [`logits`].
 //!
 //! A variant is a type, monomorphised into its kernels (`Variant` in
-//! `decode_attn_abi` names the compiled set), so the standard variant's
-//! hooks compile to exactly the arithmetic the bodies had before they
-//! existed, and no variant's values cost registers they do not use: they
-//! are read from the launch's parameters (`DecodeParams::score_scale`,
-//! `logit_cap`, `window`, `sinks`, `alibi_slopes`, `tree_masks`). Every
-//! variant but the standard one takes a window and sinks, and all but ALiBi
-//! a draft tree, whose absence is a value (`NO_WINDOW`, a null pointer), so
-//! that one kernel serves gpt-oss's windowed and full layers, Gemma 2's
-//! local and global ones, and a speculative step's tree or none.
+//! `decode_attn_abi` names the compiled combinations, `VariantParts` their
+//! parts), so the standard variant's hooks compile to exactly the
+//! arithmetic the bodies had before they existed, and no part's values
+//! cost registers they do not use: they are read from the launch's
+//! parameters (`DecodeParams::score_scale`, `logit_cap`, `window`, `sinks`,
+//! `alibi_slopes`, `tree_masks`). A part's absence at launch is a value
+//! (`NO_WINDOW`, a null pointer), so that one kernel serves gpt-oss's
+//! windowed and full layers, Gemma 2's local and global ones, and a
+//! speculative step's tree or none.
 
-use decode_attn_abi::{DecodeParams, Variant};
+use core::marker::PhantomData;
+
+use decode_attn_abi::{DecodeParams, MaskKind, ScoreMod, Variant, VariantParts};
 
 use crate::arch::math::{ex2, rcp};
 use crate::arch::{memory, thread};
@@ -75,13 +78,6 @@ impl TreeRow {
     }
 }
 
-/// Whether a step's logits take the draft tree's pass: kernels of a variant
-/// that takes a tree, a launch with one, a step that tests keys.
-#[inline(always)]
-pub fn tree_applies<V: AttentionVariant>(p: &DecodeParams, masked: bool) -> bool {
-    V::TREE && masked && p.tree_masks != 0
-}
-
 /// The tree's mask of the row of `token` of sequence `batch` (`seq_len`
 /// keys, its own first key `seq_first`): its ancestor bits and position
 /// from the launch's arrays, the position read as at least the step's
@@ -103,60 +99,194 @@ pub unsafe fn tree_row(p: &DecodeParams, seq_len: u32, seq_first: u32, batch: u3
     TreeRow { first: pos.saturating_sub(p.window).max(seq_first), new0, hidden: !(mask | (1 << token)) }
 }
 
-/// The hooks a kernel body applies to every score (see the module docs).
+
+/// The hooks a kernel body applies to every score (see the module docs),
+/// derived from a variant's three parts; each is a method with a default,
+/// which a variant type may override.
 pub trait AttentionVariant {
-    /// The variant of the kernel set this type implements.
-    const VARIANT: Variant;
+    /// The logits transform.
+    type Score: ScoreModifier;
+    /// The keys hidden beyond the causal limit.
+    type Mask: MaskPart;
+    /// Whether the launch's sinks enter the softmax.
+    const SINKS: bool;
+    /// The compiled variant of these parts (`decode_attn_abi::Variant`:
+    /// the kernel set's name for them, which sizes its tiles).
+    const VARIANT: Variant = Variant::of(VariantParts { score: Self::Score::KIND, mask: Self::Mask::KIND, sinks: Self::SINKS });
     /// Whether the logits are the scaled score times a constant
     /// ([`Variant::linear_in_scale`]): only then may a kernel apply a row's
     /// positive factor to its maximum and in the exponent's FMA instead of
     /// to every score (the wgmma kernels' `fold`).
-    const LINEAR_IN_SCALE: bool = Self::VARIANT.linear_in_scale();
-    /// Whether the launch's window and sinks apply
-    /// ([`Variant::takes_window_and_sinks`]).
-    const WINDOW_AND_SINKS: bool = Self::VARIANT.takes_window_and_sinks();
+    const LINEAR_IN_SCALE: bool = matches!(Self::Score::KIND, ScoreMod::Plain);
+    /// Whether the launch's window and first keys apply.
+    const WINDOW: bool = Self::Mask::KIND as u32 >= MaskKind::Window as u32;
     /// Whether the logits carry ALiBi's bias (the row terms' slope).
-    const ALIBI: bool = false;
+    const ALIBI: bool = matches!(Self::Score::KIND, ScoreMod::Alibi);
     /// Whether the launch's draft tree applies ([`Variant::takes_tree`]).
-    const TREE: bool = Self::VARIANT.takes_tree();
+    const TREE: bool = matches!(Self::Mask::KIND, MaskKind::Tree);
+    /// Whether a row needs the launch's per-head arrays (slopes, sinks).
+    const PER_HEAD: bool = Self::ALIBI || Self::WINDOW || Self::SINKS;
 
     /// The query transform: what every raw score `q·k` of the launch is
-    /// multiplied by before [`AttentionVariant::logit`].
+    /// multiplied by before the logit.
     #[inline(always)]
     fn score_scale(p: &DecodeParams) -> f32 {
         p.score_scale
+    }
+
+    /// The terms of the row of `token` (of the step's new tokens) and query
+    /// head `head` in a sequence of `seq_len` keys whose own first key is
+    /// `seq_first` (`crate::decode::block::first_key`), for one step:
+    /// computed afresh at each step (the row's token and head through
+    /// [`thread::opaque`]), not held across the key loop, where they
+    /// spilled the 128-register wgmma kernels (docs/perf.md, "Variant
+    /// kernels"). An ALiBi slope is an L1 hit. The standard variant's are
+    /// [`RowTerms::NONE`], computed from nothing (so its kernels' code is
+    /// what it was before the terms existed).
+    /// Under a draft tree the first key is measured with a window `q_len −
+    /// 1` keys wider (`DecodeParams::row_window`): the least a tree
+    /// position's first key can be; the tree's pass ([`tree_row`]) masks
+    /// the keys the row's own position's window does not show.
+    #[inline(always)]
+    fn row_terms(p: &DecodeParams, seq_len: u32, seq_first: u32, token: u32, head: u32) -> RowTerms {
+        if !Self::WINDOW && !Self::ALIBI {
+            return RowTerms::NONE;
+        }
+        let pos = seq_len.wrapping_sub(p.q_len).wrapping_add(thread::opaque(token));
+        let window = if Self::TREE { p.row_window } else { p.window };
+        let first = if Self::WINDOW { pos.saturating_sub(window).max(seq_first) } else { 0 };
+        let slope = if Self::ALIBI {
+            // SAFETY: the host checked `alibi_slopes` to hold `num_q_heads`
+            // f32s (a missing row's head is 0).
+            let slope = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.alibi_slopes + 4 * thread::opaque(head) as u64)) };
+            slope * core::f32::consts::LOG2_E
+        } else {
+            0.0
+        };
+        RowTerms { first, pos, slope }
+    }
+
+    /// Keys below this may be outside the window of some row of a sequence
+    /// of `seq_len` keys (its last new token's first key), or before the
+    /// sequence's own first key `seq_first`; 0 for variants without a
+    /// window (and for a launch without a window or first keys).
+    #[inline(always)]
+    fn window_from(p: &DecodeParams, seq_len: u32, seq_first: u32) -> u32 {
+        if Self::WINDOW {
+            (seq_len.wrapping_sub(1)).saturating_sub(p.window).max(seq_first)
+        } else {
+            0
+        }
+    }
+
+    /// Whether a step over keys `key0 .. key0 + keys` must test its keys
+    /// against the rows' masks: it reaches the first key a row's causal
+    /// limit, a draft tree or the item's end hides (`mask_from`,
+    /// `crate::decode::block::mask_from`), or (windows) starts below the
+    /// last first key a row's window shows (`window_from`).
+    #[inline(always)]
+    fn step_masked(key0: u32, keys: u32, mask_from: u32, window_from: u32) -> bool {
+        key0 + keys > mask_from || (Self::WINDOW && key0 < window_from)
     }
 
     /// The mask: whether a row whose keys end at `limit` (causal among the
     /// new tokens, and the work item's end) hides `key`.
     #[inline(always)]
     fn hides(_p: &DecodeParams, key: u32, limit: u32, row: &RowTerms) -> bool {
-        key >= limit || (Self::WINDOW_AND_SINKS && key < row.first)
+        key >= limit || (Self::WINDOW && key < row.first)
     }
 
     /// The logits transform: the base-2 logit of key `key`'s scaled score
     /// `x` for a row with terms `row`.
-    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32;
-}
-
-/// `softmax(scale · q·k)`: the score scale is `scale · log2(e)` and the
-/// logit is the scaled score.
-pub struct Standard;
-
-impl AttentionVariant for Standard {
-    const VARIANT: Variant = Variant::Standard;
     #[inline(always)]
-    fn logit(_p: &DecodeParams, x: f32, _key: u32, _row: &RowTerms) -> f32 {
-        x
+    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32 {
+        Self::Score::logit(p, x, key, row)
+    }
+
+    /// Whether a step's logits take the draft tree's pass: kernels whose
+    /// mask takes a tree, a launch with one, a step that tests keys.
+    #[inline(always)]
+    fn tree_applies(p: &DecodeParams, masked: bool) -> bool {
+        Self::TREE && masked && p.tree_masks != 0
+    }
+
+    /// Starts the loads of the launch's per-head values (ALiBi slopes,
+    /// sinks) at the kernel's start, a 128-byte line per thread of the
+    /// first few, so that the first step's slopes and the epilogue's or
+    /// merge's sinks hit L1: cold, they waited on HBM in every block
+    /// (docs/perf.md, "Variant kernels"). Called before anything else is
+    /// live (from the rows' heads, later, it moved ptxas to spills in the
+    /// capped kernels). Nothing for the standard variant.
+    #[inline(always)]
+    fn prefetch_heads(p: &DecodeParams) {
+        if !Self::PER_HEAD {
+            return;
+        }
+        let line = thread::thread_idx_x();
+        if line * 128 < p.num_q_heads * 4 {
+            // SAFETY: the host checked both arrays to hold `num_q_heads`
+            // f32s where present; `line * 128` is inside them.
+            unsafe {
+                if Self::ALIBI {
+                    memory::prefetch_l1(p.alibi_slopes + 128 * line as u64);
+                }
+                if Self::SINKS && p.sinks != 0 {
+                    memory::prefetch_l1(p.sinks + 128 * line as u64);
+                }
+            }
+        }
+    }
+
+    /// What a finished row's output is multiplied by for the sinks: `l /
+    /// (l + 2^(s_h·log2 e − m))` = `1 / (1 + 2^(s_h·log2 e − lse))` with
+    /// `lse` the row's base-2 log-sum-exp; 1 without sinks. Only for rows
+    /// written directly: a split row's sink enters its merge, once.
+    #[inline(always)]
+    fn sink_factor(p: &DecodeParams, head: u32, lse: f32) -> f32 {
+        if Self::SINKS && p.sinks != 0 {
+            // SAFETY: the host checked `sinks` to hold `num_q_heads` f32s.
+            let s = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.sinks + 4 * head as u64)) };
+            rcp(1.0 + ex2(s * core::f32::consts::LOG2_E - lse))
+        } else {
+            1.0
+        }
     }
 }
 
-/// The standard logits under any of the launch's masks (a sliding window,
-/// the sequences' first keys, a draft tree) and / or sinks.
-pub struct Masked;
+/// A score modifier: the logits transform of a [`Parts`] variant.
+pub trait ScoreModifier {
+    const KIND: ScoreMod;
+    /// The base-2 logit of key `key`'s scaled score `x` for a row with
+    /// terms `row`.
+    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32;
+}
 
-impl AttentionVariant for Masked {
-    const VARIANT: Variant = Variant::Masked;
+/// A mask part of a [`Parts`] variant: which keys it can hide beyond the
+/// causal limit (the hooks read the kind).
+pub trait MaskPart {
+    const KIND: MaskKind;
+}
+
+/// The sinks part of a [`Parts`] variant.
+pub trait SinksPart {
+    const SINKS: bool;
+}
+
+/// A variant built from its parts: score modifier `S`, mask `M`, sinks `K`.
+pub struct Parts<S, M, K>(PhantomData<(S, M, K)>);
+
+impl<S: ScoreModifier, M: MaskPart, K: SinksPart> AttentionVariant for Parts<S, M, K> {
+    type Score = S;
+    type Mask = M;
+    const SINKS: bool = K::SINKS;
+}
+
+/// The scaled score itself: `softmax(scale · q·k)` (the score scale is
+/// `scale · log2(e)`).
+pub struct PlainScore;
+
+impl ScoreModifier for PlainScore {
+    const KIND: ScoreMod = ScoreMod::Plain;
     #[inline(always)]
     fn logit(_p: &DecodeParams, x: f32, _key: u32, _row: &RowTerms) -> f32 {
         x
@@ -172,10 +302,10 @@ impl AttentionVariant for Masked {
 /// Its absolute error is a few units in the last place of 1 times the cap
 /// (`tanh.approx.f32`'s 2^-11 relative error would be 0.025 in a logit
 /// capped at 50, which moves a softmax weight by 2.5 %).
-pub struct SoftCap;
+pub struct TanhCap;
 
-impl AttentionVariant for SoftCap {
-    const VARIANT: Variant = Variant::SoftCap;
+impl ScoreModifier for TanhCap {
+    const KIND: ScoreMod = ScoreMod::SoftCap;
     #[inline(always)]
     fn logit(p: &DecodeParams, x: f32, _key: u32, _row: &RowTerms) -> f32 {
         // tanh(y) = (e − 1) / (e + 1) with e = 2^x = e^{2y}: x is capped
@@ -193,33 +323,10 @@ impl AttentionVariant for SoftCap {
 /// ALiBi: the logit is `scale · q·k + slope_h · (t − p)`, in base 2 the
 /// scaled score plus `slope_h·log2(e) · (t − p)`. The distance is taken
 /// in integers first (exact), then converted: three operations a score.
-pub struct Alibi;
+pub struct AlibiBias;
 
-/// [`Masked`] verifying a draft tree (`DecodeParams::tree_masks`).
-pub struct MaskedTree;
-
-impl AttentionVariant for MaskedTree {
-    const VARIANT: Variant = Variant::MaskedTree;
-    #[inline(always)]
-    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32 {
-        Masked::logit(p, x, key, row)
-    }
-}
-
-/// [`SoftCap`] verifying a draft tree.
-pub struct SoftCapTree;
-
-impl AttentionVariant for SoftCapTree {
-    const VARIANT: Variant = Variant::SoftCapTree;
-    #[inline(always)]
-    fn logit(p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32 {
-        SoftCap::logit(p, x, key, row)
-    }
-}
-
-impl AttentionVariant for Alibi {
-    const VARIANT: Variant = Variant::Alibi;
-    const ALIBI: bool = true;
+impl ScoreModifier for AlibiBias {
+    const KIND: ScoreMod = ScoreMod::Alibi;
     #[inline(always)]
     fn logit(_p: &DecodeParams, x: f32, key: u32, row: &RowTerms) -> f32 {
         let distance = key.wrapping_sub(row.pos) as i32 as f32;
@@ -227,118 +334,210 @@ impl AttentionVariant for Alibi {
     }
 }
 
+/// The causal limit among the new tokens alone.
+pub struct CausalMask;
+
+impl MaskPart for CausalMask {
+    const KIND: MaskKind = MaskKind::Causal;
+}
+
+/// A sliding window and the sequences' first keys, where the launch sets
+/// them.
+pub struct WindowMask;
+
+impl MaskPart for WindowMask {
+    const KIND: MaskKind = MaskKind::Window;
+}
+
+/// [`WindowMask`] and a draft tree, where the launch sets one.
+pub struct TreeMask;
+
+impl MaskPart for TreeMask {
+    const KIND: MaskKind = MaskKind::Tree;
+}
+
+/// No sinks.
+pub struct NoSinks;
+
+impl SinksPart for NoSinks {
+    const SINKS: bool = false;
+}
+
+/// The launch's sinks, where it sets them.
+pub struct Sinks;
+
+impl SinksPart for Sinks {
+    const SINKS: bool = true;
+}
+
+/// The compiled variants (`decode_attn_abi::Variant`), by their parts.
+pub type Standard = Parts<PlainScore, CausalMask, NoSinks>;
+pub type Masked = Parts<PlainScore, WindowMask, Sinks>;
+pub type SoftCap = Parts<TanhCap, WindowMask, Sinks>;
+pub type Alibi = Parts<AlibiBias, WindowMask, Sinks>;
+pub type MaskedTree = Parts<PlainScore, TreeMask, Sinks>;
+pub type SoftCapTree = Parts<TanhCap, TreeMask, Sinks>;
+
 impl RowTerms {
     /// The terms of a variant that reads none (the standard softmax's).
     pub const NONE: RowTerms = RowTerms { first: 0, pos: 0, slope: 0.0 };
 }
 
-/// The terms of the row of `token` (of the step's new tokens) and query
-/// head `head` in a sequence of `seq_len` keys whose own first key is
-/// `seq_first` (`crate::decode::block::first_key`), for one step: computed
-/// afresh at each step (the row's token and head through
-/// [`thread::opaque`]), not held across the key loop, where they spilled
-/// the 128-register wgmma kernels (docs/perf.md, "Variant kernels"). An
-/// ALiBi slope is an L1 hit. The standard variant's are [`RowTerms::NONE`],
-/// computed from nothing (so its kernels' code is what it was before the
-/// terms existed).
-/// Under a draft tree the first key is measured with a window `q_len − 1`
-/// keys wider (`DecodeParams::row_window`): the least a tree position's
-/// first key can be; the tree's pass ([`tree_row`]) masks the keys the
-/// row's own position's window does not show.
-#[inline(always)]
-pub fn row_terms<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, seq_first: u32, token: u32, head: u32) -> RowTerms {
-    if !V::WINDOW_AND_SINKS && !V::ALIBI {
-        return RowTerms::NONE;
-    }
-    let pos = seq_len.wrapping_sub(p.q_len).wrapping_add(thread::opaque(token));
-    let window = if V::TREE { p.row_window } else { p.window };
-    let first = if V::WINDOW_AND_SINKS { pos.saturating_sub(window).max(seq_first) } else { 0 };
-    let slope = if V::ALIBI {
-        // SAFETY: the host checked `alibi_slopes` to hold `num_q_heads` f32s
-        // (a missing row's head is 0).
-        let slope = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.alibi_slopes + 4 * thread::opaque(head) as u64)) };
-        slope * core::f32::consts::LOG2_E
-    } else {
-        0.0
-    };
-    RowTerms { first, pos, slope }
+/// A thread's two rows as [`logits`] sees them: their new token, query
+/// head and causal limit, their sequence's length, and the first key a
+/// row's causal limit, a draft tree or the item's end may hide
+/// (`crate::decode::block::mask_from`).
+pub struct Rows {
+    pub tokens: [u32; 2],
+    pub heads: [u32; 2],
+    pub limits: [u32; 2],
+    pub seq_len: u32,
+    pub mask_from: u32,
 }
 
-/// Starts the loads of the launch's per-head values (ALiBi slopes, sinks)
-/// at the kernel's start, a 128-byte line per thread of the first few, so
-/// that the first step's slopes and the epilogue's or merge's sinks hit L1:
-/// cold, they waited on HBM in every block (docs/perf.md, "Variant
-/// kernels"). Called before anything else is live (from the rows' heads,
-/// later, it moved ptxas to spills in the capped kernels). Nothing for the
-/// standard variant.
-#[inline(always)]
-pub fn prefetch_heads<V: AttentionVariant>(p: &DecodeParams) {
-    if !V::ALIBI && !V::WINDOW_AND_SINKS {
-        return;
-    }
-    let line = thread::thread_idx_x();
-    if line * 128 < p.num_q_heads * 4 {
-        // SAFETY: the host checked both arrays to hold `num_q_heads` f32s
-        // where present; `line * 128` is inside them.
-        unsafe {
-            if V::ALIBI {
-                memory::prefetch_l1(p.alibi_slopes + 128 * line as u64);
+/// The order of [`logits`]' mask and logit: [`Fused`] or
+/// [`LogitThenMask`]. (A type, not a flag: a run-time-shaped branch over
+/// both orders, even folded, moved the wgmma kernels' code.)
+pub trait Order {
+    /// The masked step's logits of `s` (see [`logits`]); returns whether
+    /// the step tested its keys.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn apply<V: AttentionVariant, const T: usize, const E: usize>(
+        p: &DecodeParams,
+        s: &mut [[f32; E]; T],
+        key0: u32,
+        keys: u32,
+        rows: &Rows,
+        seq_first: u32,
+        at: impl Fn(usize, usize) -> (u32, usize),
+        scale: impl Fn(usize, usize) -> f32,
+    ) -> bool;
+}
+
+/// Mask and logit in one pass, each score's `-inf` or logit (the wide and
+/// narrow bodies).
+pub struct Fused;
+
+/// Every logit first, the mask in a second pass over the masked steps (the
+/// wgmma body: one pass there measured the same instructions, numbered
+/// otherwise, which ptxas allocated with spills in the 128-register
+/// kernels).
+pub struct LogitThenMask;
+
+impl Order for Fused {
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
+    unsafe fn apply<V: AttentionVariant, const T: usize, const E: usize>(
+        p: &DecodeParams,
+        s: &mut [[f32; E]; T],
+        key0: u32,
+        keys: u32,
+        rows: &Rows,
+        seq_first: u32,
+        at: impl Fn(usize, usize) -> (u32, usize),
+        scale: impl Fn(usize, usize) -> f32,
+    ) -> bool {
+        let masked = V::step_masked(key0, keys, rows.mask_from, V::window_from(p, rows.seq_len, seq_first));
+        let terms = [0, 1].map(|r| V::row_terms(p, rows.seq_len, seq_first, rows.tokens[r], rows.heads[r]));
+        for n in 0..T {
+            for e in 0..E {
+                let (key, r) = at(n, e);
+                let factor = scale(n, e);
+                let hidden = masked && V::hides(p, key, rows.limits[r], &terms[r]);
+                s[n][e] = logit::<V>(p, s[n][e], factor, hidden, key, &terms[r]);
             }
-            if V::WINDOW_AND_SINKS && p.sinks != 0 {
-                memory::prefetch_l1(p.sinks + 128 * line as u64);
+        }
+        masked
+    }
+}
+
+impl Order for LogitThenMask {
+    #[inline(always)]
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn apply<V: AttentionVariant, const T: usize, const E: usize>(
+        p: &DecodeParams,
+        s: &mut [[f32; E]; T],
+        key0: u32,
+        keys: u32,
+        rows: &Rows,
+        seq_first: u32,
+        at: impl Fn(usize, usize) -> (u32, usize),
+        scale: impl Fn(usize, usize) -> f32,
+    ) -> bool {
+        let terms = [0, 1].map(|r| V::row_terms(p, rows.seq_len, seq_first, rows.tokens[r], rows.heads[r]));
+        for n in 0..T {
+            for e in 0..E {
+                let (key, r) = at(n, e);
+                s[n][e] = V::logit(p, s[n][e] * scale(n, e), key, &terms[r]);
+            }
+        }
+        // Only the steps that reach past the first masked key test keys.
+        let masked = V::step_masked(key0, keys, rows.mask_from, V::window_from(p, rows.seq_len, seq_first));
+        if masked {
+            for n in 0..T {
+                for e in 0..E {
+                    let (key, r) = at(n, e);
+                    if V::hides(p, key, rows.limits[r], &terms[r]) {
+                        s[n][e] = f32::NEG_INFINITY;
+                    }
+                }
+            }
+        }
+        masked
+    }
+}
+
+/// The logits step of every body, written once: turns a thread's raw
+/// scores `s[n][e]` of one step (keys `key0 .. key0 + keys`) into base-2
+/// logits under variant `V`, with `-inf` where a row does not see the key,
+/// in order `O`. A body describes its fragment by closures: `at(n, e)` →
+/// (the score's key, which of the thread's two `rows`
+/// it belongs to), `scale(n, e)` → its factor
+/// ([`AttentionVariant::score_scale`] times a converted Q row's and an int8
+/// K row's scales). `first()` reads the sequence's own first key and
+/// `batch()` the item's sequence, each where they are used (held, they cost
+/// the capped kernels spills: `crate::decode::block::kept_first_key`).
+///
+/// # Safety
+/// The launch's tree arrays, where [`AttentionVariant::tree_applies`], hold
+/// `batch × q_len` values (the host checked them).
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::needless_range_loop)]
+pub unsafe fn logits<V: AttentionVariant, O: Order, const T: usize, const E: usize>(
+    p: &DecodeParams,
+    s: &mut [[f32; E]; T],
+    key0: u32,
+    keys: u32,
+    rows: &Rows,
+    first: impl Fn() -> u32,
+    batch: impl Fn() -> u32,
+    at: impl Fn(usize, usize) -> (u32, usize) + Copy,
+    scale: impl Fn(usize, usize) -> f32,
+) {
+    let masked = O::apply::<V, T, E>(p, s, key0, keys, rows, first(), at, scale);
+    if V::tree_applies(p, masked) {
+        // A draft tree's pass ([`TreeRow`]), a row at a time.
+        for r in 0..2 {
+            let tree = tree_row(p, rows.seq_len, first(), batch(), rows.tokens[r]);
+            for n in 0..T {
+                for e in 0..E {
+                    let (key, row) = at(n, e);
+                    if row == r && tree.hides(key) {
+                        s[n][e] = f32::NEG_INFINITY;
+                    }
+                }
             }
         }
     }
 }
 
-/// Keys below this may be outside the window of some row of a sequence of
-/// `seq_len` keys (its last new token's first key), or before the
-/// sequence's own first key `seq_first`; 0 for variants without a window
-/// (and for a launch without a window or first keys).
+/// The base-2 logit of one score: `-inf` where `hidden`, else the variant's
+/// logit of `raw · scale` for key `key` of a row with terms `row`.
 #[inline(always)]
-pub fn window_from<V: AttentionVariant>(p: &DecodeParams, seq_len: u32, seq_first: u32) -> u32 {
-    if V::WINDOW_AND_SINKS {
-        (seq_len.wrapping_sub(1)).saturating_sub(p.window).max(seq_first)
-    } else {
-        0
-    }
-}
-
-/// Whether a step over keys `key0 .. key0 + keys` must test its keys
-/// against the rows' masks: it reaches the first key a row's causal limit,
-/// a draft tree or the item's end hides (`mask_from`,
-/// `crate::decode::block::mask_from`), or (windows) starts below the
-/// last first key a row's window shows (`window_from`).
-#[inline(always)]
-pub fn step_masked<V: AttentionVariant>(key0: u32, keys: u32, mask_from: u32, window_from: u32) -> bool {
-    key0 + keys > mask_from || (V::WINDOW_AND_SINKS && key0 < window_from)
-}
-
-/// The base-2 logit of one score: `-inf` where `hidden` (the variant's
-/// mask, [`AttentionVariant::hides`], tested where the step reaches keys
-/// some row hides), else the variant's logit of `raw · scale` (`scale`:
-/// the row's factor, [`AttentionVariant::score_scale`] times a converted Q
-/// row's and an int8 K row's scales) for key `key` of a row with terms `row`.
-#[inline(always)]
-pub fn logit<V: AttentionVariant>(p: &DecodeParams, raw: f32, scale: f32, hidden: bool, key: u32, row: &RowTerms) -> f32 {
+fn logit<V: AttentionVariant>(p: &DecodeParams, raw: f32, scale: f32, hidden: bool, key: u32, row: &RowTerms) -> f32 {
     if hidden {
         f32::NEG_INFINITY
     } else {
         V::logit(p, raw * scale, key, row)
-    }
-}
-
-/// What a finished row's output is multiplied by for the sinks: `l / (l +
-/// 2^(s_h·log2 e − m))` = `1 / (1 + 2^(s_h·log2 e − lse))` with `lse` the
-/// row's base-2 log-sum-exp; 1 without sinks. Only for rows written
-/// directly: a split row's sink enters its merge, once.
-#[inline(always)]
-pub fn sink_factor<V: AttentionVariant>(p: &DecodeParams, head: u32, lse: f32) -> f32 {
-    if V::WINDOW_AND_SINKS && p.sinks != 0 {
-        // SAFETY: the host checked `sinks` to hold `num_q_heads` f32s.
-        let s = unsafe { f32::from_bits(memory::ld_global_nc_u32(p.sinks + 4 * head as u64)) };
-        rcp(1.0 + ex2(s * core::f32::consts::LOG2_E - lse))
-    } else {
-        1.0
     }
 }

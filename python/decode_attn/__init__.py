@@ -20,12 +20,13 @@ DRIVER = load_driver()  # before the extension, which links libcuda.so.1
 
 from . import _native  # noqa: E402
 from ._native import ARCHS, HAS_FATBIN, DecodeShape, check_block_table, check_seq_lens, device_count  # noqa: E402
-from .api import DecodeAttention, Plan  # noqa: E402
+from .api import DecodeAttention, Plan, VariantBuffers  # noqa: E402
 
 __all__ = [
     "DecodeAttention",
     "DecodeShape",
     "Plan",
+    "VariantBuffers",
     "check_seq_lens",
     "check_block_table",
     "device_count",

@@ -97,16 +97,16 @@ class Checker:
         return (t.data_ptr(), s.check_cache_view(name, list(t.shape), list(t.stride()), plain), elems[0])
 
     def scales(self, name: str, t):
-        """A quantized cache's side data (None for 16-bit caches)."""
+        """A quantized cache's scales (None for 16-bit caches)."""
         s = self.shape
-        elems = s.side_elems
+        elems = s.scale_elems
         if not elems:
             if t is not None:
                 raise invalid(name, f"None (a {s.kv_format} cache has no scales)", "a tensor")
             return None
         self.tensor(name, t, torch_dtypes(elems))
         # (int4's side words, an fp16 scale and an fp16 zero, travel as u32.)
-        return (t.data_ptr(), s.check_side_view(name, list(t.shape), list(t.stride())), elems[0])
+        return (t.data_ptr(), s.check_scales_view(name, list(t.shape), list(t.stride())), elems[0])
 
     def seq_lens(self, t):
         self.tensor("seq_lens", t, ("int32", "uint32"))
@@ -141,24 +141,19 @@ class Checker:
         elem = self.tensor("block_table", t, ("int32",))
         return (t.data_ptr(), self.shape.check_table_view("block_table", list(t.shape), list(t.stride())), elem)
 
-    def per_head(self, name: str, t, wanted: bool, flag: str):
-        """Sinks or ALiBi slopes: `[num_q_heads]` float32 when the shape has them."""
-        if not wanted:
-            if t is not None:
-                raise invalid(name, f"None (the shape has {flag}=False)", "a tensor")
-            return None
-        elem = self.tensor(name, t, ("float32",))
-        return (t.data_ptr(), self.shape.check_per_head_view(name, list(t.shape), list(t.stride())), elem)
-
-    def tree(self, masks, positions):
-        """A step's draft tree: `[batch, q_len]` uint8 ancestor masks and
-        `[batch, q_len]` int32 positions, exactly when the shape has `tree`."""
-        if masks is None and positions is None and not self.shape.tree:
-            return None, None
+    def variant(self, names, tensors) -> tuple:
+        """The variant's arrays (`VariantBuffers`), each None or a tensor
+        of the element types Rust names for it (`variant_elems`), viewed as
+        Rust checks (`check_variant_view`: its dims, and that the shape has
+        its part); whether each is required is Rust's check at the run."""
         out = []
-        for name, t, dtypes in (("tree_masks", masks, ("uint8",)), ("tree_positions", positions, ("int32", "uint32"))):
-            self.tensor(name, t, dtypes)
-            out.append((t.data_ptr(), self.shape.check_tree_view(name, list(t.shape), list(t.stride())), "u8" if name == "tree_masks" else "u32"))
+        for name, t in zip(names, tensors):
+            if t is None:
+                out.append(None)
+                continue
+            elems = self.shape.variant_elems(name)
+            self.tensor(name, t, torch_dtypes(elems))
+            out.append((t.data_ptr(), self.shape.check_variant_view(name, list(t.shape), list(t.stride())), elems[0]))
         return tuple(out)
 
     def workspace(self, t, nbytes: int):
@@ -166,9 +161,9 @@ class Checker:
         return (t.data_ptr(), type(self.shape).check_workspace_view("workspace", list(t.shape), list(t.stride()), nbytes), elem)
 
 
-def side_dims(s) -> tuple[tuple[int, ...], str] | None:
-    """The shape of a quantized cache's side data and its dims' names, as
-    the Rust library defines it (`DecodeShape::side_dims`); None for a
+def scale_dims(s) -> tuple[tuple[int, ...], str] | None:
+    """The shape of a quantized cache's scales and its dims' names, as
+    the Rust library defines it (`DecodeShape::scale_dims`); None for a
     format without side rows (16-bit, fp8 per tensor)."""
-    side = s.side_dims
+    side = s.scale_dims
     return None if side is None else (tuple(side[0]), side[1])

@@ -18,6 +18,37 @@ from ._tensors import Checker, invalid
 
 DecodeShape = _native.DecodeShape
 
+
+class VariantBuffers:
+    """The device arrays of a shape's variant parts, handed to `run` /
+    `run_step` as one argument (`variant=`): `sinks` and `alibi_slopes`
+    (`[num_q_heads]` float32), a draft tree's `tree_masks` (`[batch,
+    q_len]` uint8, bit j of entry (b, i) set when new token i sees new
+    token j, j <= i) and `tree_positions` (`[batch, q_len]` int32, the
+    prefix length plus each token's depth). Each is required exactly when
+    the plan's shape has its part (`sinks`, `alibi`, `tree`), which the
+    Rust library checks."""
+
+    __slots__ = ("sinks", "alibi_slopes", "tree_masks", "tree_positions")
+    NAMES = __slots__
+
+    def __init__(self, *, sinks=None, alibi_slopes=None, tree_masks=None, tree_positions=None):
+        self.sinks = sinks
+        self.alibi_slopes = alibi_slopes
+        self.tree_masks = tree_masks
+        self.tree_positions = tree_positions
+
+    def tensors(self) -> tuple:
+        """The four arrays (or None) in the native layer's order."""
+        return (self.sinks, self.alibi_slopes, self.tree_masks, self.tree_positions)
+
+    def __repr__(self) -> str:
+        given = ", ".join(n for n in self.NAMES if getattr(self, n) is not None)
+        return f"VariantBuffers({given})"
+
+
+_NO_VARIANT = VariantBuffers()
+
 # Live plans and shapes by id: what the torch custom ops (which take only
 # tensors and numbers) name them by.
 _PLANS: "weakref.WeakValueDictionary[int, Plan]" = weakref.WeakValueDictionary()
@@ -105,7 +136,7 @@ class Plan:
     is_capacity = property(lambda self: self._native.is_capacity, doc="Whether runs read lengths (and block table) on the device.")
     family = property(lambda self: self._native.family, doc="The kernel family: 'wide', 'narrow' or 'wgmma'.")
     max_splits = property(lambda self: self._native.max_splits, doc="Most chunks any sequence is split into.")
-    bytes_moved = property(lambda self: self._native.bytes_moved, doc="Bytes of K, V (and side data), Q and O one run moves.")
+    bytes_moved = property(lambda self: self._native.bytes_moved, doc="Bytes of K, V (and scales), Q and O one run moves.")
 
     def __repr__(self) -> str:
         return repr(self._native)
@@ -178,36 +209,36 @@ class DecodeAttention:
         return torch.empty(max(plan.workspace_bytes, 256), dtype=torch.uint8, device=f"cuda:{self.device}")
 
     # -- attention ---------------------------------------------------------
-    def run(self, plan: Plan, q, k, v, out, workspace, *, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, tree_masks=None, tree_positions=None, stream=None) -> None:
+    def run(self, plan: Plan, q, k, v, out, workspace, *, k_scales=None, v_scales=None, variant: VariantBuffers | None = None, stream=None) -> None:
         """One decode step of a plan of host lengths into `out`
-        (`[batch, q_len, num_q_heads, head_dim]`). Shapes with `tree`
-        take the step's draft tree: `tree_masks` (`[batch, q_len]` uint8,
-        bit j of entry (b, i) set when new token i sees new token j, j <= i)
-        and `tree_positions` (`[batch, q_len]` int32, the prefix length plus
-        each token's depth)."""
+        (`[batch, q_len, num_q_heads, head_dim]`). `variant`: the arrays
+        of the shape's variant parts (sinks, ALiBi slopes, a draft tree),
+        `VariantBuffers`."""
+        variant = _variant(variant)
         if _compiling() and stream is None:
-            _torch().ops.decode_attn.run(plan.id, q, k, v, out, workspace, k_scales, v_scales, sinks, alibi_slopes, tree_masks, tree_positions)
+            _torch().ops.decode_attn.run(plan.id, q, k, v, out, workspace, k_scales, v_scales, *variant.tensors())
             return
         if plan.is_capacity:
             raise invalid("plan", "a plan of host lengths (plan / plan_paged); capacity plans run with run_step", "a capacity plan")
-        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, stream, tree=(tree_masks, tree_positions))
+        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, variant, stream)
 
-    def run_step(self, plan: Plan, q, k, v, out, workspace, seq_lens, block_table=None, *, seq_starts=None, k_scales=None, v_scales=None, sinks=None, alibi_slopes=None, tree_masks=None, tree_positions=None, stream=None) -> None:
+    def run_step(self, plan: Plan, q, k, v, out, workspace, seq_lens, block_table=None, *, seq_starts=None, k_scales=None, v_scales=None, variant: VariantBuffers | None = None, stream=None) -> None:
         """One decode step of a capacity plan: `seq_lens` (`[batch]` int32,
         new tokens included), `block_table` (paged caches) and `seq_starts`
         (`[batch]` int32 first keys, shapes with `key_ranges`; a start past
-        `seq_lens[b] - q_len` reads as that) are read on the device, as is a
-        draft tree (`run`). Graph-capturable."""
+        `seq_lens[b] - q_len` reads as that) are read on the device, as are
+        the variant's arrays (`run`). Graph-capturable."""
+        variant = _variant(variant)
         if _compiling() and stream is None:
-            _torch().ops.decode_attn.run_step(plan.id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, sinks, alibi_slopes, tree_masks, tree_positions)
+            _torch().ops.decode_attn.run_step(plan.id, q, k, v, out, workspace, seq_lens, block_table, seq_starts, k_scales, v_scales, *variant.tensors())
             return
         if not plan.is_capacity:
             raise invalid("plan", "a capacity plan (plan_capacity) for run_step", "a plan of host lengths")
         if seq_lens is None:
             raise invalid("seq_lens", "the [batch] int32 device lengths a capacity plan reads", "None")
-        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts, (tree_masks, tree_positions))
+        self._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, variant, stream, seq_starts)
 
-    def _launch(self, plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, stream, seq_starts=None, tree=(None, None)):
+    def _launch(self, plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, variant, stream, seq_starts=None):
         if plan.attention is not self:
             raise invalid("plan", f"a plan made for cuda:{self.device}", f"one for cuda:{plan.attention.device}")
         s = plan.shape
@@ -215,7 +246,6 @@ class DecodeAttention:
         step_lens = c.seq_lens(seq_lens) if seq_lens is not None else None
         table = c.block_table(block_table) if seq_lens is not None else _none("block_table", block_table, "None (a plan of host lengths has its block table)")
         starts = c.seq_starts(seq_starts) if seq_lens is not None else _none("seq_starts", seq_starts, "None (a plan of host lengths has its starts)")
-        tree_masks, tree_positions = c.tree(*tree)
         self._native.run(
             plan._native,
             c.q(q),
@@ -228,10 +258,7 @@ class DecodeAttention:
             step_lens,
             table,
             starts,
-            c.per_head("sinks", sinks, s.sinks, "sinks"),
-            c.per_head("alibi_slopes", alibi_slopes, s.alibi, "alibi"),
-            tree_masks,
-            tree_positions,
+            c.variant(VariantBuffers.NAMES, variant.tensors()),
             self._stream(stream),
         )
 
@@ -286,6 +313,15 @@ class DecodeAttention:
         if stream is not None:
             return int(getattr(stream, "cuda_stream", stream))
         return _torch().cuda.current_stream(self.device).cuda_stream
+
+
+def _variant(variant) -> VariantBuffers:
+    """`variant=` as `VariantBuffers` (None: no arrays)."""
+    if variant is None:
+        return _NO_VARIANT
+    if not isinstance(variant, VariantBuffers):
+        raise invalid("variant", "decode_attn.VariantBuffers (sinks, alibi_slopes, tree_masks, tree_positions) or None", type(variant).__name__)
+    return variant
 
 
 def _none(name, t, expected):

@@ -96,7 +96,7 @@ def _generate_s(model, impl: str, inputs, new: int, cache: str, kv_format: str |
 
 
 def cache_bytes(kv_format: str | None) -> int:
-    """Bytes the kept cache's K, V and side data occupy (`_kept_cache`)."""
+    """Bytes the kept cache's K, V and scales occupy (`_kept_cache`)."""
     for (fmt, _), cache in _caches.items():
         if fmt == kv_format:
             if fmt is not None:

@@ -7,7 +7,7 @@
 
 Each layer keeps K and V as `[batch, Hkv, capacity, D']` values of the
 format (int8, fp8 e4m3 per head or per tensor, int4 with groups of 32, 64
-or 128) and their side data (`docs/formats.md`), head-major, as
+or 128) and their scales (`docs/formats.md`), head-major, as
 `DecodeShape(layout="hnd", kv_format=...)` describes them. Only each step's
 new tokens are quantized (`DecodeAttention.append_rows`, on the GPU); no
 16-bit copy of the cache is kept.
@@ -129,7 +129,7 @@ class QuantizedLayer(CacheLayerMixin):
             ks = self.k_scales if self.k_scales is not None else torch.ones(1, dtype=torch.float32, device=self.device)
             vs = self.v_scales if self.v_scales is not None else torch.ones(1, dtype=torch.float32, device=self.device)
         else:
-            padded = shape.side_strides[2]
+            padded = shape.scale_strides[2]
             words = shape.side_entry_bytes // 4
             dims = (b, h, padded) + ((words,) if words > 1 else ())
             side_dtype = torch.int32 if words > 1 else torch.float32
@@ -191,7 +191,7 @@ class QuantizedLayer(CacheLayerMixin):
         self.offset += n
 
     def memory_bytes(self) -> int:
-        """Bytes this layer's K, V and side data occupy on the device."""
+        """Bytes this layer's K, V and scales occupy on the device."""
         if self.k_data is None:
             return 0
         return sum(t.numel() * t.element_size() for t in (self.k_data, self.v_data, self.k_scales, self.v_scales))
@@ -357,6 +357,6 @@ class QuantizedCache(Cache):
         self.kv_format = kv_format
 
     def memory_bytes(self) -> int:
-        """Bytes every layer's K, V and side data occupy on the device."""
+        """Bytes every layer's K, V and scales occupy on the device."""
         return sum(layer.memory_bytes() for layer in self.layers)
 

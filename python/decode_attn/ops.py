@@ -45,7 +45,8 @@ def run(
     tree_positions: Optional[Tensor] = None,
 ) -> None:
     plan = api.lookup_plan(plan_id)
-    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, sinks, alibi_slopes, None, tree=(tree_masks, tree_positions))
+    variant = api.VariantBuffers(sinks=sinks, alibi_slopes=alibi_slopes, tree_masks=tree_masks, tree_positions=tree_positions)
+    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, None, None, variant, None)
 
 
 @run.register_fake
@@ -72,7 +73,8 @@ def run_step(
     tree_positions: Optional[Tensor] = None,
 ) -> None:
     plan = api.lookup_plan(plan_id)
-    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, sinks, alibi_slopes, None, seq_starts, (tree_masks, tree_positions))
+    variant = api.VariantBuffers(sinks=sinks, alibi_slopes=alibi_slopes, tree_masks=tree_masks, tree_positions=tree_positions)
+    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, block_table, variant, None, seq_starts)
 
 
 @run_step.register_fake
@@ -220,7 +222,7 @@ def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_
     if entry.checked is None:
         # A new plan (a DynamicCache's each step): tensors like ones that
         # passed every check for another plan of the same queries (and,
-        # with side data, the same cache shape) need not pass them again.
+        # with scales, the same cache shape) need not pass them again.
         entry.checked = _validated.get(_kind(q, k, kv_format, k_scales, seq_lens, seq_starts, v_scales, sinks))
     if entry.checked is not None and entry.fits(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks):
         kv_elems, kv_elem = entry.kv
@@ -237,14 +239,11 @@ def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_
             (seq_lens.data_ptr(), seq_lens.numel(), "u32"),
             None,
             None if seq_starts is None else (seq_starts.data_ptr(), seq_starts.numel(), "u32"),
-            None if sinks is None else (sinks.data_ptr(), sinks.numel(), "f32"),
-            None,
-            None,
-            None,
+            (None if sinks is None else (sinks.data_ptr(), sinks.numel(), "f32"), None, None, None),
             _raw_stream(entry.device),
         )
         return out
-    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, None, sinks, None, None, seq_starts)
+    plan.attention._launch(plan, q, k, v, out, workspace, k_scales, v_scales, seq_lens, None, api.VariantBuffers(sinks=sinks), None, seq_starts)
     entry.checked = (_meta(seq_lens), _meta(seq_starts), _meta(k_scales), _meta(v_scales), _meta(sinks))
     if len(_validated) > 4096:
         _validated.clear()
@@ -254,7 +253,7 @@ def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_
 
 # Tensor metadata that passed every check, by what the checks of the
 # tensors that are not the plan's own depend on: the queries' shape, dtype
-# and device, the format, and (side data) the cache's shape.
+# and device, the format, and (scales) the cache's shape.
 _validated: dict = {}
 
 

@@ -161,12 +161,14 @@ pub(crate) fn shape_from_args(a: &ShapeArgs) -> PyResult<decode_attn::DecodeShap
         kv_format,
         kv_layout,
         scale: float("scale", a.scale)?,
-        soft_cap: float("soft_cap", a.soft_cap)?,
-        window: a.window.map(|w| count("window", w)).transpose()?,
-        sinks: a.sinks,
-        alibi: a.alibi,
-        key_ranges: a.key_ranges,
-        tree: a.tree,
+        variant: decode_attn::VariantSpec {
+            soft_cap: float("soft_cap", a.soft_cap)?,
+            alibi: a.alibi,
+            window: a.window.map(|w| count("window", w)).transpose()?,
+            key_ranges: a.key_ranges,
+            tree: a.tree,
+            sinks: a.sinks,
+        },
     })
 }
 

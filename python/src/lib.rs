@@ -9,7 +9,7 @@
 mod context;
 mod convert;
 
-use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvMut, Plan, StepInputs};
+use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvMut, Plan, StepInputs, VariantBuffers};
 use pyo3::prelude::*;
 
 use crate::context::PrimaryContext;
@@ -143,30 +143,30 @@ impl PyShape {
     }
     #[getter]
     fn soft_cap(&self) -> Option<f32> {
-        self.inner.soft_cap
+        self.inner.variant.soft_cap
     }
     #[getter]
     fn window(&self) -> Option<u32> {
-        self.inner.window
+        self.inner.variant.window
     }
     #[getter]
     fn sinks(&self) -> bool {
-        self.inner.sinks
+        self.inner.variant.sinks
     }
     #[getter]
     fn alibi(&self) -> bool {
-        self.inner.alibi
+        self.inner.variant.alibi
     }
     /// Whether each sequence has its own first key (`seq_starts`).
     #[getter]
     fn key_ranges(&self) -> bool {
-        self.inner.key_ranges
+        self.inner.variant.key_ranges
     }
 
     /// Whether the steps verify a draft tree (`tree_masks`, `tree_positions`).
     #[getter]
     fn tree(&self) -> bool {
-        self.inner.tree
+        self.inner.variant.tree
     }
     /// The variant's name: `standard`, `softcap`, `masked` (a window, sinks, key ranges, or several), `alibi`, `masked_tree` or `softcap_tree` (a draft tree).
     #[getter]
@@ -188,32 +188,32 @@ impl PyShape {
         let s = self.inner.kv_strides();
         (s.batch, s.token, s.head)
     }
-    /// Strides of a quantized cache's side data `(batch or page, token, head)`, in entries.
+    /// Strides of a quantized cache's scales `(batch or page, token, head)`, in entries.
     #[getter]
-    fn side_strides(&self) -> (u64, u64, u64) {
-        let s = self.inner.side_strides();
+    fn scale_strides(&self) -> (u64, u64, u64) {
+        let s = self.inner.scale_strides();
         (s.batch, s.token, s.head)
     }
-    /// Bytes each of K's and V's side data must hold (0: none; 4: one f32 scale).
+    /// Bytes each of K's and V's scales must hold (0: none; 4: one f32 scale).
     #[getter]
-    fn side_bytes(&self) -> u64 {
-        self.inner.side_bytes_required().unwrap_or(u64::MAX)
+    fn scale_bytes(&self) -> u64 {
+        self.inner.scale_bytes_required().unwrap_or(u64::MAX)
     }
     /// Bytes of one side-data entry (0 for 16-bit formats).
     #[getter]
     fn side_entry_bytes(&self) -> u32 {
-        self.inner.kv_format.side_bytes(self.inner.head_dim)
+        self.inner.kv_format.scale_bytes(self.inner.head_dim)
     }
     /// Whether the format has one scale per tensor (fp8).
     #[getter]
     fn tensor_scaled(&self) -> bool {
         self.inner.kv_format.tensor_scaled()
     }
-    /// The shape of a quantized cache's side data and its dims' names
+    /// The shape of a quantized cache's scales and its dims' names
     /// (`None`: no side rows).
     #[getter]
-    fn side_dims(&self) -> Option<(Vec<u64>, &'static str)> {
-        self.inner.side_dims()
+    fn scale_dims(&self) -> Option<(Vec<u64>, &'static str)> {
+        self.inner.scale_dims()
     }
     /// The Rust checks of a tensor view (dims and strides in elements) for
     /// each role; each returns the view's extent in elements.
@@ -229,11 +229,13 @@ impl PyShape {
     fn check_table_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
         self.inner.check_table_view(name, &dims, &strides).map_err(py_err)
     }
-    fn check_per_head_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
-        self.inner.check_per_head_view(name, &dims, &strides).map_err(py_err)
+    fn check_variant_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_variant_view(name, &dims, &strides).map_err(py_err)
     }
-    fn check_tree_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
-        self.inner.check_tree_view(name, &dims, &strides).map_err(py_err)
+    /// The element types the variant's array `name` may be held in (the
+    /// first is the one the launch takes).
+    fn variant_elems(&self, name: &str) -> PyResult<Vec<&'static str>> {
+        self.inner.variant_elems(name).map(|e| e.to_vec()).map_err(py_err)
     }
     #[staticmethod]
     fn check_workspace_view(name: &str, dims: Vec<i64>, strides: Vec<i64>, bytes: u64) -> PyResult<u64> {
@@ -250,13 +252,13 @@ impl PyShape {
     fn value_elems(&self, plain: bool) -> Vec<&'static str> {
         self.inner.value_elems(plain).to_vec()
     }
-    /// The element types side data may be held in; the first is the launch's.
+    /// The element types scales may be held in; the first is the launch's.
     #[getter]
-    fn side_elems(&self) -> Vec<&'static str> {
-        self.inner.side_elems().to_vec()
+    fn scale_elems(&self) -> Vec<&'static str> {
+        self.inner.scale_elems().to_vec()
     }
-    fn check_side_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
-        self.inner.check_side_view(name, &dims, &strides).map_err(py_err)
+    fn check_scales_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_scales_view(name, &dims, &strides).map_err(py_err)
     }
     fn __repr__(&self) -> String {
         let s = &self.inner;
@@ -355,7 +357,7 @@ impl PyPlan {
     fn grid(&self) -> (u32, u32, u32) {
         self.inner.grid()
     }
-    /// Bytes of K, V (and side data), Q and O one run moves.
+    /// Bytes of K, V (and scales), Q and O one run moves.
     #[getter]
     fn bytes_moved(&self) -> u64 {
         self.inner.bytes_moved()
@@ -465,9 +467,11 @@ impl PyDevice {
 
     /// One attention run on `stream` (a `CUstream` as an integer):
     /// `seq_lens`, `block_table` and `seq_starts` are a capacity plan's
-    /// device inputs (`None` for plans of host lengths); `tree_masks` and
-    /// `tree_positions` a step's draft tree (both or neither).
-    #[pyo3(signature = (plan, q, k, v, k_side, v_side, out, workspace, seq_lens, block_table, seq_starts, sinks, alibi_slopes, tree_masks, tree_positions, stream))]
+    /// device inputs (`None` for plans of host lengths); `variant` the
+    /// variant's arrays (`decode_attn::VariantBuffers`: sinks, ALiBi
+    /// slopes, a draft tree's masks and positions, each `None` or a
+    /// buffer), checked in Rust against the plan's variant.
+    #[pyo3(signature = (plan, q, k, v, k_scales, v_scales, out, workspace, seq_lens, block_table, seq_starts, variant, stream))]
     #[allow(clippy::too_many_arguments)]
     fn run(
         &self,
@@ -476,17 +480,14 @@ impl PyDevice {
         q: Buf,
         k: Buf,
         v: Buf,
-        k_side: Option<Buf>,
-        v_side: Option<Buf>,
+        k_scales: Option<Buf>,
+        v_scales: Option<Buf>,
         out: Buf,
         workspace: Buf,
         seq_lens: Option<Buf>,
         block_table: Option<Buf>,
         seq_starts: Option<Buf>,
-        sinks: Option<Buf>,
-        alibi_slopes: Option<Buf>,
-        tree_masks: Option<Buf>,
-        tree_positions: Option<Buf>,
+        variant: (Option<Buf>, Option<Buf>, Option<Buf>, Option<Buf>),
         stream: usize,
     ) -> PyResult<()> {
         self.same_device(plan)?;
@@ -496,15 +497,11 @@ impl PyDevice {
             // the library checks every length against the plan.
             let (cache, step, q, out) = unsafe {
                 let mut cache = KvCache::plain(buffer_ref(k)?, buffer_ref(v)?);
-                cache.k_scales = k_side.map(|b| buffer_ref(b)).transpose()?;
-                cache.v_scales = v_side.map(|b| buffer_ref(b)).transpose()?;
-                cache.sinks = sinks.map(|b| buffer_ref(b)).transpose()?;
-                cache.alibi_slopes = alibi_slopes.map(|b| buffer_ref(b)).transpose()?;
-                cache.tree = match (tree_masks, tree_positions) {
-                    (Some(m), Some(p)) => Some((buffer_ref(m)?, buffer_ref(p)?)),
-                    (None, None) => None,
-                    _ => return Err(convert::invalid("tree", "both tree_masks and tree_positions, or neither", "one of them")),
-                };
+                cache.k_scales = k_scales.map(|b| buffer_ref(b)).transpose()?;
+                cache.v_scales = v_scales.map(|b| buffer_ref(b)).transpose()?;
+                let (sinks, alibi_slopes, tree_masks, tree_positions) = variant;
+                let view = |b: Option<Buf>| b.map(|b| buffer_ref(b)).transpose();
+                cache.variant = VariantBuffers { sinks: view(sinks)?, alibi_slopes: view(alibi_slopes)?, tree_masks: view(tree_masks)?, tree_positions: view(tree_positions)? };
                 let step = match seq_lens {
                     Some(l) => Some(StepInputs {
                         seq_lens: buffer_ref(l)?,
@@ -521,14 +518,14 @@ impl PyDevice {
     }
 
     /// `append_kv` (`append`) or `quantize_kv`: writes K or V of any format.
-    #[pyo3(signature = (append, shape, seq_lens, block_table, rows, data, side, stream))]
+    #[pyo3(signature = (append, shape, seq_lens, block_table, rows, data, scales, stream))]
     #[allow(clippy::too_many_arguments)]
-    fn write_kv(&self, py: Python<'_>, append: bool, shape: &PyShape, seq_lens: Buf, block_table: Option<Buf>, rows: Buf, data: Buf, side: Option<Buf>, stream: usize) -> PyResult<()> {
+    fn write_kv(&self, py: Python<'_>, append: bool, shape: &PyShape, seq_lens: Buf, block_table: Option<Buf>, rows: Buf, data: Buf, scales: Option<Buf>, stream: usize) -> PyResult<()> {
         py.detach(|| {
             // SAFETY: as in `run`.
             let (step, rows, out) = unsafe {
                 let step = StepInputs { seq_lens: buffer_ref(seq_lens)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()?, seq_starts: None };
-                let out = KvMut { data: buffer_mut(data)?, side: side.map(|b| buffer_mut(b)).transpose()? };
+                let out = KvMut { data: buffer_mut(data)?, scales: scales.map(|b| buffer_mut(b)).transpose()? };
                 (step, buffer_ref(rows)?, out)
             };
             self.ctx
@@ -545,14 +542,14 @@ impl PyDevice {
 
     /// `append_rows`: any number of new rows per sequence, read with the
     /// given element strides `(batch, token, head)`.
-    #[pyo3(signature = (shape, seq_lens, block_table, rows, strides, count, data, side, stream))]
+    #[pyo3(signature = (shape, seq_lens, block_table, rows, strides, count, data, scales, stream))]
     #[allow(clippy::too_many_arguments)]
-    fn append_rows(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, block_table: Option<Buf>, rows: Buf, strides: (u64, u64, u64), count: u32, data: Buf, side: Option<Buf>, stream: usize) -> PyResult<()> {
+    fn append_rows(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, block_table: Option<Buf>, rows: Buf, strides: (u64, u64, u64), count: u32, data: Buf, scales: Option<Buf>, stream: usize) -> PyResult<()> {
         py.detach(|| {
             // SAFETY: as in `run`.
             let (step, rows, out) = unsafe {
                 let step = StepInputs { seq_lens: buffer_ref(seq_lens)?, block_table: block_table.map(|b| buffer_ref(b)).transpose()?, seq_starts: None };
-                let out = KvMut { data: buffer_mut(data)?, side: side.map(|b| buffer_mut(b)).transpose()? };
+                let out = KvMut { data: buffer_mut(data)?, scales: scales.map(|b| buffer_mut(b)).transpose()? };
                 (step, buffer_ref(rows)?, out)
             };
             let strides = decode_attn::KvStrides { batch: strides.0, token: strides.1, head: strides.2 };
@@ -560,13 +557,13 @@ impl PyDevice {
         })
     }
 
-    #[pyo3(signature = (shape, seq_lens, data, side, plain, stream))]
+    #[pyo3(signature = (shape, seq_lens, data, scales, plain, stream))]
     #[allow(clippy::too_many_arguments)]
-    fn dequantize_kv(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, data: Buf, side: Buf, plain: Buf, stream: usize) -> PyResult<()> {
+    fn dequantize_kv(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, data: Buf, scales: Buf, plain: Buf, stream: usize) -> PyResult<()> {
         py.detach(|| {
             // SAFETY: as in `run`.
-            let (lens, data, side, plain) = unsafe { (buffer_ref(seq_lens)?, buffer_ref(data)?, buffer_ref(side)?, buffer_mut(plain)?) };
-            self.ctx.with_current(|| self.attn.dequantize_kv_raw(&shape.inner, lens, data, side, plain, stream as _)).map_err(py_err)
+            let (lens, data, scales, plain) = unsafe { (buffer_ref(seq_lens)?, buffer_ref(data)?, buffer_ref(scales)?, buffer_mut(plain)?) };
+            self.ctx.with_current(|| self.attn.dequantize_kv_raw(&shape.inner, lens, data, scales, plain, stream as _)).map_err(py_err)
         })
     }
 

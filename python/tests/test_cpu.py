@@ -216,9 +216,12 @@ def test_lengths_sinks_slopes_and_workspaces():
     c.seq_lens(FakeTensor((2,), dtype="int32"))
     raises("seq_lens", c.seq_lens, FakeTensor((2,), dtype="int64"))
     raises("seq_lens", c.seq_lens, FakeTensor((3,), dtype="int32"))
-    c.per_head("sinks", FakeTensor((8,), dtype="float32"), True, "sinks")
-    raises("sinks", c.per_head, "sinks", None, True, "sinks")
-    raises("alibi_slopes", c.per_head, "alibi_slopes", FakeTensor((8,), dtype="float32"), False, "alibi")
+    names = da.VariantBuffers.NAMES
+    sinks = c.variant(names, (FakeTensor((8,), dtype="float32"), None, None, None))
+    assert sinks[0][1:] == (8, "f32") and sinks[1:] == (None, None, None)
+    raises("sinks", c.variant, names, (FakeTensor((8,), dtype="float16"), None, None, None))
+    raises("sinks", c.variant, names, (FakeTensor((7,), dtype="float32"), None, None, None))
+    raises("alibi_slopes", c.variant, names, (None, FakeTensor((8,), dtype="float32"), None, None))
     c.workspace(FakeTensor((4096,), dtype="uint8"), 4096)
     raises("workspace", c.workspace, FakeTensor((4095,), dtype="uint8"), 4096)
     raises("workspace", c.workspace, FakeTensor((4096,), dtype="int8"), 4096)
@@ -249,14 +252,25 @@ def test_a_draft_tree_takes_uint8_masks_and_int32_positions_per_new_token():
     raises("tree", shape, q_len=4, tree=True, alibi=True)
     raises("window", shape, q_len=4, tree=True, window=2)
     c = Checker(s, 0)
-    m, p = c.tree(FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int32"))
+    names = da.VariantBuffers.NAMES
+    tree = lambda m, p: c.variant(names, (None, None, m, p))  # noqa: E731
+    _, _, m, p = tree(FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int32"))
     assert m[1:] == (8, "u8") and p[1:] == (8, "u32")
-    raises("tree_masks", c.tree, None, FakeTensor((2, 4), dtype="int32"))
-    raises("tree_masks", c.tree, FakeTensor((2, 3), dtype="uint8"), FakeTensor((2, 4), dtype="int32"))
-    raises("tree_positions", c.tree, FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int64"))
-    raises("tree_positions", c.tree, FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int32", strides=(1, 2)))
-    assert Checker(shape(), 0).tree(None, None) == (None, None)
-    raises("tree_masks", Checker(shape(), 0).tree, FakeTensor((2, 1), dtype="uint8"), None)
+    raises("tree_masks", tree, FakeTensor((2, 3), dtype="uint8"), FakeTensor((2, 4), dtype="int32"))
+    raises("tree_positions", tree, FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int64"))
+    raises("tree_positions", tree, FakeTensor((2, 4), dtype="uint8"), FakeTensor((2, 4), dtype="int32", strides=(1, 2)))
+    assert Checker(shape(), 0).variant(names, (None,) * 4) == (None,) * 4
+    raises("tree_masks", Checker(shape(), 0).variant, names, (None, None, FakeTensor((2, 1), dtype="uint8"), None))
+
+
+def test_variant_arrays_travel_as_one_argument():
+    vb = da.VariantBuffers(sinks=1, tree_masks=2)
+    assert vb.tensors() == (1, None, 2, None)
+    assert repr(vb) == "VariantBuffers(sinks, tree_masks)"
+    with pytest.raises(TypeError):
+        da.VariantBuffers(window=3)
+    raises("variant", da.api._variant, {"sinks": 1})
+    assert da.api._variant(None).tensors() == (None,) * 4
 
 
 def test_appended_rows_are_token_or_head_major_views_of_any_count():

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 
 import decode_attn as da  # noqa: E402
 from _reference import attention, rel_l2  # noqa: E402
-from decode_attn._tensors import side_dims  # noqa: E402
+from decode_attn._tensors import scale_dims  # noqa: E402
 
 pytestmark = needs_gpu
 BOUND = 1e-2
@@ -138,7 +138,7 @@ def tensor_scale(x):
 
 
 def empty_cache(s):
-    """Values and side data of one tensor (K or V) of shape `s`, NaN-free garbage."""
+    """Values and scales of one tensor (K or V) of shape `s`, NaN-free garbage."""
     vpe = s.values_per_element
     d = s.head_dim // vpe
     if s.layout == "paged":
@@ -150,7 +150,7 @@ def empty_cache(s):
     data = torch.zeros(dims, dtype=torch.uint8, device="cuda")
     if s.tensor_scaled:
         return data, torch.ones(1, dtype=torch.float32, device="cuda")
-    side = side_dims(s)[0]
+    side = scale_dims(s)[0]
     side_dtype = torch.float32 if s.kv_format in ("int8", "fp8-per-head") else torch.int32
     return data, torch.zeros(side, dtype=side_dtype, device="cuda")
 
@@ -228,14 +228,17 @@ def check(attn, shape, lens, report, capacity=False, seed=1, name="", starts=Non
     dt = TORCH_DTYPE[s.dtype]
     q = randn(s.batch, s.q_len, s.num_q_heads, s.head_dim, gen=gen, dtype=dt, scale=2.0)
     extra = {}
+    arrays = {}
     sinks = alibi = None
     if s.sinks:
-        sinks = extra["sinks"] = randn(s.num_q_heads, gen=gen, scale=3.0)
+        sinks = arrays["sinks"] = randn(s.num_q_heads, gen=gen, scale=3.0)
     if s.alibi:
-        alibi = extra["alibi_slopes"] = torch.tensor([2.0 ** (-8 * (i + 1) / s.num_q_heads) for i in range(s.num_q_heads)], device="cuda")
+        alibi = arrays["alibi_slopes"] = torch.tensor([2.0 ** (-8 * (i + 1) / s.num_q_heads) for i in range(s.num_q_heads)], device="cuda")
     tree = None
     if s.tree:
-        tree, (extra["tree_masks"], extra["tree_positions"]) = draft_tree(s.q_len, lens, seed)
+        tree, (arrays["tree_masks"], arrays["tree_positions"]) = draft_tree(s.q_len, lens, seed)
+    if arrays:
+        extra["variant"] = da.VariantBuffers(**arrays)
     if capacity and starts is not None:
         plan = attn.plan_capacity(s)
         extra["seq_starts"] = torch.tensor(starts, dtype=torch.int32, device="cuda")
@@ -515,7 +518,7 @@ def test_append_rows_writes_what_append_kv_writes(attn, fmt, order):
     outs = []
     for way in ("rows", "append"):
         data = torch.zeros(b, h, cap, d // vpe, dtype=torch.uint8 if fmt != "bf16" else torch.bfloat16, device="cuda")
-        scales = None if fmt == "bf16" else (torch.full((1,), 0.05, device="cuda") if shape.tensor_scaled else torch.zeros(side_dims(shape)[0], dtype=side_dtype, device="cuda"))
+        scales = None if fmt == "bf16" else (torch.full((1,), 0.05, device="cuda") if shape.tensor_scaled else torch.zeros(scale_dims(shape)[0], dtype=side_dtype, device="cuda"))
         if way == "rows":
             attn.append_rows(shape, src, data, scales, seq_lens=lens, order=order)
         else:

@@ -20,7 +20,7 @@ pub fn assert_covers(p: &decode_attn::Plan) {
         items.sort_by_key(|w| w.kv_start);
         let len = p.seq_lens()[b];
         let s = p.shape();
-        let visible = s.window.map_or(0, |w| (len - s.q_len).saturating_sub(w));
+        let visible = s.variant.window.map_or(0, |w| (len - s.q_len).saturating_sub(w));
         let first = p.first_key(b);
         assert!(first <= visible && visible - first < p.window_align(), "sequence {b}'s work starts at {first}, its window at {visible}");
         let mut next = first;

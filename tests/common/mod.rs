@@ -9,7 +9,7 @@ use decode_attn::half::{bf16, f16};
 use decode_attn::reference;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::quant::{dequantize_cache, quantize_cache};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvCache, KvFormat, Plan, Result, StepInputs, TensorRef, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvCache, KvFormat, Plan, Result, StepInputs, TensorRef, VariantBuffers, Workspace};
 
 /// Device buffers of one problem, in either 16-bit type.
 pub enum Buffers {
@@ -21,9 +21,9 @@ pub enum Buffers {
 pub struct QuantBufs {
     pub k: DeviceBuffer<u8>,
     pub v: DeviceBuffer<u8>,
-    /// Side data as 32-bit words (int8: f32 scales; int4: fp16 scale/zero pairs).
-    pub k_side: DeviceBuffer<u32>,
-    pub v_side: DeviceBuffer<u32>,
+    /// Scales as 32-bit words (int8: f32 scales; int4: fp16 scale/zero pairs).
+    pub k_scales: DeviceBuffer<u32>,
+    pub v_scales: DeviceBuffer<u32>,
     /// What the CPU quantizer produced, for comparing the GPU quantizer.
     pub host_k: (Vec<u8>, Vec<u32>),
     pub host_v: (Vec<u8>, Vec<u32>),
@@ -32,10 +32,10 @@ pub struct QuantBufs {
 impl QuantBufs {
     /// The cache as `run_cache` takes it (side buffers typed for the format).
     pub fn cache(&self, format: KvFormat) -> KvCache<'_> {
-        let elem = decode_attn::check::side_elem(format).expect("a quantized format");
+        let elem = decode_attn::check::scale_elem(format).expect("a quantized format");
         // SAFETY: views of this struct's live buffers.
         let side = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len() * 4 / elem.size_bytes(), elem) };
-        KvCache::quantized(&self.k, &self.v, side(&self.k_side), side(&self.v_side))
+        KvCache::quantized(&self.k, &self.v, side(&self.k_scales), side(&self.v_scales))
     }
 }
 
@@ -105,7 +105,7 @@ pub fn alibi_slope(h: u32, heads: u32) -> f32 {
 /// The sink logits and ALiBi slopes `shape` has (host values).
 pub fn head_values(shape: &DecodeShape, seed: u64) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
     let hq = shape.num_q_heads;
-    (shape.sinks.then(|| (0..hq).map(|h| sink_value(h, seed)).collect()), shape.alibi.then(|| (0..hq).map(|h| alibi_slope(h, hq)).collect()))
+    (shape.variant.sinks.then(|| (0..hq).map(|h| sink_value(h, seed)).collect()), shape.variant.alibi.then(|| (0..hq).map(|h| alibi_slope(h, hq)).collect()))
 }
 
 impl HeadBufs {
@@ -330,8 +330,8 @@ impl Problem {
             Some(QuantBufs {
                 k: DeviceBuffer::from_slice(&host_k.0)?,
                 v: DeviceBuffer::from_slice(&host_v.0)?,
-                k_side: DeviceBuffer::from_slice(&host_k.1)?,
-                v_side: DeviceBuffer::from_slice(&host_v.1)?,
+                k_scales: DeviceBuffer::from_slice(&host_k.1)?,
+                v_scales: DeviceBuffer::from_slice(&host_v.1)?,
                 host_k,
                 host_v,
             })
@@ -340,7 +340,7 @@ impl Problem {
         };
         let seed = seq_lens.iter().map(|&l| l as u64).sum();
         let mut heads = HeadBufs::for_shape(shape, seed)?;
-        if shape.tree {
+        if shape.variant.tree {
             let (masks, positions) = random_tree(shape.q_len, seq_lens, seed);
             heads.tree = Some(TreeBufs::new(masks, positions)?);
         }
@@ -392,7 +392,7 @@ impl Problem {
             // which its callers keep alive across the runs using them.
             return unsafe {
                 let v = |t: TensorRef| TensorRef::from_raw(t.addr(), t.len(), t.elem());
-                KvCache { k: v(c.k), v: v(c.v), k_scales: c.k_scales.map(v), v_scales: c.v_scales.map(v), sinks: None, alibi_slopes: None, tree: None }
+                KvCache { k: v(c.k), v: v(c.v), k_scales: c.k_scales.map(v), v_scales: c.v_scales.map(v), variant: VariantBuffers::NONE }
             };
         }
         let (k, v): (TensorRef, TensorRef) = match &self.bufs {

@@ -13,7 +13,7 @@ use decode_attn::half::{bf16, f16};
 use decode_attn::quant::{dequantize_fp8_row, dequantize_int4_row, dequantize_int8_row, fp8_tensor_scale, quantize_fp8_row, quantize_fp8_row_scaled, quantize_int4_row, quantize_int8_row};
 use decode_attn::reference;
 use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, Rng};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, KvTensor, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, KvTensor, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
 
 use crate::common::cuda::{check, Graph};
 use crate::paged::Paging;
@@ -122,24 +122,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     let longest = case.start_lens.iter().copied().max().unwrap_or(1) + STEPS * ql;
     let page = case.paging.map_or(1, |p| p.page_size);
     let cap = longest.next_multiple_of(page);
-    let contig = DecodeShape {
-        batch,
-        num_q_heads: HQ,
-        num_kv_heads: HKV,
-        head_dim: D,
-        q_len: ql,
-        max_seq_len: cap,
-        dtype: case.dtype,
-        kv_format: case.format,
-        kv_layout: KvLayout::Nhd,
-        scale: None,
-        soft_cap: case.soft_cap,
-        window: case.window,
-        sinks: case.sinks,
-        alibi: case.alibi,
-        key_ranges: case.starts.is_some(),
-        tree: false,
-    };
+    let contig = DecodeShape { batch, num_q_heads: HQ, num_kv_heads: HKV, head_dim: D, q_len: ql, max_seq_len: cap, dtype: case.dtype, kv_format: case.format, kv_layout: KvLayout::Nhd, scale: None, variant: VariantSpec { soft_cap: case.soft_cap, window: case.window, sinks: case.sinks, alibi: case.alibi, key_ranges: case.starts.is_some(), tree: false } };
     let width = cap / page;
     let mut rng = Rng::new(seed);
     // A shuffled pool with two spare pages (contiguous caches: no table).
@@ -204,7 +187,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
     // are quantized from it on the GPU (unwritten rows stay 0xFF). A packed
     // pool is one buffer, the four parts at their offsets in each page.
     let kv_bytes = shape.kv_bytes_required().ok_or("shape too large")? as usize;
-    let side_bytes = shape.side_bytes_required().ok_or("shape too large")? as usize;
+    let scale_bytes = shape.scale_bytes_required().ok_or("shape too large")? as usize;
     let quantized = case.format.is_quantized();
     let packed = case.paging.is_some_and(|p| p.packed);
     let tensor_scaled = case.format.tensor_scaled();
@@ -229,15 +212,15 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         }
         (vec![up(&bytes)?], [0; 4])
     } else if quantized {
-        (vec![up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; side_bytes])?, up(&vec![0xFF; side_bytes])?], [kv_bytes, kv_bytes, side_bytes, side_bytes])
+        (vec![up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; kv_bytes])?, up(&vec![0xFF; scale_bytes])?, up(&vec![0xFF; scale_bytes])?], [kv_bytes, kv_bytes, scale_bytes, scale_bytes])
     } else {
         (vec![up(&k_prefix)?, up(&v_prefix)?], [kv_bytes, kv_bytes, 0, 0])
     };
-    // Separate pools: (address, bytes) of K, V, K's side data, V's side
+    // Separate pools: (address, bytes) of K, V, K's scales, V's side
     // data (a packed pool's parts are the library's: `KvCache::packed`).
     let part = |i: usize| -> (u64, usize) { (pool[i.min(pool.len() - 1)].as_device_ptr().as_raw(), part_bytes[i]) };
     let kv_elem = decode_attn::check::kv_elem(case.format);
-    let side_elem = decode_attn::check::side_elem(case.format);
+    let scale_elem = decode_attn::check::scale_elem(case.format);
     let plain_elem = decode_attn::check::dtype_elem(case.dtype);
     // SAFETY (both): views of `pool`'s live buffers, each within its buffer.
     let part_ref = |i: usize, e: ElemType| unsafe { TensorRef::from_raw(part(i).0, part(i).1 / e.size_bytes(), e) };
@@ -252,10 +235,10 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
             let t = KvMut::packed(&shape, whole, if i == 0 { KvTensor::K } else { KvTensor::V })?;
             return Ok(if tensor_scaled { t.with_fp8_scale(scale_mut(i)) } else { t });
         }
-        let side = if tensor_scaled { Some(scale_mut(i)) } else { side_elem.map(|se| part_mut(i + 2, se)) };
-        Ok(KvMut { data: part_mut(i, kv_elem), side })
+        let side = if tensor_scaled { Some(scale_mut(i)) } else { scale_elem.map(|se| part_mut(i + 2, se)) };
+        Ok(KvMut { data: part_mut(i, kv_elem), scales: side })
     };
-    if side_elem.is_some() {
+    if scale_elem.is_some() {
         let pre = step_inputs(&prefix_lens_dev, &table_dev, paged, None);
         attn.quantize_kv(&shape, &pre, view(&k_plain, plain_elem), target(0).map_err(err)?, stream).map_err(err)?;
         attn.quantize_kv(&shape, &pre, view(&v_plain, plain_elem), target(1).map_err(err)?, stream).map_err(err)?;
@@ -299,7 +282,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
         let step = step_inputs(&lens_dev, &table_dev, paged, starts);
         attn.append_kv(&shape, &step, view(&knew_dev, plain_elem), target(0)?, stream)?;
         attn.append_kv(&shape, &step, view(&vnew_dev, plain_elem), target(1)?, stream)?;
-        let cache = match side_elem {
+        let cache = match scale_elem {
             _ if packed && tensor_scaled => KvCache::packed(&shape, &pool[0])?.with_fp8_scales(scale_ref(0), scale_ref(1)),
             _ if packed => KvCache::packed(&shape, &pool[0])?,
             _ if tensor_scaled => KvCache::fp8(part_ref(0, kv_elem), part_ref(1, kv_elem), scale_ref(0), scale_ref(1)),

@@ -9,7 +9,7 @@
 
 use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, Workspace};
 
 use crate::common::Problem;
 
@@ -75,7 +75,7 @@ pub fn cases(small: bool) -> Vec<MagnitudeCase> {
                 if !small {
                     // The soft-cap at its bound, logits in the hundreds
                     // (scale 1, K ×1 and ×30).
-                    let capped = DecodeShape { soft_cap: Some(decode_attn::shape::MAX_SOFT_CAP), scale: Some(1.0), ..shape.clone() };
+                    let capped = DecodeShape { variant: VariantSpec { soft_cap: Some(decode_attn::shape::MAX_SOFT_CAP), ..shape.variant }, scale: Some(1.0), ..shape.clone() };
                     add("softcap-bound-k1".into(), 1.0, 1.0, &capped);
                     add("softcap-bound-k30".into(), 30.0, 1.0, &capped);
                 }

@@ -15,7 +15,7 @@ use crate::common::Problem;
 pub struct Paging {
     pub page_size: u32,
     pub order: PageOrder,
-    /// One pool whose pages hold K, V and their side data
+    /// One pool whose pages hold K, V and their scales
     /// (`DecodeShape::packed_page`), instead of four pools.
     pub packed: bool,
 }
@@ -52,7 +52,7 @@ pub struct Pool {
     tensor_scales: Option<(DeviceBuffer<u8>, DeviceBuffer<u8>)>,
 }
 
-/// Four pools (K, V, and for quantized formats their side data), or one
+/// Four pools (K, V, and for quantized formats their scales), or one
 /// packed pool holding all four (`DecodeShape::packed_page`).
 enum Buffers {
     Separate { k: DeviceBuffer<u8>, v: DeviceBuffer<u8>, side: Option<(DeviceBuffer<u8>, DeviceBuffer<u8>)> },
@@ -61,15 +61,15 @@ enum Buffers {
 
 /// Copies `row` bytes per (b, t, h) from the contiguous NHD `src` into
 /// `out` from byte `base` on, at the paged shape's strides (`side`: `src`
-/// is side data `[batch, Hkv, padded_len]`, placed at the side strides).
+/// is scales `[batch, Hkv, padded_len]`, placed at the side strides).
 #[allow(clippy::too_many_arguments)]
 fn scatter(contig: &DecodeShape, paged: &DecodeShape, lens: &[u32], table: &[i32], src: &[u8], row: usize, side: bool, out: &mut [u8], base: usize) {
     let KvLayout::Paged { page_size, .. } = paged.kv_layout else { unreachable!() };
     let (ps, hkv, cap) = (page_size as usize, contig.num_kv_heads as usize, contig.max_seq_len as usize);
     let padded = cap.next_multiple_of(4);
     let width = paged.pages_per_seq() as usize;
-    // Byte strides: values count elements of the format's bits, side data entries.
-    let (s, unit) = if side { (paged.side_strides(), row as u64 * 8) } else { (paged.kv_strides(), paged.kv_format.bits() as u64) };
+    // Byte strides: values count elements of the format's bits, scales entries.
+    let (s, unit) = if side { (paged.scale_strides(), row as u64 * 8) } else { (paged.kv_strides(), paged.kv_format.bits() as u64) };
     let bytes = |n: u64| (n * unit / 8) as usize;
     for (b, &len) in lens.iter().enumerate() {
         for t in 0..len as usize {
@@ -100,7 +100,7 @@ impl Pool {
         let shape = paging.shape(contig, num_pages);
         let format = contig.kv_format;
         let row = format.row_bytes(contig.head_dim) as usize;
-        let side = format.side_bytes(contig.head_dim) as usize;
+        let side = format.scale_bytes(contig.head_dim) as usize;
         let up = |bytes: Vec<u8>| DeviceBuffer::from_slice(&bytes).map_err(|e| e.to_string());
         let words = |w: &[u32]| w.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let bits = |x: &[f32]| -> Vec<u8> {
@@ -114,7 +114,7 @@ impl Pool {
             Some(qb) => [Some(qb.host_k.0.clone()), Some(qb.host_v.0.clone()), Some(words(&qb.host_k.1)), Some(words(&qb.host_v.1))],
             None => [Some(bits(&p.k)), Some(bits(&p.v)), None, None],
         };
-        let (kv_bytes, side_bytes) = (shape.kv_bytes_required().ok_or("pool too large")? as usize, shape.side_bytes_required().ok_or("pool too large")? as usize);
+        let (kv_bytes, scale_bytes) = (shape.kv_bytes_required().ok_or("pool too large")? as usize, shape.scale_bytes_required().ok_or("pool too large")? as usize);
         let lens = &p.seq_lens;
         let tensor_scales = match (&p.quant, format.tensor_scaled()) {
             (Some(qb), true) => Some((up(words(&qb.host_k.1))?, up(words(&qb.host_v.1))?)),
@@ -123,9 +123,9 @@ impl Pool {
         if paging.packed {
             let pp = shape.packed_page().ok_or("not paged")?;
             let mut pool = vec![0xFFu8; num_pages as usize * pp.page_bytes as usize];
-            for (part, base) in parts.iter().zip([0, pp.v, pp.k_side, pp.v_side]) {
+            for (part, base) in parts.iter().zip([0, pp.v, pp.k_scales, pp.v_scales]) {
                 if let Some(src) = part {
-                    let (width, is_side) = if base >= pp.k_side { (side, true) } else { (row, false) };
+                    let (width, is_side) = if base >= pp.k_scales { (side, true) } else { (row, false) };
                     scatter(contig, &shape, lens, &table, src, width, is_side, &mut pool, base as usize);
                 }
             }
@@ -138,7 +138,7 @@ impl Pool {
             up(out).map(Some)
         };
         let (k, v) = (one(&parts[0], row, false, kv_bytes)?.ok_or("no K")?, one(&parts[1], row, false, kv_bytes)?.ok_or("no V")?);
-        let side = if format.tensor_scaled() { None } else { one(&parts[2], side, true, side_bytes)?.zip(one(&parts[3], side, true, side_bytes)?) };
+        let side = if format.tensor_scaled() { None } else { one(&parts[2], side, true, scale_bytes)?.zip(one(&parts[3], side, true, scale_bytes)?) };
         Ok(Pool { shape, table, buffers: Buffers::Separate { k, v, side }, tensor_scales })
     }
 
@@ -152,7 +152,7 @@ impl Pool {
             Buffers::Packed(pool) => KvCache::packed(&self.shape, pool).expect("a packed pool's shape"),
             Buffers::Separate { k, v, side } => {
                 let mut cache = KvCache::plain(view(k, elem), view(v, elem));
-                if let (Some((ks, vs)), Some(se)) = (side, decode_attn::check::side_elem(format)) {
+                if let (Some((ks, vs)), Some(se)) = (side, decode_attn::check::scale_elem(format)) {
                     cache.k_scales = Some(view(ks, se));
                     cache.v_scales = Some(view(vs, se));
                 }

@@ -6,7 +6,7 @@ use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::quant::{dequantize_cache, quantize_cache};
 use decode_attn::testing::Distribution;
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, KvFormat, KvLayout, KvMut, StepInputs, TensorMut, TensorRef};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, KvFormat, KvLayout, KvMut, StepInputs, TensorMut, TensorRef};
 
 use crate::common::{Buffers, Problem};
 
@@ -46,34 +46,17 @@ fn plain_k(p: &Problem) -> Result<(u64, usize, Vec<u16>), String> {
 }
 
 pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dtype: Dtype, d: u32, layout: KvLayout) -> Result<(), String> {
-    let shape = DecodeShape {
-        batch: 3,
-        num_q_heads: 4,
-        num_kv_heads: 2,
-        head_dim: d,
-        q_len: 2,
-        max_seq_len: 300,
-        dtype,
-        kv_format: format,
-        kv_layout: layout,
-        scale: None,
-        soft_cap: None,
-        window: None,
-        sinks: false,
-        alibi: false,
-        key_ranges: false,
-        tree: false,
-    };
+    let shape = DecodeShape { batch: 3, num_q_heads: 4, num_kv_heads: 2, head_dim: d, q_len: 2, max_seq_len: 300, dtype, kv_format: format, kv_layout: layout, scale: None, variant: VariantSpec { soft_cap: None, window: None, sinks: false, alibi: false, key_ranges: false, tree: false } };
     let lens = vec![300u32, 2, 157];
     let p = Problem::new(&shape, &lens, Distribution::HeavyTailed, 5).map_err(err)?;
     let qb = p.quant.as_ref().ok_or("no quantized buffers")?;
     let (plain_addr, n, plain_bits) = plain_k(&p)?;
-    let n_side = (shape.side_bytes_required().unwrap() / 4) as usize;
+    let n_side = (shape.scale_bytes_required().unwrap() / 4) as usize;
     let n_bytes = shape.kv_bytes_required().unwrap() as usize;
-    let side_elem = decode_attn::check::side_elem(format).ok_or("not a quantized format")?;
+    let scale_elem = decode_attn::check::scale_elem(format).ok_or("not a quantized format")?;
     // SAFETY (of the views below): each names a live buffer of this function.
-    let side_mut = |b: &mut DeviceBuffer<u32>| unsafe { TensorMut::from_raw(b.as_device_ptr().as_raw(), b.len(), side_elem) };
-    let side_ref = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len(), side_elem) };
+    let side_mut = |b: &mut DeviceBuffer<u32>| unsafe { TensorMut::from_raw(b.as_device_ptr().as_raw(), b.len(), scale_elem) };
+    let side_ref = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len(), scale_elem) };
     let nan = f32::NAN.to_bits();
     let lens_dev = DeviceBuffer::from_slice(&lens).map_err(err)?;
     let elem16 = decode_attn::check::dtype_elem(dtype);
@@ -121,8 +104,8 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     stream.synchronize().map_err(err)?;
     data2.copy_to(&mut got_data).map_err(err)?;
     scales2.copy_to(&mut got_scales).map_err(err)?;
-    let side = shape.side_strides();
-    let (row_bytes, words) = (format.row_bytes(d) as usize, format.side_bytes(d) as usize / 4);
+    let side = shape.scale_strides();
+    let (row_bytes, words) = (format.row_bytes(d) as usize, format.scale_bytes(d) as usize / 4);
     let bits = format.bits() as u64;
     let mut expect_data = vec![0u8; n_bytes];
     let mut expect_scales = side_init.clone();
@@ -144,7 +127,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     let out = DeviceBuffer::from_slice(&vec![0x7FFFu16; n]).map_err(err)?;
     // SAFETY: a view of `out`.
     let out_view = unsafe { TensorMut::from_raw(out.as_device_ptr().as_raw(), n, elem16) };
-    attn.dequantize_kv(&shape, &lens_dev, &qb.k, side_ref(&qb.k_side), out_view, stream).map_err(err)?;
+    attn.dequantize_kv(&shape, &lens_dev, &qb.k, side_ref(&qb.k_scales), out_view, stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     let mut got16 = vec![0u16; n];
     out.copy_to(&mut got16).map_err(err)?;
@@ -204,7 +187,7 @@ pub fn extreme_rows(attn: &DecodeAttention, stream: &Stream, format: KvFormat) -
     let lens_dev = DeviceBuffer::from_slice(&lens).map_err(err)?;
     // SAFETY (of the views below): each names a live buffer of this function.
     let plain_view = unsafe { TensorRef::from_raw(plain_dev.as_device_ptr().as_raw(), n, decode_attn::check::dtype_elem(dtype)) };
-    let side_elem = decode_attn::check::side_elem(format).ok_or("not a quantized format")?;
+    let scale_elem = decode_attn::check::scale_elem(format).ok_or("not a quantized format")?;
     let n_bytes = shape.kv_bytes_required().unwrap() as usize;
     let fp8 = matches!(format, KvFormat::Fp8 | KvFormat::Fp8PerHead);
     let nan_code = |b: &u8| fp8 && b & 0x7f == 0x7f;
@@ -213,7 +196,7 @@ pub fn extreme_rows(attn: &DecodeAttention, stream: &Stream, format: KvFormat) -
     if format == KvFormat::Fp8 {
         for scale in [1e-40f32, f32::from_bits(1), 1e-30, 0.0, -1.0] {
             let side = DeviceBuffer::from_slice(&[scale.to_bits()]).map_err(err)?;
-            let side_view = unsafe { TensorMut::from_raw(side.as_device_ptr().as_raw(), 1, side_elem) };
+            let side_view = unsafe { TensorMut::from_raw(side.as_device_ptr().as_raw(), 1, scale_elem) };
             attn.quantize_kv(&shape, &StepInputs::lengths(&lens_dev), plain_view, KvMut::quantized(&mut data, side_view), stream).map_err(err)?;
             stream.synchronize().map_err(err)?;
             data.copy_to(&mut got).map_err(err)?;
@@ -233,9 +216,9 @@ pub fn extreme_rows(attn: &DecodeAttention, stream: &Stream, format: KvFormat) -
         }
         return Ok(());
     }
-    let n_side = (shape.side_bytes_required().unwrap() / 4) as usize;
+    let n_side = (shape.scale_bytes_required().unwrap() / 4) as usize;
     let side = DeviceBuffer::from_slice(&vec![f32::NAN.to_bits(); n_side]).map_err(err)?;
-    let side_view = unsafe { TensorMut::from_raw(side.as_device_ptr().as_raw(), n_side, side_elem) };
+    let side_view = unsafe { TensorMut::from_raw(side.as_device_ptr().as_raw(), n_side, scale_elem) };
     attn.quantize_kv(&shape, &StepInputs::lengths(&lens_dev), plain_view, KvMut::quantized(&mut data, side_view), stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     data.copy_to(&mut got).map_err(err)?;

@@ -1,4 +1,4 @@
-//! Per-sequence key ranges `[start_b, L_b)` (`DecodeShape::key_ranges`):
+//! Per-sequence key ranges `[start_b, L_b)` (`VariantSpec::key_ranges`):
 //! every format, each kernel family that serves it, alone and with every
 //! other variant, through plans of host lengths (`plan_key_ranges`) and
 //! capacity plans (device starts in `StepInputs`), contiguous and paged.
@@ -11,7 +11,7 @@
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, StepInputs, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, StepInputs, Workspace};
 
 use crate::common::Problem;
 use crate::paged::{self, Paging};
@@ -83,16 +83,7 @@ fn shapes(small: bool) -> Vec<RangeCase> {
             if vi > 0 && (vi + fi) % 3 != 0 {
                 continue;
             }
-            let shape = |batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u32| DecodeShape {
-                kv_format: format,
-                dtype,
-                window: v.window,
-                sinks: v.sinks,
-                alibi: v.alibi,
-                soft_cap: v.soft_cap,
-                key_ranges: true,
-                ..DecodeShape::bf16(batch, hq, hkv, d, q_len, cap)
-            };
+            let shape = |batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u32| DecodeShape { variant: VariantSpec { window: v.window, sinks: v.sinks, alibi: v.alibi, soft_cap: v.soft_cap, key_ranges: true, ..VariantSpec::STANDARD }, kv_format: format, dtype, ..DecodeShape::bf16(batch, hq, hkv, d, q_len, cap) };
             let mut add = |name: &str, s: DecodeShape, lens: Vec<u32>, starts: Vec<u32>, split: SplitPolicy, mode: Mode, paging: Option<Paging>| {
                 let name = format!("{}/{}/{}-{name}/hq{}-hkv{}/d{}/q{}/{split:?}/{mode:?}", format.name(), dtype.name(), v.tag, s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len);
                 out.push(RangeCase { name, family: Family::Wide, shape: s, seq_lens: lens, starts, split, mode, paging });

@@ -1,4 +1,4 @@
-//! Speculative decoding's draft trees (`DecodeShape::tree`): every format,
+//! Speculative decoding's draft trees (`VariantSpec::tree`): every format,
 //! each kernel family that serves it, alone and with a window and sinks or
 //! a soft-cap, through plans of host lengths and capacity plans (lengths on
 //! the device), contiguous and paged, q_len 2 to 8. Each sequence's new
@@ -11,7 +11,7 @@
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, StepInputs, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, StepInputs, Workspace};
 
 use crate::common::{random_tree, Problem, TreeBufs};
 use crate::paged::{self, Paging};
@@ -77,15 +77,7 @@ fn shapes(small: bool) -> Vec<TreeCase> {
             if vi > 0 && (vi + fi) % 2 != 0 {
                 continue;
             }
-            let shape = |batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u32| DecodeShape {
-                kv_format: format,
-                dtype,
-                window: v.window,
-                sinks: v.sinks,
-                soft_cap: v.soft_cap,
-                tree: true,
-                ..DecodeShape::bf16(batch, hq, hkv, d, q_len, cap)
-            };
+            let shape = |batch: u32, hq: u32, hkv: u32, d: u32, q_len: u32, cap: u32| DecodeShape { variant: VariantSpec { window: v.window, sinks: v.sinks, soft_cap: v.soft_cap, tree: true, ..VariantSpec::STANDARD }, kv_format: format, dtype, ..DecodeShape::bf16(batch, hq, hkv, d, q_len, cap) };
             let mut add = |name: &str, s: DecodeShape, lens: Vec<u32>, split: SplitPolicy, mode: Mode, paging: Option<Paging>| {
                 let name = format!("{}/{}/{}-{name}/hq{}-hkv{}/d{}/q{}/{split:?}/{mode:?}", format.name(), dtype.name(), v.tag, s.num_q_heads, s.num_kv_heads, s.head_dim, s.q_len);
                 out.push(TreeCase { name, family: Family::Wide, shape: s, seq_lens: lens, split, mode, paging, chain: false });
@@ -110,7 +102,7 @@ fn shapes(small: bool) -> Vec<TreeCase> {
         // on the masked kernels), host and capacity plans.
         if !small && matches!(format, KvFormat::Bf16 | KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Int4G32) {
             for (mode, paging) in [(Mode::Host, None), (Mode::Capacity, Some(Paging::new(16, TokenMajor)))] {
-                let s = DecodeShape { kv_format: format, dtype, sinks: true, tree: true, ..DecodeShape::bf16(3, 8, 2, 128, 5, 1200) };
+                let s = DecodeShape { variant: VariantSpec { sinks: true, tree: true, ..VariantSpec::STANDARD }, kv_format: format, dtype, ..DecodeShape::bf16(3, 8, 2, 128, 5, 1200) };
                 let name = format!("{}/{}/tree-chain-is-causal/hq8-hkv2/d128/q5/{mode:?}", format.name(), dtype.name());
                 out.push(TreeCase { name, family: Family::Wide, shape: s, seq_lens: vec![1200, 517, 5], split: SplitPolicy::ChunkKeys(256), mode, paging, chain: true });
             }
@@ -150,7 +142,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &TreeCase, seed: u64) 
     let lens_dev = DeviceBuffer::from_slice(&case.seq_lens).map_err(err)?;
     let table_dev = DeviceBuffer::from_slice(table.unwrap_or(&[0])).map_err(err)?;
     let runs = |p: &mut Problem, shape: &DecodeShape| -> Result<(Vec<Vec<f32>>, u32), String> {
-        let plan_shape = pool.as_ref().map_or_else(|| shape.clone(), |pool| DecodeShape { tree: shape.tree, ..pool.shape.clone() });
+        let plan_shape = pool.as_ref().map_or_else(|| shape.clone(), |pool| DecodeShape { variant: VariantSpec { tree: shape.variant.tree, ..pool.shape.variant }, ..pool.shape.clone() });
         match case.mode {
             Mode::Host => {
                 let plan = match table {
@@ -177,7 +169,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &TreeCase, seed: u64) 
     }
     // The same step without a tree: the same kernel (sinks), causal.
     p.heads.tree = None;
-    let (causal, _) = runs(&mut p, &DecodeShape { tree: false, ..s.clone() })?;
+    let (causal, _) = runs(&mut p, &DecodeShape { variant: VariantSpec { tree: false, ..s.variant }, ..s.clone() })?;
     match outs[0].iter().zip(&causal[0]).position(|(a, b)| a.to_bits() != b.to_bits()) {
         None => Ok((error, splits)),
         Some(at) => Err(format!("the chain's output differs from the causal step's at element {at}: {} vs {}", outs[0][at], causal[0][at])),

@@ -252,17 +252,17 @@ pub enum KvFormat {
     Int8 = 2,
     /// int4 group-wise, G = 32: D/2 bytes per row (nibbles in the order of
     /// `docs/formats.md`), and per group of G head dims an fp16 scale and
-    /// zero in side data: `x ≈ q · scale + zero`, q in 0..=15.
+    /// zero in scales: `x ≈ q · scale + zero`, q in 0..=15.
     Int4G32 = 3,
     /// int4 group-wise, G = 64.
     Int4G64 = 4,
     /// int4 group-wise, G = 128 (head_dim ≥ 128).
     Int4G128 = 5,
     /// fp8 e4m3 per head: D e4m3 bytes per row (`crate::e4m3_from_f32`) and
-    /// one f32 scale per (sequence, token, kv head) in side data, int8's
+    /// one f32 scale per (sequence, token, kv head) in scales, int8's
     /// layout: `x ≈ e4m3 · scale`.
     Fp8PerHead = 6,
-    /// fp8 e4m3 per tensor: D e4m3 bytes per row and no side data; one f32
+    /// fp8 e4m3 per tensor: D e4m3 bytes per row and no scales; one f32
     /// scale for all of K and one for all of V, device scalars read at
     /// each launch (a captured graph sees new values): `x ≈ e4m3 · scale`.
     Fp8 = 7,
@@ -366,9 +366,9 @@ impl KvFormat {
     pub const fn row_bytes(self, head_dim: u32) -> u32 {
         saturate(head_dim as u64 * self.bits() as u64 / 8)
     }
-    /// Bytes of one row's side data (scales), stored apart from the values;
+    /// Bytes of one row's scales, stored apart from the values;
     /// `u32::MAX` where that overflows.
-    pub const fn side_bytes(self, head_dim: u32) -> u32 {
+    pub const fn scale_bytes(self, head_dim: u32) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 | KvFormat::Fp8 => 0,
             KvFormat::Int8 | KvFormat::Fp8PerHead => 4,
@@ -378,7 +378,7 @@ impl KvFormat {
             },
         }
     }
-    /// Whether rows are quantized (values + side data, or values and
+    /// Whether rows are quantized (values + scales, or values and
     /// per-tensor scales).
     pub const fn is_quantized(self) -> bool {
         self.bits() < 16
@@ -411,6 +411,39 @@ const fn saturate(x: u64) -> u32 {
 
 /// Head dimensions the kernels are instantiated for.
 pub const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+
+/// An attention kernel's head dims: Q·K's (the length of Q's and K's rows)
+/// and V's (V's and O's). Every family built so far reads V rows as long
+/// as K's ([`HeadDims::square`]); multi-head latent attention (DeepSeek,
+/// Kimi) reads 576 values for Q·K and the first 512 of the same cached row
+/// for V: another point of this axis, not another kernel set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HeadDims {
+    pub qk: u32,
+    pub v: u32,
+}
+
+impl HeadDims {
+    /// Q·K and V of the same head dim `d`.
+    pub const fn square(d: u32) -> HeadDims {
+        HeadDims { qk: d, v: d }
+    }
+    /// Whether V's rows are as long as K's.
+    pub const fn is_square(self) -> bool {
+        self.qk == self.v
+    }
+    pub const fn same(self, other: HeadDims) -> bool {
+        self.qk == other.qk && self.v == other.v
+    }
+    /// The symbols' part: `d<qk>`, or `d<qk>v<v>` where V's differs.
+    pub fn write_symbol(self, w: &mut impl core::fmt::Write) -> core::fmt::Result {
+        if self.is_square() {
+            write!(w, "d{}", self.qk)
+        } else {
+            write!(w, "d{}v{}", self.qk, self.v)
+        }
+    }
+}
 /// Largest number of new query tokens per sequence.
 pub const MAX_Q_LEN: u32 = 8;
 
@@ -478,11 +511,60 @@ impl Form {
     }
 }
 
-/// The attention variant a kernel is compiled for: the logits transform of
-/// its softmax step and whether it takes a sliding window, sinks and a
-/// draft tree (`kernels-gpu`'s `AttentionVariant`; the semantics are
-/// `docs/benchmark.md`'s, "The operation"). A variant's presence is a
-/// compile-time choice; its values (the cap, the window, the sinks',
+/// A variant's logits transform, one of its three parts
+/// ([`VariantParts`]).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScoreMod {
+    /// The scaled score itself.
+    Plain = 0,
+    /// Logits soft-cap (Gemma 2, Grok): `cap · tanh(scale · q·k / cap)`.
+    SoftCap = 1,
+    /// ALiBi (BLOOM, MPT, Falcon): `scale · q·k + slope_h · (t − p)`.
+    Alibi = 2,
+}
+
+/// Which keys a variant's kernels can hide beyond the causal limit among
+/// the new tokens, one of its three parts ([`VariantParts`]). Ordered: each
+/// mask's kernels serve the launches of the masks before it (an absent
+/// window, first keys or tree is a value of the launch).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MaskKind {
+    /// The causal limit alone.
+    Causal = 0,
+    /// A sliding window (Mistral, Gemma's local layers) and the sequences'
+    /// own first keys (key ranges), where the launch sets them.
+    Window = 1,
+    /// [`MaskKind::Window`] and a speculative step's draft tree (each new
+    /// token sees the prefix and its ancestors), where the launch sets one.
+    Tree = 2,
+}
+
+/// A variant as three orthogonal parts: the score modifier, the mask and
+/// whether the launch's sinks (gpt-oss) enter the softmax. The kernel set
+/// compiles some combinations ([`Variant`]); [`Variant::serving`] picks
+/// the one that serves a wanted combination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct VariantParts {
+    pub score: ScoreMod,
+    pub mask: MaskKind,
+    pub sinks: bool,
+}
+
+impl VariantParts {
+    /// Whether kernels built with `self` serve a launch that wants
+    /// `wanted`: the same score modifier, a mask at least as wide, sinks if
+    /// it wants them.
+    pub const fn covers(self, wanted: VariantParts) -> bool {
+        self.score as u32 == wanted.score as u32 && self.mask as u32 >= wanted.mask as u32 && (self.sinks || !wanted.sinks)
+    }
+}
+
+/// The attention variants the kernel set compiles (`kernels-gpu`'s
+/// `variant::Parts`; the semantics are `docs/benchmark.md`'s, "The
+/// operation"): named combinations of [`VariantParts`]. A part's presence
+/// is a compile-time choice; its values (the cap, the window, the sinks',
 /// slopes' and tree's device arrays) are runtime data in `DecodeParams`.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -490,22 +572,21 @@ pub enum Variant {
     /// `softmax(scale · q·k)`, causal among the new tokens: no window, no
     /// sinks. The fastest kernels; every form.
     Standard = 0,
-    /// Logits soft-cap (Gemma 2, Grok): `cap · tanh(scale · q·k / cap)`;
-    /// with a sliding window, sinks and first keys where the launch sets
-    /// them.
+    /// Logits soft-cap with a sliding window, sinks and first keys where
+    /// the launch sets them.
     SoftCap = 1,
-    /// The standard logits with any of the masks — a sliding window
-    /// (Mistral, Gemma's local layers), the sequences' first keys — and / or
-    /// attention sinks (gpt-oss).
+    /// The standard logits with any of the masks — a sliding window, the
+    /// sequences' first keys — and / or attention sinks.
     Masked = 2,
-    /// ALiBi (BLOOM, MPT, Falcon): `scale · q·k + slope_h · (t − p)`; with
-    /// a sliding window and sinks where the launch sets them.
+    /// ALiBi with a sliding window and sinks where the launch sets them.
     Alibi = 3,
-    /// [`Variant::Masked`] verifying a speculative step's draft tree (each
-    /// new token sees the prefix and its ancestors): its own kernels, so
-    /// that the masked ones keep their code (docs/perf.md, "Draft trees").
+    /// [`Variant::Masked`] verifying a speculative step's draft tree: its
+    /// own kernels, so that the masked ones keep their code (docs/perf.md,
+    /// "Draft trees").
     MaskedTree = 4,
-    /// [`Variant::SoftCap`] verifying a draft tree.
+    /// [`Variant::SoftCap`] verifying a draft tree (not ALiBi: its bias
+    /// would need each new key's tree position too; no model pairs ALiBi
+    /// with speculative trees).
     SoftCapTree = 5,
 }
 
@@ -521,26 +602,66 @@ impl Variant {
             Variant::Alibi => "alibi",
         }
     }
+    /// The parts the variant's kernels apply.
+    pub const fn parts(self) -> VariantParts {
+        let (score, mask, sinks) = match self {
+            Variant::Standard => (ScoreMod::Plain, MaskKind::Causal, false),
+            Variant::SoftCap => (ScoreMod::SoftCap, MaskKind::Window, true),
+            Variant::Masked => (ScoreMod::Plain, MaskKind::Window, true),
+            Variant::Alibi => (ScoreMod::Alibi, MaskKind::Window, true),
+            Variant::MaskedTree => (ScoreMod::Plain, MaskKind::Tree, true),
+            Variant::SoftCapTree => (ScoreMod::SoftCap, MaskKind::Tree, true),
+        };
+        VariantParts { score, mask, sinks }
+    }
+    /// The first compiled variant (in [`Variant::ALL`]'s order, fastest
+    /// first) whose kernels serve `wanted`; `None` for a combination no
+    /// kernel applies (ALiBi with a draft tree).
+    pub const fn serving(wanted: VariantParts) -> Option<Variant> {
+        let mut i = 0;
+        while i < Variant::ALL.len() {
+            if Variant::ALL[i].parts().covers(wanted) {
+                return Some(Variant::ALL[i]);
+            }
+            i += 1;
+        }
+        None
+    }
+    /// The compiled variant of exactly these parts (the kernels' types name
+    /// their parts; this names their kernel set). Panics, at compile time
+    /// in a const, for parts the set does not compile.
+    pub const fn of(parts: VariantParts) -> Variant {
+        let mut i = 0;
+        while i < Variant::ALL.len() {
+            let v = Variant::ALL[i].parts();
+            if v.covers(parts) && parts.covers(v) {
+                return Variant::ALL[i];
+            }
+            i += 1;
+        }
+        panic!("no compiled variant has these parts")
+    }
     /// Whether the logits are the scaled score times a constant, so that a
     /// positive factor commutes with the row maximum and may be applied in
     /// the exponent's FMA instead of to every score (the wgmma kernels'
     /// `fold`). A soft-cap's `tanh` is not, nor is ALiBi's added bias.
     pub const fn linear_in_scale(self) -> bool {
-        matches!(self, Variant::Standard | Variant::Masked | Variant::MaskedTree)
+        matches!(self.parts().score, ScoreMod::Plain)
     }
-    /// Whether the kernels read a sliding window and sinks from their
-    /// parameters (`DecodeParams::window`, `sinks`): every variant but
-    /// [`Variant::Standard`], whose kernels stay exactly the plain softmax.
-    pub const fn takes_window_and_sinks(self) -> bool {
-        !matches!(self, Variant::Standard)
+    /// Whether the kernels read a sliding window and first keys from their
+    /// parameters (`DecodeParams::window`, `seq_starts`).
+    pub const fn takes_window(self) -> bool {
+        self.parts().mask as u32 >= MaskKind::Window as u32
+    }
+    /// Whether the kernels (and their merges) add the launch's sinks
+    /// (`DecodeParams::sinks`).
+    pub const fn takes_sinks(self) -> bool {
+        self.parts().sinks
     }
     /// Whether the kernels read a draft tree from their parameters
-    /// (`DecodeParams::tree_masks`, `tree_positions`): the tree variants of
-    /// the masked and soft-cap kernels (not ALiBi's: its bias would need
-    /// each new key's tree position too; no model pairs ALiBi with
-    /// speculative trees).
+    /// (`DecodeParams::tree_masks`, `tree_positions`).
     pub const fn takes_tree(self) -> bool {
-        matches!(self, Variant::MaskedTree | Variant::SoftCapTree)
+        matches!(self.parts().mask, MaskKind::Tree)
     }
     /// Whether the kernels of a merge and form are built with this variant.
     /// Variants other than [`Variant::Standard`] merge split sequences

@@ -10,17 +10,18 @@
 
 use core::fmt::{self, Write};
 
-use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, KvFormat, Merge, Variant, HEAD_DIMS};
+use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, HEAD_DIMS};
 
 /// One attention kernel: the architecture of its module, its KV format,
-/// Q/O dtype, head dim, family, addressing, merge, form and attention
+/// Q/O dtype, head dims, family, addressing, merge, form and attention
 /// variant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct KernelId {
     pub arch: Arch,
     pub format: KvFormat,
     pub dtype: Dtype,
-    pub head_dim: u32,
+    /// Q·K's and V's head dims (equal in every family built so far).
+    pub dims: HeadDims,
     pub family: Family,
     pub addressing: Addressing,
     pub merge: Merge,
@@ -30,6 +31,8 @@ pub struct KernelId {
 
 impl KernelId {
     /// Whether the module has this kernel: the rules of the kernel set.
+    /// - V's rows are as long as K's (every family reads V from rows of Q·K's
+    ///   head dim: a family of MLA's 576 / 512 is the first to differ);
     /// - the format has rows of `head_dim` values and computes with `dtype`
     ///   (16-bit caches with their own type, quantized ones with either);
     /// - the family serves the format and head dim ([`Family::serves`]);
@@ -46,13 +49,19 @@ impl KernelId {
         };
         let paged = matches!(self.addressing, Addressing::Paged);
         let cluster = self.merge.is_cluster();
+        let head_dim = self.dims.qk;
         let form_ok = match self.form {
             Form::Plain => true,
             Form::Specialized => matches!(self.family, Family::Wgmma) && wgmma_specializable(self.format, paged),
-            Form::Capacity => has_capacity_twin(self.format, self.head_dim, self.family, paged, cluster),
-            Form::HeadPair => has_head_pair_form(self.format, self.head_dim, self.family, cluster),
+            Form::Capacity => has_capacity_twin(self.format, head_dim, self.family, paged, cluster),
+            Form::HeadPair => has_head_pair_form(self.format, head_dim, self.family, cluster),
         };
-        self.format.supports_head_dim(self.head_dim) && dtype_ok && self.family.serves(self.format, self.head_dim) && form_ok && self.variant.builds(self.merge, self.form)
+        self.dims.is_square()
+            && self.format.supports_head_dim(head_dim)
+            && dtype_ok
+            && self.family.serves(self.format, head_dim)
+            && form_ok
+            && self.variant.builds(self.merge, self.form)
             && self.arch.holds(self.needs())
     }
 
@@ -77,7 +86,7 @@ impl KernelId {
         self.arch as u32 == other.arch as u32
             && self.format as u32 == other.format as u32
             && self.dtype as u32 == other.dtype as u32
-            && self.head_dim == other.head_dim
+            && self.dims.same(other.dims)
             && self.family as u32 == other.family as u32
             && self.addressing as u32 == other.addressing as u32
             && self.merge as u32 == other.merge as u32
@@ -86,7 +95,7 @@ impl KernelId {
     }
 
     /// The entry point's symbol:
-    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma][_ws|_pair][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>`,
+    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma][_ws|_pair][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>[v<V's head_dim>]`,
     /// e.g. `decode_paged_narrow_kv_int8_q_bf16_d128`.
     pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
         w.write_str("decode")?;
@@ -112,7 +121,8 @@ impl KernelId {
         if !matches!(self.variant, Variant::Standard) {
             write!(w, "_{}", self.variant.name())?;
         }
-        write!(w, "_kv_{}_q_{}_d{}", self.format.symbol(), self.dtype.name(), self.head_dim)
+        write!(w, "_kv_{}_q_{}_", self.format.symbol(), self.dtype.name())?;
+        self.dims.write_symbol(w)
     }
 
     /// Every kernel of the set, in the product's order: architecture,
@@ -126,7 +136,7 @@ impl KernelId {
                             Addressing::ALL.into_iter().flat_map(move |addressing| {
                                 Merge::ALL.into_iter().flat_map(move |merge| {
                                     Form::ALL.into_iter().flat_map(move |form| {
-                                        Variant::ALL.into_iter().map(move |variant| KernelId { arch, format, dtype, head_dim, family, addressing, merge, form, variant }).filter(KernelId::exists)
+                                        Variant::ALL.into_iter().map(move |variant| KernelId { arch, format, dtype, dims: HeadDims::square(head_dim), family, addressing, merge, form, variant }).filter(KernelId::exists)
                                     })
                                 })
                             })
@@ -142,10 +152,10 @@ impl KernelId {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum QuantDirection {
-    /// 16-bit rows → cache rows: quantized rows + side data, or (16-bit
+    /// 16-bit rows → cache rows: quantized rows + scales, or (16-bit
     /// formats) the rows themselves.
     Store = 0,
-    /// Quantized rows + side data → 16-bit rows.
+    /// Quantized rows + scales → 16-bit rows.
     Dequantize = 1,
 }
 
@@ -228,7 +238,7 @@ impl QuantKernelId {
 
 /// One split-merge kernel: the O dtype and head dim, and whether it adds
 /// the sinks of `MergeParams::sinks` (the merge of every variant that
-/// [`Variant::takes_window_and_sinks`]; a sequence's sink enters its
+/// [`Variant::takes_sinks`]; a sequence's sink enters its
 /// denominator once, in the merge, never in a split's partial).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MergeKernelId {

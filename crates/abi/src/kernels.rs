@@ -5,7 +5,8 @@
 //!
 //! A table macro takes the name of a macro and calls it with every row:
 //! `decode_kernel_table!(m)` calls `m! { name => ("arch", Arch, KvFormat,
-//! Dtype, head_dim, Family, Addressing, Merge, Form, Variant, kernel type);
+//! Dtype, Q·K's head_dim, V's head_dim, Family, Addressing, Merge, Form,
+//! Variant, kernel type);
 //! … }` (each a variant name of its enum; `"arch"` the architecture's name,
 //! which `kernels-gpu` compares with its `decode_attn_arch` cfg),
 //! `quant_kernel_table!(m)` `m! { name => ("arch", Arch, KvFormat, Dtype,
@@ -15,7 +16,7 @@
 //! A kernel's symbol is unique within its architecture's module; the same
 //! symbol names the kernel of another architecture in that one's module.
 
-use crate::axes::{Addressing, Arch, Dtype, Family, Form, KvFormat, Merge, Variant};
+use crate::axes::{Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant};
 use crate::kernel_set::{KernelId, MergeKernelId, QuantDirection, QuantKernelId};
 
 include!(concat!(env!("OUT_DIR"), "/kernel_tables.rs"));
@@ -49,9 +50,9 @@ impl DecodeKernel {
         let id = &self.id;
         let standard = matches!(id.variant, Variant::Standard);
         match id.family {
-            Family::Narrow if id.format.is_quantized() && id.head_dim <= 128 => Some(128),
-            Family::Wide if id.head_dim <= 128 && matches!(id.variant, Variant::Alibi) => Some(208),
-            Family::Wide if id.head_dim <= 128 => Some(168),
+            Family::Narrow if id.format.is_quantized() && id.dims.qk <= 128 => Some(128),
+            Family::Wide if id.dims.qk <= 128 && matches!(id.variant, Variant::Alibi) => Some(208),
+            Family::Wide if id.dims.qk <= 128 => Some(168),
             Family::Wgmma if id.form.is_specialized() || !standard => Some(168),
             Family::Wgmma => Some(128),
             _ => None,
@@ -74,14 +75,14 @@ pub struct MergeKernel {
 }
 
 macro_rules! decode_list {
-    ($($name:ident => ($arch_name:literal, $arch:ident, $f:ident, $q:ident, $d:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {
+    ($($name:ident => ($arch_name:literal, $arch:ident, $f:ident, $q:ident, $d:literal, $dv:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {
         /// Every attention kernel of every architecture's module.
         pub const DECODE_KERNELS: &[DecodeKernel] = &[$(DecodeKernel {
             id: KernelId {
                 arch: Arch::$arch,
                 format: KvFormat::$f,
                 dtype: Dtype::$q,
-                head_dim: $d,
+                dims: HeadDims { qk: $d, v: $dv },
                 family: Family::$fam,
                 addressing: Addressing::$a,
                 merge: Merge::$m,

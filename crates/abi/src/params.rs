@@ -65,13 +65,13 @@ pub struct DecodeParams {
     pub v_stride_batch: u64,
     pub v_stride_token: u64,
     pub v_stride_head: u64,
-    /// Side data (quantized formats; 0 otherwise): K's and V's per-row
-    /// scales, entry (b, t, h) at byte `b*side_stride_batch + t*side_stride_token + h*side_stride_head`.
-    pub k_side: u64,
-    pub v_side: u64,
-    pub side_stride_batch: u64,
-    pub side_stride_token: u64,
-    pub side_stride_head: u64,
+    /// Scales (quantized formats; 0 otherwise): K's and V's per-row
+    /// scales, entry (b, t, h) at byte `b*scale_stride_batch + t*scale_stride_token + h*scale_stride_head`.
+    pub k_scales: u64,
+    pub v_scales: u64,
+    pub scale_stride_batch: u64,
+    pub scale_stride_token: u64,
+    pub scale_stride_head: u64,
     pub num_q_heads: u32,
     pub q_len: u32,
     /// Query heads per kv head (`num_q_heads / num_kv_heads`).
@@ -90,7 +90,7 @@ pub struct DecodeParams {
     /// Paged kernels: `[batch, table_stride]` i32 page ids. K row (b, t, h)
     /// then starts at byte `page*k_stride_batch + (t mod page_size)*k_stride_token
     /// + h*k_stride_head` with `page = block_table[b][t >> page_shift]`
-    /// (the batch strides are page strides), and likewise V and the side data.
+    /// (the batch strides are page strides), and likewise V and the scales.
     pub block_table: u64,
     /// Entries per sequence of the block table.
     pub table_stride: u32,
@@ -142,7 +142,7 @@ pub struct DecodeParams {
     /// Soft-cap kernels: the cap × log2(e), the factor of the logit's
     /// `tanh` (0 for the standard variant, which does not read it).
     pub logit_cap: f32,
-    /// Kernels of a variant that takes a window (`Variant::takes_window_and_sinks`):
+    /// Kernels of a variant that takes a window (`Variant::takes_window`):
     /// the left window `W` — the query at position `p` sees keys
     /// `p − W ..= p` — or [`NO_WINDOW`]. Work items of a windowed plan
     /// start at [`window_start`].
@@ -432,11 +432,11 @@ pub struct QuantParams {
     pub data_stride_batch: u64,
     pub data_stride_token: u64,
     pub data_stride_head: u64,
-    /// Side data, addressed by (b, token, h) with the side strides.
-    pub side: u64,
-    pub side_stride_batch: u64,
-    pub side_stride_token: u64,
-    pub side_stride_head: u64,
+    /// Scales, addressed by (b, token, h) with the side strides.
+    pub scales: u64,
+    pub scale_stride_batch: u64,
+    pub scale_stride_token: u64,
+    pub scale_stride_head: u64,
     /// `[batch]` u32 sequence lengths (new tokens included).
     pub seq_lens: u64,
     pub batch: u32,
@@ -451,7 +451,7 @@ pub struct QuantParams {
     /// Paged caches (0 otherwise): `[batch, table_stride]` i32 page ids.
     /// The cache's token `t` of sequence b is then token `t mod page_size`
     /// of page `block_table[b][t >> page_shift]`, addressed with the batch
-    /// stride as the page stride (values and side data alike); so is
+    /// stride as the page stride (values and scales alike); so is
     /// `plain` in the whole-cache directions. Ids outside the pool are read
     /// as its last page.
     pub block_table: u64,

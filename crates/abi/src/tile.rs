@@ -25,20 +25,20 @@ pub struct TileConfig {
     pub keys_per_stage: u32,
     /// Bytes of one cached row in shared memory.
     pub row_bytes: u32,
-    /// Bytes of one row's side data (0 for unquantized formats).
-    pub side_bytes: u32,
+    /// Bytes of one row's scales (0 for unquantized formats).
+    pub scale_bytes: u32,
 }
 
 impl TileConfig {
-    /// Shared memory of one stage: K rows, V rows, K side data, V side data.
+    /// Shared memory of one stage: K rows, V rows, K scales, V scales.
     pub const fn stage_bytes(&self) -> u32 {
-        2 * self.keys_per_stage * (self.row_bytes + self.side_bytes)
+        2 * self.keys_per_stage * (self.row_bytes + self.scale_bytes)
     }
     /// Offset of the V rows in a stage.
     pub const fn v_offset(&self) -> u32 {
         self.keys_per_stage * self.row_bytes
     }
-    /// Offset of the K side data in a stage (V's follows it).
+    /// Offset of the K scales in a stage (V's follows it).
     pub const fn side_offset(&self) -> u32 {
         2 * self.keys_per_stage * self.row_bytes
     }
@@ -111,7 +111,7 @@ pub const fn tile_config(format: KvFormat, head_dim: u32, family: Family) -> Til
         128 => 64,
         _ => 32,
     } * if format.is_quantized() && !matches!(family, Family::Wgmma) { 2 } else { 1 };
-    TileConfig { keys_per_stage, row_bytes, side_bytes: format.side_bytes(head_dim) }
+    TileConfig { keys_per_stage, row_bytes, scale_bytes: format.scale_bytes(head_dim) }
 }
 
 /// Page ids one pipeline stage needs: stages start on multiples of their

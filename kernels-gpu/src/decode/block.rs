@@ -74,7 +74,7 @@ pub(crate) unsafe fn block_work_of<V: AttentionVariant, const CLUSTER: bool, con
     let (item, seq_len, first) = if p.chunks_per_seq != 0 {
         let batch = div_rem(x, p.chunks_per_seq).0;
         let len = capacity_len(p.seq_lens, batch, p.max_seq_len);
-        if V::WINDOW_AND_SINKS {
+        if V::WINDOW {
             let first = first_key(p.seq_starts, batch, len, p.q_len);
             (capacity_work_item_from(x, len, range_start(len, first, p.q_len, p.window, p.window_align), p.q_len, p.chunk_keys, p.chunks_per_seq)?, len, first)
         } else {
@@ -83,7 +83,7 @@ pub(crate) unsafe fn block_work_of<V: AttentionVariant, const CLUSTER: bool, con
     } else {
         let item = *(p.work as *const WorkItem).add(x as usize);
         let len = *(p.seq_lens as *const u32).add(item.batch as usize);
-        (item, len, if V::WINDOW_AND_SINKS { first_key(p.seq_starts, item.batch, len, p.q_len) } else { 0 })
+        (item, len, if V::WINDOW { first_key(p.seq_starts, item.batch, len, p.q_len) } else { 0 })
     };
     if item.kv_start >= item.kv_end {
         return None;
@@ -125,7 +125,7 @@ pub(crate) unsafe fn keep_item(p: &DecodeParams, item: &WorkItem, tid: u32) {
 /// after the pipeline's block barrier, which makes the store visible.
 #[inline(always)]
 pub(crate) unsafe fn keep_first_key<V: AttentionVariant>(p: &DecodeParams, seq_first: u32, tid: u32) {
-    if V::WINDOW_AND_SINKS && tid == 0 {
+    if V::WINDOW && tid == 0 {
         shared::st_shared_u32(shared::dynamic_smem_base() + p.item_smem + 12, seq_first);
     }
 }
@@ -134,7 +134,7 @@ pub(crate) unsafe fn keep_first_key<V: AttentionVariant>(p: &DecodeParams, seq_f
 /// window), read afresh at each call.
 #[inline(always)]
 pub(crate) unsafe fn kept_first_key<V: AttentionVariant>(p: &DecodeParams) -> u32 {
-    if V::WINDOW_AND_SINKS {
+    if V::WINDOW {
         shared::ld_shared_u32(shared::dynamic_smem_base() + p.item_smem + 12)
     } else {
         0

@@ -10,7 +10,7 @@ use super::cluster;
 use crate::arch::{memory, shared, thread};
 use crate::format::{Half, KvFormat};
 use crate::state;
-use crate::variant::{self, AttentionVariant};
+use crate::variant::AttentionVariant;
 
 /// Output quads per round of the wgmma kernels' output loop (`epilogue`).
 pub(crate) const OUT_BATCH: usize = 4;
@@ -353,16 +353,16 @@ fn combine_slices<const WARPS_K: usize>(warps_k: u32, ms: &[f32; WARPS_K], ls: &
 /// packed row `global` (its accumulator sum `v`, its finish `fin` =
 /// [1 / l, lse]), scaled and stored to O, or with the row's lse to the
 /// work item's partial slot. Variants with sinks scale a directly written
-/// row by the sinks' factor first (`variant::sink_factor`, in `1 / l`); a
+/// row by the sinks' factor first (`AttentionVariant::sink_factor`, in `1 / l`); a
 /// split row's sink enters its merge. (The standard variant's quads are
 /// this function as it was before variants: with the factor inside it,
 /// LLVM laid out every standard kernel's output branch anew.)
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn emit_quad<F: KvFormat, V: AttentionVariant, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, global: u32, partial_slot: u32, c: u32, v: [f32; 4], fin: [f32; 2]) {
-    if V::WINDOW_AND_SINKS && partial_slot == DIRECT_OUTPUT {
+    if V::SINKS && partial_slot == DIRECT_OUTPUT {
         let head = token_head(p, kvh, global).1;
-        let fin = [fin[0] * variant::sink_factor::<V>(p, head, fin[1]), fin[1]];
+        let fin = [fin[0] * V::sink_factor(p, head, fin[1]), fin[1]];
         emit_quad_as_is::<F, D>(p, batch, kvh, global, partial_slot, c, v, fin)
     } else {
         emit_quad_as_is::<F, D>(p, batch, kvh, global, partial_slot, c, v, fin)

@@ -33,7 +33,7 @@ use super::query::convert_q;
 use crate::arch::{math::ex2, memory, mma, shared, thread, warp};
 use crate::format::{swizzled, Half, KvFormat};
 use crate::state;
-use crate::variant::{self, AttentionVariant};
+use crate::variant::{self, AttentionVariant, Rows};
 
 /// # Safety
 /// As [`super::decode`]: launched with the planner's grid (`rows_per_block`
@@ -51,7 +51,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
     // The warp's head in the block (`HG` > 1) and its place along the keys.
     let (slot, warp_k) = if HG == 1 { (0, tid / 32) } else { div_rem(tid / 32, p.warps_k) };
 
-    variant::prefetch_heads::<V>(p);
+    V::prefetch_heads(p);
     let Some((item, seq_len, seq_first)) = block_work_of::<V, CLUSTER, HG>(p) else { return };
     keep_item(p, &item, tid);
     keep_first_key::<V>(p, seq_first, tid);
@@ -91,7 +91,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
         convert_q::<F, D>(p, batch, kvh, row0, p.rows_per_block, q_tile, q_scales + 4 * slot * NARROW_ROWS, warp_k, q_warps, lane);
         thread::sync_threads();
         for (kc, f) in qb.iter_mut().enumerate() {
-            let at = |half: u32| q_tile + swizzled(g, 2 * kc as u32 + half, (D * 2) as u32) + 4 * c;
+            let at = #[inline(always)] |half: u32| q_tile + swizzled(g, 2 * kc as u32 + half, (D * 2) as u32) + 4 * c;
             *f = [shared::ld_shared_u32(at(0)), shared::ld_shared_u32(at(1))];
         }
         scale_a *= shared::ld_shared_f32(q_scales + 4 * ra.local);
@@ -126,49 +126,33 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
             let key0 = tile_first + sub;
             // s = Sᵀ: (key g, row 2c), (g, 2c+1), (g+8, 2c), (g+8, 2c+1).
             let mut s = [0f32; 4];
-            // (One head a block: the fragment loaders that find side data
+            // (One head a block: the fragment loaders that find scales
             // from the tile, as before pairs existed, which keeps those
             // kernels' code as measured; a pair's second head gives its
-            // side data's address, `KvFormat::k_fragment_pair_in`.)
+            // scales's address, `KvFormat::k_fragment_pair_in`.)
             for kp in 0..KC / 2 {
-                let pair = if HG == 1 { F::k_fragment_pair::<D>(tiles.k, sub, kp as u32, lane) } else { F::k_fragment_pair_in::<D>(tiles.k, tiles.k_side, sub, kp as u32, lane) };
+                let pair = if HG == 1 { F::k_fragment_pair::<D>(tiles.k, sub, kp as u32, lane) } else { F::k_fragment_pair_in::<D>(tiles.k, tiles.k_scales, sub, kp as u32, lane) };
                 for (h, b) in pair.iter().enumerate() {
                     s = F::Compute::mma([b[0], b[2], b[1], b[3]], qb[2 * kp + h], s);
                 }
             }
             // Quantized formats: K's scales multiply score rows (keys), V's P.
             let (kscale, vscale) = if F::SCALED {
-                let at = |side: u32, k: u32| shared::ld_shared_f32(side + 4 * (sub + k));
-                ([at(tiles.k_side, g), at(tiles.k_side, g + 8)], [at(tiles.v_side, g), at(tiles.v_side, g + 8)])
+                let at = #[inline(always)] |side: u32, k: u32| shared::ld_shared_f32(side + 4 * (sub + k));
+                ([at(tiles.k_scales, g), at(tiles.k_scales, g + 8)], [at(tiles.v_scales, g), at(tiles.v_scales, g + 8)])
             } else {
                 ([1.0; 2], [1.0; 2])
             };
-            // (The sequence's first key from shared memory: `keep_first_key`.)
-            let seq_first = kept_first_key::<V>(p);
-            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len, seq_first));
-            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, seq_first, r.token, r.head));
-            #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
-            for e in 0..4 {
-                let key = key0 + g + 8 * (e as u32 / 2);
-                let (row, row_terms, row_scale) = if e % 2 == 0 { (&ra, &terms[0], scale_a) } else { (&rb, &terms[1], scale_b) };
-                let hidden = masked && V::hides(p, key, row.limit, row_terms);
-                let scale = if F::SCALED { row_scale * kscale[e / 2] } else { row_scale };
-                s[e] = variant::logit::<V>(p, s[e], scale, hidden, key, row_terms);
-            }
-            if variant::tree_applies::<V>(p, masked) {
-                // A draft tree's pass (`variant::TreeRow`), a row at a time
-                // (row `r`'s elements are `r` and `r + 2`, keys 8 apart).
-                let mut pass = |r: usize, token: u32| {
-                    let tree = variant::tree_row(p, seq_len, kept_first_key::<V>(p), kept_batch(p), token);
-                    for i in 0..2 {
-                        if tree.hides(key0 + g + 8 * i as u32) {
-                            s[r + 2 * i] = f32::NEG_INFINITY;
-                        }
-                    }
-                };
-                pass(0, ra.token);
-                pass(1, rb.token);
-            }
+            // The logits (`variant::logits`): keys `g` and `g + 8`, rows a
+            // (elements 0, 2) and b (1, 3); the sequence's first key and
+            // item from shared memory (`keep_first_key`, `kept_batch`).
+            let rows = Rows { tokens: [ra.token, rb.token], heads: [ra.head, rb.head], limits: [ra.limit, rb.limit], seq_len, mask_from };
+            let at = #[inline(always)] |_: usize, e: usize| (key0 + g + 8 * (e as u32 / 2), e % 2);
+            let scale = #[inline(always)] |_: usize, e: usize| {
+                let row_scale = if e % 2 == 0 { scale_a } else { scale_b };
+                if F::SCALED { row_scale * kscale[e / 2] } else { row_scale }
+            };
+            variant::logits::<V, variant::Fused, 1, 4>(p, core::array::from_mut(&mut s), key0, KEYS_PER_WARP_STEP, &rows, #[inline(always)] || kept_first_key::<V>(p), #[inline(always)] || kept_batch(p), at, scale);
 
             // (Formats whose P carries V's scales: the base covers them,
             // `state::scale_exponent`.)
@@ -194,7 +178,7 @@ pub unsafe fn decode_narrow<F: KvFormat, V: AttentionVariant, const D: usize, co
             // (key g | rows 2c, 2c+1) pairs, transposed: (row g | keys 2c, 2c+1).
             let pt = [mma::movmatrix_trans(H::<F>::pack(s[0], s[1])), mma::movmatrix_trans(H::<F>::pack(s[2], s[3]))];
             for mp in 0..NP / 2 {
-                let pair = if HG == 1 { F::v_fragment_pair::<D>(tiles.v, sub, mp as u32, lane) } else { F::v_fragment_pair_in::<D>(tiles.v, tiles.v_side, sub, mp as u32, lane) };
+                let pair = if HG == 1 { F::v_fragment_pair::<D>(tiles.v, sub, mp as u32, lane) } else { F::v_fragment_pair_in::<D>(tiles.v, tiles.v_scales, sub, mp as u32, lane) };
                 for (h, b) in pair.iter().enumerate() {
                     o[2 * mp + h] = F::Compute::mma([b[0], b[2], b[1], b[3]], pt, o[2 * mp + h]);
                 }

@@ -1,5 +1,5 @@
 //! The global → shared pipeline every family shares: stages of
-//! `keys_per_stage` K and V rows (and their side data), `PIPELINE_STAGES`
+//! `keys_per_stage` K and V rows (and their scales), `PIPELINE_STAGES`
 //! deep, filled with `cp.async` by every thread of the block.
 //!
 //! A block's shared memory holds `p.stages` stages (fewer than
@@ -46,7 +46,7 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, Swi
 /// docs/perf.md, "Bulk copies for quantized wgmma stages".)
 ///
 /// Quantized wgmma stages hold rows one after another ([`LinearRows`]). In
-/// the strided kernels one warp issues a stage's rows and side data as bulk
+/// the strided kernels one warp issues a stage's rows and scales as bulk
 /// copies (`cp.async.bulk`, one per tensor when the stage's rows are
 /// contiguous, else one per row) completing on the stage's transaction
 /// barrier: in the warp-specialised kernels (`decode::wgmma`) a producer
@@ -56,16 +56,16 @@ use crate::format::{copy_rows, KvFormat, LinearRows, StageTiles, Swizzle128, Swi
 /// These kernels are bound by instruction issue, and the per-thread
 /// `cp.async` issue of a stage was ~110 instructions per warp (docs/perf.md,
 /// "Bulk copies for quantized wgmma stages"). Rows past the item's end are not copied: their stale
-/// (or never written) bytes convert to finite values, and their side data,
+/// (or never written) bytes convert to finite values, and their scales,
 /// stored as zeros (a scale and zero of 0), makes them 0 — masked keys only
 /// need finite values. The paged ones copy rows with `cp.async` into the
-/// same layout: a bulk copy per page run (rows only; with side data too the
+/// same layout: a bulk copy per page run (rows only; with scales too the
 /// int8 kernels spilled) measured 2–5 % slower at 16-token pages and no
 /// faster at 64 (docs/perf.md, "Paged caches").
 ///
 /// `HG` > 1 (strided narrow kernels of a head pair, `decode_narrow`): a
 /// stage holds `keys_per_stage / HG` keys of each of the block's `HG`
-/// adjacent kv heads, head `h`'s rows (and side data) in the `h`-th part of
+/// adjacent kv heads, head `h`'s rows (and scales) in the `h`-th part of
 /// each tile ([`Pipeline::head_tiles`]), so the stage's bytes and the
 /// fragment loaders stay those of one head.
 pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE: bool, const CLUSTER: bool, const WGMMA: bool, const HG: u32 = 1> {
@@ -74,8 +74,8 @@ pub(crate) struct Pipeline<'a, F, const D: usize, const PAGED: bool, const WIDE:
     /// through `PagedStage`).
     /// K's rows; V's are `v_delta` bytes on.
     k: Strided,
-    /// K's side data; V's is `side_delta` bytes on.
-    k_side: Strided,
+    /// K's scales; V's is `side_delta` bytes on.
+    k_scales: Strided,
     smem: u32,
     item: WorkItem,
     /// Paged only: this sequence's block-table row.
@@ -105,8 +105,8 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     const TABLE_PROLOGUE: bool = PAGED && !F::FORMAT.is_quantized() && (WIDE || WGMMA || !CLUSTER);
     /// The family whose stage geometry this pipeline has (the wide and
     /// narrow kernels share theirs).
-    const VARIANT: Family = if WGMMA { Family::Wgmma } else { Family::Wide };
-    pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32, Self::VARIANT);
+    const FAMILY: Family = if WGMMA { Family::Wgmma } else { Family::Wide };
+    pub const CFG: TileConfig = tile_config(F::FORMAT, D as u32, Self::FAMILY);
     /// Keys of one kv head a stage holds (`HG` heads share it).
     pub const TILE_KEYS: u32 = {
         assert!(HG == 1 || (!WIDE && !CLUSTER && !WGMMA && Self::CFG.keys_per_stage % (HG * 16) == 0));
@@ -116,7 +116,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// the page size; the Q tile follows.
     #[inline(always)]
     pub fn region_bytes(p: &DecodeParams) -> u32 {
-        stage_region_bytes(F::FORMAT, D as u32, Self::VARIANT, if PAGED { Some(p.page_shift) } else { None }, p.stages)
+        stage_region_bytes(F::FORMAT, D as u32, Self::FAMILY, if PAGED { Some(p.page_shift) } else { None }, p.stages)
     }
 
     /// The pipeline of work item `item`, kv head `kvh`, in shared memory from `smem`.
@@ -126,7 +126,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         Pipeline {
             p,
             k: Strided::new(p.k, b, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head),
-            k_side: Strided::new(p.k_side, b, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head),
+            k_scales: Strided::new(p.k_scales, b, kvh, p.scale_stride_batch, p.scale_stride_token, p.scale_stride_head),
             smem,
             item,
             table: p.block_table + 4 * (item.batch as u64 * p.table_stride as u64),
@@ -144,24 +144,24 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         self.k_tile(stage) + Self::CFG.v_offset()
     }
     #[inline(always)]
-    pub fn k_side(&self, stage: u32) -> u32 {
+    pub fn k_scales(&self, stage: u32) -> u32 {
         self.k_tile(stage) + Self::CFG.side_offset()
     }
     #[inline(always)]
-    pub fn v_side(&self, stage: u32) -> u32 {
-        self.k_side(stage) + Self::CFG.side_bytes * Self::CFG.keys_per_stage
+    pub fn v_scales(&self, stage: u32) -> u32 {
+        self.k_scales(stage) + Self::CFG.scale_bytes * Self::CFG.keys_per_stage
     }
     /// Every tile of `stage`.
     #[inline(always)]
     pub fn tiles(&self, stage: u32) -> StageTiles {
-        StageTiles { k: self.k_tile(stage), v: self.v_tile(stage), k_side: self.k_side(stage), v_side: self.v_side(stage) }
+        StageTiles { k: self.k_tile(stage), v: self.v_tile(stage), k_scales: self.k_scales(stage), v_scales: self.v_scales(stage) }
     }
     /// The tiles of `stage` that hold the block's `h`-th kv head's keys
     /// (`HG` > 1; [`Pipeline::tiles`] otherwise).
     #[inline(always)]
     pub fn head_tiles(&self, stage: u32, h: u32) -> StageTiles {
-        let (rows, side) = (h * Self::TILE_KEYS * Self::CFG.row_bytes, h * Self::TILE_KEYS * Self::CFG.side_bytes);
-        StageTiles { k: self.k_tile(stage) + rows, v: self.v_tile(stage) + rows, k_side: self.k_side(stage) + side, v_side: self.v_side(stage) + side }
+        let (rows, side) = (h * Self::TILE_KEYS * Self::CFG.row_bytes, h * Self::TILE_KEYS * Self::CFG.scale_bytes);
+        StageTiles { k: self.k_tile(stage) + rows, v: self.v_tile(stage) + rows, k_scales: self.k_scales(stage) + side, v_scales: self.v_scales(stage) + side }
     }
 
     /// Bytes from a K row to the V row of the same token (the host gives
@@ -174,7 +174,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// Bytes from K's side entry of a row to V's (same strides).
     #[inline(always)]
     fn side_delta(&self) -> u64 {
-        self.p.v_side.wrapping_sub(self.p.k_side)
+        self.p.v_scales.wrapping_sub(self.p.k_scales)
     }
 
     /// Strided quantized wgmma kernels: the transaction barrier of `stage`, in the last bytes before
@@ -184,7 +184,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         self.smem - WGMMA_STAGE_BARRIER_BYTES + 8 * stage
     }
 
-    /// Strided quantized wgmma kernels: issues tile `first ..`'s K and V rows and side data below
+    /// Strided quantized wgmma kernels: issues tile `first ..`'s K and V rows and scales below
     /// `end` into `stage` from warp 0 (`lane`: its lane), completing on the
     /// stage barrier, whose arrival by lane 0 announces the bulk copies'
     /// bytes. Rows contiguous over tokens are one bulk copy per tensor. Rows
@@ -193,19 +193,19 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// arrival of the barrier ([`Pipeline::bulk_arrivals`]), made when they
     /// land: a bulk copy per 64-128-byte row ran the int8
     /// and int4 kernels at 10 % of the copy rate (docs/perf.md, "Strided
-    /// rows in the quantized wgmma kernels"). Side data of strided caches is
+    /// rows in the quantized wgmma kernels"). Scales of strided caches is
     /// contiguous over tokens and 16-byte aligned at a stage's first token
-    /// (`DecodeShape::side_strides`); its last bytes past a multiple of 16,
+    /// (`DecodeShape::scale_strides`); its last bytes past a multiple of 16,
     /// and zeros for the rows past `end`, are plain stores by lane 0 before
     /// its arrival (ordered before the readers by the barrier's phase).
     #[inline(always)]
-    unsafe fn bulk_stage(&self, k: Strided, k_side: Strided, stage: u32, first: u32, end: u32, lane: u32) {
-        let (row_bytes, side_bytes, keys) = (Self::CFG.row_bytes, Self::CFG.side_bytes, Self::CFG.keys_per_stage);
+    unsafe fn bulk_stage(&self, k: Strided, k_scales: Strided, stage: u32, first: u32, end: u32, lane: u32) {
+        let (row_bytes, scale_bytes, keys) = (Self::CFG.row_bytes, Self::CFG.scale_bytes, Self::CFG.keys_per_stage);
         let rows = (end - first).min(keys);
         let (bar, kt, vt, delta) = (self.barrier(stage), self.k_tile(stage), self.v_tile(stage), self.v_delta());
-        let side = rows * side_bytes;
+        let side = rows * scale_bytes;
         let side_bulk = side & !15;
-        let (ks, vs, side_src, side_delta) = (self.k_side(stage), self.v_side(stage), k_side.row(first), self.side_delta());
+        let (ks, vs, side_src, side_delta) = (self.k_scales(stage), self.v_scales(stage), k_scales.row(first), self.side_delta());
         let contiguous = k.token_stride == row_bytes as u64;
         if !contiguous {
             let chunks_per_row = row_bytes / 16;
@@ -221,12 +221,12 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             warp::sync_warp();
         }
         if lane == 0 {
-            // The side data's last 4-12 bytes, then zeros (a scale and zero
+            // The scales's last 4-12 bytes, then zeros (a scale and zero
             // of 0) to the stage's end: plain stores before the arrival,
             // whose release the waiters' acquire pairs with (only a stage
             // reaching past the item's end has any).
             let mut at = side_bulk;
-            while at < keys * side_bytes {
+            while at < keys * scale_bytes {
                 let (kv, vv) = if at < side {
                     (memory::ld_global_nc_u32(side_src + at as u64), memory::ld_global_nc_u32(side_src.wrapping_add(side_delta) + at as u64))
                 } else {
@@ -307,7 +307,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         // second path cost 28-31 registers, past two blocks per SM. The
         // paths stay written out: one copy helper shared by all three
         // moved narrow int4-g64 from 128 to 146 registers.)
-        if Self::CFG.side_bytes == 0 && kt <= 1 << p.page_shift {
+        if Self::CFG.scale_bytes == 0 && kt <= 1 << p.page_shift {
             // The whole stage is in one page (stages start on multiples
             // of `kt`): one id, then rows as at strides from its start.
             let k = PagedStage::<{ paged_rows::K }, TABLE> { p, kvh, ids, first_page, table }.single_page(first);
@@ -317,9 +317,9 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         }
         let k = PagedStage::<{ paged_rows::K }, TABLE> { p, kvh, ids, first_page, table };
         self.load_rows(k, stage, first, end, tid, nthreads);
-        if Self::CFG.side_bytes > 0 {
+        if Self::CFG.scale_bytes > 0 {
             let ks = PagedStage::<{ paged_rows::K_SIDE }, TABLE> { p, kvh, ids, first_page, table };
-            F::load_kv_side::<D, _>(ks, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
+            F::load_kv_scales::<D, _>(ks, self.side_delta(), self.k_scales(stage), self.v_scales(stage), first, end, kt, tid, nthreads);
         }
         self.fetch_ids(t + PIPELINE_STAGES - 1, tid, nthreads);
     }
@@ -327,7 +327,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     /// [`Pipeline::load`]'s copies of a stage of `HG` adjacent kv heads
     /// (`HG` > 1): K's rows of the stage's tokens, then V's, through
     /// `copy_head_rows` from `k` (head `h`'s rows a head stride after head
-    /// 0's), and each head's side data through `side(h)`.
+    /// 0's), and each head's scales through `side(h)`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     unsafe fn load_head_rows<A: RowAddressing + Copy, S: RowAddressing>(&self, k: A, stage: u32, first: u32, end: u32, tid: u32, nthreads: u32, side: impl Fn(u32) -> S) {
@@ -335,10 +335,10 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
         // (Two calls: a loop over the pair (K, V) put it on the stack.)
         copy_head_rows::<HG, A>(k, p.k_stride_head, 0, self.k_tile(stage), keys, first, end, row_bytes, tid, nthreads);
         copy_head_rows::<HG, A>(k, p.k_stride_head, self.v_delta(), self.v_tile(stage), keys, first, end, row_bytes, tid, nthreads);
-        if Self::CFG.side_bytes > 0 {
+        if Self::CFG.scale_bytes > 0 {
             for h in 0..HG {
                 let tiles = self.head_tiles(stage, h);
-                F::load_kv_side::<D, _>(side(h), self.side_delta(), tiles.k_side, tiles.v_side, first, end, keys, tid, nthreads);
+                F::load_kv_scales::<D, _>(side(h), self.side_delta(), tiles.k_scales, tiles.v_scales, first, end, keys, tid, nthreads);
             }
         }
     }
@@ -382,7 +382,7 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             } else {
                 let (batch, kvh0) = (thread::opaque(self.item.batch), super::block::block_first_head::<CLUSTER, HG>(p));
                 let k = Strided::new(p.k, batch, kvh0, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
-                self.load_head_rows(k, stage, first, end, tid, nthreads, |h| Strided::new(p.k_side, batch, kvh0 + h, p.side_stride_batch, p.side_stride_token, p.side_stride_head));
+                self.load_head_rows(k, stage, first, end, tid, nthreads, |h| Strided::new(p.k_scales, batch, kvh0 + h, p.scale_stride_batch, p.scale_stride_token, p.scale_stride_head));
             }
         } else if PAGED {
             if PROLOGUE && Self::TABLE_PROLOGUE {
@@ -397,13 +397,13 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
             if tid < 32 {
                 let (p, batch, kvh) = (self.p, thread::opaque(self.item.batch), super::block::block_kv_head::<CLUSTER>(self.p));
                 let k = Strided::new(p.k, batch, kvh, p.k_stride_batch, p.k_stride_token, p.k_stride_head);
-                let k_side = Strided::new(p.k_side, batch, kvh, p.side_stride_batch, p.side_stride_token, p.side_stride_head);
-                self.bulk_stage(k, k_side, stage, first, end, tid);
+                let k_scales = Strided::new(p.k_scales, batch, kvh, p.scale_stride_batch, p.scale_stride_token, p.scale_stride_head);
+                self.bulk_stage(k, k_scales, stage, first, end, tid);
             }
         } else {
             self.load_rows(self.k, stage, first, end, tid, nthreads);
-            if Self::CFG.side_bytes > 0 {
-                F::load_kv_side::<D, _>(self.k_side, self.side_delta(), self.k_side(stage), self.v_side(stage), first, end, kt, tid, nthreads);
+            if Self::CFG.scale_bytes > 0 {
+                F::load_kv_scales::<D, _>(self.k_scales, self.side_delta(), self.k_scales(stage), self.v_scales(stage), first, end, kt, tid, nthreads);
             }
         }
     }
@@ -557,10 +557,10 @@ impl<'a, F: KvFormat, const D: usize, const PAGED: bool, const WIDE: bool, const
     pub unsafe fn issue_bulk(&self, t: u32, lane: u32) {
         let first = self.item.kv_start + t * Self::CFG.keys_per_stage;
         let stages = const { wgmma_producer_stages(F::FORMAT) };
-        self.bulk_stage(self.k, self.k_side, t % stages, first, self.item.kv_end, lane);
+        self.bulk_stage(self.k, self.k_scales, t % stages, first, self.item.kv_end, lane);
     }
 
-    /// Strided quantized wgmma kernels: waits until tile `t`'s copies (and the side data's plain
+    /// Strided quantized wgmma kernels: waits until tile `t`'s copies (and the scales's plain
     /// stores) have landed, for this thread.
     ///
     /// # Safety

@@ -33,7 +33,7 @@ use crate::arch::wgmma::descriptor;
 use crate::arch::{math::ex2, math::fma, mbarrier, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat, Swizzle128, TileLayout, HALF_TILE};
 use crate::state;
-use crate::variant::{self, AttentionVariant, RowTerms};
+use crate::variant::{self, AttentionVariant, Rows};
 
 /// Score tiles (n8) of one 32-key step.
 const STEP_TILES: usize = (WGMMA_KEYS / 8) as usize;
@@ -66,7 +66,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     let warp_m = warp % 4;
     let warp_k = warp / 4;
 
-    variant::prefetch_heads::<V>(p);
+    V::prefetch_heads(p);
     let Some((item, seq_len, seq_first)) = block_work::<V, CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let batch = item.batch;
@@ -99,7 +99,7 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
     let [ra, rb] = early_rows.unwrap_or_else(rows);
 
     if convert {
-        let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
+        let at = #[inline(always)] |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
         convert_q_to::<F, D, 1>(p, batch, kvh, row0, WGMMA_M, at, q_scales, warp, nthreads / 32, lane);
         // (The first stage's barrier orders these stores before the MMAs.)
         shared::fence_proxy_async_shared();
@@ -151,13 +151,13 @@ pub unsafe fn decode_wgmma<F: KvFormat, V: AttentionVariant, const D: usize, con
                 (pipe.k_tile(stage) + at, pipe.v_tile(stage) + at)
             };
             if live {
-                // (The side data's addresses are formed here, as before the
+                // (The scales's addresses are formed here, as before the
                 // step was a function: the paged quantized kernels sit at
                 // their 128-register cap.)
-                let (k_side, v_side) = if F::SCALED { (pipe.k_side(stage) + 4 * sub, pipe.v_side(stage) + 4 * sub) } else { (0, 0) };
+                let (k_scales, v_scales) = if F::SCALED { (pipe.k_scales(stage) + 4 * sub, pipe.v_scales(stage) + 4 * sub) } else { (0, 0) };
                 let fold = V::LINEAR_IN_SCALE && convert && !(CLUSTER && F::SCALED);
-                let ops = StepOperands { k: descriptor(k_rows, 16, 1024), v: descriptor(v_rows, column, 1024), k_scales: k_side, v_scales: v_side, key0 };
-                let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, seq_first, mask_from };
+                let ops = StepOperands { k: descriptor(k_rows, 16, 1024), v: descriptor(v_rows, column, 1024), k_scales, v_scales, key0 };
+                let view = RowView { warp_m, g, c2, rows: Rows { tokens: [ra.token, rb.token], heads: [ra.head, rb.head], limits: [ra.limit, rb.limit], seq_len, mask_from }, seq_first };
                 step::<F, V, STEP_TILES>(p, q_desc, q_scales, convert, fold, &ops, &view, &mut o, &mut m, &mut l);
             }
             sub += p.warps_k * WGMMA_KEYS;
@@ -241,7 +241,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     let group = warp / 4;
     let producer = group >= p.warps_k;
 
-    variant::prefetch_heads::<V>(p);
+    V::prefetch_heads(p);
     let Some((item, seq_len, seq_first)) = block_work::<V, CLUSTER>(p) else { return };
     keep_item(p, &item, tid);
     let kvh = block_kv_head::<CLUSTER>(p);
@@ -306,7 +306,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
     // which compute-sanitizer's racecheck reports as hazards between the
     // epilogue's stores and loads, ordered by block barriers.)
     if !producer {
-        let at = |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
+        let at = #[inline(always)] |r: u32, dim: u32| q_tile + HALF_TILE.at(r, dim / 8, 0) + 2 * (dim % 8);
         convert_q_to::<F, D, { (WGMMA_M / 8) as usize }>(p, item.batch, kvh, row0, WGMMA_M, at, q_scales, warp, 4 * p.warps_k, lane);
         shared::fence_proxy_async_shared();
         mbarrier::arrive(q_ready);
@@ -326,7 +326,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
             // four jobs first), the second half past the item's end too:
             // the compute warpgroup takes the stage in one step, and such
             // keys (masked) read finite converted values (`valid`) and zero
-            // scales (the stage's side data is zero-filled past the end). The
+            // scales (the stage's scales is zero-filled past the end). The
             // n-th use of a buffer waits for the n-th hand-back (a fresh
             // barrier reports parity 1 as complete).
             mbarrier::wait_parity(empty(b), parity ^ 1);
@@ -336,7 +336,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
                 // One thread per key and tensor: K's scales, then V's.
                 const { assert!(2 * WGMMA_M == 128) };
                 let (is_v, r) = (pt / WGMMA_M, pt % WGMMA_M);
-                let src = if is_v == 1 { pipe.v_side(stage) } else { pipe.k_side(stage) };
+                let src = if is_v == 1 { pipe.v_scales(stage) } else { pipe.k_scales(stage) };
                 shared::st_shared_f32(row_scales(b) + 4 * WGMMA_M * is_v + 4 * r, shared::ld_shared_f32(src + 4 * r));
             }
             shared::fence_proxy_async_shared();
@@ -354,7 +354,7 @@ unsafe fn decode_wgmma_specialized<F: KvFormat, V: AttentionVariant, const D: us
         // blocks (dims 0..64, 64..128) a tile's 64 rows × 128 bytes.
         let q_desc = descriptor(q_tile, 16, 1024);
         let column = WGMMA_M * 128;
-        let view = RowView { warp_m, g, c2, limits: [ra.limit, rb.limit], tokens: [ra.token, rb.token], heads: [ra.head, rb.head], seq_len, seq_first, mask_from };
+        let view = RowView { warp_m, g, c2, rows: Rows { tokens: [ra.token, rb.token], heads: [ra.head, rb.head], limits: [ra.limit, rb.limit], seq_len, mask_from }, seq_first };
         // Warpgroup `group` takes the stages `t ≡ group (mod warps_k)`
         // whole, in 64-key steps: half the 32-key steps' maxima, votes,
         // rescales and MMA waits a key. Stage `t` is in buffer
@@ -448,13 +448,11 @@ pub(super) struct RowView {
     pub warp_m: u32,
     pub g: u32,
     pub c2: u32,
-    pub limits: [u32; 2],
-    pub tokens: [u32; 2],
-    pub heads: [u32; 2],
-    pub seq_len: u32,
+    /// The rows' tokens, heads and key limits, the sequence's length and
+    /// the first key any row's limit masks.
+    pub rows: Rows,
     /// The sequence's own first key (`super::block::first_key`).
     pub seq_first: u32,
-    pub mask_from: u32,
 }
 
 /// One warpgroup's step of `8 T` keys (`T`: [`STEP_TILES`] or
@@ -495,7 +493,7 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     // (read at each step: held, they cost the kernel its last
     // registers).
     let (scale_a, scale_b) = if convert {
-        let at = |r: u32| V::score_scale(p) * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
+        let at = #[inline(always)] |r: u32| V::score_scale(p) * shared::ld_shared_f32(q_scales + 4 * (warp_m * 16 + g + r));
         (at(0), at(8))
     } else {
         (V::score_scale(p), V::score_scale(p))
@@ -516,49 +514,16 @@ pub(super) unsafe fn step<F: KvFormat, V: AttentionVariant, const T: usize>(
     // `fold`: the maxima take them (positive: max(c·x) = c·max(x)
     // exactly) and the exponent's FMA applies them, 16 multiplies a
     // step fewer (their step is issue-bound).
-    let mut s = [[0f32; 4]; T];
-    #[allow(clippy::needless_range_loop)] // constant indices keep `s` in registers
-    let terms: [RowTerms; 2] = [0, 1].map(|r| variant::row_terms::<V>(p, view.seq_len, view.seq_first, view.tokens[r], view.heads[r]));
-    for n in 0..T {
-        for e in 0..4 {
-            let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
-            let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-            s[n][e] = V::logit(p, raw[n][e] * if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale }, key, &terms[e / 2]);
-        }
-    }
-    // Only the steps that reach past the first masked key test keys:
-    // the mask hook (`variant::logit` in one pass measured the same
-    // instructions, numbered otherwise, which ptxas allocated with
-    // spills in the 128-register kernels).
-    let masked = variant::step_masked::<V>(key0, 8 * T as u32, view.mask_from, variant::window_from::<V>(p, view.seq_len, view.seq_first));
-    if masked {
-        #[allow(clippy::needless_range_loop)]
-        for n in 0..T {
-            for e in 0..4 {
-                let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                if V::hides(p, key, view.limits[e / 2], &terms[e / 2]) {
-                    s[n][e] = f32::NEG_INFINITY;
-                }
-            }
-        }
-    }
-    if variant::tree_applies::<V>(p, masked) {
-        // A draft tree's pass (`variant::TreeRow`), a row at a time
-        // (row `r`'s elements are `2r`, `2r + 1` of each tile).
-        let mut pass = |r: usize, token: u32| {
-            let tree = variant::tree_row(p, view.seq_len, view.seq_first, kept_batch(p), token);
-            #[allow(clippy::needless_range_loop)]
-            for n in 0..T {
-                for i in 0..2 {
-                    if tree.hides(key0 + n as u32 * 8 + c2 + i as u32) {
-                        s[n][2 * r + i] = f32::NEG_INFINITY;
-                    }
-                }
-            }
-        };
-        pass(0, view.tokens[0]);
-        pass(1, view.tokens[1]);
-    }
+    // The logits (`variant::logits`), every logit first and the mask in
+    // its own pass (`variant::LogitThenMask`): keys `8n + c2 + {0, 1}` of each
+    // tile, rows `warp_m·16 + g` (elements 0, 1) and `+ 8` (2, 3).
+    let mut s = raw;
+    let at = #[inline(always)] |n: usize, e: usize| (key0 + n as u32 * 8 + c2 + (e as u32 & 1), e / 2);
+    let scale = #[inline(always)] |n: usize, e: usize| {
+        let row_scale = if fold { 1.0 } else if e < 2 { scale_a } else { scale_b };
+        if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale }
+    };
+    variant::logits::<V, variant::LogitThenMask, T, 4>(p, &mut s, key0, 8 * T as u32, &view.rows, #[inline(always)] || view.seq_first, #[inline(always)] || kept_batch(p), at, scale);
     // Maxima and sums as trees (a chain of 8 dependent operations
     // per row stalled the warps on fixed latencies).
     // (Formats whose P carries V's scales: the base covers them,

@@ -10,7 +10,7 @@ use super::query::{convert_q, q_fragment, stage_q};
 use crate::arch::{math::ex2, memory, shared, thread, warp};
 use crate::format::{Half, KvFormat};
 use crate::state;
-use crate::variant::{self, AttentionVariant};
+use crate::variant::{self, AttentionVariant, Rows};
 use decode_attn_abi::{capacity_work_item, div_rem};
 
 /// # Safety
@@ -22,7 +22,7 @@ pub unsafe fn decode_wide<F: KvFormat, V: AttentionVariant, const D: usize, cons
     // The guess (below) is for strided 16-bit caches whose Q is in
     // registers: a Q staged in shared memory would be copied after the
     // guessed stages, outside the first wait's groups.
-    const { assert!(!GUESS || (has_capacity_twin(F::FORMAT, D as u32, Family::Wide, PAGED, CLUSTER) && !V::WINDOW_AND_SINKS)) };
+    const { assert!(!GUESS || (has_capacity_twin(F::FORMAT, D as u32, Family::Wide, PAGED, CLUSTER) && !V::WINDOW && !V::SINKS)) };
     let cfg = const { tile_config(F::FORMAT, D as u32, Family::Wide) };
 
     let tid = thread::thread_idx_x();
@@ -62,7 +62,7 @@ pub unsafe fn decode_wide<F: KvFormat, V: AttentionVariant, const D: usize, cons
     } else {
         (0, block_work::<V, CLUSTER>(p))
     };
-    variant::prefetch_heads::<V>(p);
+    V::prefetch_heads(p);
     let Some((item, seq_len, seq_first)) = work else {
         // (A sequence shorter than its new tokens: no work, but the guessed
         // copies must land before the block's shared memory is released.)
@@ -165,44 +165,22 @@ pub unsafe fn decode_wide<F: KvFormat, V: AttentionVariant, const D: usize, cons
             // Per-key scales of this thread's keys sub + c2 + {0, 1, 8, 9}
             // (quantized formats): K's multiply the scores, V's multiply P.
             let (kscale, vscale) = if F::SCALED {
-                let at = |side: u32, n: u32| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2));
-                ([at(pipe.k_side(stage), 0), at(pipe.k_side(stage), 1)], [at(pipe.v_side(stage), 0), at(pipe.v_side(stage), 1)])
+                let at = #[inline(always)] |side: u32, n: u32| shared::ld_shared_v2_f32(side + 4 * (sub + 8 * n + c2));
+                ([at(pipe.k_scales(stage), 0), at(pipe.k_scales(stage), 1)], [at(pipe.v_scales(stage), 0), at(pipe.v_scales(stage), 1)])
             } else {
                 ([[1.0; 2]; 2], [[1.0; 2]; 2])
             };
-            // Constant-index loops (not iterators) so `s` stays in registers.
-            // (The sequence's first key from shared memory: `keep_first_key`.)
-            let seq_first = kept_first_key::<V>(p);
-            let masked = variant::step_masked::<V>(key0, KEYS_PER_WARP_STEP, mask_from, variant::window_from::<V>(p, seq_len, seq_first));
-            let terms = [&ra, &rb].map(|r| variant::row_terms::<V>(p, seq_len, seq_first, r.token, r.head));
-            #[allow(clippy::needless_range_loop)]
-            for n in 0..2 {
-                for e in 0..4 {
-                    let key = key0 + n as u32 * 8 + c2 + (e as u32 & 1);
-                    let (row, row_terms) = if e < 2 { (&ra, &terms[0]) } else { (&rb, &terms[1]) };
-                    let row_scale = if e < 2 { scale_a } else { scale_b };
-                    let scale = if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale };
-                    let hidden = masked && V::hides(p, key, row.limit, row_terms);
-                    s[n][e] = variant::logit::<V>(p, s[n][e], scale, hidden, key, row_terms);
-                }
-            }
-            if variant::tree_applies::<V>(p, masked) {
-                // A draft tree's pass (`variant::TreeRow`), a row at a time
-                // (row `r`'s elements are `2r`, `2r + 1` of each tile).
-                let mut pass = |r: usize, token: u32| {
-                    let tree = variant::tree_row(p, seq_len, kept_first_key::<V>(p), kept_batch(p), token);
-                    #[allow(clippy::needless_range_loop)]
-                    for n in 0..2 {
-                        for i in 0..2 {
-                            if tree.hides(key0 + n as u32 * 8 + c2 + i as u32) {
-                                s[n][2 * r + i] = f32::NEG_INFINITY;
-                            }
-                        }
-                    }
-                };
-                pass(0, ra.token);
-                pass(1, rb.token);
-            }
+            // The logits (`variant::logits`): keys `8n + c2 + {0, 1}` of
+            // each tile, rows a (elements 0, 1) and b (2, 3); the
+            // sequence's first key and item from shared memory
+            // (`keep_first_key`, `kept_batch`).
+            let rows = Rows { tokens: [ra.token, rb.token], heads: [ra.head, rb.head], limits: [ra.limit, rb.limit], seq_len, mask_from };
+            let at = #[inline(always)] |n: usize, e: usize| (key0 + n as u32 * 8 + c2 + (e as u32 & 1), e / 2);
+            let scale = #[inline(always)] |n: usize, e: usize| {
+                let row_scale = if e < 2 { scale_a } else { scale_b };
+                if F::SCALED { row_scale * kscale[n][e & 1] } else { row_scale }
+            };
+            variant::logits::<V, variant::Fused, 2, 4>(p, &mut s, key0, KEYS_PER_WARP_STEP, &rows, #[inline(always)] || kept_first_key::<V>(p), #[inline(always)] || kept_batch(p), at, scale);
 
             // (Formats whose P carries V's scales: the base covers them,
             // `state::scale_exponent`.)

@@ -1,6 +1,6 @@
 //! int4 group-wise caches: rows of D/2 bytes of 4-bit values (asymmetric,
 //! q in 0..=15) and, per group of G head dims, an fp16 scale and zero in
-//! side data (`x ≈ q·scale + zero`), for K and V each.
+//! scales (`x ≈ q·scale + zero`), for K and V each.
 //!
 //! Within each 32-bit word of a row (8 consecutive dims p0..p7) the nibbles
 //! are stored in the slot order `p0 p2 p4 p6 p1 p3 p5 p7`, so that the
@@ -90,7 +90,7 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     #[inline(always)]
     unsafe fn k_fragment_pair_in<const D: usize>(tile: u32, side: u32, key: u32, kp: u32, lane: u32) -> [[u32; 4]; 2] {
         let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wide) };
-        let sr = cfg.side_bytes;
+        let sr = cfg.scale_bytes;
         let (g, c) = (lane / 4, lane % 4);
         let group = (32 * kp + 8 * c) / G;
         let mut out = [[0u32; 4]; 2];
@@ -113,13 +113,13 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     #[inline(always)]
     unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
         let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wide) };
-        Self::v_fragment_pair_in::<D>(tile, tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * cfg.side_bytes, key, mp, lane)
+        Self::v_fragment_pair_in::<D>(tile, tile - cfg.v_offset() + cfg.side_offset() + cfg.keys_per_stage * cfg.scale_bytes, key, mp, lane)
     }
 
     #[inline(always)]
     unsafe fn v_fragment_pair_in<const D: usize>(tile: u32, side: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2] {
         let cfg = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wide) };
-        let sr = cfg.side_bytes;
+        let sr = cfg.scale_bytes;
         let [w0, w1] = mma::ldmatrix_x2_trans(tile + swizzled(key + lane % 16, mp, (D / 2) as u32));
         let group = 32 * mp / G;
         let c2 = 2 * (lane % 4);
@@ -146,14 +146,14 @@ impl<Q: Half, const G: u32> KvFormat for Int4Kv<Q, G> {
     /// word each, its pairs in order.
     #[inline(always)]
     unsafe fn stage_to_half<const D: usize, const EAGER: bool, const HALVES: usize>(stage: StageTiles, key: u32, _valid: u32, k_half: u32, v_half: u32, row: u32, t: u32) {
-        let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wgmma).side_bytes };
+        let sr = const { tile_config(<Self as KvFormat>::FORMAT, D as u32, Family::Wgmma).scale_bytes };
         let chunks = D as u32 / 32;
         const JOBS: usize = (2 * decode_attn_abi::WGMMA_KEYS / 8 * 4 / 16) as usize;
         const { assert!(D == 128 && (HALVES == 1 || HALVES == 2)) };
         let job = |h: usize, i: usize| {
             let (is_v, r, c) = decode_attn_abi::wgmma_conversion_job(t, i as u32, chunks);
             let r = r + h as u32 * decode_attn_abi::WGMMA_KEYS;
-            let (src, side, dst) = if is_v { (stage.v, stage.v_side, v_half) } else { (stage.k, stage.k_side, k_half) };
+            let (src, side, dst) = if is_v { (stage.v, stage.v_scales, v_half) } else { (stage.k, stage.k_scales, k_half) };
             (src + LinearRows.at(key + r, c, (D / 2) as u32), side + (key + r) * sr + 4 * (32 * c / G), dst, row + r, c)
         };
         let mut eager = [[([0u32; 4], 0u32); JOBS]; HALVES];

@@ -1,7 +1,7 @@
 //! Byte caches: int8 per head (D bytes `q + 128`, symmetric, q in
-//! -127..=127, `x ≈ q·scale`, one f32 scale per row in side data, for K
+//! -127..=127, `x ≈ q·scale`, one f32 scale per row in scales, for K
 //! and V each), fp8 e4m3 per head (D e4m3 bytes, `x ≈ e4m3·scale`, the
-//! same side data) and fp8 e4m3 per tensor (D e4m3 bytes, one scale for
+//! same scales) and fp8 e4m3 per tensor (D e4m3 bytes, one scale for
 //! all of K and one for V, device scalars). The three share everything
 //! but how a byte becomes fp16 ([`ByteCode`]) and where the scales go.
 //!

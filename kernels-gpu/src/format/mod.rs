@@ -142,7 +142,7 @@ pub trait KvFormat {
     /// `2^slack`. 8 (terms ≤ 256) fits every 16-bit P. `None`: a plain
     /// online softmax (formats that scale P before packing it).
     const RESCALE_SLACK: Option<f32> = Some(8.0);
-    /// Rows carry a per-row scale in side data (staged after a stage's rows):
+    /// Rows carry a per-row scale in scales (staged after a stage's rows):
     /// the body multiplies score columns by K's scales and P by V's.
     const SCALED: bool = false;
     /// [`KvFormat::v_fragment_pair`] yields, for each 16 head dims `16·np ..`,
@@ -150,20 +150,20 @@ pub trait KvFormat {
     /// (instead of dims `16np..+8` then `+8..+16`); the epilogue puts them back.
     const V_DIMS_INTERLEAVED: bool = false;
 
-    /// Copies this thread's share of K's and V's side data of rows
+    /// Copies this thread's share of K's and V's scales of rows
     /// `first .. first + keys` to `k_tile` / `v_tile` (V's entries
     /// `v_delta` bytes after K's: the side tensors share strides); rows at
-    /// or past `end` read 0. Formats without side data copy nothing.
+    /// or past `end` read 0. Formats without scales copy nothing.
     ///
     /// # Safety
     /// As [`KvFormat::load_kv_rows`], for side entries of
-    /// `FORMAT.side_bytes(D)` bytes.
+    /// `FORMAT.scale_bytes(D)` bytes.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn load_kv_side<const D: usize, A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
-        let row_side = Self::FORMAT.side_bytes(D as u32);
+    unsafe fn load_kv_scales<const D: usize, A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, tid: u32, nthreads: u32) {
+        let row_side = Self::FORMAT.scale_bytes(D as u32);
         if row_side > 0 {
-            copy_kv_side(k, v_delta, k_tile, v_tile, first, end, keys, row_side, tid, nthreads)
+            copy_kv_scales(k, v_delta, k_tile, v_tile, first, end, keys, row_side, tid, nthreads)
         }
     }
 
@@ -204,7 +204,7 @@ pub trait KvFormat {
     /// B fragments of K for keys `key .. key + 16` of the tile and the head
     /// dims of k-chunks `2·kp` and `2·kp + 1` (16 dims each, in the order
     /// `q_position` gives): per chunk, `[b0, b1]` of keys 0..8, then of keys
-    /// 8..16. Pairs, so a format whose two chunks share loads or side data
+    /// 8..16. Pairs, so a format whose two chunks share loads or scales
     /// (int8: one 64-bit load; int4: one word and one scale / zero) reads
     /// them once.
     ///
@@ -220,10 +220,10 @@ pub trait KvFormat {
     /// As [`KvFormat::k_fragment_pair`].
     unsafe fn v_fragment_pair<const D: usize>(tile: u32, key: u32, mp: u32, lane: u32) -> [[u32; 4]; 2];
 
-    /// [`KvFormat::k_fragment_pair`] of a K tile whose rows' side data is
+    /// [`KvFormat::k_fragment_pair`] of a K tile whose rows' scales is
     /// at `side` rather than where a whole stage puts it (a head pair's
     /// second head: `Pipeline::head_tiles`). Formats that dequantize
-    /// without side data in the fragment ignore it.
+    /// without scales in the fragment ignore it.
     ///
     /// # Safety
     /// As [`KvFormat::k_fragment_pair`].
@@ -232,7 +232,7 @@ pub trait KvFormat {
         Self::k_fragment_pair::<D>(tile, key, kp, lane)
     }
 
-    /// [`KvFormat::v_fragment_pair`] with V's side data at `side` (as
+    /// [`KvFormat::v_fragment_pair`] with V's scales at `side` (as
     /// [`KvFormat::k_fragment_pair_in`]).
     ///
     /// # Safety
@@ -245,7 +245,7 @@ pub trait KvFormat {
     /// The wgmma kernels' conversion: K's and V's rows `key .. key +
     /// HALVES · WGMMA_KEYS` of a landed stage become `Compute` rows `row ..` of the
     /// [`Swizzle128`] tiles `k_half` and `v_half` (`WGMMA_M` rows each),
-    /// head dims in order, as the tensor cores read them; side data the
+    /// head dims in order, as the tensor cores read them; scales the
     /// format multiplies in here (int4's scales and zeros) is applied,
     /// what the body applies (`SCALED`) is not. `t` (0..128) is the
     /// thread's index in its warpgroup, whose threads convert together.
@@ -270,7 +270,7 @@ pub trait KvFormat {
     }
 
     /// K's and V's scales of a per-tensor format (`decode_attn_abi::KvFormat::tensor_scaled`),
-    /// device scalars at `DecodeParams::k_side` / `v_side`, read at each
+    /// device scalars at `DecodeParams::k_scales` / `v_scales`, read at each
     /// launch: K's multiplies Q's row factors (`decode::query`), V's the
     /// output's `1 / l` (`decode::epilogue`). 1 for every other format
     /// (a multiplication the compiler removes).
@@ -280,20 +280,20 @@ pub trait KvFormat {
     #[inline(always)]
     unsafe fn tensor_scales(p: &decode_attn_abi::DecodeParams) -> (f32, f32) {
         if Self::FORMAT.tensor_scaled() {
-            (crate::arch::memory::ld_global_nc_f32(p.k_side), crate::arch::memory::ld_global_nc_f32(p.v_side))
+            (crate::arch::memory::ld_global_nc_f32(p.k_scales), crate::arch::memory::ld_global_nc_f32(p.v_scales))
         } else {
             (1.0, 1.0)
         }
     }
 }
 
-/// Shared addresses of one pipeline stage: K's and V's rows and side data.
+/// Shared addresses of one pipeline stage: K's and V's rows and scales.
 #[derive(Clone, Copy)]
 pub struct StageTiles {
     pub k: u32,
     pub v: u32,
-    pub k_side: u32,
-    pub v_side: u32,
+    pub k_scales: u32,
+    pub v_scales: u32,
 }
 
 /// The 16-bit tiles of the wgmma kernels ([`KvFormat::stage_to_half`]).
@@ -439,19 +439,19 @@ impl<A: RowAddressing> RowAddressing for Shifted<A> {
     }
 }
 
-/// Issues this thread's share of copies of K's and V's side data of rows
+/// Issues this thread's share of copies of K's and V's scales of rows
 /// `first .. first + keys` (`row_side` bytes each, a power of two ≥ 4,
 /// contiguous over the tokens of a page and 16-byte aligned at `first`)
 /// into the tiles, V's source `v_delta` bytes after K's; bytes of rows at
 /// or past `end` are zero-filled. Strided caches copy 16 bytes at a time;
-/// paged ones whose pages hold fewer than 16 bytes of side data (int8 at
+/// paged ones whose pages hold fewer than 16 bytes of scales (int8 at
 /// page sizes 1 and 2) one page at a time. One address per K/V pair.
 ///
 /// # Safety
-/// As [`KvFormat::load_kv_side`].
+/// As [`KvFormat::load_kv_scales`].
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn copy_kv_side<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_side: u32, tid: u32, nthreads: u32) {
+pub unsafe fn copy_kv_scales<A: RowAddressing>(k: A, v_delta: u64, k_tile: u32, v_tile: u32, first: u32, end: u32, keys: u32, row_side: u32, tid: u32, nthreads: u32) {
     let valid = if end > first { (end - first).min(keys) * row_side } else { 0 };
     if !A::PAGED {
         let base = k.row(first);
