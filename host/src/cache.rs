@@ -20,7 +20,7 @@ pub struct KvCache<'a> {
     pub k_scales: Option<TensorRef<'a>>,
     pub v_scales: Option<TensorRef<'a>>,
     /// The device arrays of the plan's variant (sinks, ALiBi slopes, a
-    /// draft tree): each required when the plan's [`VariantSpec`] has its
+    /// draft tree): each required when the plan's [`VariantSpec`](crate::VariantSpec) has its
     /// part, rejected otherwise.
     pub variant: VariantBuffers<TensorRef<'a>>,
 }
@@ -65,7 +65,7 @@ impl<'a> KvCache<'a> {
     pub fn with_alibi_slopes(self, slopes: impl Into<TensorRef<'a>>) -> Self {
         self.with_variant(VariantBuffers { alibi_slopes: Some(slopes.into()), ..self.variant })
     }
-    /// The cache with the step's draft tree ([`VariantSpec::tree`]):
+    /// The cache with the step's draft tree ([`VariantSpec::tree`](crate::VariantSpec::tree)):
     /// `[batch, q_len]` u8 ancestor masks and `[batch, q_len]` u32
     /// positions.
     pub fn with_tree(self, masks: impl Into<TensorRef<'a>>, positions: impl Into<TensorRef<'a>>) -> Self {

@@ -190,7 +190,7 @@ impl<T> VariantBuffers<T> {
     }
 
     /// The arrays with what each must be under `spec` ([`VariantArray`]).
-    pub fn arrays(self, spec: &VariantSpec) -> [VariantArray<T>; 4] {
+    pub(crate) fn arrays(self, spec: &VariantSpec) -> [VariantArray<T>; 4] {
         use VariantCount::{PerQueryHead, PerRow};
         [
             VariantArray { name: "sinks", part: "sinks", wanted: spec.sinks, elem: ElemType::F32, count: PerQueryHead, what: "f32 sink logits, one per query head", buf: self.sinks },
