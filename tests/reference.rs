@@ -156,3 +156,89 @@ fn a_draft_tree_sees_the_prefix_and_its_ancestors_and_a_chain_is_the_causal_step
         assert!(e.contains("tree_positions[5]") && e.contains("depth of at most 1"), "{e}");
     }
 }
+
+/// MLA's absorbed form (`docs/design/mla.md`): V is the first `dims.v`
+/// values of each latent row. With V's other values zero, the generic
+/// reference over the same rows as K and V gives the same first `dims.v`
+/// outputs (and zeros after them), for MQA, ragged lengths and several new
+/// tokens.
+#[test]
+fn latent_attention_reads_v_as_the_first_values_of_each_row() {
+    use decode_attn::reference::{latent_attention, LatentShape};
+    use decode_attn_abi::HeadDims;
+    let (dq, dv) = (128usize, 64usize);
+    let shape = DecodeShape::bf16(2, 4, 1, dq as u32, 3, 40);
+    let lens = [40u32, 5];
+    let mut rng = Rng::new(11);
+    let q = random_values(&mut rng, shape.q_elems() as usize, dq, Distribution::Normal);
+    let rows = random_values(&mut rng, shape.kv_elems_required().unwrap() as usize, dq, Distribution::HeavyTailed);
+    let v: Vec<f32> = rows.chunks(dq).flat_map(|r| r[..dv].iter().copied().chain(std::iter::repeat_n(0.0, dq - dv))).collect();
+    let generic = decode_attention(&shape, &lens, &q, &rows, &v).unwrap();
+    let latent = LatentShape { batch: 2, num_q_heads: 4, q_len: 3, max_seq_len: 40, dims: HeadDims { qk: dq as u32, v: dv as u32 }, scale: shape.softmax_scale() };
+    let out = latent_attention(&latent, &lens, &q, &rows).unwrap();
+    assert_eq!(out.len(), 2 * 3 * 4 * dv);
+    for (o, g) in out.chunks(dv).zip(generic.chunks(dq)) {
+        for (a, b) in o.iter().zip(&g[..dv]) {
+            assert!((a - b).abs() <= 1e-12 * b.abs().max(1.0), "{a} vs {b}");
+        }
+        assert!(g[dv..].iter().all(|&x| x == 0.0));
+    }
+}
+
+/// Every bad latent problem is an error naming what is wrong.
+#[test]
+fn latent_attention_names_what_is_wrong() {
+    use decode_attn::reference::{latent_attention, LatentShape};
+    use decode_attn_abi::HeadDims;
+    let ok = LatentShape { batch: 1, num_q_heads: 2, q_len: 2, max_seq_len: 4, dims: HeadDims { qk: 8, v: 4 }, scale: 0.5 };
+    let (q, rows) = (vec![0.5f32; 2 * 2 * 8], vec![0.25f32; 4 * 8]);
+    latent_attention(&ok, &[4], &q, &rows).unwrap();
+    let fails = |s: &LatentShape, lens: &[u32], q: &[f32], rows: &[f32], param: &str| {
+        let e = latent_attention(s, lens, q, rows).unwrap_err().to_string();
+        assert!(e.starts_with(&format!("invalid `{param}`")), "{param}: {e}");
+    };
+    fails(&LatentShape { dims: HeadDims { qk: 8, v: 9 }, ..ok }, &[4], &q, &rows, "dims.v");
+    fails(&LatentShape { q_len: 9, ..ok }, &[4], &q, &rows, "q_len");
+    fails(&LatentShape { scale: f32::NAN, ..ok }, &[4], &q, &rows, "scale");
+    fails(&ok, &[1], &q, &rows, "seq_lens[0]");
+    fails(&ok, &[5], &q, &rows, "seq_lens[0]");
+    fails(&ok, &[4, 4], &q, &rows, "seq_lens");
+    fails(&ok, &[4], &q[1..], &rows, "q");
+    fails(&ok, &[4], &q, &rows[1..], "rows");
+    let mut nan = rows.clone();
+    nan[3] = f32::NAN;
+    fails(&ok, &[4], &q, &nan, "reference row (sequence 0, new token 0, query head 0)");
+}
+
+/// DeepSeek V3's dims (576 / 512, scale 1/√192) against the formula written
+/// the naive way, one query head at a time.
+#[test]
+fn latent_attention_matches_the_formula_at_deepseek_dims() {
+    use decode_attn::reference::{latent_attention, LatentShape};
+    use decode_attn_abi::HeadDims;
+    let (dq, dv, cap) = (576usize, 512usize, 33usize);
+    let s = LatentShape { batch: 2, num_q_heads: 3, q_len: 2, max_seq_len: cap as u32, dims: HeadDims { qk: dq as u32, v: dv as u32 }, scale: 1.0 / 192f32.sqrt() };
+    let lens = [33u32, 2];
+    let mut rng = Rng::new(29);
+    let q = random_values(&mut rng, 2 * 2 * 3 * dq, dq, Distribution::Normal);
+    let rows = random_values(&mut rng, 2 * cap * dq, dq, Distribution::HeavyTailed);
+    let out = latent_attention(&s, &lens, &q, &rows).unwrap();
+    for b in 0..2usize {
+        for i in 0..2usize {
+            let visible = lens[b] as usize - 2 + i + 1;
+            let keys: Vec<&[f32]> = rows[b * cap * dq..].chunks(dq).take(visible).collect();
+            for h in 0..3usize {
+                let at = (b * 2 + i) * 3 + h;
+                let qrow = &q[at * dq..][..dq];
+                let logits: Vec<f64> = keys.iter().map(|k| s.scale as f64 * qrow.iter().zip(k.iter()).map(|(&a, &x)| a as f64 * x as f64).sum::<f64>()).collect();
+                let m = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = logits.iter().map(|&l| (l - m).exp()).sum();
+                for d in 0..dv {
+                    let want: f64 = logits.iter().zip(&keys).map(|(&l, k)| (l - m).exp() / z * k[d] as f64).sum();
+                    let got = out[at * dv + d];
+                    assert!((got - want).abs() <= 1e-10 * want.abs().max(1.0), "b {b} i {i} h {h} d {d}: {got} vs {want}");
+                }
+            }
+        }
+    }
+}

@@ -1,9 +1,12 @@
 //! The f64 CPU reference, with exactly the kernel's semantics (causal among
 //! the q_len new tokens, ragged lengths, GQA head mapping, KV strides, and
 //! the variants: logits soft-cap, sliding window, sinks, ALiBi —
-//! `docs/benchmark.md`, "The operation").
+//! `docs/benchmark.md`, "The operation"), and MLA's latent attention
+//! (`latent_attention`: V the first values of K's rows).
 //! Public and validated like the GPU path: bad input is an `Err`, never a
 //! panic or a silently truncated comparison.
+
+use decode_attn_abi::{HeadDims, MAX_Q_LEN};
 
 use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
@@ -267,6 +270,81 @@ fn row(shape: &DecodeShape, heads: &HeadInputs, len: usize, b: usize, i: usize, 
         }
     }
     out.iter_mut().for_each(|o| *o /= denom);
+}
+
+/// A multi-head latent attention problem in its absorbed form (DeepSeek V3,
+/// Kimi K2; `docs/design/mla.md`): one latent head whose cached rows hold
+/// `dims.qk` values (576: 512 latent + 64 RoPE), read as K whole and as V
+/// by their first `dims.v` values (512), shared by every query head.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LatentShape {
+    pub batch: u32,
+    pub num_q_heads: u32,
+    /// New query tokens per sequence, causal among themselves.
+    pub q_len: u32,
+    /// Rows per sequence in the cache.
+    pub max_seq_len: u32,
+    pub dims: HeadDims,
+    /// The softmax scale (DeepSeek: `1/√192`, not `1/√576`).
+    pub scale: f32,
+}
+
+impl LatentShape {
+    fn check(&self, seq_lens: &[u32], q: &[f32], rows: &[f32]) -> Result<()> {
+        ensure(self.batch >= 1, "batch", "at least 1", self.batch)?;
+        ensure(self.num_q_heads >= 1, "num_q_heads", "at least 1", self.num_q_heads)?;
+        ensure((1..=MAX_Q_LEN).contains(&self.q_len), "q_len", format!("1..={MAX_Q_LEN}"), self.q_len)?;
+        ensure(self.dims.v >= 1 && self.dims.v <= self.dims.qk, "dims.v", format!("1..={} (V is the first values of each row)", self.dims.qk), self.dims.v)?;
+        ensure(self.scale.is_finite() && self.scale > 0.0, "scale", "a positive finite number", self.scale)?;
+        ensure(seq_lens.len() == self.batch as usize, "seq_lens", format!("{} lengths (one per sequence)", self.batch), seq_lens.len())?;
+        if let Some(b) = seq_lens.iter().position(|&l| l < self.q_len || l > self.max_seq_len) {
+            return Err(Error::invalid(format!("seq_lens[{b}]"), format!("q_len..=max_seq_len ({}..={})", self.q_len, self.max_seq_len), seq_lens[b]));
+        }
+        let q_elems = self.batch as u64 * self.q_len as u64 * self.num_q_heads as u64 * self.dims.qk as u64;
+        ensure(q.len() as u64 == q_elems, "q", format!("{q_elems} values ([batch, q_len, num_q_heads, dims.qk])"), q.len())?;
+        let row_elems = self.batch as u64 * self.max_seq_len as u64 * self.dims.qk as u64;
+        ensure(rows.len() as u64 == row_elems, "rows", format!("{row_elems} values ([batch, max_seq_len, dims.qk])"), rows.len())
+    }
+}
+
+/// Latent attention in f64: `out[b, i, h] = Σ_t softmax_t(scale · q[b, i,
+/// h]·row[b, t]) · row[b, t][..dims.v]` over the keys `t ≤ len_b − q_len +
+/// i`; `q` is `[batch, q_len, num_q_heads, dims.qk]`, `rows` `[batch,
+/// max_seq_len, dims.qk]`, the result `[batch, q_len, num_q_heads,
+/// dims.v]`. Bad shapes, lengths or buffer sizes are an `Err` naming them;
+/// a row that is not finite (a NaN in the inputs) too.
+pub fn latent_attention(shape: &LatentShape, seq_lens: &[u32], q: &[f32], rows: &[f32]) -> Result<Vec<f64>> {
+    shape.check(seq_lens, q, rows)?;
+    let (dq, dv) = (shape.dims.qk as usize, shape.dims.v as usize);
+    let (hq, ql, cap) = (shape.num_q_heads as usize, shape.q_len as usize, shape.max_seq_len as usize);
+    let scale = shape.scale as f64;
+    let mut out = vec![0.0f64; shape.batch as usize * ql * hq * dv];
+    let mut logits = Vec::new();
+    for (b, &len) in seq_lens.iter().enumerate() {
+        let seq = &rows[b * cap * dq..][..cap * dq];
+        for i in 0..ql {
+            let keys = len as usize - ql + i + 1;
+            for h in 0..hq {
+                let at = (b * ql + i) * hq + h;
+                let qrow = &q[at * dq..][..dq];
+                logits.clear();
+                logits.extend(seq.chunks(dq).take(keys).map(|k| scale * qrow.iter().zip(k).map(|(&a, &x)| a as f64 * x as f64).sum::<f64>()));
+                let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let o = &mut out[at * dv..][..dv];
+                let mut denom = 0.0;
+                for (row, &s) in seq.chunks(dq).zip(&logits) {
+                    let p = (s - max).exp();
+                    denom += p;
+                    o.iter_mut().zip(&row[..dv]).for_each(|(o, &x)| *o += p * x as f64);
+                }
+                o.iter_mut().for_each(|o| *o /= denom);
+                if let Some(d) = o.iter().position(|x| !x.is_finite()) {
+                    return Err(Error::invalid(format!("reference row (sequence {b}, new token {i}, query head {h})"), "finite attention (finite Q and rows)", o[d]));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// How far an output is from the reference.
