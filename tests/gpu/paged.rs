@@ -6,7 +6,7 @@ use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::Stream;
 use decode_attn::half::{bf16, f16};
 use decode_attn::testing::Rng;
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvLayout, PageOrder, PlanOptions, TensorRef, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvLayout, PageOrder, PlanOptions, StepInputs, TensorRef, Workspace};
 
 use crate::common::Problem;
 
@@ -174,4 +174,60 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, p: &mut Problem, pool: &Pool
     let mut ws = Workspace::for_plan(&plan).map_err(|e| e.to_string())?;
     let outs = p.run_twice(stream, |p| p.run_cache(attn, &plan, &pool.cache(), &mut ws, stream))?;
     Ok((outs, plan.max_splits()))
+}
+
+/// How a case plans.
+#[allow(dead_code)] // the fuzzer plans its own runs
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A plan of host lengths (and starts, block table), uploaded with it.
+    Host,
+    /// A capacity plan; lengths, block table and starts on the device.
+    Capacity,
+}
+
+/// Plans `shape` for `mode` over `seq_lens` — a plan of host lengths
+/// (paged where `table` is given, with key ranges where `starts` is) or a
+/// capacity plan reading the same on the device — and runs `p` twice on
+/// `cache`: the outputs and the plan's splits.
+#[allow(clippy::too_many_arguments, dead_code)] // the fuzzer plans its own runs
+pub fn run_planned(
+    attn: &DecodeAttention,
+    stream: &Stream,
+    p: &mut Problem,
+    mode: Mode,
+    shape: &DecodeShape,
+    seq_lens: &[u32],
+    table: Option<&[i32]>,
+    starts: Option<&[u32]>,
+    opts: &PlanOptions,
+    cache: &KvCache,
+) -> Result<(Vec<Vec<f32>>, u32), String> {
+    match mode {
+        Mode::Host => {
+            let plan = match (starts, table) {
+                (Some(s), t) => attn.plan_key_ranges(shape, s, seq_lens, t, opts),
+                (None, Some(t)) => attn.plan_paged(shape, seq_lens, t, opts),
+                (None, None) => attn.plan(shape, seq_lens, opts),
+            }
+            .map_err(err)?;
+            let mut ws = Workspace::for_plan(&plan).map_err(err)?;
+            Ok((p.run_twice(stream, |p| p.run_cache(attn, &plan, cache, &mut ws, stream))?, plan.max_splits()))
+        }
+        Mode::Capacity => {
+            let plan = attn.plan_capacity(shape, opts).map_err(err)?;
+            let mut ws = Workspace::for_plan(&plan).map_err(err)?;
+            let lens_dev = DeviceBuffer::from_slice(seq_lens).map_err(err)?;
+            let table_dev = DeviceBuffer::from_slice(table.unwrap_or(&[0])).map_err(err)?;
+            let starts_dev = DeviceBuffer::from_slice(starts.unwrap_or(&[0])).map_err(err)?;
+            let step = if table.is_some() { StepInputs::paged(&lens_dev, &table_dev) } else { StepInputs::lengths(&lens_dev) };
+            let step = if starts.is_some() { step.with_seq_starts(&starts_dev) } else { step };
+            Ok((p.run_twice(stream, |p| p.run_step(attn, &plan, &step, cache, &mut ws, stream))?, plan.max_splits()))
+        }
+    }
+}
+
+#[allow(dead_code)] // the fuzzer plans its own runs
+fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
 }

@@ -11,19 +11,10 @@
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, StepInputs, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy};
 
 use crate::common::Problem;
-use crate::paged::{self, Paging};
-
-/// How a case's plan reads its starts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// A plan of host lengths and host starts (uploaded with the plan).
-    Host,
-    /// A capacity plan; lengths and starts on the device.
-    Capacity,
-}
+use crate::paged::{self, Mode, Paging};
 
 #[derive(Clone, Debug)]
 pub struct RangeCase {
@@ -140,22 +131,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &RangeCase, seed: u64)
     let cache = pool.as_ref().map_or_else(|| p.own_cache(), |pool| pool.cache());
     let plan_shape = pool.as_ref().map_or(s, |pool| &pool.shape);
     let table = pool.as_ref().map(|pool| &pool.table[..]);
-    let lens_dev = DeviceBuffer::from_slice(&case.seq_lens).map_err(err)?;
-    let starts_dev = DeviceBuffer::from_slice(&case.starts).map_err(err)?;
-    let table_dev = DeviceBuffer::from_slice(table.unwrap_or(&[0])).map_err(err)?;
-    let (outs, splits) = match case.mode {
-        Mode::Host => {
-            let plan = attn.plan_key_ranges(plan_shape, &case.starts, &case.seq_lens, table, &opts).map_err(err)?;
-            let mut ws = Workspace::for_plan(&plan).map_err(err)?;
-            (p.run_twice(stream, |p| p.run_cache(attn, &plan, &cache, &mut ws, stream))?, plan.max_splits())
-        }
-        Mode::Capacity => {
-            let plan = attn.plan_capacity(plan_shape, &opts).map_err(err)?;
-            let mut ws = Workspace::for_plan(&plan).map_err(err)?;
-            let step = if table.is_some() { StepInputs::paged(&lens_dev, &table_dev) } else { StepInputs::lengths(&lens_dev) }.with_seq_starts(&starts_dev);
-            (p.run_twice(stream, |p| p.run_step(attn, &plan, &step, &cache, &mut ws, stream))?, plan.max_splits())
-        }
-    };
+    let (outs, splits) = paged::run_planned(attn, stream, &mut p, case.mode, plan_shape, &case.seq_lens, table, Some(&case.starts), &opts, &cache)?;
     let reference = p.reference(None).map_err(err)?;
     crate::check_outputs(&outs, &reference).map(|e| (e, splits))
 }

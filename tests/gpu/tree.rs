@@ -8,22 +8,12 @@
 //! (token i sees tokens 0..=i at their causal positions) gives the causal
 //! step's output bit for bit, in the same kernel.
 
-use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
-use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, StepInputs, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy};
 
 use crate::common::{random_tree, Problem, TreeBufs};
-use crate::paged::{self, Paging};
-
-/// How a case plans.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// A plan of host lengths.
-    Host,
-    /// A capacity plan; lengths (and block table) on the device.
-    Capacity,
-}
+use crate::paged::{self, Mode, Paging};
 
 #[derive(Clone, Debug)]
 pub struct TreeCase {
@@ -139,27 +129,9 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &TreeCase, seed: u64) 
     let pool = case.paging.map(|paging| paged::Pool::new(&p, paging, seed)).transpose()?;
     let cache = pool.as_ref().map_or_else(|| p.own_cache(), |pool| pool.cache());
     let table = pool.as_ref().map(|pool| &pool.table[..]);
-    let lens_dev = DeviceBuffer::from_slice(&case.seq_lens).map_err(err)?;
-    let table_dev = DeviceBuffer::from_slice(table.unwrap_or(&[0])).map_err(err)?;
-    let runs = |p: &mut Problem, shape: &DecodeShape| -> Result<(Vec<Vec<f32>>, u32), String> {
+    let runs = |p: &mut Problem, shape: &DecodeShape| {
         let plan_shape = pool.as_ref().map_or_else(|| shape.clone(), |pool| DecodeShape { variant: VariantSpec { tree: shape.variant.tree, ..pool.shape.variant }, ..pool.shape.clone() });
-        match case.mode {
-            Mode::Host => {
-                let plan = match table {
-                    Some(t) => attn.plan_paged(&plan_shape, &case.seq_lens, t, &opts),
-                    None => attn.plan(&plan_shape, &case.seq_lens, &opts),
-                }
-                .map_err(err)?;
-                let mut ws = Workspace::for_plan(&plan).map_err(err)?;
-                Ok((p.run_twice(stream, |p| p.run_cache(attn, &plan, &cache, &mut ws, stream))?, plan.max_splits()))
-            }
-            Mode::Capacity => {
-                let plan = attn.plan_capacity(&plan_shape, &opts).map_err(err)?;
-                let mut ws = Workspace::for_plan(&plan).map_err(err)?;
-                let step = if table.is_some() { StepInputs::paged(&lens_dev, &table_dev) } else { StepInputs::lengths(&lens_dev) };
-                Ok((p.run_twice(stream, |p| p.run_step(attn, &plan, &step, &cache, &mut ws, stream))?, plan.max_splits()))
-            }
-        }
+        paged::run_planned(attn, stream, p, case.mode, &plan_shape, &case.seq_lens, table, None, &opts, &cache)
     };
     let (outs, splits) = runs(&mut p, s)?;
     let reference = p.reference(None).map_err(err)?;
