@@ -99,7 +99,6 @@ pub unsafe fn tree_row(p: &DecodeParams, seq_len: u32, seq_first: u32, batch: u3
     TreeRow { first: pos.saturating_sub(p.window).max(seq_first), new0, hidden: !(mask | (1 << token)) }
 }
 
-
 /// The hooks a kernel body applies to every score (see the module docs),
 /// derived from a variant's three parts; each is a method with a default,
 /// which a variant type may override.
@@ -124,7 +123,9 @@ pub trait AttentionVariant {
     const ALIBI: bool = matches!(Self::Score::KIND, ScoreMod::Alibi);
     /// Whether the launch's draft tree applies ([`Variant::takes_tree`]).
     const TREE: bool = matches!(Self::Mask::KIND, MaskKind::Tree);
-    /// Whether a row needs the launch's per-head arrays (slopes, sinks).
+    /// Whether the kernels prefetch the launch's per-head arrays (slopes,
+    /// sinks): every variant with a part (the standard kernels keep their
+    /// code; windows come with sinks in every compiled variant).
     const PER_HEAD: bool = Self::ALIBI || Self::WINDOW || Self::SINKS;
 
     /// The query transform: what every raw score `q·k` of the launch is
