@@ -1059,6 +1059,7 @@ fn a_variant_spec_picks_the_fastest_kernels_that_cover_its_parts() {
     assert_eq!(spec(|v| v.tree = true).kernel_variant().unwrap(), Variant::MaskedTree);
     assert_eq!(spec(|v| { v.tree = true; v.soft_cap = Some(30.0) }).kernel_variant().unwrap(), Variant::SoftCapTree);
     rejects(spec(|v| { v.tree = true; v.alibi = true }).kernel_variant(), "tree");
+    rejects(spec(|v| { v.soft_cap = Some(30.0); v.alibi = true }).kernel_variant(), "alibi");
     rejects(spec(|v| { v.soft_cap = Some(30.0); v.alibi = true }).validate(1, 0.125), "alibi");
     rejects(spec(|v| v.window = Some(0)).validate(1, 0.125), "window");
     rejects(spec(|v| v.soft_cap = Some(f32::NAN)).validate(1, 0.125), "soft_cap");

@@ -116,9 +116,7 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
             }
         }
     }
-    for (name, buf) in check_variant_buffers(shape, bufs.variant)? {
-        inputs.push((name, buf));
-    }
+    inputs.extend(check_variant_buffers(shape, bufs.variant)?.into_iter().flatten());
     let ws = &bufs.workspace;
     ensure(ws.elem == ElemType::U8, "workspace", "a byte buffer", format!("{} elements", ws.elem.name()))?;
     ensure(
@@ -154,11 +152,11 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
 /// exactly when the shape's [`VariantSpec`](crate::VariantSpec) has its
 /// part — sinks and ALiBi slopes `num_q_heads` f32s, a tree's masks and
 /// positions `batch × q_len` u8s and u32s — aligned and not wrapping.
-/// Returns them by name, for the overlap checks. The one check of these
-/// buffers, whichever binding calls it.
-pub fn check_variant_buffers(shape: &DecodeShape, bufs: VariantBuffers<BufferDesc>) -> Result<Vec<(&'static str, BufferDesc)>> {
-    let mut given = Vec::new();
-    for a in bufs.arrays(&shape.variant) {
+/// Returns the given ones by name, for the overlap checks. The one check
+/// of these buffers, whichever binding calls it.
+pub fn check_variant_buffers(shape: &DecodeShape, bufs: VariantBuffers<BufferDesc>) -> Result<[Option<(&'static str, BufferDesc)>; 4]> {
+    let mut given = [None; 4];
+    for (slot, a) in given.iter_mut().zip(bufs.arrays(&shape.variant)) {
         let n = match a.count {
             VariantCount::PerQueryHead => shape.num_q_heads as u64,
             VariantCount::PerRow => shape.batch as u64 * shape.q_len as u64,
@@ -166,7 +164,7 @@ pub fn check_variant_buffers(shape: &DecodeShape, bufs: VariantBuffers<BufferDes
         match (a.wanted, a.buf) {
             (true, Some(b)) => {
                 check_values(a.name, &b, a.elem, n, &format!("at least {n} {}", a.what))?;
-                given.push((a.name, b));
+                *slot = Some((a.name, b));
             }
             (true, None) => return Err(Error::invalid(a.name, format!("{n} {} (the plan's shape has variant.{})", a.what, a.part), "none")),
             (false, Some(_)) => return Err(Error::invalid(a.name, format!("none (the plan was made without variant.{})", a.part), "a buffer")),

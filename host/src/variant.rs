@@ -93,8 +93,10 @@ impl VariantSpec {
 
     /// The compiled variant whose kernels serve the spec
     /// (`Variant::serving`: the fastest that covers its parts), or an
-    /// error naming the part no kernel combines with the others.
+    /// error naming the part no kernel combines with the others (ALiBi
+    /// with a soft-cap, a tree with ALiBi).
     pub fn kernel_variant(&self) -> Result<Variant> {
+        ensure(!(self.alibi && self.soft_cap.is_some()), "alibi", "false when soft_cap is set (no kernel applies both; no model does)", "true with a soft-cap")?;
         Variant::serving(self.parts()).ok_or_else(|| Error::invalid("tree", "false when alibi is set (ALiBi's bias would need each new key's tree position; no kernel applies both)", "true with ALiBi"))
     }
 
@@ -125,9 +127,9 @@ impl VariantSpec {
         if let Some(w) = self.window {
             ensure(w >= 1 && w != NO_WINDOW, "window", format!("1..{NO_WINDOW} keys left of the query (None: no window)"), w)?;
         }
-        ensure(!(self.alibi && self.soft_cap.is_some()), "alibi", "false when soft_cap is set (no kernel applies both; no model does)", "true with a soft-cap")?;
+        // Parts no kernel combines: ALiBi with a soft-cap or a tree.
+        self.kernel_variant()?;
         if self.tree {
-            self.kernel_variant()?;
             // A window of at least q_len − 1 keys shows every new token to
             // every row (a depth is below q_len): the tree alone decides
             // which new keys a row sees, whatever their positions.

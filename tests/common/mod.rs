@@ -504,3 +504,8 @@ pub fn must_be_unsupported<T>(outcome: std::result::Result<T, String>) -> std::r
         Err(e) => Err(format!("must be Unsupported, naming sm_90a: {e}")),
     }
 }
+
+/// A test helper's error as the tests report it.
+pub fn err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}

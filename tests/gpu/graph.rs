@@ -16,6 +16,7 @@ use decode_attn::testing::{random_values, round_bf16, round_f16, Distribution, R
 use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, ElemType, KvCache, KvFormat, KvLayout, KvMut, KvTensor, PlanOptions, SplitPolicy, StepInputs, TensorMut, TensorRef, Workspace};
 
 use crate::common::cuda::{check, Graph};
+use crate::common::err;
 use crate::paged::Paging;
 
 pub const STEPS: u32 = 100;
@@ -48,9 +49,6 @@ const HQ: u32 = 8;
 const HKV: u32 = 2;
 const D: u32 = 128;
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// Element offset (in the cache's elements) of token t of sequence b, kv
 /// head h: at the shape's strides, through the table when paged.

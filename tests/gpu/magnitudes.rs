@@ -11,7 +11,7 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy, Workspace};
 
-use crate::common::Problem;
+use crate::common::{err, Problem};
 
 #[derive(Clone, Debug)]
 pub struct MagnitudeCase {
@@ -85,9 +85,6 @@ pub fn cases(small: bool) -> Vec<MagnitudeCase> {
     out
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// Runs a case twice on NaN-poisoned outputs: its error against the
 /// reference on the same dequantized K and V, and the plan's most splits.

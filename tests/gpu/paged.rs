@@ -8,7 +8,7 @@ use decode_attn::half::{bf16, f16};
 use decode_attn::testing::Rng;
 use decode_attn::{DecodeAttention, DecodeShape, Dtype, ElemType, KvCache, KvLayout, PageOrder, PlanOptions, StepInputs, TensorRef, Workspace};
 
-use crate::common::Problem;
+use crate::common::{err, Problem};
 
 /// How a case's cache is paged.
 #[derive(Clone, Copy, Debug)]
@@ -227,7 +227,3 @@ pub fn run_planned(
     }
 }
 
-#[allow(dead_code)] // the fuzzer plans its own runs
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}

@@ -8,7 +8,7 @@ use decode_attn::quant::{dequantize_cache, quantize_cache};
 use decode_attn::testing::Distribution;
 use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, KvFormat, KvLayout, KvMut, StepInputs, TensorMut, TensorRef};
 
-use crate::common::{Buffers, Problem};
+use crate::common::{err, Buffers, Problem};
 
 fn to16(x: f32, dtype: Dtype) -> u16 {
     match dtype {
@@ -23,9 +23,6 @@ fn from16(b: u16, dtype: Dtype) -> f32 {
     }
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// The 16-bit buffer of a problem's plain K, as raw bits.
 fn plain_k(p: &Problem) -> Result<(u64, usize, Vec<u16>), String> {

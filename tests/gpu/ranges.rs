@@ -13,7 +13,7 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy};
 
-use crate::common::Problem;
+use crate::common::{err, Problem};
 use crate::paged::{self, Mode, Paging};
 
 #[derive(Clone, Debug)]
@@ -104,9 +104,6 @@ fn shapes(small: bool) -> Vec<RangeCase> {
     out
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// Runs a case twice on NaN-poisoned outputs: its error against the
 /// reference, and the plan's most splits.

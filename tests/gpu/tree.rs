@@ -12,7 +12,7 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::testing::{problem_inputs, Distribution};
 use decode_attn::{DecodeAttention, DecodeShape, VariantSpec, Dtype, Family, FamilyChoice, KvFormat, PlanOptions, SplitPolicy};
 
-use crate::common::{random_tree, Problem, TreeBufs};
+use crate::common::{err, random_tree, Problem, TreeBufs};
 use crate::paged::{self, Mode, Paging};
 
 #[derive(Clone, Debug)]
@@ -101,9 +101,6 @@ fn shapes(small: bool) -> Vec<TreeCase> {
     out
 }
 
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// Runs a case twice on NaN-poisoned outputs: its error against the
 /// reference (a chain case: 0 when the chain's output equals the causal
