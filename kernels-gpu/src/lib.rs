@@ -29,7 +29,7 @@ pub mod state;
 pub mod variant;
 
 #[allow(unused_imports)]
-use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, FillParams, Form, Merge, MergeParams, MmaRateParams, QuantParams, SleepParams};
+use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, Family, FillParams, Form, Merge, MergeParams, MmaRateParams, QuantParams, SleepParams};
 // (Each architecture's module names only some of the formats and params.)
 #[allow(unused_imports)]
 use format::{Bf16, Fp8Kv, Fp8PerHeadKv, Int4Kv, Int8Kv, PlainKv, F16};
@@ -42,16 +42,16 @@ fn panic(_: &core::panic::PanicInfo) -> ! {
 macro_rules! decode_kernels {
     ($($name:ident => ($arch:literal, $arch_id:ident, $f:ident, $q:ident, $d:literal, $dv:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
         /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
-        /// see `decode::decode_wide`, `decode::decode_narrow` and `decode::decode_wgmma`.
-        /// (Their bodies read V rows of Q·K's head dim: the set holds no
-        /// other, `KernelId::exists`.)
+        /// see `decode::decode_wide`, `decode::decode_narrow`, `decode::decode_wgmma`
+        /// and `decode::decode_mla`. (All but the MLA body read V rows of
+        /// Q·K's head dim: the set holds no other, `KernelId::exists`.)
         ///
         /// # Safety
         /// Launched only by the host library, with the planner's launch shape.
         #[cfg(decode_attn_arch = $arch)]
         #[no_mangle]
         pub unsafe extern "ptx-kernel" fn $name(p: DecodeParams) {
-            const { assert!($d == $dv) };
+            const { assert!($d == $dv || Family::$fam.is_latent()) };
             decode_body!(
                 $fam,
                 $kv,
@@ -76,6 +76,9 @@ macro_rules! decode_body {
     };
     (Wgmma, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
         decode::decode_wgmma::<$t, $v, $d, $paged, $cluster, { $form.is_specialized() }>($p)
+    };
+    (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
+        decode::decode_mla::<$t, $paged>($p)
     };
 }
 

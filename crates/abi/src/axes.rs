@@ -185,31 +185,47 @@ pub enum Family {
     /// caches are first converted, each byte once per block, into 16-bit
     /// tiles the MMAs read.
     Wgmma = 2,
+    /// Multi-head latent attention (DeepSeek V3 / R1, Kimi K2) in its
+    /// absorbed form: MQA over one latent head whose cached rows hold
+    /// [`MLA_DIMS`] (576 values for Q·K, V the first 512 of the same row).
+    /// A block is 64 query rows (tokens × heads) against a chunk of keys on
+    /// Hopper's warpgroup MMA, two warpgroups splitting the keys of each
+    /// 64-key stage for `S = Q·Kᵀ` and O's 512 columns for `O += P·V`
+    /// (`kernels-gpu`'s `decode::mla`).
+    Mla = 3,
 }
 
 impl Family {
-    pub const ALL: [Family; 3] = [Family::Wide, Family::Narrow, Family::Wgmma];
+    pub const ALL: [Family; 4] = [Family::Wide, Family::Narrow, Family::Wgmma, Family::Mla];
     pub const fn name(self) -> &'static str {
         match self {
             Family::Wide => "wide",
             Family::Narrow => "narrow",
             Family::Wgmma => "wgmma",
+            Family::Mla => "mla",
         }
     }
-    /// The architecture the family's kernels need: wgmma sm_90a.
+    /// The architecture the family's kernels need: wgmma and MLA sm_90a.
     pub const fn needs(self) -> Arch {
         match self {
             Family::Wide | Family::Narrow => Arch::Sm80,
-            Family::Wgmma => Arch::Sm90a,
+            Family::Wgmma | Family::Mla => Arch::Sm90a,
         }
     }
-    /// Whether the kernel table has this family for a format and head dim
-    /// (`Wide` and `Narrow` serve every supported pair).
+    /// Whether the kernel table has this family for a format and Q·K head
+    /// dim (`Wide` and `Narrow` serve every supported pair; MLA the bf16
+    /// latent rows of [`MLA_DIMS`] alone).
     pub const fn serves(self, format: KvFormat, head_dim: u32) -> bool {
         match self {
-            Family::Wide | Family::Narrow => format.supports_head_dim(head_dim),
+            Family::Wide | Family::Narrow => head_dim != MLA_DIMS.qk && format.supports_head_dim(head_dim),
             Family::Wgmma => head_dim == 128 && format.supports_head_dim(head_dim),
+            Family::Mla => head_dim == MLA_DIMS.qk && matches!(format, KvFormat::Bf16),
         }
+    }
+    /// The family that serves a Q·K head dim's latent rows, if it is one:
+    /// MLA's for [`MLA_DIMS`], none otherwise.
+    pub const fn is_latent(self) -> bool {
+        matches!(self, Family::Mla)
     }
 }
 
@@ -409,8 +425,22 @@ const fn saturate(x: u64) -> u32 {
     }
 }
 
-/// Head dimensions the kernels are instantiated for.
+/// Head dimensions the kernels are instantiated for (Q·K's and V's alike;
+/// a latent cache's are [`MLA_DIMS`]).
 pub const HEAD_DIMS: [u32; 3] = [64, 128, 256];
+
+/// The head dims of multi-head latent attention (DeepSeek V3 / R1 / V3.2,
+/// Kimi K2, GLM-5): a cached row of 512 latent values and 64 RoPE values,
+/// all 576 in Q·K, the first 512 as V.
+pub const MLA_DIMS: HeadDims = HeadDims { qk: 576, v: 512 };
+
+/// Every point of the head-dim axis the kernel set is built over: the
+/// square [`HEAD_DIMS`] and [`MLA_DIMS`].
+pub const KERNEL_DIMS: [HeadDims; 4] = [HeadDims::square(64), HeadDims::square(128), HeadDims::square(256), MLA_DIMS];
+
+/// V's (and O's) head dims of every kernel: the split merge is built for
+/// each.
+pub const V_HEAD_DIMS: [u32; 4] = [64, 128, 256, 512];
 
 /// An attention kernel's head dims: Q·K's (the length of Q's and K's rows)
 /// and V's (V's and O's). Every family built so far reads V rows as long
@@ -427,6 +457,15 @@ impl HeadDims {
     /// Q·K and V of the same head dim `d`.
     pub const fn square(d: u32) -> HeadDims {
         HeadDims { qk: d, v: d }
+    }
+    /// The head dims of a shape whose Q·K head dim is `d`: [`MLA_DIMS`]
+    /// for MLA's latent rows (576), square otherwise.
+    pub const fn of_qk(d: u32) -> HeadDims {
+        if d == MLA_DIMS.qk {
+            MLA_DIMS
+        } else {
+            HeadDims::square(d)
+        }
     }
     /// Whether V's rows are as long as K's.
     pub const fn is_square(self) -> bool {

@@ -10,7 +10,7 @@
 
 use core::fmt::{self, Write};
 
-use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, HEAD_DIMS};
+use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, HEAD_DIMS, KERNEL_DIMS, V_HEAD_DIMS};
 
 /// One attention kernel: the architecture of its module, its KV format,
 /// Q/O dtype, head dims, family, addressing, merge, form and attention
@@ -20,7 +20,7 @@ pub struct KernelId {
     pub arch: Arch,
     pub format: KvFormat,
     pub dtype: Dtype,
-    /// Q·K's and V's head dims (equal in every family built so far).
+    /// Q·K's and V's head dims (equal but in the MLA family's).
     pub dims: HeadDims,
     pub family: Family,
     pub addressing: Addressing,
@@ -31,8 +31,9 @@ pub struct KernelId {
 
 impl KernelId {
     /// Whether the module has this kernel: the rules of the kernel set.
-    /// - V's rows are as long as K's (every family reads V from rows of Q·K's
-    ///   head dim: a family of MLA's 576 / 512 is the first to differ);
+    /// - V's rows are as long as K's, but in the MLA family, whose rows are
+    ///   [`crate::MLA_DIMS`]'s (`Family::serves`); its kernels are bf16,
+    ///   plain, of the standard variant and merge globally;
     /// - the format has rows of `head_dim` values and computes with `dtype`
     ///   (16-bit caches with their own type, quantized ones with either);
     /// - the family serves the format and head dim ([`Family::serves`]);
@@ -56,7 +57,10 @@ impl KernelId {
             Form::Capacity => has_capacity_twin(self.format, head_dim, self.family, paged, cluster),
             Form::HeadPair => has_head_pair_form(self.format, head_dim, self.family, cluster),
         };
-        self.dims.is_square()
+        let latent = self.family.is_latent();
+        let mla_ok = !latent || (matches!(self.form, Form::Plain) && matches!(self.variant, Variant::Standard) && !cluster);
+        self.dims.is_square() != latent
+            && mla_ok
             && self.format.supports_head_dim(head_dim)
             && dtype_ok
             && self.family.serves(self.format, head_dim)
@@ -95,7 +99,7 @@ impl KernelId {
     }
 
     /// The entry point's symbol:
-    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma][_ws|_pair][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>[v<V's head_dim>]`,
+    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma|_mla][_ws|_pair][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>[v<V's head_dim>]`,
     /// e.g. `decode_paged_narrow_kv_int8_q_bf16_d128`.
     pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
         w.write_str("decode")?;
@@ -112,6 +116,7 @@ impl KernelId {
             Family::Wide => {}
             Family::Narrow => w.write_str("_narrow")?,
             Family::Wgmma => w.write_str("_wgmma")?,
+            Family::Mla => w.write_str("_mla")?,
         }
         match self.form {
             Form::Specialized => w.write_str("_ws")?,
@@ -131,12 +136,12 @@ impl KernelId {
         Arch::ALL.into_iter().flat_map(|arch| {
             KvFormat::ALL.into_iter().flat_map(move |format| {
                 Dtype::ALL.into_iter().flat_map(move |dtype| {
-                    HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                    KERNEL_DIMS.into_iter().flat_map(move |dims| {
                         Family::ALL.into_iter().flat_map(move |family| {
                             Addressing::ALL.into_iter().flat_map(move |addressing| {
                                 Merge::ALL.into_iter().flat_map(move |merge| {
                                     Form::ALL.into_iter().flat_map(move |form| {
-                                        Variant::ALL.into_iter().map(move |variant| KernelId { arch, format, dtype, dims: HeadDims::square(head_dim), family, addressing, merge, form, variant }).filter(KernelId::exists)
+                                        Variant::ALL.into_iter().map(move |variant| KernelId { arch, format, dtype, dims, family, addressing, merge, form, variant }).filter(KernelId::exists)
                                     })
                                 })
                             })
@@ -260,14 +265,16 @@ impl MergeKernelId {
         write!(w, "merge{}_{}_d{}", if self.sinks { "_sinks" } else { "" }, self.dtype.name(), self.head_dim)
     }
 
-    /// Whether a module of its architecture has it: merges need sm_80.
+    /// Whether a module of its architecture has it: merges need sm_80, and
+    /// those of V's head dim 512 are where the MLA family is (sm_90a).
     pub const fn exists(&self) -> bool {
-        self.arch.holds(Arch::Sm80)
+        let needs = if self.head_dim == crate::axes::MLA_DIMS.v { Family::Mla.needs() } else { Arch::Sm80 };
+        self.arch.holds(needs)
     }
 
     pub fn all() -> impl Iterator<Item = MergeKernelId> {
         Arch::ALL.into_iter().flat_map(|arch| {
-            Dtype::ALL.into_iter().flat_map(move |dtype| HEAD_DIMS.into_iter().flat_map(move |head_dim| [false, true].map(move |sinks| MergeKernelId { arch, dtype, head_dim, sinks })))
+            Dtype::ALL.into_iter().flat_map(move |dtype| V_HEAD_DIMS.into_iter().flat_map(move |head_dim| [false, true].map(move |sinks| MergeKernelId { arch, dtype, head_dim, sinks })))
         }).filter(MergeKernelId::exists)
     }
 }

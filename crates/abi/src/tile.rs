@@ -106,6 +106,9 @@ pub const fn tile_config(format: KvFormat, head_dim: u32, family: Family) -> Til
     // whose 16-bit tiles of converted keys ([`wgmma_prefix_bytes`]) take the
     // shared memory a second stage's worth would: there a stage is one step
     // of each of the block's two warpgroups, as for bf16.
+    if matches!(family, Family::Mla) {
+        return TileConfig { keys_per_stage: MLA_KEYS, row_bytes, scale_bytes: 0 };
+    }
     let keys_per_stage = match head_dim {
         64 => 128,
         128 => 64,
@@ -271,6 +274,34 @@ pub const fn q_tile_bytes(format: KvFormat, head_dim: u32, warps_m: u32, family:
     }
 }
 
+/// Query rows (tokens × heads) of one MLA block: one warpgroup MMA's M.
+pub const MLA_ROWS: u32 = 64;
+/// Keys of one MLA stage: each of the block's two warpgroups computes the
+/// scores of 32 of them, and both the P·V of all 64 for their half of O's
+/// columns.
+pub const MLA_KEYS: u32 = 64;
+/// Pipeline stages of the MLA kernels: two stages of 72 KiB after the
+/// 72 KiB Q tile take the shared memory a block may have (227 KiB).
+pub const MLA_STAGES: u32 = 2;
+/// Threads of an MLA block: two warpgroups.
+pub const MLA_THREADS: u32 = 256;
+/// Bytes of one 64-row tile of latent rows (576 bf16 values): Q's, and
+/// each stage's keys.
+pub const MLA_TILE_BYTES: u32 = MLA_ROWS * 576 * 2;
+/// Bytes of the MLA block's P tile (64 rows × 64 keys, bf16), which both
+/// warpgroups read as the A operand of their P·V.
+pub const MLA_P_BYTES: u32 = MLA_ROWS * MLA_KEYS * 2;
+/// Bytes where the MLA block's warpgroups exchange their rows' maxima and
+/// sums (two f32 per warpgroup and row).
+pub const MLA_EXCHANGE_BYTES: u32 = 2 * 2 * MLA_ROWS * 4;
+
+/// Dynamic shared memory of an MLA block: the Q tile, the stages, the P
+/// tile, the exchange, then [`ITEM_SMEM_BYTES`] (`decode::mla` in
+/// `kernels-gpu` lays it out in this order).
+pub const fn mla_smem_bytes() -> u32 {
+    (1 + MLA_STAGES) * MLA_TILE_BYTES + MLA_P_BYTES + MLA_EXCHANGE_BYTES + ITEM_SMEM_BYTES
+}
+
 /// Bytes at the end of an attention block's shared memory where it keeps
 /// its work item's sequence and partial slot from its start to its epilogue
 /// (`DecodeParams::item_smem`).
@@ -284,6 +315,9 @@ pub const ITEM_SMEM_BYTES: u32 = 16;
 /// a warp-specialised wgmma kernel.
 #[allow(clippy::too_many_arguments)]
 pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, family: Family, page_shift: Option<u32>, stages: u32, specialized: bool) -> u32 {
+    if matches!(family, Family::Mla) {
+        return mla_smem_bytes();
+    }
     let q_bytes = if matches!(family, Family::Wgmma) { wgmma_prefix_bytes(format, head_dim, specialized) } else { q_tile_bytes(format, head_dim, warps_m, family) };
     let pipe = stage_region_bytes(format, head_dim, family, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);

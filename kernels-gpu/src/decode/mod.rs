@@ -25,12 +25,14 @@
 pub(crate) mod block;
 mod cluster;
 mod epilogue;
+mod mla;
 mod narrow;
 mod pipeline;
 mod query;
 mod wgmma;
 mod wide;
 
+pub use mla::decode_mla;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 pub use wide::decode_wide;
