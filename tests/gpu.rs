@@ -18,6 +18,8 @@ mod quant;
 mod ranges;
 #[path = "gpu/magnitudes.rs"]
 mod magnitudes;
+#[path = "gpu/mla.rs"]
+mod mla;
 #[path = "gpu/tree.rs"]
 mod tree;
 
@@ -451,6 +453,8 @@ fn main() {
     let quant_count = if filter.is_some() || !first_part { 0 } else { quant_cases(sanitize).len() + KvFormat::ALL.iter().filter(|f| f.is_quantized()).count() };
     let range_cases: Vec<ranges::RangeCase> = in_part(ranges::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
     let magnitude_cases: Vec<magnitudes::MagnitudeCase> = in_part(magnitudes::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
+    // (The sanitizers take every MLA case: 21 small ones.)
+    let mla_cases: Vec<mla::Case> = in_part(mla::cases().into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
     let tree_cases: Vec<tree::TreeCase> = in_part(tree::cases(sanitize).into_iter().filter(|c| filter.as_ref().is_none_or(|f| c.name.contains(f.as_str()))).collect(), part);
     let graph_cases: Vec<graph::GraphCase> = in_part(
         graph::cases()
@@ -464,7 +468,7 @@ fn main() {
         Ok(ctx) => ctx,
         Err(why) => {
             let example = usize::from(filter.is_none() && first_part);
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + magnitude_cases.len() + tree_cases.len() + example);
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + magnitude_cases.len() + tree_cases.len() + mla_cases.len() + example);
             plan_on_cpu(&cases);
             return;
         }
@@ -511,6 +515,10 @@ fn main() {
     }
     for (i, case) in magnitude_cases.iter().enumerate() {
         let ok = outcome(&case.name, case.shape.kv_format, case.family, &|| magnitudes::run(&attn, &stream, case, 11000 + i as u64), &mut worst);
+        if ok { passed += 1 } else { failed += 1 }
+    }
+    for (i, case) in mla_cases.iter().enumerate() {
+        let ok = outcome(&case.name, KvFormat::Bf16, Family::Mla, &|| mla::run(&attn, &stream, case, 15000 + i as u64), &mut worst);
         if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in tree_cases.iter().enumerate() {

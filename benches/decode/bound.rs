@@ -10,7 +10,8 @@
 //! - the copy rate: the 4 GiB device-to-device copy (`timing::roofline`);
 //! - the tensor-core rate: `gpu_mma_rate`, the decode kernels' bf16 P·V
 //!   `wgmma` steps in a loop on every SM (two blocks of two warpgroups);
-//! - FLOPs: Q·Kᵀ and P·V over the keys the row reads, 4·rows·keys·D;
+//! - FLOPs: Q·Kᵀ and P·V over the keys the row reads, 2·rows·keys·(D + V's
+//!   head dim) (`Plan::flops`: 4·rows·keys·D but for MLA's 576 + 512);
 //! - conversion instructions: the narrow kernels' per-key count from their
 //!   SASS at head dim 128 (inner loop per 16 keys and 8 rows: int8 and both
 //!   fp8 128, int4 224 of 299 / 425 instructions; docs/perf.md, "What
@@ -78,7 +79,7 @@ pub fn bound(m: &Machine, plan: &Plan) -> (f64, &'static str) {
     let bytes = plan.bytes_moved() as f64;
     let keys = plan.keys_read() as f64 * s.num_kv_heads as f64;
     let rows_per_kv_head = s.rows_per_kv_head().unwrap_or(0) as f64;
-    let flops = 4.0 * rows_per_kv_head * keys * d;
+    let flops = plan.flops() as f64;
     let convert = match plan.family() {
         Family::Narrow => narrow_conversion_per_key(format) * (d / 128.0) * (rows_per_kv_head / 8.0).ceil() * keys,
         _ => 0.0,

@@ -48,6 +48,8 @@ pub struct BufferSet {
     /// device copies the kernels read): sink logits, ALiBi slopes.
     pub sinks: Option<(Vec<f32>, DeviceBuffer<f32>)>,
     pub slopes: Option<(Vec<f32>, DeviceBuffer<f32>)>,
+    /// A latent cache (MLA): `k` is the cache, read as K and V alike.
+    pub latent: bool,
 }
 
 /// Sink logits of a benchmark shape: 0.5 to 2 (a sink a sizeable share of
@@ -63,7 +65,9 @@ fn slope_values(shape: &DecodeShape) -> Vec<f32> {
 
 /// Bytes one set occupies on the device.
 pub fn set_bytes(shape: &DecodeShape) -> u64 {
-    2 * shape.q_bytes().unwrap_or(u64::MAX) + 2 * shape.kv_bytes_required().unwrap_or(u64::MAX) + 2 * shape.scale_bytes_required().unwrap_or(u64::MAX)
+    // (A latent cache is one tensor, K and V alike.)
+    let tensors = if shape.is_latent() { 1 } else { 2 };
+    shape.q_bytes().unwrap_or(u64::MAX) + shape.o_bytes().unwrap_or(u64::MAX) + tensors * shape.kv_bytes_required().unwrap_or(u64::MAX) + 2 * shape.scale_bytes_required().unwrap_or(u64::MAX)
 }
 
 fn alloc(bytes: u64) -> Result<DeviceBuffer<u8>, String> {
@@ -83,6 +87,8 @@ impl BufferSet {
         let kv_bytes = shape.kv_bytes_required().ok_or("kv size overflows")?;
         let q = alloc(q_bytes)?;
         let (k, v, kv_block) = match kv_gap {
+            // A latent cache's V is its K: a placeholder buffer, never read.
+            None if shape.is_latent() => (alloc(kv_bytes)?, alloc(16)?, None),
             None => (alloc(kv_bytes)?, alloc(kv_bytes)?, None),
             Some(gap) => {
                 let block = alloc(2 * kv_bytes + gap)?;
@@ -103,7 +109,8 @@ impl BufferSet {
             q,
             k: ManuallyDrop::new(k),
             v: ManuallyDrop::new(v),
-            o: alloc(q_bytes)?,
+            o: alloc(shape.o_bytes().ok_or("o size overflows")?)?,
+            latent: shape.is_latent(),
             scales: None,
             pool: None,
             kv_block,
@@ -152,7 +159,9 @@ impl BufferSet {
             set.scales = Some((scales.0.map_err(|e| e.to_string())?, scales.1.map_err(|e| e.to_string())?));
         } else {
             fill(&set.k, set.kv, 2)?;
-            fill(&set.v, set.kv, 3)?;
+            if !set.latent {
+                fill(&set.v, set.kv, 3)?;
+            }
         }
         set.poison_output(stream)?;
         Ok(set)
@@ -195,6 +204,7 @@ impl BufferSet {
                 let side = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len(), elem) };
                 KvCache::quantized(k, v, side(ks), side(vs))
             }
+            _ if self.latent => KvCache::latent(k),
             _ => KvCache::plain(k, v),
         };
         (Self::view(&self.q, self.qo), heads(cache), o)

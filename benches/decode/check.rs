@@ -45,6 +45,16 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
     for b in samples {
         let at = |buf: &decode_attn::cust::memory::DeviceBuffer<u8>, elems: usize| buf.as_device_ptr().as_raw() + (b * elems * 2) as u64;
         let q = to_f32(&download::<u16>(at(&set.q, q_seq), q_seq)?, shape.dtype);
+        if shape.is_latent() {
+            let lens = [plan.seq_lens()[b]];
+            // One sequence's latent rows (K's), V their first 512 values.
+            let o_seq = one.o_elems_checked().unwrap_or(0) as usize;
+            let o = to_f32(&download::<u16>(set.o.as_device_ptr().as_raw() + (b * o_seq * 2) as u64, o_seq)?, shape.dtype);
+            let latent = decode_attn::reference::LatentShape { batch: 1, num_q_heads: shape.num_q_heads, q_len: shape.q_len, max_seq_len: shape.max_seq_len, dims: decode_attn_abi::MLA_DIMS, scale: shape.softmax_scale() };
+            let r = decode_attn::reference::latent_attention(&latent, &lens, &q, &to_f32(&download::<u16>(at(&set.k, kv_seq), kv_seq)?, shape.dtype)).map_err(|e| e.to_string())?;
+            accumulate(&o, &r, &mut num, &mut den)?;
+            continue;
+        }
         let (k, v) = match (&set.scales, shape.kv_format.required_dtype()) {
             (Some((ks, vs)), _) => {
                 // One sequence's quantized rows and scales, dequantized as the kernel sees them.
@@ -69,18 +79,26 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
             ),
             (None, None) => return Err("a quantized row without scales".into()),
         };
-        let o = to_f32(&download::<u16>(at(&set.o, q_seq), q_seq)?, shape.dtype);
         let lens = [plan.seq_lens()[b]];
+        let o = to_f32(&download::<u16>(at(&set.o, q_seq), q_seq)?, shape.dtype);
         let heads = decode_attn::reference::HeadInputs { sinks: set.sinks.as_ref().map(|(h, _)| &h[..]), alibi_slopes: set.slopes.as_ref().map(|(h, _)| &h[..]), seq_starts: None, tree: None };
         let r = decode_attn::reference::decode_attention_with(&one, &lens, &q, &k, &v, &heads, &[0], threads).map_err(|e| e.to_string())?;
-        let c = decode_attn::reference::relative_l2_error(&o, &r).map_err(|e| e.to_string())?;
-        if c.nonfinite {
-            return Ok(f64::INFINITY);
-        }
-        for (&x, &y) in o.iter().zip(&r) {
-            num += (x as f64 - y).powi(2);
-            den += y * y;
-        }
+        accumulate(&o, &r, &mut num, &mut den)?;
     }
     Ok((num / den).sqrt())
+}
+
+/// Adds a sequence's squared error and squared reference to the sums; a
+/// non-finite output makes both infinite (the row fails).
+fn accumulate(o: &[f32], r: &[f64], num: &mut f64, den: &mut f64) -> Result<(), String> {
+    let c = decode_attn::reference::relative_l2_error(o, r).map_err(|e| e.to_string())?;
+    if c.nonfinite {
+        *num = f64::INFINITY;
+        return Ok(());
+    }
+    for (&x, &y) in o.iter().zip(r) {
+        *num += (x as f64 - y).powi(2);
+        *den += y * y;
+    }
+    Ok(())
 }

@@ -80,7 +80,7 @@ impl RowSpec {
     }
 }
 
-pub const GRIDS: [char; 5] = ['A', 'B', 'C', 'D', 'E'];
+pub const GRIDS: [char; 6] = ['A', 'B', 'C', 'D', 'E', 'F'];
 
 /// Grid E (docs/benchmark.md, "The grids"): `(batch, ctx, hq, hkv, head_dim,
 /// variant)` of model-like rows with their variants, the rows their costs
@@ -123,6 +123,24 @@ fn grid_e_rows() -> Vec<(u32, u32, u32, u32, u32, RowVariant)> {
     out
 }
 
+/// Grid F (docs/benchmark.md, "The grids"): `(batch, ctx, hq, q_len)` of
+/// dense MLA — 16 heads (a tensor-parallel shard, bandwidth-bound) and 128
+/// (a whole DeepSeek V3 layer, compute-bound), decode and multi-token
+/// prediction.
+fn grid_f_rows() -> Vec<(u32, u32, u32, u32)> {
+    let mut out = Vec::new();
+    for hq in [16, 128] {
+        for batch in [1, 32, 128] {
+            for ctx in [4096, 32768] {
+                for q_len in [1, 2] {
+                    out.push((batch, ctx, hq, q_len));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// `(batch, ctx, hq, hkv, q_len)` of each row of a grid (docs/benchmark.md).
 fn grid_rows(grid: char) -> Vec<(u32, u32, u32, u32, u32)> {
     match grid {
@@ -148,6 +166,13 @@ pub fn rows(grids: &[char], formats: &[KvFormat], quick: bool) -> Vec<RowSpec> {
                 // bf16, int8 and both fp8 (docs/benchmark.md); none in a quick look.
                 if matches!(format, KvFormat::Bf16 | KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8) && !quick {
                     out.extend(grid_e_rows().into_iter().map(|(batch, ctx, hq, hkv, head_dim, variant)| RowSpec { grid, batch, ctx, hq, hkv, q_len: 1, head_dim, format, variant }));
+                }
+                continue;
+            }
+            if grid == 'F' {
+                // Dense MLA (docs/benchmark.md): DeepSeek's latent rows, bf16.
+                if format == KvFormat::Bf16 && !quick {
+                    out.extend(grid_f_rows().into_iter().map(|(batch, ctx, hq, q_len)| RowSpec { grid, batch, ctx, hq, hkv: 1, q_len, head_dim: 576, format, variant: RowVariant::default() }));
                 }
                 continue;
             }

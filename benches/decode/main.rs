@@ -477,7 +477,8 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         dtype,
         kv_format: s.format,
         kv_layout: args.layout.kv_layout(),
-        scale: None,
+        // DeepSeek's scale for its latent rows (1/√192), as FlashInfer's anchor.
+        scale: (s.head_dim == 576).then(|| 1.0 / 192f32.sqrt()),
         variant: VariantSpec { soft_cap: v.soft_cap, window: v.window, sinks: v.sinks, alibi: v.alibi, ..VariantSpec::STANDARD },
     };
     let seq_lens = vec![s.ctx; s.batch as usize];
@@ -562,6 +563,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
                 Family::Wgmma if plan.warp_specialized() => "gs",
                 Family::Wgmma => "g",
                 Family::Wide => "",
+                Family::Mla => "m",
             },
             plan.warps_m(),
             plan.warps_k(),
@@ -579,6 +581,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
         max_us: t.total.iter().copied().fold(0.0, f64::max),
         bytes,
         gbps,
+        tflops: plan.flops() as f64 / (med * 1e-6) / 1e12,
         pct_roofline: 100.0 * gbps / roofline,
         speedup_vs_bf16: 0.0,
         rel_err,
@@ -625,7 +628,7 @@ fn output_of(attn: &DecodeAttention, stream: &Stream, plan: &decode_attn::Plan, 
     }
     .map_err(|e| e.to_string())?;
     stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
-    buffers::download::<u16>(set.o.as_device_ptr().as_raw(), plan.shape().q_elems() as usize)
+    buffers::download::<u16>(set.o.as_device_ptr().as_raw(), plan.shape().o_elems_checked().unwrap_or(0) as usize)
 }
 
 /// The row's buffers read as a pool of `ps`-token pages (token-major NHD

@@ -31,6 +31,9 @@ pub struct RowResult {
     pub max_us: f64,
     pub bytes: u64,
     pub gbps: f64,
+    /// `Plan::flops` over the median time.
+    #[serde(default)]
+    pub tflops: f64,
     pub pct_roofline: f64,
     /// Median time of the bf16 row of the same shape over this row's (0 if none).
     pub speedup_vs_bf16: f64,
@@ -126,15 +129,15 @@ impl Report {
         }
         let _ = writeln!(
             s,
-            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>8} {:>7} {:>7} {:>7} {:>13}  status",
-            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "vs16", "rel err", "pg16", "pg64", "graph", "%bound"
+            "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8} {:>8} {:>8} {:>8} {:>6} {:>7} {:>6} {:>6} {:>8} {:>7} {:>7} {:>7} {:>13}  status",
+            "grid", "B", "ctx", "Hq", "Hkv", "q", "kv", "splits", "block", "sets", "MB read", "med µs", "min µs", "max µs", "GB/s", "%roof", "TFLOPS", "vs16", "rel err", "pg16", "pg64", "graph", "%bound"
         );
         for r in &self.rows {
             let _ = writeln!(
                 s,
-                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.0} {:>6.1}% {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7} {:>13}  {} {}",
+                "{:<4} {:>4} {:>6} {:>3} {:>3} {:>2} {:<5} {:>6} {:<22} {:>4} {:>8.1} {:>8.1} {:>8.1} {:>8.1} {:>6.0} {:>6.1}% {:>6.0} {:>5.2}x {:>8.1e} {:>7} {:>7} {:>7} {:>13}  {} {}",
                 r.grid, r.batch, r.ctx, r.hq, r.hkv, r.q_len, r.format, r.splits, r.block, r.buffer_sets, r.bytes as f64 / 1e6,
-                r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.speedup_vs_bf16, r.rel_err,
+                r.median_us, r.min_us, r.max_us, r.gbps, r.pct_roofline, r.tflops, r.speedup_vs_bf16, r.rel_err,
                 r.paged_overhead(r.paged16_us), r.paged_overhead(r.paged64_us), r.paged_overhead(r.graph_us), r.bound_cell(), r.status, r.note
             );
         }

@@ -30,6 +30,12 @@ impl<'a> KvCache<'a> {
     pub fn plain(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>) -> Self {
         KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None, variant: VariantBuffers::NONE }
     }
+    /// A latent cache (MLA, [`DecodeShape::latent`]): one bf16 tensor of
+    /// 576-value rows, read as K and, its first 512 values, as V.
+    pub fn latent(rows: impl Into<TensorRef<'a>>) -> Self {
+        let rows = rows.into();
+        KvCache::plain(rows, rows)
+    }
     /// A quantized cache: its values (`u8` buffers) and scales (int8:
     /// one f32 scale per row; int4: one u32 word per group, an fp16 scale
     /// and an fp16 zero; `docs/formats.md`).

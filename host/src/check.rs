@@ -91,11 +91,15 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     // (u64::MAX bytes fit no buffer) rather than wraps.
     let q_bytes = shape.q_bytes().unwrap_or(u64::MAX);
     check_buffer("q", &bufs.q, qo_elem, q_bytes)?;
-    check_buffer("o", &bufs.o, qo_elem, q_bytes)?;
+    check_buffer("o", &bufs.o, qo_elem, shape.o_bytes().unwrap_or(u64::MAX))?;
     let kv_bytes = shape.kv_bytes_required().unwrap_or(u64::MAX);
     let kv = kv_elem(shape.kv_format);
     check_buffer("k", &bufs.k, kv, kv_bytes)?;
     check_buffer("v", &bufs.v, kv, kv_bytes)?;
+    if shape.is_latent() {
+        // The MLA kernels read V from K's rows: another V would be ignored.
+        ensure(bufs.v.addr == bufs.k.addr, "v", "k's own buffer (a latent cache is one tensor: KvCache::latent)", format!("{:#x}, k at {:#x}", bufs.v.addr, bufs.k.addr))?;
+    }
     let mut inputs = vec![("q", bufs.q), ("k", bufs.k), ("v", bufs.v)];
     match scale_elem(shape.kv_format) {
         Some(elem) => {
@@ -136,7 +140,7 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
     // The ranges the kernels write (checked above not to wrap): O, and the
     // workspace's bytes the plan uses; neither may overlap what they read,
     // nor each other.
-    let o_end = bufs.o.addr + q_bytes;
+    let o_end = bufs.o.addr + shape.o_bytes().unwrap_or(u64::MAX);
     let used_ws_end = ws.addr.saturating_add(plan.workspace_bytes() as u64).min(ws_end);
     let disjoint = |a: (u64, u64), b: (u64, u64)| a.1 <= b.0 || b.1 <= a.0;
     for (name, other) in &inputs {

@@ -4,7 +4,7 @@
 //! give its own sweep). The planner (`plan.rs`) only applies them; what it
 //! may not change (limits, shapes) lives there.
 
-use decode_attn_abi::{Arch, Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
+use decode_attn_abi::{Arch, Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MLA_DIMS, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
 
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo};
 use crate::options::{FamilyChoice, MergeChoice};
@@ -30,6 +30,8 @@ pub fn family(choice: FamilyChoice, shape: &DecodeShape, arch: Arch, t: &Tuning)
     let has = |f: Family| arch.module_for(f.needs()).is_some();
     match choice {
         FamilyChoice::Force(f) => f,
+        // Latent rows (MLA's 576 / 512) have one family.
+        FamilyChoice::Auto if shape.head_dims().same(MLA_DIMS) => Family::Mla,
         FamilyChoice::Auto => match shape.rows_per_kv_head() {
             Some(rows) if rows <= NARROW_ROWS && shape.kv_format.is_quantized() => Family::Narrow,
             Some(rows) if rows > t.wgmma_min_rows && has(Family::Wgmma) && Family::Wgmma.serves(shape.kv_format, shape.head_dim) => Family::Wgmma,
@@ -267,7 +269,8 @@ pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32, t
         // (Each format named, so that a new one is placed here.)
         (KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8, Family::Wide | Family::Wgmma)
         | (KvFormat::Bf16 | KvFormat::F16, Family::Wide | Family::Narrow)
-        | (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, _) => 0,
+        | (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, _)
+        | (_, Family::Mla) => 0,
     };
     (warps > 0).then_some(warps)
 }

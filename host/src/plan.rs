@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    Arch, MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, Form, HeadDims, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
+    Arch, MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, MLA_ROWS, MLA_STAGES, MLA_THREADS, Form, HeadDims, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
     NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
@@ -356,7 +356,7 @@ impl Plan {
         if self.cluster > 1 {
             return MergeMode::Cluster;
         }
-        heuristics::merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dim, self.in_attention_merge_max_bytes)
+        heuristics::merge_mode(self.max_splits(), self.rows_per_block.min(rows_of(&self.shape)), self.shape.head_dims().v, self.in_attention_merge_max_bytes)
     }
     /// Merge-kernel grid (`MergeMode::Kernel` plans that split; else
     /// `None`): (sequences, groups of [`Plan::merge_rows_per_block`] output
@@ -413,8 +413,19 @@ impl Plan {
     pub fn bytes_moved(&self) -> u64 {
         let (format, d) = (self.shape.kv_format, self.shape.head_dim);
         let row = format.row_bytes(d) as u64 + format.scale_bytes(d) as u64;
-        let kv = self.keys_read().saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(2);
-        kv.saturating_add(self.shape.q_bytes().unwrap_or(u64::MAX).saturating_mul(2))
+        // A latent cache's V is its K rows' first values: one row a key.
+        let tensors = if self.shape.head_dims().is_square() { 2 } else { 1 };
+        let kv = self.keys_read().saturating_mul(self.shape.num_kv_heads as u64).saturating_mul(row).saturating_mul(tensors);
+        kv.saturating_add(self.shape.q_bytes().unwrap_or(u64::MAX)).saturating_add(self.shape.o_bytes().unwrap_or(u64::MAX))
+    }
+    /// The MMA work of a run: `Q·Kᵀ` and `P·V` over every key its work
+    /// reads for every query row, `2 · (Q·K's + V's head dim)` flops a row
+    /// and key (as FlashInfer and FlashMLA count it). Saturates.
+    pub fn flops(&self) -> u64 {
+        let dims = self.shape.head_dims();
+        let rows = self.shape.rows_per_kv_head().unwrap_or(u32::MAX) as u64;
+        let keys = self.keys_read().saturating_mul(self.shape.num_kv_heads as u64);
+        keys.saturating_mul(rows).saturating_mul(2 * (dims.qk + dims.v) as u64)
     }
     /// Largest number of chunks any sequence was split into.
     pub fn max_splits(&self) -> u32 {
@@ -602,8 +613,9 @@ fn finish(mut plan: Plan) -> Result<Plan> {
         None => None,
         Some(grid) => {
             let arch = plan.arch.module_for(Arch::Sm80).unwrap_or(plan.arch);
-            let id = MergeKernelId { arch, dtype: s.dtype, head_dim: s.head_dim, sinks: s.kernel_variant().takes_sinks() };
-            let index = kernel_table::merge_index(&id).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at head_dim {}", s.dtype.name(), s.head_dim)))?;
+            let v = s.head_dims().v;
+            let id = MergeKernelId { arch, dtype: s.dtype, head_dim: v, sinks: s.kernel_variant().takes_sinks() };
+            let index = kernel_table::merge_index(&id).ok_or_else(|| Error::Unsupported(format!("no merge kernel for {} at V's head_dim {v}", s.dtype.name())))?;
             Some((index, grid))
         }
     };
@@ -830,14 +842,15 @@ fn make_plan_for(
     let page_shift = shape.page_geometry().map(|(shift, _)| shift);
     let (format, d) = (shape.kv_format, shape.head_dim);
     if !family.serves(format, d) {
-        return Err(Error::Unsupported(format!("the {} family serves head_dim 128 only; this shape is {:?} at head_dim {d}", family.name(), format)));
+        let serves = if family == Family::Wgmma { "head_dim 128 only" } else if family == Family::Mla { "MLA's bf16 latent rows (head_dim 576) only" } else { "the square head dims (64, 128, 256)" };
+        return Err(Error::Unsupported(format!("the {} family serves {serves}; this shape is {:?} at head_dim {d}", family.name(), format)));
     }
     let tile = tile_config(format, d, family);
     // Splitting only shortens work items, so the longest sequence bounds
     // every item's stages. (A capacity plan's longest: at any length.)
     let keys = &ranges.keys[..];
     let longest = if lens_param == "max_seq_len" { capacity_keys(shape, ranges.align) } else { keys.iter().copied().max().unwrap_or(1) };
-    let stages = stages_for(format, d, family, specialized, longest);
+    let stages = if family == Family::Mla { MLA_STAGES } else { stages_for(format, d, family, specialized, longest) };
     // Keys per warp step along a stage: the most warps along K a stage feeds.
     let step_keys = if family == Family::Wgmma { WGMMA_KEYS } else { KEYS_PER_WARP_STEP };
     let (warps_m, warps_k, rows_per_block) = match family {
@@ -850,6 +863,8 @@ fn make_plan_for(
             }
             (WGMMA_M / MMA_M, groups, WGMMA_M)
         }
+        // Two warpgroups of four row-tile warps (`decode_attn_abi::MLA_THREADS`).
+        Family::Mla => (MLA_ROWS / MMA_M, MLA_THREADS / (32 * (MLA_ROWS / MMA_M)), MLA_ROWS),
         Family::Wide => {
             let (m, k) = heuristics::block_shape(rows, tile.keys_per_stage, kernel);
             (m, k, m * MMA_M)
@@ -872,6 +887,10 @@ fn make_plan_for(
     };
     let warps_k = match opts.warps_k {
         None => warps_k,
+        Some(w) if family == Family::Mla => {
+            ensure(w == warps_k, "warps_k", format!("{warps_k} (the MLA kernels' two warpgroups) or none"), w)?;
+            w
+        }
         Some(w) => {
             let max_k = (tile.keys_per_stage / step_keys).max(1);
             ensure(

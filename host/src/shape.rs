@@ -1,6 +1,6 @@
 //! The problem description a plan is made for, and its validation.
 
-use decode_attn_abi::{Addressing, Dtype, HeadDims, KvFormat, Variant, HEAD_DIMS, MAX_Q_LEN};
+use decode_attn_abi::{Addressing, Dtype, HeadDims, KvFormat, Variant, HEAD_DIMS, MAX_Q_LEN, MLA_DIMS};
 
 use crate::error::{ensure, Result};
 pub use crate::variant::MAX_SOFT_CAP;
@@ -86,7 +86,9 @@ pub struct DecodeShape {
     pub num_q_heads: u32,
     /// Must divide `num_q_heads` (MHA: equal; GQA; MQA: 1).
     pub num_kv_heads: u32,
-    /// 64, 128 or 256.
+    /// 64, 128 or 256; or 576, a latent cache of multi-head latent
+    /// attention ([`DecodeShape::latent`]): rows of 576 values, all of them
+    /// in Q·K, the first 512 V (O's rows are 512 long).
     pub head_dim: u32,
     /// New query tokens per sequence, 1..=8 (causal among themselves).
     pub q_len: u32,
@@ -125,11 +127,28 @@ impl DecodeShape {
         }
     }
 
+    /// Multi-head latent attention (DeepSeek V3 / R1, Kimi K2) in its
+    /// absorbed form, bf16: `num_q_heads` query heads on one latent head
+    /// whose cached rows hold 576 values (512 latent, 64 RoPE; Q's rows
+    /// too), V the first 512 of each row, O `[batch, q_len, num_q_heads,
+    /// 512]`. The cache is one tensor, `[batch, max_seq_len, 1, 576]` (or
+    /// paged), passed as K and V alike ([`crate::KvCache::latent`]). The
+    /// softmax scale defaults to `1/sqrt(576)`; DeepSeek's models use
+    /// `1/sqrt(192)` (their q/k head dim before absorption), set `scale`.
+    pub fn latent(batch: u32, num_q_heads: u32, q_len: u32, max_seq_len: u32) -> Self {
+        DecodeShape::bf16(batch, num_q_heads, 1, MLA_DIMS.qk, q_len, max_seq_len)
+    }
+
+    /// Whether the cache is a latent one (head_dim 576: MLA).
+    pub fn is_latent(&self) -> bool {
+        self.head_dim == MLA_DIMS.qk
+    }
+
     internal! {
         /// The head dims of the shape's kernels: Q·K's and V's, both
-        /// `head_dim` (no family reads V rows of another length yet).
+        /// `head_dim`, but a latent cache's ([`decode_attn_abi::MLA_DIMS`]).
         pub fn head_dims(&self) -> HeadDims {
-            HeadDims::square(self.head_dim)
+            HeadDims::of_qk(self.head_dim)
         }
     }
 
@@ -331,9 +350,20 @@ impl DecodeShape {
         (self.batch as u64).checked_mul(s.batch)?.checked_mul(entry)
     }
 
-    /// Bytes of Q (and of O).
+    /// Bytes of Q (and of O but for a latent cache's, [`DecodeShape::o_bytes`]).
     pub fn q_bytes(&self) -> Option<u64> {
         self.q_elems_checked()?.checked_mul(self.dtype.size_bytes() as u64)
+    }
+
+    /// Elements of O: `batch * q_len * num_q_heads * V's head dim` (a
+    /// latent cache's 512, else `head_dim`); `None` on overflow.
+    pub fn o_elems_checked(&self) -> Option<u64> {
+        (self.batch as u64).checked_mul(self.q_len as u64)?.checked_mul(self.num_q_heads as u64)?.checked_mul(self.head_dims().v as u64)
+    }
+
+    /// Bytes of O.
+    pub fn o_bytes(&self) -> Option<u64> {
+        self.o_elems_checked()?.checked_mul(self.dtype.size_bytes() as u64)
     }
 
     /// Packed query rows per kv head (`group × q_len`); `None` on overflow.
@@ -352,7 +382,10 @@ impl DecodeShape {
             format!("a positive multiple of num_kv_heads ({})", self.num_kv_heads),
             self.num_q_heads,
         )?;
-        ensure(HEAD_DIMS.contains(&self.head_dim), "head_dim", format!("one of {HEAD_DIMS:?}"), self.head_dim)?;
+        ensure(HEAD_DIMS.contains(&self.head_dim) || self.is_latent(), "head_dim", format!("one of {HEAD_DIMS:?}, or {} (MLA's latent rows)", MLA_DIMS.qk), self.head_dim)?;
+        if self.is_latent() {
+            self.validate_latent()?;
+        }
         ensure(
             self.kv_format.supports_head_dim(self.head_dim),
             "head_dim",
@@ -451,6 +484,20 @@ impl DecodeShape {
             "strides whose extent in bytes fits in memory (below 2^63)",
             "an overflow",
         )?;
+        Ok(())
+    }
+
+    /// The rules of a latent cache (MLA): one kv head, bf16, no variant,
+    /// no packed pages (V is K's rows, not a part of each page).
+    fn validate_latent(&self) -> Result<()> {
+        let d = MLA_DIMS.qk;
+        ensure(self.num_kv_heads == 1, "num_kv_heads", format!("1 at head_dim {d} (MLA: every query head reads the one latent head)"), self.num_kv_heads)?;
+        ensure(self.kv_format == KvFormat::Bf16, "kv_format", format!("bf16 at head_dim {d} (the MLA kernels' latent cache)"), self.kv_format.name())?;
+        ensure(self.dtype == Dtype::Bf16, "dtype", format!("bf16 at head_dim {d} (the MLA kernels' queries)"), self.dtype.name())?;
+        ensure(self.variant == VariantSpec::STANDARD, "variant", format!("none at head_dim {d} (the MLA kernels are causal among the new tokens alone)"), self.variant_name())?;
+        if let KvLayout::Paged { page_bytes, .. } = self.kv_layout {
+            ensure(page_bytes.is_none(), "kv_layout.page_bytes", format!("none at head_dim {d} (a latent cache's V is its K rows, not a part of each page)"), format!("{page_bytes:?}"))?;
+        }
         Ok(())
     }
 

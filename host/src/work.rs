@@ -49,7 +49,7 @@ pub(crate) fn workspace_layout(work: usize, seqs: usize, table: usize, row_chunk
     let metadata_bytes = counters_at.checked_add(counters.checked_mul(4)?)?;
     let rows = (num_slots as usize).checked_mul(shape.q_len as usize)?.checked_mul(shape.num_q_heads as usize)?;
     let partial_o = align_up(metadata_bytes)?;
-    let partial_lse = align_up(partial_o.checked_add(rows.checked_mul(shape.head_dim as usize)?.checked_mul(4)?)?)?;
+    let partial_lse = align_up(partial_o.checked_add(rows.checked_mul(shape.head_dims().v as usize)?.checked_mul(4)?)?)?;
     let total_bytes = align_up(partial_lse.checked_add(rows.checked_mul(4)?)?)?;
     (total_bytes <= isize::MAX as usize).then_some(WorkspaceLayout {
         work: work_at,

@@ -492,7 +492,7 @@ pub use cuda::init_cuda;
 /// architecture (a portable run: `DECODE_ATTN_DEVICE_ARCH`, or an Ampere
 /// or Ada GPU).
 pub fn needs_hopper(arch: &str, family: decode_attn_abi::Family, name: &str) -> bool {
-    arch != "sm_90a" && (family == decode_attn_abi::Family::Wgmma || name.contains("cluster-merge"))
+    arch != "sm_90a" && (family == decode_attn_abi::Family::Wgmma || family == decode_attn_abi::Family::Mla || name.contains("cluster-merge"))
 }
 
 /// The outcome of such a case: it must fail with `Unsupported`, naming
