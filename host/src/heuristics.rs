@@ -137,7 +137,8 @@ pub fn auto_cluster_max(format: KvFormat, t: &Tuning) -> u32 {
 /// one and the shape's variant has cluster kernels; else 0 (merge through
 /// global memory).
 pub fn cluster_size(chunks: u32, shape: &DecodeShape, max_cluster: u32, choice: MergeChoice, t: &Tuning) -> u32 {
-    if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) {
+    // (The MLA family merges globally alone: `KernelId::exists`.)
+    if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) || shape.is_latent() {
         return 0;
     }
     let most = match choice {

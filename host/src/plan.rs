@@ -1029,7 +1029,9 @@ fn cluster_honoured(choice: MergeChoice, chunks: u32, cluster: u32, shape: &Deco
     if choice != MergeChoice::Cluster || chunks <= 1 || cluster > 1 {
         return Ok(());
     }
-    let why = if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) {
+    let why = if shape.is_latent() {
+        "the MLA family has no cluster-merge kernels".to_owned()
+    } else if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) {
         format!("the {} variant has no cluster-merge kernels", shape.kernel_variant().name())
     } else if dev.arch.module_for(Merge::Cluster.needs()).is_none() {
         format!("a cluster merge needs {} kernels; this GPU runs {}'s", Merge::Cluster.needs().name(), dev.arch.name())
