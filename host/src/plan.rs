@@ -36,8 +36,10 @@ pub const MAX_GRID_X: u64 = (1 << 31) - 1;
 /// (for the error), `param` is the parameter that chose them.
 fn ensure_work_items(items: u64, shape: &DecodeShape, param: &'static str, counted: &str) -> Result<()> {
     ensure(items <= MAX_WORK_ITEMS, param, format!("at most {MAX_WORK_ITEMS} attention blocks per kv head {counted}"), items)?;
-    let blocks = items.saturating_mul(shape.num_kv_heads as u64);
-    ensure(blocks <= MAX_GRID_X, param, format!("at most {MAX_GRID_X} attention blocks (work items × num_kv_heads), CUDA's grid x limit"), blocks)
+    // (The MLA family's grid x also holds each item's row chunks.)
+    let (per_item, what) = if shape.is_latent() { (rows_of(shape).div_ceil(MLA_ROWS), "work items × row chunks of 64 query rows") } else { (shape.num_kv_heads, "work items × num_kv_heads") };
+    let blocks = items.saturating_mul(per_item as u64);
+    ensure(blocks <= MAX_GRID_X, param, format!("at most {MAX_GRID_X} attention blocks ({what}), CUDA's grid x limit"), blocks)
 }
 
 /// What a plan's launches are fixed by.
@@ -333,8 +335,13 @@ impl Plan {
     /// Attention grid: (work items × kv heads, 1, row chunks), a work
     /// item's kv heads consecutive, or with a cluster merge a cluster's
     /// chunks (`decode_attn_abi::decode_grid_x`, `decode_block_item`).
+    /// The MLA family's: (work items × row chunks, 1, 1), a work item's
+    /// row chunks consecutive (they read the same keys: `decode::mla`).
     pub fn grid(&self) -> (u32, u32, u32) {
         // make_plan / plan_capacity bound the product by MAX_GRID_X.
+        if self.family == Family::Mla {
+            return (self.work_items() * self.row_chunks, 1, 1);
+        }
         (decode_attn_abi::decode_grid_x(self.work_items(), self.shape.num_kv_heads / self.heads_per_block), 1, self.row_chunks)
     }
     /// Work items of a run: the list's length, or for a capacity plan

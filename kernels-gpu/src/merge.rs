@@ -46,13 +46,20 @@ use crate::variant::AttentionVariant;
 /// block's partial rows are written.
 #[inline(always)]
 pub(crate) unsafe fn merge_if_last<H: Half, V: AttentionVariant, const D: usize, const CLUSTER: bool>(p: &DecodeParams, batch: u32, rows_here: u32, flag: u32) {
-    let (kvh, row0) = (block_kv_head::<CLUSTER>(p), thread::block_idx_z() * p.rows_per_block);
+    merge_chunk_if_last::<H, V, D>(p, batch, block_kv_head::<CLUSTER>(p), thread::block_idx_z(), thread::grid_dim_z(), rows_here, flag)
+}
+
+/// [`merge_if_last`] of the block of kv head `kvh` and row chunk `chunk`
+/// (of `chunks`): the MLA family's grid has its row chunks along x.
+#[inline(always)]
+pub(crate) unsafe fn merge_chunk_if_last<H: Half, V: AttentionVariant, const D: usize>(p: &DecodeParams, batch: u32, kvh: u32, chunk: u32, chunks: u32, rows_here: u32, flag: u32) {
+    let row0 = chunk * p.rows_per_block;
     let seq = if V::WINDOW {
         windowed_merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq, p.window, p.window_align, p.seq_starts)
     } else {
         merge_item(p.merge, p.seq_lens, p.max_seq_len, batch, p.q_len, p.chunk_keys, p.chunks_per_seq)
     };
-    let index = (batch as u64 * p.num_kv_heads as u64 + kvh as u64) * thread::grid_dim_z() as u64 + thread::block_idx_z() as u64;
+    let index = (batch as u64 * p.num_kv_heads as u64 + kvh as u64) * chunks as u64 + chunk as u64;
     let counter = p.merge_counters + 4 * index;
     // Every thread's partial rows are written before thread 0 releases them.
     thread::sync_threads();

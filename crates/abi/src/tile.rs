@@ -288,18 +288,19 @@ pub const MLA_THREADS: u32 = 256;
 /// Bytes of one 64-row tile of latent rows (576 bf16 values): Q's, and
 /// each stage's keys.
 pub const MLA_TILE_BYTES: u32 = MLA_ROWS * 576 * 2;
-/// Bytes of the MLA block's P tile (64 rows × 64 keys, bf16), which both
-/// warpgroups read as the A operand of their P·V.
+/// Bytes of the MLA block's P0 tile (64 rows × 64 keys, bf16), which
+/// warpgroup 1 reads as an A operand (P1's is in Q's tile, `decode::mla`).
 pub const MLA_P_BYTES: u32 = MLA_ROWS * MLA_KEYS * 2;
-/// Bytes where the MLA block's warpgroups exchange their rows' maxima and
-/// sums (two f32 per warpgroup and row).
-pub const MLA_EXCHANGE_BYTES: u32 = 2 * 2 * MLA_ROWS * 4;
+/// Bytes where the MLA block's warpgroups hand over their rows' maxima and
+/// factors (three f32 a row) and sums (one a warpgroup and row), then the
+/// two buffers' 9 column-block mbarriers.
+pub const MLA_EXCHANGE_BYTES: u32 = 3 * MLA_ROWS * 4 + 2 * MLA_ROWS * 4 + 2 * 9 * 8;
 
 /// Dynamic shared memory of an MLA block: the Q tile, the stages, the P
 /// tile, the exchange, then [`ITEM_SMEM_BYTES`] (`decode::mla` in
 /// `kernels-gpu` lays it out in this order).
 pub const fn mla_smem_bytes() -> u32 {
-    (1 + MLA_STAGES) * MLA_TILE_BYTES + MLA_P_BYTES + MLA_EXCHANGE_BYTES + ITEM_SMEM_BYTES
+    ((1 + MLA_STAGES) * MLA_TILE_BYTES + MLA_P_BYTES + MLA_EXCHANGE_BYTES).next_multiple_of(16) + ITEM_SMEM_BYTES
 }
 
 /// Bytes at the end of an attention block's shared memory where it keeps

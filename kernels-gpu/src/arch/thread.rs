@@ -77,6 +77,16 @@ pub fn sync_named(id: u32, count: u32) {
     unsafe { core::arch::asm!("bar.sync {i}, {n};", i = in(reg32) id, n = in(reg32) count, options(nostack)) }
 }
 
+/// `bar.arrive ID, COUNT`: this warp's arrival on named barrier `ID` of
+/// `COUNT` threads, without waiting: the producer's half of a hand-over
+/// whose consumers wait with [`sync_named`] (their arrivals and these
+/// complete the barrier's phase).
+#[inline(always)]
+pub fn arrive_named(id: u32, count: u32) {
+    // SAFETY: as `sync_named`.
+    unsafe { core::arch::asm!("bar.arrive {i}, {n};", i = in(reg32) id, n = in(reg32) count, options(nostack)) }
+}
+
 /// Stops the kernel with an error (the launch reports `IllegalInstruction`).
 #[inline(always)]
 pub fn trap() -> ! {

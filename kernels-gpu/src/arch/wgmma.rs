@@ -179,91 +179,6 @@ wgmma_d128!(scores_bf16_d128, pv_bf16_d128, scores64_bf16_d128, pv64_bf16_d128, 
 wgmma_d128!(scores_f16_d128, pv_f16_d128, scores64_f16_d128, pv64_f16_d128, "f16");
 
 
-/// `S = Q·Kᵀ` of the MLA family (`decode::mla`) for a 64-row tile of Q and
-/// 32 keys over the latent rows' 576 dims: 36 `m64n32k16` steps. `q`
-/// describes the Q tile and `k` the keys' rows, both K-major in the
-/// 128-byte swizzled layout of 64-row tiles: the 9 column blocks of 64
-/// dims are 8192 bytes apart (descriptor +512), the 4 k16 steps of a
-/// block 32 bytes (+2). Returns the accumulator: n8 tile `j` (keys `8j..`)
-/// in elements `4j..4j+4`.
-///
-/// # Safety
-/// All 128 threads of the warpgroup call it together; both tiles hold
-/// values landed by `cp.async` before a barrier (as the wgmma family's
-/// score MMA).
-#[inline(always)]
-pub unsafe fn mla_scores_bf16(q: u64, k: u64) -> [f32; 16] {
-    let mut s = [0f32; 16];
-    macro_rules! SCORE {
-        ($ops:literal) => {
-            concat!("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, ", $ops, ", 1, 1, 0, 0;\n")
-        };
-    }
-    core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred first, acc;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka;\n",
-            "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
-            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            SCORE!("{q}, {k}, first"),
-            "add.u32 qa, ql, 2;\nadd.u32 ka, kl, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 4;\nadd.u32 ka, kl, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 6;\nadd.u32 ka, kl, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 512;\nadd.u32 ka, kl, 512;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 514;\nadd.u32 ka, kl, 514;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 516;\nadd.u32 ka, kl, 516;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 518;\nadd.u32 ka, kl, 518;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1024;\nadd.u32 ka, kl, 1024;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1026;\nadd.u32 ka, kl, 1026;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1028;\nadd.u32 ka, kl, 1028;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1030;\nadd.u32 ka, kl, 1030;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1536;\nadd.u32 ka, kl, 1536;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1538;\nadd.u32 ka, kl, 1538;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1540;\nadd.u32 ka, kl, 1540;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1542;\nadd.u32 ka, kl, 1542;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2048;\nadd.u32 ka, kl, 2048;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2050;\nadd.u32 ka, kl, 2050;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2052;\nadd.u32 ka, kl, 2052;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2054;\nadd.u32 ka, kl, 2054;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2560;\nadd.u32 ka, kl, 2560;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2562;\nadd.u32 ka, kl, 2562;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2564;\nadd.u32 ka, kl, 2564;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2566;\nadd.u32 ka, kl, 2566;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3072;\nadd.u32 ka, kl, 3072;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3074;\nadd.u32 ka, kl, 3074;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3076;\nadd.u32 ka, kl, 3076;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3078;\nadd.u32 ka, kl, 3078;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3584;\nadd.u32 ka, kl, 3584;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3586;\nadd.u32 ka, kl, 3586;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3588;\nadd.u32 ka, kl, 3588;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3590;\nadd.u32 ka, kl, 3590;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 4096;\nadd.u32 ka, kl, 4096;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 4098;\nadd.u32 ka, kl, 4098;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 4100;\nadd.u32 ka, kl, 4100;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 4102;\nadd.u32 ka, kl, 4102;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
-        ),
-        q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32,
-        s0 = out(reg32) s[0],
-        s1 = out(reg32) s[1],
-        s2 = out(reg32) s[2],
-        s3 = out(reg32) s[3],
-        s4 = out(reg32) s[4],
-        s5 = out(reg32) s[5],
-        s6 = out(reg32) s[6],
-        s7 = out(reg32) s[7],
-        s8 = out(reg32) s[8],
-        s9 = out(reg32) s[9],
-        s10 = out(reg32) s[10],
-        s11 = out(reg32) s[11],
-        s12 = out(reg32) s[12],
-        s13 = out(reg32) s[13],
-        s14 = out(reg32) s[14],
-        s15 = out(reg32) s[15],
-        options(nostack)
-    );
-    s
-}
-
 /// `O[:, half] += P·V[:, half]` of the MLA family for 64 rows, 64 keys and
 /// 256 of V's 512 columns: 4 `m64n256k16` steps, P from shared memory
 /// (`p`: the 64 × 64 P tile, K-major, one swizzled column block; each k16
@@ -294,6 +209,317 @@ pub unsafe fn mla_pv_bf16(o: &mut [[f32; 4]; 32], p: u64, v: u64) {
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
         ),
         p = in(reg64) p, v = in(reg64) v, z = in(reg32) 0u32,
+        o0 = inout(reg32) o[0][0],
+        o1 = inout(reg32) o[0][1],
+        o2 = inout(reg32) o[0][2],
+        o3 = inout(reg32) o[0][3],
+        o4 = inout(reg32) o[1][0],
+        o5 = inout(reg32) o[1][1],
+        o6 = inout(reg32) o[1][2],
+        o7 = inout(reg32) o[1][3],
+        o8 = inout(reg32) o[2][0],
+        o9 = inout(reg32) o[2][1],
+        o10 = inout(reg32) o[2][2],
+        o11 = inout(reg32) o[2][3],
+        o12 = inout(reg32) o[3][0],
+        o13 = inout(reg32) o[3][1],
+        o14 = inout(reg32) o[3][2],
+        o15 = inout(reg32) o[3][3],
+        o16 = inout(reg32) o[4][0],
+        o17 = inout(reg32) o[4][1],
+        o18 = inout(reg32) o[4][2],
+        o19 = inout(reg32) o[4][3],
+        o20 = inout(reg32) o[5][0],
+        o21 = inout(reg32) o[5][1],
+        o22 = inout(reg32) o[5][2],
+        o23 = inout(reg32) o[5][3],
+        o24 = inout(reg32) o[6][0],
+        o25 = inout(reg32) o[6][1],
+        o26 = inout(reg32) o[6][2],
+        o27 = inout(reg32) o[6][3],
+        o28 = inout(reg32) o[7][0],
+        o29 = inout(reg32) o[7][1],
+        o30 = inout(reg32) o[7][2],
+        o31 = inout(reg32) o[7][3],
+        o32 = inout(reg32) o[8][0],
+        o33 = inout(reg32) o[8][1],
+        o34 = inout(reg32) o[8][2],
+        o35 = inout(reg32) o[8][3],
+        o36 = inout(reg32) o[9][0],
+        o37 = inout(reg32) o[9][1],
+        o38 = inout(reg32) o[9][2],
+        o39 = inout(reg32) o[9][3],
+        o40 = inout(reg32) o[10][0],
+        o41 = inout(reg32) o[10][1],
+        o42 = inout(reg32) o[10][2],
+        o43 = inout(reg32) o[10][3],
+        o44 = inout(reg32) o[11][0],
+        o45 = inout(reg32) o[11][1],
+        o46 = inout(reg32) o[11][2],
+        o47 = inout(reg32) o[11][3],
+        o48 = inout(reg32) o[12][0],
+        o49 = inout(reg32) o[12][1],
+        o50 = inout(reg32) o[12][2],
+        o51 = inout(reg32) o[12][3],
+        o52 = inout(reg32) o[13][0],
+        o53 = inout(reg32) o[13][1],
+        o54 = inout(reg32) o[13][2],
+        o55 = inout(reg32) o[13][3],
+        o56 = inout(reg32) o[14][0],
+        o57 = inout(reg32) o[14][1],
+        o58 = inout(reg32) o[14][2],
+        o59 = inout(reg32) o[14][3],
+        o60 = inout(reg32) o[15][0],
+        o61 = inout(reg32) o[15][1],
+        o62 = inout(reg32) o[15][2],
+        o63 = inout(reg32) o[15][3],
+        o64 = inout(reg32) o[16][0],
+        o65 = inout(reg32) o[16][1],
+        o66 = inout(reg32) o[16][2],
+        o67 = inout(reg32) o[16][3],
+        o68 = inout(reg32) o[17][0],
+        o69 = inout(reg32) o[17][1],
+        o70 = inout(reg32) o[17][2],
+        o71 = inout(reg32) o[17][3],
+        o72 = inout(reg32) o[18][0],
+        o73 = inout(reg32) o[18][1],
+        o74 = inout(reg32) o[18][2],
+        o75 = inout(reg32) o[18][3],
+        o76 = inout(reg32) o[19][0],
+        o77 = inout(reg32) o[19][1],
+        o78 = inout(reg32) o[19][2],
+        o79 = inout(reg32) o[19][3],
+        o80 = inout(reg32) o[20][0],
+        o81 = inout(reg32) o[20][1],
+        o82 = inout(reg32) o[20][2],
+        o83 = inout(reg32) o[20][3],
+        o84 = inout(reg32) o[21][0],
+        o85 = inout(reg32) o[21][1],
+        o86 = inout(reg32) o[21][2],
+        o87 = inout(reg32) o[21][3],
+        o88 = inout(reg32) o[22][0],
+        o89 = inout(reg32) o[22][1],
+        o90 = inout(reg32) o[22][2],
+        o91 = inout(reg32) o[22][3],
+        o92 = inout(reg32) o[23][0],
+        o93 = inout(reg32) o[23][1],
+        o94 = inout(reg32) o[23][2],
+        o95 = inout(reg32) o[23][3],
+        o96 = inout(reg32) o[24][0],
+        o97 = inout(reg32) o[24][1],
+        o98 = inout(reg32) o[24][2],
+        o99 = inout(reg32) o[24][3],
+        o100 = inout(reg32) o[25][0],
+        o101 = inout(reg32) o[25][1],
+        o102 = inout(reg32) o[25][2],
+        o103 = inout(reg32) o[25][3],
+        o104 = inout(reg32) o[26][0],
+        o105 = inout(reg32) o[26][1],
+        o106 = inout(reg32) o[26][2],
+        o107 = inout(reg32) o[26][3],
+        o108 = inout(reg32) o[27][0],
+        o109 = inout(reg32) o[27][1],
+        o110 = inout(reg32) o[27][2],
+        o111 = inout(reg32) o[27][3],
+        o112 = inout(reg32) o[28][0],
+        o113 = inout(reg32) o[28][1],
+        o114 = inout(reg32) o[28][2],
+        o115 = inout(reg32) o[28][3],
+        o116 = inout(reg32) o[29][0],
+        o117 = inout(reg32) o[29][1],
+        o118 = inout(reg32) o[29][2],
+        o119 = inout(reg32) o[29][3],
+        o120 = inout(reg32) o[30][0],
+        o121 = inout(reg32) o[30][1],
+        o122 = inout(reg32) o[30][2],
+        o123 = inout(reg32) o[30][3],
+        o124 = inout(reg32) o[31][0],
+        o125 = inout(reg32) o[31][1],
+        o126 = inout(reg32) o[31][2],
+        o127 = inout(reg32) o[31][3],
+        options(nostack)
+    );
+}
+
+/// `S = Q·Kᵀ` of the MLA family (`decode::mla`) for a 64-row tile of Q and
+/// one stage's 64 keys over the latent rows' 576 dims: 36 `m64n64k16`
+/// steps. Q's first 512 dims come from the Q tile (`q`, K-major in the
+/// 128-byte swizzled layout: the column blocks of 64 dims 8192 bytes apart,
+/// descriptor +512; the k16 steps of a block 32 bytes, +2), its last 64
+/// (the RoPE part) from registers (`rq[s]`: the A fragment of dims
+/// `512 + 16 s ..`), the keys' rows through `k` (the stage, laid out as Q's
+/// tile). Column block `c` of the stage is waited for on the mbarrier at
+/// `bars + 8 c` (phase `parity`) before its four steps: the first steps
+/// run while the later blocks land. Returns the accumulator: n8 tile `j`
+/// (keys `8j..`) in elements `4j..4j+4`.
+///
+/// # Safety
+/// All 128 threads of the warpgroup call it together; the Q tile holds
+/// values landed before a barrier; each barrier completes its phase once
+/// the stage's copies of its column block landed (`cp.async.mbarrier.arrive`).
+// (Its wait loops' labels are local to the asm's `{ }` block, a PTX
+// scope: each inlined copy has its own, as CUTLASS's barrier waits.)
+#[allow(named_asm_labels)]
+#[inline(always)]
+pub unsafe fn mla_scores64_bf16(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, parity: u32) -> [f32; 32] {
+    let mut s = [0f32; 32];
+    macro_rules! SCORE {
+        ($ops:literal) => {
+            concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", 1, 1, 0, 0;\n")
+        };
+    }
+    macro_rules! SCORE_R {
+        ($ops:literal) => {
+            concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", acc, 1, 1, 0;\n")
+        };
+    }
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, ba;\n",
+            "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
+            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+            "add.u32 ba, {bars}, 0;\nW0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W0;\n",
+            SCORE!("{q}, {k}, first"),
+            "add.u32 qa, ql, 2;\nadd.u32 ka, kl, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 4;\nadd.u32 ka, kl, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 6;\nadd.u32 ka, kl, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 8;\nW1:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W1;\n",
+            "add.u32 qa, ql, 512;\nadd.u32 ka, kl, 512;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 514;\nadd.u32 ka, kl, 514;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 516;\nadd.u32 ka, kl, 516;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 518;\nadd.u32 ka, kl, 518;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 16;\nW2:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W2;\n",
+            "add.u32 qa, ql, 1024;\nadd.u32 ka, kl, 1024;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 1026;\nadd.u32 ka, kl, 1026;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 1028;\nadd.u32 ka, kl, 1028;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 1030;\nadd.u32 ka, kl, 1030;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 24;\nW3:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W3;\n",
+            "add.u32 qa, ql, 1536;\nadd.u32 ka, kl, 1536;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 1538;\nadd.u32 ka, kl, 1538;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 1540;\nadd.u32 ka, kl, 1540;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 1542;\nadd.u32 ka, kl, 1542;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 32;\nW4:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W4;\n",
+            "add.u32 qa, ql, 2048;\nadd.u32 ka, kl, 2048;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 2050;\nadd.u32 ka, kl, 2050;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 2052;\nadd.u32 ka, kl, 2052;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 2054;\nadd.u32 ka, kl, 2054;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 40;\nW5:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W5;\n",
+            "add.u32 qa, ql, 2560;\nadd.u32 ka, kl, 2560;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 2562;\nadd.u32 ka, kl, 2562;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 2564;\nadd.u32 ka, kl, 2564;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 2566;\nadd.u32 ka, kl, 2566;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 48;\nW6:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W6;\n",
+            "add.u32 qa, ql, 3072;\nadd.u32 ka, kl, 3072;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 3074;\nadd.u32 ka, kl, 3074;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 3076;\nadd.u32 ka, kl, 3076;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 3078;\nadd.u32 ka, kl, 3078;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 56;\nW7:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W7;\n",
+            "add.u32 qa, ql, 3584;\nadd.u32 ka, kl, 3584;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 3586;\nadd.u32 ka, kl, 3586;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 3588;\nadd.u32 ka, kl, 3588;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 qa, ql, 3590;\nadd.u32 ka, kl, 3590;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            "add.u32 ba, {bars}, 64;\nW8:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W8;\n",
+            "add.u32 ka, kl, 4096;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r00}, {r01}, {r02}, {r03}}}, kd"),
+            "add.u32 ka, kl, 4098;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r10}, {r11}, {r12}, {r13}}}, kd"),
+            "add.u32 ka, kl, 4100;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r20}, {r21}, {r22}, {r23}}}, kd"),
+            "add.u32 ka, kl, 4102;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r30}, {r31}, {r32}, {r33}}}, kd"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+        ),
+        q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
+        r00 = in(reg32) rq[0][0],
+        r01 = in(reg32) rq[0][1],
+        r02 = in(reg32) rq[0][2],
+        r03 = in(reg32) rq[0][3],
+        r10 = in(reg32) rq[1][0],
+        r11 = in(reg32) rq[1][1],
+        r12 = in(reg32) rq[1][2],
+        r13 = in(reg32) rq[1][3],
+        r20 = in(reg32) rq[2][0],
+        r21 = in(reg32) rq[2][1],
+        r22 = in(reg32) rq[2][2],
+        r23 = in(reg32) rq[2][3],
+        r30 = in(reg32) rq[3][0],
+        r31 = in(reg32) rq[3][1],
+        r32 = in(reg32) rq[3][2],
+        r33 = in(reg32) rq[3][3],
+        s0 = out(reg32) s[0],
+        s1 = out(reg32) s[1],
+        s2 = out(reg32) s[2],
+        s3 = out(reg32) s[3],
+        s4 = out(reg32) s[4],
+        s5 = out(reg32) s[5],
+        s6 = out(reg32) s[6],
+        s7 = out(reg32) s[7],
+        s8 = out(reg32) s[8],
+        s9 = out(reg32) s[9],
+        s10 = out(reg32) s[10],
+        s11 = out(reg32) s[11],
+        s12 = out(reg32) s[12],
+        s13 = out(reg32) s[13],
+        s14 = out(reg32) s[14],
+        s15 = out(reg32) s[15],
+        s16 = out(reg32) s[16],
+        s17 = out(reg32) s[17],
+        s18 = out(reg32) s[18],
+        s19 = out(reg32) s[19],
+        s20 = out(reg32) s[20],
+        s21 = out(reg32) s[21],
+        s22 = out(reg32) s[22],
+        s23 = out(reg32) s[23],
+        s24 = out(reg32) s[24],
+        s25 = out(reg32) s[25],
+        s26 = out(reg32) s[26],
+        s27 = out(reg32) s[27],
+        s28 = out(reg32) s[28],
+        s29 = out(reg32) s[29],
+        s30 = out(reg32) s[30],
+        s31 = out(reg32) s[31],
+        options(nostack)
+    );
+    s
+}
+
+/// `O[:, half] += P·V[:, half]` of the MLA family with P from registers:
+/// as [`mla_pv_bf16`], the A fragment of keys `16 h ..` in `a[h]` (the
+/// score accumulator's n8 tiles `2h, 2h + 1`, packed).
+///
+/// # Safety
+/// As [`mla_pv_bf16`].
+#[inline(always)]
+pub unsafe fn mla_pv_regs_bf16(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64) {
+    macro_rules! PV {
+        ($ops:literal) => {
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}, {o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}, {o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}, {o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}, {o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}, {o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}, {o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}, {o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}, ", $ops, ", acc, 1, 1, 1;\n")
+        };
+    }
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred acc;\n.reg .b64 vd;\n.reg .b32 vl, vh, va;\n",
+            "mov.b64 {{vl, vh}}, {v};\n",
+            "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+            PV!("{{{a00}, {a01}, {a02}, {a03}}}, {v}"),
+            "add.u32 va, vl, 128;\nmov.b64 vd, {{va, vh}};\n", PV!("{{{a10}, {a11}, {a12}, {a13}}}, vd"),
+            "add.u32 va, vl, 256;\nmov.b64 vd, {{va, vh}};\n", PV!("{{{a20}, {a21}, {a22}, {a23}}}, vd"),
+            "add.u32 va, vl, 384;\nmov.b64 vd, {{va, vh}};\n", PV!("{{{a30}, {a31}, {a32}, {a33}}}, vd"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+        ),
+        v = in(reg64) v, z = in(reg32) 0u32,
+        a00 = in(reg32) a[0][0],
+        a01 = in(reg32) a[0][1],
+        a02 = in(reg32) a[0][2],
+        a03 = in(reg32) a[0][3],
+        a10 = in(reg32) a[1][0],
+        a11 = in(reg32) a[1][1],
+        a12 = in(reg32) a[1][2],
+        a13 = in(reg32) a[1][3],
+        a20 = in(reg32) a[2][0],
+        a21 = in(reg32) a[2][1],
+        a22 = in(reg32) a[2][2],
+        a23 = in(reg32) a[2][3],
+        a30 = in(reg32) a[3][0],
+        a31 = in(reg32) a[3][1],
+        a32 = in(reg32) a[3][2],
+        a33 = in(reg32) a[3][3],
         o0 = inout(reg32) o[0][0],
         o1 = inout(reg32) o[0][1],
         o2 = inout(reg32) o[0][2],

@@ -70,7 +70,13 @@ pub(crate) unsafe fn block_work<V: AttentionVariant, const CLUSTER: bool>(p: &De
 /// work item × `num_kv_heads / HG` + head pair).
 #[inline(always)]
 pub(crate) unsafe fn block_work_of<V: AttentionVariant, const CLUSTER: bool, const HG: u32>(p: &DecodeParams) -> Option<(WorkItem, u32, u32)> {
-    let x = block_item_of::<CLUSTER, HG>(p, thread::block_idx_x_fresh());
+    block_work_at::<V>(p, block_item_of::<CLUSTER, HG>(p, thread::block_idx_x_fresh()))
+}
+
+/// [`block_work`] of work item `x` (the MLA family's grid interleaves its
+/// row chunks with the items, `decode::mla`).
+#[inline(always)]
+pub(crate) unsafe fn block_work_at<V: AttentionVariant>(p: &DecodeParams, x: u32) -> Option<(WorkItem, u32, u32)> {
     let (item, seq_len, first) = if p.chunks_per_seq != 0 {
         let batch = div_rem(x, p.chunks_per_seq).0;
         let len = capacity_len(p.seq_lens, batch, p.max_seq_len);

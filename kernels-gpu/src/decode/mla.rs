@@ -3,32 +3,44 @@
 //! cached rows hold 576 values — Q·K over all of them, V the first 512.
 //!
 //! A block is 64 query rows (tokens × heads, packed as every family packs
-//! them) against one work item's keys, in 64-key stages; two warpgroups,
-//! no producer:
-//! - every thread issues its share of a stage's 16-byte `cp.async` copies
-//!   (the rows laid out as `Swizzle128`, 9 column blocks of 64 dims); two
-//!   stages after the 72 KiB Q tile fill the block's shared memory;
-//! - warpgroup `wg` computes the scores of the stage's keys `32 wg ..+32`
-//!   for all 64 rows (`S = Q·Kᵀ`, 36 `m64n32k16` steps, both operands from
-//!   shared memory);
-//! - the two exchange their rows' maxima through shared memory, so both
-//!   hold the same running maximum, write their P (bf16) into one 64 × 64
-//!   tile, and each computes `O[:, 256 wg ..+256] += P·V` over all 64 keys
-//!   (4 `m64n256k16` steps): the O accumulator (64 × 512 f32) is split by
-//!   columns, 128 registers a thread;
-//! - the row sums are exchanged once at the end; the rows are written to O
-//!   or, for a split sequence, to their partial slot (merged by the last
-//!   block, `merge::merge_if_last`, or by the merge kernel).
+//! them) against one work item's keys, in 64-key stages, on two
+//! warpgroups. The O accumulator (64 × 512 f32) fills half an SM's
+//! registers, so it is split by columns: warpgroup 0 holds `O_L` (columns
+//! 0..256), warpgroup 1 `O_R`. The stages come in pairs, stage `2i` in
+//! buffer 0 and `2i + 1` in buffer 1, and the pair is scheduled "seesaw"
+//! (FlashMLA's name; docs/perf.md, "MLA kernel"), so that one warpgroup's
+//! softmax runs while the other's MMAs do:
+//!
+//! 1. [0] `S0 = Q·K0ᵀ`;                  2. [1] `S1 = Q·K1ᵀ`;
+//! 3. [0] `m0 = max(m, rowmax S0)`, `scale0 = 2^(m − m0)`, published;
+//! 4. [0] `P0 = 2^(S0 − m0)`;            5. [0] `O_L = O_L·scale0 + P0·V0_L`;
+//! 6. [1] `m1 = max(m0, rowmax S1)`, `scale1 = 2^(m0 − m1)`, published;
+//! 7. [1] `P1 = 2^(S1 − m1)`;            8. [1] `O_R = O_R·scale0·scale1 + P1·V1_R`, P1 to shared memory;
+//! 9. [0] `P0 ← P0·scale1` to shared memory;
+//! 10. [1] `O_R += P0·V0_R`;             11. [0] `O_L = O_L·scale1 + P1·V1_L`.
+//!
+//! Each warpgroup's own P is an MMA operand from registers, the other's
+//! from shared memory; the row sums follow the same factors. Hand-overs
+//! are named barriers (a producer's `bar.arrive`, a consumer's `bar.sync`).
+//!
+//! Loads: warpgroup 1 refills buffer 0 after its step 10, warpgroup 0
+//! buffer 1 after its step 11, 16-byte `cp.async` copies into the 128-byte
+//! swizzled layout, each of a stage's 9 column blocks (64 dims) completing
+//! an mbarrier of its own (`cp.async.mbarrier.arrive`): the score MMAs of a
+//! column block start as soon as it landed. Q's first 512 dims are a tile
+//! in shared memory; its last 64 (RoPE) are each warpgroup's registers, and
+//! their column block of the tile holds P1.
 //!
 //! The shared memory (`decode_attn_abi::mla_smem_bytes`): the Q tile, the
-//! stages, the P tile, the exchange, the work item.
+//! two buffers, the P0 tile, the rows' maxima and factors, the rows' sums,
+//! the buffers' barriers, the work item.
 
-use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_STAGES, MLA_TILE_BYTES};
+use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
-use super::block::{block_work, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
+use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use crate::arch::math::{ex2, pack_bf16x2};
-use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_scores_bf16};
-use crate::arch::{memory, shared, thread, warp};
+use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_scores64_bf16};
+use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
 use crate::state;
 use crate::variant::Standard;
@@ -36,10 +48,19 @@ use crate::variant::Standard;
 /// Values of a latent row (Q·K's head dim) and of V (O's).
 const QK_DIM: u32 = 576;
 const V_DIM: u32 = 512;
-/// 16-byte chunks of a latent row.
-const ROW_CHUNKS: u32 = QK_DIM / 8;
-/// The 64-row tiles' layout (column blocks of 64 dims, 8 KiB apart).
+/// Column blocks (64 dims, 128 bytes a row) of a latent row; the last is
+/// the RoPE part.
+const BLOCKS: u32 = QK_DIM / 64;
+/// Bytes of one column block of a 64-row tile.
+const BLOCK_BYTES: u32 = MLA_ROWS * 128;
+/// The 64-row tiles' layout.
 const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
+
+/// Named barriers of the hand-overs (0 is the block's).
+const SCALE0_READY: u32 = 1;
+const SCALE1_READY: u32 = 2;
+const P0_READY: u32 = 3;
+const P1_READY: u32 = 4;
 
 /// # Safety
 /// Launched by the host with the planner's grid (x: work items, z: row
@@ -54,135 +75,213 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let (wg, warp_m) = (warp / 4, warp % 4);
     let (g, c2) = (lane / 4, (lane % 4) * 2);
 
-    let Some((item, seq_len, _)) = block_work::<Standard, false>(p) else { return };
+    // Grid x: a work item's row chunks are consecutive blocks, which read
+    // the same keys at about the same time (one from HBM, the others from
+    // L2; with the chunks along z, 128 heads read every key from HBM twice:
+    // docs/perf.md, "MLA kernel").
+    let chunks = (p.group * p.q_len).div_ceil(MLA_ROWS);
+    let (x, chunk) = div_rem(thread::block_idx_x(), chunks);
+    let Some((item, seq_len, _)) = block_work_at::<Standard>(p, x) else { return };
     keep_item(p, &item, tid);
-    let row0 = thread::block_idx_z() * MLA_ROWS;
+    let row0 = chunk * MLA_ROWS;
 
     let smem = shared::dynamic_smem_base();
     let q_tile = smem;
-    let stage_at = |s: u32| smem + MLA_TILE_BYTES * (1 + s);
-    let p_tile = smem + MLA_TILE_BYTES * (1 + MLA_STAGES);
-    // Each warpgroup's rows' maxima, then their sums.
-    let maxima = p_tile + MLA_P_BYTES;
-    let sums = maxima + 2 * 4 * MLA_ROWS;
+    // Q's RoPE column block: its values are in registers, its room P1's.
+    let p1_tile = q_tile + (BLOCKS - 1) * BLOCK_BYTES;
+    let buffer = |b: u32| smem + MLA_TILE_BYTES * (1 + b);
+    let p0_tile = smem + 3 * MLA_TILE_BYTES;
+    let maxima = p0_tile + MLA_P_BYTES;
+    let scales0 = maxima + 4 * MLA_ROWS;
+    let scales1 = scales0 + 4 * MLA_ROWS;
+    let sums = scales1 + 4 * MLA_ROWS;
+    let bars = sums + 2 * 4 * MLA_ROWS;
+    let full = |b: u32| bars + 8 * BLOCKS * b;
 
-    // Q (rows past the block's last zero-filled), in the first copy group.
-    {
-        let (sub, lane8) = (tid / 8, tid % 8);
-        let rows_total = p.group * p.q_len;
-        for pass in 0..2 {
-            let local = pass * 32 + sub;
-            let global = row0 + local;
-            let valid = global < rows_total;
-            let (token, head) = if valid { token_head(p, 0, global) } else { (0, 0) };
-            let src = qo_row_addr::<{ QK_DIM as usize }>(p.q, p, item.batch, token, head);
-            for j in 0..ROW_CHUNKS / 8 {
-                let c = lane8 + 8 * j;
-                memory::cp_async_16(q_tile + TILE.at(local, c, 0), src + 16 * c as u64, if valid { 16 } else { 0 });
+    if tid == 0 {
+        for b in 0..2 {
+            for c in 0..BLOCKS {
+                mbarrier::init_count(full(b) + 8 * c, 128);
             }
         }
+        mbarrier::fence_init();
     }
+    // Q's first 512 dims (rows past the block's last zero-filled).
+    {
+        let (sub, lane8) = (tid / 8, tid % 8);
+        for pass in 0..2 {
+            let local = pass * 32 + sub;
+            let src = q_row(p, item.batch, row0 + local);
+            for j in 0..BLOCKS - 1 {
+                let c = lane8 + 8 * j;
+                memory::cp_async_16(q_tile + TILE.at(local, c, 0), src.unwrap_or(p.q) + 16 * c as u64, if src.is_some() { 16 } else { 0 });
+            }
+        }
+        memory::cp_async_commit();
+    }
+    // (The barriers' initialisation is visible to every thread.)
+    thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
-    issue_stage::<PAGED>(p, &item, 0, stage_at(0), tid);
-    memory::cp_async_commit();
-    if n_tiles > 1 {
-        issue_stage::<PAGED>(p, &item, 1, stage_at(1), tid);
+    // Each warpgroup loads the column blocks it frees first: warpgroup 0
+    // buffer 0's left half and RoPE block and buffer 1's left half,
+    // warpgroup 1 the rest (`issue_blocks`).
+    let own = wg;
+    let pt = tid % 128;
+    let load = |t: u32, blocks: &[u32]| {
+        if t < n_tiles {
+            issue_blocks::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), pt, blocks);
+        }
+    };
+    if own == 0 {
+        load(0, &LEFT_AND_ROPE);
+        load(1, &LEFT);
+    } else {
+        load(0, &RIGHT);
+        load(1, &RIGHT_AND_ROPE);
     }
-    memory::cp_async_commit();
+    let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
+    let rq = rope_fragments(p, item.batch, row0, locals, c2);
+    memory::cp_async_wait::<0>();
+    thread::sync_threads();
 
-    let rows = [warp_m * 16 + g, warp_m * 16 + g + 8].map(|local| row_info(p, &item, seq_len, 0, row0, local));
+    let rows = locals.map(|local| row_info(p, &item, seq_len, 0, row0, local));
     let mask_from = mask_from::<Standard>(p, &item, seq_len);
     let q_desc = descriptor(q_tile, 16, 1024);
-    let p_desc = descriptor(p_tile, 16, 1024);
     let scale = p.score_scale;
+    // The scaled scores of stage `t` (keys past a row's limit −inf).
+    let logits = |raw: [f32; 32], t: u32| -> [[f32; 4]; 8] {
+        let key0 = item.kv_start + t * MLA_KEYS;
+        let masked = key0 + MLA_KEYS > mask_from;
+        core::array::from_fn(|n| {
+            core::array::from_fn(|e| {
+                let key = key0 + 8 * n as u32 + c2 + (e as u32 & 1);
+                if masked && key >= rows[e / 2].limit {
+                    f32::NEG_INFINITY
+                } else {
+                    raw[4 * n + e] * scale
+                }
+            })
+        })
+    };
+    let row_max = |s: &[[f32; 4]; 8], r: usize| warp::quad_max(tree8(s.map(|t| t[2 * r].max(t[2 * r + 1])), f32::max));
+    let row_sum = |s: &[[f32; 4]; 8], r: usize| tree8(s.map(|t| t[2 * r] + t[2 * r + 1]), |a, b| a + b);
+    let exp = |s: &mut [[f32; 4]; 8], m: [f32; 2]| {
+        let base = m.map(state::safe_max);
+        for t in s.iter_mut() {
+            for e in 0..4 {
+                t[e] = ex2(t[e] - base[e / 2]);
+            }
+        }
+    };
+    // A row's value of a warpgroup's hand-over arrays.
+    let publish = |at: u32, v: [f32; 2]| {
+        if c2 == 0 {
+            for r in 0..2 {
+                shared::st_shared_f32(at + 4 * locals[r], v[r]);
+            }
+        }
+    };
+    let read = |at: u32| [0, 1].map(|r| shared::ld_shared_f32(at + 4 * locals[r]));
 
     let mut o = [[0f32; 4]; 32];
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0f32; 2];
-    for t in 0..n_tiles {
-        memory::cp_async_wait::<1>();
-        thread::sync_threads();
-        let stage = stage_at(t % MLA_STAGES);
-        let key0 = item.kv_start + t * MLA_KEYS + 32 * wg;
-        // This warpgroup's 32 keys (K-major: 8 keys a 1024-byte group).
-        let raw = mla_scores_bf16(q_desc, descriptor(stage + 4 * 1024 * wg, 16, 1024));
-        let masked = key0 + 32 > mask_from;
-        let mut s = [0f32; 16];
-        for n in 0..4u32 {
-            for e in 0..4u32 {
-                let i = (4 * n + e) as usize;
-                let key = key0 + 8 * n + c2 + (e & 1);
-                s[i] = if masked && key >= rows[(e / 2) as usize].limit { f32::NEG_INFINITY } else { raw[i] * scale };
-            }
-        }
-        let step_max = |r: usize| warp::quad_max(tree4(core::array::from_fn(|n| s[4 * n + 2 * r].max(s[4 * n + 2 * r + 1])), f32::max));
-        let mine = [step_max(0), step_max(1)];
-        if c2 == 0 {
+    let v_half = |b: u32| descriptor(buffer(b) + 4 * BLOCK_BYTES * own, BLOCK_BYTES, 1024);
+    for i in 0..n_tiles.div_ceil(2) {
+        let parity = i & 1;
+        let t = 2 * i + own;
+        let has = [true, 2 * i + 1 < n_tiles];
+        if own == 0 {
+            // 1, 3: S0 and the new maximum.
+            let mut s = logits(mla_scores64_bf16(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity), t);
+            let m0 = [0, 1].map(|r| m[r].max(row_max(&s, r)));
+            let scale0 = [0, 1].map(|r| state::rescale(m[r], m0[r]));
+            publish(maxima, m0);
+            publish(scales0, scale0);
+            thread::arrive_named(SCALE0_READY, 256);
+            // 4, 5: P0 and O_L.
+            exp(&mut s, m0);
             for r in 0..2 {
-                shared::st_shared_f32(maxima + 4 * (wg * MLA_ROWS + rows[r].local), mine[r]);
+                l[r] = l[r] * scale0[r] + row_sum(&s, r);
             }
-        }
-        thread::sync_named(1, 256);
-        // Both warpgroups combine the maxima in the same order: they hold
-        // the same running maximum, bit for bit.
-        let mut alpha = [1f32; 2];
-        let mut base = [0f32; 2];
-        for r in 0..2 {
-            let other = shared::ld_shared_f32(maxima + 4 * ((1 - wg) * MLA_ROWS + rows[r].local));
-            let (first, second) = if wg == 0 { (mine[r], other) } else { (other, mine[r]) };
-            (alpha[r], base[r]) = state::advance(&mut m[r], first.max(second));
-        }
-        for (i, x) in s.iter_mut().enumerate() {
-            *x = ex2(*x - base[(i % 4) / 2]);
-        }
-        for r in 0..2 {
-            l[r] = l[r] * alpha[r] + tree4(core::array::from_fn(|n| s[4 * n + 2 * r] + s[4 * n + 2 * r + 1]), |a, b| a + b);
-        }
-        state::rescale_rows(&mut o, alpha);
-        // P of this warpgroup's keys into the tile (row-major, keys
-        // contiguous: the P·V's A operand, K-major).
-        for n in 0..4u32 {
-            let key = 32 * wg + 8 * n + c2;
-            for r in 0..2u32 {
-                let at = p_tile + TILE.at(rows[r as usize].local, key / 8, 0) + 2 * (key % 8);
-                let i = (4 * n + 2 * r) as usize;
-                shared::st_shared_u32(at, pack_bf16x2(s[i], s[i + 1]));
+            state::rescale_rows(&mut o, scale0);
+            mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(0));
+            // Buffer 0's left half and RoPE block are read (S0, P0·V0_L).
+            load(2 * i + 2, &LEFT_AND_ROPE);
+            // 9: P0 under the pair's last maximum, for warpgroup 1.
+            thread::sync_named(SCALE1_READY, 256);
+            let scale1 = read(scales1);
+            m = read(maxima);
+            store_p(p0_tile, &s, scale1, locals, c2);
+            shared::fence_proxy_async_shared();
+            thread::arrive_named(P0_READY, 256);
+            l = [l[0] * scale1[0], l[1] * scale1[1]];
+            // 11: O_L += P1·V1_L.
+            thread::sync_named(P1_READY, 256);
+            state::rescale_rows(&mut o, scale1);
+            if has[1] {
+                mla_pv_bf16(&mut o, descriptor(p1_tile, 16, 1024), v_half(1));
             }
+            // Buffer 1's left half is read (P1·V1_L; warpgroup 1's reads of
+            // it were before P1_READY).
+            load(2 * i + 3, &LEFT);
+        } else {
+            // 2, 6: S1 and the pair's maximum.
+            let mut s = if has[1] { logits(mla_scores64_bf16(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t) } else { [[f32::NEG_INFINITY; 4]; 8] };
+            thread::sync_named(SCALE0_READY, 256);
+            let (m0, scale0) = (read(maxima), read(scales0));
+            let m1 = [0, 1].map(|r| m0[r].max(row_max(&s, r)));
+            let scale1 = [0, 1].map(|r| state::rescale(m0[r], m1[r]));
+            publish(maxima, m1);
+            publish(scales1, scale1);
+            thread::arrive_named(SCALE1_READY, 256);
+            m = m1;
+            // 7, 8: P1 and O_R; P1 for warpgroup 0.
+            exp(&mut s, m1);
+            let both = [scale0[0] * scale1[0], scale0[1] * scale1[1]];
+            for r in 0..2 {
+                l[r] = l[r] * both[r] + row_sum(&s, r);
+            }
+            state::rescale_rows(&mut o, both);
+            if has[1] {
+                mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(1));
+            }
+            // Buffer 1's right half and RoPE block are read (S1, P1·V1_R).
+            load(2 * i + 3, &RIGHT_AND_ROPE);
+            store_p(p1_tile, &s, [1.0; 2], locals, c2);
+            shared::fence_proxy_async_shared();
+            thread::arrive_named(P1_READY, 256);
+            // 10: O_R += P0·V0_R.
+            thread::sync_named(P0_READY, 256);
+            mla_pv_bf16(&mut o, descriptor(p0_tile, 16, 1024), v_half(0));
+            // Buffer 0's right half is read (P0·V0_R; warpgroup 0's reads of
+            // it were before P0_READY).
+            load(2 * i + 2, &RIGHT);
         }
-        shared::fence_proxy_async_shared();
-        thread::sync_named(2, 256);
-        // V: the stage's rows MN-major, this warpgroup's 4 column blocks.
-        mla_pv_bf16(&mut o, p_desc, descriptor(stage + 4 * 8192 * wg, 8192, 1024));
-        // Every warp is done with the stage (and the P tile) before it is
-        // refilled; an empty group keeps the wait's count.
-        thread::sync_threads();
-        if t + MLA_STAGES < n_tiles {
-            issue_stage::<PAGED>(p, &item, t + MLA_STAGES, stage, tid);
-        }
-        memory::cp_async_commit();
     }
-    memory::cp_async_wait::<0>();
 
     // The rows' sums over both warpgroups' keys, in the same order.
-    let mine = l.map(warp::quad_sum);
-    if c2 == 0 {
-        for r in 0..2 {
-            shared::st_shared_f32(sums + 4 * (wg * MLA_ROWS + rows[r].local), mine[r]);
+    publish(sums + 4 * MLA_ROWS * own, l.map(warp::quad_sum));
+    thread::sync_threads();
+    if tid == 0 {
+        for b in 0..2 {
+            for c in 0..BLOCKS {
+                mbarrier::inval(full(b) + 8 * c);
+            }
         }
     }
-    thread::sync_threads();
     let (batch, slot) = (item.batch, item.partial_slot);
     let here = rows_here(p, row0);
     thread::launch_dependents();
     for r in 0..2 {
-        let local = rows[r].local;
+        let local = locals[r];
         if local >= here {
             continue;
         }
         let total = shared::ld_shared_f32(sums + 4 * local) + shared::ld_shared_f32(sums + 4 * (MLA_ROWS + local));
         let (inv_l, lse) = state::finish(m[r], total);
         let (token, head) = token_head(p, 0, row0 + local);
-        let col0 = 256 * wg + c2;
+        let col0 = 256 * own + c2;
         if slot == DIRECT_OUTPUT {
             let out = qo_row_addr::<{ V_DIM as usize }>(p.o, p, batch, token, head);
             for (j, acc) in o.iter().enumerate() {
@@ -196,35 +295,98 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
                 let c = col0 + 8 * j as u32;
                 memory::st_global_v2_u32(out + 4 * c as u64, [(acc[2 * r] * inv_l).to_bits(), (acc[2 * r + 1] * inv_l).to_bits()]);
             }
-            if wg == 0 && c2 == 0 {
+            if own == 0 && c2 == 0 {
                 memory::st_global_f32(p.partial_lse + 4 * row, lse);
             }
         }
     }
     if slot != DIRECT_OUTPUT && p.merge_counters != 0 {
-        // (The exchange's first word is free: every sum was read above,
-        // before the merge's first barrier.)
-        crate::merge::merge_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }, false>(p, batch, here, maxima);
+        // (The maxima's first word is free: the merge's first barrier
+        // follows every read of them.)
+        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, chunk, chunks, here, maxima);
     }
 }
 
-/// Issues this thread's copies of stage `t` of the work item's keys into
-/// `dst`: 8 threads a key, 32 keys a pass, each thread 9 of a row's 72
-/// chunks (one in each column block). Keys past the item's end are
-/// zero-filled (their P is 0, and a zero V row keeps the P·V finite),
-/// their source address the item's first key's.
+/// The global address of Q's row `global` (packed, of the block's
+/// sequence), or `None` past the last row.
 #[inline(always)]
-unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, tid: u32) {
-    let (sub, lane8) = (tid / 8, tid % 8);
-    for pass in 0..2 {
-        let r = pass * 32 + sub;
-        let key = item.kv_start + t * MLA_KEYS + r;
-        let live = key < item.kv_end;
-        let src = row_address::<PAGED>(p, item.batch, if live { key } else { item.kv_start });
-        for j in 0..ROW_CHUNKS / 8 {
-            let c = lane8 + 8 * j;
-            memory::cp_async_16(dst + TILE.at(r, c, 0), src + 16 * c as u64, if live { 16 } else { 0 });
+fn q_row(p: &DecodeParams, batch: u32, global: u32) -> Option<u64> {
+    (global < p.group * p.q_len).then(|| {
+        let (token, head) = token_head(p, 0, global);
+        qo_row_addr::<{ QK_DIM as usize }>(p.q, p, batch, token, head)
+    })
+}
+
+/// The A fragments of Q's RoPE dims (512..576) for the thread's rows
+/// (`locals`): fragment `s` holds dims `512 + 16 s ..` (`mma.m16n8k16`'s A
+/// layout: rows `g`, `g + 8`, dims `c2, c2 + 1` and `c2 + 8, c2 + 9`); rows
+/// past the block's last are zero.
+#[inline(always)]
+unsafe fn rope_fragments(p: &DecodeParams, batch: u32, row0: u32, locals: [u32; 2], c2: u32) -> [[u32; 4]; 4] {
+    let rows = locals.map(|local| q_row(p, batch, row0 + local));
+    core::array::from_fn(|s| {
+        let dim = 512 + 16 * s as u32 + c2;
+        let at = |r: usize, d: u32| rows[r].map_or(0, |row| memory::ld_global_nc_u32(row + 2 * d as u64));
+        [at(0, dim), at(1, dim), at(0, dim + 8), at(1, dim + 8)]
+    })
+}
+
+/// P's A fragments for the P·V MMA: n8 tiles `2h, 2h + 1` of the scores
+/// are the fragment of keys `16 h ..`.
+#[inline(always)]
+fn p_fragments(s: &[[f32; 4]; 8]) -> [[u32; 4]; 4] {
+    core::array::from_fn(|h| {
+        let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
+        [pack_bf16x2(lo[0], lo[1]), pack_bf16x2(lo[2], lo[3]), pack_bf16x2(hi[0], hi[1]), pack_bf16x2(hi[2], hi[3])]
+    })
+}
+
+/// Stores the thread's P values times its rows' `factor` into the 64 × 64
+/// tile at `tile` (rows × keys, keys contiguous: the P·V's A operand,
+/// K-major, one swizzled column block).
+#[inline(always)]
+unsafe fn store_p(tile: u32, s: &[[f32; 4]; 8], factor: [f32; 2], locals: [u32; 2], c2: u32) {
+    for (n, t) in s.iter().enumerate() {
+        for r in 0..2 {
+            let at = tile + TILE.at(locals[r], n as u32, 0) + 2 * c2;
+            shared::st_shared_u32(at, pack_bf16x2(t[2 * r] * factor[r], t[2 * r + 1] * factor[r]));
         }
+    }
+}
+
+/// Column blocks of a stage by who reads them: V's left half (warpgroup
+/// 0's P·V), its right half (warpgroup 1's), the RoPE block (the scores
+/// alone), with it where the scores' warpgroup frees it.
+const LEFT: [u32; 4] = [0, 1, 2, 3];
+const RIGHT: [u32; 4] = [4, 5, 6, 7];
+const LEFT_AND_ROPE: [u32; 5] = [0, 1, 2, 3, 8];
+const RIGHT_AND_ROPE: [u32; 5] = [4, 5, 6, 7, 8];
+
+/// Issues the copies of column blocks `blocks` of stage `t` of the work
+/// item's keys into the buffer at `dst` by one warpgroup's 128 threads
+/// (`pt`: the thread's index in it): 8 threads a key and 16 keys a pass, a
+/// 16-byte chunk of each of its 4 keys per column block; after each column
+/// block, the thread's arrival on the block's barrier (`bars + 8 c`, 128
+/// arrivals a phase: each block is always loaded by the same warpgroup)
+/// once its copies landed. Keys past the item's end are zero-filled (their
+/// P is 0, and a zero V row keeps the P·V finite), their source address
+/// the item's first key's.
+#[inline(always)]
+unsafe fn issue_blocks<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, pt: u32, blocks: &[u32]) {
+    let (sub, c) = (pt / 8, pt % 8);
+    let key0 = item.kv_start + t * MLA_KEYS;
+    let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
+    let src = keys.map(|r| {
+        let key = key0 + r;
+        let live = key < item.kv_end;
+        (row_address::<PAGED>(p, item.batch, if live { key } else { item.kv_start }), if live { 16 } else { 0 })
+    });
+    for &block in blocks {
+        for (pass, &r) in keys.iter().enumerate() {
+            let (row, bytes) = src[pass];
+            memory::cp_async_16(dst + block * BLOCK_BYTES + TILE.at(r, c, 0), row + 128 * block as u64 + 16 * c as u64, bytes);
+        }
+        mbarrier::cp_async_arrive_noinc(bars + 8 * block);
     }
 }
 
@@ -243,8 +405,8 @@ unsafe fn row_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32)
     }
 }
 
-/// `f` over four values as a tree: `f(f(x0, x1), f(x2, x3))`.
+/// `f` over eight values as a tree of adjacent pairs.
 #[inline(always)]
-fn tree4(x: [f32; 4], f: impl Fn(f32, f32) -> f32) -> f32 {
-    f(f(x[0], x[1]), f(x[2], x[3]))
+fn tree8(x: [f32; 8], f: impl Fn(f32, f32) -> f32) -> f32 {
+    f(f(f(x[0], x[1]), f(x[2], x[3])), f(f(x[4], x[5]), f(x[6], x[7])))
 }
