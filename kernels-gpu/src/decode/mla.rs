@@ -24,7 +24,8 @@
 //! are named barriers (a producer's `bar.arrive`, a consumer's `bar.sync`).
 //!
 //! Loads: warpgroup 1 refills buffer 0 after its step 10, warpgroup 0
-//! buffer 1 after its step 11, 16-byte `cp.async` copies into the 128-byte
+//! buffer 1 after its step 11 (each the last reader of its buffer), with
+//! 16-byte `cp.async` copies into the 128-byte
 //! swizzled layout, each of a stage's 9 column blocks (64 dims) completing
 //! an mbarrier of its own (`cp.async.mbarrier.arrive`): the score MMAs of a
 //! column block start as soon as it landed. Q's first 512 dims are a tile
@@ -122,23 +123,19 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
-    // Each warpgroup loads the column blocks it frees first: warpgroup 0
-    // buffer 0's left half and RoPE block and buffer 1's left half,
-    // warpgroup 1 the rest (`issue_blocks`).
+    // Warpgroup `wg` loads the stages of buffer `1 − wg`, each once its
+    // own last reads of it are done (`issue_stage`). (Its halves loaded as
+    // soon as each was read — the left one and the RoPE block by warpgroup
+    // 0 after its step 5 — measured 8 % slower on the 16-head rows, no
+    // faster on the others: docs/perf.md, "MLA kernel".)
     let own = wg;
     let pt = tid % 128;
-    let load = |t: u32, blocks: &[u32]| {
+    let load = |t: u32| {
         if t < n_tiles {
-            issue_blocks::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), pt, blocks);
+            issue_stage::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), pt);
         }
     };
-    if own == 0 {
-        load(0, &LEFT_AND_ROPE);
-        load(1, &LEFT);
-    } else {
-        load(0, &RIGHT);
-        load(1, &RIGHT_AND_ROPE);
-    }
+    load(1 - own);
     let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
     let rq = rope_fragments(p, item.batch, row0, locals, c2);
     memory::cp_async_wait::<0>();
@@ -206,8 +203,6 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             state::rescale_rows(&mut o, scale0);
             mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(0));
-            // Buffer 0's left half and RoPE block are read (S0, P0·V0_L).
-            load(2 * i + 2, &LEFT_AND_ROPE);
             // 9: P0 under the pair's last maximum, for warpgroup 1.
             thread::sync_named(SCALE1_READY, 256);
             let scale1 = read(scales1);
@@ -222,9 +217,9 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             if has[1] {
                 mla_pv_bf16(&mut o, descriptor(p1_tile, 16, 1024), v_half(1));
             }
-            // Buffer 1's left half is read (P1·V1_L; warpgroup 1's reads of
-            // it were before P1_READY).
-            load(2 * i + 3, &LEFT);
+            // Buffer 1 is read (P1·V1_L here; warpgroup 1's reads of it
+            // were before P1_READY): refill it.
+            load(2 * i + 3);
         } else {
             // 2, 6: S1 and the pair's maximum.
             let mut s = if has[1] { logits(mla_scores64_bf16(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t) } else { [[f32::NEG_INFINITY; 4]; 8] };
@@ -246,17 +241,15 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             if has[1] {
                 mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(1));
             }
-            // Buffer 1's right half and RoPE block are read (S1, P1·V1_R).
-            load(2 * i + 3, &RIGHT_AND_ROPE);
             store_p(p1_tile, &s, [1.0; 2], locals, c2);
             shared::fence_proxy_async_shared();
             thread::arrive_named(P1_READY, 256);
             // 10: O_R += P0·V0_R.
             thread::sync_named(P0_READY, 256);
             mla_pv_bf16(&mut o, descriptor(p0_tile, 16, 1024), v_half(0));
-            // Buffer 0's right half is read (P0·V0_R; warpgroup 0's reads of
-            // it were before P0_READY).
-            load(2 * i + 2, &RIGHT);
+            // Buffer 0 is read (P0·V0_R here; warpgroup 0's reads of it
+            // were before P0_READY): refill it.
+            load(2 * i + 2);
         }
     }
 
@@ -354,25 +347,16 @@ unsafe fn store_p(tile: u32, s: &[[f32; 4]; 8], factor: [f32; 2], locals: [u32; 
     }
 }
 
-/// Column blocks of a stage by who reads them: V's left half (warpgroup
-/// 0's P·V), its right half (warpgroup 1's), the RoPE block (the scores
-/// alone), with it where the scores' warpgroup frees it.
-const LEFT: [u32; 4] = [0, 1, 2, 3];
-const RIGHT: [u32; 4] = [4, 5, 6, 7];
-const LEFT_AND_ROPE: [u32; 5] = [0, 1, 2, 3, 8];
-const RIGHT_AND_ROPE: [u32; 5] = [4, 5, 6, 7, 8];
-
-/// Issues the copies of column blocks `blocks` of stage `t` of the work
-/// item's keys into the buffer at `dst` by one warpgroup's 128 threads
-/// (`pt`: the thread's index in it): 8 threads a key and 16 keys a pass, a
-/// 16-byte chunk of each of its 4 keys per column block; after each column
-/// block, the thread's arrival on the block's barrier (`bars + 8 c`, 128
-/// arrivals a phase: each block is always loaded by the same warpgroup)
-/// once its copies landed. Keys past the item's end are zero-filled (their
+/// Issues the copies of stage `t` of the work item's keys into the buffer
+/// at `dst` by one warpgroup's 128 threads (`pt`: the thread's index in
+/// it): 8 threads a key and 16 keys a pass, a 16-byte chunk of each of its
+/// 4 keys per column block; after each column block, the thread's arrival
+/// on the block's barrier (`bars + 8 c`, 128 arrivals a phase) once its
+/// copies landed. Keys past the item's end are zero-filled (their
 /// P is 0, and a zero V row keeps the P·V finite), their source address
 /// the item's first key's.
 #[inline(always)]
-unsafe fn issue_blocks<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, pt: u32, blocks: &[u32]) {
+unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, pt: u32) {
     let (sub, c) = (pt / 8, pt % 8);
     let key0 = item.kv_start + t * MLA_KEYS;
     let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
@@ -381,7 +365,7 @@ unsafe fn issue_blocks<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: 
         let live = key < item.kv_end;
         (row_address::<PAGED>(p, item.batch, if live { key } else { item.kv_start }), if live { 16 } else { 0 })
     });
-    for &block in blocks {
+    for block in 0..BLOCKS {
         for (pass, &r) in keys.iter().enumerate() {
             let (row, bytes) = src[pass];
             memory::cp_async_16(dst + block * BLOCK_BYTES + TILE.at(r, c, 0), row + 128 * block as u64 + 16 * c as u64, bytes);
