@@ -1263,3 +1263,56 @@ mod audit3 {
         assert_eq!(params.work, (u64::MAX - 3).wrapping_add(p.layout().work as u64));
     }
 }
+
+/// Latent caches (MLA, head_dim 576): each rule the MLA kernels need names
+/// its field — one kv head, bf16 rows and queries, no variant, no packed
+/// pages; the planner takes the MLA family (a forced other family and a
+/// cluster merge are refused as Unsupported, saying why); O is checked at
+/// 512 values a row, not Q's 576; and V must be K's own buffer (the kernels
+/// read V from K's rows: another V would be ignored, never read).
+#[test]
+fn latent_shapes_name_each_rule_and_v_must_be_k() {
+    let s = DecodeShape::latent(2, 16, 2, 300);
+    s.validate().unwrap();
+    let broken = |f: fn(&mut DecodeShape)| {
+        let mut b = s.clone();
+        f(&mut b);
+        b.validate()
+    };
+    rejects(broken(|b| b.num_kv_heads = 2), "num_kv_heads");
+    rejects(broken(|b| b.kv_format = KvFormat::Int8), "kv_format");
+    rejects(broken(|b| b.dtype = Dtype::F16), "dtype");
+    rejects(broken(|b| b.variant.soft_cap = Some(30.0)), "variant");
+    rejects(broken(|b| b.head_dim = 512), "head_dim");
+    let mut paged = s.clone();
+    paged.kv_layout = KvLayout::Paged { page_size: 64, num_pages: 10, order: decode_attn::PageOrder::TokenMajor, page_bytes: Some(1 << 20) };
+    rejects(paged.validate(), "kv_layout.page_bytes");
+
+    let p = plan_global(&s, &[300, 2], SplitPolicy::ChunkKeys(128)).unwrap();
+    assert_eq!(p.family(), Family::Mla);
+    assert_covers(&p);
+    // A work item's row chunks (16 heads × 2 tokens: one) along grid x.
+    assert_eq!(p.grid(), (p.work_items() * p.row_chunks(), 1, 1));
+    // Two warpgroups splitting O's columns, and the flops of 576 + 512.
+    assert_eq!((p.rows_per_block(), p.block_threads()), (64, 256));
+    assert_eq!(p.flops(), 302 * 32 * 2 * (576 + 512));
+    for (family, merge) in [(FamilyChoice::Force(Family::Wide), MergeChoice::Auto), (FamilyChoice::Auto, MergeChoice::Cluster)] {
+        let opts = PlanOptions { split: SplitPolicy::ChunkKeys(64), family, merge, ..Default::default() };
+        match plan(&s, &[300, 2], &DEV, &KERNEL, &opts) {
+            Err(Error::Unsupported(why)) => assert!(why.contains("576") || why.contains("MLA"), "{why}"),
+            other => panic!("expected Unsupported, got {other:?}"),
+        }
+    }
+
+    let o_elems = s.o_elems_checked().unwrap() as usize;
+    assert_eq!(o_elems, 2 * 2 * 16 * 512);
+    let mut b = bufs_for(&s, s.q_elems() as usize, s.kv_elems_required().unwrap() as usize, p.workspace_bytes());
+    b.v = b.k;
+    b.o.len = o_elems;
+    check_buffers(&p, &b).unwrap();
+    b.o.len = o_elems - 1;
+    rejects(check_buffers(&p, &b), "o");
+    b.o.len = o_elems;
+    b.v.addr += 1 << 20;
+    rejects(check_buffers(&p, &b), "v");
+}

@@ -101,6 +101,13 @@ impl DecodeShape {
         Self::dense_view(name, dims, strides, want, "batch, q_len, heads, head_dim")
     }
 
+    /// Checks a view of O: `[batch, q_len, num_q_heads, V's head dim]`
+    /// (`head_dim`, but a latent cache's 512), contiguous.
+    pub fn check_out_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {
+        let want = vec![self.batch as u64, self.q_len as u64, self.num_q_heads as u64, self.head_dims().v as u64];
+        Self::dense_view(name, dims, strides, want, "batch, q_len, num_q_heads, V's head_dim")
+    }
+
     /// Checks a view of per-sequence figures (device lengths, first keys):
     /// `[batch]`, contiguous.
     pub fn check_per_sequence_view(&self, name: &str, dims: &[i64], strides: &[i64]) -> Result<u64> {

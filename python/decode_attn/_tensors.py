@@ -85,7 +85,11 @@ class Checker:
         return self.rows("q", t, self.shape.num_q_heads)
 
     def out(self, t):
-        return self.rows("out", t, self.shape.num_q_heads)
+        """O: `[batch, q_len, num_q_heads, V's head_dim]` (a latent cache's
+        512, else head_dim), contiguous."""
+        s = self.shape
+        elem = self.tensor("out", t, (_TORCH_DTYPE[s.dtype],))
+        return (t.data_ptr(), s.check_out_view("out", list(t.shape), list(t.stride())), elem)
 
     def cache(self, name: str, t, plain: bool = False):
         """K or V values (or a 16-bit `plain` copy) in the shape's layout:

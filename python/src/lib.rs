@@ -220,6 +220,10 @@ impl PyShape {
     fn check_rows_view(&self, name: &str, heads: u32, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
         self.inner.check_rows_view(name, heads, &dims, &strides).map_err(py_err)
     }
+
+    fn check_out_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
+        self.inner.check_out_view(name, &dims, &strides).map_err(py_err)
+    }
     fn check_per_sequence_view(&self, name: &str, dims: Vec<i64>, strides: Vec<i64>) -> PyResult<u64> {
         self.inner.check_per_sequence_view(name, &dims, &strides).map_err(py_err)
     }
