@@ -14,6 +14,8 @@
 //! (to size the generator on a CPU machine).
 
 mod common;
+#[path = "gpu/mla.rs"]
+mod mla;
 #[path = "gpu/paged.rs"]
 mod paged;
 
@@ -58,6 +60,10 @@ struct Args {
     /// Instead of fuzzing: N random plan + run calls, then compare device memory in use.
     #[arg(long, value_name = "N")]
     soak: Option<u32>,
+    /// Instead of the formats: N random MLA cases (bf16 latent caches,
+    /// `fuzz_mla`), each against the f64 reference, run twice.
+    #[arg(long, value_name = "N")]
+    mla: Option<u32>,
     /// Generate cases and references on the CPU only (no GPU needed).
     #[arg(long)]
     cpu_only: bool,
@@ -642,7 +648,7 @@ fn main() {
                 std::process::exit(1);
             }
             Err(why) => {
-                let n = args.soak.unwrap_or(args.cases * formats.len() as u32);
+                let n = args.mla.or(args.soak).unwrap_or(args.cases * formats.len() as u32);
                 println!("fuzz: {n} skipped ({why})");
                 return;
             }
@@ -652,6 +658,10 @@ fn main() {
     if let Some(n) = args.soak {
         let (_, attn) = gpu.expect("--soak needs a GPU");
         std::process::exit(soak(&Gpu { attn, stream: stream() }, n, args.seed.unwrap_or(1)));
+    }
+    if let Some(n) = args.mla {
+        let (ctx, attn) = gpu.expect("--mla needs a GPU");
+        std::process::exit(fuzz_mla(ctx, attn, n, args.seed.unwrap_or(1)));
     }
     let regressions: &'static str = Box::leak(args.regressions.clone().into_boxed_str());
     let t0 = Instant::now();
@@ -777,4 +787,81 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
     }
     println!("{} passed, {} failed", if failures == 0 && !leaked { 1 } else { 0 }, if failures == 0 && !leaked { 0 } else { 1 });
     i32::from(failures > 0 || leaked)
+}
+
+/// A random MLA case of `mla::run`: 1-128 query heads (the shards' 8, 16,
+/// 32, 64, 128 half the time), q_len 1-8, 1-4 sequences of 1 key to a few
+/// thousand (`q_len` exactly, a stage ± 1, any), contiguous, padded or
+/// paged (1-256-token pages), host lengths or a capacity plan, every
+/// split policy, normal or heavy-tailed values. Sized so that the f64
+/// reference (one thread) stays near 2^17 row-key pairs.
+fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
+    use decode_attn::testing::Distribution;
+    let heads = if rng.below(2) == 0 { [8, 16, 32, 64, 128][rng.below(5) as usize] } else { 1 + rng.below(128) as u32 };
+    let q_len = 1 + rng.below(8) as u32;
+    let batch = 1 + rng.below(4) as u32;
+    let budget = ((1u64 << 17) / (heads as u64 * q_len as u64 * batch as u64)).max(q_len as u64 + 1) as u32;
+    let seq_lens: Vec<u32> = (0..batch)
+        .map(|_| match rng.below(4) {
+            0 => q_len,
+            1 => (64 * (1 + rng.below(3) as u32) + rng.below(3) as u32).saturating_sub(1).clamp(q_len, budget.max(q_len)),
+            _ => q_len + rng.below(budget as u64) as u32,
+        })
+        .collect();
+    let cap = seq_lens.iter().copied().max().unwrap_or(1) + rng.below(70) as u32;
+    let split = match rng.below(3) {
+        0 => SplitPolicy::Never,
+        1 => SplitPolicy::Auto,
+        _ => SplitPolicy::ChunkKeys(1 + rng.below(1024) as u32),
+    };
+    let layout = match rng.below(3) {
+        0 => mla::Layout::Contiguous,
+        1 => mla::Layout::Padded,
+        _ => mla::Layout::Paged(1 << rng.below(9)),
+    };
+    let (capacity, dist) = (rng.below(4) == 0, if rng.below(2) == 0 { Distribution::Normal } else { Distribution::HeavyTailed });
+    let name = format!("mla-fuzz/{i}/h{heads}/q{q_len}/{seq_lens:?}/cap{cap}/{layout:?}/{split:?}/{}/{dist:?}", if capacity { "capacity" } else { "lengths" });
+    mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0 }
+}
+
+/// `--mla N`: N random MLA cases (`random_mla_case`, case `i` from seed
+/// `seed + i`), on 12 threads with a stream each; each within the 1e-2
+/// bound of the f64 reference and bit-identical over two runs. The exit
+/// status: 1 when any failed (each failure printed with its case).
+fn fuzz_mla(ctx: &decode_attn::cust::context::Context, attn: &DecodeAttention, n: u32, seed: u64) -> i32 {
+    let t0 = Instant::now();
+    let threads = 12u32;
+    let outcomes: Vec<(u32, f64, Vec<String>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || {
+                    decode_attn::cust::context::CurrentContext::set_current(ctx).expect("making the context current");
+                    let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
+                    let (mut passed, mut worst, mut failures) = (0u32, 0f64, Vec::new());
+                    for i in (t..n).step_by(threads as usize) {
+                        let mut rng = decode_attn::testing::Rng::new(seed.wrapping_add(i as u64));
+                        let case = random_mla_case(&mut rng, i);
+                        match mla::run(attn, &stream, &case, seed.wrapping_add(i as u64) ^ 0x9e37) {
+                            Ok((err, _)) if err <= TOLERANCE => {
+                                passed += 1;
+                                worst = worst.max(err);
+                            }
+                            Ok((err, _)) => failures.push(format!("FAIL {} rel_l2={err:.3e}", case.name)),
+                            Err(e) => failures.push(format!("FAIL {} {e}", case.name)),
+                        }
+                    }
+                    (passed, worst, failures)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("fuzz thread panicked")).collect()
+    });
+    let passed: u32 = outcomes.iter().map(|o| o.0).sum();
+    let worst = outcomes.iter().map(|o| o.1).fold(0f64, f64::max);
+    let failures: Vec<&String> = outcomes.iter().flat_map(|o| &o.2).collect();
+    for f in &failures {
+        println!("{f}");
+    }
+    println!("fuzz mla: {passed} passed, {} failed (seed {seed}), worst relative L2 error {worst:.3e} (bound {TOLERANCE:e}), {:.0} s", failures.len(), t0.elapsed().as_secs_f64());
+    i32::from(!failures.is_empty())
 }

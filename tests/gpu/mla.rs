@@ -48,6 +48,7 @@ pub struct Case {
 /// DeepSeek layer (128) and an odd one; q_len 1 (decode), 2 (multi-token
 /// prediction), 3 and 8 (speculative steps); lengths below, at and past a
 /// stage (64) and a chunk, ragged; every layout; split and not.
+#[allow(dead_code)] // the fuzzer makes its own (`fuzz --mla`)
 pub fn cases() -> Vec<Case> {
     use Distribution::{HeavyTailed as Heavy, Normal};
     use Layout::{Contiguous, Padded, Paged};
