@@ -7,7 +7,7 @@
 
 use decode_attn_abi::{
     Arch, decode_kernel_name, has_capacity_twin, has_head_pair_form, merge_kernel_name, quant_kernel_name, wgmma_specializable, Addressing, Dtype, Family, Form, HeadDims, KernelId, KvFormat, Merge, QuantDirection, QuantKernelId, Variant, DECODE_KERNELS,
-    HEAD_DIMS, MERGE_KERNELS, QUANT_KERNELS, UTILITY_KERNELS,
+    HEAD_DIMS, MERGE_KERNELS, MLA_DIMS, QUANT_KERNELS, UTILITY_KERNELS,
 };
 
 /// The build's PTX text of `arch`'s module, read once.
@@ -65,6 +65,20 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
             }
         }
     }
+    // MLA's latent rows: the bf16 kernels of both addressings, global
+    // merge, standard variant, Hopper's module alone; merges of V's 512.
+    let mla = |arch, addressing, merge, variant| KernelId { arch, format: KvFormat::Bf16, dtype: Dtype::Bf16, dims: MLA_DIMS, family: Family::Mla, addressing, merge, form: Form::Plain, variant };
+    for a in Addressing::ALL {
+        assert!(decode_kernel_name(&mla(Arch::Sm90a, a, Merge::Global, Variant::Standard)).is_some(), "no MLA kernel, {a:?}");
+        assert!(decode_kernel_name(&mla(Arch::Sm90a, a, Merge::Cluster, Variant::Standard)).is_none());
+        assert!(Variant::ALL.into_iter().filter(|&v| v != Variant::Standard).all(|v| decode_kernel_name(&mla(Arch::Sm90a, a, Merge::Global, v)).is_none()));
+        assert!(decode_kernel_name(&mla(Arch::Sm80, a, Merge::Global, Variant::Standard)).is_none());
+    }
+    assert_eq!(DECODE_KERNELS.iter().filter(|k| k.id.family == Family::Mla).count(), 2);
+    assert!(DECODE_KERNELS.iter().all(|k| k.id.dims.is_square() != (k.id.family == Family::Mla)));
+    for dtype in Dtype::ALL {
+        assert!(merge_kernel_name(Arch::Sm90a, dtype, MLA_DIMS.v, false).is_some() && merge_kernel_name(Arch::Sm80, dtype, MLA_DIMS.v, false).is_none());
+    }
     for arch in Arch::ALL {
         let names: std::collections::BTreeSet<_> = host_names(arch).into_iter().collect();
         assert_eq!(names.len(), host_names(arch).len(), "two kernels of the {} module share a symbol", arch.name());
@@ -83,7 +97,7 @@ fn the_portable_modules_split_the_wide_and_narrow_kernels_by_what_they_need() {
     let hopper: Vec<KernelId> = DECODE_KERNELS.iter().map(|k| k.id).filter(|k| k.arch == Arch::Sm90a).collect();
     for k in &hopper {
         let on = |arch| KernelId { arch, ..*k }.on(arch);
-        let portable = k.family != Family::Wgmma && k.merge == Merge::Global;
+        let portable = k.family.needs() == Arch::Sm80 && k.merge == Merge::Global;
         let fp8 = matches!(k.format, KvFormat::Fp8 | KvFormat::Fp8PerHead);
         assert_eq!(on(Arch::Sm80).exists(), portable && !fp8, "{k:?} on sm_80");
         assert_eq!(on(Arch::Sm89).exists(), portable, "{k:?} on sm_89");
@@ -93,7 +107,7 @@ fn the_portable_modules_split_the_wide_and_narrow_kernels_by_what_they_need() {
         assert_eq!(on(Arch::Sm90a), *k);
     }
     let portable = DECODE_KERNELS.iter().filter(|k| k.id.arch != Arch::Sm90a).count();
-    assert_eq!(portable, hopper.iter().filter(|k| k.family != Family::Wgmma && k.merge == Merge::Global).count());
+    assert_eq!(portable, hopper.iter().filter(|k| k.family.needs() == Arch::Sm80 && k.merge == Merge::Global).count());
     assert!(DECODE_KERNELS.iter().filter(|k| k.id.arch == Arch::Sm89).all(|k| matches!(k.id.format, KvFormat::Fp8 | KvFormat::Fp8PerHead)));
     assert!(QUANT_KERNELS.iter().all(|k| k.id.arch == Arch::Sm90a || k.id.arch == k.id.format.needs()));
     // A GPU's modules: Hopper its own; sm_89 both portable ones; sm_80 one.

@@ -238,7 +238,7 @@ enum PageTable {
 fn parse_family(s: &str) -> Result<FamilyChoice, String> {
     match s.trim() {
         "auto" => Ok(FamilyChoice::Auto),
-        v => Family::ALL.into_iter().find(|x| x.name() == v).map(FamilyChoice::Force).ok_or_else(|| format!("unknown family `{s}` (have: auto, wide, narrow, wgmma)")),
+        v => Family::ALL.into_iter().find(|x| x.name() == v).map(FamilyChoice::Force).ok_or_else(|| format!("unknown family `{s}` (have: auto, wide, narrow, wgmma, mla)")),
     }
 }
 

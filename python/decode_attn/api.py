@@ -134,7 +134,7 @@ class Plan:
     # What the native plan reports, read through.
     workspace_bytes = property(lambda self: self._native.workspace_bytes, doc="Bytes of the workspace a run needs.")
     is_capacity = property(lambda self: self._native.is_capacity, doc="Whether runs read lengths (and block table) on the device.")
-    family = property(lambda self: self._native.family, doc="The kernel family: 'wide', 'narrow' or 'wgmma'.")
+    family = property(lambda self: self._native.family, doc="The kernel family: 'wide', 'narrow', 'wgmma' or 'mla'.")
     max_splits = property(lambda self: self._native.max_splits, doc="Most chunks any sequence is split into.")
     bytes_moved = property(lambda self: self._native.bytes_moved, doc="Bytes of K, V (and scales), Q and O one run moves.")
 

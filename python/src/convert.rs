@@ -230,9 +230,10 @@ pub(crate) fn parse_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Pla
         "wide" => Some(FamilyChoice::Force(Family::Wide)),
         "narrow" => Some(FamilyChoice::Force(Family::Narrow)),
         "wgmma" => Some(FamilyChoice::Force(Family::Wgmma)),
+        "mla" => Some(FamilyChoice::Force(Family::Mla)),
         _ => None,
     };
-    opts.family = choice(options, "family", family, "'auto', 'wide', 'narrow' or 'wgmma'")?.unwrap_or_default();
+    opts.family = choice(options, "family", family, "'auto', 'wide', 'narrow', 'wgmma' or 'mla'")?.unwrap_or_default();
     if let Some(v) = options.get_item("warps_k")? {
         if !v.is_none() {
             opts.warps_k = Some(v.extract::<u32>().map_err(|_| invalid("warps_k", "1, 2, 4, 8 or None", v.repr().map_or_else(|_| "?".into(), |r| r.to_string())))?);

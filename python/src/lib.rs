@@ -347,7 +347,7 @@ impl PyPlan {
     fn device(&self) -> i32 {
         self.device
     }
-    /// The kernel family (`wide`, `narrow`, `wgmma`).
+    /// The kernel family (`wide`, `narrow`, `wgmma`, `mla`).
     #[getter]
     fn family(&self) -> &'static str {
         self.inner.family().name()
