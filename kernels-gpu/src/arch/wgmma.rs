@@ -178,7 +178,6 @@ macro_rules! wgmma_d128 {
 wgmma_d128!(scores_bf16_d128, pv_bf16_d128, scores64_bf16_d128, pv64_bf16_d128, "bf16");
 wgmma_d128!(scores_f16_d128, pv_f16_d128, scores64_f16_d128, pv64_f16_d128, "f16");
 
-
 /// `O[:, half] += P·V[:, half]` of the MLA family for 64 rows, 64 keys and
 /// 256 of V's 512 columns: 4 `m64n256k16` steps, P from shared memory
 /// (`p`: the 64 × 64 P tile, K-major, one swizzled column block; each k16
@@ -188,7 +187,7 @@ wgmma_d128!(scores_f16_d128, pv_f16_d128, scores64_f16_d128, pv64_f16_d128, "f16
 /// `8j..` of the half).
 ///
 /// # Safety
-/// As [`mla_scores_bf16`]; P was stored by the warps and fenced for the
+/// As [`mla_scores64_bf16`]; P was stored by the warps and fenced for the
 /// tensor cores (`fence.proxy.async`) before a barrier.
 #[inline(always)]
 pub unsafe fn mla_pv_bf16(o: &mut [[f32; 4]; 32], p: u64, v: u64) {
@@ -478,7 +477,6 @@ pub unsafe fn mla_scores64_bf16(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, p
     );
     s
 }
-
 /// `O[:, half] += P·V[:, half]` of the MLA family with P from registers:
 /// as [`mla_pv_bf16`], the A fragment of keys `16 h ..` in `a[h]` (the
 /// score accumulator's n8 tiles `2h, 2h + 1`, packed).
