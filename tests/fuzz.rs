@@ -793,7 +793,8 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 /// 32, 64, 128 half the time), q_len 1-8, 1-4 sequences of 1 key to a few
 /// thousand (`q_len` exactly, a stage ± 1, any), contiguous, padded or
 /// paged (1-256-token pages), host lengths or a capacity plan, every
-/// split policy, normal or heavy-tailed values. Sized so that the f64
+/// split policy, normal or heavy-tailed values; bf16 for even `i`, fp8
+/// (`Fp8PerHead`) for odd ones. Sized so that the f64
 /// reference (one thread) stays near 2^15 row-key pairs (10^4 cases in
 /// about a minute on 12 threads).
 fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
@@ -821,8 +822,9 @@ fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
         _ => mla::Layout::Paged(1 << rng.below(9)),
     };
     let (capacity, dist) = (rng.below(4) == 0, if rng.below(2) == 0 { Distribution::Normal } else { Distribution::HeavyTailed });
-    let name = format!("mla-fuzz/{i}/h{heads}/q{q_len}/{seq_lens:?}/cap{cap}/{layout:?}/{split:?}/{}/{dist:?}", if capacity { "capacity" } else { "lengths" });
-    mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0 }
+    let format = if i % 2 == 0 { decode_attn::KvFormat::Bf16 } else { decode_attn::KvFormat::Fp8PerHead };
+    let name = format!("mla-fuzz/{i}/{}/h{heads}/q{q_len}/{seq_lens:?}/cap{cap}/{layout:?}/{split:?}/{}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
+    mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0, format }
 }
 
 /// `--mla N`: N random MLA cases (`random_mla_case`, case `i` from seed
@@ -832,20 +834,22 @@ fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
 fn fuzz_mla(ctx: &decode_attn::cust::context::Context, attn: &DecodeAttention, n: u32, seed: u64) -> i32 {
     let t0 = Instant::now();
     let threads = 12u32;
-    let outcomes: Vec<(u32, f64, Vec<String>)> = std::thread::scope(|s| {
+    // Per format (bf16, fp8): cases passed and the worst error.
+    let outcomes: Vec<([u32; 2], [f64; 2], Vec<String>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
                     decode_attn::cust::context::CurrentContext::set_current(ctx).expect("making the context current");
                     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
-                    let (mut passed, mut worst, mut failures) = (0u32, 0f64, Vec::new());
+                    let (mut passed, mut worst, mut failures) = ([0u32; 2], [0f64; 2], Vec::new());
                     for i in (t..n).step_by(threads as usize) {
                         let mut rng = decode_attn::testing::Rng::new(seed.wrapping_add(i as u64));
                         let case = random_mla_case(&mut rng, i);
                         match mla::run(attn, &stream, &case, seed.wrapping_add(i as u64) ^ 0x9e37) {
                             Ok((err, _)) if err <= TOLERANCE => {
-                                passed += 1;
-                                worst = worst.max(err);
+                                let f = (i % 2) as usize;
+                                passed[f] += 1;
+                                worst[f] = worst[f].max(err);
                             }
                             Ok((err, _)) => failures.push(format!("FAIL {} rel_l2={err:.3e}", case.name)),
                             Err(e) => failures.push(format!("FAIL {} {e}", case.name)),
@@ -857,12 +861,21 @@ fn fuzz_mla(ctx: &decode_attn::cust::context::Context, attn: &DecodeAttention, n
             .collect();
         handles.into_iter().map(|h| h.join().expect("fuzz thread panicked")).collect()
     });
-    let passed: u32 = outcomes.iter().map(|o| o.0).sum();
-    let worst = outcomes.iter().map(|o| o.1).fold(0f64, f64::max);
+    let passed = [0, 1].map(|f| outcomes.iter().map(|o| o.0[f]).sum::<u32>());
+    let worst = [0, 1].map(|f| outcomes.iter().map(|o| o.1[f]).fold(0f64, f64::max));
     let failures: Vec<&String> = outcomes.iter().flat_map(|o| &o.2).collect();
     for f in &failures {
         println!("{f}");
     }
-    println!("fuzz mla: {passed} passed, {} failed (seed {seed}), worst relative L2 error {worst:.3e} (bound {TOLERANCE:e}), {:.0} s", failures.len(), t0.elapsed().as_secs_f64());
+    println!(
+        "fuzz mla: {} passed ({} bf16, worst {:.3e}; {} fp8-per-head, worst {:.3e}), {} failed (seed {seed}), bound {TOLERANCE:e}, {:.0} s",
+        passed[0] + passed[1],
+        passed[0],
+        worst[0],
+        passed[1],
+        worst[1],
+        failures.len(),
+        t0.elapsed().as_secs_f64()
+    );
     i32::from(!failures.is_empty())
 }

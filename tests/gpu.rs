@@ -518,7 +518,7 @@ fn main() {
         if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in mla_cases.iter().enumerate() {
-        let ok = outcome(&case.name, KvFormat::Bf16, Family::Mla, &|| mla::run(&attn, &stream, case, 15000 + i as u64), &mut worst);
+        let ok = outcome(&case.name, case.format, Family::Mla, &|| mla::run(&attn, &stream, case, 15000 + i as u64), &mut worst);
         if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in tree_cases.iter().enumerate() {

@@ -1269,7 +1269,8 @@ mod audit3 {
 /// pages; the planner takes the MLA family (a forced other family and a
 /// cluster merge are refused as Unsupported, saying why); O is checked at
 /// 512 values a row, not Q's 576; and V must be K's own buffer (the kernels
-/// read V from K's rows: another V would be ignored, never read).
+/// read V from K's rows: another V would be ignored, never read), and an
+/// fp8 cache's V scales K's.
 #[test]
 fn latent_shapes_name_each_rule_and_v_must_be_k() {
     let s = DecodeShape::latent(2, 16, 2, 300);
@@ -1315,4 +1316,16 @@ fn latent_shapes_name_each_rule_and_v_must_be_k() {
     b.o.len = o_elems;
     b.v.addr += 1 << 20;
     rejects(check_buffers(&p, &b), "v");
+
+    // fp8 with a scale per token holds latent rows too; V's scales are
+    // K's, as V is K.
+    let f = DecodeShape { kv_format: KvFormat::Fp8PerHead, ..s.clone() };
+    f.validate().unwrap();
+    let p8 = plan_global(&f, &[300, 2], SplitPolicy::ChunkKeys(128)).unwrap();
+    assert_eq!(p8.family(), Family::Mla);
+    let mut b = bufs_for(&f, f.q_elems() as usize, f.kv_elems_required().unwrap() as usize, p8.workspace_bytes());
+    (b.v, b.v_scales, b.o.len) = (b.k, b.k_scales, o_elems);
+    check_buffers(&p8, &b).unwrap();
+    b.v_scales.as_mut().unwrap().addr += 1 << 20;
+    rejects(check_buffers(&p8, &b), "v_scales");
 }

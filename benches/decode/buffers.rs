@@ -143,7 +143,8 @@ impl BufferSet {
             };
             let scale_elem = set.side.ok_or("a quantized format without scales")?;
             let (ks, vs) = (scales.0.as_mut().map_err(|e| e.to_string())?, scales.1.as_mut().map_err(|e| e.to_string())?);
-            for (data, side, s) in [(&set.k, ks, 2), (&set.v, vs, 3)] {
+            // (A latent cache is K alone: V is its rows.)
+            for (data, side, s) in [(&set.k, ks, 2), (&set.v, vs, 3)].into_iter().take(if set.latent { 1 } else { 2 }) {
                 fill(&plain, set.qo, s)?;
                 // SAFETY: views of this set's live buffers.
                 let (plain_v, data_v, side_v) = unsafe {
@@ -202,7 +203,11 @@ impl BufferSet {
             (Some((ks, vs)), Some(elem)) => {
                 // SAFETY: views of this set's live side buffers.
                 let side = |b: &DeviceBuffer<u32>| unsafe { TensorRef::from_raw(b.as_device_ptr().as_raw(), b.len(), elem) };
-                KvCache::quantized(k, v, side(ks), side(vs))
+                if self.latent {
+                    KvCache::latent_quantized(k, side(ks))
+                } else {
+                    KvCache::quantized(k, v, side(ks), side(vs))
+                }
             }
             _ if self.latent => KvCache::latent(k),
             _ => KvCache::plain(k, v),

@@ -51,7 +51,16 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
             let o_seq = one.o_elems_checked().unwrap_or(0) as usize;
             let o = to_f32(&download::<u16>(set.o.as_device_ptr().as_raw() + (b * o_seq * 2) as u64, o_seq)?, shape.dtype);
             let latent = decode_attn::reference::LatentShape { batch: 1, num_q_heads: shape.num_q_heads, q_len: shape.q_len, max_seq_len: shape.max_seq_len, dims: decode_attn_abi::MLA_DIMS, scale: shape.softmax_scale() };
-            let r = decode_attn::reference::latent_attention(&latent, &lens, &q, &to_f32(&download::<u16>(at(&set.k, kv_seq), kv_seq)?, shape.dtype)).map_err(|e| e.to_string())?;
+            let rows = match &set.scales {
+                // fp8: the sequence's bytes and scales, dequantized.
+                Some((ks, _)) => {
+                    let bytes = download::<u8>(set.k.as_device_ptr().as_raw() + (b * kv_seq) as u64, kv_seq)?;
+                    let words = download::<u32>(ks.as_device_ptr().as_raw() + (b * side_seq * 4) as u64, side_seq)?;
+                    decode_attn::quant::dequantize_cache(&one, &lens, &bytes, &words).map_err(|e| e.to_string())?
+                }
+                None => to_f32(&download::<u16>(at(&set.k, kv_seq), kv_seq)?, shape.dtype),
+            };
+            let r = decode_attn::reference::latent_attention(&latent, &lens, &q, &rows).map_err(|e| e.to_string())?;
             accumulate(&o, &r, &mut num, &mut den)?;
             continue;
         }

@@ -170,8 +170,9 @@ pub fn rows(grids: &[char], formats: &[KvFormat], quick: bool) -> Vec<RowSpec> {
                 continue;
             }
             if grid == 'F' {
-                // Dense MLA (docs/benchmark.md): DeepSeek's latent rows, bf16.
-                if format == KvFormat::Bf16 && !quick {
+                // Dense MLA (docs/benchmark.md): DeepSeek's latent rows, bf16
+                // and fp8 with a scale per token.
+                if format.holds_latent() && !quick {
                     out.extend(grid_f_rows().into_iter().map(|(batch, ctx, hq, q_len)| RowSpec { grid, batch, ctx, hq, hkv: 1, q_len, head_dim: 576, format, variant: RowVariant::default() }));
                 }
                 continue;

@@ -36,6 +36,13 @@ impl<'a> KvCache<'a> {
         let rows = rows.into();
         KvCache::plain(rows, rows)
     }
+    /// An fp8 latent cache (MLA, `KvFormat::Fp8PerHead` at head_dim 576):
+    /// one byte tensor of 576 e4m3 values a row and its f32 scales, one a
+    /// token, read as K and V alike.
+    pub fn latent_quantized(rows: impl Into<TensorRef<'a>>, scales: impl Into<TensorRef<'a>>) -> Self {
+        let (rows, scales) = (rows.into(), scales.into());
+        KvCache::quantized(rows, rows, scales, scales)
+    }
     /// A quantized cache: its values (`u8` buffers) and scales (int8:
     /// one f32 scale per row; int4: one u32 word per group, an fp16 scale
     /// and an fp16 zero; `docs/formats.md`).

@@ -111,6 +111,10 @@ pub fn check_buffers(plan: &Plan, bufs: &RunBuffers) -> Result<()> {
                 } else {
                     check_buffer(name, &side, elem, scale_bytes)?;
                 }
+                if shape.is_latent() && name == "v_scales" {
+                    let k_scales = bufs.k_scales.map_or(0, |s| s.addr);
+                    ensure(side.addr == k_scales, name, "k_scales' own buffer (a latent cache's V is its K rows)", format!("{:#x}, k_scales at {k_scales:#x}", side.addr))?;
+                }
                 inputs.push((name, side));
             }
         }

@@ -487,12 +487,12 @@ impl DecodeShape {
         Ok(())
     }
 
-    /// The rules of a latent cache (MLA): one kv head, bf16, no variant,
-    /// no packed pages (V is K's rows, not a part of each page).
+    /// The rules of a latent cache (MLA): one kv head, bf16 or fp8 per
+    /// head (a scale per token), bf16 queries, no variant, no packed pages (V is K's rows, not a part of each page).
     fn validate_latent(&self) -> Result<()> {
         let d = MLA_DIMS.qk;
         ensure(self.num_kv_heads == 1, "num_kv_heads", format!("1 at head_dim {d} (MLA: every query head reads the one latent head)"), self.num_kv_heads)?;
-        ensure(self.kv_format == KvFormat::Bf16, "kv_format", format!("bf16 at head_dim {d} (the MLA kernels' latent cache)"), self.kv_format.name())?;
+        ensure(self.kv_format.holds_latent(), "kv_format", format!("bf16 or fp8-per-head at head_dim {d} (the latent caches of the MLA kernels)"), self.kv_format.name())?;
         ensure(self.dtype == Dtype::Bf16, "dtype", format!("bf16 at head_dim {d} (the MLA kernels' queries)"), self.dtype.name())?;
         ensure(self.variant == VariantSpec::STANDARD, "variant", format!("none at head_dim {d} (the MLA kernels are causal among the new tokens alone)"), self.variant_name())?;
         if let KvLayout::Paged { page_bytes, .. } = self.kv_layout {

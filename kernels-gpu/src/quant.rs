@@ -232,8 +232,11 @@ unsafe fn store_e4m3_lane<const E: usize>(dst: u64, x: &[f32; E], lift: f32, inv
     for i in 0..E / 2 {
         pairs[i] = math::e4m3x2_from_f32(x[2 * i + 1] * lift * inv, x[2 * i] * lift * inv);
     }
-    if E == 2 {
-        memory::st_global_u16(dst, pairs[0]);
+    if E % 4 != 0 {
+        // (E = 2, and a latent row's 18: the lane's bytes are 2-byte aligned.)
+        for w in 0..E / 2 {
+            memory::st_global_u16(dst + 2 * w as u64, pairs[w]);
+        }
     } else {
         for w in 0..E / 4 {
             memory::st_global_u32(dst + 4 * w as u64, pairs[2 * w] | (pairs[2 * w + 1] << 16));
@@ -257,7 +260,8 @@ pub unsafe fn dequantize_fp8<H: Half, const D: usize, const E: usize>(p: &QuantP
 }
 
 /// 16-bit rows copied into a 16-bit cache (its append): each lane moves
-/// its `2·E` bytes with one load and one store.
+/// its `2·E` bytes with one load and one store (a latent row's, 36 bytes,
+/// with nine).
 ///
 /// # Safety
 /// As [`quantize_int8`].
@@ -271,7 +275,13 @@ pub unsafe fn store_plain<const D: usize, const E: usize>(p: &QuantParams) {
     match E {
         2 => memory::st_global_u32(dst, memory::ld_global_nc_u32(src)),
         4 => memory::st_global_v2_u32(dst, memory::ld_global_nc_v2_u32(src)),
-        _ => memory::st_global_v4_u32(dst, memory::ld_global_nc_v4_f32(src).map(f32::to_bits)),
+        8 => memory::st_global_v4_u32(dst, memory::ld_global_nc_v4_f32(src).map(f32::to_bits)),
+        // A latent row's 18 values a lane: 36 bytes, 4-byte aligned.
+        _ => {
+            for w in 0..E / 2 {
+                memory::st_global_u32(dst + 4 * w as u64, memory::ld_global_nc_u32(src + 4 * w as u64));
+            }
+        }
     }
 }
 

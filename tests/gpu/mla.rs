@@ -1,16 +1,21 @@
-//! MLA (the latent family): a bf16 latent cache of 576-value rows, V the
-//! first 512 of each, against the f64 reference (`reference::latent_attention`)
-//! on random inputs — rows past each sequence's length NaN, O poisoned with
+//! MLA (the latent family): a latent cache of 576-value rows, V the first
+//! 512 of each, bf16 or fp8 e4m3 with a scale per token (`Fp8PerHead`, every
+//! value quantized), against the f64 reference (`reference::latent_attention`,
+//! on the dequantized rows for fp8) on random inputs — rows past each sequence's length NaN, O poisoned with
 //! NaN, every case run twice and compared bit for bit. Contiguous, padded
 //! and paged caches (pages in a random order, unused pages NaN), plans of
-//! host lengths and capacity plans of device lengths, split and not.
+//! host lengths and capacity plans of device lengths, split and not. An
+//! fp8 case's cache is quantized on the GPU and must equal the CPU
+//! quantizer's bits (rows past each length are NaN codes and NaN scales);
+//! every case appends its last token's rows on the GPU and checks them.
 
 use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
 use decode_attn::cust::stream::Stream;
 use decode_attn::half::bf16;
 use decode_attn::reference::{latent_attention, LatentShape};
 use decode_attn::testing::{random_values, Distribution, Rng};
-use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvLayout, PageOrder, PlanOptions, SplitPolicy, StepInputs, Workspace};
+use decode_attn::quant::{dequantize_cache, quantize_cache, quantize_fp8_row};
+use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvLayout, KvMut, PageOrder, PlanOptions, SplitPolicy, StepInputs, Workspace};
 use decode_attn_abi::MLA_DIMS;
 
 use crate::common::err;
@@ -42,12 +47,15 @@ pub struct Case {
     pub dist: Distribution,
     /// DeepSeek's `1/√192` rather than the default `1/√576`.
     pub deepseek_scale: bool,
+    /// `Bf16` or `Fp8PerHead`.
+    pub format: KvFormat,
 }
 
 /// The cases: head counts of tensor-parallel shards (8, 16) to a whole
 /// DeepSeek layer (128) and an odd one; q_len 1 (decode), 2 (multi-token
 /// prediction), 3 and 8 (speculative steps); lengths below, at and past a
-/// stage (64) and a chunk, ragged; every layout; split and not.
+/// stage (64) and a chunk, ragged; every layout; split and not; each in
+/// both latent formats.
 #[allow(dead_code)] // the fuzzer makes its own (`fuzz --mla`)
 pub fn cases() -> Vec<Case> {
     use Distribution::{HeavyTailed as Heavy, Normal};
@@ -56,8 +64,10 @@ pub fn cases() -> Vec<Case> {
     let mut out = Vec::new();
     let mut add = |name: &str, heads: u32, q_len: u32, seq_lens: Vec<u32>, split: SplitPolicy, layout: Layout, capacity: bool, dist: Distribution| {
         let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
-        let tag = format!("mla/bf16/{name}/h{heads}/q{q_len}/{layout:?}/{}/{split:?}/{dist:?}", if capacity { "capacity" } else { "lengths" });
-        out.push(Case { name: tag, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0 });
+        for format in [KvFormat::Bf16, KvFormat::Fp8PerHead] {
+            let tag = format!("mla/{}/{name}/h{heads}/q{q_len}/{layout:?}/{}/{split:?}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
+            out.push(Case { name: tag, heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format });
+        }
     };
     add("one-key", 16, 1, vec![1], Never, Contiguous, false, Normal);
     add("short", 16, 1, vec![17, 5, 63], Never, Contiguous, false, Heavy);
@@ -89,6 +99,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     let (dq, dv) = (MLA_DIMS.qk as usize, MLA_DIMS.v as usize);
     let batch = case.seq_lens.len() as u32;
     let scale = if case.deepseek_scale { 1.0 / 192f32.sqrt() } else { 1.0 / 576f32.sqrt() };
+    let fp8 = case.format == KvFormat::Fp8PerHead;
     let mut rng = Rng::new(seed);
     // Q and the compact rows [batch, cap, 576] as bf16 sees them; rows past
     // a sequence's length NaN.
@@ -97,23 +108,28 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     for (b, &len) in case.seq_lens.iter().enumerate() {
         rows[(b * case.cap as usize + len as usize) * dq..(b + 1) * case.cap as usize * dq].fill(f32::NAN);
     }
+    let contiguous = DecodeShape { scale: Some(scale), kv_format: case.format, ..DecodeShape::latent(batch, case.heads, case.q_len, case.cap) };
+    let lens_dev = DeviceBuffer::from_slice(&case.seq_lens).map_err(err)?;
+    // fp8: the GPU's quantization of the compact rows, which must be the
+    // CPU quantizer's bits; the reference reads the dequantized rows.
+    let (compact, scales, seen) = if fp8 {
+        let (bytes, words) = quantize_on_gpu(attn, stream, &contiguous, &lens_dev, &case.seq_lens, &rows)?;
+        let seen = dequantize_cache(&contiguous, &case.seq_lens, &bytes, &words).map_err(err)?;
+        (bytes.iter().map(|&b| b as u16).collect::<Vec<u16>>(), words, seen)
+    } else {
+        (to_bf16(&rows).iter().map(|x| x.to_bits()).collect(), Vec::new(), rows.clone())
+    };
     let latent = LatentShape { batch, num_q_heads: case.heads, q_len: case.q_len, max_seq_len: case.cap, dims: MLA_DIMS, scale };
-    let reference = latent_attention(&latent, &case.seq_lens, &q, &rows).map_err(err)?;
+    let reference = latent_attention(&latent, &case.seq_lens, &q, &seen).map_err(err)?;
 
-    let contiguous = DecodeShape { scale: Some(scale), ..DecodeShape::latent(batch, case.heads, case.q_len, case.cap) };
-    // The device cache in the case's layout (elements), and the block table.
-    let (shape, cache, table) = match case.layout {
-        Layout::Contiguous => (contiguous.clone(), rows.clone(), Vec::new()),
+    // The device cache in the case's layout (values: bf16 bits or fp8
+    // bytes; NaN or NaN codes elsewhere), its scales, and the block table.
+    let nan = if fp8 { 0x7F } else { 0x7FC0 };
+    let (shape, table) = match case.layout {
+        Layout::Contiguous => (contiguous.clone(), Vec::new()),
         Layout::Padded => {
-            let (token, seq) = (640usize, (case.cap as usize + 8) * 640);
-            let mut cache = vec![f32::NAN; batch as usize * seq];
-            for b in 0..batch as usize {
-                for t in 0..case.cap as usize {
-                    cache[b * seq + t * token..][..dq].copy_from_slice(&rows[(b * case.cap as usize + t) * dq..][..dq]);
-                }
-            }
-            let layout = KvLayout::Strided { batch: seq as u64, token: token as u64, head: dq as u64 };
-            (DecodeShape { kv_layout: layout, ..contiguous.clone() }, cache, Vec::new())
+            let layout = KvLayout::Strided { batch: (case.cap as u64 + 8) * 640, token: 640, head: dq as u64 };
+            (DecodeShape { kv_layout: layout, ..contiguous.clone() }, Vec::new())
         }
         Layout::Paged(page) => {
             let per_seq = case.cap.div_ceil(page) as usize;
@@ -122,18 +138,31 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
             for i in (1..ids.len()).rev() {
                 ids.swap(i, rng.below(i as u64 + 1) as usize);
             }
-            let table: Vec<i32> = ids[..batch as usize * per_seq].to_vec();
-            let mut cache = vec![f32::NAN; num_pages * page as usize * dq];
-            for (b, &len) in case.seq_lens.iter().enumerate() {
-                for t in 0..len as usize {
-                    let at = (table[b * per_seq + t / page as usize] as usize * page as usize + t % page as usize) * dq;
-                    cache[at..at + dq].copy_from_slice(&rows[(b * case.cap as usize + t) * dq..][..dq]);
-                }
-            }
             let layout = KvLayout::Paged { page_size: page, num_pages: num_pages as u32, order: PageOrder::TokenMajor, page_bytes: None };
-            (DecodeShape { kv_layout: layout, ..contiguous.clone() }, cache, table)
+            (DecodeShape { kv_layout: layout, ..contiguous.clone() }, ids[..batch as usize * per_seq].to_vec())
         }
     };
+    // Where row (b, t) and its scale go in `shape`'s layout.
+    let per_seq = if table.is_empty() { 0 } else { case.cap.div_ceil(1 << page_shift(&shape)) as usize };
+    let place = |s: &DecodeShape, b: usize, t: usize| -> (usize, usize) {
+        let (kv, side) = (s.kv_strides(), s.scale_strides());
+        let paged = matches!(s.kv_layout, KvLayout::Paged { .. });
+        let (slot, tok) = if paged { (table[b * per_seq + (t >> page_shift(s))] as usize, t & ((1 << page_shift(s)) - 1)) } else { (b, t) };
+        ((slot as u64 * kv.batch + tok as u64 * kv.token) as usize, (slot as u64 * side.batch + tok as u64 * side.token) as usize)
+    };
+    let mut cache = vec![nan; shape.kv_elems_required().ok_or("cache size")? as usize];
+    // (A bf16 cache has no scales; the buffer is not passed.)
+    let mut side = vec![f32::NAN.to_bits(); (shape.scale_bytes_required().unwrap_or(0) / 4).max(1) as usize];
+    for (b, &len) in case.seq_lens.iter().enumerate() {
+        for t in 0..len as usize {
+            let (at, si) = place(&shape, b, t);
+            let (from, from_si) = place(&contiguous, b, t);
+            cache[at..at + dq].copy_from_slice(&compact[from..from + dq]);
+            if fp8 {
+                side[si] = scales[from_si];
+            }
+        }
+    }
     let opts = PlanOptions { split: case.split, ..Default::default() };
     let plan = match (case.capacity, table.is_empty()) {
         (true, _) => attn.plan_capacity(&shape, &opts),
@@ -145,14 +174,25 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
         return Err(format!("planned the {} family", plan.family().name()));
     }
     let q_dev = DeviceBuffer::from_slice(&to_bf16(&q)).map_err(err)?;
-    let kv_dev = DeviceBuffer::from_slice(&to_bf16(&cache)).map_err(err)?;
-    let lens_dev = DeviceBuffer::from_slice(&case.seq_lens).map_err(err)?;
     let table_dev = DeviceBuffer::from_slice(if table.is_empty() { &[0i32][..] } else { &table }).map_err(err)?;
+    let step = if table.is_empty() { StepInputs::lengths(&lens_dev) } else { StepInputs::paged(&lens_dev, &table_dev) };
+    let (mut kv16, mut kv8) = (None, None);
+    if fp8 {
+        kv8 = Some(DeviceBuffer::from_slice(&cache.iter().map(|&b| b as u8).collect::<Vec<u8>>()).map_err(err)?);
+    } else {
+        kv16 = Some(DeviceBuffer::from_slice(&cache.iter().map(|&b| bf16::from_bits(b)).collect::<Vec<bf16>>()).map_err(err)?);
+    }
+    let mut side_dev = DeviceBuffer::from_slice(&side.iter().map(|&w| f32::from_bits(w)).collect::<Vec<f32>>()).map_err(err)?;
+    // The last token's rows appended on the GPU over the same values.
+    append_last_rows(attn, stream, &shape, &step, &case.seq_lens, case.q_len, &rows, kv16.as_mut(), kv8.as_mut(), &mut side_dev, &cache, &side, &place)?;
     let n_o = (batch * case.q_len * case.heads) as usize * dv;
     let mut o = DeviceBuffer::from_slice(&vec![bf16::from_bits(0x7FFF); n_o]).map_err(err)?;
     let mut ws = Workspace::for_plan(&plan).map_err(err)?;
-    let kv = KvCache::latent(&kv_dev);
-    let step = if table.is_empty() { StepInputs::lengths(&lens_dev) } else { StepInputs::paged(&lens_dev, &table_dev) };
+    let kv = match (&kv16, &kv8) {
+        (Some(k), _) => KvCache::latent(k),
+        (_, Some(k)) => KvCache::latent_quantized(k, &side_dev),
+        _ => unreachable!(),
+    };
     let mut outs = Vec::new();
     for _ in 0..2 {
         o.copy_from(&vec![bf16::from_bits(0x7FFF); n_o]).map_err(err)?;
@@ -175,6 +215,112 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
         return Err("two runs on the same inputs differ (a race?)".into());
     }
     Ok((cmp.rel_l2, plan.max_splits()))
+}
+
+fn page_shift(s: &DecodeShape) -> u32 {
+    match s.kv_layout {
+        KvLayout::Paged { page_size, .. } => page_size.trailing_zeros(),
+        _ => 0,
+    }
+}
+
+/// The fp8 cache of the compact rows as the GPU quantizes them (`quantize_kv`),
+/// checked against the CPU quantizer bit for bit on every row of every
+/// sequence (values and scale).
+fn quantize_on_gpu(attn: &DecodeAttention, stream: &Stream, shape: &DecodeShape, lens_dev: &DeviceBuffer<u32>, seq_lens: &[u32], rows: &[f32]) -> Result<(Vec<u8>, Vec<u32>), String> {
+    let (cpu_bytes, cpu_words) = quantize_cache(shape, seq_lens, rows).map_err(err)?;
+    let plain = DeviceBuffer::from_slice(&to_bf16(rows)).map_err(err)?;
+    let mut data = DeviceBuffer::from_slice(&vec![0x7Fu8; cpu_bytes.len()]).map_err(err)?;
+    let mut side = DeviceBuffer::from_slice(&vec![f32::NAN; cpu_words.len()]).map_err(err)?;
+    attn.quantize_kv(shape, &StepInputs::lengths(lens_dev), &plain, KvMut::quantized(&mut data, &mut side), stream).map_err(err)?;
+    stream.synchronize().map_err(|e| format!("quantize failed: {e}"))?;
+    let mut bytes = vec![0u8; cpu_bytes.len()];
+    let mut scales = vec![0f32; cpu_words.len()];
+    data.copy_to(&mut bytes).map_err(err)?;
+    side.copy_to(&mut scales).map_err(err)?;
+    let d = MLA_DIMS.qk as usize;
+    let (st, ss) = (shape.kv_strides(), shape.scale_strides());
+    for (b, &len) in seq_lens.iter().enumerate() {
+        for t in 0..len as usize {
+            let (at, si) = ((b as u64 * st.batch + t as u64 * st.token) as usize, (b as u64 * ss.batch + t as u64 * ss.token) as usize);
+            if bytes[at..at + d] != cpu_bytes[at..at + d] || scales[si].to_bits() != cpu_words[si] {
+                return Err(format!("GPU quantization of row ({b}, {t}) differs from the CPU quantizer's"));
+            }
+        }
+    }
+    Ok((bytes, scales.iter().map(|x| x.to_bits()).collect()))
+}
+
+/// Appends each sequence's last `q_len` rows with `append_kv` (a copy for
+/// bf16, the fp8 quantizer's bits and scale) over the cache as uploaded,
+/// and checks that every value and scale is as before: the append writes
+/// exactly the rows, in the layout, that the CPU puts there.
+#[allow(clippy::too_many_arguments)]
+fn append_last_rows(
+    attn: &DecodeAttention,
+    stream: &Stream,
+    shape: &DecodeShape,
+    step: &StepInputs,
+    seq_lens: &[u32],
+    q_len: u32,
+    rows: &[f32],
+    kv16: Option<&mut DeviceBuffer<bf16>>,
+    kv8: Option<&mut DeviceBuffer<u8>>,
+    side: &mut DeviceBuffer<f32>,
+    cache: &[u16],
+    scales: &[u32],
+    place: &dyn Fn(&DecodeShape, usize, usize) -> (usize, usize),
+) -> Result<(), String> {
+    let d = MLA_DIMS.qk as usize;
+    let cap = shape.max_seq_len as usize;
+    // [batch, q_len, 1, 576]: each sequence's last q_len rows (lengths below
+    // q_len are not appended to: the kernel skips them).
+    let mut new_rows = vec![bf16::ZERO; seq_lens.len() * q_len as usize * d];
+    for (b, &len) in seq_lens.iter().enumerate() {
+        for i in 0..q_len as usize {
+            if len >= q_len {
+                let t = len as usize - q_len as usize + i;
+                for (x, &v) in new_rows[(b * q_len as usize + i) * d..][..d].iter_mut().zip(&rows[(b * cap + t) * d..][..d]) {
+                    *x = bf16::from_f32(v);
+                }
+            }
+        }
+    }
+    let new_dev = DeviceBuffer::from_slice(&new_rows).map_err(err)?;
+    match (kv16, kv8) {
+        (Some(k), _) => {
+            attn.append_kv(shape, step, &new_dev, KvMut::plain(&mut *k), stream).map_err(err)?;
+            stream.synchronize().map_err(|e| format!("append failed: {e}"))?;
+            let mut host = vec![bf16::ZERO; cache.len()];
+            k.copy_to(&mut host).map_err(err)?;
+            if host.iter().zip(cache).any(|(a, &b)| a.to_bits() != b) {
+                return Err("a bf16 append changed the cache (a row in the wrong place?)".into());
+            }
+        }
+        (_, Some(k)) => {
+            attn.append_kv(shape, step, &new_dev, KvMut::quantized(&mut *k, &mut *side), stream).map_err(err)?;
+            stream.synchronize().map_err(|e| format!("append failed: {e}"))?;
+            let (mut host, mut host_side) = (vec![0u8; cache.len()], vec![0f32; scales.len()]);
+            k.copy_to(&mut host).map_err(err)?;
+            side.copy_to(&mut host_side).map_err(err)?;
+            for (b, &len) in seq_lens.iter().enumerate() {
+                for i in 0..q_len.min(len) as usize {
+                    let t = len as usize - q_len.min(len) as usize + i;
+                    let (at, si) = place(shape, b, t);
+                    let mut want = vec![0u8; d];
+                    let s = quantize_fp8_row(&rows[(b * cap + t) * d..][..d], &mut want);
+                    if host[at..at + d] != want[..] || host_side[si].to_bits() != s.to_bits() {
+                        return Err(format!("the fp8 append of row ({b}, {t}) differs from the CPU quantizer's"));
+                    }
+                }
+            }
+            if host.iter().zip(cache).any(|(&a, &b)| a as u16 != b) || host_side.iter().zip(scales).any(|(a, &b)| a.to_bits() != b) {
+                return Err("an fp8 append changed the cache (a row in the wrong place?)".into());
+            }
+        }
+        _ => unreachable!(),
+    }
+    Ok(())
 }
 
 fn round(x: Vec<f32>) -> Vec<f32> {

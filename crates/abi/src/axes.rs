@@ -213,13 +213,14 @@ impl Family {
         }
     }
     /// Whether the kernel table has this family for a format and Q·K head
-    /// dim (`Wide` and `Narrow` serve every supported pair; MLA the bf16
-    /// latent rows of [`MLA_DIMS`] alone).
+    /// dim (`Wide` and `Narrow` serve every supported pair; MLA the latent
+    /// rows of [`MLA_DIMS`] alone, in the formats that hold them,
+    /// [`KvFormat::holds_latent`]).
     pub const fn serves(self, format: KvFormat, head_dim: u32) -> bool {
         match self {
             Family::Wide | Family::Narrow => head_dim != MLA_DIMS.qk && format.supports_head_dim(head_dim),
             Family::Wgmma => head_dim == 128 && format.supports_head_dim(head_dim),
-            Family::Mla => head_dim == MLA_DIMS.qk && matches!(format, KvFormat::Bf16),
+            Family::Mla => head_dim == MLA_DIMS.qk && format.holds_latent(),
         }
     }
     /// The family that serves a Q·K head dim's latent rows, if it is one:
@@ -371,6 +372,13 @@ impl KvFormat {
     }
     /// Whether rows of `head_dim` values exist in this format (a group
     /// cannot be wider than a row).
+    /// Whether the format stores MLA's latent rows ([`MLA_DIMS`]): bf16,
+    /// and fp8 e4m3 with one scale per row (a latent cache's one head: a
+    /// scale per token), every one of the 576 values quantized
+    /// (`docs/formats.md`, "Latent caches").
+    pub const fn holds_latent(self) -> bool {
+        matches!(self, KvFormat::Bf16 | KvFormat::Fp8PerHead)
+    }
     pub const fn supports_head_dim(self, head_dim: u32) -> bool {
         match self.group() {
             Some(g) => g <= head_dim,
@@ -437,6 +445,11 @@ pub const MLA_DIMS: HeadDims = HeadDims { qk: 576, v: 512 };
 /// Every point of the head-dim axis the kernel set is built over: the
 /// square [`HEAD_DIMS`] and [`MLA_DIMS`].
 pub const KERNEL_DIMS: [HeadDims; 4] = [HeadDims::square(64), HeadDims::square(128), HeadDims::square(256), MLA_DIMS];
+
+/// Row lengths of the cache kernels (store, quantize, dequantize): the
+/// square [`HEAD_DIMS`], and a latent row's for the formats that hold one
+/// ([`KvFormat::holds_latent`]).
+pub const CACHE_DIMS: [u32; 4] = [64, 128, 256, MLA_DIMS.qk];
 
 /// V's (and O's) head dims of every kernel: the split merge is built for
 /// each.

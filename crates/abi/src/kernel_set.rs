@@ -10,7 +10,7 @@
 
 use core::fmt::{self, Write};
 
-use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, HEAD_DIMS, KERNEL_DIMS, V_HEAD_DIMS};
+use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, CACHE_DIMS, KERNEL_DIMS, MLA_DIMS, V_HEAD_DIMS};
 
 /// One attention kernel: the architecture of its module, its KV format,
 /// Q/O dtype, head dims, family, addressing, merge, form and attention
@@ -32,7 +32,8 @@ pub struct KernelId {
 impl KernelId {
     /// Whether the module has this kernel: the rules of the kernel set.
     /// - V's rows are as long as K's, but in the MLA family, whose rows are
-    ///   [`crate::MLA_DIMS`]'s (`Family::serves`); its kernels are bf16,
+    ///   [`crate::MLA_DIMS`]'s (`Family::serves`); its kernels have bf16
+    ///   queries, a bf16 or fp8 cache ([`KvFormat::holds_latent`]), are
     ///   plain, of the standard variant and merge globally;
     /// - the format has rows of `head_dim` values and computes with `dtype`
     ///   (16-bit caches with their own type, quantized ones with either);
@@ -58,7 +59,8 @@ impl KernelId {
             Form::HeadPair => has_head_pair_form(self.format, head_dim, self.family, cluster),
         };
         let latent = self.family.is_latent();
-        let mla_ok = !latent || (matches!(self.form, Form::Plain) && matches!(self.variant, Variant::Standard) && !cluster);
+        // (bf16 queries: the MMAs take the fp8 cache's rows as bf16.)
+        let mla_ok = !latent || (matches!(self.form, Form::Plain) && matches!(self.variant, Variant::Standard) && !cluster && matches!(self.dtype, Dtype::Bf16));
         self.dims.is_square() != latent
             && mla_ok
             && self.format.supports_head_dim(head_dim)
@@ -182,14 +184,16 @@ pub struct QuantKernelId {
 
 impl QuantKernelId {
     /// Every format has a store (16-bit) or quantize kernel per dtype it
-    /// takes and head dim it supports; quantized formats a dequantize too;
-    /// in the modules that hold what the format needs ([`Arch::holds`]).
+    /// takes and head dim it supports (a latent row's where it holds one);
+    /// quantized formats a dequantize too; in the modules that hold what
+    /// the format needs ([`Arch::holds`]).
     pub const fn exists(&self) -> bool {
         let dtype_ok = match self.format.required_dtype() {
             Some(d) => d as u32 == self.dtype as u32,
             None => true,
         };
-        self.format.supports_head_dim(self.head_dim) && dtype_ok && (matches!(self.direction, QuantDirection::Store) || self.format.is_quantized()) && self.arch.holds(self.format.needs())
+        let dim_ok = if self.head_dim == MLA_DIMS.qk { self.format.holds_latent() } else { self.format.supports_head_dim(self.head_dim) };
+        dim_ok && dtype_ok && (matches!(self.direction, QuantDirection::Store) || self.format.is_quantized()) && self.arch.holds(self.format.needs())
     }
 
     pub const fn same(&self, other: &QuantKernelId) -> bool {
@@ -232,7 +236,7 @@ impl QuantKernelId {
         Arch::ALL.into_iter().flat_map(|arch| {
             KvFormat::ALL.into_iter().flat_map(move |format| {
                 Dtype::ALL.into_iter().flat_map(move |dtype| {
-                    HEAD_DIMS.into_iter().flat_map(move |head_dim| {
+                    CACHE_DIMS.into_iter().flat_map(move |head_dim| {
                         QuantDirection::ALL.into_iter().map(move |direction| QuantKernelId { arch, format, dtype, head_dim, direction }).filter(QuantKernelId::exists)
                     })
                 })

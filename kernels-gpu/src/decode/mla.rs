@@ -39,7 +39,7 @@
 use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use crate::arch::math::{ex2, pack_bf16x2};
+use crate::arch::math::{self, ex2, pack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_scores64_bf16};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
@@ -69,7 +69,7 @@ const P1_READY: u32 = 4;
 /// buffers it validated.
 #[inline(always)]
 pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
-    const { assert!(matches!(F::FORMAT, decode_attn_abi::KvFormat::Bf16)) };
+    const { assert!(F::FORMAT.holds_latent()) };
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -98,6 +98,8 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let sums = scales1 + 4 * MLA_ROWS;
     let bars = sums + 2 * 4 * MLA_ROWS;
     let full = |b: u32| bars + 8 * BLOCKS * b;
+    // An fp8 stage's 64 key scales (`convert_stage`), a buffer's each.
+    let key_scales = |b: u32| bars + 8 * BLOCKS * 2 + 4 * MLA_KEYS * b;
 
     if tid == 0 {
         for b in 0..2 {
@@ -130,12 +132,22 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     // faster on the others: docs/perf.md, "MLA kernel".)
     let own = wg;
     let pt = tid % 128;
-    let load = |t: u32| {
-        if t < n_tiles {
-            issue_stage::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), pt);
-        }
-    };
-    load(1 - own);
+    // (A macro, not a closure: a closure this large is not inlined, and
+    // its call passes the item through local memory.)
+    macro_rules! load {
+        ($t:expr) => {{
+            let t: u32 = $t;
+            if t < n_tiles {
+                // (A const per kernel: each holds one of the two loaders.)
+                if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
+                    convert_stage::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), key_scales(t % 2), pt);
+                } else {
+                    issue_stage::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), pt);
+                }
+            }
+        }};
+    }
+    load!(1 - own);
     let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
     let rq = rope_fragments(p, item.batch, row0, locals, c2);
     memory::cp_async_wait::<0>();
@@ -145,20 +157,35 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let mask_from = mask_from::<Standard>(p, &item, seq_len);
     let q_desc = descriptor(q_tile, 16, 1024);
     let scale = p.score_scale;
-    // The scaled scores of stage `t` (keys past a row's limit −inf).
+    // The scaled scores of stage `t` (keys past a row's limit −inf); an
+    // fp8 stage's times each key's scale (its rows are the e4m3 values,
+    // exactly).
     let logits = |raw: [f32; 32], t: u32| -> [[f32; 4]; 8] {
         let key0 = item.kv_start + t * MLA_KEYS;
         let masked = key0 + MLA_KEYS > mask_from;
         core::array::from_fn(|n| {
+            let f = if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) { key_scale_pair(key_scales(t % 2), n as u32, c2).map(|k| k * scale) } else { [scale; 2] };
             core::array::from_fn(|e| {
                 let key = key0 + 8 * n as u32 + c2 + (e as u32 & 1);
                 if masked && key >= rows[e / 2].limit {
                     f32::NEG_INFINITY
                 } else {
-                    raw[4 * n + e] * scale
+                    raw[4 * n + e] * f[e & 1]
                 }
             })
         })
+    };
+    // An fp8 stage's P times each key's scale, for the P·V (after the
+    // row sums, which are of P itself).
+    let scale_p = |s: &mut [[f32; 4]; 8], b: u32| {
+        if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
+            for (n, t) in s.iter_mut().enumerate() {
+                let f = key_scale_pair(key_scales(b), n as u32, c2);
+                for e in 0..4 {
+                    t[e] *= f[e & 1];
+                }
+            }
+        }
     };
     let row_max = |s: &[[f32; 4]; 8], r: usize| warp::quad_max(tree8(s.map(|t| t[2 * r].max(t[2 * r + 1])), f32::max));
     let row_sum = |s: &[[f32; 4]; 8], r: usize| tree8(s.map(|t| t[2 * r] + t[2 * r + 1]), |a, b| a + b);
@@ -201,6 +228,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             for r in 0..2 {
                 l[r] = l[r] * scale0[r] + row_sum(&s, r);
             }
+            scale_p(&mut s, 0);
             state::rescale_rows(&mut o, scale0);
             mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(0));
             // 9: P0 under the pair's last maximum, for warpgroup 1.
@@ -219,7 +247,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             // Buffer 1 is read (P1·V1_L here; warpgroup 1's reads of it
             // were before P1_READY): refill it.
-            load(2 * i + 3);
+            load!(2 * i + 3);
         } else {
             // 2, 6: S1 and the pair's maximum.
             let mut s = if has[1] { logits(mla_scores64_bf16(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t) } else { [[f32::NEG_INFINITY; 4]; 8] };
@@ -237,6 +265,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             for r in 0..2 {
                 l[r] = l[r] * both[r] + row_sum(&s, r);
             }
+            scale_p(&mut s, 1);
             state::rescale_rows(&mut o, both);
             if has[1] {
                 mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(1));
@@ -249,7 +278,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             mla_pv_bf16(&mut o, descriptor(p0_tile, 16, 1024), v_half(0));
             // Buffer 0 is read (P0·V0_R here; warpgroup 0's reads of it
             // were before P0_READY): refill it.
-            load(2 * i + 2);
+            load!(2 * i + 2);
         }
     }
 
@@ -371,6 +400,75 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u
             memory::cp_async_16(dst + block * BLOCK_BYTES + TILE.at(r, c, 0), row + 128 * block as u64 + 16 * c as u64, bytes);
         }
         mbarrier::cp_async_arrive_noinc(bars + 8 * block);
+    }
+}
+
+/// Stage `t` of an fp8 latent cache (`Fp8PerHead`: 576 e4m3 bytes a row,
+/// one f32 scale a row) into the buffer at `dst` by one warpgroup (`pt`:
+/// the thread's index in it), in `issue_stage`'s places: the e4m3 values
+/// as bf16, exactly (the scales multiply the scores and P: `decode_mla`),
+/// and the 64 keys' scales at `scales`. The thread's four keys' 8 bytes of
+/// three column blocks are loaded at a time, converted and stored, and
+/// each column block's barrier arrived at (128 arrivals a phase) once the
+/// stores are visible to the MMAs' async proxy (the scales before the
+/// first). Keys past the item's end are zeros with scale 0, read from
+/// nowhere. The warpgroup waits for its loads (a `cp.async` cannot
+/// convert): docs/perf.md, "MLA kernel".
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn convert_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, scales: u32, pt: u32) {
+    let (sub, c) = (pt / 8, pt % 8);
+    let key0 = item.kv_start + t * MLA_KEYS;
+    let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
+    let live = keys.map(|r| key0 + r < item.kv_end);
+    let rows = core::array::from_fn::<_, 4, _>(|i| if live[i] { row_address::<PAGED>(p, item.batch, key0 + keys[i]) } else { 0 });
+    if c == 0 {
+        for i in 0..4 {
+            let s = if live[i] { memory::ld_global_nc_f32(scale_address::<PAGED>(p, item.batch, key0 + keys[i])) } else { 0.0 };
+            shared::st_shared_f32(scales + 4 * keys[i], s);
+        }
+    }
+    const AT_ONCE: u32 = 3;
+    for group in 0..BLOCKS / AT_ONCE {
+        let bytes: [[[u32; 2]; 4]; AT_ONCE as usize] = core::array::from_fn(|j| {
+            let block = AT_ONCE * group + j as u32;
+            core::array::from_fn(|i| if live[i] { memory::ld_global_nc_v2_u32(rows[i] + 64 * block as u64 + 8 * c as u64) } else { [0; 2] })
+        });
+        for (j, block_bytes) in bytes.iter().enumerate() {
+            let block = AT_ONCE * group + j as u32;
+            for (i, w) in block_bytes.iter().enumerate() {
+                // e4m3 → f16 → bf16, each exact.
+                let pair = |x: u32| {
+                    let (lo, hi) = math::unpack_f16x2(math::f16x2_from_e4m3x2(x & 0xFFFF));
+                    pack_bf16x2(lo, hi)
+                };
+                let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
+                shared::st_shared_v4_u32(dst + block * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
+            }
+            shared::fence_proxy_async_shared();
+            mbarrier::arrive(bars + 8 * block);
+        }
+    }
+}
+
+/// The scales of keys `8 n + c2` and `8 n + c2 + 1` of a stage (the
+/// thread's score columns of n8 tile `n`), from the 64 at `at`.
+#[inline(always)]
+unsafe fn key_scale_pair(at: u32, n: u32, c2: u32) -> [f32; 2] {
+    shared::ld_shared_v2_f32(at + 4 * (8 * n + c2))
+}
+
+/// The byte address of key `key`'s scale (fp8 latent caches), as
+/// `row_address` finds its row.
+#[inline(always)]
+unsafe fn scale_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> u64 {
+    if PAGED {
+        let entry = p.block_table + 4 * (batch as u64 * p.table_stride as u64 + (key >> p.page_shift) as u64);
+        let id = memory::ld_global_nc_u32(entry);
+        let page = if id < p.num_pages { id } else { p.num_pages - 1 };
+        p.k_scales + page as u64 * p.scale_stride_batch + (key & ((1 << p.page_shift) - 1)) as u64 * p.scale_stride_token
+    } else {
+        p.k_scales + batch as u64 * p.scale_stride_batch + key as u64 * p.scale_stride_token
     }
 }
 
