@@ -90,7 +90,7 @@ internal! { pub mod work; }
 
 pub use attention::{DecodeAttention, Workspace};
 pub use cache::{KvCache, KvMut, KvTensor, StepInputs};
-pub use decode_attn_abi::{Dtype, Family, KvFormat};
+pub use decode_attn_abi::{Dtype, Family, HeadDims, KvFormat, MLA_DIMS};
 pub use error::{Error, Result};
 pub use module::{ModuleSource, RawStream};
 pub use options::{FamilyChoice, HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};

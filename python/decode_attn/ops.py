@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 
 from . import api
-from ._native import KV_FORMAT_BITS
+from ._native import KV_FORMAT_BITS, LATENT_QK_DIM, LATENT_V_DIM
 from .api import DecodeAttention, DecodeShape
 
 Tensor = torch.Tensor
@@ -133,13 +133,15 @@ class _StepPlan:
     element types and extents its key fixes, and the metadata of the
     tensors its first, fully checked launch took (`fits`)."""
 
-    __slots__ = ("plan", "q_elems", "q_elem", "kv", "ws_bytes", "checked", "device")
+    __slots__ = ("plan", "q_elems", "o_shape", "o_elems", "q_elem", "kv", "ws_bytes", "checked", "device")
 
     def __init__(self, plan: api.Plan, q: Tensor, k: Tensor):
         from ._tensors import extent
 
         self.plan = plan
         self.q_elems = q.numel()
+        self.o_shape = out_shape(q)
+        self.o_elems = q.numel() // q.shape[-1] * self.o_shape[-1]
         self.q_elem = _ELEM[q.dtype]
         self.kv = (extent(tuple(k.shape), tuple(k.stride())), _ELEM[k.dtype])
         self.ws_bytes = max(plan.workspace_bytes, 256)
@@ -160,6 +162,13 @@ class _StepPlan:
             and v.stride() == k.stride()
             and self.checked == (_meta(seq_lens), _meta(seq_starts), _meta(k_scales), _meta(v_scales), _meta(sinks))
         )
+
+
+def out_shape(q) -> tuple:
+    """O's shape for queries `q` `[batch, q_len, Hq, D]`: V's head dim
+    last (a latent cache's 512 for MLA's 576, else D)."""
+    b, q_len, hq, d = q.shape
+    return (b, q_len, hq, LATENT_V_DIM if d == LATENT_QK_DIM else d)
 
 
 def _meta(t):
@@ -217,7 +226,7 @@ def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_
     the Rust checks and the launch directly."""
     entry = capacity_plan(q, k, kv_format, window, scale, soft_cap, sinks is not None, seq_starts is not None)
     plan = entry.plan
-    out = torch.empty_like(q)
+    out = q.new_empty(entry.o_shape)
     workspace = torch.empty(entry.ws_bytes, dtype=torch.uint8, device=q.device)
     if entry.checked is None:
         # A new plan (a DynamicCache's each step): tensors like ones that
@@ -234,7 +243,7 @@ def attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_
             (v.data_ptr(), kv_elems, kv_elem),
             None if side is None else (k_scales.data_ptr(), k_scales.numel(), side),
             None if side is None else (v_scales.data_ptr(), v_scales.numel(), side),
-            (out.data_ptr(), entry.q_elems, entry.q_elem),
+            (out.data_ptr(), entry.o_elems, entry.q_elem),
             (workspace.data_ptr(), entry.ws_bytes, "u8"),
             (seq_lens.data_ptr(), seq_lens.numel(), "u32"),
             None,
@@ -279,10 +288,12 @@ def attention(
     """One decode step over a `[batch, Hkv, rows, D']` cache read in place:
     `q` `[batch, q_len, Hq, D]` contiguous, `seq_lens` / `seq_starts`
     `[batch]` int32 device key ranges; `window` < 0, `scale` ≤ 0 and
-    `soft_cap` ≤ 0 mean none. Returns `[batch, q_len, Hq, D]`."""
+    `soft_cap` ≤ 0 mean none. Returns `[batch, q_len, Hq, D]`, or for MLA
+    (D = 576: one latent head, `k` and `v` the same cache) `[batch, q_len,
+    Hq, 512]`."""
     return attention_step(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_format, window, scale, soft_cap)
 
 
 @attention.register_fake
 def _attention_fake(q, k, v, seq_lens, seq_starts, k_scales, v_scales, sinks, kv_format, window, scale, soft_cap):
-    return torch.empty_like(q)
+    return q.new_empty(out_shape(q))

@@ -603,6 +603,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kv_format_name, m)?)?;
     m.add("KV_FORMATS", KvFormat::ALL.map(KvFormat::name))?;
     m.add("KV_FORMAT_BITS", KvFormat::ALL.into_iter().map(|f| (f.name(), f.bits())).collect::<std::collections::HashMap<_, _>>())?;
+    // MLA's latent rows (Q·K) and V's (O's) part of them.
+    m.add("LATENT_QK_DIM", decode_attn::MLA_DIMS.qk)?;
+    m.add("LATENT_V_DIM", decode_attn::MLA_DIMS.v)?;
     m.add("QUANTIZED_KV_FORMATS", KvFormat::ALL.into_iter().filter(|f| f.is_quantized()).map(KvFormat::name).collect::<Vec<_>>())?;
     // A tuple: what the wheel carries kernels for.
     m.add("ARCHS", pyo3::types::PyTuple::new(m.py(), DecodeAttention::ARCHS)?)?;

@@ -11,11 +11,12 @@ def attention(q, k, v, lens, scale, soft_cap=None, window=None, sinks=None, alib
     (key ranges; read as at most `lens[b] - q_len`); tree: a draft tree,
     host lists `(masks, positions)` of `[B][q_len]` (new token i sees new
     token j when bit j of masks[b][i] is set; its position, and each new
-    key's, is positions[b][.]). Returns [B, q_len, Hq, D] float64."""
+    key's, is positions[b][.]). Returns [B, q_len, Hq, V's D] float64
+    (MLA: V the first 512 values of K's 576)."""
     q, k, v = q.double(), k.double(), v.double()
     b_count, q_len, hq, d = q.shape
     group = hq // k.shape[2]
-    out = torch.zeros(b_count, q_len, hq, d, dtype=torch.float64, device=q.device)
+    out = torch.zeros(b_count, q_len, hq, v.shape[-1], dtype=torch.float64, device=q.device)
     for b, n in enumerate(lens):
         if n < q_len:
             continue

@@ -161,6 +161,23 @@ def test_q_and_out_must_be_contiguous_rows_of_the_shape_dtype_on_the_device():
     raises("out", c.out, FakeTensor((2, 1, 8, 64)))
 
 
+def test_a_latent_cache_takes_576_wide_queries_512_wide_outputs_and_fp8_bytes():
+    """MLA (head_dim 576, one latent head): Q and the cache rows are 576
+    wide, O is V's 512; a bf16 or fp8-per-head cache (one scale per token),
+    nothing else."""
+    s = da.DecodeShape(batch=2, num_q_heads=16, num_kv_heads=1, head_dim=576, max_seq_len=64)
+    c = Checker(s, 0)
+    assert c.q(FakeTensor((2, 1, 16, 576)))[1] == 2 * 16 * 576
+    assert c.out(FakeTensor((2, 1, 16, 512)))[1] == 2 * 16 * 512
+    raises("out", c.out, FakeTensor((2, 1, 16, 576)))
+    f = da.DecodeShape(batch=2, num_q_heads=16, num_kv_heads=1, head_dim=576, max_seq_len=64, kv_format="fp8-per-head")
+    c = Checker(f, 0)
+    assert c.cache("k", FakeTensor((2, 64, 1, 576), dtype="uint8"))[1] == 2 * 64 * 576
+    assert c.scales("k_scales", FakeTensor((2, 1, 64), dtype="float32"))[1] == 2 * 64
+    raises("kv_format", da.DecodeShape, batch=2, num_q_heads=16, num_kv_heads=1, head_dim=576, max_seq_len=64, kv_format="int8")
+    raises("num_kv_heads", da.DecodeShape, batch=2, num_q_heads=16, num_kv_heads=2, head_dim=576, max_seq_len=64)
+
+
 def test_caches_must_match_the_layout_shape_and_strides():
     c = Checker(shape(), 0)  # nhd [2, 64, 2, 128]
     assert c.cache("k", FakeTensor((2, 64, 2, 128)))[1] == 2 * 64 * 2 * 128

@@ -274,6 +274,84 @@ def attn():
     return da.DecodeAttention(0)
 
 
+def _latent_rows(data, scales, shape, table, b, n):
+    """Sequence b's first n latent rows as the kernels see them: bf16
+    values, or fp8 codes times their row's scale (float64)."""
+    if shape.layout == "paged":
+        ps = shape.page_size
+        rows = torch.cat([data[p] for p in table[b][: math.ceil(n / ps)]])[:n, 0]
+        side = torch.cat([scales[p, 0] for p in table[b][: math.ceil(n / ps)]])[:n] if scales is not None else None
+    else:
+        rows = data[b, :n, 0]
+        side = scales[b, 0, :n] if scales is not None else None
+    if side is None:
+        return rows.double()
+    return rows.view(torch.float8_e4m3fn).double() * side.double()[:, None]
+
+
+@pytest.mark.parametrize("capacity", [False, True], ids=["host-lengths", "capacity"])
+@pytest.mark.parametrize("layout", ["nhd", "paged"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8-per-head"])
+def test_mla_reads_one_latent_cache_as_k_and_v(attn, report, fmt, layout, capacity):
+    """MLA (head_dim 576: one latent head of 512 latent and 64 RoPE values):
+    the cache written on the GPU (`quantize_kv`: bf16 rows copied, fp8
+    quantized with a scale per token) is passed as K and V, read as Q·K's
+    576 values and V's first 512; O is 512 wide. Against the f64 reference
+    on the values as stored; a 576-wide O and a V that is not K are
+    refused, naming them."""
+    lens = [37, 300, 1025]
+    s = make_shape(fmt, heads=(16, 1), d=576, layout=layout, lens=lens, q_len=2, scale=192 ** -0.5)
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    x = randn(s.batch, s.max_seq_len, 1, 576, gen=gen, dtype=torch.bfloat16)
+    data, scales = empty_cache(s)
+    table = None
+    if layout == "paged":
+        per = math.ceil(s.max_seq_len / s.page_size)
+        pages = list(range(s.num_pages))
+        random.Random(3).shuffle(pages)
+        free = iter(pages)
+        table = [[next(free) if j * s.page_size < n else -1 for j in range(per)] for n in lens]
+        plain = to_pool(x, s, table)
+        block_table = torch.tensor(table, dtype=torch.int32, device="cuda")
+    else:
+        plain, block_table = x.contiguous(), None
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
+    attn.quantize_kv(s, plain, data, scales, seq_lens=seq_lens, block_table=block_table)
+    q = randn(s.batch, s.q_len, s.num_q_heads, 576, gen=gen, dtype=torch.bfloat16, scale=2.0)
+    if capacity:
+        plan = attn.plan_capacity(s)
+    elif layout == "paged":
+        plan = attn.plan_paged(s, lens, table)
+    else:
+        plan = attn.plan(s, lens)
+    assert plan.family == "mla"
+    ws = attn.workspace(plan)
+    outs = []
+    for _ in range(2):
+        out = torch.full((s.batch, s.q_len, s.num_q_heads, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+        if capacity:
+            attn.run_step(plan, q, data, data, out, ws, seq_lens, block_table, k_scales=scales, v_scales=scales)
+        else:
+            attn.run(plan, q, data, data, out, ws, k_scales=scales, v_scales=scales)
+        outs.append(out)
+    torch.cuda.synchronize()
+    ref = torch.zeros(s.batch, s.q_len, s.num_q_heads, 512, dtype=torch.float64, device="cuda")
+    for b, n in enumerate(lens):
+        rows = _latent_rows(data, scales, s, table, b, n)[None, :, None]
+        ref[b : b + 1] = attention(q[b : b + 1], rows, rows[..., :512], [n], s.scale)
+    err = rel_l2(outs[0], ref)
+    report(test="mla", shape=repr(s), capacity=capacity, rel_l2=err, family=plan.family)
+    assert not torch.isnan(outs[0]).any(), "NaN left in the output"
+    assert torch.equal(outs[0], outs[1]), "two runs differ"
+    assert err <= BOUND, f"rel L2 {err:.3e} > {BOUND}"
+    wide = torch.empty(s.batch, s.q_len, s.num_q_heads, 576, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="`out`"):
+        attn.run_step(plan, q, data, data, wide, ws, seq_lens, block_table, k_scales=scales, v_scales=scales) if capacity else attn.run(plan, q, data, data, wide, ws, k_scales=scales, v_scales=scales)
+    other = data.clone()
+    with pytest.raises(ValueError, match="`v`"):
+        attn.run_step(plan, q, data, other, outs[0], ws, seq_lens, block_table, k_scales=scales, v_scales=scales) if capacity else attn.run(plan, q, data, other, outs[0], ws, k_scales=scales, v_scales=scales)
+
+
 FORMATS = [("bf16", "bf16"), ("f16", "f16"), ("int8", "bf16"), ("fp8_per_head", "bf16"), ("fp8", "bf16"), ("int4_g32", "bf16")]
 HEADS = {"gqa": (32, 8), "mqa": (16, 1), "mha": (8, 8)}
 

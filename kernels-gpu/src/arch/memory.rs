@@ -56,6 +56,14 @@ pub fn cp_async_wait<const N: u32>() {
     unsafe { core::arch::asm!("cp.async.wait_group {n};", n = const N, options(nostack)) }
 }
 
+/// `cp.async.bulk.prefetch.L2.global`: starts bringing `bytes` (a
+/// multiple of 16) from `addr` (16-byte aligned) into L2; nothing waits
+/// for it (sm_90).
+#[inline(always)]
+pub unsafe fn prefetch_l2_bulk(addr: u64, bytes: u32) {
+    core::arch::asm!("cp.async.bulk.prefetch.L2.global [{a}], {n};", a = in(reg64) addr, n = in(reg32) bytes, options(nostack, preserves_flags));
+}
+
 /// `prefetch.global.L1`: brings the line of `addr` into this SM's L1, so
 /// that a later load of it hits instead of waiting on L2 or HBM.
 ///

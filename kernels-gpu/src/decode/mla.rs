@@ -427,6 +427,15 @@ unsafe fn convert_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t:
             let s = if live[i] { memory::ld_global_nc_f32(scale_address::<PAGED>(p, item.batch, key0 + keys[i])) } else { 0.0 };
             shared::st_shared_f32(scales + 4 * keys[i], s);
         }
+    } else if c == 1 {
+        // The rows of this buffer's next stage (`t + 2`) into L2: its
+        // loads, which the warpgroup waits for, then come from L2.
+        for pass in 0..4 {
+            let key = key0 + 2 * MLA_KEYS + sub + 16 * pass;
+            if key < item.kv_end {
+                memory::prefetch_l2_bulk(row_address::<PAGED>(p, item.batch, key), QK_DIM);
+            }
+        }
     }
     const AT_ONCE: u32 = 3;
     for group in 0..BLOCKS / AT_ONCE {
