@@ -849,7 +849,7 @@ fn make_plan_for(
     let page_shift = shape.page_geometry().map(|(shift, _)| shift);
     let (format, d) = (shape.kv_format, shape.head_dim);
     if !family.serves(format, d) {
-        let serves = if family == Family::Wgmma { "head_dim 128 only" } else if family == Family::Mla { "MLA's bf16 latent rows (head_dim 576) only" } else { "the square head dims (64, 128, 256)" };
+        let serves = if family == Family::Wgmma { "head_dim 128 only" } else if family == Family::Mla { "MLA's latent rows (head_dim 576, bf16 or fp8-per-head) only" } else { "the square head dims (64, 128, 256)" };
         return Err(Error::Unsupported(format!("the {} family serves {serves}; this shape is {:?} at head_dim {d}", family.name(), format)));
     }
     let tile = tile_config(format, d, family);

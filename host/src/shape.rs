@@ -132,7 +132,9 @@ impl DecodeShape {
     /// whose cached rows hold 576 values (512 latent, 64 RoPE; Q's rows
     /// too), V the first 512 of each row, O `[batch, q_len, num_q_heads,
     /// 512]`. The cache is one tensor, `[batch, max_seq_len, 1, 576]` (or
-    /// paged), passed as K and V alike ([`crate::KvCache::latent`]). The
+    /// paged), passed as K and V alike ([`crate::KvCache::latent`]); an
+    /// fp8 cache is this shape with `kv_format: KvFormat::Fp8PerHead` (a
+    /// scale per token, [`crate::KvCache::latent_quantized`]). The
     /// softmax scale defaults to `1/sqrt(576)`; DeepSeek's models use
     /// `1/sqrt(192)` (their q/k head dim before absorption), set `scale`.
     pub fn latent(batch: u32, num_q_heads: u32, q_len: u32, max_seq_len: u32) -> Self {
