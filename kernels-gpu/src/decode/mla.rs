@@ -265,7 +265,10 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             for r in 0..2 {
                 l[r] = l[r] * both[r] + row_sum(&s, r);
             }
-            scale_p(&mut s, 1);
+            if has[1] {
+                // (A missing stage's scales were never written.)
+                scale_p(&mut s, 1);
+            }
             state::rescale_rows(&mut o, both);
             if has[1] {
                 mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(1));
