@@ -474,28 +474,29 @@ unsafe fn key_scale_pair(at: u32, n: u32, c2: u32) -> [f32; 2] {
 /// `row_address` finds its row.
 #[inline(always)]
 unsafe fn scale_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> u64 {
-    if PAGED {
-        let entry = p.block_table + 4 * (batch as u64 * p.table_stride as u64 + (key >> p.page_shift) as u64);
-        let id = memory::ld_global_nc_u32(entry);
-        let page = if id < p.num_pages { id } else { p.num_pages - 1 };
-        p.k_scales + page as u64 * p.scale_stride_batch + (key & ((1 << p.page_shift) - 1)) as u64 * p.scale_stride_token
-    } else {
-        p.k_scales + batch as u64 * p.scale_stride_batch + key as u64 * p.scale_stride_token
-    }
+    let (slot, token) = key_slot::<PAGED>(p, batch, key);
+    p.k_scales + slot * p.scale_stride_batch + token * p.scale_stride_token
 }
 
-/// The byte address of key `key`'s latent row of sequence `batch`: from
-/// the sequence's first row (strided), or through its block table (paged;
-/// an id past the pool, or negative, is read as the last page).
+/// The byte address of key `key`'s latent row of sequence `batch`.
 #[inline(always)]
 unsafe fn row_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> u64 {
+    let (slot, token) = key_slot::<PAGED>(p, batch, key);
+    p.k + slot * p.k_stride_batch + token * p.k_stride_token
+}
+
+/// Where key `key` of sequence `batch` sits: (the sequence, the key)
+/// strided, or (its page, its token in the page) through the block table
+/// (an id past the pool, or negative, is read as the last page).
+#[inline(always)]
+unsafe fn key_slot<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> (u64, u64) {
     if PAGED {
         let entry = p.block_table + 4 * (batch as u64 * p.table_stride as u64 + (key >> p.page_shift) as u64);
         let id = memory::ld_global_nc_u32(entry);
         let page = if id < p.num_pages { id } else { p.num_pages - 1 };
-        p.k + page as u64 * p.k_stride_batch + (key & ((1 << p.page_shift) - 1)) as u64 * p.k_stride_token
+        (page as u64, (key & ((1 << p.page_shift) - 1)) as u64)
     } else {
-        p.k + batch as u64 * p.k_stride_batch + key as u64 * p.k_stride_token
+        (batch as u64, key as u64)
     }
 }
 
