@@ -60,8 +60,8 @@ struct Args {
     /// Instead of fuzzing: N random plan + run calls, then compare device memory in use.
     #[arg(long, value_name = "N")]
     soak: Option<u32>,
-    /// Instead of the formats: N random MLA cases (bf16 latent caches,
-    /// `fuzz_mla`), each against the f64 reference, run twice.
+    /// Instead of the formats: N random MLA cases (the latent formats in
+    /// turn, `fuzz_mla`), each against the f64 reference, run twice.
     #[arg(long, value_name = "N")]
     mla: Option<u32>,
     /// Generate cases and references on the CPU only (no GPU needed).
@@ -741,7 +741,8 @@ fn main() {
 fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
     use proptest::strategy::ValueTree;
     let mut runner = TestRunner::new(Config { rng_seed: RngSeed::Fixed(seed), ..Config::default() });
-    let strategy = (draw(), prop::sample::select(KvFormat::ALL.to_vec()));
+    // (A latent-only format's cases are `--mla`'s.)
+    let strategy = (draw(), prop::sample::select(KvFormat::ALL.into_iter().filter(|f| !f.latent_only()).collect::<Vec<_>>()));
     let tally = RefCell::new(Tally::default());
     let mut one = |i: u32| -> Result<(), String> {
         let (mut d, format) = strategy.new_tree(&mut runner).map_err(|e| e.to_string())?.current();
@@ -793,8 +794,8 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 /// 32, 64, 128 half the time), q_len 1-8, 1-4 sequences of 1 key to a few
 /// thousand (`q_len` exactly, a stage ± 1, any), contiguous, padded or
 /// paged (1-256-token pages), host lengths or a capacity plan, every
-/// split policy, normal or heavy-tailed values; bf16 for even `i`, fp8
-/// (`Fp8PerHead`) for odd ones. Sized so that the f64
+/// split policy, normal or heavy-tailed values; case `i` in latent format
+/// `i % 3` (bf16, fp8 per head, fp8-ds-mla: `mla::LATENT_FORMATS`). Sized so that the f64
 /// reference (one thread) stays near 2^15 row-key pairs (10^4 cases in
 /// about a minute on 12 threads).
 fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
@@ -822,7 +823,7 @@ fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
         _ => mla::Layout::Paged(1 << rng.below(9)),
     };
     let (capacity, dist) = (rng.below(4) == 0, if rng.below(2) == 0 { Distribution::Normal } else { Distribution::HeavyTailed });
-    let format = if i % 2 == 0 { decode_attn::KvFormat::Bf16 } else { decode_attn::KvFormat::Fp8PerHead };
+    let format = mla::LATENT_FORMATS[(i % 3) as usize];
     let name = format!("mla-fuzz/{i}/{}/h{heads}/q{q_len}/{seq_lens:?}/cap{cap}/{layout:?}/{split:?}/{}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
     mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0, format }
 }
@@ -834,20 +835,20 @@ fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
 fn fuzz_mla(ctx: &decode_attn::cust::context::Context, attn: &DecodeAttention, n: u32, seed: u64) -> i32 {
     let t0 = Instant::now();
     let threads = 12u32;
-    // Per format (bf16, fp8): cases passed and the worst error.
-    let outcomes: Vec<([u32; 2], [f64; 2], Vec<String>)> = std::thread::scope(|s| {
+    // Per format (`mla::LATENT_FORMATS`): cases passed and the worst error.
+    let outcomes: Vec<([u32; 3], [f64; 3], Vec<String>)> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
                 s.spawn(move || {
                     decode_attn::cust::context::CurrentContext::set_current(ctx).expect("making the context current");
                     let stream = Stream::new(StreamFlags::NON_BLOCKING, None).expect("stream");
-                    let (mut passed, mut worst, mut failures) = ([0u32; 2], [0f64; 2], Vec::new());
+                    let (mut passed, mut worst, mut failures) = ([0u32; 3], [0f64; 3], Vec::new());
                     for i in (t..n).step_by(threads as usize) {
                         let mut rng = decode_attn::testing::Rng::new(seed.wrapping_add(i as u64));
                         let case = random_mla_case(&mut rng, i);
                         match mla::run(attn, &stream, &case, seed.wrapping_add(i as u64) ^ 0x9e37) {
                             Ok((err, _)) if err <= TOLERANCE => {
-                                let f = (i % 2) as usize;
+                                let f = (i % 3) as usize;
                                 passed[f] += 1;
                                 worst[f] = worst[f].max(err);
                             }
@@ -861,19 +862,17 @@ fn fuzz_mla(ctx: &decode_attn::cust::context::Context, attn: &DecodeAttention, n
             .collect();
         handles.into_iter().map(|h| h.join().expect("fuzz thread panicked")).collect()
     });
-    let passed = [0, 1].map(|f| outcomes.iter().map(|o| o.0[f]).sum::<u32>());
-    let worst = [0, 1].map(|f| outcomes.iter().map(|o| o.1[f]).fold(0f64, f64::max));
+    let passed = [0, 1, 2].map(|f| outcomes.iter().map(|o| o.0[f]).sum::<u32>());
+    let worst = [0, 1, 2].map(|f| outcomes.iter().map(|o| o.1[f]).fold(0f64, f64::max));
     let failures: Vec<&String> = outcomes.iter().flat_map(|o| &o.2).collect();
     for f in &failures {
         println!("{f}");
     }
+    let each: Vec<String> = mla::LATENT_FORMATS.iter().enumerate().map(|(f, format)| format!("{} {}, worst {:.3e}", passed[f], format.name(), worst[f])).collect();
     println!(
-        "fuzz mla: {} passed ({} bf16, worst {:.3e}; {} fp8-per-head, worst {:.3e}), {} failed (seed {seed}), bound {TOLERANCE:e}, {:.0} s",
-        passed[0] + passed[1],
-        passed[0],
-        worst[0],
-        passed[1],
-        worst[1],
+        "fuzz mla: {} passed ({}), {} failed (seed {seed}), bound {TOLERANCE:e}, {:.0} s",
+        passed.iter().sum::<u32>(),
+        each.join("; "),
         failures.len(),
         t0.elapsed().as_secs_f64()
     );

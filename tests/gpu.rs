@@ -173,7 +173,7 @@ fn soft_cap_cases(small: bool) -> Vec<Case> {
     use decode_attn::PageOrder::TokenMajor;
     use Distribution::{HeavyTailed as Heavy, LargeMagnitude, Normal};
     let mut out = Vec::new();
-    for format in KvFormat::ALL {
+    for format in KvFormat::ALL.into_iter().filter(|f| !f.latent_only()) {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int4G64 { Dtype::F16 } else { Dtype::Bf16 });
         let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, cap: f32, paging: Option<paged::Paging>| {
             let scale = (dist == LargeMagnitude).then_some(1.0);
@@ -232,7 +232,7 @@ fn variant_cases(small: bool) -> Vec<Case> {
         V { tag: "softcap-window", window: true, sinks: false, alibi: false, soft_cap: true },
     ];
     let mut out = Vec::new();
-    for format in KvFormat::ALL {
+    for format in KvFormat::ALL.into_iter().filter(|f| !f.latent_only()) {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::F16 } else { Dtype::Bf16 });
         for v in variants {
             let mut add = |name: &str, s: DecodeShape, seq_lens: Vec<u32>, split: SplitPolicy, dist: Distribution, window: u32, paging: Option<paged::Paging>| {
@@ -322,7 +322,7 @@ fn paged_cases() -> Vec<Case> {
         let name = format!("{}/{}/{}/hq{hq}-hkv{hkv}/d{d}/q{q_len}/{split:?}", format.name(), dtype.name(), paging.name());
         out.push(Case { name, family: Family::Wide, shape: s, seq_lens: lens, split, dist: Distribution::HeavyTailed, seed: None, paging: Some(paging) });
     };
-    for format in KvFormat::ALL {
+    for format in KvFormat::ALL.into_iter().filter(|f| !f.latent_only()) {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::Bf16 } else { Dtype::F16 });
         let stage = decode_attn::plan::stage_keys(format, 128);
         for (i, ps) in [1u32, 16, 256].into_iter().enumerate() {

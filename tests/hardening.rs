@@ -1106,7 +1106,7 @@ mod audit3 {
         rejects(strided(1 << 60, 1024, 128).validate(), "kv_layout.batch");
         rejects(DecodeShape { max_seq_len: 1, ..strided(1024, 3 << 62, 128) }.validate(), "kv_layout.token");
         rejects(strided(1024, 128, u64::MAX - 7).validate(), "kv_layout.head");
-        for format in KvFormat::ALL {
+        for format in KvFormat::ALL.into_iter().filter(|f| !f.latent_only()) {
             let most = MAX_STRIDE_BYTES * 8 / format.bits() as u64;
             let s = DecodeShape { kv_format: format, dtype: format.required_dtype().unwrap_or(Dtype::Bf16), kv_layout: KvLayout::Strided { batch: most, token: 1024, head: 128 }, ..DecodeShape::bf16(1, 8, 1, 128, 1, 4) };
             s.validate().unwrap_or_else(|e| panic!("{}: {e}", format.name()));
@@ -1328,4 +1328,33 @@ fn latent_shapes_name_each_rule_and_v_must_be_k() {
     check_buffers(&p8, &b).unwrap();
     b.v_scales.as_mut().unwrap().addr += 1 << 20;
     rejects(check_buffers(&p8, &b), "v_scales");
+
+    // DeepSeek V3.2's rows (fp8-ds-mla): 656 bytes a token, scales inside
+    // (none beside them), latent rows and bf16 alone.
+    let ds = DecodeShape { kv_format: KvFormat::Fp8DsMla, ..s.clone() };
+    ds.validate().unwrap();
+    assert_eq!((ds.kv_format.row_bytes(576), ds.kv_strides().token), (656, 656));
+    let tokens = ds.batch as u64 * ds.max_seq_len as u64;
+    assert_eq!(ds.kv_bytes_required(), Some(tokens * 656));
+    assert_eq!(ds.plain_shape().kv_elems_required(), Some(tokens * 576));
+    let pd = plan_global(&ds, &[300, 2], SplitPolicy::ChunkKeys(128)).unwrap();
+    assert_eq!(pd.family(), Family::Mla);
+    let mut b = bufs_for(&ds, ds.q_elems() as usize, ds.kv_bytes_required().unwrap() as usize, pd.workspace_bytes());
+    (b.v, b.k_scales, b.v_scales, b.o.len) = (b.k, None, None, o_elems);
+    check_buffers(&pd, &b).unwrap();
+    b.k.len -= 1;
+    b.v.len -= 1;
+    rejects(check_buffers(&pd, &b), "k");
+    b.k.len += 1;
+    b.v.len += 1;
+    b.k_scales = Some(b.k);
+    rejects(check_buffers(&pd, &b), "k_scales");
+    for bad in [DecodeShape { head_dim: 128, ..ds.clone() }, DecodeShape { kv_format: KvFormat::Fp8DsMla, ..DecodeShape::bf16(1, 8, 1, 128, 1, 64) }] {
+        rejects(bad.validate(), "head_dim");
+    }
+    rejects(DecodeShape { dtype: Dtype::F16, ..ds.clone() }.validate(), "dtype");
+    // Rows 16-byte aligned: strides in multiples of 16 bytes.
+    let strided = |token| DecodeShape { kv_layout: KvLayout::Strided { batch: 400 * token, token, head: 656 }, ..ds.clone() };
+    strided(672).validate().unwrap();
+    rejects(strided(664).validate(), "kv_layout.token");
 }

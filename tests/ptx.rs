@@ -65,14 +65,15 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
             }
         }
     }
-    // MLA's latent rows: bf16 queries over a bf16 or fp8-per-head cache,
-    // both addressings, global merge, standard variant, Hopper's module
-    // alone; merges of V's 512; the cache kernels of a 576-value row for
-    // those two formats alone.
+    // MLA's latent rows: bf16 queries over a bf16, fp8-per-head or
+    // fp8-ds-mla cache, both addressings, global merge, standard variant,
+    // Hopper's module alone; merges of V's 512; the cache kernels of a
+    // 576-value row for those three formats alone, and fp8-ds-mla's of no
+    // other row, from bf16 rows alone.
     let mla = |arch, format, dtype, addressing, merge, variant| KernelId { arch, format, dtype, dims: MLA_DIMS, family: Family::Mla, addressing, merge, form: Form::Plain, variant };
     for format in KvFormat::ALL {
         let latent = format.holds_latent();
-        assert_eq!(latent, matches!(format, KvFormat::Bf16 | KvFormat::Fp8PerHead));
+        assert_eq!(latent, matches!(format, KvFormat::Bf16 | KvFormat::Fp8PerHead | KvFormat::Fp8DsMla));
         for a in Addressing::ALL {
             assert_eq!(decode_kernel_name(&mla(Arch::Sm90a, format, Dtype::Bf16, a, Merge::Global, Variant::Standard)).is_some(), latent, "MLA kernel of {format:?}, {a:?}");
             assert!(decode_kernel_name(&mla(Arch::Sm90a, format, Dtype::F16, a, Merge::Global, Variant::Standard)).is_none(), "the MLA kernels take bf16 queries alone");
@@ -83,7 +84,10 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
         let row_kernels = QUANT_KERNELS.iter().filter(|k| k.id.format == format && k.id.head_dim == MLA_DIMS.qk && k.id.arch == Arch::Sm90a).count();
         assert_eq!(row_kernels > 0, latent, "cache kernels of a latent row in {format:?}");
     }
-    assert_eq!(DECODE_KERNELS.iter().filter(|k| k.id.family == Family::Mla).count(), 4);
+    let ds: Vec<_> = QUANT_KERNELS.iter().filter(|k| k.id.format == KvFormat::Fp8DsMla).map(|k| k.id).collect();
+    assert!(!ds.is_empty() && ds.iter().all(|k| k.head_dim == MLA_DIMS.qk && k.dtype == Dtype::Bf16), "fp8-ds-mla's cache kernels: {ds:?}");
+    assert!(DECODE_KERNELS.iter().filter(|k| k.id.format == KvFormat::Fp8DsMla).all(|k| k.id.family == Family::Mla));
+    assert_eq!(DECODE_KERNELS.iter().filter(|k| k.id.family == Family::Mla).count(), 6);
     assert!(DECODE_KERNELS.iter().all(|k| k.id.dims.is_square() != (k.id.family == Family::Mla)));
     for dtype in Dtype::ALL {
         assert!(merge_kernel_name(Arch::Sm90a, dtype, MLA_DIMS.v, false).is_some() && merge_kernel_name(Arch::Sm80, dtype, MLA_DIMS.v, false).is_none());

@@ -250,3 +250,100 @@ mod fp8_caches {
         assert_eq!(fp8_tensor_scale(448.0), 1.0);
     }
 }
+
+/// DeepSeek V3.2's latent rows (`Fp8DsMla`): 656 bytes a token, 512 e4m3
+/// codes under four power-of-two scales (one per 128 values), then the
+/// scales (f32, little-endian), then the 64 RoPE values as bf16.
+mod ds_mla_rows {
+    use decode_attn::half::bf16;
+    use decode_attn::quant::{dequantize_cache, dequantize_ds_mla_row, ds_mla_group_scale, e4m3_to_f32, quantize_cache, quantize_ds_mla_row, DS_MLA_ROW_BYTES};
+    use decode_attn::{DecodeShape, KvFormat};
+
+    #[test]
+    fn a_group_s_scale_is_the_least_power_of_two_that_maps_it_under_448() {
+        let p = |k: i32| 2f32.powi(k);
+        for (amax, scale) in [(0.0, 0.0), (448.0, 1.0), (449.0, 2.0), (1.0, p(-8)), (0.875, p(-9)), (896.0, 2.0), (896.5, 4.0), (3e38, p(120)), (1e-37, p(-126)), (1e-42, p(-126))] {
+            assert_eq!(ds_mla_group_scale(amax), scale, "amax {amax:e}");
+        }
+        let mut x = 1e-30f32;
+        while x < 1e38 {
+            let s = ds_mla_group_scale(x);
+            assert!(s.to_bits() & 0x7F_FFFF == 0 && x <= 448.0 * s && (s == p(-126) || x > 224.0 * s), "amax {x:e}: scale {s:e}");
+            x *= 1.37;
+        }
+    }
+
+    fn latent_row(seed: u32) -> Vec<f32> {
+        // Four groups of their own magnitudes, both signs, some zeros; RoPE values bf16.
+        (0..576u32)
+            .map(|i| {
+                let v = ((i.wrapping_mul(2654435761) ^ seed) % 2001) as f32 / 1000.0 - 1.0;
+                let mag = [1e-3f32, 1.0, 300.0, 5e4, 1.0][(i / 128) as usize];
+                bf16::from_f32(if i % 11 == 0 { 0.0 } else { v * mag }).to_f32()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_row_holds_its_codes_its_scales_and_its_rope_values_in_deepseek_s_order() {
+        let x = latent_row(3);
+        let mut row = vec![0u8; DS_MLA_ROW_BYTES];
+        quantize_ds_mla_row(&x, &mut row);
+        for g in 0..4 {
+            let amax = x[128 * g..128 * (g + 1)].iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = f32::from_le_bytes(row[512 + 4 * g..516 + 4 * g].try_into().unwrap());
+            assert_eq!(scale, ds_mla_group_scale(amax), "group {g}");
+            for i in 128 * g..128 * (g + 1) {
+                assert_eq!(row[i], decode_attn::quant::e4m3_from_f32(x[i] / scale), "value {i}");
+            }
+        }
+        for i in 0..64 {
+            assert_eq!(u16::from_le_bytes([row[528 + 2 * i], row[529 + 2 * i]]), bf16::from_f32(x[512 + i]).to_bits(), "RoPE value {i}");
+        }
+    }
+
+    #[test]
+    fn dequantized_values_are_each_code_times_its_scale_exactly_and_rope_as_stored() {
+        for seed in 0..8 {
+            let x = latent_row(seed);
+            let mut row = vec![0u8; DS_MLA_ROW_BYTES];
+            quantize_ds_mla_row(&x, &mut row);
+            let mut y = vec![0f32; 576];
+            dequantize_ds_mla_row(&row, &mut y);
+            for i in 0..512 {
+                let scale = f32::from_le_bytes(row[512 + 4 * (i / 128)..][..4].try_into().unwrap());
+                // A power-of-two scale: the product is exact, and a bf16.
+                assert_eq!(y[i], e4m3_to_f32(row[i]) * scale);
+                assert_eq!(bf16::from_f32(y[i]).to_f32(), y[i]);
+                // Within half a code step (2^-4 relative; subnormal codes 2^-10 · scale).
+                assert!((x[i] - y[i]).abs() <= (x[i].abs() / 16.0).max(scale * 2f32.powi(-10)) * 1.0001, "{} -> {}", x[i], y[i]);
+            }
+            assert_eq!(&y[512..], &x[512..]);
+        }
+    }
+
+    #[test]
+    fn a_cache_takes_bf16_rows_of_576_and_holds_rows_of_656_bytes() {
+        let shape = DecodeShape { kv_format: KvFormat::Fp8DsMla, ..DecodeShape::latent(2, 16, 1, 5) };
+        let lens = [3u32, 5];
+        let plain: Vec<f32> = (0..2 * 5).flat_map(latent_row).collect();
+        let (data, scales) = quantize_cache(&shape, &lens, &plain).unwrap();
+        assert!(scales.is_empty());
+        assert_eq!(data.len(), 2 * 5 * 656);
+        let back = dequantize_cache(&shape, &lens, &data, &[]).unwrap();
+        assert_eq!(back.len(), 2 * 5 * 576);
+        for (b, &len) in lens.iter().enumerate() {
+            for t in 0..5usize {
+                let (at, from) = ((b * 5 + t) * 656, (b * 5 + t) * 576);
+                if t < len as usize {
+                    let mut want = vec![0u8; 656];
+                    quantize_ds_mla_row(&plain[from..from + 576], &mut want);
+                    assert_eq!(&data[at..at + 656], &want[..], "row ({b}, {t})");
+                    assert!(back[from..from + 576].iter().all(|v| v.is_finite()));
+                } else {
+                    assert!(data[at..at + 656].iter().all(|&x| x == 0) && back[from..from + 576].iter().all(|v| v.is_nan()), "row ({b}, {t}) past the length");
+                }
+            }
+        }
+    }
+}

@@ -69,6 +69,8 @@ fn narrow_conversion_per_key(format: KvFormat) -> f64 {
         KvFormat::Bf16 | KvFormat::F16 => 0.0,
         KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => 128.0 / 16.0,
         KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 224.0 / 16.0,
+        // (No narrow kernels: latent rows alone.)
+        KvFormat::Fp8DsMla => 0.0,
     }
 }
 

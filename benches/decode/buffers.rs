@@ -130,7 +130,7 @@ impl BufferSet {
         if shape.kv_format.is_quantized() {
             // Random 16-bit K and V, quantized on the GPU (every token).
             let lens = DeviceBuffer::from_slice(&vec![shape.max_seq_len; shape.batch as usize]).map_err(|e| e.to_string())?;
-            let plain = alloc(shape.kv_elems_required().unwrap_or(0) * 2)?;
+            let plain = alloc(shape.plain_shape().kv_elems_required().unwrap_or(0) * 2)?;
             let n_side = (shape.scale_bytes_required().unwrap_or(0) / 4) as usize;
             // SAFETY: every scale is written by the quantize kernel, but a
             // per-tensor format's, which quantizing reads: the fill's
@@ -141,23 +141,26 @@ impl BufferSet {
             } else {
                 unsafe { (DeviceBuffer::<u32>::uninitialized(n_side), DeviceBuffer::<u32>::uninitialized(n_side)) }
             };
-            let scale_elem = set.side.ok_or("a quantized format without scales")?;
             let (ks, vs) = (scales.0.as_mut().map_err(|e| e.to_string())?, scales.1.as_mut().map_err(|e| e.to_string())?);
             // (A latent cache is K alone: V is its rows.)
             for (data, side, s) in [(&set.k, ks, 2), (&set.v, vs, 3)].into_iter().take(if set.latent { 1 } else { 2 }) {
                 fill(&plain, set.qo, s)?;
                 // SAFETY: views of this set's live buffers.
-                let (plain_v, data_v, side_v) = unsafe {
-                    (
-                        TensorRef::from_raw(plain.as_device_ptr().as_raw(), plain.len() / 2, set.qo),
-                        TensorMut::from_raw(data.as_device_ptr().as_raw(), data.len(), ElemType::U8),
-                        TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), scale_elem),
-                    )
+                let (plain_v, data_v) = unsafe {
+                    (TensorRef::from_raw(plain.as_device_ptr().as_raw(), plain.len() / 2, set.qo), TensorMut::from_raw(data.as_device_ptr().as_raw(), data.len(), ElemType::U8))
                 };
-                attn.quantize_kv(shape, &decode_attn::StepInputs::lengths(&lens), plain_v, decode_attn::KvMut::quantized(data_v, side_v), stream).map_err(e)?;
+                // (fp8-ds-mla rows hold their scales.)
+                let out = match set.side {
+                    // SAFETY: a view of this set's live side buffer.
+                    Some(elem) => decode_attn::KvMut::quantized(data_v, unsafe { TensorMut::from_raw(side.as_device_ptr().as_raw(), side.len(), elem) }),
+                    None => decode_attn::KvMut::plain(data_v),
+                };
+                attn.quantize_kv(shape, &decode_attn::StepInputs::lengths(&lens), plain_v, out, stream).map_err(e)?;
             }
             stream.synchronize().map_err(|e| e.to_string())?;
-            set.scales = Some((scales.0.map_err(|e| e.to_string())?, scales.1.map_err(|e| e.to_string())?));
+            if set.side.is_some() {
+                set.scales = Some((scales.0.map_err(|e| e.to_string())?, scales.1.map_err(|e| e.to_string())?));
+            }
         } else {
             fill(&set.k, set.kv, 2)?;
             if !set.latent {

@@ -58,6 +58,11 @@ pub fn sampled_error(plan: &Plan, set: &BufferSet) -> Result<f64, String> {
                     let words = download::<u32>(ks.as_device_ptr().as_raw() + (b * side_seq * 4) as u64, side_seq)?;
                     decode_attn::quant::dequantize_cache(&one, &lens, &bytes, &words).map_err(|e| e.to_string())?
                 }
+                // fp8-ds-mla: the sequence's rows, scales inside.
+                None if shape.kv_format.is_quantized() => {
+                    let bytes = download::<u8>(set.k.as_device_ptr().as_raw() + (b * kv_seq) as u64, kv_seq)?;
+                    decode_attn::quant::dequantize_cache(&one, &lens, &bytes, &[]).map_err(|e| e.to_string())?
+                }
                 None => to_f32(&download::<u16>(at(&set.k, kv_seq), kv_seq)?, shape.dtype),
             };
             let r = decode_attn::reference::latent_attention(&latent, &lens, &q, &rows).map_err(|e| e.to_string())?;

@@ -170,15 +170,16 @@ pub fn rows(grids: &[char], formats: &[KvFormat], quick: bool) -> Vec<RowSpec> {
                 continue;
             }
             if grid == 'F' {
-                // Dense MLA (docs/benchmark.md): DeepSeek's latent rows, bf16
-                // and fp8 with a scale per token.
+                // Dense MLA (docs/benchmark.md): DeepSeek's latent rows, bf16,
+                // fp8 with a scale per token and DeepSeek V3.2's fp8 rows.
                 if format.holds_latent() && !quick {
                     out.extend(grid_f_rows().into_iter().map(|(batch, ctx, hq, q_len)| RowSpec { grid, batch, ctx, hq, hkv: 1, q_len, head_dim: 576, format, variant: RowVariant::default() }));
                 }
                 continue;
             }
             // docs/benchmark.md: int4 with G = 32 on every grid; G = 64 and 128 on grid A.
-            if matches!(format, KvFormat::Int4G64 | KvFormat::Int4G128) && grid != 'A' {
+            // (A latent-only format has grid F alone.)
+            if (matches!(format, KvFormat::Int4G64 | KvFormat::Int4G128) && grid != 'A') || format.latent_only() {
                 continue;
             }
             for (batch, ctx, hq, hkv, q_len) in grid_rows(grid) {

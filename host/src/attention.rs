@@ -243,13 +243,13 @@ impl DecodeAttention {
             direction: QuantDirection::Store,
             plain: plain.desc(),
             plain_name: "plain",
-            plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
+            plain_elems: shape.plain_shape().kv_elems_required().unwrap_or(u64::MAX),
             data: out.data.desc(),
             scales: out.scales.as_ref().map(TensorMut::desc),
             seq_lens: step.seq_lens.desc(),
             block_table: step.block_table.as_ref().map(TensorRef::desc),
         };
-        self.cache_launch(shape, step, &job, shape.kv_strides_checked(), shape.max_seq_len, false, stream)
+        self.cache_launch(shape, step, &job, shape.plain_shape().kv_strides_checked(), shape.max_seq_len, false, stream)
     }
 
     /// Appends a decode step's `q_len` new tokens of K or V to a cache of
@@ -315,15 +315,16 @@ impl DecodeAttention {
     }
 
     /// Dequantizes a contiguous quantized cache tensor (rows
-    /// `t < seq_lens[b]`; `cache`: its values and scales) into a 16-bit
-    /// buffer of the shape's dtype and layout (other elements are left
-    /// untouched).
-    pub fn dequantize_kv<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, data: impl Into<TensorRef<'a>>, scales: impl Into<TensorRef<'a>>, plain: impl Into<TensorMut<'a>>, stream: &Stream) -> Result<()> {
-        self.dequantize_kv_raw(shape, seq_lens.into(), data.into(), scales.into(), plain.into(), stream.as_inner())
+    /// `t < seq_lens[b]`; `data` and `scales`: its values and scales, none
+    /// for `KvFormat::Fp8DsMla`, whose rows hold theirs) into a 16-bit
+    /// buffer of the shape's dtype and its twin's layout
+    /// ([`DecodeShape::plain_shape`]; other elements are left untouched).
+    pub fn dequantize_kv<'a>(&self, shape: &DecodeShape, seq_lens: impl Into<TensorRef<'a>>, data: impl Into<TensorRef<'a>>, scales: Option<TensorRef<'a>>, plain: impl Into<TensorMut<'a>>, stream: &Stream) -> Result<()> {
+        self.dequantize_kv_raw(shape, seq_lens.into(), data.into(), scales, plain.into(), stream.as_inner())
     }
 
     /// [`DecodeAttention::dequantize_kv`] on a raw stream.
-    pub fn dequantize_kv_raw<'a>(&self, shape: &DecodeShape, seq_lens: TensorRef<'a>, data: TensorRef<'a>, scales: TensorRef<'a>, plain: TensorMut<'a>, stream: RawStream) -> Result<()> {
+    pub fn dequantize_kv_raw<'a>(&self, shape: &DecodeShape, seq_lens: TensorRef<'a>, data: TensorRef<'a>, scales: Option<TensorRef<'a>>, plain: TensorMut<'a>, stream: RawStream) -> Result<()> {
         ensure(shape.kv_format.is_quantized(), "kv_format", "a quantized format (int8, fp8, int4)", shape.kv_format.name())?;
         ensure(!shape.is_paged(), "kv_layout", "a contiguous or strided layout", "a paged one")?;
         let step = StepInputs::lengths(seq_lens);
@@ -331,13 +332,13 @@ impl DecodeAttention {
             direction: QuantDirection::Dequantize,
             plain: plain.desc(),
             plain_name: "plain",
-            plain_elems: shape.kv_elems_required().unwrap_or(u64::MAX),
+            plain_elems: shape.plain_shape().kv_elems_required().unwrap_or(u64::MAX),
             data: data.desc(),
-            scales: Some(scales.desc()),
+            scales: scales.map(|s| s.desc()),
             seq_lens: step.seq_lens.desc(),
             block_table: None,
         };
-        self.cache_launch(shape, &step, &job, shape.kv_strides_checked(), shape.max_seq_len, false, stream)
+        self.cache_launch(shape, &step, &job, shape.plain_shape().kv_strides_checked(), shape.max_seq_len, false, stream)
     }
 
     /// Grows every nonzero device length by `by` tokens, capped at the

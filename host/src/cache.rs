@@ -30,8 +30,9 @@ impl<'a> KvCache<'a> {
     pub fn plain(k: impl Into<TensorRef<'a>>, v: impl Into<TensorRef<'a>>) -> Self {
         KvCache { k: k.into(), v: v.into(), k_scales: None, v_scales: None, variant: VariantBuffers::NONE }
     }
-    /// A latent cache (MLA, [`DecodeShape::latent`]): one bf16 tensor of
-    /// 576-value rows, read as K and, its first 512 values, as V.
+    /// A latent cache (MLA, [`DecodeShape::latent`]): one tensor read as
+    /// K and, its first 512 values, as V — bf16 rows of 576 values, or
+    /// (`KvFormat::Fp8DsMla`) DeepSeek V3.2's 656-byte rows, `u8`.
     pub fn latent(rows: impl Into<TensorRef<'a>>) -> Self {
         let rows = rows.into();
         KvCache::plain(rows, rows)
@@ -108,7 +109,8 @@ pub struct KvMut<'a> {
 }
 
 impl<'a> KvMut<'a> {
-    /// A 16-bit cache tensor.
+    /// A cache tensor without scales beside its rows: 16-bit, or
+    /// `KvFormat::Fp8DsMla`'s rows (`u8`, scales inside).
     pub fn plain(data: impl Into<TensorMut<'a>>) -> Self {
         KvMut { data: data.into(), scales: None }
     }

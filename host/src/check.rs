@@ -45,16 +45,17 @@ pub fn kv_elem(f: KvFormat) -> ElemType {
     match f {
         KvFormat::Bf16 => ElemType::Bf16,
         KvFormat::F16 => ElemType::F16,
-        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => ElemType::U8,
+        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Fp8DsMla | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => ElemType::U8,
     }
 }
 
 /// Element type of a quantized format's scales (`None`: no scales).
 /// int8, fp8 per head: f32 scales; fp8: one f32 scale (per tensor); int4:
-/// (fp16 scale, fp16 zero) pairs as u32 words.
+/// (fp16 scale, fp16 zero) pairs as u32 words; fp8-ds-mla none beside its
+/// rows (they hold their scales).
 pub fn scale_elem(f: KvFormat) -> Option<ElemType> {
     match f {
-        KvFormat::Bf16 | KvFormat::F16 => None,
+        KvFormat::Bf16 | KvFormat::F16 | KvFormat::Fp8DsMla => None,
         KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => Some(ElemType::F32),
         KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => Some(ElemType::U32),
     }

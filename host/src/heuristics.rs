@@ -271,6 +271,8 @@ pub fn saturating_warps_per_sm(format: KvFormat, family: Family, warps_m: u32, t
         (KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8, Family::Wide | Family::Wgmma)
         | (KvFormat::Bf16 | KvFormat::F16, Family::Wide | Family::Narrow)
         | (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, _)
+        // (Latent rows alone: only the MLA family reads them.)
+        | (KvFormat::Fp8DsMla, _)
         | (_, Family::Mla) => 0,
     };
     (warps > 0).then_some(warps)

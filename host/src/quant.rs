@@ -15,7 +15,8 @@ use decode_attn_abi::KvFormat;
 
 /// fp8 e4m3 conversions the cache kernels repeat bit for bit
 /// (`cvt.rn.satfinite.e4m3x2.f32`).
-pub use decode_attn_abi::{e4m3_from_f32, e4m3_to_f32, int4_bound, row_factors, tensor_factors, E4M3_MAX, E4M3_NAN, INT4_LIMIT};
+pub use decode_attn_abi::{ds_mla_group_scale, e4m3_from_f32, e4m3_to_f32, int4_bound, row_factors, tensor_factors, E4M3_MAX, E4M3_NAN, INT4_LIMIT};
+use decode_attn_abi::{DS_MLA_GROUP, DS_MLA_LATENT};
 
 use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
@@ -70,6 +71,51 @@ pub fn dequantize_fp8_row(q: &[u8], scale: f32, out: &mut [f32]) {
     }
 }
 
+/// Bytes of an `Fp8DsMla` row (DeepSeek V3.2's token layout): 512 e4m3
+/// latent values, four f32 scales, 64 bf16 RoPE values.
+pub const DS_MLA_ROW_BYTES: usize = 656;
+const DS_SCALES_AT: usize = DS_MLA_LATENT as usize;
+const DS_ROPE_AT: usize = DS_SCALES_AT + 4 * (DS_MLA_LATENT / DS_MLA_GROUP) as usize;
+
+/// Quantizes one latent row (576 values, bf16 as the GPU reads them) to
+/// DeepSeek V3.2's 656-byte layout (`Fp8DsMla`): per group of 128 latent
+/// values the scale [`ds_mla_group_scale`] of its largest magnitude (a
+/// power of two), `q = e4m3(x · (1 / scale))` (0 codes for an all-zero
+/// group); the 64 RoPE values' bf16 bits as they are (values that are not
+/// bf16 are rounded to it). The CPU twin of the GPU's quantize / append,
+/// bit for bit.
+pub fn quantize_ds_mla_row(x: &[f32], out: &mut [u8]) {
+    let latent = DS_MLA_LATENT as usize;
+    for (g, xs) in x[..latent].chunks(DS_MLA_GROUP as usize).enumerate() {
+        let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let scale = ds_mla_group_scale(amax);
+        let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+        for (i, &v) in xs.iter().enumerate() {
+            out[g * DS_MLA_GROUP as usize + i] = e4m3_from_f32(v * inv);
+        }
+        out[DS_SCALES_AT + 4 * g..][..4].copy_from_slice(&scale.to_le_bytes());
+    }
+    for (i, &v) in x[latent..].iter().enumerate() {
+        out[DS_ROPE_AT + 2 * i..][..2].copy_from_slice(&half::bf16::from_f32(v).to_bits().to_le_bytes());
+    }
+}
+
+/// The 576 values an `Fp8DsMla` row stands for: each latent value
+/// `bf16(e4m3 · scale)` (the f32 product rounded once to bf16, as the
+/// kernels convert it; exact for a power-of-two scale), then the RoPE
+/// values.
+pub fn dequantize_ds_mla_row(row: &[u8], out: &mut [f32]) {
+    let latent = DS_MLA_LATENT as usize;
+    for (i, o) in out[..latent].iter_mut().enumerate() {
+        let g = i / DS_MLA_GROUP as usize;
+        let scale = f32::from_le_bytes(row[DS_SCALES_AT + 4 * g..][..4].try_into().expect("4 bytes"));
+        *o = half::bf16::from_f32(e4m3_to_f32(row[i]) * scale).to_f32();
+    }
+    for (i, o) in out[latent..].iter_mut().enumerate() {
+        *o = half::bf16::from_bits(u16::from_le_bytes([row[DS_ROPE_AT + 2 * i], row[DS_ROPE_AT + 2 * i + 1]])).to_f32();
+    }
+}
+
 /// Slot of dim `p` (0..8) of a 32-bit word: nibbles are stored in the order
 /// `p0 p2 p4 p6 p1 p3 p5 p7` (the kernels' magic-number extraction order).
 pub fn int4_slot(p: usize) -> usize {
@@ -120,15 +166,31 @@ pub fn dequantize_int4_row(bytes: &[u8], scales: &[u32], group: usize, out: &mut
 }
 
 /// Quantizes the rows `t < seq_lens[b]` of a cache held as f32 values in
-/// the shape's layout, for any quantized format: value bytes in the cache's
+/// the shape's layout (its twin's, [`DecodeShape::plain_shape`]), for any
+/// quantized format: value bytes in the cache's
 /// byte layout (other bytes 0) and scales as 32-bit words in
 /// `shape.scale_strides()` order (int8: f32 bits of the scale; int4: one word
-/// per group; entries of missing rows are NaN bits, `0x7FC0_0000`).
+/// per group; entries of missing rows are NaN bits, `0x7FC0_0000`; none
+/// for fp8-ds-mla, whose rows hold their scales).
 ///
 /// fp8 (per tensor) takes the scale [`fp8_tensor_scale`] of the rows and
 /// returns it as its one scale word.
 pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> Result<(Vec<u8>, Vec<u32>)> {
     match shape.kv_format {
+        KvFormat::Fp8DsMla => {
+            let twin = shape.plain_shape();
+            check_quantized(&twin, seq_lens, plain.len(), "plain")?;
+            let (d, row) = (shape.head_dim as usize, DS_MLA_ROW_BYTES);
+            let mut data = vec![0u8; shape.kv_bytes_required().unwrap_or(0) as usize];
+            let (st, pt) = (shape.kv_strides(), twin.kv_strides());
+            for (b, &len) in seq_lens.iter().enumerate() {
+                for t in 0..len as u64 {
+                    let (at, from) = ((b as u64 * st.batch + t * st.token) as usize, (b as u64 * pt.batch + t * pt.token) as usize);
+                    quantize_ds_mla_row(&plain[from..from + d], &mut data[at..at + row]);
+                }
+            }
+            Ok((data, Vec::new()))
+        }
         KvFormat::Fp8 => {
             check_quantized(shape, seq_lens, plain.len(), "plain")?;
             let mut amax = 0f32;
@@ -159,10 +221,25 @@ pub fn quantize_cache(shape: &DecodeShape, seq_lens: &[u32], plain: &[f32]) -> R
 }
 
 /// The f32 values of a quantized cache's rows `t < seq_lens[b]`, in the
-/// shape's layout (other elements NaN), for any quantized format.
+/// shape's twin's layout ([`DecodeShape::plain_shape`]; other elements
+/// NaN), for any quantized format.
 /// (fp8 per tensor: `scales[0]` holds the scale's bits.)
 pub fn dequantize_cache(shape: &DecodeShape, seq_lens: &[u32], data: &[u8], scales: &[u32]) -> Result<Vec<f32>> {
     match shape.kv_format {
+        KvFormat::Fp8DsMla => {
+            check_quantized(shape, seq_lens, data.len(), "data")?;
+            let twin = shape.plain_shape();
+            let (d, row) = (shape.head_dim as usize, DS_MLA_ROW_BYTES);
+            let mut out = vec![f32::NAN; twin.kv_elems_required().unwrap_or(0) as usize];
+            let (st, pt) = (shape.kv_strides(), twin.kv_strides());
+            for (b, &len) in seq_lens.iter().enumerate() {
+                for t in 0..len as u64 {
+                    let (at, to) = ((b as u64 * st.batch + t * st.token) as usize, (b as u64 * pt.batch + t * pt.token) as usize);
+                    dequantize_ds_mla_row(&data[at..at + row], &mut out[to..to + d]);
+                }
+            }
+            Ok(out)
+        }
         KvFormat::Fp8 => {
             let scale = scales.first().map(|&w| f32::from_bits(w)).ok_or_else(|| Error::invalid("scales", "the tensor's scale", "an empty slice"))?;
             // As `quantize_cache_fp8` takes it: a code times a scale that is

@@ -132,9 +132,12 @@ impl DecodeShape {
     /// whose cached rows hold 576 values (512 latent, 64 RoPE; Q's rows
     /// too), V the first 512 of each row, O `[batch, q_len, num_q_heads,
     /// 512]`. The cache is one tensor, `[batch, max_seq_len, 1, 576]` (or
-    /// paged), passed as K and V alike ([`crate::KvCache::latent`]); an
-    /// fp8 cache is this shape with `kv_format: KvFormat::Fp8PerHead` (a
-    /// scale per token, [`crate::KvCache::latent_quantized`]). The
+    /// paged), passed as K and V alike ([`crate::KvCache::latent`]). The
+    /// fp8 caches are this shape with `kv_format`
+    /// `KvFormat::Fp8PerHead` (a scale per token beside the rows,
+    /// [`crate::KvCache::latent_quantized`]) or `KvFormat::Fp8DsMla`
+    /// (DeepSeek V3.2's 656-byte rows, `[.., 656]` bytes, scales inside;
+    /// [`crate::KvCache::latent`]). The
     /// softmax scale defaults to `1/sqrt(576)`; DeepSeek's models use
     /// `1/sqrt(192)` (their q/k head dim before absorption), set `scale`.
     pub fn latent(batch: u32, num_q_heads: u32, q_len: u32, max_seq_len: u32) -> Self {
@@ -206,7 +209,9 @@ impl DecodeShape {
 
     /// The layout's strides in elements; `None` when one overflows u64.
     pub fn kv_strides_checked(&self) -> Option<KvStrides> {
-        let d = self.head_dim as u64;
+        // A row's elements (`KvFormat::row_len`: head_dim, but 656 bytes
+        // for `Fp8DsMla`'s rows).
+        let d = self.kv_format.row_len(self.head_dim) as u64;
         let h = self.num_kv_heads as u64;
         let n = self.max_seq_len as u64;
         Some(match self.kv_layout {
@@ -298,14 +303,28 @@ impl DecodeShape {
         let s = self.kv_strides_checked()?;
         if let KvLayout::Paged { page_size, num_pages, .. } = self.kv_layout {
             // The last page's rows end one page of rows past its start.
-            let rows = (page_size as u64).checked_mul(self.num_kv_heads as u64)?.checked_mul(self.head_dim as u64)?;
+            let rows = (page_size as u64).checked_mul(self.num_kv_heads as u64)?.checked_mul(self.kv_format.row_len(self.head_dim) as u64)?;
             return (num_pages as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(rows).filter(|&n| n > 0);
         }
         let last = (self.batch as u64).checked_sub(1)?.checked_mul(s.batch)?.checked_add(
             (self.max_seq_len as u64).checked_sub(1)?.checked_mul(s.token)?,
         )?;
         let last = last.checked_add((self.num_kv_heads as u64).checked_sub(1)?.checked_mul(s.head)?)?;
-        last.checked_add(self.head_dim as u64)
+        last.checked_add(self.kv_format.row_len(self.head_dim) as u64)
+    }
+
+    /// The shape of this cache's 16-bit twin: the rows `quantize_kv`
+    /// reads, `dequantize_kv` writes and the CPU quantizer takes
+    /// (`quant::quantize_cache`), in the same layout — the shape itself,
+    /// but for a format whose rows are not `head_dim` elements
+    /// (`Fp8DsMla`'s 656 bytes), whose twin is the shape as a bf16 cache
+    /// (`[.., 576]` bf16 rows).
+    pub fn plain_shape(&self) -> DecodeShape {
+        if self.kv_format.latent_only() {
+            DecodeShape { kv_format: KvFormat::Bf16, ..self.clone() }
+        } else {
+            self.clone()
+        }
     }
 
     /// Bytes a K (or V) buffer must hold (`kv_elems_required` values of the
@@ -387,6 +406,9 @@ impl DecodeShape {
         ensure(HEAD_DIMS.contains(&self.head_dim) || self.is_latent(), "head_dim", format!("one of {HEAD_DIMS:?}, or {} (MLA's latent rows)", MLA_DIMS.qk), self.head_dim)?;
         if self.is_latent() {
             self.validate_latent()?;
+        }
+        if self.kv_format.latent_only() {
+            ensure(self.is_latent(), "head_dim", format!("{} ({} holds MLA's latent rows alone)", MLA_DIMS.qk, self.kv_format.name()), self.head_dim)?;
         }
         ensure(
             self.kv_format.supports_head_dim(self.head_dim),
@@ -489,12 +511,14 @@ impl DecodeShape {
         Ok(())
     }
 
-    /// The rules of a latent cache (MLA): one kv head, bf16 or fp8 per
-    /// head (a scale per token), bf16 queries, no variant, no packed pages (V is K's rows, not a part of each page).
+    /// The rules of a latent cache (MLA): one kv head, a format that holds
+    /// latent rows (bf16, fp8 per head: a scale per token, fp8-ds-mla:
+    /// DeepSeek V3.2's rows), bf16 queries, no variant, no packed pages (V
+    /// is K's rows, not a part of each page).
     fn validate_latent(&self) -> Result<()> {
         let d = MLA_DIMS.qk;
         ensure(self.num_kv_heads == 1, "num_kv_heads", format!("1 at head_dim {d} (MLA: every query head reads the one latent head)"), self.num_kv_heads)?;
-        ensure(self.kv_format.holds_latent(), "kv_format", format!("bf16 or fp8-per-head at head_dim {d} (the latent caches of the MLA kernels)"), self.kv_format.name())?;
+        ensure(self.kv_format.holds_latent(), "kv_format", format!("bf16, fp8-per-head or fp8-ds-mla at head_dim {d} (the latent caches of the MLA kernels)"), self.kv_format.name())?;
         ensure(self.dtype == Dtype::Bf16, "dtype", format!("bf16 at head_dim {d} (the MLA kernels' queries)"), self.dtype.name())?;
         ensure(self.variant == VariantSpec::STANDARD, "variant", format!("none at head_dim {d} (the MLA kernels are causal among the new tokens alone)"), self.variant_name())?;
         if let KvLayout::Paged { page_bytes, .. } = self.kv_layout {

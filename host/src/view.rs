@@ -198,7 +198,8 @@ impl DecodeShape {
         match self.kv_format {
             KvFormat::Bf16 | KvFormat::F16 => own,
             KvFormat::Fp8PerHead | KvFormat::Fp8 => &["u8", "e4m3"],
-            KvFormat::Int8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => &["u8"],
+            // (Rows of three kinds of bytes: held as bytes.)
+            KvFormat::Int8 | KvFormat::Fp8DsMla | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => &["u8"],
         }
     }
 

@@ -32,7 +32,7 @@ pub mod variant;
 use decode_attn_abi::{Addressing, AdvanceParams, DecodeParams, Family, FillParams, Form, Merge, MergeParams, MmaRateParams, QuantParams, SleepParams};
 // (Each architecture's module names only some of the formats and params.)
 #[allow(unused_imports)]
-use format::{Bf16, Fp8Kv, Fp8PerHeadKv, Int4Kv, Int8Kv, PlainKv, F16};
+use format::{Bf16, Fp8DsMlaKv, Fp8Kv, Fp8PerHeadKv, Int4Kv, Int8Kv, PlainKv, F16};
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {

@@ -374,3 +374,83 @@ pub unsafe fn dequantize_int4<H: Half, const D: usize, const E: usize, const G: 
         memory::st_global_u32(dst + 4 * w as u64, H::pack(lo, hi));
     }
 }
+
+/// The `Fp8DsMla` row (b, token) a warp writes or reads, and its lane:
+/// lane `l` owns latent values `16 l .. 16 l + 16` (of group `l / 8`) and
+/// RoPE values `512 + 2 l`, `512 + 2 l + 1`.
+const DS_LANE_VALUES: usize = 16;
+/// Where a row's scales and its RoPE part start (bytes).
+const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_LATENT as u64;
+const DS_ROPE_AT: u64 = DS_SCALES_AT + 4 * (decode_attn_abi::DS_MLA_LATENT / decode_attn_abi::DS_MLA_GROUP) as u64;
+
+/// bf16 latent rows (576 values) → DeepSeek V3.2's 656-byte rows
+/// (`Fp8DsMla`): per group of 128 latent values `amax = max |x|`, the
+/// scale `decode_attn_abi::ds_mla_group_scale(amax)` (a power of two),
+/// `q = e4m3(x · (1 / scale))` by `cvt.rn.satfinite` (exact scaling; 0
+/// codes for an all-zero group); the 64 RoPE values copied as they are.
+/// `decode_attn::quant::quantize_ds_mla_row` is its CPU twin, bit for bit.
+/// (The table has it for bf16 rows alone: `KvFormat::required_dtype`.)
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn quantize_fp8_ds_mla<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
+    const { assert!(D == 576) };
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let lane = thread::lane_id();
+    let (src, dst) = (plain_row(p, pb, pt, h), data_row(p, cb, ct, h));
+    let x = load_lane_values::<H, DS_LANE_VALUES>(src, lane);
+    let mut amax = 0f32;
+    for v in x {
+        amax = amax.max(v.abs());
+    }
+    // The group's 8 lanes.
+    for m in [1, 2, 4] {
+        amax = amax.max(warp::shfl_xor_f32(amax, m));
+    }
+    let scale = decode_attn_abi::ds_mla_group_scale(amax);
+    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    let pairs: [u32; 8] = core::array::from_fn(|i| math::e4m3x2_from_f32(x[2 * i + 1] * inv, x[2 * i] * inv));
+    memory::st_global_v4_u32(dst + 16 * lane as u64, core::array::from_fn(|w| pairs[2 * w] | (pairs[2 * w + 1] << 16)));
+    if lane % 8 == 0 {
+        memory::st_global_f32(dst + DS_SCALES_AT + 4 * (lane / 8) as u64, scale);
+    }
+    memory::st_global_u32(dst + DS_ROPE_AT + 4 * lane as u64, memory::ld_global_nc_u32(src + 2 * 512 + 4 * lane as u64));
+}
+
+/// DeepSeek V3.2's 656-byte rows → bf16 latent rows: each latent value
+/// `bf16(e4m3 · scale)` (the f32 product rounded once, as the MLA kernel
+/// converts it), the RoPE values as they are.
+///
+/// # Safety
+/// As [`quantize_int8`].
+#[inline(always)]
+pub unsafe fn dequantize_fp8_ds_mla<H: Half, const D: usize, const E: usize>(p: &QuantParams) {
+    const { assert!(D == 576) };
+    let Some((b, t, h, token)) = this_row(p) else { return };
+    let (cb, ct) = cache_at(p, b, token);
+    let (pb, pt) = plain_at(p, b, t, (cb, ct));
+    let lane = thread::lane_id();
+    let (src, dst) = (data_row(p, cb, ct, h), plain_row(p, pb, pt, h));
+    let words = memory::ld_global_nc_v4_f32(src + 16 * lane as u64).map(f32::to_bits);
+    let scale = memory::ld_global_nc_f32(src + DS_SCALES_AT + 4 * (lane / 8) as u64);
+    let mut out = [0u32; 8];
+    for (w, word) in words.iter().enumerate() {
+        out[2 * w] = ds_mla_pair(word & 0xFFFF, scale);
+        out[2 * w + 1] = ds_mla_pair(word >> 16, scale);
+    }
+    memory::st_global_v4_u32(dst + 32 * lane as u64, [out[0], out[1], out[2], out[3]]);
+    memory::st_global_v4_u32(dst + 32 * lane as u64 + 16, [out[4], out[5], out[6], out[7]]);
+    memory::st_global_u32(dst + 2 * 512 + 4 * lane as u64, memory::ld_global_nc_u32(src + DS_ROPE_AT + 4 * lane as u64));
+}
+
+/// Two e4m3 bytes (the first in the low byte of `pair`) times `scale`, as
+/// a bf16 pair: each value's f32 product rounded once to bf16
+/// (`Fp8DsMla`'s dequantized value; the MLA kernel's conversion).
+#[inline(always)]
+pub fn ds_mla_pair(pair: u32, scale: f32) -> u32 {
+    let (lo, hi) = math::unpack_f16x2(math::f16x2_from_e4m3x2(pair));
+    math::pack_bf16x2(lo * scale, hi * scale)
+}

@@ -563,10 +563,10 @@ impl PyDevice {
 
     #[pyo3(signature = (shape, seq_lens, data, scales, plain, stream))]
     #[allow(clippy::too_many_arguments)]
-    fn dequantize_kv(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, data: Buf, scales: Buf, plain: Buf, stream: usize) -> PyResult<()> {
+    fn dequantize_kv(&self, py: Python<'_>, shape: &PyShape, seq_lens: Buf, data: Buf, scales: Option<Buf>, plain: Buf, stream: usize) -> PyResult<()> {
         py.detach(|| {
             // SAFETY: as in `run`.
-            let (lens, data, scales, plain) = unsafe { (buffer_ref(seq_lens)?, buffer_ref(data)?, buffer_ref(scales)?, buffer_mut(plain)?) };
+            let (lens, data, scales, plain) = unsafe { (buffer_ref(seq_lens)?, buffer_ref(data)?, scales.map(|b| buffer_ref(b)).transpose()?, buffer_mut(plain)?) };
             self.ctx.with_current(|| self.attn.dequantize_kv_raw(&shape.inner, lens, data, scales, plain, stream as _)).map_err(py_err)
         })
     }

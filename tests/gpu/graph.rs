@@ -370,7 +370,7 @@ pub fn replay(attn: &DecodeAttention, stream: &Stream, case: &GraphCase, seed: u
 pub fn cases() -> Vec<GraphCase> {
     use decode_attn::PageOrder::{HeadMajor, TokenMajor};
     let mut out = Vec::new();
-    for format in KvFormat::ALL {
+    for format in KvFormat::ALL.into_iter().filter(|f| !f.latent_only()) {
         // Quantized formats alternate the query type.
         let dtype = format.required_dtype().unwrap_or(if matches!(format, KvFormat::Int4G32 | KvFormat::Int4G128) { Dtype::F16 } else { Dtype::Bf16 });
         let layouts: [(Option<Paging>, u32, &str); 4] = [

@@ -1,12 +1,14 @@
 //! MLA (the latent family): a latent cache of 576-value rows, V the first
-//! 512 of each, bf16 or fp8 e4m3 with a scale per token (`Fp8PerHead`, every
-//! value quantized), against the f64 reference (`reference::latent_attention`,
-//! on the dequantized rows for fp8) on random inputs — rows past each sequence's length NaN, O poisoned with
+//! 512 of each, bf16, fp8 e4m3 with a scale per token (`Fp8PerHead`, every
+//! value quantized) or DeepSeek V3.2's 656-byte rows (`Fp8DsMla`), against
+//! the f64 reference (`reference::latent_attention`, on the dequantized
+//! rows for fp8) on random inputs — rows past each sequence's length NaN, O poisoned with
 //! NaN, every case run twice and compared bit for bit. Contiguous, padded
 //! and paged caches (pages in a random order, unused pages NaN), plans of
 //! host lengths and capacity plans of device lengths, split and not. An
 //! fp8 case's cache is quantized on the GPU and must equal the CPU
-//! quantizer's bits (rows past each length are NaN codes and NaN scales);
+//! quantizer's bits (rows past each length are NaN codes and NaN scales,
+//! or 0x7F bytes);
 //! every case appends its last token's rows on the GPU and checks them.
 
 use decode_attn::cust::memory::{CopyDestination, DeviceBuffer};
@@ -14,7 +16,7 @@ use decode_attn::cust::stream::Stream;
 use decode_attn::half::bf16;
 use decode_attn::reference::{latent_attention, LatentShape};
 use decode_attn::testing::{random_values, Distribution, Rng};
-use decode_attn::quant::{dequantize_cache, quantize_cache, quantize_fp8_row};
+use decode_attn::quant::{dequantize_cache, quantize_cache, quantize_ds_mla_row, quantize_fp8_row};
 use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvLayout, KvMut, PageOrder, PlanOptions, SplitPolicy, StepInputs, Workspace};
 use decode_attn_abi::MLA_DIMS;
 
@@ -47,7 +49,7 @@ pub struct Case {
     pub dist: Distribution,
     /// DeepSeek's `1/√192` rather than the default `1/√576`.
     pub deepseek_scale: bool,
-    /// `Bf16` or `Fp8PerHead`.
+    /// `Bf16`, `Fp8PerHead` or `Fp8DsMla`.
     pub format: KvFormat,
 }
 
@@ -55,7 +57,7 @@ pub struct Case {
 /// DeepSeek layer (128) and an odd one; q_len 1 (decode), 2 (multi-token
 /// prediction), 3 and 8 (speculative steps); lengths below, at and past a
 /// stage (64) and a chunk, ragged; every layout; split and not; each in
-/// both latent formats.
+/// every latent format.
 #[allow(dead_code)] // the fuzzer makes its own (`fuzz --mla`)
 pub fn cases() -> Vec<Case> {
     use Distribution::{HeavyTailed as Heavy, Normal};
@@ -64,7 +66,7 @@ pub fn cases() -> Vec<Case> {
     let mut out = Vec::new();
     let mut add = |name: &str, heads: u32, q_len: u32, seq_lens: Vec<u32>, split: SplitPolicy, layout: Layout, capacity: bool, dist: Distribution| {
         let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
-        for format in [KvFormat::Bf16, KvFormat::Fp8PerHead] {
+        for format in LATENT_FORMATS {
             let tag = format!("mla/{}/{name}/h{heads}/q{q_len}/{layout:?}/{}/{split:?}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
             out.push(Case { name: tag, heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format });
         }
@@ -93,13 +95,20 @@ pub fn cases() -> Vec<Case> {
     out
 }
 
+/// The formats that hold latent rows, each case run in all.
+pub const LATENT_FORMATS: [KvFormat; 3] = [KvFormat::Bf16, KvFormat::Fp8PerHead, KvFormat::Fp8DsMla];
+
 /// Runs a case twice: the error against the reference and the plan's
 /// most splits; both outputs finite and bit-identical.
 pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let (dq, dv) = (MLA_DIMS.qk as usize, MLA_DIMS.v as usize);
     let batch = case.seq_lens.len() as u32;
     let scale = if case.deepseek_scale { 1.0 / 192f32.sqrt() } else { 1.0 / 576f32.sqrt() };
-    let fp8 = case.format == KvFormat::Fp8PerHead;
+    let fp8 = case.format.is_quantized();
+    // A row's elements in the cache (656 bytes for fp8-ds-mla) and whether
+    // scales sit beside the rows.
+    let row = case.format.row_len(MLA_DIMS.qk) as usize;
+    let beside = decode_attn::check::scale_elem(case.format).is_some();
     let mut rng = Rng::new(seed);
     // Q and the compact rows [batch, cap, 576] as bf16 sees them; rows past
     // a sequence's length NaN.
@@ -128,7 +137,8 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     let (shape, table) = match case.layout {
         Layout::Contiguous => (contiguous.clone(), Vec::new()),
         Layout::Padded => {
-            let layout = KvLayout::Strided { batch: (case.cap as u64 + 8) * 640, token: 640, head: dq as u64 };
+            let token = row as u64 + 64;
+            let layout = KvLayout::Strided { batch: (case.cap as u64 + 8) * token, token, head: row as u64 };
             (DecodeShape { kv_layout: layout, ..contiguous.clone() }, Vec::new())
         }
         Layout::Paged(page) => {
@@ -157,8 +167,8 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
         for t in 0..len as usize {
             let (at, si) = place(&shape, b, t);
             let (from, from_si) = place(&contiguous, b, t);
-            cache[at..at + dq].copy_from_slice(&compact[from..from + dq]);
-            if fp8 {
+            cache[at..at + row].copy_from_slice(&compact[from..from + row]);
+            if beside {
                 side[si] = scales[from_si];
             }
         }
@@ -190,7 +200,8 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     let mut ws = Workspace::for_plan(&plan).map_err(err)?;
     let kv = match (&kv16, &kv8) {
         (Some(k), _) => KvCache::latent(k),
-        (_, Some(k)) => KvCache::latent_quantized(k, &side_dev),
+        (_, Some(k)) if beside => KvCache::latent_quantized(k, &side_dev),
+        (_, Some(k)) => KvCache::latent(k),
         _ => unreachable!(),
     };
     let mut outs = Vec::new();
@@ -226,24 +237,26 @@ fn page_shift(s: &DecodeShape) -> u32 {
 
 /// The fp8 cache of the compact rows as the GPU quantizes them (`quantize_kv`),
 /// checked against the CPU quantizer bit for bit on every row of every
-/// sequence (values and scale).
+/// sequence (values and scale; fp8-ds-mla's rows hold theirs).
 fn quantize_on_gpu(attn: &DecodeAttention, stream: &Stream, shape: &DecodeShape, lens_dev: &DeviceBuffer<u32>, seq_lens: &[u32], rows: &[f32]) -> Result<(Vec<u8>, Vec<u32>), String> {
     let (cpu_bytes, cpu_words) = quantize_cache(shape, seq_lens, rows).map_err(err)?;
     let plain = DeviceBuffer::from_slice(&to_bf16(rows)).map_err(err)?;
     let mut data = DeviceBuffer::from_slice(&vec![0x7Fu8; cpu_bytes.len()]).map_err(err)?;
-    let mut side = DeviceBuffer::from_slice(&vec![f32::NAN; cpu_words.len()]).map_err(err)?;
-    attn.quantize_kv(shape, &StepInputs::lengths(lens_dev), &plain, KvMut::quantized(&mut data, &mut side), stream).map_err(err)?;
+    let mut side = DeviceBuffer::from_slice(&vec![f32::NAN; cpu_words.len().max(1)]).map_err(err)?;
+    let out = if cpu_words.is_empty() { KvMut::plain(&mut data) } else { KvMut::quantized(&mut data, &mut side) };
+    attn.quantize_kv(shape, &StepInputs::lengths(lens_dev), &plain, out, stream).map_err(err)?;
     stream.synchronize().map_err(|e| format!("quantize failed: {e}"))?;
     let mut bytes = vec![0u8; cpu_bytes.len()];
-    let mut scales = vec![0f32; cpu_words.len()];
+    let mut scales = vec![0f32; cpu_words.len().max(1)];
     data.copy_to(&mut bytes).map_err(err)?;
     side.copy_to(&mut scales).map_err(err)?;
-    let d = MLA_DIMS.qk as usize;
+    scales.truncate(cpu_words.len());
+    let d = shape.kv_format.row_len(MLA_DIMS.qk) as usize;
     let (st, ss) = (shape.kv_strides(), shape.scale_strides());
     for (b, &len) in seq_lens.iter().enumerate() {
         for t in 0..len as usize {
             let (at, si) = ((b as u64 * st.batch + t as u64 * st.token) as usize, (b as u64 * ss.batch + t as u64 * ss.token) as usize);
-            if bytes[at..at + d] != cpu_bytes[at..at + d] || scales[si].to_bits() != cpu_words[si] {
+            if bytes[at..at + d] != cpu_bytes[at..at + d] || scales.get(si).map(|x| x.to_bits()) != cpu_words.get(si).copied() {
                 return Err(format!("GPU quantization of row ({b}, {t}) differs from the CPU quantizer's"));
             }
         }
@@ -252,7 +265,7 @@ fn quantize_on_gpu(attn: &DecodeAttention, stream: &Stream, shape: &DecodeShape,
 }
 
 /// Appends each sequence's last `q_len` rows with `append_kv` (a copy for
-/// bf16, the fp8 quantizer's bits and scale) over the cache as uploaded,
+/// bf16, the fp8 quantizer's bits and scale, or its 656-byte row) over the cache as uploaded,
 /// and checks that every value and scale is as before: the append writes
 /// exactly the rows, in the layout, that the CPU puts there.
 #[allow(clippy::too_many_arguments)]
@@ -298,18 +311,29 @@ fn append_last_rows(
             }
         }
         (_, Some(k)) => {
-            attn.append_kv(shape, step, &new_dev, KvMut::quantized(&mut *k, &mut *side), stream).map_err(err)?;
+            // (fp8-ds-mla rows hold their scales.)
+            let ds = shape.kv_format == decode_attn::KvFormat::Fp8DsMla;
+            let out = if ds { KvMut::plain(&mut *k) } else { KvMut::quantized(&mut *k, &mut *side) };
+            attn.append_kv(shape, step, &new_dev, out, stream).map_err(err)?;
             stream.synchronize().map_err(|e| format!("append failed: {e}"))?;
-            let (mut host, mut host_side) = (vec![0u8; cache.len()], vec![0f32; scales.len()]);
+            let (mut host, mut host_side) = (vec![0u8; cache.len()], vec![0f32; side.len()]);
             k.copy_to(&mut host).map_err(err)?;
             side.copy_to(&mut host_side).map_err(err)?;
+            host_side.truncate(scales.len());
+            let row = shape.kv_format.row_len(d as u32) as usize;
             for (b, &len) in seq_lens.iter().enumerate() {
                 for i in 0..q_len.min(len) as usize {
                     let t = len as usize - q_len.min(len) as usize + i;
                     let (at, si) = place(shape, b, t);
-                    let mut want = vec![0u8; d];
-                    let s = quantize_fp8_row(&rows[(b * cap + t) * d..][..d], &mut want);
-                    if host[at..at + d] != want[..] || host_side[si].to_bits() != s.to_bits() {
+                    let mut want = vec![0u8; row];
+                    let x = &rows[(b * cap + t) * d..][..d];
+                    let s = if ds {
+                        quantize_ds_mla_row(x, &mut want);
+                        None
+                    } else {
+                        Some(quantize_fp8_row(x, &mut want).to_bits())
+                    };
+                    if host[at..at + row] != want[..] || s.is_some_and(|s| host_side[si].to_bits() != s) {
                         return Err(format!("the fp8 append of row ({b}, {t}) differs from the CPU quantizer's"));
                     }
                 }

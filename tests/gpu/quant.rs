@@ -124,7 +124,7 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
     let out = DeviceBuffer::from_slice(&vec![0x7FFFu16; n]).map_err(err)?;
     // SAFETY: a view of `out`.
     let out_view = unsafe { TensorMut::from_raw(out.as_device_ptr().as_raw(), n, elem16) };
-    attn.dequantize_kv(&shape, &lens_dev, &qb.k, side_ref(&qb.k_scales), out_view, stream).map_err(err)?;
+    attn.dequantize_kv(&shape, &lens_dev, &qb.k, Some(side_ref(&qb.k_scales)), out_view, stream).map_err(err)?;
     stream.synchronize().map_err(err)?;
     let mut got16 = vec![0u16; n];
     out.copy_to(&mut got16).map_err(err)?;
@@ -165,6 +165,9 @@ pub fn round_trips(attn: &DecodeAttention, stream: &Stream, format: KvFormat, dt
 /// scale (1e-40, 2^-149) gives the CPU's codes, a zero or negative one zero
 /// codes, never NaN ones.
 pub fn extreme_rows(attn: &DecodeAttention, stream: &Stream, format: KvFormat) -> Result<(), String> {
+    if format == KvFormat::Fp8DsMla {
+        return extreme_ds_mla_rows(attn, stream);
+    }
     let dtype = Dtype::Bf16;
     let shape = DecodeShape { kv_format: format, ..DecodeShape::bf16(1, 2, 2, 128, 1, 16) };
     let lens = vec![16u32];
@@ -253,6 +256,95 @@ pub fn extreme_rows(attn: &DecodeAttention, stream: &Stream, format: KvFormat) -
         };
         if bound.is_some_and(|b| !(rel <= b)) {
             return Err(format!("row {r} (magnitude {mag:e}): relative error {rel:.3e} after the round trip"));
+        }
+    }
+    Ok(())
+}
+
+/// DeepSeek V3.2's 656-byte rows (`Fp8DsMla`) of latent rows whose four
+/// groups have their own magnitudes, from 9.2e-41 (bf16's subnormals) and
+/// all-zero groups to 3e38: the GPU's bytes (codes, power-of-two scales,
+/// RoPE bits) are the CPU quantizer's, no code is a NaN code, every scale
+/// is a power of two (or 0 for an all-zero group) whose group fits under
+/// 448 · scale, and the dequantized rows are finite, zeros kept, within
+/// e4m3's rounding where the scale is not the least one (2^-126) and the
+/// RoPE values exact.
+fn extreme_ds_mla_rows(attn: &DecodeAttention, stream: &Stream) -> Result<(), String> {
+    let rows = 24u32;
+    let shape = DecodeShape { kv_format: KvFormat::Fp8DsMla, ..DecodeShape::latent(1, 16, 1, rows) };
+    let lens = vec![rows];
+    let mags: [f32; 12] = [9.2e-41, 1e-39, 1e-37, 0.0, 1e-30, 1e-6, 1.0, 448.0, 449.0, 6e4, 1e30, 3e38];
+    let d = 576usize;
+    let mut rng = decode_attn::testing::Rng::new(78);
+    let plain: Vec<f32> = (0..rows as usize * d)
+        .map(|i| {
+            let (row, dim) = (i / d, i % d);
+            // Group g of row r has magnitude mags[(r + 5 g) % 12]; RoPE values are ordinary.
+            let mag = if dim < 512 { mags[(row + 5 * (dim / 128)) % mags.len()] } else { 1.0 };
+            let x = if dim % 7 == 0 { 0.0 } else { mag * rng.normal().clamp(-1.0, 1.0) as f32 };
+            decode_attn::half::bf16::from_f32(x).to_f32()
+        })
+        .collect();
+    let bits: Vec<u16> = plain.iter().map(|&x| to16(x, Dtype::Bf16)).collect();
+    let plain_dev = DeviceBuffer::from_slice(&bits).map_err(err)?;
+    let lens_dev = DeviceBuffer::from_slice(&lens).map_err(err)?;
+    let n_bytes = shape.kv_bytes_required().unwrap() as usize;
+    let mut data = DeviceBuffer::from_slice(&vec![0x7Fu8; n_bytes]).map_err(err)?;
+    // SAFETY: a view of a live buffer of this function.
+    let plain_view = unsafe { TensorRef::from_raw(plain_dev.as_device_ptr().as_raw(), bits.len(), decode_attn::check::dtype_elem(Dtype::Bf16)) };
+    attn.quantize_kv(&shape, &StepInputs::lengths(&lens_dev), plain_view, KvMut::plain(&mut data), stream).map_err(err)?;
+    stream.synchronize().map_err(err)?;
+    let mut got = vec![0u8; n_bytes];
+    data.copy_to(&mut got).map_err(err)?;
+    let (want, _) = quantize_cache(&shape, &lens, &plain).map_err(err)?;
+    if let Some(i) = got.iter().zip(&want).position(|(a, b)| a != b) {
+        return Err(format!("byte {i} (row {}, byte {} of it) is {:#x} on the GPU, {:#x} on the CPU", i / 656, i % 656, got[i], want[i]));
+    }
+    let back = dequantize_cache(&shape, &lens, &got, &[]).map_err(err)?;
+    // The GPU's dequantization (the MLA kernel's conversion) gives the
+    // CPU's values, bit for bit.
+    let out = DeviceBuffer::from_slice(&vec![0x7FFFu16; bits.len()]).map_err(err)?;
+    // SAFETY: views of live buffers of this function.
+    let (data_view, out_view) = unsafe {
+        (TensorRef::from_raw(data.as_device_ptr().as_raw(), n_bytes, decode_attn::ElemType::U8), TensorMut::from_raw(out.as_device_ptr().as_raw(), bits.len(), decode_attn::check::dtype_elem(Dtype::Bf16)))
+    };
+    attn.dequantize_kv(&shape, &lens_dev, data_view, None, out_view, stream).map_err(err)?;
+    stream.synchronize().map_err(err)?;
+    let mut got16 = vec![0u16; bits.len()];
+    out.copy_to(&mut got16).map_err(err)?;
+    if let Some(i) = got16.iter().zip(&back).position(|(&a, &b)| a != to16(b, Dtype::Bf16)) {
+        return Err(format!("dequantized value {i} (row {}, dim {}) is {:#06x} on the GPU, {:#06x} on the CPU", i / d, i % d, got16[i], to16(back[i], Dtype::Bf16)));
+    }
+    for r in 0..rows as usize {
+        let row = &got[r * 656..(r + 1) * 656];
+        if let Some(i) = row[..512].iter().position(|b| b & 0x7f == 0x7f) {
+            return Err(format!("row {r}: latent byte {i} is a NaN code ({:#x})", row[i]));
+        }
+        for g in 0..4 {
+            let scale = f32::from_le_bytes(row[512 + 4 * g..516 + 4 * g].try_into().unwrap());
+            let xs = &plain[r * d + 128 * g..r * d + 128 * (g + 1)];
+            let amax = xs.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let pow2 = scale.to_bits() & 0x7F_FFFF == 0 && scale > 0.0;
+            if !(scale == 0.0 && amax == 0.0 || pow2 && amax <= 448.0 * scale) {
+                return Err(format!("row {r} group {g} (amax {amax:e}): scale {scale:e} is not the least power of two over amax / 448"));
+            }
+            let ys = &back[r * d + 128 * g..r * d + 128 * (g + 1)];
+            if let Some(i) = ys.iter().position(|v| !v.is_finite()) {
+                return Err(format!("row {r} group {g}: dequantized value {i} is {}", ys[i]));
+            }
+            if xs.iter().zip(ys).any(|(&a, &b)| a == 0.0 && b != 0.0) {
+                return Err(format!("row {r} group {g}: a zero came back nonzero"));
+            }
+            let (num, den) = xs.iter().zip(ys).fold((0f64, 0f64), |(n, dd), (&a, &b)| (n + ((a - b) as f64).powi(2), dd + (a as f64).powi(2)));
+            let rel = if den > 0.0 { (num / den).sqrt() } else { 0.0 };
+            // e4m3's half ulp (2^-4) bounds every value's relative error,
+            // but where the least scale leaves values among e4m3's subnormals.
+            if scale > f32::MIN_POSITIVE && !(rel <= 0.07) {
+                return Err(format!("row {r} group {g} (amax {amax:e}): relative error {rel:.3e} after the round trip"));
+            }
+        }
+        if plain[r * d + 512..(r + 1) * d] != back[r * d + 512..(r + 1) * d] {
+            return Err(format!("row {r}: the RoPE values changed"));
         }
     }
     Ok(())

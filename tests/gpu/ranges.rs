@@ -65,7 +65,7 @@ fn shapes(small: bool) -> Vec<RangeCase> {
         Variant { tag: "ranges-alibi", window: None, sinks: false, alibi: true, soft_cap: None },
     ];
     let mut out = Vec::new();
-    for (fi, format) in KvFormat::ALL.into_iter().enumerate() {
+    for (fi, format) in KvFormat::ALL.into_iter().filter(|f| !f.latent_only()).enumerate() {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::F16 } else { Dtype::Bf16 });
         let stage = decode_attn::plan::stage_keys(format, 128);
         for (vi, v) in variants.iter().enumerate() {

@@ -58,7 +58,7 @@ fn shapes(small: bool) -> Vec<TreeCase> {
         Variant { tag: "tree-softcap-window7", window: Some(7), sinks: false, soft_cap: Some(20.0) },
     ];
     let mut out = Vec::new();
-    for (fi, format) in KvFormat::ALL.into_iter().enumerate() {
+    for (fi, format) in KvFormat::ALL.into_iter().filter(|f| !f.latent_only()).enumerate() {
         let dtype = format.required_dtype().unwrap_or(if format == KvFormat::Int8 { Dtype::F16 } else { Dtype::Bf16 });
         let stage = decode_attn::plan::stage_keys(format, 128);
         for (vi, v) in variants.iter().enumerate() {

@@ -283,10 +283,18 @@ pub enum KvFormat {
     /// scale for all of K and one for all of V, device scalars read at
     /// each launch (a captured graph sees new values): `x ≈ e4m3 · scale`.
     Fp8 = 7,
+    /// DeepSeek V3.2's fp8 latent rows (vLLM's `fp8_ds_mla`), MLA's
+    /// [`MLA_DIMS`] only: 656 bytes a token — 512 e4m3 latent values, four
+    /// f32 scales (one per 128 values, powers of two as the quantizer
+    /// writes them), 64 bf16 RoPE values — scales inside the row, none
+    /// beside it. A latent value is `bf16(e4m3 · scale)` (the f32 product
+    /// rounded once; exact for a power-of-two scale): `docs/formats.md`,
+    /// "Latent caches".
+    Fp8DsMla = 8,
 }
 
 impl KvFormat {
-    pub const ALL: [KvFormat; 8] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128, KvFormat::Fp8PerHead, KvFormat::Fp8];
+    pub const ALL: [KvFormat; 9] = [KvFormat::Bf16, KvFormat::F16, KvFormat::Int8, KvFormat::Int4G32, KvFormat::Int4G64, KvFormat::Int4G128, KvFormat::Fp8PerHead, KvFormat::Fp8, KvFormat::Fp8DsMla];
     pub const fn name(self) -> &'static str {
         match self {
             KvFormat::Bf16 => "bf16",
@@ -297,10 +305,11 @@ impl KvFormat {
             KvFormat::Int4G128 => "int4-g128",
             KvFormat::Fp8PerHead => "fp8-per-head",
             KvFormat::Fp8 => "fp8",
+            KvFormat::Fp8DsMla => "fp8-ds-mla",
         }
     }
     /// The format named `name`: its [`KvFormat::name`] (`bf16`, `f16`,
-    /// `int8`, `fp8`, `fp8-per-head`, `int4-g32`, `int4-g64`, `int4-g128`),
+    /// `int8`, `fp8`, `fp8-per-head`, `fp8-ds-mla`, `int4-g32`, `int4-g64`, `int4-g128`),
     /// in any case and with `_` for `-`, or an alias (`bfloat16`; `fp16`,
     /// `float16`; `int4` for `int4-g32`; `fp8-e4m3`). Every binding parses
     /// names here, so each format has one spelling in what they print.
@@ -329,6 +338,7 @@ impl KvFormat {
             KvFormat::Int8 => write!(out, "Int8Kv<{q}>"),
             KvFormat::Fp8PerHead => write!(out, "Fp8PerHeadKv<{q}>"),
             KvFormat::Fp8 => write!(out, "Fp8Kv<{q}>"),
+            KvFormat::Fp8DsMla => write!(out, "Fp8DsMlaKv"),
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => write!(out, "Int4Kv<{q}, {}>", self.group().unwrap_or(0)),
         }
     }
@@ -336,7 +346,7 @@ impl KvFormat {
     /// (`cvt.*.e4m3x2`) sm_89, every other format sm_80.
     pub const fn needs(self) -> Arch {
         match self {
-            KvFormat::Fp8PerHead | KvFormat::Fp8 => Arch::Sm89,
+            KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Fp8DsMla => Arch::Sm89,
             KvFormat::Bf16 | KvFormat::F16 | KvFormat::Int8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => Arch::Sm80,
         }
     }
@@ -351,13 +361,16 @@ impl KvFormat {
             KvFormat::Int4G128 => "int4g128",
             KvFormat::Fp8PerHead => "fp8ph",
             KvFormat::Fp8 => "fp8",
+            KvFormat::Fp8DsMla => "fp8dsmla",
         }
     }
-    /// Bits per cached value (16, 8 or 4). Cache strides count values.
+    /// Bits per stored element (16, 8 or 4): a value's, but for
+    /// `Fp8DsMla`, whose rows are bytes of three kinds. Cache strides
+    /// count these elements ([`KvFormat::row_len`] a row).
     pub const fn bits(self) -> u32 {
         match self {
             KvFormat::Bf16 | KvFormat::F16 => 16,
-            KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => 8,
+            KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Fp8DsMla => 8,
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 4,
         }
     }
@@ -367,34 +380,59 @@ impl KvFormat {
             KvFormat::Int4G32 => Some(32),
             KvFormat::Int4G64 => Some(64),
             KvFormat::Int4G128 => Some(128),
-            KvFormat::Bf16 | KvFormat::F16 | KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => None,
+            KvFormat::Bf16 | KvFormat::F16 | KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Fp8DsMla => None,
         }
     }
-    /// Whether rows of `head_dim` values exist in this format (a group
-    /// cannot be wider than a row).
-    /// Whether the format stores MLA's latent rows ([`MLA_DIMS`]): bf16,
-    /// and fp8 e4m3 with one scale per row (a latent cache's one head: a
-    /// scale per token), every one of the 576 values quantized
-    /// (`docs/formats.md`, "Latent caches").
+    /// Whether the format stores MLA's latent rows ([`MLA_DIMS`]): bf16;
+    /// fp8 e4m3 with one scale per row (a latent cache's one head: a scale
+    /// per token), every one of the 576 values quantized; and DeepSeek
+    /// V3.2's 656-byte rows (`Fp8DsMla`) (`docs/formats.md`, "Latent
+    /// caches").
     pub const fn holds_latent(self) -> bool {
-        matches!(self, KvFormat::Bf16 | KvFormat::Fp8PerHead)
+        matches!(self, KvFormat::Bf16 | KvFormat::Fp8PerHead | KvFormat::Fp8DsMla)
     }
+    /// Whether the format stores latent rows alone (`Fp8DsMla`: its row
+    /// layout is MLA's).
+    pub const fn latent_only(self) -> bool {
+        matches!(self, KvFormat::Fp8DsMla)
+    }
+    /// Whether rows of `head_dim` values exist in this format (a group
+    /// cannot be wider than a row; a latent-only format's rows are MLA's).
     pub const fn supports_head_dim(self, head_dim: u32) -> bool {
+        if self.latent_only() {
+            return head_dim == MLA_DIMS.qk;
+        }
         match self.group() {
             Some(g) => g <= head_dim,
             None => true,
         }
     }
-    /// Bytes of one cached row's values (one token of one kv head);
-    /// `u32::MAX` where that overflows (no head dim the library accepts).
+    /// Bytes of one cached row (one token of one kv head), scales stored
+    /// in it included (`Fp8DsMla`: 512 e4m3 values, 4 f32 scales, 64 bf16
+    /// values); `u32::MAX` where that overflows (no head dim the library
+    /// accepts).
     pub const fn row_bytes(self, head_dim: u32) -> u32 {
+        if self.latent_only() {
+            let rope = head_dim.saturating_sub(DS_MLA_LATENT);
+            return saturate(DS_MLA_LATENT as u64 + 4 * (DS_MLA_LATENT / DS_MLA_GROUP) as u64 + 2 * rope as u64);
+        }
         saturate(head_dim as u64 * self.bits() as u64 / 8)
     }
-    /// Bytes of one row's scales, stored apart from the values;
+    /// Stored elements of one row ([`KvFormat::bits`] each): `head_dim`,
+    /// but 656 for `Fp8DsMla`'s rows. Cache strides count these.
+    pub const fn row_len(self, head_dim: u32) -> u32 {
+        if self.latent_only() {
+            self.row_bytes(head_dim)
+        } else {
+            head_dim
+        }
+    }
+    /// Bytes of one row's scales, stored apart from the values (none for
+    /// `Fp8DsMla`, whose scales are in the row);
     /// `u32::MAX` where that overflows.
     pub const fn scale_bytes(self, head_dim: u32) -> u32 {
         match self {
-            KvFormat::Bf16 | KvFormat::F16 | KvFormat::Fp8 => 0,
+            KvFormat::Bf16 | KvFormat::F16 | KvFormat::Fp8 | KvFormat::Fp8DsMla => 0,
             KvFormat::Int8 | KvFormat::Fp8PerHead => 4,
             KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => match self.group() {
                 Some(g) => saturate(4 * head_dim as u64 / g as u64),
@@ -419,10 +457,19 @@ impl KvFormat {
         match self {
             KvFormat::Bf16 => Some(Dtype::Bf16),
             KvFormat::F16 => Some(Dtype::F16),
+            // (The MLA kernels' queries, and the RoPE part stored as is.)
+            KvFormat::Fp8DsMla => Some(Dtype::Bf16),
             KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => None,
         }
     }
 }
+
+/// `Fp8DsMla`'s rows: the latent values coded as e4m3 (the rest of a
+/// row's [`MLA_DIMS`] are RoPE values, stored bf16), in groups of
+/// [`DS_MLA_GROUP`] with a scale each.
+pub const DS_MLA_LATENT: u32 = 512;
+/// Latent values per scale of an `Fp8DsMla` row.
+pub const DS_MLA_GROUP: u32 = 128;
 
 /// `x`, or `u32::MAX` where it does not fit.
 const fn saturate(x: u64) -> u32 {

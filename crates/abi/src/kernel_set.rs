@@ -223,6 +223,8 @@ impl QuantKernelId {
             (KvFormat::Fp8PerHead, QuantDirection::Store) => "quantize_fp8_per_head",
             (KvFormat::Fp8, QuantDirection::Store) => "quantize_fp8_per_tensor",
             (KvFormat::Fp8PerHead | KvFormat::Fp8, QuantDirection::Dequantize) => "dequantize_fp8",
+            (KvFormat::Fp8DsMla, QuantDirection::Store) => "quantize_fp8_ds_mla",
+            (KvFormat::Fp8DsMla, QuantDirection::Dequantize) => "dequantize_fp8_ds_mla",
             (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, QuantDirection::Store) => "quantize_int4",
             (KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128, QuantDirection::Dequantize) => "dequantize_int4",
         };

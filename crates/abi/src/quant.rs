@@ -54,3 +54,23 @@ pub const INT4_LIMIT: f32 = 65000.0;
 pub fn int4_bound(x: f32) -> f32 {
     x.clamp(-INT4_LIMIT, INT4_LIMIT) + 0.0
 }
+
+/// The scale of a group of [`crate::DS_MLA_GROUP`] latent values of an
+/// `Fp8DsMla` row whose largest magnitude is `amax` (DeepSeek V3.2's rule,
+/// its `ue8m0` scales): the least power of two `s` with `448 · s ≥ amax`,
+/// at least 2^-126 (so `1 / s` is a finite f32, and `x · (1 / s)` exact);
+/// 0 for an all-zero group (zero codes). Found from `amax`'s bits, with no
+/// division, so the GPU's and the CPU's scales are the same bits.
+#[inline(always)]
+pub fn ds_mla_group_scale(amax: f32) -> f32 {
+    if !(amax > 0.0) {
+        return 0.0;
+    }
+    let bits = amax.to_bits();
+    // amax = 1.m · 2^(e − 127) and 448 = 1.75 · 2^8: 448 · 2^k ≥ amax from
+    // k = e − 135 when 1.m ≤ 1.75, else one more. (A subnormal amax, e = 0,
+    // takes the least scale.)
+    let e = ((bits >> 23) & 0xFF) as i32;
+    let k = if e == 0 { -126 } else { e - 135 + ((bits & 0x7F_FFFF) > 0x60_0000) as i32 };
+    f32::from_bits(((k.max(-126) + 127) as u32) << 23)
+}

@@ -88,10 +88,10 @@ pub const WGMMA_PRODUCER_STAGES: u32 = 4;
 /// steps; with 64-key steps 4 are 0-3 % faster than 3 for int8, whose
 /// producer waits for copies, and 0-1.5 % slower for int4, whose producer
 /// is busy converting. (The unspecialised kernels keep [`PIPELINE_STAGES`],
-/// at most this many.)
+/// at most this many. `Fp8DsMla` has no wgmma kernels: its rows are MLA's.)
 pub const fn wgmma_producer_stages(format: KvFormat) -> u32 {
     match format {
-        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 => WGMMA_PRODUCER_STAGES,
+        KvFormat::Int8 | KvFormat::Fp8PerHead | KvFormat::Fp8 | KvFormat::Fp8DsMla => WGMMA_PRODUCER_STAGES,
         KvFormat::Bf16 | KvFormat::F16 | KvFormat::Int4G32 | KvFormat::Int4G64 | KvFormat::Int4G128 => 3,
     }
 }

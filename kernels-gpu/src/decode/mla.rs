@@ -36,10 +36,10 @@
 //! two buffers, the P0 tile, the rows' maxima and factors, the rows' sums,
 //! the buffers' barriers, the work item.
 
-use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
+use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use crate::arch::math::{self, ex2, pack_bf16x2};
+use crate::arch::math::{ex2, pack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_scores64_bf16};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
@@ -56,6 +56,11 @@ const BLOCKS: u32 = QK_DIM / 64;
 const BLOCK_BYTES: u32 = MLA_ROWS * 128;
 /// The 64-row tiles' layout.
 const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
+/// An `Fp8DsMla` row: its bytes, and where its four scales and its RoPE
+/// values start.
+const DS_ROW_BYTES: u32 = decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM);
+const DS_SCALES_AT: u64 = DS_MLA_LATENT as u64;
+const DS_ROPE_AT: u64 = DS_SCALES_AT + 4 * (DS_MLA_LATENT / DS_MLA_GROUP) as u64;
 
 /// Named barriers of the hand-overs (0 is the block's).
 const SCALE0_READY: u32 = 1;
@@ -140,7 +145,9 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             if t < n_tiles {
                 // (A const per kernel: each holds one of the two loaders.)
                 if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
-                    convert_stage::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), key_scales(t % 2), pt);
+                    convert_stage::<PAGED, false>(p, &item, t, buffer(t % 2), full(t % 2), key_scales(t % 2), pt);
+                } else if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla) {
+                    convert_stage::<PAGED, true>(p, &item, t, buffer(t % 2), full(t % 2), key_scales(t % 2), pt);
                 } else {
                     issue_stage::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), pt);
                 }
@@ -406,54 +413,68 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u
     }
 }
 
-/// Stage `t` of an fp8 latent cache (`Fp8PerHead`: 576 e4m3 bytes a row,
-/// one f32 scale a row) into the buffer at `dst` by one warpgroup (`pt`:
-/// the thread's index in it), in `issue_stage`'s places: the e4m3 values
-/// as bf16, exactly (the scales multiply the scores and P: `decode_mla`),
-/// and the 64 keys' scales at `scales`. The thread's four keys' 8 bytes of
-/// three column blocks are loaded at a time, converted and stored, and
-/// each column block's barrier arrived at (128 arrivals a phase) once the
-/// stores are visible to the MMAs' async proxy (the scales before the
-/// first). Keys past the item's end are zeros with scale 0, read from
-/// nowhere. The warpgroup waits for its loads (a `cp.async` cannot
-/// convert): docs/perf.md, "MLA kernel".
+/// Stage `t` of an fp8 latent cache into the buffer at `dst` by one
+/// warpgroup (`pt`: the thread's index in it), in `issue_stage`'s places,
+/// as bf16 rows:
+/// - `Fp8PerHead` (`DS = false`; 576 e4m3 bytes a row, one f32 scale a
+///   row): the e4m3 values exactly (the scales multiply the scores and P:
+///   `decode_mla`), and the 64 keys' scales at `scales`;
+/// - `Fp8DsMla` (`DS = true`; DeepSeek V3.2's 656-byte rows): each latent
+///   value `bf16(e4m3 · its group's scale)` (the format's value, exact for
+///   a power-of-two scale), and the bf16 RoPE block copied by `cp.async`.
+///
+/// The thread's four keys' 8 bytes of a few column blocks (three; two for
+/// `Fp8DsMla`, the blocks of one scale) are loaded at a time, converted and
+/// stored, and each column block's barrier arrived at (128 arrivals a
+/// phase) once the stores are visible to the MMAs' async proxy (the scales
+/// before the first). Keys past the item's end are zeros with scale 0,
+/// read from nowhere. The warpgroup waits for its loads (a `cp.async`
+/// cannot convert): docs/perf.md, "MLA kernel".
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn convert_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, scales: u32, pt: u32) {
+unsafe fn convert_stage<const PAGED: bool, const DS: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, scales: u32, pt: u32) {
     let (sub, c) = (pt / 8, pt % 8);
     let key0 = item.kv_start + t * MLA_KEYS;
     let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
     let live = keys.map(|r| key0 + r < item.kv_end);
     let rows = core::array::from_fn::<_, 4, _>(|i| if live[i] { row_address::<PAGED>(p, item.batch, key0 + keys[i]) } else { 0 });
-    if c == 0 {
+    // The e4m3 column blocks (`Fp8DsMla`'s RoPE block is bf16).
+    let converted = if DS { DS_MLA_LATENT / 64 } else { BLOCKS };
+    if DS {
+        for i in 0..4 {
+            let (src, bytes) = if live[i] { (rows[i] + DS_ROPE_AT + 16 * c as u64, 16) } else { (p.k, 0) };
+            memory::cp_async_16(dst + converted * BLOCK_BYTES + TILE.at(keys[i], c, 0), src, bytes);
+        }
+        mbarrier::cp_async_arrive_noinc(bars + 8 * converted);
+    } else if c == 0 {
         for i in 0..4 {
             let s = if live[i] { memory::ld_global_nc_f32(scale_address::<PAGED>(p, item.batch, key0 + keys[i])) } else { 0.0 };
             shared::st_shared_f32(scales + 4 * keys[i], s);
         }
-    } else if c == 1 {
+    }
+    if c == 1 {
         // The rows of this buffer's next stage (`t + 2`) into L2: its
         // loads, which the warpgroup waits for, then come from L2.
         for pass in 0..4 {
             let key = key0 + 2 * MLA_KEYS + sub + 16 * pass;
             if key < item.kv_end {
-                memory::prefetch_l2_bulk(row_address::<PAGED>(p, item.batch, key), QK_DIM);
+                memory::prefetch_l2_bulk(row_address::<PAGED>(p, item.batch, key), if DS { DS_ROW_BYTES } else { QK_DIM });
             }
         }
     }
-    const AT_ONCE: u32 = 3;
-    for group in 0..BLOCKS / AT_ONCE {
-        let bytes: [[[u32; 2]; 4]; AT_ONCE as usize] = core::array::from_fn(|j| {
-            let block = AT_ONCE * group + j as u32;
-            core::array::from_fn(|i| if live[i] { memory::ld_global_nc_v2_u32(rows[i] + 64 * block as u64 + 8 * c as u64) } else { [0; 2] })
+    let at_once = if DS { DS_MLA_GROUP / 64 } else { 3 };
+    for group in 0..converted / at_once {
+        // Each key's factor: its group's scale (`Fp8DsMla`), else 1 (a
+        // product the compiler removes).
+        let factor: [f32; 4] = core::array::from_fn(|i| if DS && live[i] { memory::ld_global_nc_f32(rows[i] + DS_SCALES_AT + 4 * group as u64) } else { 1.0 });
+        let bytes: [[[u32; 2]; 4]; 3] = core::array::from_fn(|j| {
+            let block = at_once * group + j as u32;
+            core::array::from_fn(|i| if live[i] && (j as u32) < at_once { memory::ld_global_nc_v2_u32(rows[i] + 64 * block as u64 + 8 * c as u64) } else { [0; 2] })
         });
-        for (j, block_bytes) in bytes.iter().enumerate() {
-            let block = AT_ONCE * group + j as u32;
+        for (j, block_bytes) in bytes.iter().enumerate().take(at_once as usize) {
+            let block = at_once * group + j as u32;
             for (i, w) in block_bytes.iter().enumerate() {
-                // e4m3 → f16 → bf16, each exact.
-                let pair = |x: u32| {
-                    let (lo, hi) = math::unpack_f16x2(math::f16x2_from_e4m3x2(x & 0xFFFF));
-                    pack_bf16x2(lo, hi)
-                };
+                let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor[i]);
                 let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
                 shared::st_shared_v4_u32(dst + block * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
             }

@@ -7,10 +7,12 @@
 
 mod int4;
 mod int8;
+mod latent;
 mod plain;
 
 pub use int4::Int4Kv;
 pub use int8::{Fp8Kv, Fp8PerHeadKv, Int8Kv};
+pub use latent::Fp8DsMlaKv;
 pub use plain::PlainKv;
 
 use crate::addressing::RowAddressing;
