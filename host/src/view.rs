@@ -120,18 +120,20 @@ impl DecodeShape {
     /// (token-major) or `[batch, Hkv, max_seq_len, D]` (head-major) with
     /// the layout's strides (a strided layout takes either), or a paged
     /// pool's `[num_pages, page_size, Hkv, D]` / `[num_pages, Hkv,
-    /// page_size, D]`; `head_dim` contiguous.
+    /// page_size, D]`; `head_dim` contiguous. (fp8-ds-mla's rows are D =
+    /// 656 bytes; its plain copy is its twin's, `plain_shape`.)
     pub fn check_cache_view(&self, name: &str, dims: &[i64], strides: &[i64], plain: bool) -> Result<u64> {
         let per = if plain || self.kv_format.bits() != 4 { 1 } else { 2 };
         if self.head_dim % per != 0 {
             return Err(Error::invalid("head_dim", format!("a multiple of {per}"), self.head_dim));
         }
-        let s = self.kv_strides_checked().ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;
+        let (shape, row) = if plain { (self.plain_shape(), self.head_dim) } else { (self.clone(), self.kv_format.row_len(self.head_dim)) };
+        let s = shape.kv_strides_checked().ok_or_else(|| Error::invalid("kv_layout", "strides that fit in 64 bits", "an overflow"))?;
         let per = per as u64;
         if [s.batch, s.token, s.head].iter().any(|x| x % per != 0) {
             return Err(Error::invalid("kv_layout", format!("strides that are multiples of {per} values (whole bytes)"), fmt_tuple(&[s.batch, s.token, s.head])));
         }
-        let (sb, st, sh, d) = (s.batch / per, s.token / per, s.head / per, self.head_dim as u64 / per);
+        let (sb, st, sh, d) = (s.batch / per, s.token / per, s.head / per, row as u64 / per);
         if dims.len() != 4 {
             return Err(Error::invalid(name, "a 4-D tensor", format!("{}-D", dims.len())));
         }

@@ -182,6 +182,13 @@ impl PyShape {
             1
         }
     }
+    /// Stored elements of one cached row, the last dim of a cache tensor:
+    /// `head_dim / values_per_element`, but fp8-ds-mla's 656 bytes.
+    #[getter]
+    fn row_elements(&self) -> u32 {
+        let f = self.inner.kv_format;
+        f.row_len(self.inner.head_dim) * f.bits().min(8) / 8
+    }
     /// Strides of K and V `(batch or page, token, head)` in cache values.
     #[getter]
     fn kv_strides(&self) -> (u64, u64, u64) {

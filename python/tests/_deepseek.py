@@ -8,7 +8,8 @@ the 64 RoPE'd key values — and `kv_b_proj` moves into the query
 (`q_nope · W_UK`, 512 values a head) and the output (`O · W_UVᵀ`):
 `AbsorbedMla` computes exactly that around the kernels, with the module's
 own projections, norms, RoPE and scale, and writes the latent rows with
-`DecodeAttention.append_rows` (bf16 copies, or fp8 quantized on the GPU).
+`DecodeAttention.append_rows` (bf16 copies, or fp8 quantized on the GPU:
+a scale per token, or DeepSeek V3.2's 656-byte rows).
 Prefill (many tokens) runs the module's own attention; each decode step
 (one token) runs the kernels.
 """
@@ -43,6 +44,9 @@ class AbsorbedMla(torch.nn.Module):
         )
         if kv_format == "bf16":
             self.data, self.scales = torch.zeros(batch, 1, capacity, LATENT + ROPE, dtype=torch.bfloat16, device=device), None
+        elif kv_format == "fp8-ds-mla":
+            # DeepSeek V3.2's 656-byte rows, their scales inside.
+            self.data, self.scales = torch.zeros(batch, 1, capacity, self.shape.row_elements, dtype=torch.uint8, device=device), None
         else:
             self.data = torch.zeros(batch, 1, capacity, LATENT + ROPE, dtype=torch.uint8, device=device)
             self.scales = torch.zeros(batch, 1, (capacity + 3) // 4 * 4, dtype=torch.float32, device=device)

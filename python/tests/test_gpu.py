@@ -139,8 +139,7 @@ def tensor_scale(x):
 
 def empty_cache(s):
     """Values and scales of one tensor (K or V) of shape `s`, NaN-free garbage."""
-    vpe = s.values_per_element
-    d = s.head_dim // vpe
+    d = s.row_elements
     if s.layout == "paged":
         dims = (s.num_pages, s.page_size, s.num_kv_heads, d) if s.page_order == "token_major" else (s.num_pages, s.num_kv_heads, s.page_size, d)
     else:
@@ -150,6 +149,8 @@ def empty_cache(s):
     data = torch.zeros(dims, dtype=torch.uint8, device="cuda")
     if s.tensor_scaled:
         return data, torch.ones(1, dtype=torch.float32, device="cuda")
+    if s.scale_dims is None:
+        return data, None  # (fp8-ds-mla rows hold their scales)
     side = scale_dims(s)[0]
     side_dtype = torch.float32 if s.kv_format in ("int8", "fp8-per-head") else torch.int32
     return data, torch.zeros(side, dtype=side_dtype, device="cuda")
@@ -284,6 +285,13 @@ def _latent_rows(data, scales, shape, table, b, n):
     else:
         rows = data[b, :n, 0]
         side = scales[b, 0, :n] if scales is not None else None
+    if shape.kv_format == "fp8-ds-mla":
+        # DeepSeek V3.2's rows: 512 e4m3 codes, four f32 scales (one per
+        # 128), 64 bf16 RoPE values; a latent value is bf16(code · scale).
+        codes = rows[:, :512].contiguous().view(torch.float8_e4m3fn).float()
+        scales = rows[:, 512:528].contiguous().view(torch.float32)
+        latent = (codes.view(-1, 4, 128) * scales[:, :, None]).view(-1, 512).to(torch.bfloat16)
+        return torch.cat([latent, rows[:, 528:].contiguous().view(torch.bfloat16)], dim=1).double()
     if side is None:
         return rows.double()
     return rows.view(torch.float8_e4m3fn).double() * side.double()[:, None]
@@ -291,11 +299,12 @@ def _latent_rows(data, scales, shape, table, b, n):
 
 @pytest.mark.parametrize("capacity", [False, True], ids=["host-lengths", "capacity"])
 @pytest.mark.parametrize("layout", ["nhd", "paged"])
-@pytest.mark.parametrize("fmt", ["bf16", "fp8-per-head"])
+@pytest.mark.parametrize("fmt", ["bf16", "fp8-per-head", "fp8-ds-mla"])
 def test_mla_reads_one_latent_cache_as_k_and_v(attn, report, fmt, layout, capacity):
     """MLA (head_dim 576: one latent head of 512 latent and 64 RoPE values):
     the cache written on the GPU (`quantize_kv`: bf16 rows copied, fp8
-    quantized with a scale per token) is passed as K and V, read as Q·K's
+    quantized with a scale per token, or into DeepSeek V3.2's 656-byte
+    rows) is passed as K and V, read as Q·K's
     576 values and V's first 512; O is 512 wide. Against the f64 reference
     on the values as stored; a 576-wide O and a V that is not K are
     refused, naming them."""

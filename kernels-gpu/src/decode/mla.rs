@@ -462,25 +462,40 @@ unsafe fn convert_stage<const PAGED: bool, const DS: bool>(p: &DecodeParams, ite
             }
         }
     }
-    let at_once = if DS { DS_MLA_GROUP / 64 } else { 3 };
-    for group in 0..converted / at_once {
-        // Each key's factor: its group's scale (`Fp8DsMla`), else 1 (a
-        // product the compiler removes).
-        let factor: [f32; 4] = core::array::from_fn(|i| if DS && live[i] { memory::ld_global_nc_f32(rows[i] + DS_SCALES_AT + 4 * group as u64) } else { 1.0 });
-        let bytes: [[[u32; 2]; 4]; 3] = core::array::from_fn(|j| {
-            let block = at_once * group + j as u32;
-            core::array::from_fn(|i| if live[i] && (j as u32) < at_once { memory::ld_global_nc_v2_u32(rows[i] + 64 * block as u64 + 8 * c as u64) } else { [0; 2] })
-        });
-        for (j, block_bytes) in bytes.iter().enumerate().take(at_once as usize) {
-            let block = at_once * group + j as u32;
-            for (i, w) in block_bytes.iter().enumerate() {
-                let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor[i]);
-                let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
-                shared::st_shared_v4_u32(dst + block * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
-            }
-            shared::fence_proxy_async_shared();
-            mbarrier::arrive(bars + 8 * block);
+    if DS {
+        // Two column blocks a scale: each key's is its group's.
+        for group in 0..DS_MLA_LATENT / DS_MLA_GROUP {
+            let factor = core::array::from_fn(|i| if live[i] { memory::ld_global_nc_f32(rows[i] + DS_SCALES_AT + 4 * group as u64) } else { 0.0 });
+            convert_blocks::<{ (DS_MLA_GROUP / 64) as usize }>(&rows, &live, &keys, c, (DS_MLA_GROUP / 64) * group, factor, dst, bars);
         }
+    } else {
+        // (Factors of 1: products the compiler removes.)
+        for group in 0..BLOCKS / 3 {
+            convert_blocks::<3>(&rows, &live, &keys, c, 3 * group, [1.0; 4], dst, bars);
+        }
+    }
+}
+
+/// `N` column blocks from `first` of a thread's four keys (`convert_stage`):
+/// their 8 bytes each loaded at once, then each value `bf16(e4m3 ·
+/// factor)` of its key stored in the block's place, and the block's
+/// barrier arrived at once the stores are visible to the async proxy.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn convert_blocks<const N: usize>(rows: &[u64; 4], live: &[bool; 4], keys: &[u32; 4], c: u32, first: u32, factor: [f32; 4], dst: u32, bars: u32) {
+    let bytes: [[[u32; 2]; 4]; N] = core::array::from_fn(|j| {
+        let block = first + j as u32;
+        core::array::from_fn(|i| if live[i] { memory::ld_global_nc_v2_u32(rows[i] + 64 * block as u64 + 8 * c as u64) } else { [0; 2] })
+    });
+    for (j, block_bytes) in bytes.iter().enumerate() {
+        let block = first + j as u32;
+        for (i, w) in block_bytes.iter().enumerate() {
+            let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor[i]);
+            let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
+            shared::st_shared_v4_u32(dst + block * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
+        }
+        shared::fence_proxy_async_shared();
+        mbarrier::arrive(bars + 8 * block);
     }
 }
 
