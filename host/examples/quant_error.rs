@@ -4,10 +4,11 @@
 //! heavy-tailed inputs with outlier channels; then MLA's latent rows (576
 //! values, V the first 512) in fp8 with a scale per token, every value
 //! quantized (`Fp8PerHead`, the library's), against two ways that keep
-//! the 64 RoPE values in bf16 (one scale over the 512 latent values; four,
-//! one per 128, as DeepSeek V3.2's 656-byte rows). `cargo xtask quant-error`.
+//! the 64 RoPE values in bf16 (one scale over the 512 latent values; or
+//! `fp8-ds-mla`, DeepSeek V3.2's 656-byte rows: a power-of-two scale per
+//! 128). `cargo xtask quant-error`.
 
-use decode_attn::quant::{dequantize_cache, dequantize_fp8_row, quantize_cache, quantize_fp8_row};
+use decode_attn::quant::{dequantize_cache, dequantize_ds_mla_row, dequantize_fp8_row, quantize_cache, quantize_ds_mla_row, quantize_fp8_row, DS_MLA_ROW_BYTES};
 use decode_attn::reference::{decode_attention_threads, latent_attention, relative_l2_error, LatentShape};
 use decode_attn::testing::{problem_inputs, random_values, round_bf16, Distribution, Rng};
 use decode_attn::{DecodeShape, KvFormat, MLA_DIMS};
@@ -31,7 +32,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plain = DecodeShape::bf16(4, 8, 1, 128, 1, 2048);
     println!("| format | inputs | ‖ΔK‖/‖K‖ | ‖ΔV‖/‖V‖ | ‖ΔO‖/‖O‖ |");
     println!("|---|---|---:|---:|---:|");
-    for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized()) {
+    // (fp8-ds-mla holds latent rows alone: below.)
+    for format in KvFormat::ALL.into_iter().filter(|f| f.is_quantized() && !f.latent_only()) {
         let shape = DecodeShape { kv_format: format, ..plain.clone() };
         for dist in [Distribution::Normal, Distribution::HeavyTailed] {
             let (q, k, v) = problem_inputs(&shape, &lens, dist, 42, threads)?;
@@ -70,15 +72,21 @@ fn latent_rows() -> Result<(), Box<dyn std::error::Error>> {
         let rows = round_bf16(&random_values(&mut rng, 2 * n as usize * d, d, dist));
         let o_ref = latent_attention(&shape, &lens, &q, &rows)?;
         // Each way quantizes a row's groups (ranges of values) with a scale
-        // apiece and keeps the rest bf16.
+        // apiece (`amax / 448`) and keeps the rest bf16; or (no groups) as
+        // the `fp8-ds-mla` format does, its CPU twin's rows.
         let ways: [(&str, &[(usize, usize)]); 3] = [
-            ("one scale per token, RoPE quantized too (`fp8-per-head`: the kernels')", &[(0, 576)]),
+            ("one scale per token, RoPE quantized too (`fp8-per-head`)", &[(0, 576)]),
             ("one scale per token over the 512 latent values, RoPE bf16", &[(0, 512)]),
-            ("a scale per 128 latent values, RoPE bf16 (V3.2's 656-byte rows)", &[(0, 128), (128, 256), (256, 384), (384, 512)]),
+            ("`fp8-ds-mla`: a power-of-two scale per 128 latent values, RoPE bf16 (V3.2's 656-byte rows)", &[]),
         ];
         for (name, groups) in ways {
             let mut seen = rows.clone();
             for row in seen.chunks_mut(d) {
+                if groups.is_empty() {
+                    let mut bytes = vec![0u8; DS_MLA_ROW_BYTES];
+                    quantize_ds_mla_row(row, &mut bytes);
+                    dequantize_ds_mla_row(&bytes, row);
+                }
                 for &(a, b) in groups {
                     let mut codes = vec![0u8; b - a];
                     let s = quantize_fp8_row(&row[a..b], &mut codes);
