@@ -717,28 +717,29 @@ impl Variant {
     /// first) whose kernels serve `wanted`; `None` for a combination no
     /// kernel applies (ALiBi with a draft tree).
     pub const fn serving(wanted: VariantParts) -> Option<Variant> {
-        let mut i = 0;
-        while i < Variant::ALL.len() {
-            if Variant::ALL[i].parts().covers(wanted) {
-                return Some(Variant::ALL[i]);
-            }
-            i += 1;
-        }
-        None
+        Variant::first_covering(wanted, false)
     }
     /// The compiled variant of exactly these parts (the kernels' types name
     /// their parts; this names their kernel set). Panics, at compile time
     /// in a const, for parts the set does not compile.
     pub const fn of(parts: VariantParts) -> Variant {
+        match Variant::first_covering(parts, true) {
+            Some(v) => v,
+            None => panic!("no compiled variant has these parts"),
+        }
+    }
+    /// The first variant in [`Variant::ALL`]'s order whose parts cover
+    /// `wanted` (`exact`: and are covered by it, so are its parts).
+    const fn first_covering(wanted: VariantParts, exact: bool) -> Option<Variant> {
         let mut i = 0;
         while i < Variant::ALL.len() {
-            let v = Variant::ALL[i].parts();
-            if v.covers(parts) && parts.covers(v) {
-                return Variant::ALL[i];
+            let parts = Variant::ALL[i].parts();
+            if parts.covers(wanted) && (!exact || wanted.covers(parts)) {
+                return Some(Variant::ALL[i]);
             }
             i += 1;
         }
-        panic!("no compiled variant has these parts")
+        None
     }
     /// Whether the logits are the scaled score times a constant, so that a
     /// positive factor commutes with the row maximum and may be applied in
