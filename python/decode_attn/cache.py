@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import torch
 
-from ._native import QUANTIZED_KV_FORMATS, kv_format_name
+from ._native import LATENT_ONLY_KV_FORMATS, QUANTIZED_KV_FORMATS, kv_format_name
 from .api import DecodeAttention, DecodeShape
 from .ops import DTYPE_NAMES
 
@@ -53,8 +53,9 @@ except ImportError:  # pragma: no cover - exercised without transformers
 MAX_Q_LEN = 8
 # Dynamic layers grow (and sliding ones drop old tokens) this many at a time.
 CHUNK = 256
-# The quantized formats' names, as the native module spells them.
-FORMATS = tuple(QUANTIZED_KV_FORMATS)
+# The quantized formats' names, as the native module spells them (but those
+# of MLA's latent rows alone: a model's attention layers have other rows).
+FORMATS = tuple(f for f in QUANTIZED_KV_FORMATS if f not in LATENT_ONLY_KV_FORMATS)
 _ATTR = "_decode_attn_layer"
 
 
@@ -75,7 +76,8 @@ class QuantizedLayer(CacheLayerMixin):
         super().__init__()
         name = kv_format_name(kv_format)  # one spelling, or a ValueError naming `kv_format`
         if name not in FORMATS:
-            raise ValueError(f"invalid `kv_format`: expected a quantized format, one of {FORMATS}, got {kv_format!r}")
+            why = " (its rows are MLA's latent rows alone)" if name in LATENT_ONLY_KV_FORMATS else ""
+            raise ValueError(f"invalid `kv_format`: expected a quantized format, one of {FORMATS}, got {kv_format!r}{why}")
         self.kv_format = name
         self.static = max_cache_len is not None
         self.max_cache_len = max_cache_len

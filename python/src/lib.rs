@@ -614,6 +614,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LATENT_QK_DIM", decode_attn::MLA_DIMS.qk)?;
     m.add("LATENT_V_DIM", decode_attn::MLA_DIMS.v)?;
     m.add("QUANTIZED_KV_FORMATS", KvFormat::ALL.into_iter().filter(|f| f.is_quantized()).map(KvFormat::name).collect::<Vec<_>>())?;
+    // Formats of MLA's latent rows alone (head_dim 576): not for other models' caches.
+    m.add("LATENT_ONLY_KV_FORMATS", KvFormat::ALL.into_iter().filter(|f| f.latent_only()).map(KvFormat::name).collect::<Vec<_>>())?;
     // A tuple: what the wheel carries kernels for.
     m.add("ARCHS", pyo3::types::PyTuple::new(m.py(), DecodeAttention::ARCHS)?)?;
     m.add("HAS_FATBIN", decode_attn::ModuleSource::EMBEDDED == decode_attn::ModuleSource::Fatbin)?;

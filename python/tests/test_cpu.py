@@ -178,6 +178,24 @@ def test_a_latent_cache_takes_576_wide_queries_512_wide_outputs_and_fp8_bytes():
     raises("num_kv_heads", da.DecodeShape, batch=2, num_q_heads=16, num_kv_heads=2, head_dim=576, max_seq_len=64)
 
 
+def test_deepseek_v32_rows_are_656_bytes_with_their_scales_inside_and_latent_only():
+    """fp8-ds-mla (DeepSeek V3.2's rows): a uint8 cache of 656-byte rows,
+    no scales tensor, the plain rows it is written from 576 bf16 wide; MLA's
+    latent rows alone (another head_dim, f16 queries refused by name), and
+    not a format for other models' caches."""
+    s = da.DecodeShape(batch=2, num_q_heads=16, num_kv_heads=1, head_dim=576, max_seq_len=64, kv_format="fp8-ds-mla")
+    assert (s.row_elements, s.scale_dims) == (656, None)
+    c = Checker(s, 0)
+    assert c.cache("k", FakeTensor((2, 64, 1, 656), dtype="uint8"))[1] == 2 * 64 * 656
+    raises("k", c.cache, "k", FakeTensor((2, 64, 1, 576), dtype="uint8"))
+    assert c.cache("plain", FakeTensor((2, 64, 1, 576)), plain=True)[1] == 2 * 64 * 576
+    assert c.scales("k_scales", None) is None
+    raises("k_scales", c.scales, "k_scales", FakeTensor((2, 1, 64), dtype="float32"))
+    raises("head_dim", da.DecodeShape, batch=2, num_q_heads=16, num_kv_heads=1, head_dim=128, max_seq_len=64, kv_format="fp8-ds-mla")
+    raises("dtype", da.DecodeShape, batch=2, num_q_heads=16, num_kv_heads=1, head_dim=576, max_seq_len=64, kv_format="fp8-ds-mla", dtype="f16")
+    assert "fp8-ds-mla" in da._native.QUANTIZED_KV_FORMATS and list(da._native.LATENT_ONLY_KV_FORMATS) == ["fp8-ds-mla"]
+
+
 def test_caches_must_match_the_layout_shape_and_strides():
     c = Checker(shape(), 0)  # nhd [2, 64, 2, 128]
     assert c.cache("k", FakeTensor((2, 64, 2, 128)))[1] == 2 * 64 * 2 * 128
