@@ -16,7 +16,7 @@ use decode_attn_abi::KvFormat;
 /// fp8 e4m3 conversions the cache kernels repeat bit for bit
 /// (`cvt.rn.satfinite.e4m3x2.f32`).
 pub use decode_attn_abi::{ds_mla_group_scale, e4m3_from_f32, e4m3_to_f32, int4_bound, row_factors, tensor_factors, E4M3_MAX, E4M3_NAN, INT4_LIMIT};
-use decode_attn_abi::{DS_MLA_GROUP, DS_MLA_LATENT};
+use decode_attn_abi::{DS_MLA_GROUP, DS_MLA_LATENT, DS_MLA_ROPE_AT, DS_MLA_SCALES_AT, MLA_DIMS};
 
 use crate::error::{ensure, Error, Result};
 use crate::shape::DecodeShape;
@@ -73,9 +73,9 @@ pub fn dequantize_fp8_row(q: &[u8], scale: f32, out: &mut [f32]) {
 
 /// Bytes of an `Fp8DsMla` row (DeepSeek V3.2's token layout): 512 e4m3
 /// latent values, four f32 scales, 64 bf16 RoPE values.
-pub const DS_MLA_ROW_BYTES: usize = 656;
-const DS_SCALES_AT: usize = DS_MLA_LATENT as usize;
-const DS_ROPE_AT: usize = DS_SCALES_AT + 4 * (DS_MLA_LATENT / DS_MLA_GROUP) as usize;
+pub const DS_MLA_ROW_BYTES: usize = KvFormat::Fp8DsMla.row_bytes(MLA_DIMS.qk) as usize;
+const DS_SCALES_AT: usize = DS_MLA_SCALES_AT as usize;
+const DS_ROPE_AT: usize = DS_MLA_ROPE_AT as usize;
 
 /// Quantizes one latent row (576 values, bf16 as the GPU reads them) to
 /// DeepSeek V3.2's 656-byte layout (`Fp8DsMla`): per group of 128 latent

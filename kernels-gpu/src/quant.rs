@@ -379,9 +379,11 @@ pub unsafe fn dequantize_int4<H: Half, const D: usize, const E: usize, const G: 
 /// lane `l` owns latent values `16 l .. 16 l + 16` (of group `l / 8`) and
 /// RoPE values `512 + 2 l`, `512 + 2 l + 1`.
 const DS_LANE_VALUES: usize = 16;
-/// Where a row's scales and its RoPE part start (bytes).
-const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_LATENT as u64;
-const DS_ROPE_AT: u64 = DS_SCALES_AT + 4 * (decode_attn_abi::DS_MLA_LATENT / decode_attn_abi::DS_MLA_GROUP) as u64;
+/// Where a row's scales and its RoPE part start (bytes), and a plain
+/// row's RoPE values.
+const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_SCALES_AT as u64;
+const DS_ROPE_AT: u64 = decode_attn_abi::DS_MLA_ROPE_AT as u64;
+const DS_PLAIN_ROPE_AT: u64 = 2 * decode_attn_abi::DS_MLA_LATENT as u64;
 
 /// bf16 latent rows (576 values) → DeepSeek V3.2's 656-byte rows
 /// (`Fp8DsMla`): per group of 128 latent values `amax = max |x|`, the
@@ -417,7 +419,7 @@ pub unsafe fn quantize_fp8_ds_mla<H: Half, const D: usize, const E: usize>(p: &Q
     if lane % 8 == 0 {
         memory::st_global_f32(dst + DS_SCALES_AT + 4 * (lane / 8) as u64, scale);
     }
-    memory::st_global_u32(dst + DS_ROPE_AT + 4 * lane as u64, memory::ld_global_nc_u32(src + 2 * 512 + 4 * lane as u64));
+    memory::st_global_u32(dst + DS_ROPE_AT + 4 * lane as u64, memory::ld_global_nc_u32(src + DS_PLAIN_ROPE_AT + 4 * lane as u64));
 }
 
 /// DeepSeek V3.2's 656-byte rows → bf16 latent rows: each latent value
@@ -443,7 +445,7 @@ pub unsafe fn dequantize_fp8_ds_mla<H: Half, const D: usize, const E: usize>(p: 
     }
     memory::st_global_v4_u32(dst + 32 * lane as u64, [out[0], out[1], out[2], out[3]]);
     memory::st_global_v4_u32(dst + 32 * lane as u64 + 16, [out[4], out[5], out[6], out[7]]);
-    memory::st_global_u32(dst + 2 * 512 + 4 * lane as u64, memory::ld_global_nc_u32(src + DS_ROPE_AT + 4 * lane as u64));
+    memory::st_global_u32(dst + DS_PLAIN_ROPE_AT + 4 * lane as u64, memory::ld_global_nc_u32(src + DS_ROPE_AT + 4 * lane as u64));
 }
 
 /// Two e4m3 bytes (the first in the low byte of `pair`) times `scale`, as

@@ -414,7 +414,7 @@ impl KvFormat {
     pub const fn row_bytes(self, head_dim: u32) -> u32 {
         if self.latent_only() {
             let rope = head_dim.saturating_sub(DS_MLA_LATENT);
-            return saturate(DS_MLA_LATENT as u64 + 4 * (DS_MLA_LATENT / DS_MLA_GROUP) as u64 + 2 * rope as u64);
+            return saturate(DS_MLA_ROPE_AT as u64 + 2 * rope as u64);
         }
         saturate(head_dim as u64 * self.bits() as u64 / 8)
     }
@@ -470,6 +470,10 @@ impl KvFormat {
 pub const DS_MLA_LATENT: u32 = 512;
 /// Latent values per scale of an `Fp8DsMla` row.
 pub const DS_MLA_GROUP: u32 = 128;
+/// Where an `Fp8DsMla` row's f32 scales start (bytes): after its codes.
+pub const DS_MLA_SCALES_AT: u32 = DS_MLA_LATENT;
+/// Where an `Fp8DsMla` row's bf16 RoPE values start (bytes): after its scales.
+pub const DS_MLA_ROPE_AT: u32 = DS_MLA_SCALES_AT + 4 * (DS_MLA_LATENT / DS_MLA_GROUP);
 
 /// `x`, or `u32::MAX` where it does not fit.
 const fn saturate(x: u64) -> u32 {

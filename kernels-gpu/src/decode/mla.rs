@@ -59,8 +59,8 @@ const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
 /// An `Fp8DsMla` row: its bytes, and where its four scales and its RoPE
 /// values start.
 const DS_ROW_BYTES: u32 = decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM);
-const DS_SCALES_AT: u64 = DS_MLA_LATENT as u64;
-const DS_ROPE_AT: u64 = DS_SCALES_AT + 4 * (DS_MLA_LATENT / DS_MLA_GROUP) as u64;
+const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_SCALES_AT as u64;
+const DS_ROPE_AT: u64 = decode_attn_abi::DS_MLA_ROPE_AT as u64;
 
 /// Named barriers of the hand-overs (0 is the block's).
 const SCALE0_READY: u32 = 1;
