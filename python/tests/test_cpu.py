@@ -318,3 +318,16 @@ def test_appended_rows_are_token_or_head_major_views_of_any_count():
     raises("new_rows", c.new_rows_any, FakeTensor((2, 3, 5, 128)), "hnd")
     raises("new_rows", c.new_rows_any, FakeTensor((2, 2, 5, 128), strides=(2560, 640, 1, 5)), "hnd")
     raises("order", c.new_rows_any, FakeTensor((2, 2, 5, 128)), "thd")
+
+
+def test_the_transformers_cache_refuses_a_format_of_latent_rows_alone():
+    """A model's quantized cache (`decode_attn.cache`) takes the quantized
+    formats of ordinary attention rows; fp8-ds-mla's rows are MLA's latent
+    rows alone, refused naming `kv_format` and why. (Needs torch: skipped
+    where it is missing.)"""
+    pytest.importorskip("torch")
+    from decode_attn.cache import FORMATS, QuantizedLayer
+
+    assert "fp8-ds-mla" not in FORMATS and "int8" in FORMATS
+    with pytest.raises(ValueError, match=r"invalid `kv_format`: .*MLA's latent rows alone"):
+        QuantizedLayer("fp8-ds-mla")
