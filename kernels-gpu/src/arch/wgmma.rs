@@ -368,9 +368,10 @@ pub unsafe fn mla_pv_bf16(o: &mut [[f32; 4]; 32], p: u64, v: u64) {
 /// (the RoPE part) from registers (`rq[s]`: the A fragment of dims
 /// `512 + 16 s ..`), the keys' rows through `k` (the stage, laid out as Q's
 /// tile). Column block `c` of the stage is waited for on the mbarrier at
-/// `bars + 8 c` (phase `parity`) before its four steps: the first steps
-/// run while the later blocks land. Returns the accumulator: n8 tile `j`
-/// (keys `8j..`) in elements `4j..4j+4`.
+/// `bars + 8 c` (phase `parity`) before its four steps, in the order
+/// `ORDER` names (`ScoreOrder`): the first steps run while the later
+/// blocks land. Returns the accumulator: n8 tile `j` (keys `8j..`) in
+/// elements `4j..4j+4`.
 ///
 /// # Safety
 /// All 128 threads of the warpgroup call it together; the Q tile holds
@@ -380,11 +381,11 @@ pub unsafe fn mla_pv_bf16(o: &mut [[f32; 4]; 32], p: u64, v: u64) {
 // scope: each inlined copy has its own, as CUTLASS's barrier waits.)
 #[allow(named_asm_labels)]
 #[inline(always)]
-pub unsafe fn mla_scores64_bf16(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, parity: u32) -> [f32; 32] {
+pub unsafe fn mla_scores64_bf16<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, parity: u32) -> [f32; 32] {
     let mut s = [0f32; 32];
     macro_rules! SCORE {
-        ($ops:literal) => {
-            concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", 1, 1, 0, 0;\n")
+        ($($ops:literal),+) => {
+            concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $($ops),+, ", 1, 1, 0, 0;\n")
         };
     }
     macro_rules! SCORE_R {
@@ -392,110 +393,124 @@ pub unsafe fn mla_scores64_bf16(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, p
             concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", acc, 1, 1, 0;\n")
         };
     }
-    core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, ba;\n",
-            "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
-            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            "add.u32 ba, {bars}, 0;\nW0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W0;\n",
-            SCORE!("{q}, {k}, first"),
-            "add.u32 qa, ql, 2;\nadd.u32 ka, kl, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 4;\nadd.u32 ka, kl, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 6;\nadd.u32 ka, kl, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 8;\nW1:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W1;\n",
-            "add.u32 qa, ql, 512;\nadd.u32 ka, kl, 512;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 514;\nadd.u32 ka, kl, 514;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 516;\nadd.u32 ka, kl, 516;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 518;\nadd.u32 ka, kl, 518;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 16;\nW2:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W2;\n",
-            "add.u32 qa, ql, 1024;\nadd.u32 ka, kl, 1024;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1026;\nadd.u32 ka, kl, 1026;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1028;\nadd.u32 ka, kl, 1028;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1030;\nadd.u32 ka, kl, 1030;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 24;\nW3:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W3;\n",
-            "add.u32 qa, ql, 1536;\nadd.u32 ka, kl, 1536;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1538;\nadd.u32 ka, kl, 1538;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1540;\nadd.u32 ka, kl, 1540;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 1542;\nadd.u32 ka, kl, 1542;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 32;\nW4:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W4;\n",
-            "add.u32 qa, ql, 2048;\nadd.u32 ka, kl, 2048;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2050;\nadd.u32 ka, kl, 2050;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2052;\nadd.u32 ka, kl, 2052;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2054;\nadd.u32 ka, kl, 2054;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 40;\nW5:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W5;\n",
-            "add.u32 qa, ql, 2560;\nadd.u32 ka, kl, 2560;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2562;\nadd.u32 ka, kl, 2562;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2564;\nadd.u32 ka, kl, 2564;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 2566;\nadd.u32 ka, kl, 2566;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 48;\nW6:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W6;\n",
-            "add.u32 qa, ql, 3072;\nadd.u32 ka, kl, 3072;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3074;\nadd.u32 ka, kl, 3074;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3076;\nadd.u32 ka, kl, 3076;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3078;\nadd.u32 ka, kl, 3078;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 56;\nW7:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W7;\n",
-            "add.u32 qa, ql, 3584;\nadd.u32 ka, kl, 3584;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3586;\nadd.u32 ka, kl, 3586;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3588;\nadd.u32 ka, kl, 3588;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 qa, ql, 3590;\nadd.u32 ka, kl, 3590;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            "add.u32 ba, {bars}, 64;\nW8:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W8;\n",
-            "add.u32 ka, kl, 4096;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r00}, {r01}, {r02}, {r03}}}, kd"),
-            "add.u32 ka, kl, 4098;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r10}, {r11}, {r12}, {r13}}}, kd"),
-            "add.u32 ka, kl, 4100;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r20}, {r21}, {r22}, {r23}}}, kd"),
-            "add.u32 ka, kl, 4102;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r30}, {r31}, {r32}, {r33}}}, kd"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+    // The wait for column block `c` (its barrier `8 c` bytes on) and its
+    // four k16 steps from the Q tile (descriptors `512 c` on), the first
+    // step's accumulate predicate `$first` ("first" zero-fills).
+    macro_rules! BLOCK {
+        ($label:literal, $bar:literal, $at:literal, $first:literal) => {
+            concat!(
+                "add.u32 ba, {bars}, ", $bar, ";\n", $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra ", $label, ";\n",
+                "add.u32 qb, ql, ", $at, ";\nadd.u32 kb, kl, ", $at, ";\nmov.b64 qd, {{qb, qh}};\nmov.b64 kd, {{kb, kh}};\n", SCORE!("qd, kd, ", $first),
+                "add.u32 qa, qb, 2;\nadd.u32 ka, kb, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+                "add.u32 qa, qb, 4;\nadd.u32 ka, kb, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+                "add.u32 qa, qb, 6;\nadd.u32 ka, kb, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
+            )
+        };
+    }
+    // The RoPE block (8): Q's fragments from registers.
+    macro_rules! ROPE {
+        () => {
+            concat!(
+                "add.u32 ba, {bars}, 64;\nW8:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W8;\n",
+                "add.u32 ka, kl, 4096;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r00}, {r01}, {r02}, {r03}}}, kd"),
+                "add.u32 ka, kl, 4098;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r10}, {r11}, {r12}, {r13}}}, kd"),
+                "add.u32 ka, kl, 4100;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r20}, {r21}, {r22}, {r23}}}, kd"),
+                "add.u32 ka, kl, 4102;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r30}, {r31}, {r32}, {r33}}}, kd"),
+            )
+        };
+    }
+    macro_rules! SCORES {
+        ($($body:tt)*) => {
+            core::arch::asm!(
+                concat!(
+                    "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
+                    "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
+                    "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+                    $($body)*,
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+                ),
+                q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
+                r00 = in(reg32) rq[0][0],
+                r01 = in(reg32) rq[0][1],
+                r02 = in(reg32) rq[0][2],
+                r03 = in(reg32) rq[0][3],
+                r10 = in(reg32) rq[1][0],
+                r11 = in(reg32) rq[1][1],
+                r12 = in(reg32) rq[1][2],
+                r13 = in(reg32) rq[1][3],
+                r20 = in(reg32) rq[2][0],
+                r21 = in(reg32) rq[2][1],
+                r22 = in(reg32) rq[2][2],
+                r23 = in(reg32) rq[2][3],
+                r30 = in(reg32) rq[3][0],
+                r31 = in(reg32) rq[3][1],
+                r32 = in(reg32) rq[3][2],
+                r33 = in(reg32) rq[3][3],
+                s0 = out(reg32) s[0],
+                s1 = out(reg32) s[1],
+                s2 = out(reg32) s[2],
+                s3 = out(reg32) s[3],
+                s4 = out(reg32) s[4],
+                s5 = out(reg32) s[5],
+                s6 = out(reg32) s[6],
+                s7 = out(reg32) s[7],
+                s8 = out(reg32) s[8],
+                s9 = out(reg32) s[9],
+                s10 = out(reg32) s[10],
+                s11 = out(reg32) s[11],
+                s12 = out(reg32) s[12],
+                s13 = out(reg32) s[13],
+                s14 = out(reg32) s[14],
+                s15 = out(reg32) s[15],
+                s16 = out(reg32) s[16],
+                s17 = out(reg32) s[17],
+                s18 = out(reg32) s[18],
+                s19 = out(reg32) s[19],
+                s20 = out(reg32) s[20],
+                s21 = out(reg32) s[21],
+                s22 = out(reg32) s[22],
+                s23 = out(reg32) s[23],
+                s24 = out(reg32) s[24],
+                s25 = out(reg32) s[25],
+                s26 = out(reg32) s[26],
+                s27 = out(reg32) s[27],
+                s28 = out(reg32) s[28],
+                s29 = out(reg32) s[29],
+                s30 = out(reg32) s[30],
+                s31 = out(reg32) s[31],
+                options(nostack)
+            )
+        };
+    }
+    match ORDER {
+        ScoreOrder::IN_ORDER => SCORES!(
+            BLOCK!("W0", "0", "0", "first"), BLOCK!("W1", "8", "512", "acc"), BLOCK!("W2", "16", "1024", "acc"), BLOCK!("W3", "24", "1536", "acc"),
+            BLOCK!("W4", "32", "2048", "acc"), BLOCK!("W5", "40", "2560", "acc"), BLOCK!("W6", "48", "3072", "acc"), BLOCK!("W7", "56", "3584", "acc"), ROPE!()
         ),
-        q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
-        r00 = in(reg32) rq[0][0],
-        r01 = in(reg32) rq[0][1],
-        r02 = in(reg32) rq[0][2],
-        r03 = in(reg32) rq[0][3],
-        r10 = in(reg32) rq[1][0],
-        r11 = in(reg32) rq[1][1],
-        r12 = in(reg32) rq[1][2],
-        r13 = in(reg32) rq[1][3],
-        r20 = in(reg32) rq[2][0],
-        r21 = in(reg32) rq[2][1],
-        r22 = in(reg32) rq[2][2],
-        r23 = in(reg32) rq[2][3],
-        r30 = in(reg32) rq[3][0],
-        r31 = in(reg32) rq[3][1],
-        r32 = in(reg32) rq[3][2],
-        r33 = in(reg32) rq[3][3],
-        s0 = out(reg32) s[0],
-        s1 = out(reg32) s[1],
-        s2 = out(reg32) s[2],
-        s3 = out(reg32) s[3],
-        s4 = out(reg32) s[4],
-        s5 = out(reg32) s[5],
-        s6 = out(reg32) s[6],
-        s7 = out(reg32) s[7],
-        s8 = out(reg32) s[8],
-        s9 = out(reg32) s[9],
-        s10 = out(reg32) s[10],
-        s11 = out(reg32) s[11],
-        s12 = out(reg32) s[12],
-        s13 = out(reg32) s[13],
-        s14 = out(reg32) s[14],
-        s15 = out(reg32) s[15],
-        s16 = out(reg32) s[16],
-        s17 = out(reg32) s[17],
-        s18 = out(reg32) s[18],
-        s19 = out(reg32) s[19],
-        s20 = out(reg32) s[20],
-        s21 = out(reg32) s[21],
-        s22 = out(reg32) s[22],
-        s23 = out(reg32) s[23],
-        s24 = out(reg32) s[24],
-        s25 = out(reg32) s[25],
-        s26 = out(reg32) s[26],
-        s27 = out(reg32) s[27],
-        s28 = out(reg32) s[28],
-        s29 = out(reg32) s[29],
-        s30 = out(reg32) s[30],
-        s31 = out(reg32) s[31],
-        options(nostack)
-    );
+        ScoreOrder::LEFT_FIRST => SCORES!(
+            BLOCK!("W0", "0", "0", "first"), BLOCK!("W1", "8", "512", "acc"), BLOCK!("W2", "16", "1024", "acc"), BLOCK!("W3", "24", "1536", "acc"), ROPE!(),
+            BLOCK!("W4", "32", "2048", "acc"), BLOCK!("W5", "40", "2560", "acc"), BLOCK!("W6", "48", "3072", "acc"), BLOCK!("W7", "56", "3584", "acc")
+        ),
+        _ => SCORES!(
+            BLOCK!("W4", "32", "2048", "first"), BLOCK!("W5", "40", "2560", "acc"), BLOCK!("W6", "48", "3072", "acc"), BLOCK!("W7", "56", "3584", "acc"), ROPE!(),
+            BLOCK!("W0", "0", "0", "acc"), BLOCK!("W1", "8", "512", "acc"), BLOCK!("W2", "16", "1024", "acc"), BLOCK!("W3", "24", "1536", "acc")
+        ),
+    }
     s
+}
+
+/// The order of [`mla_scores64_bf16`]'s column blocks: each warpgroup
+/// waits first for the blocks its stage's loads issue first
+/// (`decode::mla`, docs/perf.md "MLA kernel").
+pub struct ScoreOrder;
+
+impl ScoreOrder {
+    /// Blocks 0..8, the RoPE block last.
+    pub const IN_ORDER: u32 = 0;
+    /// The left half of V (blocks 0..4), the RoPE block, the right half.
+    pub const LEFT_FIRST: u32 = 1;
+    /// The right half of V (blocks 4..8), the RoPE block, the left half.
+    pub const RIGHT_FIRST: u32 = 2;
 }
 /// `O[:, half] += P·V[:, half]` of the MLA family with P from registers:
 /// as [`mla_pv_bf16`], the A fragment of keys `16 h ..` in `a[h]` (the

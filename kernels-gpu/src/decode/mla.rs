@@ -40,7 +40,7 @@ use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GRO
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use crate::arch::math::{ex2, pack_bf16x2};
-use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_scores64_bf16};
+use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_scores64_bf16, ScoreOrder};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
 use crate::state;
@@ -61,6 +61,10 @@ const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
 const DS_ROW_BYTES: u32 = decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM);
 const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_SCALES_AT as u64;
 const DS_ROPE_AT: u64 = decode_attn_abi::DS_MLA_ROPE_AT as u64;
+
+/// (Experiment switches.)
+const EARLY_P1: bool = true;
+const HALVES: bool = true;
 
 /// Named barriers of the hand-overs (0 is the block's).
 const SCALE0_READY: u32 = 1;
@@ -149,11 +153,21 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
                 } else if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla) {
                     convert_stage::<PAGED, true>(p, &item, t, buffer(t % 2), full(t % 2), key_scales(t % 2), pt);
                 } else {
-                    issue_stage::<PAGED>(p, &item, t, buffer(t % 2), full(t % 2), pt);
+                    issue_blocks::<0, BLOCKS>(buffer(t % 2), full(t % 2), pt, &stage_sources::<PAGED>(p, &item, t, pt));
                 }
             }
         }};
     }
+    // Column blocks `FROM..TO` of a bf16 stage.
+    macro_rules! load_blocks {
+        ($t:expr, $from:expr, $to:expr) => {{
+            let t: u32 = $t;
+            if t < n_tiles {
+                issue_blocks::<{ $from }, { $to }>(buffer(t % 2), full(t % 2), pt, &stage_sources::<PAGED>(p, &item, t, pt));
+            }
+        }};
+    }
+    let halves = HALVES && F::FORMAT.bits() == 16;
     load!(1 - own);
     let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
     let rq = rope_fragments(p, item.batch, row0, locals, c2);
@@ -224,7 +238,12 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         let has = [true, 2 * i + 1 < n_tiles];
         if own == 0 {
             // 1, 3: S0 and the new maximum.
-            let mut s = logits(mla_scores64_bf16(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity), t);
+            let raw = if halves {
+                mla_scores64_bf16::<{ ScoreOrder::LEFT_FIRST }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity)
+            } else {
+                mla_scores64_bf16::<{ ScoreOrder::IN_ORDER }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity)
+            };
+            let mut s = logits(raw, t);
             let m0 = [0, 1].map(|r| m[r].max(row_max(&s, r)));
             let scale0 = [0, 1].map(|r| state::rescale(m[r], m0[r]));
             publish(maxima, m0);
@@ -245,6 +264,11 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             store_p(p0_tile, &s, scale1, locals, c2);
             shared::fence_proxy_async_shared();
             thread::arrive_named(P0_READY, 256);
+            if halves {
+                // Buffer 0's left half and RoPE block are read (S0, P0·V0_L).
+                load_blocks!(2 * i + 2, 0, 4);
+                load_blocks!(2 * i + 2, BLOCKS - 1, BLOCKS);
+            }
             l = [l[0] * scale1[0], l[1] * scale1[1]];
             // 11: O_L += P1·V1_L.
             thread::sync_named(P1_READY, 256);
@@ -254,10 +278,20 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             // Buffer 1 is read (P1·V1_L here; warpgroup 1's reads of it
             // were before P1_READY): refill it.
-            load!(2 * i + 3);
+            if halves {
+                load_blocks!(2 * i + 3, 0, 4);
+            } else {
+                load!(2 * i + 3);
+            }
         } else {
             // 2, 6: S1 and the pair's maximum.
-            let mut s = if has[1] { logits(mla_scores64_bf16(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t) } else { [[f32::NEG_INFINITY; 4]; 8] };
+            let mut s = if !has[1] {
+                [[f32::NEG_INFINITY; 4]; 8]
+            } else if halves {
+                logits(mla_scores64_bf16::<{ ScoreOrder::RIGHT_FIRST }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t)
+            } else {
+                logits(mla_scores64_bf16::<{ ScoreOrder::IN_ORDER }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t)
+            };
             thread::sync_named(SCALE0_READY, 256);
             let (m0, scale0) = (read(maxima), read(scales0));
             let m1 = [0, 1].map(|r| m0[r].max(row_max(&s, r)));
@@ -277,18 +311,33 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
                 scale_p(&mut s, 1);
             }
             state::rescale_rows(&mut o, both);
+            if EARLY_P1 {
+                store_p(p1_tile, &s, [1.0; 2], locals, c2);
+                shared::fence_proxy_async_shared();
+                thread::arrive_named(P1_READY, 256);
+            }
             if has[1] {
                 mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(1));
             }
-            store_p(p1_tile, &s, [1.0; 2], locals, c2);
-            shared::fence_proxy_async_shared();
-            thread::arrive_named(P1_READY, 256);
+            if halves {
+                // Buffer 1's right half and RoPE block are read (S1, P1·V1_R).
+                load_blocks!(2 * i + 3, 4, BLOCKS);
+            }
+            if !EARLY_P1 {
+                store_p(p1_tile, &s, [1.0; 2], locals, c2);
+                shared::fence_proxy_async_shared();
+                thread::arrive_named(P1_READY, 256);
+            }
             // 10: O_R += P0·V0_R.
             thread::sync_named(P0_READY, 256);
             mla_pv_bf16(&mut o, descriptor(p0_tile, 16, 1024), v_half(0));
             // Buffer 0 is read (P0·V0_R here; warpgroup 0's reads of it
             // were before P0_READY): refill it.
-            load!(2 * i + 2);
+            if halves {
+                load_blocks!(2 * i + 2, 4, BLOCKS - 1);
+            } else {
+                load!(2 * i + 2);
+            }
         }
     }
 
@@ -386,28 +435,33 @@ unsafe fn store_p(tile: u32, s: &[[f32; 4]; 8], factor: [f32; 2], locals: [u32; 
     }
 }
 
-/// Issues the copies of stage `t` of the work item's keys into the buffer
-/// at `dst` by one warpgroup's 128 threads (`pt`: the thread's index in
-/// it): 8 threads a key and 16 keys a pass, a 16-byte chunk of each of its
-/// 4 keys per column block; after each column block, the thread's arrival
-/// on the block's barrier (`bars + 8 c`, 128 arrivals a phase) once its
-/// copies landed. Keys past the item's end are zero-filled (their
-/// P is 0, and a zero V row keeps the P·V finite), their source address
-/// the item's first key's.
+/// The sources of stage `t`'s copies by one warpgroup's 128 threads
+/// (`pt`: the thread's index in it): 8 threads a key and 16 keys a pass,
+/// the thread's 4 keys' rows and the bytes to copy of each 16-byte chunk
+/// (`issue_blocks`). Keys past the item's end are zero-filled (their P is
+/// 0, and a zero V row keeps the P·V finite), their source address the
+/// item's first key's.
 #[inline(always)]
-unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, pt: u32) {
-    let (sub, c) = (pt / 8, pt % 8);
+unsafe fn stage_sources<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> [(u64, u32); 4] {
     let key0 = item.kv_start + t * MLA_KEYS;
-    let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
-    let src = keys.map(|r| {
-        let key = key0 + r;
+    core::array::from_fn(|pass| {
+        let key = key0 + pt / 8 + 16 * pass as u32;
         let live = key < item.kv_end;
         (row_address::<PAGED>(p, item.batch, if live { key } else { item.kv_start }), if live { 16 } else { 0 })
-    });
-    for block in 0..BLOCKS {
-        for (pass, &r) in keys.iter().enumerate() {
-            let (row, bytes) = src[pass];
-            memory::cp_async_16(dst + block * BLOCK_BYTES + TILE.at(r, c, 0), row + 128 * block as u64 + 16 * c as u64, bytes);
+    })
+}
+
+/// Issues the copies of column blocks `FROM..TO` of a stage into the
+/// buffer at `dst` from `src` (`stage_sources`): a 16-byte chunk of each
+/// of the thread's 4 keys per column block; after each column block, the
+/// thread's arrival on the block's barrier (`bars + 8 c`, 128 arrivals a
+/// phase) once its copies landed.
+#[inline(always)]
+unsafe fn issue_blocks<const FROM: u32, const TO: u32>(dst: u32, bars: u32, pt: u32, src: &[(u64, u32); 4]) {
+    let (sub, c) = (pt / 8, pt % 8);
+    for block in FROM..TO {
+        for (pass, &(row, bytes)) in src.iter().enumerate() {
+            memory::cp_async_16(dst + block * BLOCK_BYTES + TILE.at(sub + 16 * pass as u32, c, 0), row + 128 * block as u64 + 16 * c as u64, bytes);
         }
         mbarrier::cp_async_arrive_noinc(bars + 8 * block);
     }
