@@ -360,6 +360,102 @@ pub unsafe fn mla_pv_bf16(o: &mut [[f32; 4]; 32], p: u64, v: u64) {
     );
 }
 
+macro_rules! mla_score {
+    ($($ops:literal),+) => {
+        concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $($ops),+, ", 1, 1, 0, 0;\n")
+    };
+}
+macro_rules! mla_score_r {
+    ($ops:literal) => {
+        concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", acc, 1, 1, 0;\n")
+    };
+}
+// The wait for column block `c` (its barrier `8 c` bytes on) and its
+// four k16 steps from the Q tile (descriptors `512 c` on), the first
+// step's accumulate predicate `$first` ("first" zero-fills).
+macro_rules! mla_block {
+    ($label:literal, $bar:literal, $at:literal, $first:literal) => {
+        concat!(
+            "add.u32 ba, {bars}, ", $bar, ";\n", $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra ", $label, ";\nwgmma.fence.sync.aligned;\n",
+            "add.u32 qb, ql, ", $at, ";\nadd.u32 kb, kl, ", $at, ";\nmov.b64 qd, {{qb, qh}};\nmov.b64 kd, {{kb, kh}};\n", mla_score!("qd, kd, ", $first),
+            "add.u32 qa, qb, 2;\nadd.u32 ka, kb, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!("qd, kd, acc"),
+            "add.u32 qa, qb, 4;\nadd.u32 ka, kb, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!("qd, kd, acc"),
+            "add.u32 qa, qb, 6;\nadd.u32 ka, kb, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!("qd, kd, acc"),
+        )
+    };
+}
+// The RoPE block (8): Q's fragments from registers.
+macro_rules! mla_rope {
+    () => {
+        concat!(
+            "add.u32 ba, {bars}, 64;\nW8:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W8;\nwgmma.fence.sync.aligned;\n",
+            "add.u32 ka, kl, 4096;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r00}, {r01}, {r02}, {r03}}}, kd"),
+            "add.u32 ka, kl, 4098;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r10}, {r11}, {r12}, {r13}}}, kd"),
+            "add.u32 ka, kl, 4100;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r20}, {r21}, {r22}, {r23}}}, kd"),
+            "add.u32 ka, kl, 4102;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r30}, {r31}, {r32}, {r33}}}, kd"),
+        )
+    };
+}
+
+// The RoPE fragments' and the score accumulator's operands of the MLA
+// score asm (`$dir`: `out` or `inout`).
+macro_rules! mla_rq_s_operands {
+    ($rq:ident, $s:ident, $dir:ident; $($args:tt)*) => {
+        core::arch::asm!(
+            $($args)*
+            r00 = in(reg32) $rq[0][0],
+            r01 = in(reg32) $rq[0][1],
+            r02 = in(reg32) $rq[0][2],
+            r03 = in(reg32) $rq[0][3],
+            r10 = in(reg32) $rq[1][0],
+            r11 = in(reg32) $rq[1][1],
+            r12 = in(reg32) $rq[1][2],
+            r13 = in(reg32) $rq[1][3],
+            r20 = in(reg32) $rq[2][0],
+            r21 = in(reg32) $rq[2][1],
+            r22 = in(reg32) $rq[2][2],
+            r23 = in(reg32) $rq[2][3],
+            r30 = in(reg32) $rq[3][0],
+            r31 = in(reg32) $rq[3][1],
+            r32 = in(reg32) $rq[3][2],
+            r33 = in(reg32) $rq[3][3],
+            s0 = $dir(reg32) $s[0],
+            s1 = $dir(reg32) $s[1],
+            s2 = $dir(reg32) $s[2],
+            s3 = $dir(reg32) $s[3],
+            s4 = $dir(reg32) $s[4],
+            s5 = $dir(reg32) $s[5],
+            s6 = $dir(reg32) $s[6],
+            s7 = $dir(reg32) $s[7],
+            s8 = $dir(reg32) $s[8],
+            s9 = $dir(reg32) $s[9],
+            s10 = $dir(reg32) $s[10],
+            s11 = $dir(reg32) $s[11],
+            s12 = $dir(reg32) $s[12],
+            s13 = $dir(reg32) $s[13],
+            s14 = $dir(reg32) $s[14],
+            s15 = $dir(reg32) $s[15],
+            s16 = $dir(reg32) $s[16],
+            s17 = $dir(reg32) $s[17],
+            s18 = $dir(reg32) $s[18],
+            s19 = $dir(reg32) $s[19],
+            s20 = $dir(reg32) $s[20],
+            s21 = $dir(reg32) $s[21],
+            s22 = $dir(reg32) $s[22],
+            s23 = $dir(reg32) $s[23],
+            s24 = $dir(reg32) $s[24],
+            s25 = $dir(reg32) $s[25],
+            s26 = $dir(reg32) $s[26],
+            s27 = $dir(reg32) $s[27],
+            s28 = $dir(reg32) $s[28],
+            s29 = $dir(reg32) $s[29],
+            s30 = $dir(reg32) $s[30],
+            s31 = $dir(reg32) $s[31],
+            options(nostack)
+        )
+    };
+}
+
 /// `S = Q·Kᵀ` of the MLA family (`decode::mla`) for a 64-row tile of Q and
 /// one stage's 64 keys over the latent rows' 576 dims: 36 `m64n64k16`
 /// steps. Q's first 512 dims come from the Q tile (`q`, K-major in the
@@ -383,45 +479,9 @@ pub unsafe fn mla_pv_bf16(o: &mut [[f32; 4]; 32], p: u64, v: u64) {
 #[inline(always)]
 pub unsafe fn mla_scores64_bf16<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, parity: u32) -> [f32; 32] {
     let mut s = [0f32; 32];
-    macro_rules! SCORE {
-        ($($ops:literal),+) => {
-            concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $($ops),+, ", 1, 1, 0, 0;\n")
-        };
-    }
-    macro_rules! SCORE_R {
-        ($ops:literal) => {
-            concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", acc, 1, 1, 0;\n")
-        };
-    }
-    // The wait for column block `c` (its barrier `8 c` bytes on) and its
-    // four k16 steps from the Q tile (descriptors `512 c` on), the first
-    // step's accumulate predicate `$first` ("first" zero-fills).
-    macro_rules! BLOCK {
-        ($label:literal, $bar:literal, $at:literal, $first:literal) => {
-            concat!(
-                "add.u32 ba, {bars}, ", $bar, ";\n", $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra ", $label, ";\n",
-                "add.u32 qb, ql, ", $at, ";\nadd.u32 kb, kl, ", $at, ";\nmov.b64 qd, {{qb, qh}};\nmov.b64 kd, {{kb, kh}};\n", SCORE!("qd, kd, ", $first),
-                "add.u32 qa, qb, 2;\nadd.u32 ka, kb, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-                "add.u32 qa, qb, 4;\nadd.u32 ka, kb, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-                "add.u32 qa, qb, 6;\nadd.u32 ka, kb, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", SCORE!("qd, kd, acc"),
-            )
-        };
-    }
-    // The RoPE block (8): Q's fragments from registers.
-    macro_rules! ROPE {
-        () => {
-            concat!(
-                "add.u32 ba, {bars}, 64;\nW8:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W8;\n",
-                "add.u32 ka, kl, 4096;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r00}, {r01}, {r02}, {r03}}}, kd"),
-                "add.u32 ka, kl, 4098;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r10}, {r11}, {r12}, {r13}}}, kd"),
-                "add.u32 ka, kl, 4100;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r20}, {r21}, {r22}, {r23}}}, kd"),
-                "add.u32 ka, kl, 4102;\nmov.b64 kd, {{ka, kh}};\n", SCORE_R!("{{{r30}, {r31}, {r32}, {r33}}}, kd"),
-            )
-        };
-    }
     macro_rules! SCORES {
         ($($body:tt)*) => {
-            core::arch::asm!(
+            mla_rq_s_operands!(rq, s, out;
                 concat!(
                     "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
                     "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
@@ -430,73 +490,181 @@ pub unsafe fn mla_scores64_bf16<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]
                     "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
                 ),
                 q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
-                r00 = in(reg32) rq[0][0],
-                r01 = in(reg32) rq[0][1],
-                r02 = in(reg32) rq[0][2],
-                r03 = in(reg32) rq[0][3],
-                r10 = in(reg32) rq[1][0],
-                r11 = in(reg32) rq[1][1],
-                r12 = in(reg32) rq[1][2],
-                r13 = in(reg32) rq[1][3],
-                r20 = in(reg32) rq[2][0],
-                r21 = in(reg32) rq[2][1],
-                r22 = in(reg32) rq[2][2],
-                r23 = in(reg32) rq[2][3],
-                r30 = in(reg32) rq[3][0],
-                r31 = in(reg32) rq[3][1],
-                r32 = in(reg32) rq[3][2],
-                r33 = in(reg32) rq[3][3],
-                s0 = out(reg32) s[0],
-                s1 = out(reg32) s[1],
-                s2 = out(reg32) s[2],
-                s3 = out(reg32) s[3],
-                s4 = out(reg32) s[4],
-                s5 = out(reg32) s[5],
-                s6 = out(reg32) s[6],
-                s7 = out(reg32) s[7],
-                s8 = out(reg32) s[8],
-                s9 = out(reg32) s[9],
-                s10 = out(reg32) s[10],
-                s11 = out(reg32) s[11],
-                s12 = out(reg32) s[12],
-                s13 = out(reg32) s[13],
-                s14 = out(reg32) s[14],
-                s15 = out(reg32) s[15],
-                s16 = out(reg32) s[16],
-                s17 = out(reg32) s[17],
-                s18 = out(reg32) s[18],
-                s19 = out(reg32) s[19],
-                s20 = out(reg32) s[20],
-                s21 = out(reg32) s[21],
-                s22 = out(reg32) s[22],
-                s23 = out(reg32) s[23],
-                s24 = out(reg32) s[24],
-                s25 = out(reg32) s[25],
-                s26 = out(reg32) s[26],
-                s27 = out(reg32) s[27],
-                s28 = out(reg32) s[28],
-                s29 = out(reg32) s[29],
-                s30 = out(reg32) s[30],
-                s31 = out(reg32) s[31],
-                options(nostack)
             )
         };
     }
     match ORDER {
         ScoreOrder::IN_ORDER => SCORES!(
-            BLOCK!("W0", "0", "0", "first"), BLOCK!("W1", "8", "512", "acc"), BLOCK!("W2", "16", "1024", "acc"), BLOCK!("W3", "24", "1536", "acc"),
-            BLOCK!("W4", "32", "2048", "acc"), BLOCK!("W5", "40", "2560", "acc"), BLOCK!("W6", "48", "3072", "acc"), BLOCK!("W7", "56", "3584", "acc"), ROPE!()
+            mla_block!("W0", "0", "0", "first"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc"),
+            mla_block!("W4", "32", "2048", "acc"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc"), mla_rope!()
         ),
         ScoreOrder::LEFT_FIRST => SCORES!(
-            BLOCK!("W0", "0", "0", "first"), BLOCK!("W1", "8", "512", "acc"), BLOCK!("W2", "16", "1024", "acc"), BLOCK!("W3", "24", "1536", "acc"), ROPE!(),
-            BLOCK!("W4", "32", "2048", "acc"), BLOCK!("W5", "40", "2560", "acc"), BLOCK!("W6", "48", "3072", "acc"), BLOCK!("W7", "56", "3584", "acc")
+            mla_block!("W0", "0", "0", "first"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc"), mla_rope!(),
+            mla_block!("W4", "32", "2048", "acc"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc")
         ),
         _ => SCORES!(
-            BLOCK!("W4", "32", "2048", "first"), BLOCK!("W5", "40", "2560", "acc"), BLOCK!("W6", "48", "3072", "acc"), BLOCK!("W7", "56", "3584", "acc"), ROPE!(),
-            BLOCK!("W0", "0", "0", "acc"), BLOCK!("W1", "8", "512", "acc"), BLOCK!("W2", "16", "1024", "acc"), BLOCK!("W3", "24", "1536", "acc")
+            mla_block!("W4", "32", "2048", "first"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc"), mla_rope!(),
+            mla_block!("W0", "0", "0", "acc"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc")
         ),
     }
     s
+}
+
+/// The end of one stage's `O[:, half] += P·V[:, half]` and the start of
+/// the next stage's scores in one asm, so that the tensor cores run them
+/// back to back: the P·V as [`mla_pv_bf16`], then the first four column
+/// blocks of `S = Q·Kᵀ` in `ORDER` (blocks 0..4 for
+/// [`ScoreOrder::LEFT_FIRST`], 4..8 for [`ScoreOrder::RIGHT_FIRST`]; the
+/// operands as [`mla_scores64_bf16`]'s), then a wait for the P·V alone.
+/// The scores' MMAs are still running when it returns: the caller may
+/// refill what the P·V read, and must pass the accumulator untouched to
+/// [`mla_scores_end`].
+///
+/// # Safety
+/// As [`mla_pv_bf16`] and [`mla_scores64_bf16`].
+#[allow(named_asm_labels, clippy::too_many_arguments)]
+#[inline(always)]
+pub unsafe fn mla_pv_scores_begin<const ORDER: u32>(o: &mut [[f32; 4]; 32], p: u64, v: u64, q: u64, k: u64, bars: u32, parity: u32) -> [f32; 32] {
+    let mut s = [0f32; 32];
+    macro_rules! PV {
+        ($ops:literal) => {
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 ", o128!(), ", ", $ops, ", acc, 1, 1, 0, 1;\n")
+        };
+    }
+    macro_rules! BEGIN {
+        ($($body:tt)*) => {
+            asm_o128!(o;
+                concat!(
+                    "{{\n.reg .pred first, acc, ready;\n.reg .b64 pd, vd, qd, kd;\n.reg .b32 pl, ph, vl, vh, pa, va, ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
+                    "mov.b64 {{pl, ph}}, {p};\nmov.b64 {{vl, vh}}, {v};\nmov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
+                    "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+                    PV!("{p}, {v}"),
+                    "add.u32 pa, pl, 2;\nadd.u32 va, vl, 128;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!("pd, vd"),
+                "add.u32 pa, pl, 4;\nadd.u32 va, vl, 256;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!("pd, vd"),
+                "add.u32 pa, pl, 6;\nadd.u32 va, vl, 384;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!("pd, vd"),
+                    "wgmma.commit_group.sync.aligned;\n",
+                    $($body)*,
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n}}"
+                ),
+                p = in(reg64) p, v = in(reg64) v, q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
+        s0 = out(reg32) s[0],
+        s1 = out(reg32) s[1],
+        s2 = out(reg32) s[2],
+        s3 = out(reg32) s[3],
+        s4 = out(reg32) s[4],
+        s5 = out(reg32) s[5],
+        s6 = out(reg32) s[6],
+        s7 = out(reg32) s[7],
+        s8 = out(reg32) s[8],
+        s9 = out(reg32) s[9],
+        s10 = out(reg32) s[10],
+        s11 = out(reg32) s[11],
+        s12 = out(reg32) s[12],
+        s13 = out(reg32) s[13],
+        s14 = out(reg32) s[14],
+        s15 = out(reg32) s[15],
+        s16 = out(reg32) s[16],
+        s17 = out(reg32) s[17],
+        s18 = out(reg32) s[18],
+        s19 = out(reg32) s[19],
+        s20 = out(reg32) s[20],
+        s21 = out(reg32) s[21],
+        s22 = out(reg32) s[22],
+        s23 = out(reg32) s[23],
+        s24 = out(reg32) s[24],
+        s25 = out(reg32) s[25],
+        s26 = out(reg32) s[26],
+        s27 = out(reg32) s[27],
+        s28 = out(reg32) s[28],
+        s29 = out(reg32) s[29],
+        s30 = out(reg32) s[30],
+        s31 = out(reg32) s[31],
+            )
+        };
+    }
+    match ORDER {
+        ScoreOrder::LEFT_FIRST => BEGIN!(mla_block!("W0", "0", "0", "first"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc")),
+        _ => BEGIN!(mla_block!("W4", "32", "2048", "first"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc")),
+    }
+    s
+}
+
+/// The other five column blocks of [`mla_pv_scores_begin`]'s scores (the
+/// RoPE block, then the other half), accumulated into `s` as that left
+/// it; waits for all of them.
+///
+/// # Safety
+/// As [`mla_scores64_bf16`]; `s` is [`mla_pv_scores_begin`]'s, untouched.
+#[allow(named_asm_labels)]
+#[inline(always)]
+pub unsafe fn mla_scores_end<const ORDER: u32>(s: &mut [f32; 32], q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, parity: u32) {
+    macro_rules! END {
+        ($($body:tt)*) => {
+            core::arch::asm!(
+                concat!(
+                    "{{\n.reg .pred acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
+                    "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
+                    "setp.eq.b32 acc, {z}, 0;\n",
+                    $($body)*,
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+                ),
+                q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
+        r00 = in(reg32) rq[0][0],
+        r01 = in(reg32) rq[0][1],
+        r02 = in(reg32) rq[0][2],
+        r03 = in(reg32) rq[0][3],
+        r10 = in(reg32) rq[1][0],
+        r11 = in(reg32) rq[1][1],
+        r12 = in(reg32) rq[1][2],
+        r13 = in(reg32) rq[1][3],
+        r20 = in(reg32) rq[2][0],
+        r21 = in(reg32) rq[2][1],
+        r22 = in(reg32) rq[2][2],
+        r23 = in(reg32) rq[2][3],
+        r30 = in(reg32) rq[3][0],
+        r31 = in(reg32) rq[3][1],
+        r32 = in(reg32) rq[3][2],
+        r33 = in(reg32) rq[3][3],
+        s0 = inout(reg32) s[0],
+        s1 = inout(reg32) s[1],
+        s2 = inout(reg32) s[2],
+        s3 = inout(reg32) s[3],
+        s4 = inout(reg32) s[4],
+        s5 = inout(reg32) s[5],
+        s6 = inout(reg32) s[6],
+        s7 = inout(reg32) s[7],
+        s8 = inout(reg32) s[8],
+        s9 = inout(reg32) s[9],
+        s10 = inout(reg32) s[10],
+        s11 = inout(reg32) s[11],
+        s12 = inout(reg32) s[12],
+        s13 = inout(reg32) s[13],
+        s14 = inout(reg32) s[14],
+        s15 = inout(reg32) s[15],
+        s16 = inout(reg32) s[16],
+        s17 = inout(reg32) s[17],
+        s18 = inout(reg32) s[18],
+        s19 = inout(reg32) s[19],
+        s20 = inout(reg32) s[20],
+        s21 = inout(reg32) s[21],
+        s22 = inout(reg32) s[22],
+        s23 = inout(reg32) s[23],
+        s24 = inout(reg32) s[24],
+        s25 = inout(reg32) s[25],
+        s26 = inout(reg32) s[26],
+        s27 = inout(reg32) s[27],
+        s28 = inout(reg32) s[28],
+        s29 = inout(reg32) s[29],
+        s30 = inout(reg32) s[30],
+        s31 = inout(reg32) s[31],
+                options(nostack)
+            )
+        };
+    }
+    match ORDER {
+        ScoreOrder::LEFT_FIRST => END!(mla_rope!(), mla_block!("W4", "32", "2048", "acc"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc")),
+        _ => END!(mla_rope!(), mla_block!("W0", "0", "0", "acc"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc")),
+    }
 }
 
 /// The order of [`mla_scores64_bf16`]'s column blocks: each warpgroup
