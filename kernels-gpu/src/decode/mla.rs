@@ -40,7 +40,7 @@ use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GRO
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use crate::arch::math::{ex2, pack_bf16x2};
-use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_pv_scores_begin, mla_scores64_bf16, mla_scores_end, ScoreOrder};
+use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_scores64_bf16, ScoreOrder};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
 use crate::state;
@@ -61,10 +61,6 @@ const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
 const DS_ROW_BYTES: u32 = decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM);
 const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_SCALES_AT as u64;
 const DS_ROPE_AT: u64 = decode_attn_abi::DS_MLA_ROPE_AT as u64;
-
-/// (Experiment switches.)
-const HALVES: bool = true;
-const PIPELINE: bool = true;
 
 /// Named barriers of the hand-overs (0 is the block's).
 const SCALE0_READY: u32 = 1;
@@ -167,7 +163,10 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
         }};
     }
-    let halves = HALVES && F::FORMAT.bits() == 16;
+    // bf16 stages are refilled by halves, each as soon as its last reader
+    // is done (`load_blocks`); an fp8 stage whole, by its last reader
+    // (`convert_stage` waits for its loads).
+    let halves = F::FORMAT.bits() == 16;
     load!(1 - own);
     let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
     let rq = rope_fragments(p, item.batch, row0, locals, c2);
@@ -232,27 +231,13 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let mut m = [f32::NEG_INFINITY; 2];
     let mut l = [0f32; 2];
     let v_half = |b: u32| descriptor(buffer(b) + 4 * BLOCK_BYTES * own, BLOCK_BYTES, 1024);
-    let pipelined = PIPELINE && halves;
-    // Pipelined (bf16): each warpgroup's scores of its next stage are
-    // issued with its last P·V of the pair (`mla_pv_scores_begin`), the
-    // first pair's here.
-    let mut next = [0f32; 32];
-    if pipelined && own < n_tiles {
-        next = if own == 0 {
-            mla_scores64_bf16::<{ ScoreOrder::LEFT_FIRST }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), 0)
-        } else {
-            mla_scores64_bf16::<{ ScoreOrder::RIGHT_FIRST }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), 0)
-        };
-    }
     for i in 0..n_tiles.div_ceil(2) {
         let parity = i & 1;
         let t = 2 * i + own;
         let has = [true, 2 * i + 1 < n_tiles];
         if own == 0 {
             // 1, 3: S0 and the new maximum.
-            let raw = if pipelined {
-                next
-            } else if halves {
+            let raw = if halves {
                 mla_scores64_bf16::<{ ScoreOrder::LEFT_FIRST }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity)
             } else {
                 mla_scores64_bf16::<{ ScoreOrder::IN_ORDER }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity)
@@ -287,31 +272,20 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             // 11: O_L += P1·V1_L.
             thread::sync_named(P1_READY, 256);
             state::rescale_rows(&mut o, scale1);
-            if pipelined && 2 * i + 2 < n_tiles {
-                // P1·V1_L and the next S0's left half; buffer 1's left half
-                // refilled once the P·V is done, then the rest of S0.
-                let (p1, q0, k0) = (descriptor(p1_tile, 16, 1024), q_desc, descriptor(buffer(0), 16, 1024));
-                next = mla_pv_scores_begin::<{ ScoreOrder::LEFT_FIRST }>(&mut o, p1, v_half(1), q0, k0, full(0), parity ^ 1);
+            if has[1] {
+                mla_pv_bf16(&mut o, descriptor(p1_tile, 16, 1024), v_half(1));
+            }
+            // Buffer 1 is read (P1·V1_L here; warpgroup 1's reads of it
+            // were before P1_READY): refill it (bf16: its left half).
+            if halves {
                 load_blocks!(2 * i + 3, 0, 4);
-                mla_scores_end::<{ ScoreOrder::LEFT_FIRST }>(&mut next, q0, k0, &rq, full(0), parity ^ 1);
             } else {
-                if has[1] {
-                    mla_pv_bf16(&mut o, descriptor(p1_tile, 16, 1024), v_half(1));
-                }
-                // Buffer 1 is read (P1·V1_L here; warpgroup 1's reads of it
-                // were before P1_READY): refill it.
-                if halves {
-                    load_blocks!(2 * i + 3, 0, 4);
-                } else {
-                    load!(2 * i + 3);
-                }
+                load!(2 * i + 3);
             }
         } else {
             // 2, 6: S1 and the pair's maximum.
             let mut s = if !has[1] {
                 [[f32::NEG_INFINITY; 4]; 8]
-            } else if pipelined {
-                logits(next, t)
             } else if halves {
                 logits(mla_scores64_bf16::<{ ScoreOrder::RIGHT_FIRST }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t)
             } else {
@@ -350,22 +324,13 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             // 10: O_R += P0·V0_R.
             thread::sync_named(P0_READY, 256);
-            if pipelined && 2 * i + 3 < n_tiles {
-                // P0·V0_R and the next S1's right half; buffer 0's right
-                // half refilled once the P·V is done, then the rest of S1.
-                let (p0, q1, k1) = (descriptor(p0_tile, 16, 1024), q_desc, descriptor(buffer(1), 16, 1024));
-                next = mla_pv_scores_begin::<{ ScoreOrder::RIGHT_FIRST }>(&mut o, p0, v_half(0), q1, k1, full(1), parity ^ 1);
+            mla_pv_bf16(&mut o, descriptor(p0_tile, 16, 1024), v_half(0));
+            // Buffer 0 is read (P0·V0_R here; warpgroup 0's reads of it
+            // were before P0_READY): refill it (bf16: its right half).
+            if halves {
                 load_blocks!(2 * i + 2, 4, BLOCKS - 1);
-                mla_scores_end::<{ ScoreOrder::RIGHT_FIRST }>(&mut next, q1, k1, &rq, full(1), parity ^ 1);
             } else {
-                mla_pv_bf16(&mut o, descriptor(p0_tile, 16, 1024), v_half(0));
-                // Buffer 0 is read (P0·V0_R here; warpgroup 0's reads of it
-                // were before P0_READY): refill it.
-                if halves {
-                    load_blocks!(2 * i + 2, 4, BLOCKS - 1);
-                } else {
-                    load!(2 * i + 2);
-                }
+                load!(2 * i + 2);
             }
         }
     }
