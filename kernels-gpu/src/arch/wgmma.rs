@@ -370,9 +370,17 @@ macro_rules! mla_score_r {
         concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", acc, 1, 1, 0;\n")
     };
 }
+// The MLA scores' pieces (`mla_scores64_bf16`): the m64n64k16 step with
+// Q from the tile (`mla_score`) and from registers (`mla_score_r`).
+//
 // The wait for column block `c` (its barrier `8 c` bytes on) and its
 // four k16 steps from the Q tile (descriptors `512 c` on), the first
-// step's accumulate predicate `$first` ("first" zero-fills).
+// step's accumulate predicate `$first` ("first" zero-fills). The
+// `wgmma.fence` after each wait: without it, ptxas met the wait loop's
+// branch between MMAs, inserted a warpgroup arrive of its own and
+// serialized every wgmma of the kernel (its info C7520); with it, the
+// 16-head rows went from 97 to 104 % of the copy roofline and the
+// 128-head rows from 486 to 561-619 TFLOPS (docs/perf.md, "MLA kernel").
 macro_rules! mla_block {
     ($label:literal, $bar:literal, $at:literal, $first:literal) => {
         concat!(
@@ -384,7 +392,7 @@ macro_rules! mla_block {
         )
     };
 }
-// The RoPE block (8): Q's fragments from registers.
+// The RoPE block (8): Q's fragments from registers (the fence as above).
 macro_rules! mla_rope {
     () => {
         concat!(

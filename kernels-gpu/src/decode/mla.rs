@@ -15,7 +15,7 @@
 //! 3. [0] `m0 = max(m, rowmax S0)`, `scale0 = 2^(m − m0)`, published;
 //! 4. [0] `P0 = 2^(S0 − m0)`;            5. [0] `O_L = O_L·scale0 + P0·V0_L`;
 //! 6. [1] `m1 = max(m0, rowmax S1)`, `scale1 = 2^(m0 − m1)`, published;
-//! 7. [1] `P1 = 2^(S1 − m1)`;            8. [1] `O_R = O_R·scale0·scale1 + P1·V1_R`, P1 to shared memory;
+//! 7. [1] `P1 = 2^(S1 − m1)`, to shared memory; 8. [1] `O_R = O_R·scale0·scale1 + P1·V1_R`;
 //! 9. [0] `P0 ← P0·scale1` to shared memory;
 //! 10. [1] `O_R += P0·V0_R`;             11. [0] `O_L = O_L·scale1 + P1·V1_L`.
 //!
@@ -23,12 +23,17 @@
 //! from shared memory; the row sums follow the same factors. Hand-overs
 //! are named barriers (a producer's `bar.arrive`, a consumer's `bar.sync`).
 //!
-//! Loads: warpgroup 1 refills buffer 0 after its step 10, warpgroup 0
-//! buffer 1 after its step 11 (each the last reader of its buffer), with
-//! 16-byte `cp.async` copies into the 128-byte
-//! swizzled layout, each of a stage's 9 column blocks (64 dims) completing
-//! an mbarrier of its own (`cp.async.mbarrier.arrive`): the score MMAs of a
-//! column block start as soon as it landed. Q's first 512 dims are a tile
+//! Loads: 16-byte `cp.async` copies into the 128-byte swizzled layout,
+//! each of a stage's 9 column blocks (64 dims) completing an mbarrier of
+//! its own (`cp.async.mbarrier.arrive`): the score MMAs of a column block
+//! start as soon as it landed. A bf16 stage's blocks are refilled as soon
+//! as their last reader is done: buffer 0's left half (V0_L) and RoPE
+//! block by warpgroup 0 after step 9, its right half by warpgroup 1 after
+//! step 10; buffer 1's right half and RoPE block by warpgroup 1 after step
+//! 8, its left half by warpgroup 0 after step 11. Each warpgroup's scores
+//! wait first for the blocks refilled first (`ScoreOrder`). An fp8 stage
+//! is converted whole by its buffer's last reader (warpgroup 1 after step
+//! 10, warpgroup 0 after step 11: `convert_stage`). Q's first 512 dims are a tile
 //! in shared memory; its last 64 (RoPE) are each warpgroup's registers, and
 //! their column block of the tile holds P1.
 //!
