@@ -278,18 +278,7 @@ const PORTABLE_CAPPED_SPILLS: u32 = 12;
 fn ptxas_accepts_it_without_spills() {
     for image in &decode_attn::MODULE_IMAGES {
         let arch = image.arch;
-        let log = if image.fatbin.is_some() {
-            image.ptxas_report.to_owned()
-        } else {
-            let ptxas = std::env::var_os("PTXAS").expect("set PTXAS to a ptxas binary (cargo xtask test does)");
-            let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let flag = format!("-arch={}", arch.name());
-            let out = std::process::Command::new(ptxas).args([flag.as_str(), "-v"]).arg(decode_attn::ptx_file(arch)).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
-            let _ = std::fs::remove_dir_all(dir);
-            assert!(out.status.success(), "ptxas rejected the {} PTX:\n{}", arch.name(), String::from_utf8_lossy(&out.stderr));
-            String::from_utf8_lossy(&out.stderr).into_owned()
-        };
+        let log = ptxas_report(image);
         let mut kernel = "";
         let mut checked = 0;
         for line in log.lines() {
@@ -310,6 +299,39 @@ fn ptxas_accepts_it_without_spills() {
         }
         assert_eq!(checked, ptx_builder::ptx_entries(ptx(arch)).len(), "ptxas reported on every kernel of {}", arch.name());
     }
+}
+
+/// Needs ptxas, as above. ptxas keeps every kernel's wgmma asynchronous:
+/// where it cannot (a register access or a branch between the MMAs of a
+/// sequence with no `wgmma.fence` after it), it serializes every wgmma of
+/// the kernel and says so (info C7520). The MLA kernels were serialized
+/// so by their barrier waits until a fence followed each: 16-head rows
+/// 97 → 104 % of the copy roofline (docs/perf.md, "MLA kernel").
+#[test]
+#[ignore = "needs ptxas (PTXAS=...); `cargo xtask test` runs it"]
+fn ptxas_keeps_every_kernels_wgmma_asynchronous() {
+    for image in &decode_attn::MODULE_IMAGES {
+        let log = ptxas_report(image);
+        let serialized: Vec<&str> = log.lines().filter(|l| l.contains("(C7520)")).collect();
+        assert!(serialized.is_empty(), "{}: ptxas serialized wgmma:\n{}", image.arch.name(), serialized.join("\n"));
+    }
+}
+
+/// ptxas's `-v` report of a module: the build's own (the embedded
+/// fatbin's cubin) where it made one, else a run of `$PTXAS`.
+fn ptxas_report(image: &decode_attn::ModuleImage) -> String {
+    let arch = image.arch;
+    if image.fatbin.is_some() {
+        return image.ptxas_report.to_owned();
+    }
+    let ptxas = std::env::var_os("PTXAS").expect("set PTXAS to a ptxas binary (cargo xtask test does)");
+    let dir = std::env::temp_dir().join(format!("decode-attn-ptx-{}-{}", std::process::id(), arch.name()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let flag = format!("-arch={}", arch.name());
+    let out = std::process::Command::new(ptxas).args([flag.as_str(), "-v"]).arg(decode_attn::ptx_file(arch)).arg("-o").arg(dir.join("k.cubin")).output().expect("running ptxas");
+    let _ = std::fs::remove_dir_all(dir);
+    assert!(out.status.success(), "ptxas rejected the {} PTX:\n{}", arch.name(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Binaries link against the libcuda stub `host/build.rs` builds on machines

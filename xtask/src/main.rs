@@ -200,7 +200,11 @@ fn ptx(arch: &str, report: bool) -> Result<(), String> {
     if !out.status.success() {
         return Err(format!("ptxas rejected the PTX:\n{text}"));
     }
-    println!("{:<32} {:>5} {:>10} {:>7} {:>12}", "kernel", "regs", "stack (B)", "spills", "static smem");
+    // ptxas's C7520: it serialized the kernel's wgmma (an MMA sequence
+    // with a register access or a branch between its steps and no
+    // `wgmma.fence` after it; docs/perf.md, "MLA kernel").
+    let serialized: Vec<&str> = text.lines().filter(|l| l.contains("(C7520)")).filter_map(|l| l.split("in the function '").nth(1)?.split('\'').next()).collect();
+    println!("{:<32} {:>5} {:>10} {:>7} {:>12} {:>6}", "kernel", "regs", "stack (B)", "spills", "static smem", "wgmma");
     let mut name = String::new();
     let (mut stack, mut spills) = (String::new(), String::new());
     for line in text.lines() {
@@ -213,8 +217,12 @@ fn ptx(arch: &str, report: bool) -> Result<(), String> {
         } else if let Some(rest) = line.split("Used ").nth(1) {
             let regs = rest.split_whitespace().next().unwrap_or("?");
             let smem = line.split(", ").find(|p| p.contains("smem")).map(|p| p.split_whitespace().next().unwrap_or("0")).unwrap_or("0");
-            println!("{name:<32} {regs:>5} {stack:>10} {spills:>7} {smem:>12}");
+            let wgmma = if serialized.contains(&name.as_str()) { "serial" } else { "" };
+            println!("{name:<32} {regs:>5} {stack:>10} {spills:>7} {smem:>12} {wgmma:>6}");
         }
+    }
+    if !serialized.is_empty() {
+        println!("ptxas serialized the wgmma of {} kernel(s) (C7520)", serialized.len());
     }
     Ok(())
 }
