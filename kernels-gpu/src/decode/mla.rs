@@ -135,11 +135,8 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
-    // Warpgroup `wg` loads the stages of buffer `1 − wg`, each once its
-    // own last reads of it are done (`issue_stage`). (Its halves loaded as
-    // soon as each was read — the left one and the RoPE block by warpgroup
-    // 0 after its step 5 — measured 8 % slower on the 16-head rows, no
-    // faster on the others: docs/perf.md, "MLA kernel".)
+    // The first two stages: warpgroup `wg` loads buffer `1 − wg`'s whole;
+    // in the loop, the module docs' "Loads" say who refills what.
     let own = wg;
     let pt = tid % 128;
     // (A macro, not a closure: a closure this large is not inlined, and
@@ -467,7 +464,7 @@ unsafe fn issue_blocks<const FROM: u32, const TO: u32>(dst: u32, bars: u32, pt: 
 }
 
 /// Stage `t` of an fp8 latent cache into the buffer at `dst` by one
-/// warpgroup (`pt`: the thread's index in it), in `issue_stage`'s places,
+/// warpgroup (`pt`: the thread's index in it), in `issue_blocks`' places,
 /// as bf16 rows:
 /// - `Fp8PerHead` (`DS = false`; 576 e4m3 bytes a row, one f32 scale a
 ///   row): the e4m3 values exactly (the scales multiply the scores and P:
