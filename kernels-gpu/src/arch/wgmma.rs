@@ -405,65 +405,6 @@ macro_rules! mla_rope {
     };
 }
 
-// The RoPE fragments' and the score accumulator's operands of the MLA
-// score asm (`$dir`: `out` or `inout`).
-macro_rules! mla_rq_s_operands {
-    ($rq:ident, $s:ident, $dir:ident; $($args:tt)*) => {
-        core::arch::asm!(
-            $($args)*
-            r00 = in(reg32) $rq[0][0],
-            r01 = in(reg32) $rq[0][1],
-            r02 = in(reg32) $rq[0][2],
-            r03 = in(reg32) $rq[0][3],
-            r10 = in(reg32) $rq[1][0],
-            r11 = in(reg32) $rq[1][1],
-            r12 = in(reg32) $rq[1][2],
-            r13 = in(reg32) $rq[1][3],
-            r20 = in(reg32) $rq[2][0],
-            r21 = in(reg32) $rq[2][1],
-            r22 = in(reg32) $rq[2][2],
-            r23 = in(reg32) $rq[2][3],
-            r30 = in(reg32) $rq[3][0],
-            r31 = in(reg32) $rq[3][1],
-            r32 = in(reg32) $rq[3][2],
-            r33 = in(reg32) $rq[3][3],
-            s0 = $dir(reg32) $s[0],
-            s1 = $dir(reg32) $s[1],
-            s2 = $dir(reg32) $s[2],
-            s3 = $dir(reg32) $s[3],
-            s4 = $dir(reg32) $s[4],
-            s5 = $dir(reg32) $s[5],
-            s6 = $dir(reg32) $s[6],
-            s7 = $dir(reg32) $s[7],
-            s8 = $dir(reg32) $s[8],
-            s9 = $dir(reg32) $s[9],
-            s10 = $dir(reg32) $s[10],
-            s11 = $dir(reg32) $s[11],
-            s12 = $dir(reg32) $s[12],
-            s13 = $dir(reg32) $s[13],
-            s14 = $dir(reg32) $s[14],
-            s15 = $dir(reg32) $s[15],
-            s16 = $dir(reg32) $s[16],
-            s17 = $dir(reg32) $s[17],
-            s18 = $dir(reg32) $s[18],
-            s19 = $dir(reg32) $s[19],
-            s20 = $dir(reg32) $s[20],
-            s21 = $dir(reg32) $s[21],
-            s22 = $dir(reg32) $s[22],
-            s23 = $dir(reg32) $s[23],
-            s24 = $dir(reg32) $s[24],
-            s25 = $dir(reg32) $s[25],
-            s26 = $dir(reg32) $s[26],
-            s27 = $dir(reg32) $s[27],
-            s28 = $dir(reg32) $s[28],
-            s29 = $dir(reg32) $s[29],
-            s30 = $dir(reg32) $s[30],
-            s31 = $dir(reg32) $s[31],
-            options(nostack)
-        )
-    };
-}
-
 /// `S = Q·Kᵀ` of the MLA family (`decode::mla`) for a 64-row tile of Q and
 /// one stage's 64 keys over the latent rows' 576 dims: 36 `m64n64k16`
 /// steps. Q's first 512 dims come from the Q tile (`q`, K-major in the
@@ -489,7 +430,7 @@ pub unsafe fn mla_scores64_bf16<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]
     let mut s = [0f32; 32];
     macro_rules! SCORES {
         ($($body:tt)*) => {
-            mla_rq_s_operands!(rq, s, out;
+            core::arch::asm!(
                 concat!(
                     "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
                     "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
@@ -498,6 +439,55 @@ pub unsafe fn mla_scores64_bf16<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]
                     "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
                 ),
                 q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
+                r00 = in(reg32) rq[0][0],
+                r01 = in(reg32) rq[0][1],
+                r02 = in(reg32) rq[0][2],
+                r03 = in(reg32) rq[0][3],
+                r10 = in(reg32) rq[1][0],
+                r11 = in(reg32) rq[1][1],
+                r12 = in(reg32) rq[1][2],
+                r13 = in(reg32) rq[1][3],
+                r20 = in(reg32) rq[2][0],
+                r21 = in(reg32) rq[2][1],
+                r22 = in(reg32) rq[2][2],
+                r23 = in(reg32) rq[2][3],
+                r30 = in(reg32) rq[3][0],
+                r31 = in(reg32) rq[3][1],
+                r32 = in(reg32) rq[3][2],
+                r33 = in(reg32) rq[3][3],
+                s0 = out(reg32) s[0],
+                s1 = out(reg32) s[1],
+                s2 = out(reg32) s[2],
+                s3 = out(reg32) s[3],
+                s4 = out(reg32) s[4],
+                s5 = out(reg32) s[5],
+                s6 = out(reg32) s[6],
+                s7 = out(reg32) s[7],
+                s8 = out(reg32) s[8],
+                s9 = out(reg32) s[9],
+                s10 = out(reg32) s[10],
+                s11 = out(reg32) s[11],
+                s12 = out(reg32) s[12],
+                s13 = out(reg32) s[13],
+                s14 = out(reg32) s[14],
+                s15 = out(reg32) s[15],
+                s16 = out(reg32) s[16],
+                s17 = out(reg32) s[17],
+                s18 = out(reg32) s[18],
+                s19 = out(reg32) s[19],
+                s20 = out(reg32) s[20],
+                s21 = out(reg32) s[21],
+                s22 = out(reg32) s[22],
+                s23 = out(reg32) s[23],
+                s24 = out(reg32) s[24],
+                s25 = out(reg32) s[25],
+                s26 = out(reg32) s[26],
+                s27 = out(reg32) s[27],
+                s28 = out(reg32) s[28],
+                s29 = out(reg32) s[29],
+                s30 = out(reg32) s[30],
+                s31 = out(reg32) s[31],
+                options(nostack)
             )
         };
     }
