@@ -471,11 +471,12 @@ fn main() {
             .collect(),
         part,
     );
+    let code_tests = mla::CODE_TESTS.iter().filter(|(name, _)| first_part && filter.as_ref().is_none_or(|f| name.contains(f.as_str()))).count();
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
         Err(why) => {
             let example = usize::from(filter.is_none() && first_part);
-            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + magnitude_cases.len() + tree_cases.len() + mla_cases.len() + example);
+            println!("gpu tests: {} skipped ({why})", cases.len() + quant_count + graph_cases.len() + range_cases.len() + magnitude_cases.len() + tree_cases.len() + mla_cases.len() + code_tests + example);
             plan_on_cpu(&cases);
             return;
         }
@@ -526,6 +527,13 @@ fn main() {
     }
     for (i, case) in mla_cases.iter().enumerate() {
         let ok = outcome(&case.name, case.format, Family::Mla, &|| mla::run(&attn, &stream, case, 15000 + i as u64), &mut worst);
+        if ok { passed += 1 } else { failed += 1 }
+    }
+    for (i, (name, split)) in mla::CODE_TESTS.into_iter().enumerate() {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) || !first_part {
+            continue;
+        }
+        let ok = outcome(name, KvFormat::Fp8PerHead, Family::Mla, &|| mla::every_code(&attn, &stream, split, 15500 + i as u64), &mut worst);
         if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in tree_cases.iter().enumerate() {

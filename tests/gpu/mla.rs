@@ -228,6 +228,54 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     Ok((cmp.rel_l2, plan.max_splits()))
 }
 
+/// The names of the code tests (`every_code`), a split policy each.
+#[allow(dead_code)] // (the fuzzer runs none)
+pub const CODE_TESTS: [(&str, SplitPolicy); 2] =
+    [("mla/fp8-per-head/every-e4m3-code/unsplit", SplitPolicy::Never), ("mla/fp8-per-head/every-e4m3-code/split", SplitPolicy::ChunkKeys(128))];
+
+/// Every e4m3 code reads as its value, exactly: 256 identical keys (four
+/// stages, both buffers twice) of scale 1 whose V holds each of the 256
+/// codes twice (the NaN codes `0x7F`, `0xFF` read as −448, as the wgmma
+/// kernels read them), so that every P is 1 and each head's output row is
+/// V itself. Random rows cannot show a wrong code: their rare small codes
+/// weigh nothing in the error.
+#[allow(dead_code)]
+pub fn every_code(attn: &DecodeAttention, stream: &Stream, split: SplitPolicy, seed: u64) -> Result<(f64, u32), String> {
+    let (dq, dv, heads, len) = (MLA_DIMS.qk as usize, MLA_DIMS.v as usize, 8u32, 256u32);
+    let shape = DecodeShape { kv_format: KvFormat::Fp8PerHead, ..DecodeShape::latent(1, heads, 1, len) };
+    // V: codes 0..=255 twice; the RoPE part small finite codes.
+    let row: Vec<u8> = (0..dq).map(|i| if i < dv { (i % 256) as u8 } else { 0x20 + (i % 8) as u8 }).collect();
+    let cache: Vec<u8> = (0..len as usize).flat_map(|_| row.iter().copied()).collect();
+    let value = |code: u8| -> f32 {
+        if code & 0x7F == 0x7F {
+            return -448.0;
+        }
+        let (sign, e, m) = (if code & 0x80 != 0 { -1.0 } else { 1.0 }, ((code >> 3) & 0xF) as i32, (code & 7) as f32);
+        sign * if e == 0 { m * 2f32.powi(-9) } else { 2f32.powi(e - 7) * (1.0 + m / 8.0) }
+    };
+    let mut rng = Rng::new(seed);
+    let q = round(random_values(&mut rng, heads as usize * dq, dq, Distribution::Normal));
+    let kv = DeviceBuffer::from_slice(&cache).map_err(err)?;
+    let scales = DeviceBuffer::from_slice(&vec![1.0f32; len as usize]).map_err(err)?;
+    let q_dev = DeviceBuffer::from_slice(&to_bf16(&q)).map_err(err)?;
+    let plan = attn.plan(&shape, &[len], &PlanOptions { split, ..Default::default() }).map_err(err)?;
+    let mut ws = Workspace::for_plan(&plan).map_err(err)?;
+    let n_o = heads as usize * dv;
+    let mut o = DeviceBuffer::from_slice(&vec![bf16::from_bits(0x7FFF); n_o]).map_err(err)?;
+    attn.run(&plan, &q_dev, &KvCache::latent_quantized(&kv, &scales), &mut o, &mut ws, stream).map_err(err)?;
+    stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+    let mut host = vec![bf16::ZERO; n_o];
+    o.copy_to(&mut host).map_err(err)?;
+    for (i, x) in host.iter().enumerate() {
+        let code = row[i % dv];
+        // (−0 reads as +0: the accumulator starts at +0.)
+        if x.to_f32() != value(code) {
+            return Err(format!("code {code:#04x} (head {}, value {}) read as {}", i / dv, value(code), x.to_f32()));
+        }
+    }
+    Ok((0.0, plan.max_splits()))
+}
+
 fn page_shift(s: &DecodeShape) -> u32 {
     match s.kv_layout {
         KvLayout::Paged { page_size, .. } => page_size.trailing_zeros(),

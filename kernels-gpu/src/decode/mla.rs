@@ -41,7 +41,7 @@
 //! two buffers, the P0 tile, the rows' maxima and factors, the rows' sums,
 //! the buffers' barriers, the work item.
 
-use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
+use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use crate::arch::math::{ex2, pack_bf16x2};
@@ -61,9 +61,7 @@ const BLOCKS: u32 = QK_DIM / 64;
 const BLOCK_BYTES: u32 = MLA_ROWS * 128;
 /// The 64-row tiles' layout.
 const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
-/// An `Fp8DsMla` row: its bytes, and where its four scales and its RoPE
-/// values start.
-const DS_ROW_BYTES: u32 = decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM);
+/// Where an `Fp8DsMla` row's four scales and its RoPE values start.
 const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_SCALES_AT as u64;
 const DS_ROPE_AT: u64 = decode_attn_abi::DS_MLA_ROPE_AT as u64;
 
@@ -72,6 +70,8 @@ const SCALE0_READY: u32 = 1;
 const SCALE1_READY: u32 = 2;
 const P0_READY: u32 = 3;
 const P1_READY: u32 = 4;
+/// A warpgroup's own barrier in `convert_raw` (this and the next).
+const CONVERT: u32 = 5;
 
 /// # Safety
 /// Launched by the host with the planner's grid (x: work items, z: row
@@ -110,12 +110,15 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let full = |b: u32| bars + 8 * BLOCKS * b;
     // An fp8 stage's 64 key scales (`convert_stage`), a buffer's each.
     let key_scales = |b: u32| bars + 8 * BLOCKS * 2 + 4 * MLA_KEYS * b;
+    // A buffer's mbarrier of an fp8 stage's e4m3 bytes (`issue_raw`).
+    let raw_bar = |b: u32| bars + 8 * BLOCKS * 2 + 4 * MLA_KEYS * 2 + 8 * b;
 
     if tid == 0 {
         for b in 0..2 {
             for c in 0..BLOCKS {
                 mbarrier::init_count(full(b) + 8 * c, 128);
             }
+            mbarrier::init_count(raw_bar(b), 128);
         }
         mbarrier::fence_init();
     }
@@ -145,14 +148,27 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         ($t:expr) => {{
             let t: u32 = $t;
             if t < n_tiles {
-                // (A const per kernel: each holds one of the two loaders.)
-                if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
-                    convert_stage::<PAGED, false>(p, &item, t, buffer(t % 2), full(t % 2), key_scales(t % 2), pt);
-                } else if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla) {
-                    convert_stage::<PAGED, true>(p, &item, t, buffer(t % 2), full(t % 2), key_scales(t % 2), pt);
-                } else {
-                    issue_blocks::<0, BLOCKS>(buffer(t % 2), full(t % 2), pt, &stage_sources::<PAGED>(p, &item, t, pt));
-                }
+                issue_blocks::<0, BLOCKS>(buffer(t % 2), full(t % 2), pt, &stage_sources::<PAGED>(p, &item, t, pt));
+            }
+        }};
+    }
+    // An fp8 stage's e4m3 bytes (and scales) into the part of its buffer
+    // free first (`issue_raw`), and later their conversion in place
+    // (`convert_raw`) by the buffer's last reader.
+    // (The buffer `$b` of stage `$t` a const: each buffer's layout is.)
+    macro_rules! issue_fp8 {
+        ($t:expr, $b:literal) => {{
+            let t: u32 = $t;
+            if t < n_tiles {
+                issue_raw::<F, PAGED, $b>(p, &item, t, buffer($b), raw_bar($b), key_scales($b), full($b), pt);
+            }
+        }};
+    }
+    macro_rules! convert_fp8 {
+        ($t:expr, $b:literal) => {{
+            let t: u32 = $t;
+            if t < n_tiles {
+                convert_raw::<F, PAGED, $b>(p, &item, t, buffer($b), raw_bar($b), full($b), CONVERT + own, pt);
             }
         }};
     }
@@ -169,7 +185,18 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     // is done (`load_blocks`); an fp8 stage whole, by its last reader
     // (`convert_stage` waits for its loads).
     let halves = F::FORMAT.bits() == 16;
-    load!(1 - own);
+    if halves {
+        load!(1 - own);
+    } else {
+        // Warpgroup `wg` loads stage `1 − wg`.
+        if own == 0 {
+            issue_fp8!(1, 1);
+            convert_fp8!(1, 1);
+        } else {
+            issue_fp8!(0, 0);
+            convert_fp8!(0, 0);
+        }
+    }
     let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
     let rq = rope_fragments(p, item.batch, row0, locals, c2);
     memory::cp_async_wait::<0>();
@@ -269,6 +296,8 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
                 // Buffer 0's left half and RoPE block are read (S0, P0·V0_L).
                 load_blocks!(2 * i + 2, 0, 4);
                 load_blocks!(2 * i + 2, BLOCKS - 1, BLOCKS);
+            } else {
+                issue_fp8!(2 * i + 2, 0);
             }
             l = [l[0] * scale1[0], l[1] * scale1[1]];
             // 11: O_L += P1·V1_L.
@@ -282,7 +311,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             if halves {
                 load_blocks!(2 * i + 3, 0, 4);
             } else {
-                load!(2 * i + 3);
+                convert_fp8!(2 * i + 3, 1);
             }
         } else {
             // 2, 6: S1 and the pair's maximum.
@@ -323,6 +352,8 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             if halves {
                 // Buffer 1's right half and RoPE block are read (S1, P1·V1_R).
                 load_blocks!(2 * i + 3, 4, BLOCKS);
+            } else {
+                issue_fp8!(2 * i + 3, 1);
             }
             // 10: O_R += P0·V0_R.
             thread::sync_named(P0_READY, 256);
@@ -332,7 +363,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             if halves {
                 load_blocks!(2 * i + 2, 4, BLOCKS - 1);
             } else {
-                load!(2 * i + 2);
+                convert_fp8!(2 * i + 2, 0);
             }
         }
     }
@@ -345,6 +376,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             for c in 0..BLOCKS {
                 mbarrier::inval(full(b) + 8 * c);
             }
+            mbarrier::inval(raw_bar(b));
         }
     }
     let (batch, slot) = (item.batch, item.partial_slot);
@@ -463,89 +495,138 @@ unsafe fn issue_blocks<const FROM: u32, const TO: u32>(dst: u32, bars: u32, pt: 
     }
 }
 
-/// Stage `t` of an fp8 latent cache into the buffer at `dst` by one
-/// warpgroup (`pt`: the thread's index in it), in `issue_blocks`' places,
-/// as bf16 rows:
-/// - `Fp8PerHead` (`DS = false`; 576 e4m3 bytes a row, one f32 scale a
-///   row): the e4m3 values exactly (the scales multiply the scores and P:
-///   `decode_mla`), and the 64 keys' scales at `scales`;
-/// - `Fp8DsMla` (`DS = true`; DeepSeek V3.2's 656-byte rows): each latent
-///   value `bf16(e4m3 · its group's scale)` (the format's value, exact for
-///   a power-of-two scale), and the bf16 RoPE block copied by `cp.async`.
-///
-/// The thread's four keys' 8 bytes of a few column blocks (three; two for
-/// `Fp8DsMla`, the blocks of one scale) are loaded at a time, converted and
-/// stored, and each column block's barrier arrived at (128 arrivals a
-/// phase) once the stores are visible to the MMAs' async proxy (the scales
-/// before the first). Keys past the item's end are zeros with scale 0,
-/// read from nowhere. The warpgroup waits for its loads (a `cp.async`
-/// cannot convert): docs/perf.md, "MLA kernel".
+/// Where e4m3 column block `j` of an fp8 stage (64 keys × 64 bytes, a
+/// key's bytes of the block consecutive) waits in buffer `B` (at `buf`)
+/// for its conversion: in the part of the buffer its bf16 stage frees
+/// first (`decode_mla`'s "Loads"), buffer 0's column blocks 0-3 (e4m3
+/// blocks 0-7) and buffer 1's 4-7, and for block 8 (`Fp8PerHead`'s last
+/// latent block) the first half of either buffer's RoPE block.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn convert_stage<const PAGED: bool, const DS: bool>(p: &DecodeParams, item: &WorkItem, t: u32, dst: u32, bars: u32, scales: u32, pt: u32) {
-    let (sub, c) = (pt / 8, pt % 8);
-    let key0 = item.kv_start + t * MLA_KEYS;
-    let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
-    let live = keys.map(|r| key0 + r < item.kv_end);
-    let rows = core::array::from_fn::<_, 4, _>(|i| if live[i] { row_address::<PAGED>(p, item.batch, key0 + keys[i]) } else { 0 });
-    // The e4m3 column blocks (`Fp8DsMla`'s RoPE block is bf16).
-    let converted = if DS { DS_MLA_LATENT / 64 } else { BLOCKS };
-    if DS {
-        for i in 0..4 {
-            let (src, bytes) = if live[i] { (rows[i] + DS_ROPE_AT + 16 * c as u64, 16) } else { (p.k, 0) };
-            memory::cp_async_16(dst + converted * BLOCK_BYTES + TILE.at(keys[i], c, 0), src, bytes);
-        }
-        mbarrier::cp_async_arrive_noinc(bars + 8 * converted);
-    } else if c == 0 {
-        for i in 0..4 {
-            let s = if live[i] { memory::ld_global_nc_f32(scale_address::<PAGED>(p, item.batch, key0 + keys[i])) } else { 0.0 };
-            shared::st_shared_f32(scales + 4 * keys[i], s);
-        }
-    }
-    if c == 1 {
-        // The rows of this buffer's next stage (`t + 2`) into L2: its
-        // loads, which the warpgroup waits for, then come from L2.
-        for pass in 0..4 {
-            let key = key0 + 2 * MLA_KEYS + sub + 16 * pass;
-            if key < item.kv_end {
-                memory::prefetch_l2_bulk(row_address::<PAGED>(p, item.batch, key), if DS { DS_ROW_BYTES } else { QK_DIM });
-            }
-        }
-    }
-    if DS {
-        // Two column blocks a scale: each key's is its group's.
-        for group in 0..DS_MLA_LATENT / DS_MLA_GROUP {
-            let factor = core::array::from_fn(|i| if live[i] { memory::ld_global_nc_f32(rows[i] + DS_SCALES_AT + 4 * group as u64) } else { 0.0 });
-            convert_blocks::<{ (DS_MLA_GROUP / 64) as usize }>(&rows, &live, &keys, c, (DS_MLA_GROUP / 64) * group, factor, dst, bars);
-        }
+fn raw_at<const B: u32>(buf: u32, j: u32) -> u32 {
+    if j == BLOCKS - 1 {
+        buf + (BLOCKS - 1) * BLOCK_BYTES
     } else {
-        // (Factors of 1: products the compiler removes.)
-        for group in 0..BLOCKS / 3 {
-            convert_blocks::<3>(&rows, &live, &keys, c, 3 * group, [1.0; 4], dst, bars);
-        }
+        buf + 4 * BLOCK_BYTES * B + (BLOCK_BYTES / 2) * j
     }
 }
 
-/// `N` column blocks from `first` of a thread's four keys (`convert_stage`):
-/// their 8 bytes each loaded at once, then each value `bf16(e4m3 ·
-/// factor)` of its key stored in the block's place, and the block's
-/// barrier arrived at once the stores are visible to the async proxy.
+/// Issues stage `t`'s copies of an fp8 latent cache into buffer `B` (at
+/// `buf`) by one warpgroup (`pt`: the thread's index in it; 32 keys a pass,
+/// a thread a 16-byte quarter of each of a key's 64-byte blocks), each
+/// thread arriving on `raw_bar` once its copies landed (128 arrivals a
+/// phase):
+/// - `Fp8PerHead` ( 576 e4m3 bytes a row, one f32 scale a
+///   row): the rows' bytes at `raw_at`, the 64 keys' scales at `scales`;
+/// - `Fp8DsMla` ( DeepSeek V3.2's 656-byte rows): the latent
+///   bytes at `raw_at`, the bf16 RoPE values in their place of the stage
+///   (block 8's barrier arrived at as well).
+///
+/// Keys past the item's end are zero-filled (scale 0), their source the
+/// item's first key's. `convert_raw` makes the bf16 stage of them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn convert_blocks<const N: usize>(rows: &[u64; 4], live: &[bool; 4], keys: &[u32; 4], c: u32, first: u32, factor: [f32; 4], dst: u32, bars: u32) {
-    let bytes: [[[u32; 2]; 4]; N] = core::array::from_fn(|j| {
-        let block = first + j as u32;
-        core::array::from_fn(|i| if live[i] { memory::ld_global_nc_v2_u32(rows[i] + 64 * block as u64 + 8 * c as u64) } else { [0; 2] })
-    });
-    for (j, block_bytes) in bytes.iter().enumerate() {
-        let block = first + j as u32;
-        for (i, w) in block_bytes.iter().enumerate() {
-            let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor[i]);
+unsafe fn issue_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, raw_bar: u32, scales: u32, bars: u32, pt: u32) {
+    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+    let (sub, q) = (pt / 4, pt % 4);
+    let key0 = item.kv_start + t * MLA_KEYS;
+    let latent_blocks = if ds { DS_MLA_LATENT / 64 } else { BLOCKS };
+    for pass in 0..2 {
+        let k = sub + 32 * pass;
+        let live = key0 + k < item.kv_end;
+        let key = if live { key0 + k } else { item.kv_start };
+        let row = row_address::<PAGED>(p, item.batch, key);
+        let bytes = if live { 16 } else { 0 };
+        for j in 0..latent_blocks {
+            memory::cp_async_16(raw_at::<B>(buf, j) + 64 * k + 16 * q, row + 64 * j as u64 + 16 * q as u64, bytes);
+        }
+        if ds {
+            for h in 0..2 {
+                let c = q + 4 * h;
+                memory::cp_async_16(buf + (BLOCKS - 1) * BLOCK_BYTES + TILE.at(k, c, 0), row + DS_ROPE_AT + 16 * c as u64, bytes);
+            }
+        } else if q == 0 {
+            memory::cp_async_4(scales + 4 * k, scale_address::<PAGED>(p, item.batch, key), if live { 4 } else { 0 });
+        }
+    }
+    if ds {
+        mbarrier::cp_async_arrive_noinc(bars + 8 * (BLOCKS - 1));
+    }
+    mbarrier::cp_async_arrive_noinc(raw_bar);
+}
+
+/// Stage `t` of buffer `B` (at `buf`) from its e4m3 bytes (`issue_raw`)
+/// into bf16 rows in `issue_blocks`' places, by one warpgroup (`pt`: the
+/// thread's index in it, `convert_bar` its own named barrier) once the
+/// copies landed (`raw_bar`):
+/// - `Fp8PerHead`: the e4m3 values exactly (the scales multiply the
+///   scores and P: `decode_mla`);
+/// - `Fp8DsMla`: each latent value `bf16(e4m3 · its group's scale)` (the
+///   format's value, exact for a power-of-two scale), the scales read from
+///   the rows (in L2: `issue_raw`'s copies brought their lines).
+///
+/// First the column blocks whose bf16 rows overlap no e4m3 bytes (buffer
+/// 0's 4-7, buffer 1's 0-3), then the others: all their bytes read, the
+/// warpgroup's barrier, then written. Each column block's barrier is
+/// arrived at (128 arrivals a phase) once its stores are visible to the
+/// MMAs' async proxy. docs/perf.md, "MLA kernel".
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn convert_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, raw_bar: u32, bars: u32, convert_bar: u32, pt: u32) {
+    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+    let (sub, c) = (pt / 8, pt % 8);
+    let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
+    let key0 = item.kv_start + t * MLA_KEYS;
+    // (Factors of 1: products the compiler removes.)
+    let factors: [[f32; 4]; 4] = if ds {
+        core::array::from_fn(|i| {
+            let key = key0 + keys[i];
+            if key < item.kv_end {
+                memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + DS_SCALES_AT)
+            } else {
+                [0.0; 4]
+            }
+        })
+    } else {
+        [[1.0; 4]; 4]
+    };
+    mbarrier::wait_parity(raw_bar, (t / 2) & 1);
+    let free = 4 * (1 - B);
+    for j in free..free + 4 {
+        let bytes = read_raw::<B, 1>(buf, [j], &keys, c);
+        write_bf16(ds, buf, [j], &bytes, &keys, c, &factors, bars);
+    }
+    let overlapping = 4 * B;
+    let bytes = read_raw::<B, 4>(buf, core::array::from_fn(|j| overlapping + j as u32), &keys, c);
+    let last = if ds { [[0; 2]; 4] } else { read_raw::<B, 1>(buf, [BLOCKS - 1], &keys, c)[0] };
+    thread::sync_named(convert_bar, 128);
+    write_bf16(ds, buf, core::array::from_fn(|j| overlapping + j as u32), &bytes, &keys, c, &factors, bars);
+    if !ds {
+        write_bf16(ds, buf, [BLOCKS - 1], &[last], &keys, c, &factors, bars);
+    }
+}
+
+/// The thread's 8 bytes (chunk `c`) of each of its keys in e4m3 column
+/// blocks `blocks` of buffer `B` (`raw_at`).
+#[inline(always)]
+unsafe fn read_raw<const B: u32, const N: usize>(buf: u32, blocks: [u32; N], keys: &[u32; 4], c: u32) -> [[[u32; 2]; 4]; N] {
+    blocks.map(|j| keys.map(|k| shared::ld_shared_v2_u32(raw_at::<B>(buf, j) + 64 * k + 8 * c)))
+}
+
+/// Column blocks `blocks` of the thread's keys from their e4m3 bytes
+/// (`read_raw`): each value `bf16(e4m3 · factor)` (the key's factor of the
+/// block's group of two) stored in its place, and each block's barrier
+/// arrived at once its stores are visible to the async proxy.
+#[inline(always)]
+unsafe fn write_bf16<const N: usize>(ds: bool, buf: u32, blocks: [u32; N], bytes: &[[[u32; 2]; 4]; N], keys: &[u32; 4], c: u32, factors: &[[f32; 4]; 4], bars: u32) {
+    for (n, &j) in blocks.iter().enumerate() {
+        for (i, w) in bytes[n].iter().enumerate() {
+            let factor = factors[i][(j / 2).min(3) as usize];
+            let pair = |x: u32| if ds { crate::quant::ds_mla_pair(x & 0xFFFF, factor) } else { crate::quant::e4m3_pair_as_bf16(x & 0xFFFF) };
             let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
-            shared::st_shared_v4_u32(dst + block * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
+            shared::st_shared_v4_u32(buf + j * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
         }
         shared::fence_proxy_async_shared();
-        mbarrier::arrive(bars + 8 * block);
+        mbarrier::arrive(bars + 8 * j);
     }
 }
 
