@@ -448,23 +448,6 @@ pub unsafe fn dequantize_fp8_ds_mla<H: Half, const D: usize, const E: usize>(p: 
     memory::st_global_u32(dst + DS_PLAIN_ROPE_AT + 4 * lane as u64, memory::ld_global_nc_u32(src + DS_ROPE_AT + 4 * lane as u64));
 }
 
-/// Two e4m3 bytes (the first in the low byte of `pair`) as a bf16 pair,
-/// exactly, without `ds_mla_pair`'s detour through f32, whose f32 → bf16
-/// conversion is the slow one (docs/perf.md, "MLA kernel"): the exact f16
-/// pair, NaN codes read as −448 (`max.f16x2`; as the wgmma kernels read
-/// them), then each f16's exponent and mantissa shifted into a bf16's
-/// (every e4m3 value is a normal f16: no subnormal on the way), which is
-/// the value times 2^-112, and the product by ±2^112 (the f16's sign) exact.
-#[inline(always)]
-pub fn e4m3_pair_as_bf16(pair: u32) -> u32 {
-    // −448 in both lanes (f16 0xDF00).
-    let h = math::max_f16x2(math::f16x2_from_e4m3x2(pair), 0xDF00_DF00);
-    let magnitude = (h >> 3) & 0x0FFF_0FFF;
-    // ±2^112 (bf16 0x7780) with each lane's sign.
-    let factor = (h & 0x8000_8000) | 0x7780_7780;
-    math::mul_bf16x2(magnitude, factor)
-}
-
 /// Two e4m3 bytes (the first in the low byte of `pair`) times `scale`, as
 /// a bf16 pair: each value's f32 product rounded once to bf16
 /// (`Fp8DsMla`'s dequantized value; the MLA kernel's conversion).

@@ -219,19 +219,6 @@ pub fn e4m3x2_from_f32(hi: f32, lo: f32) -> u32 {
     r
 }
 
-/// `mul.rn.bf16x2`: the lane-wise products of two bf16 pairs, each rounded
-/// to nearest even (sm_90).
-#[inline(always)]
-pub fn mul_bf16x2(a: u32, b: u32) -> u32 {
-    let r: u32;
-    // SAFETY: pure arithmetic.
-    unsafe {
-        core::arch::asm!("mul.rn.bf16x2 {r}, {a}, {b};", r = out(reg32) r, a = in(reg32) a, b = in(reg32) b,
-            options(pure, nomem, nostack));
-    }
-    r
-}
-
 /// `max.f16x2`: lane-wise maximum; a NaN lane gives the other operand.
 #[inline(always)]
 pub fn max_f16x2(a: u32, b: u32) -> u32 {

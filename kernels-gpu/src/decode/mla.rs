@@ -593,15 +593,15 @@ unsafe fn convert_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodePa
     let free = 4 * (1 - B);
     for j in free..free + 4 {
         let bytes = read_raw::<B, 1>(buf, [j], &keys, c);
-        write_bf16(ds, buf, [j], &bytes, &keys, c, &factors, bars);
+        write_bf16(buf, [j], &bytes, &keys, c, &factors, bars);
     }
     let overlapping = 4 * B;
     let bytes = read_raw::<B, 4>(buf, core::array::from_fn(|j| overlapping + j as u32), &keys, c);
     let last = if ds { [[0; 2]; 4] } else { read_raw::<B, 1>(buf, [BLOCKS - 1], &keys, c)[0] };
     thread::sync_named(convert_bar, 128);
-    write_bf16(ds, buf, core::array::from_fn(|j| overlapping + j as u32), &bytes, &keys, c, &factors, bars);
+    write_bf16(buf, core::array::from_fn(|j| overlapping + j as u32), &bytes, &keys, c, &factors, bars);
     if !ds {
-        write_bf16(ds, buf, [BLOCKS - 1], &[last], &keys, c, &factors, bars);
+        write_bf16(buf, [BLOCKS - 1], &[last], &keys, c, &factors, bars);
     }
 }
 
@@ -617,11 +617,11 @@ unsafe fn read_raw<const B: u32, const N: usize>(buf: u32, blocks: [u32; N], key
 /// block's group of two) stored in its place, and each block's barrier
 /// arrived at once its stores are visible to the async proxy.
 #[inline(always)]
-unsafe fn write_bf16<const N: usize>(ds: bool, buf: u32, blocks: [u32; N], bytes: &[[[u32; 2]; 4]; N], keys: &[u32; 4], c: u32, factors: &[[f32; 4]; 4], bars: u32) {
+unsafe fn write_bf16<const N: usize>(buf: u32, blocks: [u32; N], bytes: &[[[u32; 2]; 4]; N], keys: &[u32; 4], c: u32, factors: &[[f32; 4]; 4], bars: u32) {
     for (n, &j) in blocks.iter().enumerate() {
         for (i, w) in bytes[n].iter().enumerate() {
             let factor = factors[i][(j / 2).min(3) as usize];
-            let pair = |x: u32| if ds { crate::quant::ds_mla_pair(x & 0xFFFF, factor) } else { crate::quant::e4m3_pair_as_bf16(x & 0xFFFF) };
+            let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor);
             let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
             shared::st_shared_v4_u32(buf + j * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
         }
