@@ -31,15 +31,18 @@
 //! block by warpgroup 0 after step 9, its right half by warpgroup 1 after
 //! step 10; buffer 1's right half and RoPE block by warpgroup 1 after step
 //! 8, its left half by warpgroup 0 after step 11. Each warpgroup's scores
-//! wait first for the blocks refilled first (`ScoreOrder`). An fp8 stage
-//! is converted whole by its buffer's last reader (warpgroup 1 after step
-//! 10, warpgroup 0 after step 11: `convert_stage`). Q's first 512 dims are a tile
+//! wait first for the blocks refilled first (`ScoreOrder`). An fp8
+//! stage's e4m3 bytes are copied at those first points (`issue_raw`) into
+//! the part of the buffer freed there, and converted into bf16 rows in
+//! place by the buffer's last reader (warpgroup 1 after step 10,
+//! warpgroup 0 after step 11: `convert_raw`). Q's first 512 dims are a tile
 //! in shared memory; its last 64 (RoPE) are each warpgroup's registers, and
 //! their column block of the tile holds P1.
 //!
 //! The shared memory (`decode_attn_abi::mla_smem_bytes`): the Q tile, the
 //! two buffers, the P0 tile, the rows' maxima and factors, the rows' sums,
-//! the buffers' barriers, the work item.
+//! the buffers' barriers, (fp8) the keys' scales and the e4m3 bytes'
+//! barriers, the work item.
 
 use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
@@ -108,7 +111,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let sums = scales1 + 4 * MLA_ROWS;
     let bars = sums + 2 * 4 * MLA_ROWS;
     let full = |b: u32| bars + 8 * BLOCKS * b;
-    // An fp8 stage's 64 key scales (`convert_stage`), a buffer's each.
+    // An fp8 stage's 64 key scales (`issue_raw`), a buffer's each.
     let key_scales = |b: u32| bars + 8 * BLOCKS * 2 + 4 * MLA_KEYS * b;
     // A buffer's mbarrier of an fp8 stage's e4m3 bytes (`issue_raw`).
     let raw_bar = |b: u32| bars + 8 * BLOCKS * 2 + 4 * MLA_KEYS * 2 + 8 * b;
@@ -182,8 +185,8 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         }};
     }
     // bf16 stages are refilled by halves, each as soon as its last reader
-    // is done (`load_blocks`); an fp8 stage whole, by its last reader
-    // (`convert_stage` waits for its loads).
+    // is done (`load_blocks`); an fp8 stage's bytes at the first of those
+    // points, its bf16 rows by its last reader (`issue_fp8`, `convert_fp8`).
     let halves = F::FORMAT.bits() == 16;
     if halves {
         load!(1 - own);

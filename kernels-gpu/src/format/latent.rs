@@ -1,7 +1,7 @@
 //! DeepSeek V3.2's fp8 latent rows (`Fp8DsMla`, 656 bytes a token: 512
 //! e4m3 values, four f32 scales, 64 bf16 RoPE values). Only the MLA family
 //! reads them, and it converts each stage into bf16 rows in shared memory
-//! first (`decode::mla`'s `convert_stage`): what its MMAs read are bf16
+//! first (`decode::mla`'s `convert_raw`): what its MMAs read are bf16
 //! rows, so the type's tiles are [`PlainKv<Bf16>`]'s.
 
 use super::{Bf16, KvFormat, PlainKv};
