@@ -44,7 +44,7 @@
 //! the buffers' barriers, (fp8) the keys' scales and the e4m3 bytes'
 //! barriers, the work item.
 
-use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
+use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use crate::arch::math::{ex2, pack_bf16x2};
@@ -518,9 +518,9 @@ fn raw_at<const B: u32>(buf: u32, j: u32) -> u32 {
 /// a thread a 16-byte quarter of each of a key's 64-byte blocks), each
 /// thread arriving on `raw_bar` once its copies landed (128 arrivals a
 /// phase):
-/// - `Fp8PerHead` ( 576 e4m3 bytes a row, one f32 scale a
-///   row): the rows' bytes at `raw_at`, the 64 keys' scales at `scales`;
-/// - `Fp8DsMla` ( DeepSeek V3.2's 656-byte rows): the latent
+/// - `Fp8PerHead` (576 e4m3 bytes a row, one f32 scale a row): the
+///   rows' bytes at `raw_at`, the 64 keys' scales at `scales`;
+/// - `Fp8DsMla` (DeepSeek V3.2's 656-byte rows): the latent
 ///   bytes at `raw_at`, the bf16 RoPE values in their place of the stage
 ///   (block 8's barrier arrived at as well).
 ///
@@ -623,7 +623,7 @@ unsafe fn read_raw<const B: u32, const N: usize>(buf: u32, blocks: [u32; N], key
 unsafe fn write_bf16<const N: usize>(buf: u32, blocks: [u32; N], bytes: &[[[u32; 2]; 4]; N], keys: &[u32; 4], c: u32, factors: &[[f32; 4]; 4], bars: u32) {
     for (n, &j) in blocks.iter().enumerate() {
         for (i, w) in bytes[n].iter().enumerate() {
-            let factor = factors[i][(j / 2).min(3) as usize];
+            let factor = factors[i][(j / (DS_MLA_GROUP / 64)).min(3) as usize];
             let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor);
             let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
             shared::st_shared_v4_u32(buf + j * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
