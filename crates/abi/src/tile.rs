@@ -294,8 +294,9 @@ pub const MLA_P_BYTES: u32 = MLA_ROWS * MLA_KEYS * 2;
 /// Bytes where the MLA block's warpgroups hand over their rows' maxima and
 /// factors (three f32 a row) and sums (one a warpgroup and row), then the
 /// two buffers' 9 column-block mbarriers, (fp8 caches) their keys'
-/// scales and their mbarriers of an fp8 stage's e4m3 bytes.
-pub const MLA_EXCHANGE_BYTES: u32 = 3 * MLA_ROWS * 4 + 2 * MLA_ROWS * 4 + 2 * 9 * 8 + 2 * MLA_KEYS * 4 + 2 * 8;
+/// scales and the scales' exponents, and their mbarriers of an fp8
+/// stage's e4m3 bytes.
+pub const MLA_EXCHANGE_BYTES: u32 = 3 * MLA_ROWS * 4 + 2 * MLA_ROWS * 4 + 2 * 9 * 8 + 2 * MLA_KEYS * 8 + 2 * 8;
 
 /// Dynamic shared memory of an MLA block: the Q tile, the stages, the P
 /// tile, the exchange, then [`ITEM_SMEM_BYTES`] (`decode::mla` in

@@ -203,6 +203,23 @@ pub fn f16x2_from_e4m3x2(pair: u32) -> u32 {
     r
 }
 
+/// Four fp8 e4m3 values (the bytes of `x`, the first lowest) as two f16
+/// pairs (bytes 0-1, bytes 2-3), exactly: [`f16x2_from_e4m3x2`] of each
+/// half, the halves split in PTX so that ptxas converts from the register's
+/// halves without shifts or masks.
+#[inline(always)]
+pub fn f16x4_from_e4m3x4(x: u32) -> [u32; 2] {
+    let (lo, hi): (u32, u32);
+    // SAFETY: pure arithmetic.
+    unsafe {
+        core::arch::asm!(
+            "{{ .reg .b16 l, h; mov.b32 {{l, h}}, {x}; cvt.rn.f16x2.e4m3x2 {lo}, l; cvt.rn.f16x2.e4m3x2 {hi}, h; }}",
+            lo = out(reg32) lo, hi = out(reg32) hi, x = in(reg32) x, options(pure, nomem, nostack)
+        );
+    }
+    [lo, hi]
+}
+
 /// `cvt.rn.satfinite.e4m3x2.f32`: `hi` and `lo` as two fp8 e4m3 values
 /// (`hi` in bits 8..16), rounded to nearest even, saturated to ±448, NaN
 /// kept: `decode_attn_abi::e4m3_from_f32` is its CPU twin.

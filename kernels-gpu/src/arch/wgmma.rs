@@ -336,41 +336,46 @@ macro_rules! asm_o128 {
 /// `8j..` of the half).
 ///
 /// # Safety
-/// As [`mla_scores64_bf16`]; P was stored by the warps and fenced for the
+/// As [`mla_scores64`]; P was stored by the warps and fenced for the
 /// tensor cores (`fence.proxy.async`) before a barrier.
 #[inline(always)]
-pub unsafe fn mla_pv_bf16(o: &mut [[f32; 4]; 32], p: u64, v: u64) {
+pub unsafe fn mla_pv(o: &mut [[f32; 4]; 32], p: u64, v: u64, f16: bool) {
     macro_rules! PV {
-        ($ops:literal) => {
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 ", o128!(), ", ", $ops, ", acc, 1, 1, 0, 1;\n")
+        ($ty:literal, $ops:literal) => {
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " ", o128!(), ", ", $ops, ", acc, 1, 1, 0, 1;\n")
         };
     }
-    asm_o128!(o;
+    macro_rules! BODY { ($ty:literal) => { asm_o128!(o;
         concat!(
             "{{\n.reg .pred acc;\n.reg .b64 pd, vd;\n.reg .b32 pl, ph, vl, vh, pa, va;\n",
             "mov.b64 {{pl, ph}}, {p};\nmov.b64 {{vl, vh}}, {v};\n",
             "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            PV!("{p}, {v}"),
-            "add.u32 pa, pl, 2;\nadd.u32 va, vl, 128;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!("pd, vd"),
-            "add.u32 pa, pl, 4;\nadd.u32 va, vl, 256;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!("pd, vd"),
-            "add.u32 pa, pl, 6;\nadd.u32 va, vl, 384;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!("pd, vd"),
+            PV!($ty, "{p}, {v}"),
+            "add.u32 pa, pl, 2;\nadd.u32 va, vl, 128;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
+            "add.u32 pa, pl, 4;\nadd.u32 va, vl, 256;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
+            "add.u32 pa, pl, 6;\nadd.u32 va, vl, 384;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
         ),
         p = in(reg64) p, v = in(reg64) v, z = in(reg32) 0u32,
-    );
+    ) }; }
+    if f16 {
+        BODY!("f16")
+    } else {
+        BODY!("bf16")
+    }
 }
 
 macro_rules! mla_score {
-    ($($ops:literal),+) => {
-        concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $($ops),+, ", 1, 1, 0, 0;\n")
+    ($ty:literal, $($ops:literal),+) => {
+        concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $($ops),+, ", 1, 1, 0, 0;\n")
     };
 }
 macro_rules! mla_score_r {
-    ($ops:literal) => {
-        concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", acc, 1, 1, 0;\n")
+    ($ty:literal, $ops:literal) => {
+        concat!("wgmma.mma_async.sync.aligned.m64n64k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}, {s16}, {s17}, {s18}, {s19}, {s20}, {s21}, {s22}, {s23}, {s24}, {s25}, {s26}, {s27}, {s28}, {s29}, {s30}, {s31}}}, ", $ops, ", acc, 1, 1, 0;\n")
     };
 }
-// The MLA scores' pieces (`mla_scores64_bf16`): the m64n64k16 step with
+// The MLA scores' pieces (`mla_scores64`): the m64n64k16 step with
 // Q from the tile (`mla_score`) and from registers (`mla_score_r`).
 //
 // The wait for column block `c` (its barrier `8 c` bytes on) and its
@@ -382,25 +387,25 @@ macro_rules! mla_score_r {
 // 16-head rows went from 97 to 104 % of the copy roofline and the
 // 128-head rows from 486 to 561-619 TFLOPS (docs/perf.md, "MLA kernel").
 macro_rules! mla_block {
-    ($label:literal, $bar:literal, $at:literal, $first:literal) => {
+    ($ty:literal, $label:literal, $bar:literal, $at:literal, $first:literal) => {
         concat!(
             "add.u32 ba, {bars}, ", $bar, ";\n", $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra ", $label, ";\nwgmma.fence.sync.aligned;\n",
-            "add.u32 qb, ql, ", $at, ";\nadd.u32 kb, kl, ", $at, ";\nmov.b64 qd, {{qb, qh}};\nmov.b64 kd, {{kb, kh}};\n", mla_score!("qd, kd, ", $first),
-            "add.u32 qa, qb, 2;\nadd.u32 ka, kb, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!("qd, kd, acc"),
-            "add.u32 qa, qb, 4;\nadd.u32 ka, kb, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!("qd, kd, acc"),
-            "add.u32 qa, qb, 6;\nadd.u32 ka, kb, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!("qd, kd, acc"),
+            "add.u32 qb, ql, ", $at, ";\nadd.u32 kb, kl, ", $at, ";\nmov.b64 qd, {{qb, qh}};\nmov.b64 kd, {{kb, kh}};\n", mla_score!($ty, "qd, kd, ", $first),
+            "add.u32 qa, qb, 2;\nadd.u32 ka, kb, 2;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!($ty, "qd, kd, acc"),
+            "add.u32 qa, qb, 4;\nadd.u32 ka, kb, 4;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!($ty, "qd, kd, acc"),
+            "add.u32 qa, qb, 6;\nadd.u32 ka, kb, 6;\nmov.b64 qd, {{qa, qh}};\nmov.b64 kd, {{ka, kh}};\n", mla_score!($ty, "qd, kd, acc"),
         )
     };
 }
 // The RoPE block (8): Q's fragments from registers (the fence as above).
 macro_rules! mla_rope {
-    () => {
+    ($ty:literal) => {
         concat!(
             "add.u32 ba, {bars}, 64;\nW8:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra W8;\nwgmma.fence.sync.aligned;\n",
-            "add.u32 ka, kl, 4096;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r00}, {r01}, {r02}, {r03}}}, kd"),
-            "add.u32 ka, kl, 4098;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r10}, {r11}, {r12}, {r13}}}, kd"),
-            "add.u32 ka, kl, 4100;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r20}, {r21}, {r22}, {r23}}}, kd"),
-            "add.u32 ka, kl, 4102;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!("{{{r30}, {r31}, {r32}, {r33}}}, kd"),
+            "add.u32 ka, kl, 4096;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!($ty, "{{{r00}, {r01}, {r02}, {r03}}}, kd"),
+            "add.u32 ka, kl, 4098;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!($ty, "{{{r10}, {r11}, {r12}, {r13}}}, kd"),
+            "add.u32 ka, kl, 4100;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!($ty, "{{{r20}, {r21}, {r22}, {r23}}}, kd"),
+            "add.u32 ka, kl, 4102;\nmov.b64 kd, {{ka, kh}};\n", mla_score_r!($ty, "{{{r30}, {r31}, {r32}, {r33}}}, kd"),
         )
     };
 }
@@ -426,7 +431,7 @@ macro_rules! mla_rope {
 // scope: each inlined copy has its own, as CUTLASS's barrier waits.)
 #[allow(named_asm_labels)]
 #[inline(always)]
-pub unsafe fn mla_scores64_bf16<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, parity: u32) -> [f32; 32] {
+pub unsafe fn mla_scores64<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]; 4], bars: u32, parity: u32, f16: bool) -> [f32; 32] {
     let mut s = [0f32; 32];
     macro_rules! SCORES {
         ($($body:tt)*) => {
@@ -491,24 +496,33 @@ pub unsafe fn mla_scores64_bf16<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]
             )
         };
     }
-    match ORDER {
-        ScoreOrder::IN_ORDER => SCORES!(
-            mla_block!("W0", "0", "0", "first"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc"),
-            mla_block!("W4", "32", "2048", "acc"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc"), mla_rope!()
-        ),
-        ScoreOrder::LEFT_FIRST => SCORES!(
-            mla_block!("W0", "0", "0", "first"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc"), mla_rope!(),
-            mla_block!("W4", "32", "2048", "acc"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc")
-        ),
-        _ => SCORES!(
-            mla_block!("W4", "32", "2048", "first"), mla_block!("W5", "40", "2560", "acc"), mla_block!("W6", "48", "3072", "acc"), mla_block!("W7", "56", "3584", "acc"), mla_rope!(),
-            mla_block!("W0", "0", "0", "acc"), mla_block!("W1", "8", "512", "acc"), mla_block!("W2", "16", "1024", "acc"), mla_block!("W3", "24", "1536", "acc")
-        ),
+    macro_rules! ORDERED {
+        ($ty:literal) => {
+        match ORDER {
+            ScoreOrder::IN_ORDER => SCORES!(
+                mla_block!($ty, "W0", "0", "0", "first"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc"),
+                mla_block!($ty, "W4", "32", "2048", "acc"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc"), mla_rope!($ty)
+            ),
+            ScoreOrder::LEFT_FIRST => SCORES!(
+                mla_block!($ty, "W0", "0", "0", "first"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc"), mla_rope!($ty),
+                mla_block!($ty, "W4", "32", "2048", "acc"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc")
+            ),
+            _ => SCORES!(
+                mla_block!($ty, "W4", "32", "2048", "first"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc"), mla_rope!($ty),
+                mla_block!($ty, "W0", "0", "0", "acc"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc")
+            ),
+        }
+        };
+    }
+    if f16 {
+        ORDERED!("f16")
+    } else {
+        ORDERED!("bf16")
     }
     s
 }
 
-/// The order of [`mla_scores64_bf16`]'s column blocks: each warpgroup
+/// The order of [`mla_scores64`]'s column blocks: each warpgroup
 /// waits first for the blocks its stage's loads issue first
 /// (`decode::mla`, docs/perf.md "MLA kernel").
 pub struct ScoreOrder;
@@ -522,27 +536,27 @@ impl ScoreOrder {
     pub const RIGHT_FIRST: u32 = 2;
 }
 /// `O[:, half] += P·V[:, half]` of the MLA family with P from registers:
-/// as [`mla_pv_bf16`], the A fragment of keys `16 h ..` in `a[h]` (the
+/// as [`mla_pv`], the A fragment of keys `16 h ..` in `a[h]` (the
 /// score accumulator's n8 tiles `2h, 2h + 1`, packed).
 ///
 /// # Safety
-/// As [`mla_pv_bf16`].
+/// As [`mla_pv`].
 #[inline(always)]
-pub unsafe fn mla_pv_regs_bf16(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64) {
+pub unsafe fn mla_pv_regs(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64, f16: bool) {
     macro_rules! PV {
-        ($ops:literal) => {
-            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 ", o128!(), ", ", $ops, ", acc, 1, 1, 1;\n")
+        ($ty:literal, $ops:literal) => {
+            concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " ", o128!(), ", ", $ops, ", acc, 1, 1, 1;\n")
         };
     }
-    asm_o128!(o;
+    macro_rules! BODY { ($ty:literal) => { asm_o128!(o;
         concat!(
             "{{\n.reg .pred acc;\n.reg .b64 vd;\n.reg .b32 vl, vh, va;\n",
             "mov.b64 {{vl, vh}}, {v};\n",
             "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            PV!("{{{a00}, {a01}, {a02}, {a03}}}, {v}"),
-            "add.u32 va, vl, 128;\nmov.b64 vd, {{va, vh}};\n", PV!("{{{a10}, {a11}, {a12}, {a13}}}, vd"),
-            "add.u32 va, vl, 256;\nmov.b64 vd, {{va, vh}};\n", PV!("{{{a20}, {a21}, {a22}, {a23}}}, vd"),
-            "add.u32 va, vl, 384;\nmov.b64 vd, {{va, vh}};\n", PV!("{{{a30}, {a31}, {a32}, {a33}}}, vd"),
+            PV!($ty, "{{{a00}, {a01}, {a02}, {a03}}}, {v}"),
+            "add.u32 va, vl, 128;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a10}, {a11}, {a12}, {a13}}}, vd"),
+            "add.u32 va, vl, 256;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a20}, {a21}, {a22}, {a23}}}, vd"),
+            "add.u32 va, vl, 384;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a30}, {a31}, {a32}, {a33}}}, vd"),
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
         ),
         v = in(reg64) v, z = in(reg32) 0u32,
@@ -562,5 +576,10 @@ pub unsafe fn mla_pv_regs_bf16(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64)
         a31 = in(reg32) a[3][1],
         a32 = in(reg32) a[3][2],
         a33 = in(reg32) a[3][3],
-    );
+    ) }; }
+    if f16 {
+        BODY!("f16")
+    } else {
+        BODY!("bf16")
+    }
 }

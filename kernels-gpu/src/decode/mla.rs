@@ -47,8 +47,8 @@
 use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use crate::arch::math::{ex2, pack_bf16x2};
-use crate::arch::wgmma::{descriptor, mla_pv_bf16, mla_pv_regs_bf16, mla_scores64_bf16, ScoreOrder};
+use crate::arch::math::{ex2, f16x4_from_e4m3x4, pack_bf16x2, pack_f16x2, unpack_bf16x2};
+use crate::arch::wgmma::{descriptor, mla_pv, mla_pv_regs, mla_scores64, ScoreOrder};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
 use crate::state;
@@ -111,10 +111,11 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let sums = scales1 + 4 * MLA_ROWS;
     let bars = sums + 2 * 4 * MLA_ROWS;
     let full = |b: u32| bars + 8 * BLOCKS * b;
-    // An fp8 stage's 64 key scales (`issue_raw`), a buffer's each.
-    let key_scales = |b: u32| bars + 8 * BLOCKS * 2 + 4 * MLA_KEYS * b;
+    // An fp8 stage's keys' scales and their exponents (`key_entry`), a
+    // buffer's each.
+    let key_table = |b: u32| bars + 8 * BLOCKS * 2 + 8 * MLA_KEYS * b;
     // A buffer's mbarrier of an fp8 stage's e4m3 bytes (`issue_raw`).
-    let raw_bar = |b: u32| bars + 8 * BLOCKS * 2 + 4 * MLA_KEYS * 2 + 8 * b;
+    let raw_bar = |b: u32| bars + 8 * BLOCKS * 2 + 8 * MLA_KEYS * 2 + 8 * b;
 
     if tid == 0 {
         for b in 0..2 {
@@ -163,7 +164,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         ($t:expr, $b:literal) => {{
             let t: u32 = $t;
             if t < n_tiles {
-                issue_raw::<F, PAGED, $b>(p, &item, t, buffer($b), raw_bar($b), key_scales($b), full($b), pt);
+                issue_raw::<F, PAGED, $b>(p, &item, t, buffer($b), raw_bar($b), key_table($b), full($b), pt);
             }
         }};
     }
@@ -171,7 +172,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         ($t:expr, $b:literal) => {{
             let t: u32 = $t;
             if t < n_tiles {
-                convert_raw::<F, PAGED, $b>(p, &item, t, buffer($b), raw_bar($b), full($b), CONVERT + own, pt);
+                convert_raw::<F, PAGED, $b>(p, &item, t, buffer($b), raw_bar($b), key_table($b), full($b), CONVERT + own, pt);
             }
         }};
     }
@@ -201,45 +202,80 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         }
     }
     let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
-    let rq = rope_fragments(p, item.batch, row0, locals, c2);
+    let mut rq = rope_fragments(p, item.batch, row0, locals, c2);
     memory::cp_async_wait::<0>();
+    // `Fp8PerHead`'s MMAs are f16 (`f16_mma`): each Q row scaled by its
+    // power of two `2^k` into f16's range, `k` for the rows' MMA threads
+    // in the P0 tile (free until the loop's first P0).
+    let f16 = f16_mma::<F>();
+    let shifts = p0_tile;
+    if f16 {
+        q_rows_to_f16(p, item.batch, row0, q_tile, shifts, tid);
+        shared::fence_proxy_async_shared();
+    }
     thread::sync_threads();
+    let row_shift = [0, 1].map(|r| if f16 { shared::ld_shared_u32(shifts + 4 * locals[r]) as i32 } else { 0 });
+    if f16 {
+        for frag in rq.iter_mut() {
+            for (i, x) in frag.iter_mut().enumerate() {
+                *x = scaled_f16x2(*x, pow2(row_shift[i % 2]));
+            }
+        }
+    }
 
     let rows = locals.map(|local| row_info(p, &item, seq_len, 0, row0, local));
     let mask_from = mask_from::<Standard>(p, &item, seq_len);
     let q_desc = descriptor(q_tile, 16, 1024);
     let scale = p.score_scale;
+    // (f16: a row's scores are `2^k` times too large.)
+    let row_scale = row_shift.map(|k| scale * pow2(-k));
     // The scaled scores of stage `t` (keys past a row's limit −inf); an
     // fp8 stage's times each key's scale (its rows are the e4m3 values,
-    // exactly).
-    let logits = |raw: [f32; 32], t: u32| -> [[f32; 4]; 8] {
+    // exactly). With them (f16), the thread's part of each row's softmax
+    // base: the maximum of each score plus its key's scale exponent
+    // (`state::scale_exponent`), so that `P · scale` stays below 2^15
+    // (docs/perf.md, "V's scale in the softmax base").
+    let logits = |raw: [f32; 32], t: u32| -> ([[f32; 4]; 8], [f32; 2]) {
         let key0 = item.kv_start + t * MLA_KEYS;
         let masked = key0 + MLA_KEYS > mask_from;
-        core::array::from_fn(|n| {
-            let f = if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) { key_scale_pair(key_scales(t % 2), n as u32, c2).map(|k| k * scale) } else { [scale; 2] };
-            core::array::from_fn(|e| {
+        let mut bases = [f32::NEG_INFINITY; 2];
+        let s = core::array::from_fn(|n| {
+            let k = if f16 { key_entry(key_table(t % 2), n as u32, c2) } else { [0.0; 4] };
+            let f: [f32; 4] = if f16 { core::array::from_fn(|e| k[e & 1] * row_scale[e / 2]) } else { [scale; 4] };
+            let x: [f32; 4] = core::array::from_fn(|e| {
                 let key = key0 + 8 * n as u32 + c2 + (e as u32 & 1);
                 if masked && key >= rows[e / 2].limit {
                     f32::NEG_INFINITY
                 } else {
-                    raw[4 * n + e] * f[e & 1]
+                    raw[4 * n + e] * f[e]
                 }
-            })
-        })
+            });
+            if f16 {
+                for r in 0..2 {
+                    bases[r] = bases[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]);
+                }
+            }
+            x
+        });
+        (s, bases)
     };
     // An fp8 stage's P times each key's scale, for the P·V (after the
     // row sums, which are of P itself).
     let scale_p = |s: &mut [[f32; 4]; 8], b: u32| {
-        if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
+        if f16 {
             for (n, t) in s.iter_mut().enumerate() {
-                let f = key_scale_pair(key_scales(b), n as u32, c2);
+                let f = key_scale_pair(key_table(b), n as u32, c2);
                 for e in 0..4 {
                     t[e] *= f[e & 1];
                 }
             }
         }
     };
-    let row_max = |s: &[[f32; 4]; 8], r: usize| warp::quad_max(tree8(s.map(|t| t[2 * r].max(t[2 * r + 1])), f32::max));
+    // A row's softmax base over a stage: its scores' maximum (f16: the
+    // thread's parts from `logits`).
+    let row_max = |s: &[[f32; 4]; 8], r: usize, bases: [f32; 2]| {
+        warp::quad_max(if f16 { bases[r] } else { tree8(s.map(|t| t[2 * r].max(t[2 * r + 1])), f32::max) })
+    };
     let row_sum = |s: &[[f32; 4]; 8], r: usize| tree8(s.map(|t| t[2 * r] + t[2 * r + 1]), |a, b| a + b);
     let exp = |s: &mut [[f32; 4]; 8], m: [f32; 2]| {
         let base = m.map(state::safe_max);
@@ -270,12 +306,12 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         if own == 0 {
             // 1, 3: S0 and the new maximum.
             let raw = if halves {
-                mla_scores64_bf16::<{ ScoreOrder::LEFT_FIRST }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity)
+                mla_scores64::<{ ScoreOrder::LEFT_FIRST }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity, f16)
             } else {
-                mla_scores64_bf16::<{ ScoreOrder::IN_ORDER }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity)
+                mla_scores64::<{ ScoreOrder::IN_ORDER }>(q_desc, descriptor(buffer(0), 16, 1024), &rq, full(0), parity, f16)
             };
-            let mut s = logits(raw, t);
-            let m0 = [0, 1].map(|r| m[r].max(row_max(&s, r)));
+            let (mut s, bases) = logits(raw, t);
+            let m0 = [0, 1].map(|r| m[r].max(row_max(&s, r, bases)));
             let scale0 = [0, 1].map(|r| state::rescale(m[r], m0[r]));
             publish(maxima, m0);
             publish(scales0, scale0);
@@ -287,12 +323,12 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             scale_p(&mut s, 0);
             state::rescale_rows(&mut o, scale0);
-            mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(0));
+            mla_pv_regs(&mut o, p_fragments(&s, f16), v_half(0), f16);
             // 9: P0 under the pair's last maximum, for warpgroup 1.
             thread::sync_named(SCALE1_READY, 256);
             let scale1 = read(scales1);
             m = read(maxima);
-            store_p(p0_tile, &s, scale1, locals, c2);
+            store_p(p0_tile, &s, scale1, locals, c2, f16);
             shared::fence_proxy_async_shared();
             thread::arrive_named(P0_READY, 256);
             if halves {
@@ -307,7 +343,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             thread::sync_named(P1_READY, 256);
             state::rescale_rows(&mut o, scale1);
             if has[1] {
-                mla_pv_bf16(&mut o, descriptor(p1_tile, 16, 1024), v_half(1));
+                mla_pv(&mut o, descriptor(p1_tile, 16, 1024), v_half(1), f16);
             }
             // Buffer 1 is read (P1·V1_L here; warpgroup 1's reads of it
             // were before P1_READY): refill it (bf16: its left half).
@@ -318,16 +354,16 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
         } else {
             // 2, 6: S1 and the pair's maximum.
-            let mut s = if !has[1] {
-                [[f32::NEG_INFINITY; 4]; 8]
+            let (mut s, bases) = if !has[1] {
+                ([[f32::NEG_INFINITY; 4]; 8], [f32::NEG_INFINITY; 2])
             } else if halves {
-                logits(mla_scores64_bf16::<{ ScoreOrder::RIGHT_FIRST }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t)
+                logits(mla_scores64::<{ ScoreOrder::RIGHT_FIRST }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity, f16), t)
             } else {
-                logits(mla_scores64_bf16::<{ ScoreOrder::IN_ORDER }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity), t)
+                logits(mla_scores64::<{ ScoreOrder::IN_ORDER }>(q_desc, descriptor(buffer(1), 16, 1024), &rq, full(1), parity, f16), t)
             };
             thread::sync_named(SCALE0_READY, 256);
             let (m0, scale0) = (read(maxima), read(scales0));
-            let m1 = [0, 1].map(|r| m0[r].max(row_max(&s, r)));
+            let m1 = [0, 1].map(|r| m0[r].max(row_max(&s, r, bases)));
             let scale1 = [0, 1].map(|r| state::rescale(m0[r], m1[r]));
             publish(maxima, m1);
             publish(scales1, scale1);
@@ -346,11 +382,11 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             state::rescale_rows(&mut o, both);
             // (P1 handed over before this warpgroup's own P·V: warpgroup 0's
             // P1·V1_L runs beside it.)
-            store_p(p1_tile, &s, [1.0; 2], locals, c2);
+            store_p(p1_tile, &s, [1.0; 2], locals, c2, f16);
             shared::fence_proxy_async_shared();
             thread::arrive_named(P1_READY, 256);
             if has[1] {
-                mla_pv_regs_bf16(&mut o, p_fragments(&s), v_half(1));
+                mla_pv_regs(&mut o, p_fragments(&s, f16), v_half(1), f16);
             }
             if halves {
                 // Buffer 1's right half and RoPE block are read (S1, P1·V1_R).
@@ -360,7 +396,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             // 10: O_R += P0·V0_R.
             thread::sync_named(P0_READY, 256);
-            mla_pv_bf16(&mut o, descriptor(p0_tile, 16, 1024), v_half(0));
+            mla_pv(&mut o, descriptor(p0_tile, 16, 1024), v_half(0), f16);
             // Buffer 0 is read (P0·V0_R here; warpgroup 0's reads of it
             // were before P0_READY): refill it (bf16: its right half).
             if halves {
@@ -419,6 +455,69 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     }
 }
 
+/// Whether a format's MMAs take f16 operands rather than bf16:
+/// `Fp8PerHead`'s, whose stages are the e4m3 values themselves (the keys'
+/// scales multiply the scores and P), and an e4m3 value is an f16 in one
+/// conversion (`cvt.rn.f16x2.e4m3x2`) but a bf16 in four (docs/perf.md,
+/// "MLA fp8 in f16").
+#[inline(always)]
+fn f16_mma<F: KvFormat>() -> bool {
+    matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead)
+}
+
+/// `2^k` for `k` in `[−126, 127]`.
+#[inline(always)]
+fn pow2(k: i32) -> f32 {
+    f32::from_bits(((127 + k) as u32) << 23)
+}
+
+/// A bf16 pair times `factor` (a power of two), as an f16 pair.
+#[inline(always)]
+fn scaled_f16x2(x: u32, factor: f32) -> u32 {
+    let (lo, hi) = unpack_bf16x2(x);
+    pack_f16x2(lo * factor, hi * factor)
+}
+
+/// The Q tile's bf16 rows (landed: the thread's own copies, as `decode_mla`
+/// issued them, 8 threads a row, two rows a thread) as f16 rows, each
+/// times the power of two `2^k` that puts its largest magnitude (RoPE
+/// dims too) in `[2^15, 2^16)`; `k` (in `[−126, 126]`; 0 for a zero row
+/// and rows past the block's last) to `shifts + 4 row`. An f16 holds
+/// every bf16 of the row within 2^29 of its largest exactly, so a row's
+/// scores lose nothing that matters (they are `2^k` times too large:
+/// `decode_mla` divides).
+#[inline(always)]
+unsafe fn q_rows_to_f16(p: &DecodeParams, batch: u32, row0: u32, q_tile: u32, shifts: u32, tid: u32) {
+    let (sub, lane8) = (tid / 8, tid % 8);
+    for pass in 0..2 {
+        let local = pass * 32 + sub;
+        let chunks: [u32; 8] = core::array::from_fn(|j| q_tile + TILE.at(local, lane8 + 8 * j as u32, 0));
+        let words = chunks.map(|at| shared::ld_shared_v4_u32(at));
+        let rope = q_row(p, batch, row0 + local).map_or([0; 4], |row| memory::ld_global_nc_v4_f32(row + 2 * (V_DIM + 8 * lane8) as u64).map(f32::to_bits));
+        // (A bf16 pair's magnitudes compare as their bits.)
+        let magnitude = |x: u32| ((x & 0x7FFF) << 16).max(x & 0x7FFF_0000);
+        let mut largest = 0;
+        for j in 0..9 {
+            let w = if j < 8 { words[j] } else { rope };
+            for i in 0..4 {
+                largest = largest.max(magnitude(w[i]));
+            }
+        }
+        let largest = warp::shfl_xor_f32(f32::from_bits(largest), 1).to_bits().max(largest);
+        let largest = warp::shfl_xor_f32(f32::from_bits(largest), 2).to_bits().max(largest);
+        let largest = warp::shfl_xor_f32(f32::from_bits(largest), 4).to_bits().max(largest);
+        let exponent = (largest >> 23) as i32;
+        let k = if largest == 0 { 0 } else { (142 - exponent).clamp(-126, 126) };
+        let factor = pow2(k);
+        for j in 0..8 {
+            shared::st_shared_v4_u32(chunks[j], words[j].map(|x| scaled_f16x2(x, factor)));
+        }
+        if lane8 == 0 {
+            shared::st_shared_u32(shifts + 4 * local, k as u32);
+        }
+    }
+}
+
 /// The global address of Q's row `global` (packed, of the block's
 /// sequence), or `None` past the last row.
 #[inline(always)]
@@ -446,22 +545,32 @@ unsafe fn rope_fragments(p: &DecodeParams, batch: u32, row0: u32, locals: [u32; 
 /// P's A fragments for the P·V MMA: n8 tiles `2h, 2h + 1` of the scores
 /// are the fragment of keys `16 h ..`.
 #[inline(always)]
-fn p_fragments(s: &[[f32; 4]; 8]) -> [[u32; 4]; 4] {
+fn p_fragments(s: &[[f32; 4]; 8], f16: bool) -> [[u32; 4]; 4] {
     core::array::from_fn(|h| {
         let (lo, hi) = (&s[2 * h], &s[2 * h + 1]);
-        [pack_bf16x2(lo[0], lo[1]), pack_bf16x2(lo[2], lo[3]), pack_bf16x2(hi[0], hi[1]), pack_bf16x2(hi[2], hi[3])]
+        [pack(lo[0], lo[1], f16), pack(lo[2], lo[3], f16), pack(hi[0], hi[1], f16), pack(hi[2], hi[3], f16)]
     })
+}
+
+/// Two P values as the MMAs' 16-bit pair: f16 (`f16_mma`) or bf16.
+#[inline(always)]
+fn pack(lo: f32, hi: f32, f16: bool) -> u32 {
+    if f16 {
+        pack_f16x2(lo, hi)
+    } else {
+        pack_bf16x2(lo, hi)
+    }
 }
 
 /// Stores the thread's P values times its rows' `factor` into the 64 × 64
 /// tile at `tile` (rows × keys, keys contiguous: the P·V's A operand,
 /// K-major, one swizzled column block).
 #[inline(always)]
-unsafe fn store_p(tile: u32, s: &[[f32; 4]; 8], factor: [f32; 2], locals: [u32; 2], c2: u32) {
+unsafe fn store_p(tile: u32, s: &[[f32; 4]; 8], factor: [f32; 2], locals: [u32; 2], c2: u32, f16: bool) {
     for (n, t) in s.iter().enumerate() {
         for r in 0..2 {
             let at = tile + TILE.at(locals[r], n as u32, 0) + 2 * c2;
-            shared::st_shared_u32(at, pack_bf16x2(t[2 * r] * factor[r], t[2 * r + 1] * factor[r]));
+            shared::st_shared_u32(at, pack(t[2 * r] * factor[r], t[2 * r + 1] * factor[r], f16));
         }
     }
 }
@@ -519,7 +628,7 @@ fn raw_at<const B: u32>(buf: u32, j: u32) -> u32 {
 /// thread arriving on `raw_bar` once its copies landed (128 arrivals a
 /// phase):
 /// - `Fp8PerHead` (576 e4m3 bytes a row, one f32 scale a row): the
-///   rows' bytes at `raw_at`, the 64 keys' scales at `scales`;
+///   rows' bytes at `raw_at`, the 64 keys' scales into the key table at `table` (`key_entry`);
 /// - `Fp8DsMla` (DeepSeek V3.2's 656-byte rows): the latent
 ///   bytes at `raw_at`, the bf16 RoPE values in their place of the stage
 ///   (block 8's barrier arrived at as well).
@@ -528,7 +637,7 @@ fn raw_at<const B: u32>(buf: u32, j: u32) -> u32 {
 /// item's first key's. `convert_raw` makes the bf16 stage of them.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn issue_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, raw_bar: u32, scales: u32, bars: u32, pt: u32) {
+unsafe fn issue_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, raw_bar: u32, table: u32, bars: u32, pt: u32) {
     let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
     let (sub, q) = (pt / 4, pt % 4);
     let key0 = item.kv_start + t * MLA_KEYS;
@@ -548,7 +657,7 @@ unsafe fn issue_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodePara
                 memory::cp_async_16(buf + (BLOCKS - 1) * BLOCK_BYTES + TILE.at(k, c, 0), row + DS_ROPE_AT + 16 * c as u64, bytes);
             }
         } else if q == 0 {
-            memory::cp_async_4(scales + 4 * k, scale_address::<PAGED>(p, item.batch, key), if live { 4 } else { 0 });
+            memory::cp_async_4(key_scale_at(table, k), scale_address::<PAGED>(p, item.batch, key), if live { 4 } else { 0 });
         }
     }
     if ds {
@@ -574,8 +683,9 @@ unsafe fn issue_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodePara
 /// MMAs' async proxy. docs/perf.md, "MLA kernel".
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn convert_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, raw_bar: u32, bars: u32, convert_bar: u32, pt: u32) {
+unsafe fn convert_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, raw_bar: u32, table: u32, bars: u32, convert_bar: u32, pt: u32) {
     let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+    let f16 = f16_mma::<F>();
     let (sub, c) = (pt / 8, pt % 8);
     let keys: [u32; 4] = core::array::from_fn(|pass| sub + 16 * pass as u32);
     let key0 = item.kv_start + t * MLA_KEYS;
@@ -593,18 +703,24 @@ unsafe fn convert_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodePa
         [[1.0; 4]; 4]
     };
     mbarrier::wait_parity(raw_bar, (t / 2) & 1);
+    if f16 && pt < MLA_KEYS {
+        // The key's scale exponent beside its scale (`key_entry`; read
+        // after the column blocks' barriers below).
+        let at = key_scale_at(table, pt);
+        shared::st_shared_f32(at + 8, state::scale_exponent(shared::ld_shared_f32(at)));
+    }
     let free = 4 * (1 - B);
     for j in free..free + 4 {
         let bytes = read_raw::<B, 1>(buf, [j], &keys, c);
-        write_bf16(buf, [j], &bytes, &keys, c, &factors, bars);
+        write_rows(buf, [j], &bytes, &keys, c, &factors, bars, f16);
     }
     let overlapping = 4 * B;
     let bytes = read_raw::<B, 4>(buf, core::array::from_fn(|j| overlapping + j as u32), &keys, c);
     let last = if ds { [[0; 2]; 4] } else { read_raw::<B, 1>(buf, [BLOCKS - 1], &keys, c)[0] };
     thread::sync_named(convert_bar, 128);
-    write_bf16(buf, core::array::from_fn(|j| overlapping + j as u32), &bytes, &keys, c, &factors, bars);
+    write_rows(buf, core::array::from_fn(|j| overlapping + j as u32), &bytes, &keys, c, &factors, bars, f16);
     if !ds {
-        write_bf16(buf, [BLOCKS - 1], &[last], &keys, c, &factors, bars);
+        write_rows(buf, [BLOCKS - 1], &[last], &keys, c, &factors, bars, f16);
     }
 }
 
@@ -620,12 +736,18 @@ unsafe fn read_raw<const B: u32, const N: usize>(buf: u32, blocks: [u32; N], key
 /// block's group of two) stored in its place, and each block's barrier
 /// arrived at once its stores are visible to the async proxy.
 #[inline(always)]
-unsafe fn write_bf16<const N: usize>(buf: u32, blocks: [u32; N], bytes: &[[[u32; 2]; 4]; N], keys: &[u32; 4], c: u32, factors: &[[f32; 4]; 4], bars: u32) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn write_rows<const N: usize>(buf: u32, blocks: [u32; N], bytes: &[[[u32; 2]; 4]; N], keys: &[u32; 4], c: u32, factors: &[[f32; 4]; 4], bars: u32, f16: bool) {
     for (n, &j) in blocks.iter().enumerate() {
         for (i, w) in bytes[n].iter().enumerate() {
             let factor = factors[i][(j / (DS_MLA_GROUP / 64)).min(3) as usize];
-            let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor);
-            let values = [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)];
+            let values = if f16 {
+                let (a, b) = (f16x4_from_e4m3x4(w[0]), f16x4_from_e4m3x4(w[1]));
+                [a[0], a[1], b[0], b[1]]
+            } else {
+                let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, factor);
+                [pair(w[0]), pair(w[0] >> 16), pair(w[1]), pair(w[1] >> 16)]
+            };
             shared::st_shared_v4_u32(buf + j * BLOCK_BYTES + TILE.at(keys[i], c, 0), values);
         }
         shared::fence_proxy_async_shared();
@@ -633,11 +755,26 @@ unsafe fn write_bf16<const N: usize>(buf: u32, blocks: [u32; N], bytes: &[[[u32;
     }
 }
 
-/// The scales of keys `8 n + c2` and `8 n + c2 + 1` of a stage (the
-/// thread's score columns of n8 tile `n`), from the 64 at `at`.
+/// Where key `k`'s scale sits in a stage's key table (`key_entry`).
 #[inline(always)]
-unsafe fn key_scale_pair(at: u32, n: u32, c2: u32) -> [f32; 2] {
-    shared::ld_shared_v2_f32(at + 4 * (8 * n + c2))
+fn key_scale_at(table: u32, k: u32) -> u32 {
+    table + 16 * (k / 2) + 4 * (k % 2)
+}
+
+/// The scales of keys `8 n + c2` and `8 n + c2 + 1` of a stage (the
+/// thread's score columns of n8 tile `n`), from its key table at `table`.
+#[inline(always)]
+unsafe fn key_scale_pair(table: u32, n: u32, c2: u32) -> [f32; 2] {
+    shared::ld_shared_v2_f32(key_scale_at(table, 8 * n + c2))
+}
+
+/// The scales of keys `8 n + c2` and `8 n + c2 + 1` of a stage and their
+/// exponents (`state::scale_exponent`): a key table (`Fp8PerHead`) holds
+/// them 16 bytes a pair of keys, the two scales (`issue_raw`'s copies)
+/// then the two exponents (`convert_raw`'s).
+#[inline(always)]
+unsafe fn key_entry(table: u32, n: u32, c2: u32) -> [f32; 4] {
+    shared::ld_shared_v4_f32(key_scale_at(table, 8 * n + c2))
 }
 
 /// The byte address of key `key`'s scale (fp8 latent caches), as
