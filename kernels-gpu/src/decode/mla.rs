@@ -139,6 +139,14 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         }
         memory::cp_async_commit();
     }
+    // `Fp8PerHead`'s MMAs are f16 (`f16_mma`): each Q row scaled by its
+    // power of two into f16's range (`q_rows_to_f16`), its RoPE dims' part
+    // of the row's magnitude loaded now, beside the tile's copies.
+    let f16 = f16_mma::<F>();
+    let q_rope = if f16 { q_rope_words(p, item.batch, row0, tid) } else { [[0; 4]; 2] };
+    // (f16: the rows' shifts for their MMA threads in the P0 tile, free
+    // until the loop's first P0.)
+    let shifts = p0_tile;
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
@@ -192,27 +200,29 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     if halves {
         load!(1 - own);
     } else {
-        // Warpgroup `wg` loads stage `1 − wg`.
+        // Warpgroup `wg` loads stage `1 − wg`; f16, the Q tile's
+        // conversion runs while its bytes land.
         if own == 0 {
             issue_fp8!(1, 1);
-            convert_fp8!(1, 1);
         } else {
             issue_fp8!(0, 0);
+        }
+        if f16 {
+            // (The tile's copies alone are committed: the stage's are
+            // the raw barrier's.)
+            memory::cp_async_wait::<0>();
+            q_rows_to_f16(q_rope, q_tile, shifts, tid);
+            shared::fence_proxy_async_shared();
+        }
+        if own == 0 {
+            convert_fp8!(1, 1);
+        } else {
             convert_fp8!(0, 0);
         }
     }
     let locals = [warp_m * 16 + g, warp_m * 16 + g + 8];
     let mut rq = rope_fragments(p, item.batch, row0, locals, c2);
     memory::cp_async_wait::<0>();
-    // `Fp8PerHead`'s MMAs are f16 (`f16_mma`): each Q row scaled by its
-    // power of two `2^k` into f16's range, `k` for the rows' MMA threads
-    // in the P0 tile (free until the loop's first P0).
-    let f16 = f16_mma::<F>();
-    let shifts = p0_tile;
-    if f16 {
-        q_rows_to_f16(p, item.batch, row0, q_tile, shifts, tid);
-        shared::fence_proxy_async_shared();
-    }
     thread::sync_threads();
     let row_shift = [0, 1].map(|r| if f16 { shared::ld_shared_u32(shifts + 4 * locals[r]) as i32 } else { 0 });
     if f16 {
@@ -478,22 +488,33 @@ fn scaled_f16x2(x: u32, factor: f32) -> u32 {
     pack_f16x2(lo * factor, hi * factor)
 }
 
+/// The 8 RoPE values of each of the thread's two Q rows that
+/// `q_rows_to_f16` weighs (zero past the block's last row).
+#[inline(always)]
+unsafe fn q_rope_words(p: &DecodeParams, batch: u32, row0: u32, tid: u32) -> [[u32; 4]; 2] {
+    let (sub, lane8) = (tid / 8, tid % 8);
+    core::array::from_fn(|pass| {
+        let local = pass as u32 * 32 + sub;
+        q_row(p, batch, row0 + local).map_or([0; 4], |row| memory::ld_global_nc_v4_f32(row + 2 * (V_DIM + 8 * lane8) as u64).map(f32::to_bits))
+    })
+}
+
 /// The Q tile's bf16 rows (landed: the thread's own copies, as `decode_mla`
 /// issued them, 8 threads a row, two rows a thread) as f16 rows, each
 /// times the power of two `2^k` that puts its largest magnitude (RoPE
-/// dims too) in `[2^15, 2^16)`; `k` (in `[−126, 126]`; 0 for a zero row
-/// and rows past the block's last) to `shifts + 4 row`. An f16 holds
-/// every bf16 of the row within 2^29 of its largest exactly, so a row's
-/// scores lose nothing that matters (they are `2^k` times too large:
-/// `decode_mla` divides).
+/// dims too: `q_rope_words`) in `[2^15, 2^16)`; `k` (in `[−126, 126]`; 0
+/// for a zero row and rows past the block's last) to `shifts + 4 row`.
+/// An f16 holds every bf16 of the row within 2^29 of its largest exactly,
+/// so a row's scores lose nothing that matters (they are `2^k` times too
+/// large: `decode_mla` divides).
 #[inline(always)]
-unsafe fn q_rows_to_f16(p: &DecodeParams, batch: u32, row0: u32, q_tile: u32, shifts: u32, tid: u32) {
+unsafe fn q_rows_to_f16(q_rope: [[u32; 4]; 2], q_tile: u32, shifts: u32, tid: u32) {
     let (sub, lane8) = (tid / 8, tid % 8);
     for pass in 0..2 {
         let local = pass * 32 + sub;
         let chunks: [u32; 8] = core::array::from_fn(|j| q_tile + TILE.at(local, lane8 + 8 * j as u32, 0));
         let words = chunks.map(|at| shared::ld_shared_v4_u32(at));
-        let rope = q_row(p, batch, row0 + local).map_or([0; 4], |row| memory::ld_global_nc_v4_f32(row + 2 * (V_DIM + 8 * lane8) as u64).map(f32::to_bits));
+        let rope = q_rope[pass as usize];
         // (A bf16 pair's magnitudes compare as their bits.)
         let magnitude = |x: u32| ((x & 0x7FFF) << 16).max(x & 0x7FFF_0000);
         let mut largest = 0;
