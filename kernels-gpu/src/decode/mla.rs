@@ -184,12 +184,14 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
         }};
     }
-    // Column blocks `FROM..TO` of a bf16 stage.
+    // Column blocks `from..to` of a bf16 stage, for each range given (the
+    // stage's sources found once).
     macro_rules! load_blocks {
-        ($t:expr, $from:expr, $to:expr) => {{
+        ($t:expr, $(($from:expr, $to:expr)),+) => {{
             let t: u32 = $t;
             if t < n_tiles {
-                issue_blocks::<{ $from }, { $to }>(buffer(t % 2), full(t % 2), pt, &stage_sources::<PAGED>(p, &item, t, pt));
+                let src = stage_sources::<PAGED>(p, &item, t, pt);
+                $(issue_blocks::<{ $from }, { $to }>(buffer(t % 2), full(t % 2), pt, &src);)+
             }
         }};
     }
@@ -343,8 +345,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             thread::arrive_named(P0_READY, 256);
             if halves {
                 // Buffer 0's left half and RoPE block are read (S0, P0·V0_L).
-                load_blocks!(2 * i + 2, 0, 4);
-                load_blocks!(2 * i + 2, BLOCKS - 1, BLOCKS);
+                load_blocks!(2 * i + 2, (0, 4), (BLOCKS - 1, BLOCKS));
             } else {
                 issue_fp8!(2 * i + 2, 0);
             }
@@ -358,7 +359,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             // Buffer 1 is read (P1·V1_L here; warpgroup 1's reads of it
             // were before P1_READY): refill it (bf16: its left half).
             if halves {
-                load_blocks!(2 * i + 3, 0, 4);
+                load_blocks!(2 * i + 3, (0, 4));
             } else {
                 convert_fp8!(2 * i + 3, 1);
             }
@@ -400,7 +401,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             if halves {
                 // Buffer 1's right half and RoPE block are read (S1, P1·V1_R).
-                load_blocks!(2 * i + 3, 4, BLOCKS);
+                load_blocks!(2 * i + 3, (4, BLOCKS));
             } else {
                 issue_fp8!(2 * i + 3, 1);
             }
@@ -410,7 +411,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             // Buffer 0 is read (P0·V0_R here; warpgroup 0's reads of it
             // were before P0_READY): refill it (bf16: its right half).
             if halves {
-                load_blocks!(2 * i + 2, 4, BLOCKS - 1);
+                load_blocks!(2 * i + 2, (4, BLOCKS - 1));
             } else {
                 convert_fp8!(2 * i + 2, 0);
             }
