@@ -335,6 +335,8 @@ macro_rules! asm_o128 {
 /// keys × 128 bytes on). `o[j]` is the accumulator's n8 tile `j` (columns
 /// `8j..` of the half).
 ///
+/// P and V are bf16, or f16 where `f16` (`decode::mla`'s `f16_mma`).
+///
 /// # Safety
 /// As [`mla_scores64`]; P was stored by the warps and fenced for the
 /// tensor cores (`fence.proxy.async`) before a barrier.
@@ -345,19 +347,23 @@ pub unsafe fn mla_pv(o: &mut [[f32; 4]; 32], p: u64, v: u64, f16: bool) {
             concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " ", o128!(), ", ", $ops, ", acc, 1, 1, 0, 1;\n")
         };
     }
-    macro_rules! BODY { ($ty:literal) => { asm_o128!(o;
-        concat!(
-            "{{\n.reg .pred acc;\n.reg .b64 pd, vd;\n.reg .b32 pl, ph, vl, vh, pa, va;\n",
-            "mov.b64 {{pl, ph}}, {p};\nmov.b64 {{vl, vh}}, {v};\n",
-            "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            PV!($ty, "{p}, {v}"),
-            "add.u32 pa, pl, 2;\nadd.u32 va, vl, 128;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
-            "add.u32 pa, pl, 4;\nadd.u32 va, vl, 256;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
-            "add.u32 pa, pl, 6;\nadd.u32 va, vl, 384;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
-        ),
-        p = in(reg64) p, v = in(reg64) v, z = in(reg32) 0u32,
-    ) }; }
+    macro_rules! BODY {
+        ($ty:literal) => {
+            asm_o128!(o;
+                concat!(
+                    "{{\n.reg .pred acc;\n.reg .b64 pd, vd;\n.reg .b32 pl, ph, vl, vh, pa, va;\n",
+                    "mov.b64 {{pl, ph}}, {p};\nmov.b64 {{vl, vh}}, {v};\n",
+                    "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+                    PV!($ty, "{p}, {v}"),
+                    "add.u32 pa, pl, 2;\nadd.u32 va, vl, 128;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
+                    "add.u32 pa, pl, 4;\nadd.u32 va, vl, 256;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
+                    "add.u32 pa, pl, 6;\nadd.u32 va, vl, 384;\nmov.b64 pd, {{pa, ph}};\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "pd, vd"),
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+                ),
+                p = in(reg64) p, v = in(reg64) v, z = in(reg32) 0u32,
+            )
+        };
+    }
     if f16 {
         BODY!("f16")
     } else {
@@ -420,8 +426,8 @@ macro_rules! mla_rope {
 /// tile). Column block `c` of the stage is waited for on the mbarrier at
 /// `bars + 8 c` (phase `parity`) before its four steps, in the order
 /// `ORDER` names (`ScoreOrder`): the first steps run while the later
-/// blocks land. Returns the accumulator: n8 tile `j` (keys `8j..`) in
-/// elements `4j..4j+4`.
+/// blocks land. Q and the keys are bf16, or f16 where `f16`. Returns the
+/// accumulator: n8 tile `j` (keys `8j..`) in elements `4j..4j+4`.
 ///
 /// # Safety
 /// All 128 threads of the warpgroup call it together; the Q tile holds
@@ -498,20 +504,20 @@ pub unsafe fn mla_scores64<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]; 4],
     }
     macro_rules! ORDERED {
         ($ty:literal) => {
-        match ORDER {
-            ScoreOrder::IN_ORDER => SCORES!(
-                mla_block!($ty, "W0", "0", "0", "first"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc"),
-                mla_block!($ty, "W4", "32", "2048", "acc"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc"), mla_rope!($ty)
-            ),
-            ScoreOrder::LEFT_FIRST => SCORES!(
-                mla_block!($ty, "W0", "0", "0", "first"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc"), mla_rope!($ty),
-                mla_block!($ty, "W4", "32", "2048", "acc"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc")
-            ),
-            _ => SCORES!(
-                mla_block!($ty, "W4", "32", "2048", "first"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc"), mla_rope!($ty),
-                mla_block!($ty, "W0", "0", "0", "acc"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc")
-            ),
-        }
+            match ORDER {
+                ScoreOrder::IN_ORDER => SCORES!(
+                    mla_block!($ty, "W0", "0", "0", "first"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc"),
+                    mla_block!($ty, "W4", "32", "2048", "acc"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc"), mla_rope!($ty)
+                ),
+                ScoreOrder::LEFT_FIRST => SCORES!(
+                    mla_block!($ty, "W0", "0", "0", "first"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc"), mla_rope!($ty),
+                    mla_block!($ty, "W4", "32", "2048", "acc"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc")
+                ),
+                _ => SCORES!(
+                    mla_block!($ty, "W4", "32", "2048", "first"), mla_block!($ty, "W5", "40", "2560", "acc"), mla_block!($ty, "W6", "48", "3072", "acc"), mla_block!($ty, "W7", "56", "3584", "acc"), mla_rope!($ty),
+                    mla_block!($ty, "W0", "0", "0", "acc"), mla_block!($ty, "W1", "8", "512", "acc"), mla_block!($ty, "W2", "16", "1024", "acc"), mla_block!($ty, "W3", "24", "1536", "acc")
+                ),
+            }
         };
     }
     if f16 {
@@ -548,35 +554,39 @@ pub unsafe fn mla_pv_regs(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64, f16:
             concat!("wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " ", o128!(), ", ", $ops, ", acc, 1, 1, 1;\n")
         };
     }
-    macro_rules! BODY { ($ty:literal) => { asm_o128!(o;
-        concat!(
-            "{{\n.reg .pred acc;\n.reg .b64 vd;\n.reg .b32 vl, vh, va;\n",
-            "mov.b64 {{vl, vh}}, {v};\n",
-            "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            PV!($ty, "{{{a00}, {a01}, {a02}, {a03}}}, {v}"),
-            "add.u32 va, vl, 128;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a10}, {a11}, {a12}, {a13}}}, vd"),
-            "add.u32 va, vl, 256;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a20}, {a21}, {a22}, {a23}}}, vd"),
-            "add.u32 va, vl, 384;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a30}, {a31}, {a32}, {a33}}}, vd"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
-        ),
-        v = in(reg64) v, z = in(reg32) 0u32,
-        a00 = in(reg32) a[0][0],
-        a01 = in(reg32) a[0][1],
-        a02 = in(reg32) a[0][2],
-        a03 = in(reg32) a[0][3],
-        a10 = in(reg32) a[1][0],
-        a11 = in(reg32) a[1][1],
-        a12 = in(reg32) a[1][2],
-        a13 = in(reg32) a[1][3],
-        a20 = in(reg32) a[2][0],
-        a21 = in(reg32) a[2][1],
-        a22 = in(reg32) a[2][2],
-        a23 = in(reg32) a[2][3],
-        a30 = in(reg32) a[3][0],
-        a31 = in(reg32) a[3][1],
-        a32 = in(reg32) a[3][2],
-        a33 = in(reg32) a[3][3],
-    ) }; }
+    macro_rules! BODY {
+        ($ty:literal) => {
+            asm_o128!(o;
+                concat!(
+                    "{{\n.reg .pred acc;\n.reg .b64 vd;\n.reg .b32 vl, vh, va;\n",
+                    "mov.b64 {{vl, vh}}, {v};\n",
+                    "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+                    PV!($ty, "{{{a00}, {a01}, {a02}, {a03}}}, {v}"),
+                    "add.u32 va, vl, 128;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a10}, {a11}, {a12}, {a13}}}, vd"),
+                    "add.u32 va, vl, 256;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a20}, {a21}, {a22}, {a23}}}, vd"),
+                    "add.u32 va, vl, 384;\nmov.b64 vd, {{va, vh}};\n", PV!($ty, "{{{a30}, {a31}, {a32}, {a33}}}, vd"),
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+                ),
+                v = in(reg64) v, z = in(reg32) 0u32,
+                a00 = in(reg32) a[0][0],
+                a01 = in(reg32) a[0][1],
+                a02 = in(reg32) a[0][2],
+                a03 = in(reg32) a[0][3],
+                a10 = in(reg32) a[1][0],
+                a11 = in(reg32) a[1][1],
+                a12 = in(reg32) a[1][2],
+                a13 = in(reg32) a[1][3],
+                a20 = in(reg32) a[2][0],
+                a21 = in(reg32) a[2][1],
+                a22 = in(reg32) a[2][2],
+                a23 = in(reg32) a[2][3],
+                a30 = in(reg32) a[3][0],
+                a31 = in(reg32) a[3][1],
+                a32 = in(reg32) a[3][2],
+                a33 = in(reg32) a[3][3],
+            )
+        };
+    }
     if f16 {
         BODY!("f16")
     } else {

@@ -35,14 +35,15 @@
 //! stage's e4m3 bytes are copied at those first points (`issue_raw`) into
 //! the part of the buffer freed there, and converted into bf16 rows in
 //! place by the buffer's last reader (warpgroup 1 after step 10,
-//! warpgroup 0 after step 11: `convert_raw`). Q's first 512 dims are a tile
-//! in shared memory; its last 64 (RoPE) are each warpgroup's registers, and
-//! their column block of the tile holds P1.
+//! warpgroup 0 after step 11: `convert_raw`); fp8 per token's stages are
+//! its e4m3 values as f16, its MMAs f16 (`f16_mma`). Q's first 512 dims
+//! are a tile in shared memory; its last 64 (RoPE) are each warpgroup's
+//! registers, and their column block of the tile holds P1.
 //!
 //! The shared memory (`decode_attn_abi::mla_smem_bytes`): the Q tile, the
 //! two buffers, the P0 tile, the rows' maxima and factors, the rows' sums,
-//! the buffers' barriers, (fp8) the keys' scales and the e4m3 bytes'
-//! barriers, the work item.
+//! the buffers' barriers, (fp8) the keys' scales (and exponents) and the
+//! e4m3 bytes' barriers, the work item.
 
 use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
