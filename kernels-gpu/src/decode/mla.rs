@@ -690,11 +690,12 @@ unsafe fn issue_raw<F: KvFormat, const PAGED: bool, const B: u32>(p: &DecodePara
 }
 
 /// Stage `t` of buffer `B` (at `buf`) from its e4m3 bytes (`issue_raw`)
-/// into bf16 rows in `issue_blocks`' places, by one warpgroup (`pt`: the
-/// thread's index in it, `convert_bar` its own named barrier) once the
-/// copies landed (`raw_bar`):
-/// - `Fp8PerHead`: the e4m3 values exactly (the scales multiply the
-///   scores and P: `decode_mla`);
+/// into 16-bit rows in `issue_blocks`' places, by one warpgroup (`pt`:
+/// the thread's index in it, `convert_bar` its own named barrier) once
+/// the copies landed (`raw_bar`):
+/// - `Fp8PerHead`: the e4m3 values exactly, as f16 (the scales multiply
+///   the scores and P: `decode_mla`), and each key's scale exponent
+///   beside its scale in the key table at `table`;
 /// - `Fp8DsMla`: each latent value `bf16(e4m3 · its group's scale)` (the
 ///   format's value, exact for a power-of-two scale), the scales read from
 ///   the rows (in L2: `issue_raw`'s copies brought their lines).
@@ -756,8 +757,9 @@ unsafe fn read_raw<const B: u32, const N: usize>(buf: u32, blocks: [u32; N], key
 
 /// Column blocks `blocks` of the thread's keys from their e4m3 bytes
 /// (`read_raw`): each value `bf16(e4m3 · factor)` (the key's factor of the
-/// block's group of two) stored in its place, and each block's barrier
-/// arrived at once its stores are visible to the async proxy.
+/// block's group of two), or `f16(e4m3)` where `f16`, stored in its place,
+/// and each block's barrier arrived at once its stores are visible to the
+/// async proxy.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn write_rows<const N: usize>(buf: u32, blocks: [u32; N], bytes: &[[[u32; 2]; 4]; N], keys: &[u32; 4], c: u32, factors: &[[f32; 4]; 4], bars: u32, f16: bool) {
