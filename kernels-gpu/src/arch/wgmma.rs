@@ -327,6 +327,18 @@ macro_rules! asm_o128 {
     };
 }
 
+/// `$body!("f16")` where `$f16`, else `$body!("bf16")`: an MLA MMA's
+/// operand type (`decode::mla`'s `f16_mma`).
+macro_rules! with_type {
+    ($f16:expr, $body:ident) => {
+        if $f16 {
+            $body!("f16")
+        } else {
+            $body!("bf16")
+        }
+    };
+}
+
 /// `O[:, half] += P·V[:, half]` of the MLA family for 64 rows, 64 keys and
 /// 256 of V's 512 columns: 4 `m64n256k16` steps, P from shared memory
 /// (`p`: the 64 × 64 P tile, K-major, one swizzled column block; each k16
@@ -364,11 +376,7 @@ pub unsafe fn mla_pv(o: &mut [[f32; 4]; 32], p: u64, v: u64, f16: bool) {
             )
         };
     }
-    if f16 {
-        BODY!("f16")
-    } else {
-        BODY!("bf16")
-    }
+    with_type!(f16, BODY);
 }
 
 macro_rules! mla_score {
@@ -520,11 +528,7 @@ pub unsafe fn mla_scores64<const ORDER: u32>(q: u64, k: u64, rq: &[[u32; 4]; 4],
             }
         };
     }
-    if f16 {
-        ORDERED!("f16")
-    } else {
-        ORDERED!("bf16")
-    }
+    with_type!(f16, ORDERED);
     s
 }
 
@@ -587,9 +591,5 @@ pub unsafe fn mla_pv_regs(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64, f16:
             )
         };
     }
-    if f16 {
-        BODY!("f16")
-    } else {
-        BODY!("bf16")
-    }
+    with_type!(f16, BODY);
 }
