@@ -71,6 +71,11 @@ fn row(grid: char, batch: u32, ctx: u32, hq: u32, hkv: u32, q_len: u32, format: 
     RowSpec { grid, batch, ctx, hq, hkv, q_len, head_dim: 128, format, variant: RowVariant::default() }
 }
 
+/// A grid F row (dense MLA, bf16, q_len 1).
+fn mla(batch: u32, ctx: u32, hq: u32) -> RowSpec {
+    RowSpec { grid: 'F', batch, ctx, hq, hkv: 1, q_len: 1, head_dim: 576, format: KvFormat::Bf16, variant: RowVariant::default() }
+}
+
 fn each(formats: &[KvFormat], shapes: &[(char, u32, u32, u32, u32, u32)]) -> Vec<RowSpec> {
     formats.iter().flat_map(|&f| shapes.iter().map(move |&(g, b, c, hq, hkv, q)| row(g, b, c, hq, hkv, q, f))).collect()
 }
@@ -99,7 +104,14 @@ pub fn probes() -> Vec<Probe> {
         Probe::new(Knob::HeadPairMinBusySmsPercent, vec![50, 75, 90, 95, 100], each(&[Int8, Fp8PerHead], &[mha(4, 2048), mha(6, 2048), mha(8, 1024), mha(12, 1024)])),
         Probe::new(Knob::ClusterMax16bit, vec![0, 2, 4, 8], each(&[Bf16], &[grid_a(32), grid_a(64), grid_b(64, 4096), grid_b(32, 8192), grid_b(16, 16384), grid_c(8192)])),
         Probe::new(Knob::ClusterMaxQuantized, vec![0, 2, 4], each(&[Int8, Int4G32], &[grid_a(32), grid_a(64), grid_a(128), grid_b(64, 4096), grid_b(32, 8192)])),
-        Probe::new(Knob::InAttentionMergeMaxBytes, vec![16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20], each(&[Bf16, Int8], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_b(64, 4096), grid_b(8, 32768), grid_b(2, 131072)])),
+        // Grid F's split rows too: 16 heads' partials are 16 rows of 512
+        // f32 (32 × 4K: 4 slots, 128 KB a block; batch 1: 32-64 slots),
+        // 128 heads' 64 rows (32 × 4K: 2 slots, 256 KB).
+        Probe::new(Knob::InAttentionMergeMaxBytes, vec![16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20], {
+            let mut rows = each(&[Bf16, Int8], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_b(64, 4096), grid_b(8, 32768), grid_b(2, 131072)]);
+            rows.extend([(32, 4096, 16), (1, 4096, 16), (1, 32768, 16), (32, 4096, 128), (1, 4096, 128), (1, 32768, 128)].map(|(b, c, hq)| mla(b, c, hq)));
+            rows
+        }),
         Probe::new(Knob::SaturatingWarps8bitNarrow, vec![4, 8, 16, 0], each(&[Int8, Fp8PerHead], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), mha(1, 1024)])),
         Probe::new(Knob::SaturatingWarps16bitWide, vec![4, 8, 0], each(&[Bf16], &[grid_c(8192), grid_c(32768), grid_c(131072), grid_a(32), grid_a(64), mha(1, 1024)])),
         Probe::new(Knob::SaturatingWarps16bitWgmma, vec![8, 16, 0], each(&[Bf16], &[grid_b(64, 4096), grid_b(16, 16384), grid_b(4, 65536), grid_b(2, 131072)])),

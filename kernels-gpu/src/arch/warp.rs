@@ -25,6 +25,13 @@ pub fn quad_max(v: f32) -> f32 {
     v.max(shfl_xor_f32(v, 2))
 }
 
+/// Max over the 8 lanes of an octet (lanes sharing `lane / 8`).
+#[inline(always)]
+pub fn octet_max(v: f32) -> f32 {
+    let v = quad_max(v);
+    v.max(shfl_xor_f32(v, 4))
+}
+
 /// Sum over the 4 lanes of a quad.
 #[inline(always)]
 pub fn quad_sum(v: f32) -> f32 {

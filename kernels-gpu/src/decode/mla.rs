@@ -48,6 +48,7 @@
 use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
+use super::query::q_row_scale;
 use crate::arch::math::{ex2, f16x4_from_e4m3x4, pack_bf16x2, pack_f16x2, unpack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_pv, mla_pv_regs, mla_scores64, ScoreOrder};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
@@ -145,9 +146,9 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     // of the row's magnitude loaded now, beside the tile's copies.
     let f16 = f16_mma::<F>();
     let q_rope = if f16 { q_rope_words(p, item.batch, row0, tid) } else { [[0; 4]; 2] };
-    // (f16: the rows' shifts for their MMA threads in the P0 tile, free
-    // until the loop's first P0.)
-    let shifts = p0_tile;
+    // (f16: the rows' factors and scales for their MMA threads in the P0
+    // tile, free until the loop's first P0.)
+    let row_factors = p0_tile;
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
@@ -214,7 +215,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             // (The tile's copies alone are committed: the stage's are
             // the raw barrier's.)
             memory::cp_async_wait::<0>();
-            q_rows_to_f16(q_rope, q_tile, shifts, tid);
+            q_rows_to_f16(q_rope, q_tile, row_factors, tid);
             shared::fence_proxy_async_shared();
         }
         if own == 0 {
@@ -227,11 +228,17 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let mut rq = rope_fragments(p, item.batch, row0, locals, c2);
     memory::cp_async_wait::<0>();
     thread::sync_threads();
-    let row_shift = [0, 1].map(|r| if f16 { shared::ld_shared_u32(shifts + 4 * locals[r]) as i32 } else { 0 });
+    // (f16: each row's power of two and its inverse, `q_rows_to_f16`'s.)
+    let (row_factor, row_inverse) = if f16 {
+        let at = |r: usize, half: u32| shared::ld_shared_f32(row_factors + 4 * (MLA_ROWS * half + locals[r]));
+        ([at(0, 0), at(1, 0)], [at(0, 1), at(1, 1)])
+    } else {
+        ([1.0; 2], [1.0; 2])
+    };
     if f16 {
         for frag in rq.iter_mut() {
             for (i, x) in frag.iter_mut().enumerate() {
-                *x = scaled_f16x2(*x, pow2(row_shift[i % 2]));
+                *x = scaled_f16x2(*x, row_factor[i % 2]);
             }
         }
     }
@@ -240,8 +247,8 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let mask_from = mask_from::<Standard>(p, &item, seq_len);
     let q_desc = descriptor(q_tile, 16, 1024);
     let scale = p.score_scale;
-    // (f16: a row's scores are `2^k` times too large.)
-    let row_scale = row_shift.map(|k| scale * pow2(-k));
+    // (f16: a row's scores are its factor times too large.)
+    let row_scale = row_inverse.map(|inv| scale * inv);
     // The scaled scores of stage `t` (keys past a row's limit −inf); an
     // fp8 stage's times each key's scale (its rows are the e4m3 values,
     // exactly). With them (f16), the thread's part of each row's softmax
@@ -477,12 +484,6 @@ fn f16_mma<F: KvFormat>() -> bool {
     matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead)
 }
 
-/// `2^k` for `k` in `[−126, 127]`.
-#[inline(always)]
-fn pow2(k: i32) -> f32 {
-    f32::from_bits(((127 + k) as u32) << 23)
-}
-
 /// A bf16 pair times `factor` (a power of two), as an f16 pair.
 #[inline(always)]
 fn scaled_f16x2(x: u32, factor: f32) -> u32 {
@@ -503,21 +504,22 @@ unsafe fn q_rope_words(p: &DecodeParams, batch: u32, row0: u32, tid: u32) -> [[u
 
 /// The Q tile's bf16 rows (landed: the thread's own copies, as `decode_mla`
 /// issued them, 8 threads a row, two rows a thread) as f16 rows, each
-/// times the power of two `2^k` that puts its largest magnitude (RoPE
-/// dims too: `q_rope_words`) in `[2^15, 2^16)`; `k` (in `[−126, 126]`; 0
-/// for a zero row and rows past the block's last) to `shifts + 4 row`.
-/// An f16 holds every bf16 of the row within 2^29 of its largest exactly,
-/// so a row's scores lose nothing that matters (they are `2^k` times too
-/// large: `decode_mla` divides).
+/// times the power of two that `query::q_row_scale` gives its largest
+/// magnitude (RoPE dims too: `q_rope_words`), which lands it in
+/// `[2^13, 2^14)`; that factor to `factors + 4 row`, its inverse to
+/// `factors + 4 (MLA_ROWS + row)` (1 and 1 for a zero row and rows past
+/// the block's last). An f16 holds every bf16 of the row within 2^27 of
+/// its largest exactly, so a row's scores lose nothing that matters (they
+/// are the factor times too large: `decode_mla` multiplies by the inverse).
 #[inline(always)]
-unsafe fn q_rows_to_f16(q_rope: [[u32; 4]; 2], q_tile: u32, shifts: u32, tid: u32) {
+unsafe fn q_rows_to_f16(q_rope: [[u32; 4]; 2], q_tile: u32, factors: u32, tid: u32) {
     let (sub, lane8) = (tid / 8, tid % 8);
     for pass in 0..2 {
         let local = pass * 32 + sub;
         let chunks: [u32; 8] = core::array::from_fn(|j| q_tile + TILE.at(local, lane8 + 8 * j as u32, 0));
         let words = chunks.map(|at| shared::ld_shared_v4_u32(at));
         let rope = q_rope[pass as usize];
-        // (A bf16 pair's magnitudes compare as their bits.)
+        // (A bf16 pair's magnitudes as f32 bits, which compare as their values.)
         let magnitude = |x: u32| ((x & 0x7FFF) << 16).max(x & 0x7FFF_0000);
         let mut largest = 0;
         for j in 0..9 {
@@ -526,17 +528,13 @@ unsafe fn q_rows_to_f16(q_rope: [[u32; 4]; 2], q_tile: u32, shifts: u32, tid: u3
                 largest = largest.max(magnitude(w[i]));
             }
         }
-        let largest = warp::shfl_xor_f32(f32::from_bits(largest), 1).to_bits().max(largest);
-        let largest = warp::shfl_xor_f32(f32::from_bits(largest), 2).to_bits().max(largest);
-        let largest = warp::shfl_xor_f32(f32::from_bits(largest), 4).to_bits().max(largest);
-        let exponent = (largest >> 23) as i32;
-        let k = if largest == 0 { 0 } else { (142 - exponent).clamp(-126, 126) };
-        let factor = pow2(k);
+        let (factor, inverse) = q_row_scale(warp::octet_max(f32::from_bits(largest)));
         for j in 0..8 {
             shared::st_shared_v4_u32(chunks[j], words[j].map(|x| scaled_f16x2(x, factor)));
         }
         if lane8 == 0 {
-            shared::st_shared_u32(shifts + 4 * local, k as u32);
+            shared::st_shared_f32(factors + 4 * local, factor);
+            shared::st_shared_f32(factors + 4 * (MLA_ROWS + local), inverse);
         }
     }
 }

@@ -159,7 +159,7 @@ fn unrolled<const N: usize>(mut f: impl FnMut(usize)) {
 /// largest magnitude `amax` lands near 2^13 in 16 bits) and its inverse,
 /// the row's scale.
 #[inline(always)]
-fn q_row_scale(amax: f32) -> (f32, f32) {
+pub(crate) fn q_row_scale(amax: f32) -> (f32, f32) {
     if amax > 0.0 {
         let e = (amax.to_bits() >> 23) & 0xFF;
         let inv = f32::from_bits((267u32.saturating_sub(e)).clamp(1, 254) << 23);
