@@ -9,7 +9,7 @@
 use cust::memory::DeviceBuffer;
 use cust::prelude::Stream;
 use cust::sys as cuda;
-use decode_attn_abi::{QuantDirection, QuantKernelId, MERGE_THREADS, QUANT_WARPS};
+use decode_attn_abi::{QuantDirection, QuantKernelId, QUANT_WARPS};
 
 use crate::cache::{KvCache, KvMut, StepInputs};
 use crate::check::{check_buffer, check_buffers, check_cache_job, CacheJob, RunBuffers};
@@ -448,7 +448,7 @@ impl DecodeAttention {
             // SAFETY: reads the slots the attention kernel wrote (same
             // stream; its blocks read them after `griddepcontrol.wait`, which
             // waits for the attention grid and its writes) and writes rows of `o`.
-            unsafe { self.kernels.launch_overlapping(Entry::Merge(index), grid, MERGE_THREADS, 0, &merge, stream)? };
+            unsafe { self.kernels.launch_overlapping(Entry::Merge(index), grid, plan.merge_threads(), 0, &merge, stream)? };
         }
         Ok(())
     }

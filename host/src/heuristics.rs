@@ -4,7 +4,7 @@
 //! give its own sweep). The planner (`plan.rs`) only applies them; what it
 //! may not change (limits, shapes) lives there.
 
-use decode_attn_abi::{Arch, Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MLA_DIMS, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
+use decode_attn_abi::{Arch, Family, Form, KvFormat, Merge, KEYS_PER_WARP_STEP, MERGE_THREADS, MLA_DIMS, MAX_WARPS, MAX_WARPS_M, MMA_M, NARROW_ROWS};
 
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo};
 use crate::options::{FamilyChoice, MergeChoice};
@@ -185,6 +185,25 @@ pub fn merge_mode(max_slots: u32, rows: u32, head_dim: u32, max_bytes: u32) -> M
         MergeMode::InAttention
     } else {
         MergeMode::Kernel
+    }
+}
+
+/// Threads of a merge-kernel block: [`MERGE_THREADS`] (128), or 512 for
+/// rows of 512 values (MLA's V) where the merge grid's `blocks` fit one a
+/// SM (`sm_count`). A 512-value row is 128 outputs of 4 dims: 128 threads
+/// leave each lane 4 outputs in turn (up to 8 slots) or every slot of one
+/// output (up to 64, in serial batches of 8); 512 leave it one output and
+/// 8 slots up to 32. At the merge kernels' 72 registers a 512-thread block
+/// takes an SM's register file, a 128-thread one a seventh, so a larger
+/// grid waits for SMs. Grid F bf16 on the H200, 128 → 512 threads for
+/// every grid: 128 heads 1 × 32K 45.2 → 36.0 µs, 16 heads 1 × 32K 31.2 →
+/// 28.3, 32 × 4K 53.6 → 51.3; but 128 heads 32 × 4K (1024 merge blocks)
+/// 77.9 → 87.8 (docs/perf.md, "Merge kernel").
+pub fn merge_threads(blocks: u64, v_dim: u32, sm_count: u32) -> u32 {
+    if v_dim >= 512 && blocks <= sm_count as u64 {
+        512
+    } else {
+        MERGE_THREADS
     }
 }
 

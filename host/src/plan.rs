@@ -117,6 +117,8 @@ pub struct Plan {
     /// ([`crate::Tuning::in_attention_merge_max_bytes`]), read by
     /// [`Plan::merge_mode`].
     pub(crate) in_attention_merge_max_bytes: u32,
+    /// The device's SMs, read by `finish` ([`heuristics::merge_threads`]).
+    pub(crate) sm_count: u32,
     pub(crate) layout: WorkspaceLayout,
     /// What the plan launches, decided once when it is made (`finish`):
     /// a run only reads it.
@@ -135,6 +137,8 @@ pub(crate) struct Launch {
     pub(crate) kernel_index: usize,
     pub(crate) merge_mode: MergeMode,
     pub(crate) merge_kernel: Option<(usize, (u32, u32, u32))>,
+    /// Threads of a merge-kernel block ([`Plan::merge_threads`]).
+    pub(crate) merge_threads: u32,
     /// Threads of an attention block ([`Plan::block_threads`]).
     pub(crate) block_threads: u32,
 }
@@ -157,6 +161,7 @@ impl Launch {
         kernel_index: usize::MAX,
         merge_mode: MergeMode::Kernel,
         merge_kernel: None,
+        merge_threads: 0,
         block_threads: 0,
     };
 }
@@ -382,6 +387,11 @@ impl Plan {
     /// Output rows per merge-kernel block (`decode_attn_abi::merge_rows_per_block`).
     pub fn merge_rows_per_block(&self) -> u32 {
         merge_rows_per_block(self.max_splits())
+    }
+    /// Threads of a merge-kernel block ([`heuristics::merge_threads`]; 0
+    /// where no merge kernel runs).
+    pub fn merge_threads(&self) -> u32 {
+        self.launch.merge_threads
     }
     /// Whether the merge kernel is launched as a programmatic dependent of
     /// the attention kernel (its blocks take the SMs the attention blocks
@@ -632,6 +642,7 @@ fn finish(mut plan: Plan) -> Result<Plan> {
         kernel_index,
         merge_mode: plan.planned_merge_mode(),
         merge_kernel,
+        merge_threads: merge_kernel.map_or(0, |(_, (x, y, z))| heuristics::merge_threads(x as u64 * y as u64 * z as u64, s.head_dims().v, plan.sm_count)),
         block_threads: plan.block_threads(),
     };
     plan.metadata = plan.build_metadata();
@@ -1003,6 +1014,7 @@ fn make_plan_for(
         uniform,
         window_align: ranges.align,
         in_attention_merge_max_bytes: dev.tuning.in_attention_merge_max_bytes,
+        sm_count: dev.sm_count,
         layout,
         launch: Launch::UNSET,
         metadata: Vec::new(),

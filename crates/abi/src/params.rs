@@ -279,7 +279,8 @@ pub const fn capacity_merge_item_from(batch: u32, seq_len: u32, start: u32, q_le
 /// Grid: x = sequence (its [`MergeItem`]; `num_slots` ≤ 1: nothing to do),
 /// y = min(ceil(q_len * num_q_heads / rows_per_block), 65535) groups of
 /// `rows_per_block` output rows, a grid-stride loop over the rest. Block:
-/// [`MERGE_THREADS`] threads.
+/// [`MERGE_THREADS`] threads, or a multiple of it (the host's plan picks;
+/// the kernel reads its block size).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct MergeParams {
@@ -323,7 +324,8 @@ pub const fn merge_rows_per_block(max_slots: u32) -> u32 {
     }
 }
 
-/// Threads of a merge-kernel block. (256 and 512 for sequences of 33+
+/// Threads of a merge-kernel block, but for MLA's rows (the host's
+/// `heuristics::merge_threads`). (256 and 512 for sequences of 33+
 /// slots, one batch of loads per lane instead of 2-4, measured 1-2 µs
 /// slower on grid B (64K, 4) and (128K, 2): docs/perf.md, "Merge kernel".)
 pub const MERGE_THREADS: u32 = 128;
