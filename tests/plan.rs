@@ -1012,16 +1012,16 @@ fn mla_auto_split_takes_two_stages_and_64_chunks_at_most() {
 fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
     let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 255 };
     let dev = &DeviceInfo::H100_SXM;
-    let latent = |batch: u32, heads: u32, len: u32| plan(&DecodeShape::latent(batch, heads, 1, len), &vec![len; batch as usize], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap();
-    // 16 heads, one sequence of 32K: 64 slots, 16 one-row merge blocks.
-    let one = latent(1, 16, 32768);
-    assert_eq!((one.merge_grid(), one.merge_threads()), (Some((1, 16, 1)), 512));
-    // 128 heads, 32 sequences of 4K: 2 slots, 32 × 32 blocks of 4 rows.
-    let many = latent(32, 128, 4096);
-    assert_eq!((many.merge_grid(), many.merge_threads()), (Some((32, 32, 1)), 128));
+    let latent = |batch: u32, heads: u32, len: u32, split: SplitPolicy| plan(&DecodeShape::latent(batch, heads, 1, len), &vec![len; batch as usize], dev, &kernel, &opts(split)).unwrap();
+    // 16 heads, one sequence of 32K in 512-key chunks: 64 slots, 16 one-row merge blocks.
+    let one = latent(1, 16, 32768, SplitPolicy::ChunkKeys(512));
+    assert_eq!((one.max_splits(), one.merge_grid(), one.merge_threads()), (64, Some((1, 16, 1)), 512));
+    // 128 heads, 32 sequences of 4K in halves: 2 slots, 32 × 32 blocks of 4 rows.
+    let many = latent(32, 128, 4096, SplitPolicy::ChunkKeys(2048));
+    assert_eq!((many.max_splits(), many.merge_grid(), many.merge_threads()), (2, Some((32, 32, 1)), 128));
     // Grid B's rows (128 values) keep 128 threads; unsplit plans launch no merge.
     let b = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
     assert_eq!((b.merge_grid().is_some(), b.merge_threads()), (true, 128));
-    assert_eq!(latent(128, 16, 4096).merge_threads(), 0);
+    assert_eq!(latent(128, 16, 4096, SplitPolicy::Never).merge_threads(), 0);
     assert_eq!((heuristics::merge_threads(132, 512, 132), heuristics::merge_threads(133, 512, 132)), (512, 128));
 }
