@@ -990,17 +990,20 @@ mod tuning {
     }
 }
 
-/// An MLA sequence's `Auto` chunks hold two stages (128 keys) at least
-/// and number 64 at most, evened out (`heuristics::mla_chunk_keys`); a
-/// batch whose sequences take a few chunks each keeps the shortest
-/// chunks that fill a wave.
+/// An MLA sequence's `Auto` chunks hold two stages (128 keys) at least,
+/// and as many as the sequence has row chunks, and make 128 blocks at
+/// most, evened out (`heuristics::mla_chunk_keys`); a batch whose
+/// sequences take a few chunks each keeps the shortest chunks that fill
+/// a wave.
 #[test]
-fn mla_auto_split_takes_two_stages_and_64_chunks_at_most() {
+fn mla_auto_split_takes_two_stages_and_128_blocks_at_most() {
     let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 255 };
     let chunk = |batch: u32, heads: u32, q_len: u32, len: u32| plan(&DecodeShape::latent(batch, heads, q_len, len), &vec![len; batch as usize], &DeviceInfo::H100_SXM, &kernel, &opts(SplitPolicy::Auto)).unwrap().chunk_keys();
     assert_eq!(chunk(1, 128, 1, 4096), 128); // 32 chunks, not 64 single stages
-    assert_eq!(chunk(1, 16, 1, 32768), 512); // 64 chunks, not 128
-    assert_eq!(chunk(1, 128, 2, 32768), 1024); // four row chunks: 32 chunks fill the wave
+    assert_eq!(chunk(1, 16, 1, 32768), 256); // 128 chunks of one row chunk
+    assert_eq!(chunk(1, 128, 1, 32768), 512); // 64 chunks of two row chunks
+    assert_eq!(chunk(1, 128, 2, 32768), 1024); // four row chunks: 32 chunks
+    assert_eq!(chunk(1, 128, 2, 4096), 256); // four row chunks: four stages a chunk
     assert_eq!(chunk(32, 16, 1, 4096), 1024); // 4 chunks a sequence: 128 blocks
     assert_eq!(chunk(1, 16, 1, 128), u32::MAX); // two stages: no split
 }

@@ -377,23 +377,26 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
 }
 
 /// The MLA family's `Auto` chunk: `auto`'s ([`auto_chunk_keys`]), or
-/// longer where it would be a single stage or cut a sequence into more
-/// than 64 chunks, evened out over the chunks it makes (`u32::MAX`: no
-/// split). `auto_chunk_keys` fills a wave with the shortest blocks; an MLA
+/// longer where it would be fewer stages than the sequence's row chunks
+/// (two at least) or make more blocks than 128 (chunks × `row_chunks`),
+/// evened out over the chunks it makes (`u32::MAX`: no split).
+/// `auto_chunk_keys` fills a wave with the shortest blocks; an MLA
 /// block's two warpgroups take a stage each (a one-stage block leaves one
 /// idle), and each chunk adds a partial of up to 64 rows × 512 f32 to
-/// merge. Chunk sweeps of grid F's batch-1 rows on the H200 (bf16):
-/// 128 heads 1 × 4K 18.0 µs at 2-stage chunks against 29.8 at `auto`'s
-/// single stages; 16 heads 1 × 32K 31.0 µs at 64 chunks against 33.2 at
-/// `auto`'s 128 (39.0 at 32). (Fewer chunks still — a sequence's blocks
-/// within half the SMs — were faster at q_len 1 but 37 % slower at 128
-/// heads × q_len 2 × 32K, whose four row chunks already make 128 blocks
-/// of 32 chunks; docs/perf.md, "MLA split".)
-pub fn mla_chunk_keys(auto: u32, longest: u32, keys_per_stage: u32) -> u32 {
-    const MOST_CHUNKS: u64 = 64;
+/// merge. Chunk sweeps of grid F's batch-1 rows on the H200 (bf16, the
+/// merge kernel's 512-thread blocks): 16 heads 1 × 32K 26.9 µs at 128
+/// chunks against 28.5 at 64 (q_len 2 28.8 / 29.5), 128 heads 1 × 32K
+/// 35.8 at 64 chunks against 47.7 at 128; 128 heads q_len 2 (four row
+/// chunks) 1 × 4K 19.4 at 4-stage chunks against 24.5 at 2, 1 × 32K
+/// 49.9 at 32 chunks against 66.6 at 64; 128 heads 1 × 4K q_len 1 17.9
+/// at 2-stage chunks against 18.8 at 4 (docs/perf.md, "MLA split").
+pub fn mla_chunk_keys(auto: u32, longest: u32, keys_per_stage: u32, row_chunks: u32) -> u32 {
+    const MOST_BLOCKS: u64 = 128;
     let keys_per_stage = keys_per_stage.max(1);
+    let row_chunks = row_chunks.max(1) as u64;
     let stages = longest.div_ceil(keys_per_stage) as u64;
-    let least_stages = stages.div_ceil(MOST_CHUNKS).max(2);
+    let most_chunks = (MOST_BLOCKS / row_chunks).max(1);
+    let least_stages = stages.div_ceil(most_chunks).max(2).max(row_chunks);
     let chunks = stages.div_ceil(least_stages);
     let floor = stages.div_ceil(chunks).saturating_mul(keys_per_stage as u64);
     if floor >= longest as u64 {

@@ -959,7 +959,7 @@ fn make_plan_for(
             let per_sm = heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm, shape.is_paged(), &dev.tuning) as u64;
             let chunk = heuristics::auto_chunk_keys(keys, blocks_per_len, tile.keys_per_stage, dev.sm_count as u64 * per_sm, dev.tuning.split_overhead_stages);
             if family == Family::Mla {
-                heuristics::mla_chunk_keys(chunk, longest, tile.keys_per_stage)
+                heuristics::mla_chunk_keys(chunk, longest, tile.keys_per_stage, row_chunks)
             } else {
                 chunk
             }
