@@ -1008,6 +1008,24 @@ fn mla_auto_split_takes_two_stages_and_128_blocks_at_most() {
     assert_eq!(chunk(1, 16, 1, 128), u32::MAX); // two stages: no split
 }
 
+proptest! {
+    /// The MLA chunk rule keeps `auto`'s chunk or lengthens it, in whole
+    /// stages, to at most 128 blocks a sequence (chunks × row chunks),
+    /// and splits nothing it would leave in one chunk.
+    #[test]
+    fn mla_chunks_make_at_most_128_blocks_a_sequence(longest in 2u32..300_000, row_chunks in 1u32..9, auto_stages in 1u32..4096) {
+        // (`auto_chunk_keys` splits a sequence or says u32::MAX.)
+        let auto = (auto_stages * 64).min(longest - 1);
+        let chunk = heuristics::mla_chunk_keys(auto, longest, 64, row_chunks);
+        if chunk != u32::MAX {
+            prop_assert!(chunk >= auto && (chunk % 64 == 0 || chunk == auto), "chunk {chunk}, auto {auto}");
+            let chunks = longest.div_ceil(chunk);
+            prop_assert!(chunks >= 2, "{chunks} chunks");
+            prop_assert!(chunks * row_chunks <= 128.max(row_chunks), "{chunks} chunks x {row_chunks} row chunks");
+        }
+    }
+}
+
 /// An MLA merge kernel (rows of 512 values) runs blocks of 512 threads
 /// where its grid fits one block a SM, else of 128 like every other merge
 /// (`heuristics::merge_threads`); plans without a merge kernel have none.
