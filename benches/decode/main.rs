@@ -417,9 +417,7 @@ fn run_sweep(attn: &mut DecodeAttention, stream: &Stream, args: &Args, roofline:
     // The first row a process times can read slow (docs/perf.md, "Method"):
     // the first of the swept rows that this build serves, timed once first.
     if !args.no_warmup_row {
-        let only = args.sweep_knobs.as_deref();
-        let swept = sweep::probes().into_iter().filter(|p| only.is_none_or(|o| o.split(',').any(|k| k == p.knob.name())));
-        for row in swept.flat_map(|p| p.rows) {
+        for row in sweep::selected(args.sweep_knobs.as_deref()).flat_map(|p| p.rows) {
             if bench_row(attn, stream, &row, args, roofline, None).is_ok_and(|r| r.status == "ok") {
                 break;
             }

@@ -130,13 +130,19 @@ pub fn probes() -> Vec<Probe> {
     ]
 }
 
+/// The probes of the thresholds named in `only` (comma-separated
+/// `Tuning` field names), or all of them.
+pub fn selected(only: Option<&str>) -> impl Iterator<Item = Probe> + '_ {
+    probes().into_iter().filter(move |p| only.is_none_or(|o| o.split(',').any(|k| k == p.knob.name())))
+}
+
 /// Runs the probes (those of `only`, when given) with `time(row, paged)` →
 /// (median µs, block column), each candidate's table set on `attn` first; the base
 /// table is restored after. Candidates alternate within a row, so a drift
 /// of the GPU over the sweep does not favour one of them.
 pub fn run(attn: &mut DecodeAttention, base: Tuning, only: Option<&str>, mut time: impl FnMut(&DecodeAttention, &RowSpec, bool) -> Result<(f64, String), String>) -> Vec<KnobResult> {
     let mut out = Vec::new();
-    for p in probes().into_iter().filter(|p| only.is_none_or(|o| o.split(',').any(|k| k == p.knob.name()))) {
+    for p in selected(only) {
         let n = p.candidates.len();
         let mut median_us = vec![Vec::new(); n];
         let mut blocks = vec![Vec::new(); n];
