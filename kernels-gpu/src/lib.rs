@@ -43,7 +43,7 @@ macro_rules! decode_kernels {
     ($($name:ident => ($arch:literal, $arch_id:ident, $f:ident, $q:ident, $d:literal, $dv:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
         /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
         /// see `decode::decode_wide`, `decode::decode_narrow`, `decode::decode_wgmma`
-        /// and `decode::decode_mla`. (All but the MLA body read V rows of
+        /// `decode::decode_mla` and `decode::decode_mla_transposed`. (All but the MLA body read V rows of
         /// Q·K's head dim: the set holds no other, `KernelId::exists`.)
         ///
         /// # Safety
@@ -59,25 +59,29 @@ macro_rules! decode_kernels {
                 $d,
                 { Addressing::$a.is_paged() },
                 { Merge::$m.is_cluster() },
-                Form::$form,
+                $form,
                 &p
             )
         }
     )*};
 }
 
-/// The body of a family, its const parameters from the row's axes.
+/// The body of a family, its const parameters from the row's axes (the
+/// MLA family's transposed form is a body of its own).
 macro_rules! decode_body {
-    (Wide, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
-        decode::decode_wide::<$t, $v, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, { $form.is_capacity() }>($p)
+    (Wide, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:ident, $p:expr) => {
+        decode::decode_wide::<$t, $v, $d, { $d / 16 }, { $d / 8 }, $paged, $cluster, { Form::$form.is_capacity() }>($p)
     };
-    (Narrow, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
-        decode::decode_narrow::<$t, $v, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster, { $form.heads_per_block() }>($p)
+    (Narrow, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:ident, $p:expr) => {
+        decode::decode_narrow::<$t, $v, $d, { $d / 16 }, { $d / 16 }, $paged, $cluster, { Form::$form.heads_per_block() }>($p)
     };
-    (Wgmma, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
-        decode::decode_wgmma::<$t, $v, $d, $paged, $cluster, { $form.is_specialized() }>($p)
+    (Wgmma, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:ident, $p:expr) => {
+        decode::decode_wgmma::<$t, $v, $d, $paged, $cluster, { Form::$form.is_specialized() }>($p)
     };
-    (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:expr, $p:expr) => {
+    (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, Transposed, $p:expr) => {
+        decode::decode_mla_transposed::<$t, $paged>($p)
+    };
+    (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:ident, $p:expr) => {
         decode::decode_mla::<$t, $paged>($p)
     };
 }

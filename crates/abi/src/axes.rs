@@ -594,10 +594,14 @@ pub enum Form {
     /// A narrow kernel whose blocks read two adjacent kv heads
     /// ([`has_head_pair_form`]).
     HeadPair = 3,
+    /// An MLA kernel for blocks of at most [`crate::MLA_T_ROWS`] query rows,
+    /// its MMAs transposed: keys along M, the rows along N
+    /// ([`has_transposed_form`]).
+    Transposed = 4,
 }
 
 impl Form {
-    pub const ALL: [Form; 4] = [Form::Plain, Form::Specialized, Form::Capacity, Form::HeadPair];
+    pub const ALL: [Form; 5] = [Form::Plain, Form::Specialized, Form::Capacity, Form::HeadPair, Form::Transposed];
     pub const fn is_specialized(self) -> bool {
         matches!(self, Form::Specialized)
     }
@@ -810,6 +814,13 @@ pub const fn wgmma_specializable(format: KvFormat, paged: bool) -> bool {
 /// would each need that length or their own copies first.
 pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, paged: bool, cluster: bool) -> bool {
     !format.is_quantized() && !q_in_smem(head_dim) && matches!(family, Family::Wide) && !paged && !cluster
+}
+
+/// Whether an MLA kernel has a transposed form ([`Form::Transposed`]):
+/// the bf16 latent cache's, strided and paged (`decode::mla_transposed`
+/// in `kernels-gpu`; docs/perf.md, "MLA at 16 heads").
+pub const fn has_transposed_form(format: KvFormat, family: Family) -> bool {
+    matches!(family, Family::Mla) && matches!(format, KvFormat::Bf16)
 }
 
 /// Whether a narrow kernel has a head-pair form ([`Form::HeadPair`]):

@@ -10,7 +10,7 @@
 
 use core::fmt::{self, Write};
 
-use crate::axes::{has_capacity_twin, has_head_pair_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, CACHE_DIMS, KERNEL_DIMS, MLA_DIMS, V_HEAD_DIMS};
+use crate::axes::{has_capacity_twin, has_head_pair_form, has_transposed_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, CACHE_DIMS, KERNEL_DIMS, MLA_DIMS, V_HEAD_DIMS};
 
 /// One attention kernel: the architecture of its module, its KV format,
 /// Q/O dtype, head dims, family, addressing, merge, form and attention
@@ -34,13 +34,13 @@ impl KernelId {
     /// - V's rows are as long as K's, but in the MLA family, whose rows are
     ///   [`crate::MLA_DIMS`]'s (`Family::serves`); its kernels have bf16
     ///   queries, a bf16 or fp8 cache ([`KvFormat::holds_latent`]), are
-    ///   plain, of the standard variant and merge globally;
+    ///   plain or transposed, of the standard variant and merge globally;
     /// - the format has rows of `head_dim` values and computes with `dtype`
     ///   (16-bit caches with their own type, quantized ones with either);
     /// - the family serves the format and head dim ([`Family::serves`]);
     /// - a form other than [`Form::Plain`] exists where its predicate says
     ///   ([`wgmma_specializable`], [`has_capacity_twin`],
-    ///   [`has_head_pair_form`]);
+    ///   [`has_head_pair_form`], [`has_transposed_form`]);
     /// - the variant is built for the merge and form ([`Variant::builds`]);
     /// - the module's architecture holds a kernel of what its parts need
     ///   ([`Arch::holds`]).
@@ -57,10 +57,11 @@ impl KernelId {
             Form::Specialized => matches!(self.family, Family::Wgmma) && wgmma_specializable(self.format, paged),
             Form::Capacity => has_capacity_twin(self.format, head_dim, self.family, paged, cluster),
             Form::HeadPair => has_head_pair_form(self.format, head_dim, self.family, cluster),
+            Form::Transposed => has_transposed_form(self.format, self.family),
         };
         let latent = self.family.is_latent();
         // (bf16 queries: the MMAs take the fp8 cache's rows as bf16.)
-        let mla_ok = !latent || (matches!(self.form, Form::Plain) && matches!(self.variant, Variant::Standard) && !cluster && matches!(self.dtype, Dtype::Bf16));
+        let mla_ok = !latent || (matches!(self.form, Form::Plain | Form::Transposed) && matches!(self.variant, Variant::Standard) && !cluster && matches!(self.dtype, Dtype::Bf16));
         self.dims.is_square() != latent
             && mla_ok
             && self.format.supports_head_dim(head_dim)
@@ -101,7 +102,7 @@ impl KernelId {
     }
 
     /// The entry point's symbol:
-    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma|_mla][_ws|_pair][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>[v<V's head_dim>]`,
+    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma|_mla][_ws|_pair|_transposed][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>[v<V's head_dim>]`,
     /// e.g. `decode_paged_narrow_kv_int8_q_bf16_d128`.
     pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
         w.write_str("decode")?;
@@ -123,6 +124,7 @@ impl KernelId {
         match self.form {
             Form::Specialized => w.write_str("_ws")?,
             Form::HeadPair => w.write_str("_pair")?,
+            Form::Transposed => w.write_str("_transposed")?,
             Form::Plain | Form::Capacity => {}
         }
         if !matches!(self.variant, Variant::Standard) {

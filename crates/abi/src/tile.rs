@@ -300,9 +300,33 @@ pub const MLA_EXCHANGE_BYTES: u32 = 3 * MLA_ROWS * 4 + 2 * MLA_ROWS * 4 + 2 * 9 
 
 /// Dynamic shared memory of an MLA block: the Q tile, the stages, the P
 /// tile, the exchange, then [`ITEM_SMEM_BYTES`] (`decode::mla` in
-/// `kernels-gpu` lays it out in this order).
-pub const fn mla_smem_bytes() -> u32 {
+/// `kernels-gpu` lays it out in this order); of the transposed form's
+/// ([`mla_transposed_smem_bytes`]) where `transposed`.
+pub const fn mla_smem_bytes(transposed: bool) -> u32 {
+    if transposed {
+        return mla_transposed_smem_bytes();
+    }
     ((1 + MLA_STAGES) * MLA_TILE_BYTES + MLA_P_BYTES + MLA_EXCHANGE_BYTES).next_multiple_of(16) + ITEM_SMEM_BYTES
+}
+
+/// Query rows of a block of the MLA family's transposed form
+/// (`Form::Transposed`): the N of its `wgmma m64n16k16`.
+pub const MLA_T_ROWS: u32 = 16;
+/// Bytes of the transposed form's Q tile (16 rows × 576 bf16 values) and
+/// of each of its two P tiles (16 rows × 64 keys).
+pub const MLA_T_Q_BYTES: u32 = MLA_T_ROWS * 576 * 2;
+pub const MLA_T_P_BYTES: u32 = MLA_T_ROWS * MLA_KEYS * 2;
+/// Bytes of the transposed form's exchange: each warpgroup's stage maxima
+/// (two stages' slots × 4 warps × 16 rows), then its rows' maxima and its
+/// warps' sums at the end (1 + 4 f32 a row), the rows' log-sum-exps, then
+/// the two buffers' 9 column-block mbarriers.
+pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + 2 * 9 * 8;
+
+/// Dynamic shared memory of a transposed MLA block (`decode::mla_transposed`
+/// lays it out in this order): the two stage buffers, the Q tile, the two
+/// P tiles, the exchange, then [`ITEM_SMEM_BYTES`].
+pub const fn mla_transposed_smem_bytes() -> u32 {
+    (MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES).next_multiple_of(16) + ITEM_SMEM_BYTES
 }
 
 /// Bytes at the end of an attention block's shared memory where it keeps
@@ -319,7 +343,9 @@ pub const ITEM_SMEM_BYTES: u32 = 16;
 #[allow(clippy::too_many_arguments)]
 pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, family: Family, page_shift: Option<u32>, stages: u32, specialized: bool) -> u32 {
     if matches!(family, Family::Mla) {
-        return mla_smem_bytes();
+        // (The transposed form's blocks are one row tile, its warps along
+        // the keys.)
+        return mla_smem_bytes(warps_m == 1);
     }
     let q_bytes = if matches!(family, Family::Wgmma) { wgmma_prefix_bytes(format, head_dim, specialized) } else { q_tile_bytes(format, head_dim, warps_m, family) };
     let pipe = stage_region_bytes(format, head_dim, family, page_shift, stages) + q_bytes;

@@ -542,7 +542,7 @@ unsafe fn q_rows_to_f16(q_rope: [[u32; 4]; 2], q_tile: u32, factors: u32, tid: u
 /// The global address of Q's row `global` (packed, of the block's
 /// sequence), or `None` past the last row.
 #[inline(always)]
-fn q_row(p: &DecodeParams, batch: u32, global: u32) -> Option<u64> {
+pub(super) fn q_row(p: &DecodeParams, batch: u32, global: u32) -> Option<u64> {
     (global < p.group * p.q_len).then(|| {
         let (token, head) = token_head(p, 0, global);
         qo_row_addr::<{ QK_DIM as usize }>(p.q, p, batch, token, head)
@@ -603,7 +603,7 @@ unsafe fn store_p(tile: u32, s: &[[f32; 4]; 8], factor: [f32; 2], locals: [u32; 
 /// 0, and a zero V row keeps the P·V finite), their source address the
 /// item's first key's.
 #[inline(always)]
-unsafe fn stage_sources<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> [(u64, u32); 4] {
+pub(super) unsafe fn stage_sources<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> [(u64, u32); 4] {
     let key0 = item.kv_start + t * MLA_KEYS;
     core::array::from_fn(|pass| {
         let key = key0 + pt / 8 + 16 * pass as u32;
@@ -618,7 +618,7 @@ unsafe fn stage_sources<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t:
 /// thread's arrival on the block's barrier (`bars + 8 c`, 128 arrivals a
 /// phase) once its copies landed.
 #[inline(always)]
-unsafe fn issue_blocks<const FROM: u32, const TO: u32>(dst: u32, bars: u32, pt: u32, src: &[(u64, u32); 4]) {
+pub(super) unsafe fn issue_blocks<const FROM: u32, const TO: u32>(dst: u32, bars: u32, pt: u32, src: &[(u64, u32); 4]) {
     let (sub, c) = (pt / 8, pt % 8);
     for block in FROM..TO {
         for (pass, &(row, bytes)) in src.iter().enumerate() {

@@ -26,6 +26,7 @@ pub(crate) mod block;
 mod cluster;
 mod epilogue;
 mod mla;
+mod mla_transposed;
 mod narrow;
 mod pipeline;
 mod query;
@@ -33,6 +34,7 @@ mod wgmma;
 mod wide;
 
 pub use mla::decode_mla;
+pub use mla_transposed::decode_mla_transposed;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 pub use wide::decode_wide;

@@ -1,0 +1,260 @@
+//! The MLA family's transposed form (`Form::Transposed`): blocks of at most
+//! 16 query rows (DeepSeek V3 / R1 at 16 heads a GPU and q_len 1), whose
+//! 64-row blocks (`decode::mla`) would be three quarters padding rows
+//! (docs/perf.md, "MLA at 16 heads"). Its MMAs are transposed, the keys
+//! along M and the rows along N (`wgmma m64n16k16`):
+//!
+//! - `Sᵀ = K·Qᵀ`: A the stage's keys as they land (64 keys × 576 dims,
+//!   K-major), B the 16-row Q tile (`arch::wgmma::mla_t_scores`);
+//! - the softmax along M: a thread holds 2 keys of 4 rows, a row's stage
+//!   maximum is its warp's 8 lanes' (`warp::column_max`), then the
+//!   warpgroup's 4 warps' through shared memory;
+//! - `Pᵀ` to the warpgroup's P tile (16 rows × 64 keys, the B operand),
+//!   then `Oᵀ += Vᵀ·Pᵀ`: A the stage's first 512 dims read transposed, 8
+//!   M-tiles of 64 dims (`mla_t_pv`); `Oᵀ` is 64 f32 registers a thread.
+//!
+//! Each warpgroup owns one of the two stage buffers and every other stage
+//! (warpgroup `w` stages `w, w + 2, …`), with its own online-softmax state:
+//! it copies its stages itself (as `decode::mla` does, each column block
+//! completing an mbarrier), and refills its buffer once its P·V is done.
+//! At the end the two states are merged through shared memory and the
+//! block writes its rows (or a split's partials) as `decode::mla` does.
+//! A quarter of the 64-row kernel's MMAs at 16 rows.
+//!
+//! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`): the
+//! two buffers, the Q tile, the two P tiles, the exchange (stage maxima,
+//! the rows' final maxima, sums and log-sum-exps, the buffers' barriers),
+//! the work item.
+
+use decode_attn_abi::{DecodeParams, DIRECT_OUTPUT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
+
+use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
+use super::mla::{issue_blocks, q_row, stage_sources};
+use crate::arch::math::{ex2, pack_bf16x2};
+use crate::arch::wgmma::{descriptor, mla_t_pv, mla_t_scores};
+use crate::arch::{mbarrier, memory, shared, thread, warp};
+use crate::format::{KvFormat, Swizzle128, TileLayout};
+use crate::state;
+use crate::variant::Standard;
+
+/// Values of a latent row (Q·K's head dim) and of V (O's).
+const QK_DIM: u32 = 576;
+const V_DIM: u32 = 512;
+/// Column blocks (64 dims) of a latent row.
+const BLOCKS: u32 = QK_DIM / 64;
+/// The 16-row tiles' layout (Q's, and the P tiles').
+const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
+/// Words (f32) a row of the epilogue's O tiles takes: 4 past V's 512, so
+/// that a warp's stores (8 dims × 4 row pairs) fall in 32 banks.
+const O_ROW_WORDS: u32 = V_DIM + 4;
+
+/// # Safety
+/// Launched by the host with the planner's grid (x: work items), 256
+/// threads and `mla_transposed_smem_bytes` of shared memory, on buffers it
+/// validated, for at most 16 query rows (`group × q_len`).
+#[inline(always)]
+pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
+    const { assert!(matches!(F::FORMAT, decode_attn_abi::KvFormat::Bf16)) };
+    let tid = thread::thread_idx_x();
+    let lane = tid % 32;
+    let warp = tid / 32;
+    let (own, warp_m) = (warp / 4, warp % 4);
+    let (g, c2) = (lane / 4, (lane % 4) * 2);
+    let pt = tid % 128;
+    let Some((item, seq_len, _)) = block_work_at::<Standard>(p, thread::block_idx_x()) else { return };
+    keep_item(p, &item, tid);
+
+    let smem = shared::dynamic_smem_base();
+    let buffer = |b: u32| smem + MLA_TILE_BYTES * b;
+    let q_tile = smem + 2 * MLA_TILE_BYTES;
+    let p_tile = |b: u32| q_tile + MLA_T_Q_BYTES + MLA_T_P_BYTES * b;
+    // A warpgroup's stage maxima: two stages' slots of 4 warps × 16 rows.
+    let stage_maxima = |b: u32, slot: u32| p_tile(2) + 4 * MLA_T_ROWS * (4 * (2 * b + slot));
+    // The end: each warpgroup's rows' maxima, then its warps' row sums.
+    let finals = |b: u32| stage_maxima(2, 0) + 4 * MLA_T_ROWS * 5 * b;
+    let lses = finals(2);
+    let bars = lses + 4 * MLA_T_ROWS;
+    let full = |b: u32| bars + 8 * BLOCKS * b;
+    // A warpgroup's own named barrier (0 is the block's).
+    let group_bar = 1 + own;
+
+    if tid == 0 {
+        for b in 0..2 {
+            for c in 0..BLOCKS {
+                mbarrier::init_count(full(b) + 8 * c, 128);
+            }
+        }
+        mbarrier::fence_init();
+    }
+    // Q's 16 rows (rows past the block's last zero-filled): 72 chunks of
+    // 16 bytes a row, consecutive threads a row's consecutive chunks.
+    for pass in 0..(MLA_T_ROWS * QK_DIM / 8).div_ceil(256) {
+        let i = tid + 256 * pass;
+        if i < MLA_T_ROWS * QK_DIM / 8 {
+            let (row, c) = (i / (QK_DIM / 8), i % (QK_DIM / 8));
+            let src = q_row(p, item.batch, row);
+            memory::cp_async_16(q_tile + TILE16.at(row, c, 0), src.unwrap_or(p.q) + 16 * c as u64, if src.is_some() { 16 } else { 0 });
+        }
+    }
+    memory::cp_async_commit();
+    // (The barriers' initialisation is visible to every thread.)
+    thread::sync_threads();
+    let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
+    // Warpgroup `own`'s first stage into its buffer.
+    if own < n_tiles {
+        issue_blocks::<0, BLOCKS>(buffer(own), full(own), pt, &stage_sources::<PAGED>(p, &item, own, pt));
+    }
+    memory::cp_async_wait::<0>();
+    thread::sync_threads();
+
+    // The thread's rows (the scores' N columns `c2, c2 + 1, c2 + 8, c2 + 9`)
+    // and keys of a stage (its M rows `16 warp_m + g`, `+ 8`).
+    let locals: [u32; 4] = [c2, c2 + 1, c2 + 8, c2 + 9];
+    let rows = locals.map(|local| row_info(p, &item, seq_len, 0, 0, local));
+    let mask_from = mask_from::<Standard>(p, &item, seq_len);
+    let q_desc = descriptor(q_tile, 16, 1024);
+    let scale = p.score_scale;
+    // Element `e` of an accumulator: key `16 warp_m + g + 8 key_half(e)`,
+    // row `locals[row_of(e)]`.
+    let key_half = |e: usize| (e / 2) % 2;
+    let row_of = |e: usize| 2 * (e / 4) + e % 2;
+
+    let mut o = [[0f32; 8]; 8];
+    let mut m = [f32::NEG_INFINITY; 4];
+    let mut l = [0f32; 4];
+    let mut t = own;
+    let mut use_count = 0u32;
+    while t < n_tiles {
+        let buf = buffer(own);
+        let raw = mla_t_scores(descriptor(buf, 16, 1024), q_desc, full(own), use_count & 1);
+        let key0 = item.kv_start + t * MLA_KEYS + 16 * warp_m + g;
+        let masked = item.kv_start + (t + 1) * MLA_KEYS > mask_from;
+        let s: [f32; 8] = core::array::from_fn(|e| {
+            let key = key0 + 8 * key_half(e) as u32;
+            if masked && key >= rows[row_of(e)].limit {
+                f32::NEG_INFINITY
+            } else {
+                raw[e] * scale
+            }
+        });
+        // The stage's maximum of each row: the thread's 2 keys, its warp's
+        // 16, then the warpgroup's 64 (two slots: a slot is rewritten two
+        // stages on, after the next stage's barrier).
+        let warp_max: [f32; 4] = core::array::from_fn(|r| {
+            let e = 4 * (r / 2) + r % 2;
+            warp::column_max(s[e].max(s[e + 2]))
+        });
+        let slot = stage_maxima(own, use_count & 1);
+        if g == 0 {
+            for r in 0..4 {
+                shared::st_shared_f32(slot + 4 * (MLA_T_ROWS * warp_m + locals[r]), warp_max[r]);
+            }
+        }
+        thread::sync_named(group_bar, 128);
+        let m_new: [f32; 4] = core::array::from_fn(|r| {
+            let at = |w: u32| shared::ld_shared_f32(slot + 4 * (MLA_T_ROWS * w + locals[r]));
+            m[r].max(at(0).max(at(1)).max(at(2).max(at(3))))
+        });
+        let alpha: [f32; 4] = core::array::from_fn(|r| state::rescale(m[r], m_new[r]));
+        m = m_new;
+        let base = m.map(state::safe_max);
+        let pv: [f32; 8] = core::array::from_fn(|e| ex2(s[e] - base[row_of(e)]));
+        for r in 0..4 {
+            let e = 4 * (r / 2) + r % 2;
+            l[r] = l[r] * alpha[r] + (pv[e] + pv[e + 2]);
+        }
+        // Pᵀ as the P·V's B operand: the P tile's rows are the block's rows,
+        // its 64 keys K-major (the previous stage's P·V, which read it, is
+        // done: every thread waited for it before this stage's barrier).
+        let tile = p_tile(own);
+        for e in 0..8 {
+            let key = 16 * warp_m + g + 8 * key_half(e) as u32;
+            let at = tile + TILE16.at(locals[row_of(e)], key / 8, 0) + 2 * (key % 8);
+            shared::st_shared_u16(at, pack_bf16x2(pv[e], 0.0));
+        }
+        shared::fence_proxy_async_shared();
+        for acc in o.iter_mut() {
+            for (e, x) in acc.iter_mut().enumerate() {
+                *x *= alpha[row_of(e)];
+            }
+        }
+        thread::sync_named(group_bar, 128);
+        mla_t_pv(&mut o, descriptor(tile, 16, 1024), descriptor(buf, 8192, 1024));
+        // The buffer is read (every warp's MMAs done: the barrier), refill it.
+        thread::sync_named(group_bar, 128);
+        if t + 2 < n_tiles {
+            issue_blocks::<0, BLOCKS>(buf, full(own), pt, &stage_sources::<PAGED>(p, &item, t + 2, pt));
+        }
+        t += 2;
+        use_count += 1;
+    }
+
+    // The two warpgroups' states: each row's maximum and its warps' sums.
+    let sums = l.map(warp::column_sum);
+    if g == 0 {
+        for r in 0..4 {
+            if warp_m == 0 {
+                shared::st_shared_f32(finals(own) + 4 * locals[r], m[r]);
+            }
+            shared::st_shared_f32(finals(own) + 4 * (MLA_T_ROWS * (1 + warp_m) + locals[r]), sums[r]);
+        }
+    }
+    thread::sync_threads();
+    if tid == 0 {
+        for b in 0..2 {
+            for c in 0..BLOCKS {
+                mbarrier::inval(full(b) + 8 * c);
+            }
+        }
+    }
+    // Each thread's rows' weight of its warpgroup's O: `2^(m_own − M) / L`,
+    // M the larger maximum, L the two sums at M (`state::finish`).
+    let weight: [f32; 4] = core::array::from_fn(|r| {
+        let at = |b: u32, k: u32| shared::ld_shared_f32(finals(b) + 4 * (MLA_T_ROWS * k + locals[r]));
+        let (m0, m1) = (at(0, 0), at(1, 0));
+        let total = |b: u32| (at(b, 1) + at(b, 2)) + (at(b, 3) + at(b, 4));
+        let top = m0.max(m1);
+        let (f0, f1) = (state::rescale(m0, top), state::rescale(m1, top));
+        let (inv_l, lse) = state::finish(top, total(0) * f0 + total(1) * f1);
+        if own == 0 && warp_m == 0 && g == 0 {
+            shared::st_shared_f32(lses + 4 * locals[r], lse);
+        }
+        (if own == 0 { f0 } else { f1 }) * inv_l
+    });
+    // Each warpgroup's weighted Oᵀ as rows × dims into its buffer (free:
+    // the barrier above follows every MMA), then both summed a row at a
+    // time by the block's threads, two dims each.
+    let o_tile = |b: u32| buffer(b);
+    for (j, acc) in o.iter().enumerate() {
+        for (e, &x) in acc.iter().enumerate() {
+            let dim = 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32;
+            shared::st_shared_f32(o_tile(own) + 4 * (O_ROW_WORDS * locals[row_of(e)] + dim), x * weight[row_of(e)]);
+        }
+    }
+    thread::sync_threads();
+    let (batch, slot) = (item.batch, item.partial_slot);
+    let here = rows_here(p, 0);
+    thread::launch_dependents();
+    let col = 2 * tid;
+    for r in 0..here {
+        let at = 4 * (O_ROW_WORDS * r + col);
+        let (a, b) = (shared::ld_shared_v2_f32(o_tile(0) + at), shared::ld_shared_v2_f32(o_tile(1) + at));
+        let v = [a[0] + b[0], a[1] + b[1]];
+        let (token, head) = token_head(p, 0, r);
+        if slot == DIRECT_OUTPUT {
+            let out = qo_row_addr::<{ V_DIM as usize }>(p.o, p, batch, token, head);
+            memory::st_global_u32(out + 2 * col as u64, pack_bf16x2(v[0], v[1]));
+        } else {
+            let row = (slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
+            memory::st_global_v2_u32(p.partial_o + 4 * (row * V_DIM as u64 + col as u64), [v[0].to_bits(), v[1].to_bits()]);
+            if tid == 0 {
+                memory::st_global_f32(p.partial_lse + 4 * row, shared::ld_shared_f32(lses + 4 * r));
+            }
+        }
+    }
+    if slot != DIRECT_OUTPUT && p.merge_counters != 0 {
+        // (The stage maxima's first word is free: read before the barriers
+        // above.)
+        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, stage_maxima(0, 0));
+    }
+}
