@@ -791,7 +791,8 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 }
 
 /// A random MLA case of `mla::run`: 1-128 query heads (the shards' 8, 16,
-/// 32, 64, 128 half the time), q_len 1-8, 1-4 sequences of 1 key to a few
+/// 32, 64, 128 a third of the time, at most 16 rows a third: bf16's on the
+/// transposed kernel), q_len 1-8, 1-4 sequences of 1 key to a few
 /// thousand (`q_len` exactly, a stage ± 1, any), contiguous, padded or
 /// paged (1-256-token pages), host lengths or a capacity plan, every
 /// split policy, normal or heavy-tailed values; case `i` in latent format
@@ -800,8 +801,13 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 /// about a minute on 12 threads).
 fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
     use decode_attn::testing::Distribution;
-    let heads = if rng.below(2) == 0 { [8, 16, 32, 64, 128][rng.below(5) as usize] } else { 1 + rng.below(128) as u32 };
     let q_len = 1 + rng.below(8) as u32;
+    // (A third of the cases at most 16 rows: bf16's run the transposed kernel.)
+    let heads = match rng.below(3) {
+        0 => [8, 16, 32, 64, 128][rng.below(5) as usize],
+        1 => 1 + rng.below(128) as u32,
+        _ => 1 + rng.below((16 / q_len) as u64) as u32,
+    };
     let batch = 1 + rng.below(4) as u32;
     let budget = ((1u64 << 15) / (heads as u64 * q_len as u64 * batch as u64)).max(q_len as u64 + 1) as u32;
     let seq_lens: Vec<u32> = (0..batch)
@@ -825,7 +831,7 @@ fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
     let (capacity, dist) = (rng.below(4) == 0, if rng.below(2) == 0 { Distribution::Normal } else { Distribution::HeavyTailed });
     let format = mla::LATENT_FORMATS[(i % 3) as usize];
     let name = format!("mla-fuzz/{i}/{}/h{heads}/q{q_len}/{seq_lens:?}/cap{cap}/{layout:?}/{split:?}/{}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
-    mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0, format }
+    mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0, format, transpose: decode_attn::TransposeChoice::Auto }
 }
 
 /// `--mla N`: N random MLA cases (`random_mla_case`, case `i` from seed

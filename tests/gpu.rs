@@ -680,7 +680,7 @@ fn plan_on_cpu(cases: &[Case]) {
     let kernel = decode_attn::KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
     let mut failed = 0;
     for case in cases.iter().filter(|c| c.paging.is_none()) {
-        let opts = PlanOptions { split: case.split, family: FamilyChoice::Force(case.family), warps_k: None, merge: common::merge_named(&case.name), specialize: common::specialize_named(&case.name), head_pair: HeadPairChoice::Auto };
+        let opts = PlanOptions { split: case.split, family: FamilyChoice::Force(case.family), warps_k: None, merge: common::merge_named(&case.name), specialize: common::specialize_named(&case.name), head_pair: HeadPairChoice::Auto, transpose: Default::default() };
         let planned = decode_attn::plan::plan(&case.shape, &case.seq_lens, &dev, &kernel, &opts).map_err(|e| e.to_string()).and_then(|p| common::check_merge_named(&case.name, &p));
         if let Err(e) = planned {
             println!("FAIL (plan on the CPU) {:<60} {e}", case.name);
@@ -696,7 +696,7 @@ fn plan_on_cpu(cases: &[Case]) {
 fn run_case(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> Result<(f64, u32), String> {
     let merge = common::merge_named(&case.name);
     let head_pair = if case.name.contains("/head-pair-") { HeadPairChoice::Always } else { HeadPairChoice::Auto };
-    let opts = PlanOptions { split: case.split, family: FamilyChoice::Force(case.family), warps_k: None, merge, specialize: common::specialize_named(&case.name), head_pair };
+    let opts = PlanOptions { split: case.split, family: FamilyChoice::Force(case.family), warps_k: None, merge, specialize: common::specialize_named(&case.name), head_pair, transpose: Default::default() };
     if let Some(paging) = case.paging {
         let mut p = Problem::new(&case.shape, &case.seq_lens, case.dist, seed).map_err(|e| e.to_string())?;
         let pool = paged::Pool::new(&p, paging, seed)?;

@@ -14,7 +14,7 @@ use decode_attn::BufferDesc;
 use decode_attn::plan::{plan, MAX_GRID_YZ, MAX_WORK_ITEMS};
 use decode_attn::reference::{decode_attention, relative_l2_error};
 use decode_attn::shape::MAX_SEQ_LEN;
-use decode_attn::{DecodeShape, VariantBuffers, VariantSpec, DeviceInfo, Dtype, ElemType, Error, Family, FamilyChoice, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy};
+use decode_attn::{DecodeShape, VariantBuffers, VariantSpec, DeviceInfo, Dtype, ElemType, Error, Family, FamilyChoice, HeadPairChoice, KernelInfo, KvFormat, KvLayout, MergeChoice, Plan, PlanOptions, SpecializeChoice, SplitPolicy, TransposeChoice};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -343,7 +343,9 @@ fn options() -> impl Strategy<Value = PlanOptions> {
     let warps_k = prop_oneof![8 => Just(None), 1 => (0u32..10).prop_map(Some), 1 => extreme_u32().prop_map(Some)];
     let merge = prop_oneof![Just(MergeChoice::Auto), Just(MergeChoice::Global)];
     let specialize = prop_oneof![8 => Just(SpecializeChoice::Auto), 1 => Just(SpecializeChoice::Never), 1 => Just(SpecializeChoice::Always)];
-    (split(), family, warps_k, merge, specialize, head_pair()).prop_map(|(split, family, warps_k, merge, specialize, head_pair)| PlanOptions { split, family, warps_k, merge, specialize, head_pair })
+    let transpose = prop_oneof![3 => Just(TransposeChoice::Auto), 1 => Just(TransposeChoice::Never), 1 => Just(TransposeChoice::Always)];
+    (split(), family, warps_k, merge, specialize, head_pair(), transpose)
+        .prop_map(|(split, family, warps_k, merge, specialize, head_pair, transpose)| PlanOptions { split, family, warps_k, merge, specialize, head_pair, transpose })
 }
 
 fn head_pair() -> impl Strategy<Value = HeadPairChoice> {

@@ -1046,3 +1046,37 @@ fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
     assert_eq!(latent(128, 16, 4096, SplitPolicy::Never).merge_threads(), 0);
     assert_eq!((heuristics::merge_threads(132, 512, 132), heuristics::merge_threads(133, 512, 132)), (512, 128));
 }
+
+/// An MLA plan of at most 16 query rows over a bf16 cache runs the
+/// transposed kernel (`Form::Transposed`: one 16-row tile, eight warps
+/// along the keys, its own shared memory); `Never` keeps the 64-row
+/// kernel; `Always` is an `Err` naming why wherever it cannot serve (more
+/// rows, an fp8 cache, another family).
+#[test]
+fn mla_plans_of_16_rows_run_the_transposed_kernel() {
+    use decode_attn::TransposeChoice;
+    use decode_attn_abi::{mla_smem_bytes, MLA_T_ROWS};
+    let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 255 };
+    let dev = &DeviceInfo::H100_SXM;
+    let with = |heads: u32, q_len: u32, format: KvFormat, transpose: TransposeChoice| {
+        let shape = DecodeShape { kv_format: format, ..DecodeShape::latent(4, heads, q_len, 4096) };
+        plan(&shape, &[4096, 8, 70, 4000], dev, &kernel, &PlanOptions { transpose, ..Default::default() })
+    };
+    for (heads, q_len) in [(16, 1), (8, 2), (1, 1), (5, 3)] {
+        let p = with(heads, q_len, KvFormat::Bf16, TransposeChoice::Auto).unwrap();
+        assert!(p.transposed() && p.kernel_id().form == Form::Transposed, "{heads} heads q_len {q_len}");
+        assert!(p.kernel_name().contains("_mla_transposed_"), "{}", p.kernel_name());
+        assert_eq!((p.rows_per_block(), p.row_chunks(), p.block_threads(), p.smem_bytes()), (MLA_T_ROWS, 1, 256, mla_smem_bytes(true)));
+        let plain = with(heads, q_len, KvFormat::Bf16, TransposeChoice::Never).unwrap();
+        assert!(!plain.transposed() && plain.kernel_id().form == Form::Plain);
+        assert_eq!((plain.rows_per_block(), plain.smem_bytes()), (64, mla_smem_bytes(false)));
+    }
+    assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
+    assert!(!with(16, 1, KvFormat::Fp8PerHead, TransposeChoice::Auto).unwrap().transposed());
+    let why = |r: decode_attn::Result<decode_attn::Plan>| r.unwrap_err().to_string();
+    assert!(why(with(16, 2, KvFormat::Bf16, TransposeChoice::Always)).contains("at most 16 query rows"));
+    assert!(why(with(16, 1, KvFormat::Fp8DsMla, TransposeChoice::Always)).contains("bf16 alone"));
+    let gqa = plan(&DecodeShape::bf16(1, 16, 1, 128, 1, 256), &[256], dev, &KERNEL, &PlanOptions { transpose: TransposeChoice::Always, ..Default::default() });
+    assert!(why(gqa).contains("MLA family alone"));
+    assert!(heuristics::mla_transposed(16) && !heuristics::mla_transposed(17));
+}

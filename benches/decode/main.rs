@@ -18,7 +18,7 @@ mod timing;
 use clap::Parser;
 use decode_attn::cust::memory::DeviceBuffer;
 use decode_attn::cust::stream::{Stream, StreamFlags};
-use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice, Tuning, VariantSpec, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, Dtype, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, TransposeChoice, Family, FamilyChoice, Tuning, VariantSpec, Workspace};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use buffers::BufferSet;
@@ -133,6 +133,11 @@ struct Args {
     /// is checked against the contiguous pair's).
     #[arg(long, value_enum, default_value = "auto")]
     head_pair: SpecializeArg,
+    /// The MLA family's transposed kernel for plans of at most 16 query
+    /// rows (bf16 caches): auto (wherever it serves), never (the 64-row
+    /// kernel) or always (other rows report an error).
+    #[arg(long, value_enum, default_value = "auto")]
+    transpose: SpecializeArg,
     /// Placement study: put each buffer set's K and V in one allocation, V
     /// starting this many bytes (a multiple of 16) after K's end, so the
     /// distance from a K row to its V row (which the kernels read
@@ -194,6 +199,13 @@ impl SpecializeArg {
             SpecializeArg::Auto => HeadPairChoice::Auto,
             SpecializeArg::Never => HeadPairChoice::Never,
             SpecializeArg::Always => HeadPairChoice::Always,
+        }
+    }
+    fn transpose(self) -> TransposeChoice {
+        match self {
+            SpecializeArg::Auto => TransposeChoice::Auto,
+            SpecializeArg::Never => TransposeChoice::Never,
+            SpecializeArg::Always => TransposeChoice::Always,
         }
     }
 }
@@ -488,7 +500,7 @@ fn bench_row(attn: &DecodeAttention, stream: &Stream, s: &RowSpec, args: &Args, 
     };
     let seq_lens = vec![s.ctx; s.batch as usize];
     let split = args.chunk_keys.map_or(SplitPolicy::Auto, SplitPolicy::ChunkKeys);
-    let opts = PlanOptions { split, family: args.family, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice(), head_pair: args.head_pair.head_pair() };
+    let opts = PlanOptions { split, family: args.family, warps_k: args.warps_k, merge: args.merge.choice(), specialize: args.specialize.choice(), head_pair: args.head_pair.head_pair(), transpose: args.transpose.transpose() };
     let plan = attn.plan(&shape, &seq_lens, &opts).map_err(|e| e.to_string())?;
     if let Some(resident) = attn.resident_clusters(&plan).map_err(|e| e.to_string())? {
         println!("  {} clusters of {} blocks, {resident} resident at once", plan.grid().0 / plan.cluster(), plan.cluster());
@@ -695,11 +707,12 @@ fn paged_median(
 }
 
 /// Options that plan `contiguous`'s block shape (split, warps, family,
-/// merge, head pairs) again, with `specialize`.
+/// merge, head pairs, the transposed MLA kernel) again, with `specialize`.
 fn same_shape(contiguous: &decode_attn::Plan, opts: &PlanOptions, specialize: SpecializeChoice) -> PlanOptions {
     let split = if contiguous.chunk_keys() == u32::MAX { SplitPolicy::Never } else { SplitPolicy::ChunkKeys(contiguous.chunk_keys()) };
     let head_pair = if contiguous.heads_per_block() > 1 { HeadPairChoice::Always } else { HeadPairChoice::Never };
-    PlanOptions { split, warps_k: Some(contiguous.warps_k()), family: FamilyChoice::Force(contiguous.family()), merge: opts.merge, specialize, head_pair }
+    let transpose = if contiguous.transposed() { TransposeChoice::Always } else { TransposeChoice::Never };
+    PlanOptions { split, warps_k: Some(contiguous.warps_k()), family: FamilyChoice::Force(contiguous.family()), merge: opts.merge, specialize, head_pair, transpose }
 }
 
 #[allow(clippy::too_many_arguments)]

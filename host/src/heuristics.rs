@@ -404,3 +404,11 @@ pub fn mla_chunk_keys(auto: u32, longest: u32, keys_per_stage: u32, row_chunks: 
     }
     auto.max(floor as u32)
 }
+
+/// The `Auto` rule of [`crate::TransposeChoice`]: an MLA plan runs the
+/// transposed kernel wherever it may (at most 16 query rows: the 64-row
+/// kernel's blocks would be three quarters padding rows, their MMAs four
+/// times the work; docs/perf.md, "MLA at 16 heads").
+pub fn mla_transposed(rows: u32) -> bool {
+    rows <= decode_attn_abi::MLA_T_ROWS
+}

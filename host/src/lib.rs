@@ -93,7 +93,7 @@ pub use cache::{KvCache, KvMut, KvTensor, StepInputs};
 pub use decode_attn_abi::{Dtype, Family, HeadDims, KvFormat, MLA_DIMS};
 pub use error::{Error, Result};
 pub use module::{ModuleSource, RawStream};
-pub use options::{FamilyChoice, HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};
+pub use options::{FamilyChoice, HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy, TransposeChoice};
 pub use plan::Plan;
 pub use shape::{DecodeShape, KvLayout, KvStrides, PackedPage, PageOrder};
 pub use tensor::{ElemType, TensorMut, TensorRef};

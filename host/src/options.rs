@@ -71,6 +71,23 @@ pub enum HeadPairChoice {
     Always,
 }
 
+/// Whether an MLA plan of at most [`decode_attn_abi::MLA_T_ROWS`] query
+/// rows (`group × q_len`: 16 heads at q_len 1, 8 at q_len 2) runs the
+/// transposed kernel (`decode_attn_abi::Form::Transposed`: keys along the
+/// MMAs' M, a quarter of the 64-row kernel's MMAs) or the 64-row one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum TransposeChoice {
+    /// The transposed kernel where the plan allows it
+    /// ([`crate::heuristics::mla_transposed`]).
+    #[default]
+    Auto,
+    /// The 64-row kernel.
+    Never,
+    /// The transposed kernel; an `Err` where none serves the plan (not
+    /// the MLA family, more than 16 rows, or a cache without one).
+    Always,
+}
+
 /// How split sequences may be merged.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum MergeChoice {
@@ -100,4 +117,5 @@ pub struct PlanOptions {
     pub merge: MergeChoice,
     pub specialize: SpecializeChoice,
     pub head_pair: HeadPairChoice,
+    pub transpose: TransposeChoice,
 }

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use decode_attn_abi::{
-    Arch, MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, MLA_ROWS, MLA_STAGES, MLA_THREADS, Form, HeadDims, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
+    Arch, MergeKernelId, DECODE_KERNELS, range_start, decode_smem_bytes, merge_rows_per_block, stages_for, tile_config, wgmma_specializable, Family, MLA_ROWS, MLA_STAGES, MLA_THREADS, MLA_T_ROWS, Form, HeadDims, KernelId, Merge, MergeItem, WorkItem, KEYS_PER_WARP_STEP, MAX_WARPS, MMA_M,
     NARROW_ROWS, WGMMA_KEYS, WGMMA_M, WGMMA_PRODUCER_WARPS,
 };
 
@@ -15,7 +15,7 @@ use crate::error::{ensure, Error, Result};
 use crate::heuristics::{self, HeadPairFacts, MergeMode};
 use crate::kernel_table;
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo, KernelLimits};
-use crate::options::{HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy};
+use crate::options::{HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy, TransposeChoice};
 use crate::shape::DecodeShape;
 use crate::work::{chunks_of, cluster_work, global_merge_work, merge_words, uniform_work, work_words, workspace_layout, WorkspaceLayout};
 
@@ -103,6 +103,8 @@ pub struct Plan {
     pub(crate) cluster: u32,
     /// Runs the warp-specialised wgmma kernel ([`SpecializeChoice`]).
     pub(crate) specialized: bool,
+    /// Runs the MLA family's transposed kernel ([`TransposeChoice`]).
+    pub(crate) transposed: bool,
     /// Kv heads per block: 2 for head pairs ([`HeadPairChoice`]), whose
     /// `warps_k` warps split evenly over the two heads.
     pub(crate) heads_per_block: u32,
@@ -256,6 +258,11 @@ impl Plan {
     pub fn warp_specialized(&self) -> bool {
         self.specialized
     }
+    /// Whether the plan runs the MLA family's transposed kernel
+    /// ([`TransposeChoice`]: blocks of at most 16 query rows).
+    pub fn transposed(&self) -> bool {
+        self.transposed
+    }
     /// Kv heads per block (2: head pairs, [`HeadPairChoice`]).
     pub fn heads_per_block(&self) -> u32 {
         self.heads_per_block
@@ -281,6 +288,8 @@ impl Plan {
     fn planned_kernel_id(&self) -> KernelId {
         let form = if self.specialized {
             Form::Specialized
+        } else if self.transposed {
+            Form::Transposed
         } else if self.heads_per_block > 1 {
             Form::HeadPair
         } else if self.runs_capacity_twin() {
@@ -564,6 +573,8 @@ struct FamilyKernels {
     plain: KernelInfo,
     specialized: Option<KernelInfo>,
     capacity: Option<KernelInfo>,
+    /// The MLA family's transposed form, where the set has one.
+    transposed: Option<KernelInfo>,
 }
 
 impl FamilyKernels {
@@ -584,7 +595,14 @@ impl FamilyKernels {
         }
         .on(dev.arch);
         let plain = kernels.limits(&id(Form::Plain)).ok_or_else(|| unsupported_kernel(shape, family, dev.arch))?;
-        Ok(FamilyKernels { arch: dev.arch, family, plain, specialized: kernels.limits(&id(Form::Specialized)), capacity: kernels.limits(&id(Form::Capacity)) })
+        Ok(FamilyKernels {
+            arch: dev.arch,
+            family,
+            plain,
+            specialized: kernels.limits(&id(Form::Specialized)),
+            capacity: kernels.limits(&id(Form::Capacity)),
+            transposed: kernels.limits(&id(Form::Transposed)),
+        })
     }
 
     /// The limits of the kernel a plan launches: warp-specialised or not,
@@ -770,7 +788,11 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_par
     let family = kernels.family;
     let specializable = family == Family::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
     let ranges = key_ranges(shape, seq_lens, seq_starts, window_align(shape, family));
-    let make = |block_table, specialized| make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernels.limits(specialized, capacity), opts, family, specialized);
+    let transposed = transposed_kernel(shape, kernels, opts.transpose)?;
+    let make = |block_table, specialized| match transposed {
+        Some(info) => make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &info, opts, family, PlanForm { specialized, transposed: true }),
+        None => make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernels.limits(specialized, capacity), opts, family, PlanForm { specialized, transposed: false }),
+    };
     match opts.specialize {
         SpecializeChoice::Never => make(block_table, false),
         SpecializeChoice::Always if !specializable => Err(Error::Unsupported(format!(
@@ -790,6 +812,35 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_par
         }
         SpecializeChoice::Auto => make(block_table, false),
     }
+}
+
+/// The limits of the MLA family's transposed kernel where the plan runs it
+/// (`choice`, `Auto`: [`heuristics::mla_transposed`]), else `None`; an
+/// `Err` where `Always` cannot be honoured.
+fn transposed_kernel(shape: &DecodeShape, kernels: &FamilyKernels, choice: TransposeChoice) -> Result<Option<KernelInfo>> {
+    let rows = rows_of(shape);
+    let available = if kernels.family != Family::Mla {
+        Err("the MLA family alone has a transposed kernel".to_owned())
+    } else if rows > MLA_T_ROWS {
+        Err(format!("the transposed MLA kernel serves at most {MLA_T_ROWS} query rows (group × q_len); this shape has {rows}"))
+    } else {
+        kernels.transposed.ok_or_else(|| format!("no transposed MLA kernel for a {} cache (bf16 alone)", shape.kv_format.name()))
+    };
+    match (choice, available) {
+        (TransposeChoice::Never, _) => Ok(None),
+        (TransposeChoice::Always, Err(why)) => Err(Error::Unsupported(why)),
+        (TransposeChoice::Always, Ok(info)) => Ok(Some(info)),
+        (TransposeChoice::Auto, Ok(info)) if heuristics::mla_transposed(rows) => Ok(Some(info)),
+        (TransposeChoice::Auto, _) => Ok(None),
+    }
+}
+
+/// The form of the kernel a plan is made for: the warp-specialised wgmma
+/// kernel, the MLA family's transposed one, or (neither) the plain one.
+#[derive(Clone, Copy)]
+struct PlanForm {
+    specialized: bool,
+    transposed: bool,
 }
 
 /// What each sequence's work reads: keys `starts[b] .. seq_lens[b]`,
@@ -852,8 +903,9 @@ fn make_plan_for(
     kernel: &KernelInfo,
     opts: &PlanOptions,
     family: Family,
-    specialized: bool,
+    form: PlanForm,
 ) -> Result<Plan> {
+    let PlanForm { specialized, transposed } = form;
     kernel.validate()?;
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
@@ -881,7 +933,9 @@ fn make_plan_for(
             }
             (WGMMA_M / MMA_M, groups, WGMMA_M)
         }
-        // Two warpgroups of four row-tile warps (`decode_attn_abi::MLA_THREADS`).
+        // Two warpgroups (`decode_attn_abi::MLA_THREADS`): of four row-tile
+        // warps, or (transposed) one row tile, the warps along the keys.
+        Family::Mla if transposed => (1, MLA_THREADS / 32, MLA_T_ROWS),
         Family::Mla => (MLA_ROWS / MMA_M, MLA_THREADS / (32 * (MLA_ROWS / MMA_M)), MLA_ROWS),
         Family::Wide => {
             let (m, k) = heuristics::block_shape(rows, tile.keys_per_stage, kernel);
@@ -1010,6 +1064,7 @@ fn make_plan_for(
         blocks_per_sm,
         cluster,
         specialized,
+        transposed,
         heads_per_block: 1,
         uniform,
         window_align: ranges.align,

@@ -180,7 +180,7 @@ class DecodeAttention:
     def plan(self, shape: DecodeShape, seq_lens, **options) -> Plan:
         """Plans one step over host lengths (a list, or a CPU tensor).
         Options: `split` ('auto', 'never' or keys per chunk), `family`,
-        `warps_k`, `merge`, `specialize`, `head_pair`."""
+        `warps_k`, `merge`, `specialize`, `head_pair`, `transpose`."""
         return Plan(self._native.plan(shape, _host_ints("seq_lens", seq_lens), **options), self)
 
     def plan_paged(self, shape: DecodeShape, seq_lens, block_table, **options) -> Plan:

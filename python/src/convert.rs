@@ -1,7 +1,7 @@
 //! Python values to the library's types: shape arguments, plan options,
 //! buffer triples, and the library's errors to Python exceptions.
 
-use decode_attn::{Dtype, Error, FamilyChoice, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy};
+use decode_attn::{Dtype, Error, FamilyChoice, HeadPairChoice, KvFormat, KvLayout, MergeChoice, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, TransposeChoice};
 use decode_attn::{ElemType, Family, TensorMut, TensorRef};
 use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -202,16 +202,16 @@ fn auto_never_always<T: Copy>(values: [T; 3]) -> impl Fn(&str) -> Option<T> {
 
 /// `PlanOptions` from keyword arguments: `split` ('auto', 'never' or a
 /// chunk size in keys), `family` ('auto', 'wide', 'narrow', 'wgmma'),
-/// `warps_k`, `merge` ('auto', 'cluster', 'global'), `specialize` and
-/// `head_pair` ('auto', 'never', 'always').
+/// `warps_k`, `merge` ('auto', 'cluster', 'global'), `specialize`,
+/// `head_pair` and `transpose` ('auto', 'never', 'always').
 pub(crate) fn parse_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<PlanOptions> {
     let mut opts = PlanOptions::default();
     let Some(options) = options else { return Ok(opts) };
-    const KNOWN: [&str; 6] = ["split", "family", "warps_k", "merge", "specialize", "head_pair"];
+    const KNOWN: [&str; 7] = ["split", "family", "warps_k", "merge", "specialize", "head_pair", "transpose"];
     for key in options.keys() {
         let k: String = key.extract()?;
         if !KNOWN.contains(&k.as_str()) {
-            return Err(invalid("options", "split, family, warps_k, merge, specialize or head_pair", format!("'{k}'")));
+            return Err(invalid("options", "split, family, warps_k, merge, specialize, head_pair or transpose", format!("'{k}'")));
         }
     }
     if let Some(v) = options.get_item("split")? {
@@ -248,5 +248,6 @@ pub(crate) fn parse_options(options: Option<&Bound<'_, PyDict>>) -> PyResult<Pla
     opts.merge = choice(options, "merge", merge, "'auto', 'cluster' or 'global'")?.unwrap_or_default();
     opts.specialize = choice(options, "specialize", auto_never_always([SpecializeChoice::Auto, SpecializeChoice::Never, SpecializeChoice::Always]), "'auto', 'never' or 'always'")?.unwrap_or_default();
     opts.head_pair = choice(options, "head_pair", auto_never_always([HeadPairChoice::Auto, HeadPairChoice::Never, HeadPairChoice::Always]), "'auto', 'never' or 'always'")?.unwrap_or_default();
+    opts.transpose = choice(options, "transpose", auto_never_always([TransposeChoice::Auto, TransposeChoice::Never, TransposeChoice::Always]), "'auto', 'never' or 'always'")?.unwrap_or_default();
     Ok(opts)
 }

@@ -17,8 +17,8 @@ use decode_attn::half::bf16;
 use decode_attn::reference::{latent_attention, LatentShape};
 use decode_attn::testing::{random_values, Distribution, Rng};
 use decode_attn::quant::{dequantize_cache, quantize_cache, quantize_ds_mla_row, quantize_fp8_row};
-use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvLayout, KvMut, PageOrder, PlanOptions, SplitPolicy, StepInputs, Workspace};
-use decode_attn_abi::MLA_DIMS;
+use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvLayout, KvMut, PageOrder, PlanOptions, SplitPolicy, StepInputs, TransposeChoice, Workspace};
+use decode_attn_abi::{MLA_DIMS, MLA_T_ROWS};
 
 use crate::common::err;
 
@@ -51,13 +51,20 @@ pub struct Case {
     pub deepseek_scale: bool,
     /// `Bf16`, `Fp8PerHead` or `Fp8DsMla`.
     pub format: KvFormat,
+    /// `Always`: the transposed kernel (at most 16 rows, bf16), `Never`:
+    /// the 64-row one, `Auto`: the planner's rule (asserted: transposed
+    /// exactly where `mla_transposed` and the set say).
+    pub transpose: TransposeChoice,
 }
 
 /// The cases: head counts of tensor-parallel shards (8, 16) to a whole
 /// DeepSeek layer (128) and an odd one; q_len 1 (decode), 2 (multi-token
 /// prediction), 3 and 8 (speculative steps); lengths below, at and past a
 /// stage (64) and a chunk, ragged; every layout; split and not; each in
-/// every latent format.
+/// every latent format. A bf16 case of at most 16 rows runs on both
+/// kernels: the transposed (`…/transposed`) and the 64-row one
+/// (`…/64-row`); the `t-…` cases are the transposed kernel's edges (1,
+/// 15 and 16 rows, one stage per warpgroup or an odd count).
 #[allow(dead_code)] // the fuzzer makes its own (`fuzz --mla`)
 pub fn cases() -> Vec<Case> {
     use Distribution::{HeavyTailed as Heavy, Normal};
@@ -68,7 +75,11 @@ pub fn cases() -> Vec<Case> {
         let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
         for format in LATENT_FORMATS {
             let tag = format!("mla/{}/{name}/h{heads}/q{q_len}/{layout:?}/{}/{split:?}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
-            out.push(Case { name: tag, heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format });
+            let both = format == KvFormat::Bf16 && heads * q_len <= MLA_T_ROWS;
+            let kernels: &[(TransposeChoice, &str)] = if both { &[(TransposeChoice::Always, "/transposed"), (TransposeChoice::Never, "/64-row")] } else { &[(TransposeChoice::Auto, "")] };
+            for &(transpose, suffix) in kernels {
+                out.push(Case { name: format!("{tag}{suffix}"), heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format, transpose });
+            }
         }
     };
     add("one-key", 16, 1, vec![1], Never, Contiguous, false, Normal);
@@ -92,6 +103,12 @@ pub fn cases() -> Vec<Case> {
     add("capacity", 128, 1, vec![3000, 5, 1], Auto, Contiguous, true, Normal);
     add("capacity", 16, 2, vec![2500, 70], ChunkKeys(512), Paged(64), true, Heavy);
     add("capacity", 16, 1, vec![100], Never, Padded, true, Normal);
+    add("t-one-row", 1, 1, vec![70, 1], Never, Contiguous, false, Heavy);
+    add("t-rows15", 5, 3, vec![200, 64, 3], ChunkKeys(64), Contiguous, false, Normal);
+    add("t-rows16", 8, 2, vec![3000, 129], Auto, Paged(64), false, Heavy);
+    add("t-long", 16, 1, vec![4097, 2048, 65], Auto, Padded, false, Normal);
+    add("t-odd-stages", 16, 1, vec![192, 320], ChunkKeys(192), Paged(16), false, Heavy);
+    add("t-capacity", 16, 1, vec![2000, 64], Auto, Paged(64), true, Normal);
     out
 }
 
@@ -173,7 +190,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
             }
         }
     }
-    let opts = PlanOptions { split: case.split, ..Default::default() };
+    let opts = PlanOptions { split: case.split, transpose: case.transpose, ..Default::default() };
     let plan = match (case.capacity, table.is_empty()) {
         (true, _) => attn.plan_capacity(&shape, &opts),
         (false, true) => attn.plan(&shape, &case.seq_lens, &opts),
@@ -182,6 +199,14 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     .map_err(err)?;
     if plan.family() != decode_attn::Family::Mla {
         return Err(format!("planned the {} family", plan.family().name()));
+    }
+    let transposed = match case.transpose {
+        TransposeChoice::Always => true,
+        TransposeChoice::Never => false,
+        TransposeChoice::Auto => case.format == KvFormat::Bf16 && case.heads * case.q_len <= MLA_T_ROWS,
+    };
+    if plan.transposed() != transposed {
+        return Err(format!("planned the {} kernel", if plan.transposed() { "transposed" } else { "64-row" }));
     }
     let q_dev = DeviceBuffer::from_slice(&to_bf16(&q)).map_err(err)?;
     let table_dev = DeviceBuffer::from_slice(if table.is_empty() { &[0i32][..] } else { &table }).map_err(err)?;
