@@ -791,8 +791,8 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 }
 
 /// A random MLA case of `mla::run`: 1-128 query heads (the shards' 8, 16,
-/// 32, 64, 128 a third of the time, at most 16 rows a third: bf16's on the
-/// transposed kernel), q_len 1-8, 1-4 sequences of 1 key to a few
+/// 32, 64, 128 a third of the time, at most 16 rows a third: the
+/// transposed kernel's), q_len 1-8, 1-4 sequences of 1 key to a few
 /// thousand (`q_len` exactly, a stage ± 1, any), contiguous, padded or
 /// paged (1-256-token pages), host lengths or a capacity plan, every
 /// split policy, normal or heavy-tailed values; case `i` in latent format
@@ -802,7 +802,7 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
     use decode_attn::testing::Distribution;
     let q_len = 1 + rng.below(8) as u32;
-    // (A third of the cases at most 16 rows: bf16's run the transposed kernel.)
+    // (A third of the cases at most 16 rows: the transposed kernel's.)
     let heads = match rng.below(3) {
         0 => [8, 16, 32, 64, 128][rng.below(5) as usize],
         1 => 1 + rng.below(128) as u32,

@@ -1047,11 +1047,11 @@ fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
     assert_eq!((heuristics::merge_threads(132, 512, 132), heuristics::merge_threads(133, 512, 132)), (512, 128));
 }
 
-/// An MLA plan of at most 16 query rows over a bf16 cache runs the
-/// transposed kernel (`Form::Transposed`: one 16-row tile, eight warps
-/// along the keys, its own shared memory); `Never` keeps the 64-row
+/// An MLA plan of at most 16 query rows runs the transposed kernel
+/// (`Form::Transposed`: one 16-row tile, eight warps along the keys, its
+/// own shared memory) in every latent format; `Never` keeps the 64-row
 /// kernel; `Always` is an `Err` naming why wherever it cannot serve (more
-/// rows, an fp8 cache, another family).
+/// rows, another family).
 #[test]
 fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     use decode_attn::TransposeChoice;
@@ -1071,11 +1071,13 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
         assert!(!plain.transposed() && plain.kernel_id().form == Form::Plain);
         assert_eq!((plain.rows_per_block(), plain.smem_bytes()), (64, mla_smem_bytes(false)));
     }
+    for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
+        assert!(with(16, 1, format, TransposeChoice::Auto).unwrap().transposed(), "{format:?}");
+        assert!(!with(16, 1, format, TransposeChoice::Never).unwrap().transposed(), "{format:?}");
+    }
     assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
-    assert!(!with(16, 1, KvFormat::Fp8PerHead, TransposeChoice::Auto).unwrap().transposed());
     let why = |r: decode_attn::Result<decode_attn::Plan>| r.unwrap_err().to_string();
     assert!(why(with(16, 2, KvFormat::Bf16, TransposeChoice::Always)).contains("at most 16 query rows"));
-    assert!(why(with(16, 1, KvFormat::Fp8DsMla, TransposeChoice::Always)).contains("bf16 alone"));
     let gqa = plan(&DecodeShape::bf16(1, 16, 1, 128, 1, 256), &[256], dev, &KERNEL, &PlanOptions { transpose: TransposeChoice::Always, ..Default::default() });
     assert!(why(gqa).contains("MLA family alone"));
     assert!(heuristics::mla_transposed(16) && !heuristics::mla_transposed(17));

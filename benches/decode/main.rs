@@ -134,7 +134,7 @@ struct Args {
     #[arg(long, value_enum, default_value = "auto")]
     head_pair: SpecializeArg,
     /// The MLA family's transposed kernel for plans of at most 16 query
-    /// rows (bf16 caches): auto (wherever it serves), never (the 64-row
+    /// rows: auto (wherever it serves), never (the 64-row
     /// kernel) or always (other rows report an error).
     #[arg(long, value_enum, default_value = "auto")]
     transpose: SpecializeArg,

@@ -84,7 +84,7 @@ pub enum TransposeChoice {
     /// The 64-row kernel.
     Never,
     /// The transposed kernel; an `Err` where none serves the plan (not
-    /// the MLA family, more than 16 rows, or a cache without one).
+    /// the MLA family, or more than 16 rows).
     Always,
 }
 

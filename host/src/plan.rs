@@ -824,7 +824,7 @@ fn transposed_kernel(shape: &DecodeShape, kernels: &FamilyKernels, choice: Trans
     } else if rows > MLA_T_ROWS {
         Err(format!("the transposed MLA kernel serves at most {MLA_T_ROWS} query rows (group × q_len); this shape has {rows}"))
     } else {
-        kernels.transposed.ok_or_else(|| format!("no transposed MLA kernel for a {} cache (bf16 alone)", shape.kv_format.name()))
+        kernels.transposed.ok_or_else(|| format!("no transposed MLA kernel for a {} cache in this build", shape.kv_format.name()))
     };
     match (choice, available) {
         (TransposeChoice::Never, _) => Ok(None),

@@ -51,7 +51,7 @@ pub struct Case {
     pub deepseek_scale: bool,
     /// `Bf16`, `Fp8PerHead` or `Fp8DsMla`.
     pub format: KvFormat,
-    /// `Always`: the transposed kernel (at most 16 rows, bf16), `Never`:
+    /// `Always`: the transposed kernel (at most 16 rows), `Never`:
     /// the 64-row one, `Auto`: the planner's rule (asserted: transposed
     /// exactly where `mla_transposed` and the set say).
     pub transpose: TransposeChoice,
@@ -61,8 +61,7 @@ pub struct Case {
 /// DeepSeek layer (128) and an odd one; q_len 1 (decode), 2 (multi-token
 /// prediction), 3 and 8 (speculative steps); lengths below, at and past a
 /// stage (64) and a chunk, ragged; every layout; split and not; each in
-/// every latent format. A bf16 case of at most 16 rows runs on both
-/// kernels: the transposed (`…/transposed`) and the 64-row one
+/// every latent format. A case of at most 16 rows runs on both kernels: the transposed (`…/transposed`) and the 64-row one
 /// (`…/64-row`); the `t-…` cases are the transposed kernel's edges (1,
 /// 15 and 16 rows, one stage per warpgroup or an odd count).
 #[allow(dead_code)] // the fuzzer makes its own (`fuzz --mla`)
@@ -75,7 +74,7 @@ pub fn cases() -> Vec<Case> {
         let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
         for format in LATENT_FORMATS {
             let tag = format!("mla/{}/{name}/h{heads}/q{q_len}/{layout:?}/{}/{split:?}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
-            let both = format == KvFormat::Bf16 && heads * q_len <= MLA_T_ROWS;
+            let both = heads * q_len <= MLA_T_ROWS;
             let kernels: &[(TransposeChoice, &str)] = if both { &[(TransposeChoice::Always, "/transposed"), (TransposeChoice::Never, "/64-row")] } else { &[(TransposeChoice::Auto, "")] };
             for &(transpose, suffix) in kernels {
                 out.push(Case { name: format!("{tag}{suffix}"), heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format, transpose });
@@ -203,7 +202,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     let transposed = match case.transpose {
         TransposeChoice::Always => true,
         TransposeChoice::Never => false,
-        TransposeChoice::Auto => case.format == KvFormat::Bf16 && case.heads * case.q_len <= MLA_T_ROWS,
+        TransposeChoice::Auto => case.heads * case.q_len <= MLA_T_ROWS,
     };
     if plan.transposed() != transposed {
         return Err(format!("planned the {} kernel", if plan.transposed() { "transposed" } else { "64-row" }));

@@ -817,10 +817,10 @@ pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, 
 }
 
 /// Whether an MLA kernel has a transposed form ([`Form::Transposed`]):
-/// the bf16 latent cache's, strided and paged (`decode::mla_transposed`
-/// in `kernels-gpu`; docs/perf.md, "MLA at 16 heads").
+/// every latent cache's, strided and paged (`decode::mla_transposed` in
+/// `kernels-gpu`; docs/perf.md, "MLA at 16 heads").
 pub const fn has_transposed_form(format: KvFormat, family: Family) -> bool {
-    matches!(family, Family::Mla) && matches!(format, KvFormat::Bf16)
+    matches!(family, Family::Mla) && format.holds_latent()
 }
 
 /// Whether a narrow kernel has a head-pair form ([`Form::HeadPair`]):

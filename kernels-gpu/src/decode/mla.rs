@@ -803,14 +803,14 @@ unsafe fn key_entry(table: u32, n: u32, c2: u32) -> [f32; 4] {
 /// The byte address of key `key`'s scale (fp8 latent caches), as
 /// `row_address` finds its row.
 #[inline(always)]
-unsafe fn scale_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> u64 {
+pub(super) unsafe fn scale_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> u64 {
     let (slot, token) = key_slot::<PAGED>(p, batch, key);
     p.k_scales + slot * p.scale_stride_batch + token * p.scale_stride_token
 }
 
 /// The byte address of key `key`'s latent row of sequence `batch`.
 #[inline(always)]
-unsafe fn row_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> u64 {
+pub(super) unsafe fn row_address<const PAGED: bool>(p: &DecodeParams, batch: u32, key: u32) -> u64 {
     let (slot, token) = key_slot::<PAGED>(p, batch, key);
     p.k + slot * p.k_stride_batch + token * p.k_stride_token
 }

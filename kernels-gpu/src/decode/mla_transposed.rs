@@ -21,15 +21,27 @@
 //! block writes its rows (or a split's partials) as `decode::mla` does.
 //! A quarter of the 64-row kernel's MMAs at 16 rows.
 //!
+//! fp8 latent caches: each thread loads its share of a stage's 512 e4m3
+//! latent bytes a key (and the keys' scales) into registers two stages
+//! ahead (`fetch_raw`), and converts them into the stage's bf16 rows,
+//! `bf16(e4m3 · scale)`, once the buffer is free (`convert_raw`), arriving
+//! on the column blocks' barriers as the copies do. The RoPE column block
+//! is copied into the buffer once free (`issue_rope`): `Fp8DsMla`'s bf16
+//! values in place, `Fp8PerHead`'s e4m3 bytes to be converted with the
+//! rest. The loads are in flight while the warpgroup runs the stage
+//! before: the 64-row kernel's fp8 stages land in the part of a buffer
+//! its readers free, which leaves no room to load ahead (docs/perf.md,
+//! "MLA at 16 heads").
+//!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`): the
 //! two buffers, the Q tile, the two P tiles, the exchange (stage maxima,
-//! the rows' final maxima, sums and log-sum-exps, the buffers' barriers),
-//! the work item.
+//! the rows' final maxima, sums and log-sum-exps, the buffers' barriers,
+//! fp8's key scales), the work item.
 
-use decode_attn_abi::{DecodeParams, DIRECT_OUTPUT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
+use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_ROPE_AT, DS_MLA_SCALES_AT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use super::mla::{issue_blocks, q_row, stage_sources};
+use super::mla::{issue_blocks, q_row, row_address, scale_address, stage_sources};
 use crate::arch::math::{ex2, pack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_t_pv, mla_t_scores};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
@@ -44,6 +56,30 @@ const V_DIM: u32 = 512;
 const BLOCKS: u32 = QK_DIM / 64;
 /// The 16-row tiles' layout (Q's, and the P tiles').
 const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
+/// The stages' layout (64 keys).
+const TILE: Swizzle128 = Swizzle128 { rows: MLA_KEYS };
+/// Bytes of one column block (64 dims) of a stage.
+const BLOCK_BYTES: u32 = MLA_KEYS * 128;
+/// The 16-byte chunks of e4m3 latent bytes (512 a key) a thread loads of
+/// an fp8 stage (`fetch_raw`).
+const RAW_CHUNKS: usize = 16;
+/// Chunks of a key's e4m3 latent bytes.
+const KEY_CHUNKS: u32 = decode_attn_abi::DS_MLA_LATENT / 16;
+
+/// `$body` for each chunk `$j` of a thread's fp8 chunks, unrolled: held in
+/// a loop, the chunks' array went to local memory (the loops are past
+/// LLVM's unrolling threshold).
+macro_rules! each_chunk {
+    ($j:ident => $body:block) => {
+        each_chunk!(@ $j $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $j:ident $body:block $($n:literal)*) => {
+        $({
+            const $j: usize = $n;
+            $body
+        })*
+    };
+}
 /// Words (f32) a row of the epilogue's O tiles takes: 4 past V's 512, so
 /// that a warp's stores (8 dims × 4 row pairs) fall in 32 banks.
 const O_ROW_WORDS: u32 = V_DIM + 4;
@@ -54,7 +90,9 @@ const O_ROW_WORDS: u32 = V_DIM + 4;
 /// validated, for at most 16 query rows (`group × q_len`).
 #[inline(always)]
 pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
-    const { assert!(matches!(F::FORMAT, decode_attn_abi::KvFormat::Bf16)) };
+    const { assert!(F::FORMAT.holds_latent()) };
+    let fp8 = F::FORMAT.bits() != 16;
+    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -75,6 +113,11 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     let lses = finals(2);
     let bars = lses + 4 * MLA_T_ROWS;
     let full = |b: u32| bars + 8 * BLOCKS * b;
+    // fp8: a warpgroup's table of its stage's keys' scales (16 bytes a
+    // key), then (`Fp8PerHead`) its buffer's barrier of a stage's RoPE
+    // bytes (`issue_rope`).
+    let scale_table = |b: u32| bars + 8 * BLOCKS * 2 + 16 * MLA_KEYS * b;
+    let rope_bar = |b: u32| scale_table(2) + 8 * b;
     // A warpgroup's own named barrier (0 is the block's).
     let group_bar = 1 + own;
 
@@ -83,6 +126,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             for c in 0..BLOCKS {
                 mbarrier::init_count(full(b) + 8 * c, 128);
             }
+            mbarrier::init_count(rope_bar(b), 128);
         }
         mbarrier::fence_init();
     }
@@ -100,9 +144,16 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
-    // Warpgroup `own`'s first stage into its buffer.
+    // Warpgroup `own`'s first stage into its buffer (fp8: into its
+    // registers, and `Fp8DsMla`'s RoPE block into the buffer).
+    let mut staged = ([[0u32; 4]; RAW_CHUNKS], [0f32; 4]);
     if own < n_tiles {
-        issue_blocks::<0, BLOCKS>(buffer(own), full(own), pt, &stage_sources::<PAGED>(p, &item, own, pt));
+        if fp8 {
+            staged = fetch_raw::<F, PAGED>(p, &item, own, pt);
+            issue_rope::<F, PAGED>(p, &item, own, buffer(own), full(own), rope_bar(own), pt);
+        } else {
+            issue_blocks::<0, BLOCKS>(buffer(own), full(own), pt, &stage_sources::<PAGED>(p, &item, own, pt));
+        }
     }
     memory::cp_async_wait::<0>();
     thread::sync_threads();
@@ -126,6 +177,21 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     let mut use_count = 0u32;
     while t < n_tiles {
         let buf = buffer(own);
+        if fp8 {
+            // The stage's rows from the registers (the buffer is free: the
+            // barrier after the last P·V), then the stage two on loaded.
+            if pt < MLA_KEYS {
+                shared::st_shared_v4_f32(scale_table(own) + 16 * pt, staged.1);
+            }
+            // (`Fp8PerHead`'s RoPE bytes read before the barrier: their
+            // bf16 values overwrite them.)
+            let rope = if ds { [[0; 4]; 2] } else { read_rope(buf, rope_bar(own), use_count & 1, pt) };
+            thread::sync_named(group_bar, 128);
+            convert_raw::<F>(&staged.0, &rope, buf, full(own), scale_table(own), pt);
+            if t + 2 < n_tiles {
+                staged = fetch_raw::<F, PAGED>(p, &item, t + 2, pt);
+            }
+        }
         let raw = mla_t_scores(descriptor(buf, 16, 1024), q_desc, full(own), use_count & 1);
         let key0 = item.kv_start + t * MLA_KEYS + 16 * warp_m + g;
         let masked = item.kv_start + (t + 1) * MLA_KEYS > mask_from;
@@ -183,7 +249,11 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         // The buffer is read (every warp's MMAs done: the barrier), refill it.
         thread::sync_named(group_bar, 128);
         if t + 2 < n_tiles {
-            issue_blocks::<0, BLOCKS>(buf, full(own), pt, &stage_sources::<PAGED>(p, &item, t + 2, pt));
+            if fp8 {
+                issue_rope::<F, PAGED>(p, &item, t + 2, buf, full(own), rope_bar(own), pt);
+            } else {
+                issue_blocks::<0, BLOCKS>(buf, full(own), pt, &stage_sources::<PAGED>(p, &item, t + 2, pt));
+            }
         }
         t += 2;
         use_count += 1;
@@ -205,6 +275,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             for c in 0..BLOCKS {
                 mbarrier::inval(full(b) + 8 * c);
             }
+            mbarrier::inval(rope_bar(b));
         }
     }
     // Each thread's rows' weight of its warpgroup's O: `2^(m_own − M) / L`,
@@ -257,4 +328,130 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         // above.)
         crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, stage_maxima(0, 0));
     }
+}
+
+/// Stage `t`'s e4m3 latent bytes for one warpgroup's thread `pt`
+/// (0..128): 16-byte chunks `pt + 128 j` of the stage's 64 × 512 (a key's
+/// 32 consecutive), and for the first 64 threads key `pt`'s scales (its
+/// one, or `Fp8DsMla`'s four groups'). Keys past the item's end read
+/// nothing: zeros, scale 0.
+#[inline(always)]
+unsafe fn fetch_raw<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> ([[u32; 4]; RAW_CHUNKS], [f32; 4]) {
+    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+    let key0 = item.kv_start + t * MLA_KEYS;
+    let mut words = [[0; 4]; RAW_CHUNKS];
+    each_chunk!(J => {
+        let i = pt + 128 * J as u32;
+        let key = key0 + i / KEY_CHUNKS;
+        if key < item.kv_end {
+            words[J] = memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + 16 * (i % KEY_CHUNKS) as u64).map(f32::to_bits);
+        }
+    });
+    let key = key0 + pt;
+    let scales = if pt < MLA_KEYS && key < item.kv_end {
+        if ds {
+            memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + DS_MLA_SCALES_AT as u64)
+        } else {
+            [memory::ld_global_nc_f32(scale_address::<PAGED>(p, item.batch, key)), 0.0, 0.0, 0.0]
+        }
+    } else {
+        [0.0; 4]
+    };
+    (words, scales)
+}
+
+/// 16 e4m3 values (a 16-byte chunk) times `scale`, as bf16 into the two
+/// 16-byte chunks of the stage buffer at `at` that hold their dims
+/// (`first`, `first + 1` of the row's column block).
+#[inline(always)]
+unsafe fn store_converted(w: [u32; 4], scale: f32, at: u32, key: u32, first: u32) {
+    let pair = |x: u32| crate::quant::ds_mla_pair(x & 0xFFFF, scale);
+    let v: [u32; 8] = core::array::from_fn(|h| pair(w[h / 2] >> (16 * (h % 2))));
+    shared::st_shared_v4_u32(at + TILE.at(key, first, 0), [v[0], v[1], v[2], v[3]]);
+    shared::st_shared_v4_u32(at + TILE.at(key, first + 1, 0), [v[4], v[5], v[6], v[7]]);
+}
+
+/// The thread's chunks of a stage (`fetch_raw`; `Fp8PerHead`: and its two
+/// RoPE chunks, `read_rope`) as bf16 rows in the stage buffer at `buf`,
+/// each value `bf16(e4m3 · its scale)` (the key's, or its group's of 128
+/// values: `Fp8DsMla`), the scales read from the warpgroup's table at
+/// `table` (16 bytes a key); then the thread's arrival on each converted
+/// column block's barrier (`bars + 8 c`: 128 arrivals a phase, as a
+/// stage's copies), once its stores are visible to the MMAs' async proxy.
+#[inline(always)]
+unsafe fn convert_raw<F: KvFormat>(words: &[[u32; 4]; RAW_CHUNKS], rope: &[[u32; 4]; 2], buf: u32, bars: u32, table: u32, pt: u32) {
+    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+    each_chunk!(J => {
+        let i = pt + 128 * J as u32;
+        let (key, c) = (i / KEY_CHUNKS, i % KEY_CHUNKS);
+        // (A chunk is 16 values: a quarter of a column block's 64 dims.)
+        let group = if ds { (16 * c) / DS_MLA_GROUP } else { 0 };
+        store_converted(words[J], shared::ld_shared_f32(table + 16 * key + 4 * group), buf + (c / 4) * BLOCK_BYTES, key, 2 * (c % 4));
+    });
+    if !ds {
+        for (h, &w) in rope.iter().enumerate() {
+            let (key, c) = rope_chunk(pt, h as u32);
+            store_converted(w, shared::ld_shared_f32(table + 16 * key), buf + (BLOCKS - 1) * BLOCK_BYTES, key, 2 * c);
+        }
+    }
+    shared::fence_proxy_async_shared();
+    let converted = if ds { BLOCKS - 1 } else { BLOCKS };
+    for c in 0..converted {
+        mbarrier::arrive(bars + 8 * c);
+    }
+}
+
+/// `Fp8PerHead`'s RoPE chunk `h` (0, 1) of thread `pt`: (its key, its
+/// 16-byte chunk of the key's 64 RoPE bytes).
+#[inline(always)]
+fn rope_chunk(pt: u32, h: u32) -> (u32, u32) {
+    let i = pt + 128 * h;
+    (i / 4, i % 4)
+}
+
+/// Stage `t`'s RoPE column block into the buffer at `buf` once free, by
+/// one warpgroup's thread `pt`: `Fp8DsMla`'s bf16 values (8 threads a key,
+/// 16 keys a pass) in their place, arriving on the block's barrier
+/// (`bars + 64`) once landed; `Fp8PerHead`'s e4m3 bytes (64 a key, in key
+/// order from the block's start: `read_rope`), arriving on `rope_bar`.
+/// Keys past the item's end are zero-filled.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn issue_rope<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, bars: u32, rope_bar: u32, pt: u32) {
+    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+    let key0 = item.kv_start + t * MLA_KEYS;
+    let block = buf + (BLOCKS - 1) * BLOCK_BYTES;
+    let source = |k: u32| {
+        let live = key0 + k < item.kv_end;
+        (row_address::<PAGED>(p, item.batch, if live { key0 + k } else { item.kv_start }), if live { 16 } else { 0 })
+    };
+    if ds {
+        let (sub, c) = (pt / 8, pt % 8);
+        for pass in 0..4 {
+            let k = sub + 16 * pass;
+            let (row, bytes) = source(k);
+            memory::cp_async_16(block + TILE.at(k, c, 0), row + DS_MLA_ROPE_AT as u64 + 16 * c as u64, bytes);
+        }
+        mbarrier::cp_async_arrive_noinc(bars + 8 * (BLOCKS - 1));
+    } else {
+        for h in 0..2 {
+            let (k, c) = rope_chunk(pt, h);
+            let (row, bytes) = source(k);
+            memory::cp_async_16(block + 16 * (4 * k + c), row + (V_DIM + 16 * c) as u64, bytes);
+        }
+        mbarrier::cp_async_arrive_noinc(rope_bar);
+    }
+}
+
+/// `Fp8PerHead`: the thread's two chunks of its stage's RoPE bytes
+/// (`issue_rope`) in the buffer at `buf`, once landed (`rope_bar`, phase
+/// `parity`).
+#[inline(always)]
+unsafe fn read_rope(buf: u32, rope_bar: u32, parity: u32, pt: u32) -> [[u32; 4]; 2] {
+    mbarrier::wait_parity(rope_bar, parity);
+    let block = buf + (BLOCKS - 1) * BLOCK_BYTES;
+    core::array::from_fn(|h| {
+        let (k, c) = rope_chunk(pt, h as u32);
+        shared::ld_shared_v4_u32(block + 16 * (4 * k + c))
+    })
 }
