@@ -24,7 +24,9 @@
 //! fp8 latent caches: each thread loads its share of a stage's 512 e4m3
 //! latent bytes a key (and the keys' scales) into registers two stages
 //! ahead (`fetch_raw`), and converts them into the stage's bf16 rows,
-//! `bf16(e4m3 · scale)`, once the buffer is free (`convert_raw`), arriving
+//! `bf16(e4m3 · scale)` (exact: `Fp8DsMla`'s scales are powers of two,
+//! `Fp8PerHead`'s are split into a power of two and a factor of the key's
+//! scores and P, `split_scale`), once the buffer is free (`convert_raw`), arriving
 //! on the column blocks' barriers as the copies do. The RoPE column block
 //! is copied into the buffer once free (`issue_rope`): `Fp8DsMla`'s bf16
 //! values in place, `Fp8PerHead`'s e4m3 bytes to be converted with the
@@ -181,7 +183,8 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             // The stage's rows from the registers (the buffer is free: the
             // barrier after the last P·V), then the stage two on loaded.
             if pt < MLA_KEYS {
-                shared::st_shared_v4_f32(scale_table(own) + 16 * pt, staged.1);
+                let entry = if ds { staged.1 } else { split_scale(staged.1[0]) };
+                shared::st_shared_v4_f32(scale_table(own) + 16 * pt, entry);
             }
             // (`Fp8PerHead`'s RoPE bytes read before the barrier: their
             // bf16 values overwrite them.)
@@ -195,12 +198,16 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         let raw = mla_t_scores(descriptor(buf, 16, 1024), q_desc, full(own), use_count & 1);
         let key0 = item.kv_start + t * MLA_KEYS + 16 * warp_m + g;
         let masked = item.kv_start + (t + 1) * MLA_KEYS > mask_from;
+        // `Fp8PerHead`: the rest of the thread's two keys' scales past
+        // their powers of two (`split_scale`), a factor of the scores and
+        // of P.
+        let rest: [f32; 2] = if fp8 && !ds { core::array::from_fn(|h| shared::ld_shared_f32(scale_table(own) + 16 * (16 * warp_m + g + 8 * h as u32) + 4)) } else { [1.0; 2] };
         let s: [f32; 8] = core::array::from_fn(|e| {
             let key = key0 + 8 * key_half(e) as u32;
             if masked && key >= rows[row_of(e)].limit {
                 f32::NEG_INFINITY
             } else {
-                raw[e] * scale
+                raw[e] * scale * rest[key_half(e)]
             }
         });
         // The stage's maximum of each row: the thread's 2 keys, its warp's
@@ -236,7 +243,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         for e in 0..8 {
             let key = 16 * warp_m + g + 8 * key_half(e) as u32;
             let at = tile + TILE16.at(locals[row_of(e)], key / 8, 0) + 2 * (key % 8);
-            shared::st_shared_u16(at, pack_bf16x2(pv[e], 0.0));
+            shared::st_shared_u16(at, pack_bf16x2(pv[e] * rest[key_half(e)], 0.0));
         }
         shared::fence_proxy_async_shared();
         for acc in o.iter_mut() {
@@ -358,6 +365,22 @@ unsafe fn fetch_raw<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &Wor
         [0.0; 4]
     };
     (words, scales)
+}
+
+/// `Fp8PerHead`'s scale of a key as its scale-table entry: a power of two
+/// (1 for a zero or subnormal scale) and the rest, in `[1, 2)` (or the
+/// whole), so that the e4m3 values times the power are bf16 values
+/// exactly and the rest multiplies the key's scores and P in f32.
+/// (Rounding `e4m3 · scale` to bf16 erred up to 1.3e-2 against the
+/// reference on heavy-tailed rows, whose scores are large.)
+#[inline(always)]
+fn split_scale(scale: f32) -> [f32; 4] {
+    let power = f32::from_bits(scale.to_bits() & 0x7F80_0000);
+    if power == 0.0 || !power.is_finite() {
+        [1.0, scale, 0.0, 0.0]
+    } else {
+        [power, scale / power, 0.0, 0.0]
+    }
 }
 
 /// 16 e4m3 values (a 16-byte chunk) times `scale`, as bf16 into the two
