@@ -59,6 +59,7 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
                             assert_eq!(k(Form::Capacity, v).is_some(), twin, "capacity twin of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?} / {v:?}");
                             let pair = has_head_pair_form(f, d, fam, m.is_cluster()) && v == Variant::Standard;
                             assert_eq!(k(Form::HeadPair, v).is_some(), pair, "head pair of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?} / {v:?}");
+                            assert!(k(Form::Transposed, v).is_none(), "a transposed kernel outside the MLA family: {f:?} / d{d} / {fam:?}");
                         }
                     }
                 }
@@ -67,15 +68,21 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
     }
     // MLA's latent rows: bf16 queries over a bf16, fp8-per-head or
     // fp8-ds-mla cache, both addressings, global merge, standard variant,
-    // Hopper's module alone; merges of V's 512; the cache kernels of a
-    // 576-value row for those three formats alone, and fp8-ds-mla's of no
-    // other row, from bf16 rows alone.
+    // Hopper's module alone, each plain and transposed (blocks of at most
+    // 16 rows); merges of V's 512; the cache kernels of a 576-value row for
+    // those three formats alone, and fp8-ds-mla's of no other row, from
+    // bf16 rows alone.
     let mla = |arch, format, dtype, addressing, merge, variant| KernelId { arch, format, dtype, dims: MLA_DIMS, family: Family::Mla, addressing, merge, form: Form::Plain, variant };
     for format in KvFormat::ALL {
         let latent = format.holds_latent();
         assert_eq!(latent, matches!(format, KvFormat::Bf16 | KvFormat::Fp8PerHead | KvFormat::Fp8DsMla));
         for a in Addressing::ALL {
             assert_eq!(decode_kernel_name(&mla(Arch::Sm90a, format, Dtype::Bf16, a, Merge::Global, Variant::Standard)).is_some(), latent, "MLA kernel of {format:?}, {a:?}");
+            let transposed = KernelId { form: Form::Transposed, ..mla(Arch::Sm90a, format, Dtype::Bf16, a, Merge::Global, Variant::Standard) };
+            assert_eq!(decode_kernel_name(&transposed).is_some(), latent, "transposed MLA kernel of {format:?}, {a:?}");
+            for form in [Form::Specialized, Form::Capacity, Form::HeadPair] {
+                assert!(decode_kernel_name(&KernelId { form, ..transposed }).is_none(), "{form:?} MLA kernel of {format:?}");
+            }
             assert!(decode_kernel_name(&mla(Arch::Sm90a, format, Dtype::F16, a, Merge::Global, Variant::Standard)).is_none(), "the MLA kernels take bf16 queries alone");
             assert!(decode_kernel_name(&mla(Arch::Sm90a, format, Dtype::Bf16, a, Merge::Cluster, Variant::Standard)).is_none());
             assert!(Variant::ALL.into_iter().filter(|&v| v != Variant::Standard).all(|v| decode_kernel_name(&mla(Arch::Sm90a, format, Dtype::Bf16, a, Merge::Global, v)).is_none()));
@@ -87,7 +94,7 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
     let ds: Vec<_> = QUANT_KERNELS.iter().filter(|k| k.id.format == KvFormat::Fp8DsMla).map(|k| k.id).collect();
     assert!(!ds.is_empty() && ds.iter().all(|k| k.head_dim == MLA_DIMS.qk && k.dtype == Dtype::Bf16), "fp8-ds-mla's cache kernels: {ds:?}");
     assert!(DECODE_KERNELS.iter().filter(|k| k.id.format == KvFormat::Fp8DsMla).all(|k| k.id.family == Family::Mla));
-    assert_eq!(DECODE_KERNELS.iter().filter(|k| k.id.family == Family::Mla).count(), 6);
+    assert_eq!(DECODE_KERNELS.iter().filter(|k| k.id.family == Family::Mla).count(), 12);
     assert!(DECODE_KERNELS.iter().all(|k| k.id.dims.is_square() != (k.id.family == Family::Mla)));
     for dtype in Dtype::ALL {
         assert!(merge_kernel_name(Arch::Sm90a, dtype, MLA_DIMS.v, false).is_some() && merge_kernel_name(Arch::Sm80, dtype, MLA_DIMS.v, false).is_none());
@@ -162,6 +169,8 @@ fn a_kernel_symbol_spells_its_identity() {
     assert_eq!((k.family, k.addressing, k.merge, k.form, k.variant), (Family::Wgmma, Addressing::Strided, Merge::Global, Form::Specialized, Variant::SoftCap));
     assert_eq!(named("decode_capacity_kv_bf16_q_bf16_d64").unwrap().form, Form::Capacity);
     assert_eq!(named("decode_paged_narrow_pair_kv_int8_q_f16_d128").unwrap().form, Form::HeadPair);
+    let k = named("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512").unwrap();
+    assert_eq!((k.format, k.family, k.addressing, k.form, k.dims), (KvFormat::Fp8DsMla, Family::Mla, Addressing::Paged, Form::Transposed, MLA_DIMS));
     assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm80, format: KvFormat::Int4G64, dtype: Dtype::Bf16, head_dim: 64, direction: QuantDirection::Dequantize }), Some("dequantize_int4g64_to_bf16_d64"));
     assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm90a, format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Store }), Some("store_f16_d128"));
     assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm90a, format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Dequantize }), None);
