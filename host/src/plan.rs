@@ -789,9 +789,9 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_par
     let specializable = family == Family::Wgmma && wgmma_specializable(shape.kv_format, shape.is_paged());
     let ranges = key_ranges(shape, seq_lens, seq_starts, window_align(shape, family));
     let transposed = transposed_kernel(shape, kernels, opts.transpose)?;
-    let make = |block_table, specialized| match transposed {
-        Some(info) => make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &info, opts, family, PlanForm { specialized, transposed: true }),
-        None => make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &kernels.limits(specialized, capacity), opts, family, PlanForm { specialized, transposed: false }),
+    let make = |block_table, specialized| {
+        let info = transposed.unwrap_or_else(|| kernels.limits(specialized, capacity));
+        make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &info, opts, family, PlanForm { specialized, transposed: transposed.is_some() })
     };
     match opts.specialize {
         SpecializeChoice::Never => make(block_table, false),

@@ -57,15 +57,15 @@ use crate::state;
 use crate::variant::Standard;
 
 /// Values of a latent row (Q·K's head dim) and of V (O's).
-const QK_DIM: u32 = 576;
-const V_DIM: u32 = 512;
+pub(super) const QK_DIM: u32 = 576;
+pub(super) const V_DIM: u32 = 512;
 /// Column blocks (64 dims, 128 bytes a row) of a latent row; the last is
 /// the RoPE part.
-const BLOCKS: u32 = QK_DIM / 64;
-/// Bytes of one column block of a 64-row tile.
-const BLOCK_BYTES: u32 = MLA_ROWS * 128;
-/// The 64-row tiles' layout.
-const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
+pub(super) const BLOCKS: u32 = QK_DIM / 64;
+/// Bytes of one column block of a 64-row tile (a stage's: 64 keys).
+pub(super) const BLOCK_BYTES: u32 = MLA_ROWS * 128;
+/// The 64-row tiles' layout (Q's and the stages').
+pub(super) const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
 /// Where an `Fp8DsMla` row's four scales and its RoPE values start.
 const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_SCALES_AT as u64;
 const DS_ROPE_AT: u64 = decode_attn_abi::DS_MLA_ROPE_AT as u64;

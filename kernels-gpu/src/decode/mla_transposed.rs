@@ -43,7 +43,7 @@
 use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_ROPE_AT, DS_MLA_SCALES_AT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use super::mla::{issue_blocks, q_row, row_address, scale_address, stage_sources};
+use super::mla::{issue_blocks, q_row, row_address, scale_address, stage_sources, BLOCKS, BLOCK_BYTES, QK_DIM, TILE, V_DIM};
 use crate::arch::math::{ex2, pack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_t_pv, mla_t_scores};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
@@ -51,17 +51,8 @@ use crate::format::{KvFormat, Swizzle128, TileLayout};
 use crate::state;
 use crate::variant::Standard;
 
-/// Values of a latent row (Q·K's head dim) and of V (O's).
-const QK_DIM: u32 = 576;
-const V_DIM: u32 = 512;
-/// Column blocks (64 dims) of a latent row.
-const BLOCKS: u32 = QK_DIM / 64;
 /// The 16-row tiles' layout (Q's, and the P tiles').
 const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
-/// The stages' layout (64 keys).
-const TILE: Swizzle128 = Swizzle128 { rows: MLA_KEYS };
-/// Bytes of one column block (64 dims) of a stage.
-const BLOCK_BYTES: u32 = MLA_KEYS * 128;
 /// The 16-byte chunks of e4m3 latent bytes (512 a key) a thread loads of
 /// an fp8 stage (`fetch_raw`).
 const RAW_CHUNKS: usize = 16;
