@@ -2,7 +2,7 @@
 """sgl-flash-mla 1.0.0 (FlashMLA's SM90 dense decode, its legacy ops) on grid F, q_len 1: a bf16 latent
 cache in 64-token pages (checked against a float32 reference where small), and FlashMLA's dense fp8 (e4m3 Q
 and K, 576 bytes a row, per-tensor descales; timed only). Timing: `../shared/anchors/anchors.py`'s `bench`
-(rotated buffers), copied beside this file. Usage: FMTS=bf16,fp8 OUT=dir python3 sgl_flash_mla.py, with the
+(rotated buffers), copied beside this file. Usage: FMTS=bf16,fp8 [ONLY=H,B,ctx;...] OUT=dir python3 sgl_flash_mla.py, with the
 wheel (`pip download sgl-flash-mla==1.0.0`, abi3; it loads beside torch 2.11 though it asks for 2.14) on
 PYTHONPATH. docs/benchmark.md, "Grid F"."""
 import os, sys, math, csv
@@ -13,6 +13,9 @@ import flash_mla
 
 PAGE = 64
 ROWS = [(H, B, ctx) for H in (16, 128) for B in (1, 32, 128) for ctx in (4096, 32768)]
+# ONLY="H,B,ctx;H,B,ctx": those rows alone.
+if os.environ.get("ONLY"):
+    ROWS = [tuple(int(x) for x in r.split(",")) for r in os.environ["ONLY"].split(";")]
 
 
 def main():
