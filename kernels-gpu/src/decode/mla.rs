@@ -49,7 +49,7 @@ use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GRO
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use super::query::q_row_scale;
-use crate::arch::math::{ex2, f16x4_from_e4m3x4, pack_bf16x2, pack_f16x2, unpack_bf16x2};
+use crate::arch::math::{ex2, f16x4_from_e4m3x4, fma, pack_bf16x2, pack_f16x2, unpack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_pv, mla_pv_regs, mla_scores64, ScoreOrder};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
@@ -249,15 +249,33 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let scale = p.score_scale;
     // (f16: a row's scores are its factor times too large.)
     let row_scale = row_inverse.map(|inv| scale * inv);
-    // The scaled scores of stage `t` (keys past a row's limit −inf); an
-    // fp8 stage's times each key's scale (its rows are the e4m3 values,
-    // exactly). With them (f16), the thread's part of each row's softmax
-    // base: the maximum of each score plus its key's scale exponent
-    // (`state::scale_exponent`), so that `P · scale` stays below 2^15
-    // (docs/perf.md, "V's scale in the softmax base").
+    // The scores of stage `t`, keys past a row's limit −inf:
+    // - bf16 MMAs (bf16 and fp8-ds-mla caches): the raw scores, the scale
+    //   folded into `row_max` and `exp` (one FFMA a score), the mask a
+    //   branch that only a stage past `mask_from` takes (as selects beside
+    //   every score, mask and scale were ~100 of a warp's ~520
+    //   instructions a stage: docs/perf.md, "MLA kernel");
+    // - f16 (fp8 per head): scaled, times each key's scale (its rows are
+    //   the e4m3 values, exactly), with the thread's part of each row's
+    //   softmax base: the maximum of each score plus its key's scale
+    //   exponent (`state::scale_exponent`), so that `P · scale` stays
+    //   below 2^15 (docs/perf.md, "V's scale in the softmax base").
     let logits = |raw: [f32; 32], t: u32| -> ([[f32; 4]; 8], [f32; 2]) {
         let key0 = item.kv_start + t * MLA_KEYS;
         let masked = key0 + MLA_KEYS > mask_from;
+        if !f16 {
+            let mut s: [[f32; 4]; 8] = core::array::from_fn(|n| core::array::from_fn(|e| raw[4 * n + e]));
+            if masked {
+                for (n, x) in s.iter_mut().enumerate() {
+                    for (e, v) in x.iter_mut().enumerate() {
+                        if key0 + 8 * n as u32 + c2 + (e as u32 & 1) >= rows[e / 2].limit {
+                            *v = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+            return (s, [f32::NEG_INFINITY; 2]);
+        }
         let mut bases = [f32::NEG_INFINITY; 2];
         let s = core::array::from_fn(|n| {
             let k = if f16 { key_entry(key_table(t % 2), n as u32, c2) } else { [0.0; 4] };
@@ -294,14 +312,14 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     // A row's softmax base over a stage: its scores' maximum (f16: the
     // thread's parts from `logits`).
     let row_max = |s: &[[f32; 4]; 8], r: usize, bases: [f32; 2]| {
-        warp::quad_max(if f16 { bases[r] } else { tree8(s.map(|t| t[2 * r].max(t[2 * r + 1])), f32::max) })
+        warp::quad_max(if f16 { bases[r] } else { tree8(s.map(|t| t[2 * r].max(t[2 * r + 1])), f32::max) * scale })
     };
     let row_sum = |s: &[[f32; 4]; 8], r: usize| tree8(s.map(|t| t[2 * r] + t[2 * r + 1]), |a, b| a + b);
     let exp = |s: &mut [[f32; 4]; 8], m: [f32; 2]| {
         let base = m.map(state::safe_max);
         for t in s.iter_mut() {
             for e in 0..4 {
-                t[e] = ex2(t[e] - base[e / 2]);
+                t[e] = if f16 { ex2(t[e] - base[e / 2]) } else { ex2(fma(t[e], scale, -base[e / 2])) };
             }
         }
     };
