@@ -263,12 +263,14 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let logits = |raw: [f32; 32], t: u32| -> ([[f32; 4]; 8], [f32; 2]) {
         let key0 = item.kv_start + t * MLA_KEYS;
         let masked = key0 + MLA_KEYS > mask_from;
+        // Whether element `e` of the thread's n8 tile `n` is past its row's limit.
+        let past = |n: usize, e: usize| key0 + 8 * n as u32 + c2 + (e as u32 & 1) >= rows[e / 2].limit;
         if !f16 {
             let mut s: [[f32; 4]; 8] = core::array::from_fn(|n| core::array::from_fn(|e| raw[4 * n + e]));
             if masked {
                 for (n, x) in s.iter_mut().enumerate() {
                     for (e, v) in x.iter_mut().enumerate() {
-                        if key0 + 8 * n as u32 + c2 + (e as u32 & 1) >= rows[e / 2].limit {
+                        if past(n, e) {
                             *v = f32::NEG_INFINITY;
                         }
                     }
@@ -278,20 +280,11 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
         }
         let mut bases = [f32::NEG_INFINITY; 2];
         let s = core::array::from_fn(|n| {
-            let k = if f16 { key_entry(key_table(t % 2), n as u32, c2) } else { [0.0; 4] };
-            let f: [f32; 4] = if f16 { core::array::from_fn(|e| k[e & 1] * row_scale[e / 2]) } else { [scale; 4] };
-            let x: [f32; 4] = core::array::from_fn(|e| {
-                let key = key0 + 8 * n as u32 + c2 + (e as u32 & 1);
-                if masked && key >= rows[e / 2].limit {
-                    f32::NEG_INFINITY
-                } else {
-                    raw[4 * n + e] * f[e]
-                }
-            });
-            if f16 {
-                for r in 0..2 {
-                    bases[r] = bases[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]);
-                }
+            let k = key_entry(key_table(t % 2), n as u32, c2);
+            let f: [f32; 4] = core::array::from_fn(|e| k[e & 1] * row_scale[e / 2]);
+            let x: [f32; 4] = core::array::from_fn(|e| if masked && past(n, e) { f32::NEG_INFINITY } else { raw[4 * n + e] * f[e] });
+            for r in 0..2 {
+                bases[r] = bases[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]);
             }
             x
         });
