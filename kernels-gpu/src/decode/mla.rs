@@ -278,16 +278,31 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             }
             return (s, [f32::NEG_INFINITY; 2]);
         }
+        // (f16: the unmasked pass, whose bases a masked stage recomputes
+        // in its branch, as bf16's mask: no select beside every score.)
         let mut bases = [f32::NEG_INFINITY; 2];
-        let s = core::array::from_fn(|n| {
+        let mut s: [[f32; 4]; 8] = core::array::from_fn(|n| {
             let k = key_entry(key_table(t % 2), n as u32, c2);
-            let f: [f32; 4] = core::array::from_fn(|e| k[e & 1] * row_scale[e / 2]);
-            let x: [f32; 4] = core::array::from_fn(|e| if masked && past(n, e) { f32::NEG_INFINITY } else { raw[4 * n + e] * f[e] });
+            let x: [f32; 4] = core::array::from_fn(|e| raw[4 * n + e] * (k[e & 1] * row_scale[e / 2]));
             for r in 0..2 {
                 bases[r] = bases[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]);
             }
             x
         });
+        if masked {
+            bases = [f32::NEG_INFINITY; 2];
+            for (n, x) in s.iter_mut().enumerate() {
+                let k = key_entry(key_table(t % 2), n as u32, c2);
+                for (e, v) in x.iter_mut().enumerate() {
+                    if past(n, e) {
+                        *v = f32::NEG_INFINITY;
+                    }
+                }
+                for r in 0..2 {
+                    bases[r] = bases[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]);
+                }
+            }
+        }
         (s, bases)
     };
     // An fp8 stage's P times each key's scale, for the P·V (after the
