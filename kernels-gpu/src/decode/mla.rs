@@ -410,10 +410,6 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
             let (m0, scale0) = (read(maxima), read(scales0));
             let m1 = [0, 1].map(|r| m0[r].max(row_max(&s, r, bases)));
             let scale1 = [0, 1].map(|r| state::rescale(m0[r], m1[r]));
-            // (Each row's lanes read `maxima` above; its first lane writes
-            // it now: ordered, as the memory model asks, by the warp's
-            // barrier. docs/perf.md, "Racecheck and producer arrives".)
-            warp::sync_warp();
             publish(maxima, m1);
             publish(scales1, scale1);
             thread::arrive_named(SCALE1_READY, 256);
