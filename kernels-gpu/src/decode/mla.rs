@@ -263,44 +263,40 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let logits = |raw: [f32; 32], t: u32| -> ([[f32; 4]; 8], [f32; 2]) {
         let key0 = item.kv_start + t * MLA_KEYS;
         let masked = key0 + MLA_KEYS > mask_from;
-        // Whether element `e` of the thread's n8 tile `n` is past its row's limit.
-        let past = |n: usize, e: usize| key0 + 8 * n as u32 + c2 + (e as u32 & 1) >= rows[e / 2].limit;
+        // The thread's n8 tile `n` with its elements past their rows'
+        // limits −inf.
+        let mask = |n: usize, x: &mut [f32; 4]| {
+            for (e, v) in x.iter_mut().enumerate() {
+                if key0 + 8 * n as u32 + c2 + (e as u32 & 1) >= rows[e / 2].limit {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        };
         if !f16 {
             let mut s: [[f32; 4]; 8] = core::array::from_fn(|n| core::array::from_fn(|e| raw[4 * n + e]));
             if masked {
                 for (n, x) in s.iter_mut().enumerate() {
-                    for (e, v) in x.iter_mut().enumerate() {
-                        if past(n, e) {
-                            *v = f32::NEG_INFINITY;
-                        }
-                    }
+                    mask(n, x);
                 }
             }
             return (s, [f32::NEG_INFINITY; 2]);
         }
         // (f16: the unmasked pass, whose bases a masked stage recomputes
         // in its branch, as bf16's mask: no select beside every score.)
+        // The rows' bases with tile `x` of keys' entry `k`.
+        let with_tile = |b: [f32; 2], x: &[f32; 4], k: [f32; 4]| [0, 1].map(|r| b[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]));
         let mut bases = [f32::NEG_INFINITY; 2];
         let mut s: [[f32; 4]; 8] = core::array::from_fn(|n| {
             let k = key_entry(key_table(t % 2), n as u32, c2);
             let x: [f32; 4] = core::array::from_fn(|e| raw[4 * n + e] * (k[e & 1] * row_scale[e / 2]));
-            for r in 0..2 {
-                bases[r] = bases[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]);
-            }
+            bases = with_tile(bases, &x, k);
             x
         });
         if masked {
             bases = [f32::NEG_INFINITY; 2];
             for (n, x) in s.iter_mut().enumerate() {
-                let k = key_entry(key_table(t % 2), n as u32, c2);
-                for (e, v) in x.iter_mut().enumerate() {
-                    if past(n, e) {
-                        *v = f32::NEG_INFINITY;
-                    }
-                }
-                for r in 0..2 {
-                    bases[r] = bases[r].max(x[2 * r] + k[2]).max(x[2 * r + 1] + k[3]);
-                }
+                mask(n, x);
+                bases = with_tile(bases, x, key_entry(key_table(t % 2), n as u32, c2));
             }
         }
         (s, bases)
