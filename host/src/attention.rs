@@ -437,11 +437,8 @@ impl DecodeAttention {
         // buffer was checked against the plan's shape above.
         unsafe {
             let kernel = Entry::Decode(launch.kernel_index);
-            let pair = plan.family == decode_attn_abi::Family::Mla && plan.grid().0 % 2 == 0 && std::env::var_os("DECODE_ATTN_EXP_PAIR_CLUSTER").is_some();
-            if pair {
-                self.kernels.launch_clusters(kernel, plan.grid(), launch.block_threads, plan.smem_bytes(), 2, &params, stream)?
-            } else if plan.cluster() > 1 {
-                self.kernels.launch_clusters(kernel, plan.grid(), launch.block_threads, plan.smem_bytes(), plan.cluster(), &params, stream)?
+            if plan.launch_cluster() > 1 {
+                self.kernels.launch_clusters(kernel, plan.grid(), launch.block_threads, plan.smem_bytes(), plan.launch_cluster(), &params, stream)?
             } else {
                 self.kernels.launch(kernel, plan.grid(), launch.block_threads, plan.smem_bytes(), &params, stream)?
             }

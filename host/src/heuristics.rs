@@ -405,6 +405,23 @@ pub fn mla_chunk_keys(auto: u32, longest: u32, keys_per_stage: u32, row_chunks: 
     auto.max(floor as u32)
 }
 
+/// Blocks per cluster of an MLA plan's launch (0: none): a work item's
+/// two row chunks (128 query rows: 128 heads at q_len 1) co-scheduled as
+/// one 2-block cluster, so that the two blocks reading the same keys run
+/// side by side on one GPC (one from HBM, the other from L2). The same
+/// binary on the H200, the launch alone changed, alternating three times
+/// (docs/perf.md, "MLA kernel"): 128 heads B = 128 × 32K 1756.7 / 1994.2
+/// / 1993.5 µs against 1778.8 / 2039.2 / 2032.9, B = 1 and 32 × 32K
+/// unchanged. Not for the transposed kernel (one row chunk) or other row
+/// counts (not measured).
+pub fn mla_row_cluster(family: Family, transposed: bool, row_chunks: u32, max_cluster: u32) -> u32 {
+    if family == Family::Mla && !transposed && row_chunks == 2 && max_cluster >= 2 {
+        2
+    } else {
+        0
+    }
+}
+
 /// The `Auto` rule of [`crate::TransposeChoice`]: an MLA plan runs the
 /// transposed kernel wherever it may (at most 16 query rows: the 64-row
 /// kernel's blocks would be three quarters padding rows, their MMAs four

@@ -101,6 +101,9 @@ pub struct Plan {
     /// sequence has this many work items, chunks past its end empty; a
     /// power of two); 0 when sequences merge through global memory.
     pub(crate) cluster: u32,
+    /// Blocks per cluster of the launch, an MLA work item's row chunks
+    /// ([`heuristics::mla_row_cluster`]); 0: none.
+    pub(crate) row_cluster: u32,
     /// Runs the warp-specialised wgmma kernel ([`SpecializeChoice`]).
     pub(crate) specialized: bool,
     /// Runs the MLA family's transposed kernel ([`TransposeChoice`]).
@@ -335,6 +338,14 @@ impl Plan {
     /// Blocks per thread-block cluster (0: no clusters; see `MergeMode::Cluster`).
     pub fn cluster(&self) -> u32 {
         self.cluster
+    }
+    internal! {
+        /// Blocks per cluster the attention kernel is launched with: a
+        /// cluster merge's, else an MLA item's row chunks'
+        /// ([`heuristics::mla_row_cluster`]); 0 or 1: no clusters.
+        pub fn launch_cluster(&self) -> u32 {
+            self.cluster.max(self.row_cluster)
+        }
     }
     internal! {
         pub fn layout(&self) -> &WorkspaceLayout {
@@ -1063,6 +1074,7 @@ fn make_plan_for(
         stages,
         blocks_per_sm,
         cluster,
+        row_cluster: heuristics::mla_row_cluster(family, transposed, row_chunks, dev.max_cluster),
         specialized,
         transposed,
         heads_per_block: 1,
