@@ -1084,18 +1084,21 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
 }
 
 /// An MLA item's two row chunks (128 heads at q_len 1) launch as one
-/// 2-block cluster where the driver launches clusters; one row chunk, four,
-/// the transposed kernel or a device without clusters: no cluster.
+/// 2-block cluster where the driver launches clusters and the grid is
+/// more than a wave (132 SMs, a block each: 67 sequences and more); a
+/// grid of one wave or less, one row chunk, four, the transposed kernel
+/// or a device without clusters: no cluster.
 #[test]
-fn mla_row_chunk_pairs_launch_as_clusters() {
+fn mla_row_chunk_pairs_launch_as_clusters_past_a_wave() {
     let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 246 };
-    let latent = |heads: u32, q_len: u32| DecodeShape::latent(4, heads, q_len, 4096);
-    let cluster_of = |heads: u32, q_len: u32, dev: &DeviceInfo| plan(&latent(heads, q_len), &[4096, 8, 70, 4000], dev, &kernel, &PlanOptions::default()).unwrap().launch_cluster();
+    let latent = |batch: u32, heads: u32, q_len: u32| DecodeShape::latent(batch, heads, q_len, 4096);
+    let plan_of = |batch: u32, heads: u32, q_len: u32, dev: &DeviceInfo| plan(&latent(batch, heads, q_len), &vec![4096; batch as usize], dev, &kernel, &PlanOptions::default()).unwrap();
     let h100 = &DeviceInfo::H100_SXM;
-    assert_eq!(cluster_of(128, 1, h100), 2);
-    assert_eq!(plan(&latent(128, 1), &[4096, 8, 70, 4000], h100, &kernel, &PlanOptions::default()).unwrap().grid().0 % 2, 0);
-    assert_eq!(decode_attn::plan::plan_capacity(&latent(128, 1), h100, &kernel, &PlanOptions::default()).unwrap().launch_cluster(), 2);
-    assert!(cluster_of(64, 1, h100) <= 1 && cluster_of(128, 2, h100) <= 1 && cluster_of(16, 1, h100) <= 1);
+    assert_eq!((plan_of(67, 128, 1, h100).launch_cluster(), plan_of(128, 128, 1, h100).launch_cluster()), (2, 2));
+    assert_eq!(plan_of(128, 128, 1, h100).grid().0 % 2, 0);
+    assert_eq!(decode_attn::plan::plan_capacity(&latent(128, 128, 1), h100, &kernel, &PlanOptions::default()).unwrap().launch_cluster(), 2);
+    assert!(plan_of(66, 128, 1, h100).launch_cluster() <= 1 && plan_of(32, 128, 1, h100).launch_cluster() <= 1 && plan_of(1, 128, 1, h100).launch_cluster() <= 1);
+    assert!(plan_of(200, 64, 1, h100).launch_cluster() <= 1 && plan_of(200, 128, 2, h100).launch_cluster() <= 1 && plan_of(200, 16, 1, h100).launch_cluster() <= 1);
     let no_clusters = DeviceInfo { max_cluster: 0, ..*h100 };
-    assert!(cluster_of(128, 1, &no_clusters) <= 1);
+    assert!(plan_of(128, 128, 1, &no_clusters).launch_cluster() <= 1);
 }

@@ -408,14 +408,17 @@ pub fn mla_chunk_keys(auto: u32, longest: u32, keys_per_stage: u32, row_chunks: 
 /// Blocks per cluster of an MLA plan's launch (0: none): a work item's
 /// two row chunks (128 query rows: 128 heads at q_len 1) co-scheduled as
 /// one 2-block cluster, so that the two blocks reading the same keys run
-/// side by side on one GPC (one from HBM, the other from L2). The same
-/// binary on the H200, the launch alone changed, alternating three times
-/// (docs/perf.md, "MLA kernel"): 128 heads B = 128 × 32K 1756.7 / 1994.2
-/// / 1993.5 µs against 1778.8 / 2039.2 / 2032.9, B = 1 and 32 × 32K
-/// unchanged. Not for the transposed kernel (one row chunk) or other row
-/// counts (not measured).
-pub fn mla_row_cluster(family: Family, transposed: bool, row_chunks: u32, max_cluster: u32) -> u32 {
-    if family == Family::Mla && !transposed && row_chunks == 2 && max_cluster >= 2 {
+/// side by side on one GPC (one from HBM, the other from L2), where the
+/// grid's `blocks` are more than a `wave` (the blocks resident at once).
+/// On the H200, main's build against this rule's, alternating three
+/// times in one call (docs/perf.md, "MLA kernel", pair clusters): 128
+/// heads B = 128 × 4K 248.0 against 249.9 µs (medians of the three), 128 ×
+/// 32K's minima 1835 against 1846 (its medians in the slow mode both);
+/// grids of one wave or less were 0.3-1 % slower as clusters (B = 1 × 4K
+/// 17.7 → 17.9, 32 × 4K 76.6 → 77.1), hence the wave. Not for the
+/// transposed kernel (one row chunk) or other row counts (not measured).
+pub fn mla_row_cluster(family: Family, transposed: bool, row_chunks: u32, max_cluster: u32, blocks: u64, wave: u64) -> u32 {
+    if family == Family::Mla && !transposed && row_chunks == 2 && max_cluster >= 2 && blocks > wave {
         2
     } else {
         0

@@ -1053,6 +1053,8 @@ fn make_plan_for(
     // uniform plan's params do not carry.)
     let uniform = if cluster > 1 || shape.variant.key_ranges { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len, (shape.window_param(), ranges.align)) };
 
+    let row_cluster = heuristics::mla_row_cluster(family, transposed, row_chunks, dev.max_cluster, work.len() as u64 * row_chunks as u64, dev.sm_count as u64 * blocks_per_sm as u64);
+
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
         mode: PlanMode::Lengths,
@@ -1074,7 +1076,7 @@ fn make_plan_for(
         stages,
         blocks_per_sm,
         cluster,
-        row_cluster: heuristics::mla_row_cluster(family, transposed, row_chunks, dev.max_cluster),
+        row_cluster,
         specialized,
         transposed,
         heads_per_block: 1,
