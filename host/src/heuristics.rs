@@ -412,7 +412,7 @@ pub fn mla_chunk_keys(auto: u32, longest: u32, keys_per_stage: u32, row_chunks: 
 /// grid's `blocks` are more than a `wave` (the blocks resident at once).
 /// On the H200, main's build against this rule's, alternating three
 /// times in one call (docs/perf.md, "MLA kernel", pair clusters): 128
-/// heads B = 128 × 4K 248.0 against 249.9 µs (medians of the three), 128 ×
+/// heads B = 128 × 4K 248.0 against 249.8 µs (medians of the three), 128 ×
 /// 32K's minima 1835 against 1846 (its medians in the slow mode both);
 /// grids of one wave or less were 0.3-1 % slower as clusters (B = 1 × 4K
 /// 17.7 → 17.9, 32 × 4K 76.6 → 77.1), hence the wave. Not for the
