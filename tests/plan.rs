@@ -1,7 +1,7 @@
 //! Planner invariants (CPU only).
 
 use decode_attn::heuristics::{self, block_shape};
-use decode_attn::plan::{plan, stage_keys};
+use decode_attn::plan::{plan, stage_keys, Plan};
 use decode_attn::{DecodeShape, VariantSpec, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
 use decode_attn_abi::{Arch, Form, KernelId, MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
@@ -1101,4 +1101,104 @@ fn mla_row_chunk_pairs_launch_as_clusters_past_a_wave() {
     assert!(plan_of(200, 64, 1, h100).launch_cluster() <= 1 && plan_of(200, 128, 2, h100).launch_cluster() <= 1 && plan_of(200, 16, 1, h100).launch_cluster() <= 1);
     let no_clusters = DeviceInfo { max_cluster: 0, ..*h100 };
     assert!(plan_of(128, 128, 1, &no_clusters).launch_cluster() <= 1);
+}
+
+/// Balanced MLA pieces (`heuristics::mla_balanced`, `work::balanced_work`):
+/// where a block per sequence and row chunk would leave a wave's tail
+/// short (128 heads, B = 128 × 32K: 256 blocks on 132 SMs; a ragged batch
+/// of 200), an `Auto` plan of host lengths cuts the batch's keys into
+/// runs of an equal share a slot and launches the pieces longest first;
+/// every key of every sequence is in exactly one piece, a sequence cut
+/// into pieces has a slot a piece and one merge item, and the blocks are
+/// the pieces' row chunks. `Never`, a chunk size, a capacity plan, 4K
+/// sequences (the pieces' overhead outweighs the tail) and a batch that
+/// fills whole waves keep a block per sequence.
+#[test]
+fn mla_balanced_pieces_cover_each_key_once_longest_first() {
+    use decode_attn::plan::plan_capacity;
+    let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 255 };
+    let dev = &DeviceInfo::H100_SXM;
+    let latent = |lens: &[u32], split: SplitPolicy| plan(&DecodeShape::latent(lens.len() as u32, 128, 1, 32768), lens, dev, &kernel, &opts(split)).unwrap();
+    let ragged: Vec<u32> = (0..200u32).map(|b| 2000 + (b * 7919) % 30000).collect();
+    for lens in [vec![32768u32; 128], vec![32768u32; 100], ragged] {
+        let p = latent(&lens, SplitPolicy::Auto);
+        assert!(!p.merges().is_empty(), "{} sequences of {}…: balanced", lens.len(), lens[0]);
+        assert_eq!(p.grid(), (p.work().len() as u32 * 2, 1, 1));
+        let sizes: Vec<u32> = p.work().iter().map(|w| w.kv_end - w.kv_start).collect();
+        assert!(sizes.windows(2).all(|s| s[0] >= s[1]), "longest first");
+        assert!(sizes.iter().all(|&s| s >= 2 * 64 || lens.contains(&s)), "no piece under two stages but a whole sequence");
+        let mut covered: Vec<Vec<(u32, u32)>> = vec![Vec::new(); lens.len()];
+        for w in p.work() {
+            covered[w.batch as usize].push((w.kv_start, w.kv_end));
+        }
+        let mut slots = Vec::new();
+        for (b, mut pieces) in covered.into_iter().enumerate() {
+            pieces.sort();
+            assert_eq!(pieces.first().map(|r| r.0), Some(0), "sequence {b} from key 0");
+            assert!(pieces.windows(2).all(|w| w[0].1 == w[1].0), "sequence {b}: pieces {pieces:?} meet");
+            assert_eq!(pieces.last().map(|r| r.1), Some(lens[b]));
+            let merge = p.merges().iter().find(|m| m.batch == b as u32);
+            assert_eq!(merge.map_or(1, |m| m.num_slots), pieces.len() as u32, "sequence {b}");
+            if let Some(m) = merge {
+                slots.extend(m.first_slot..m.first_slot + m.num_slots);
+            }
+        }
+        let mut item_slots: Vec<u32> = p.work().iter().filter(|w| w.partial_slot != decode_attn_abi::DIRECT_OUTPUT).map(|w| w.partial_slot).collect();
+        slots.sort();
+        item_slots.sort();
+        assert_eq!(item_slots, slots, "a slot a piece, each once");
+        assert_eq!(p.num_slots() as usize, slots.len());
+    }
+    // The GPU tests' balanced cases (`tests/gpu/mla.rs`, `balanced_lens`)
+    // plan balanced pieces on 132 SMs.
+    let balanced_lens = |n: u32, most: u32| (0..n).map(|b| most - (b * 7919 + 13) % (most / 5)).collect::<Vec<u32>>();
+    for (heads, q_len, lens) in [(64, 1, balanced_lens(150, 700)), (128, 1, balanced_lens(67, 800)), (64, 2, balanced_lens(70, 1000))] {
+        let p = plan(&DecodeShape::latent(lens.len() as u32, heads, q_len, 1000), &lens, dev, &kernel, &PlanOptions::default()).unwrap();
+        assert!(!p.merges().is_empty(), "{heads} heads q_len {q_len}: balanced");
+    }
+    let whole = |p: &Plan| p.merges().is_empty() && p.work().len() == p.grid().0 as usize / 2;
+    assert!(whole(&latent(&[32768; 128], SplitPolicy::Never)));
+    assert!(whole(&latent(&[4096; 128], SplitPolicy::Auto)));
+    assert!(whole(&latent(&[32768; 128], SplitPolicy::ChunkKeys(1 << 20))));
+    let capacity = plan_capacity(&DecodeShape::latent(128, 128, 1, 32768), dev, &kernel, &PlanOptions::default()).unwrap();
+    assert_eq!((capacity.grid().0, capacity.num_slots()), (256, 0));
+    let waves = plan(&DecodeShape::latent(132, 64, 1, 32768), &[32768; 132], dev, &kernel, &PlanOptions::default()).unwrap();
+    assert!(waves.merges().is_empty() && waves.work().len() == 132);
+}
+
+/// `heuristics::mla_balanced` against the grids it decides between (two
+/// overhead stages a block, a cut piece four; 132 slots): 128 sequences
+/// of 512 stages as 256 blocks take two rounds (1028 stages), their
+/// pieces about a share (993) plus their overhead and the merge's; 4K
+/// sequences (64 stages) stay whole, as 128 heads × q_len 2 (four row
+/// chunks) at 4K, where the pieces measured 1.5 % slower; 132 sequences
+/// of 64 rows fill one round exactly; no slots, no pieces.
+#[test]
+fn mla_balanced_pieces_where_a_wave_tail_is_short() {
+    // (Runs of an equal share, cut as `work::balanced_work` cuts them.)
+    let pieces = |stages: u32, n: usize, row_chunks: u32| {
+        let runs = heuristics::mla_balanced_runs(row_chunks, 132) as u64;
+        let total = stages as u64 * n as u64;
+        let mut out = Vec::new();
+        let (mut left, mut seq) = (stages as u64, 0usize);
+        for r in 0..runs {
+            let mut room = ((r + 1) * total).div_ceil(runs) - (r * total).div_ceil(runs);
+            while room > 0 && seq < n {
+                let take = left.min(room);
+                out.push((take as u32, take != stages as u64));
+                (left, room) = (left - take, room - take);
+                if left == 0 {
+                    (left, seq) = (stages as u64, seq + 1);
+                }
+            }
+        }
+        out.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        out
+    };
+    assert_eq!(heuristics::mla_balanced_runs(2, 132), 66);
+    for (stages, n, row_chunks, balanced) in [(512, 128, 2, true), (512, 100, 2, true), (64, 100, 2, true), (512, 128, 4, true), (512, 32, 4, true), (64, 128, 2, false), (64, 128, 4, false), (512, 132, 1, false)] {
+        let whole = vec![stages; n];
+        assert_eq!(heuristics::mla_balanced(&whole, &pieces(stages, n, row_chunks), row_chunks, 132, 2), balanced, "{n} × {stages} stages, {row_chunks} row chunks");
+    }
+    assert!(!heuristics::mla_balanced(&[512; 4], &[(512, false); 4], 2, 0, 2));
 }

@@ -43,8 +43,8 @@ struct Args {
     /// `C B=1 ctx=131072 Hq=32 Hkv=8 q=1 D=128 int8`), e.g. for a profiler.
     #[arg(long, value_name = "TEXT")]
     row: Option<String>,
-    /// Grid-size study: every row of grids A, B and D at this batch instead
-    /// of the grid's own (the keys say which; grid C stays at B = 1).
+    /// Grid-size study: every row at this batch instead of the grid's own
+    /// (the keys say which; grid C stays at B = 1; rows made the same, once).
     #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..=65536))]
     batch: Option<u32>,
     /// Head-dim study: every row at this head dim (64, 128 or 256), its kv
@@ -355,7 +355,9 @@ fn run(args: &Args) -> Result<(), String> {
         for spec in specs.iter_mut().filter(|s| s.grid != 'C') {
             spec.batch = batch;
         }
-        specs.dedup();
+        // (Rows that became the same row, kept once where they first were.)
+        let mut seen = Vec::new();
+        specs.retain(|s| if seen.contains(s) { false } else { seen.push(s.clone()); true });
     }
     if let Some(d) = args.head_dim.as_deref().and_then(|d| d.parse::<u32>().ok()) {
         for spec in specs.iter_mut() {

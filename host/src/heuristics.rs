@@ -425,6 +425,66 @@ pub fn mla_row_cluster(family: Family, transposed: bool, row_chunks: u32, max_cl
     }
 }
 
+/// The fewest stages of a balanced plan's piece of a sequence longer than
+/// that (`work::balanced_work`): an MLA block's two warpgroups take a
+/// stage each, so a one-stage piece leaves one idle (as `mla_chunk_keys`'
+/// two stages at least).
+pub const MLA_MIN_PIECE_STAGES: u32 = 2;
+
+/// Runs of a balanced MLA plan (`work::balanced_work`): one a slot of
+/// `row_chunks` blocks of a `wave`.
+pub fn mla_balanced_runs(row_chunks: u32, wave: u64) -> u32 {
+    (wave / row_chunks.max(1) as u64).clamp(1, u32::MAX as u64) as u32
+}
+
+/// Whether an MLA plan whose automatic split left every sequence whole
+/// (at least a wave of blocks) runs balanced pieces instead
+/// (`work::balanced_work`): where the pieces' estimate, plus a merge
+/// launch, is 1 % or more below the whole sequences'. `whole`: each
+/// item's stages, `pieces`: each piece's stages and whether it is a cut
+/// one (a partial to write and merge), both in launch order (longest
+/// first); an item is `row_chunks` blocks of its stages plus
+/// `overhead_stages` (a cut piece twice that), handed in order to the
+/// first of a `wave`'s slots free, as the hardware dispatches. 128 heads
+/// B = 128 × 32K is 256 blocks on 132 SMs, 1.94 waves: the second wave's
+/// 124 blocks leave 8 SMs idle, 3 % of the time, B = 100 24 %. Measured
+/// on the H200, main's build and the pieces alternating twice in one
+/// call (docs/perf.md, "MLA balanced pieces"): B = 100 × 32K 1745 →
+/// 1505 µs (medians; minima 1723 → 1366), 100 × 4K 239.6 → 210.2, q_len
+/// 2 128 × 32K 3851 → 3785, 32 × 32K 862 → 849, 128 × 32K's minima 1752
+/// → 1738; but q_len 2 128 × 4K 464 → 471, which the cut pieces' second
+/// overhead now leaves whole (estimated 0.4 % slower; with one overhead,
+/// 1.1 % faster).
+pub fn mla_balanced(whole: &[u32], pieces: &[(u32, bool)], row_chunks: u32, wave: u64, overhead_stages: u32) -> bool {
+    let ov = overhead_stages as u64;
+    let plain = dispatch_makespan(whole.iter().map(|&s| s as u64 + ov), row_chunks, wave);
+    let balanced = dispatch_makespan(pieces.iter().map(|&(s, cut)| s as u64 + if cut { 2 * ov } else { ov }), row_chunks, wave);
+    match (plain, balanced) {
+        (Some(plain), Some(balanced)) => (balanced + ov) * 100 <= plain * 99,
+        _ => false,
+    }
+}
+
+/// When the last of `items` (each `row_chunks` blocks of its cost) ends,
+/// handed in order to the first free of `wave` slots; `None` for no slots
+/// (or more than a million).
+fn dispatch_makespan(items: impl Iterator<Item = u64>, row_chunks: u32, wave: u64) -> Option<u64> {
+    if wave == 0 || wave > 1 << 20 {
+        return None;
+    }
+    // (A min-heap of the slots' finishing times.)
+    let mut slots: std::collections::BinaryHeap<std::cmp::Reverse<u64>> = (0..wave).map(|_| std::cmp::Reverse(0)).collect();
+    let mut end = 0u64;
+    for cost in items {
+        for _ in 0..row_chunks.max(1) {
+            let std::cmp::Reverse(t) = slots.pop()?;
+            end = end.max(t + cost);
+            slots.push(std::cmp::Reverse(t + cost));
+        }
+    }
+    Some(end)
+}
+
 /// The `Auto` rule of [`crate::TransposeChoice`]: an MLA plan runs the
 /// transposed kernel wherever it may (at most 16 query rows: the 64-row
 /// kernel's blocks would be three quarters padding rows, their MMAs four

@@ -17,7 +17,7 @@ use crate::kernel_table;
 use crate::occupancy::{blocks_per_sm, DeviceInfo, KernelInfo, KernelLimits};
 use crate::options::{HeadPairChoice, MergeChoice, PlanOptions, SpecializeChoice, SplitPolicy, TransposeChoice};
 use crate::shape::DecodeShape;
-use crate::work::{chunks_of, cluster_work, global_merge_work, merge_words, uniform_work, work_words, workspace_layout, WorkspaceLayout};
+use crate::work::{balanced_work, chunks_of, cluster_work, global_merge_work, merge_words, uniform_work, work_words, workspace_layout, WorkspaceLayout};
 
 /// Most attention work items (blocks along grid x) one plan may have; far
 /// above any real batch, it keeps the work list's host and device memory
@@ -1045,7 +1045,25 @@ fn make_plan_for(
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
         (cluster_work(seq_lens, chunk_keys, cluster), Vec::new(), 0)
     } else {
-        global_merge_work(seq_lens, &ranges.starts, chunk_keys, total_items as usize)
+        let plain = global_merge_work(seq_lens, &ranges.starts, chunk_keys, total_items as usize);
+        // Balanced pieces: plans of host lengths whose automatic split left
+        // every sequence whole, on the 64-row MLA kernel.
+        if family == Family::Mla && !transposed && opts.split == SplitPolicy::Auto && chunk_keys == u32::MAX && lens_param != "max_seq_len" {
+            let wave = dev.sm_count as u64 * heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm, shape.is_paged(), &dev.tuning) as u64;
+            let runs = heuristics::mla_balanced_runs(row_chunks, wave);
+            let balanced = balanced_work(seq_lens, &ranges.starts, runs, tile.keys_per_stage, heuristics::MLA_MIN_PIECE_STAGES);
+            let stages = |w: &WorkItem| (w.kv_end - w.kv_start).div_ceil(tile.keys_per_stage);
+            let whole: Vec<u32> = plain.0.iter().map(stages).collect();
+            let pieces: Vec<(u32, bool)> = balanced.0.iter().map(|w| (stages(w), w.partial_slot != decode_attn_abi::DIRECT_OUTPUT)).collect();
+            if heuristics::mla_balanced(&whole, &pieces, row_chunks, wave, dev.tuning.split_overhead_stages) {
+                ensure_work_items(balanced.0.len() as u64, shape, lens_param, "(balanced pieces)")?;
+                balanced
+            } else {
+                plain
+            }
+        } else {
+            plain
+        }
     };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)
         .ok_or_else(|| Error::invalid(lens_param, "a split-partial workspace that fits in memory", format!("{num_slots} partial slots")))?;

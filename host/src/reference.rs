@@ -318,19 +318,21 @@ pub fn latent_attention(shape: &LatentShape, seq_lens: &[u32], q: &[f32], rows: 
     let (dq, dv) = (shape.dims.qk as usize, shape.dims.v as usize);
     let (hq, ql, cap) = (shape.num_q_heads as usize, shape.q_len as usize, shape.max_seq_len as usize);
     let scale = shape.scale as f64;
-    let mut out = vec![0.0f64; shape.batch as usize * ql * hq * dv];
-    let mut logits = Vec::new();
-    for (b, &len) in seq_lens.iter().enumerate() {
+    let per_seq = ql * hq * dv;
+    let mut out = vec![0.0f64; shape.batch as usize * per_seq];
+    // Sequence `b` into its part of `out`.
+    let sequence = |b: usize, out: &mut [f64]| -> Result<()> {
         let seq = &rows[b * cap * dq..][..cap * dq];
+        let mut logits = Vec::new();
         for i in 0..ql {
-            let keys = len as usize - ql + i + 1;
+            let keys = seq_lens[b] as usize - ql + i + 1;
             for h in 0..hq {
                 let at = (b * ql + i) * hq + h;
                 let qrow = &q[at * dq..][..dq];
                 logits.clear();
                 logits.extend(seq.chunks(dq).take(keys).map(|k| scale * qrow.iter().zip(k).map(|(&a, &x)| a as f64 * x as f64).sum::<f64>()));
                 let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let o = &mut out[at * dv..][..dv];
+                let o = &mut out[(i * hq + h) * dv..][..dv];
                 let mut denom = 0.0;
                 for (row, &s) in seq.chunks(dq).zip(&logits) {
                     let p = (s - max).exp();
@@ -343,7 +345,31 @@ pub fn latent_attention(shape: &LatentShape, seq_lens: &[u32], q: &[f32], rows: 
                 }
             }
         }
-    }
+        Ok(())
+    };
+    // The sequences spread over the CPU's threads, balanced by their keys
+    // (each output is one thread's whole computation: the same bits on any
+    // thread count).
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(seq_lens.len()).max(1);
+    let total: u64 = seq_lens.iter().map(|&l| l as u64 + 1).sum();
+    let per_thread = total.div_ceil(threads as u64).max(1);
+    std::thread::scope(|s| {
+        let mut handles = Vec::new();
+        let (mut rest, mut first) = (&mut out[..], 0usize);
+        while first < seq_lens.len() {
+            let (mut end, mut keys) = (first, 0u64);
+            while end < seq_lens.len() && (end == first || keys + seq_lens[end] as u64 + 1 <= per_thread) {
+                keys += seq_lens[end] as u64 + 1;
+                end += 1;
+            }
+            let (part, tail) = std::mem::take(&mut rest).split_at_mut((end - first) * per_seq);
+            rest = tail;
+            let sequence = &sequence;
+            handles.push(s.spawn(move || (first..end).zip(part.chunks_mut(per_seq.max(1))).try_for_each(|(b, o)| sequence(b, o))));
+            first = end;
+        }
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::invalid("reference thread", "no panic", "a panic"))))
+    })?;
     Ok(out)
 }
 

@@ -119,6 +119,77 @@ pub(crate) fn global_merge_work(seq_lens: &[u32], starts: &[u32], chunk_keys: u3
     (work, merges, num_slots)
 }
 
+/// Work items, merge items and partial-slot count of a balanced plan
+/// (`heuristics::mla_balanced`): the sequences' stages (keys `starts[b] ..
+/// seq_lens[b]`, in order) cut into `lanes` runs of about equal stages,
+/// run `l` ending at stage `⌈(l + 1) · total / lanes⌉` of them all (so no
+/// run's rounding adds to the next), no piece shorter than `min_stages`
+/// where the sequence is longer (a cut that would leave one moves to the
+/// sequence's end or the run's next sequence). A sequence cut into pieces
+/// is merged as a split one (a slot a piece). The items go longest first:
+/// the hardware hands each next block to the first SM free, so the short
+/// pieces fill the tail that whole sequences would leave (docs/perf.md,
+/// "MLA balanced pieces").
+pub(crate) fn balanced_work(seq_lens: &[u32], starts: &[u32], lanes: u32, keys_per_stage: u32, min_stages: u32) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
+    let kps = keys_per_stage.max(1) as u64;
+    let lanes = lanes.max(1) as u64;
+    let min = min_stages.max(1) as u64;
+    let stages: Vec<u64> = seq_lens.iter().zip(starts).map(|(&l, &f)| (l.saturating_sub(f) as u64).div_ceil(kps)).collect();
+    let total: u64 = stages.iter().sum();
+    // The pieces: (sequence, first stage, end stage), in sequence order.
+    let mut pieces: Vec<(usize, u64, u64)> = Vec::with_capacity(seq_lens.len() + lanes as usize);
+    let (mut b, mut pos, mut done) = (0usize, 0u64, 0u64);
+    for l in 0..lanes {
+        let last = l + 1 == lanes;
+        let end = ((l + 1) * total).div_ceil(lanes);
+        while b < stages.len() && (last || done < end) {
+            let left = stages[b] - pos;
+            let room = if last { left } else { end - done };
+            let mut take = left.min(room);
+            if take < left && left - take < min {
+                take = left;
+            } else if take < left && take < min {
+                break;
+            }
+            if take > 0 {
+                pieces.push((b, pos, pos + take));
+            }
+            (pos, done) = (pos + take, done + take);
+            if pos == stages[b] {
+                (b, pos) = (b + 1, 0);
+            }
+        }
+    }
+    let mut count = vec![0u32; seq_lens.len()];
+    for &(b, _, _) in &pieces {
+        count[b] += 1;
+    }
+    let mut merges = Vec::new();
+    let mut next_slot = vec![DIRECT_OUTPUT; seq_lens.len()];
+    let mut num_slots = 0u32;
+    for (b, &n) in count.iter().enumerate() {
+        if n > 1 {
+            merges.push(MergeItem { batch: b as u32, first_slot: num_slots, num_slots: n, _pad: 0 });
+            next_slot[b] = num_slots;
+            num_slots += n;
+        }
+    }
+    let mut work: Vec<WorkItem> = pieces
+        .iter()
+        .map(|&(b, s0, s1)| {
+            let first = starts[b] as u64;
+            let kv_end = (first + s1 * kps).min(seq_lens[b] as u64) as u32;
+            let partial_slot = next_slot[b];
+            if partial_slot != DIRECT_OUTPUT {
+                next_slot[b] += 1;
+            }
+            WorkItem { batch: b as u32, kv_start: (first + s0 * kps) as u32, kv_end, partial_slot }
+        })
+        .collect();
+    work.sort_by_key(|w| std::cmp::Reverse(w.kv_end - w.kv_start));
+    (work, merges, num_slots)
+}
+
 /// `(length, chunks per sequence)` when every sequence of `seq_lens` has
 /// the same length and `work` / `merges` are item for item what a capacity
 /// plan's blocks derive at that length (`decode_attn_abi::capacity_work_item`,

@@ -64,6 +64,11 @@ pub struct Case {
 /// every latent format. A case of at most 16 rows runs on both kernels: the transposed (`…/transposed`) and the 64-row one
 /// (`…/64-row`); the `t-…` cases are the transposed kernel's edges (1,
 /// 15 and 16 rows, one stage per warpgroup or an odd count).
+/// `n` ragged lengths of at most `most` keys (down to four fifths of it).
+pub fn balanced_lens(n: u32, most: u32) -> Vec<u32> {
+    (0..n).map(|b| most - (b * 7919 + 13) % (most / 5)).collect()
+}
+
 #[allow(dead_code)] // the fuzzer makes its own (`fuzz --mla`)
 pub fn cases() -> Vec<Case> {
     use Distribution::{HeavyTailed as Heavy, Normal};
@@ -102,6 +107,12 @@ pub fn cases() -> Vec<Case> {
     add("capacity", 128, 1, vec![3000, 5, 1], Auto, Contiguous, true, Normal);
     add("capacity", 16, 2, vec![2500, 70], ChunkKeys(512), Paged(64), true, Heavy);
     add("capacity", 16, 1, vec![100], Never, Padded, true, Normal);
+    // Balanced pieces (`heuristics::mla_balanced`): more blocks than a
+    // wave, sequences cut between runs of an equal share and merged
+    // (`tests/plan.rs` checks these lengths plan so).
+    add("balanced", 64, 1, balanced_lens(150, 700), Auto, Contiguous, false, Heavy);
+    add("balanced", 128, 1, balanced_lens(67, 800), Auto, Paged(64), false, Normal);
+    add("balanced", 64, 2, balanced_lens(70, 1000), Auto, Padded, false, Heavy);
     add("t-one-row", 1, 1, vec![70, 1], Never, Contiguous, false, Heavy);
     add("t-rows15", 5, 3, vec![200, 64, 3], ChunkKeys(64), Contiguous, false, Normal);
     add("t-rows16", 8, 2, vec![3000, 129], Auto, Paged(64), false, Heavy);
