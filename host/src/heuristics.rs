@@ -376,6 +376,12 @@ pub fn auto_chunk_keys(seq_lens: &[u32], blocks_per_len: u64, keys_per_stage: u3
     }
 }
 
+/// The fewest stages of an MLA block's part of a sequence longer than
+/// that (a split chunk, [`mla_chunk_keys`], or a balanced piece,
+/// `work::balanced_work`): an MLA block's two warpgroups take a stage
+/// each, so a one-stage part leaves one idle.
+pub const MLA_MIN_PIECE_STAGES: u32 = 2;
+
 /// The MLA family's `Auto` chunk: `auto`'s ([`auto_chunk_keys`]), or
 /// longer where it would be fewer stages than the sequence's row chunks
 /// (two at least) or make more blocks than 128 (chunks × `row_chunks`),
@@ -396,7 +402,7 @@ pub fn mla_chunk_keys(auto: u32, longest: u32, keys_per_stage: u32, row_chunks: 
     let row_chunks = row_chunks.max(1) as u64;
     let stages = longest.div_ceil(keys_per_stage) as u64;
     let most_chunks = (MOST_BLOCKS / row_chunks).max(1);
-    let least_stages = stages.div_ceil(most_chunks).max(2).max(row_chunks);
+    let least_stages = stages.div_ceil(most_chunks).max(MLA_MIN_PIECE_STAGES as u64).max(row_chunks);
     let chunks = stages.div_ceil(least_stages);
     let floor = stages.div_ceil(chunks).saturating_mul(keys_per_stage as u64);
     if floor >= longest as u64 {
@@ -424,12 +430,6 @@ pub fn mla_row_cluster(family: Family, transposed: bool, row_chunks: u32, max_cl
         0
     }
 }
-
-/// The fewest stages of a balanced plan's piece of a sequence longer than
-/// that (`work::balanced_work`): an MLA block's two warpgroups take a
-/// stage each, so a one-stage piece leaves one idle (as `mla_chunk_keys`'
-/// two stages at least).
-pub const MLA_MIN_PIECE_STAGES: u32 = 2;
 
 /// Runs of a balanced MLA plan (`work::balanced_work`): one a slot of
 /// `row_chunks` blocks of a `wave`.

@@ -792,6 +792,22 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
 pub use crate::shape::check_block_table;
 
 
+/// An MLA plan's balanced pieces (`work::balanced_work`) where
+/// `heuristics::mla_balanced` takes them over `whole` (a work item a
+/// sequence, longest first), else `whole`: the work, merges and slots.
+fn mla_balanced_or(whole: (Vec<WorkItem>, Vec<MergeItem>, u32), seq_lens: &[u32], starts: &[u32], row_chunks: u32, wave: u64, keys_per_stage: u32, overhead_stages: u32) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
+    let runs = heuristics::mla_balanced_runs(row_chunks, wave);
+    let pieces = balanced_work(seq_lens, starts, runs, keys_per_stage, heuristics::MLA_MIN_PIECE_STAGES);
+    let stages = |w: &WorkItem| (w.kv_end - w.kv_start).div_ceil(keys_per_stage);
+    let whole_stages: Vec<u32> = whole.0.iter().map(stages).collect();
+    let piece_stages: Vec<(u32, bool)> = pieces.0.iter().map(|w| (stages(w), w.partial_slot != decode_attn_abi::DIRECT_OUTPUT)).collect();
+    if heuristics::mla_balanced(&whole_stages, &piece_stages, row_chunks, wave, overhead_stages) {
+        pieces
+    } else {
+        whole
+    }
+}
+
 /// The plan of `seq_lens` (`lens_param`: what errors about them name, the
 /// caller's `seq_lens` or, for a capacity plan, `max_seq_len`).
 #[allow(clippy::too_many_arguments)]
@@ -1045,24 +1061,16 @@ fn make_plan_for(
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
         (cluster_work(seq_lens, chunk_keys, cluster), Vec::new(), 0)
     } else {
-        let plain = global_merge_work(seq_lens, &ranges.starts, chunk_keys, total_items as usize);
+        let whole = global_merge_work(seq_lens, &ranges.starts, chunk_keys, total_items as usize);
         // Balanced pieces: plans of host lengths whose automatic split left
         // every sequence whole, on the 64-row MLA kernel.
         if family == Family::Mla && !transposed && opts.split == SplitPolicy::Auto && chunk_keys == u32::MAX && lens_param != "max_seq_len" {
             let wave = dev.sm_count as u64 * heuristics::useful_blocks_per_sm(format, family, warps_m, warps_m * warps_k, blocks_per_sm, shape.is_paged(), &dev.tuning) as u64;
-            let runs = heuristics::mla_balanced_runs(row_chunks, wave);
-            let balanced = balanced_work(seq_lens, &ranges.starts, runs, tile.keys_per_stage, heuristics::MLA_MIN_PIECE_STAGES);
-            let stages = |w: &WorkItem| (w.kv_end - w.kv_start).div_ceil(tile.keys_per_stage);
-            let whole: Vec<u32> = plain.0.iter().map(stages).collect();
-            let pieces: Vec<(u32, bool)> = balanced.0.iter().map(|w| (stages(w), w.partial_slot != decode_attn_abi::DIRECT_OUTPUT)).collect();
-            if heuristics::mla_balanced(&whole, &pieces, row_chunks, wave, dev.tuning.split_overhead_stages) {
-                ensure_work_items(balanced.0.len() as u64, shape, lens_param, "(balanced pieces)")?;
-                balanced
-            } else {
-                plain
-            }
+            let work = mla_balanced_or(whole, seq_lens, &ranges.starts, row_chunks, wave, tile.keys_per_stage, dev.tuning.split_overhead_stages);
+            ensure_work_items(work.0.len() as u64, shape, lens_param, "(balanced pieces)")?;
+            work
         } else {
-            plain
+            whole
         }
     };
     let layout = workspace_layout(work.len(), seq_lens.len(), block_table.len(), row_chunks, num_slots, shape)

@@ -131,26 +131,7 @@ pub fn decode_attention_with(
             }
         }
     }
-    let total: u64 = jobs.iter().map(|j| seq_lens[j.0] as u64).sum();
-    let per_thread = total.div_ceil(threads.max(1) as u64).max(1);
-    std::thread::scope(|s| {
-        let mut rest = jobs.as_mut_slice();
-        while !rest.is_empty() {
-            let (mut take, mut cost) = (0, 0u64);
-            while take < rest.len() && cost < per_thread {
-                cost += seq_lens[rest[take].0] as u64;
-                take += 1;
-            }
-            let (mine, tail) = rest.split_at_mut(take);
-            rest = tail;
-            s.spawn(move || {
-                let mut logits = Vec::new();
-                for (b, i, h, out) in mine.iter_mut() {
-                    row(shape, heads, seq_lens[*b] as usize, *b, *i, *h, q, k, v, &mut logits, out);
-                }
-            });
-        }
-    });
+    on_threads(&mut jobs, threads, |j| seq_lens[j.0] as u64, |(b, i, h, out), logits| row(shape, heads, seq_lens[*b] as usize, *b, *i, *h, q, k, v, logits, out));
     // A computed row that is not finite is a failure of the inputs (a NaN
     // in Q, K or V, a sum past f64), never a row to skip.
     let row_elems = rows_per_seq * d;
@@ -318,59 +299,58 @@ pub fn latent_attention(shape: &LatentShape, seq_lens: &[u32], q: &[f32], rows: 
     let (dq, dv) = (shape.dims.qk as usize, shape.dims.v as usize);
     let (hq, ql, cap) = (shape.num_q_heads as usize, shape.q_len as usize, shape.max_seq_len as usize);
     let scale = shape.scale as f64;
-    let per_seq = ql * hq * dv;
-    let mut out = vec![0.0f64; shape.batch as usize * per_seq];
-    // Sequence `b` into its part of `out`.
-    let sequence = |b: usize, out: &mut [f64]| -> Result<()> {
-        let seq = &rows[b * cap * dq..][..cap * dq];
-        let mut logits = Vec::new();
-        for i in 0..ql {
-            let keys = seq_lens[b] as usize - ql + i + 1;
-            for h in 0..hq {
-                let at = (b * ql + i) * hq + h;
-                let qrow = &q[at * dq..][..dq];
-                logits.clear();
-                logits.extend(seq.chunks(dq).take(keys).map(|k| scale * qrow.iter().zip(k).map(|(&a, &x)| a as f64 * x as f64).sum::<f64>()));
-                let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-                let o = &mut out[(i * hq + h) * dv..][..dv];
-                let mut denom = 0.0;
-                for (row, &s) in seq.chunks(dq).zip(&logits) {
-                    let p = (s - max).exp();
-                    denom += p;
-                    o.iter_mut().zip(&row[..dv]).for_each(|(o, &x)| *o += p * x as f64);
-                }
-                o.iter_mut().for_each(|o| *o /= denom);
-                if let Some(d) = o.iter().position(|x| !x.is_finite()) {
-                    return Err(Error::invalid(format!("reference row (sequence {b}, new token {i}, query head {h})"), "finite attention (finite Q and rows)", o[d]));
-                }
-            }
+    let mut out = vec![f64::NAN; shape.batch as usize * ql * hq * dv];
+    // Each output row (sequence, token, head) is its own slice: to the
+    // CPU's threads, balanced by the keys each row visits.
+    let mut jobs: Vec<(usize, usize, usize, &mut [f64])> = out.chunks_mut(dv).enumerate().map(|(at, o)| (at / (ql * hq), at / hq % ql, at % hq, o)).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    on_threads(&mut jobs, threads, |j| seq_lens[j.0] as u64, |(b, i, h, o), logits| {
+        let seq = &rows[*b * cap * dq..][..cap * dq];
+        let keys = seq_lens[*b] as usize - ql + *i + 1;
+        let qrow = &q[((*b * ql + *i) * hq + *h) * dq..][..dq];
+        logits.clear();
+        logits.extend(seq.chunks(dq).take(keys).map(|k| scale * qrow.iter().zip(k).map(|(&a, &x)| a as f64 * x as f64).sum::<f64>()));
+        let max = logits.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        o.fill(0.0);
+        let mut denom = 0.0;
+        for (row, &s) in seq.chunks(dq).zip(logits.iter()) {
+            let p = (s - max).exp();
+            denom += p;
+            o.iter_mut().zip(&row[..dv]).for_each(|(o, &x)| *o += p * x as f64);
         }
-        Ok(())
-    };
-    // The sequences spread over the CPU's threads, balanced by their keys
-    // (each output is one thread's whole computation: the same bits on any
-    // thread count).
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(seq_lens.len()).max(1);
-    let total: u64 = seq_lens.iter().map(|&l| l as u64 + 1).sum();
-    let per_thread = total.div_ceil(threads as u64).max(1);
-    std::thread::scope(|s| {
-        let mut handles = Vec::new();
-        let (mut rest, mut first) = (&mut out[..], 0usize);
-        while first < seq_lens.len() {
-            let (mut end, mut keys) = (first, 0u64);
-            while end < seq_lens.len() && (end == first || keys + seq_lens[end] as u64 + 1 <= per_thread) {
-                keys += seq_lens[end] as u64 + 1;
-                end += 1;
-            }
-            let (part, tail) = std::mem::take(&mut rest).split_at_mut((end - first) * per_seq);
-            rest = tail;
-            let sequence = &sequence;
-            handles.push(s.spawn(move || (first..end).zip(part.chunks_mut(per_seq.max(1))).try_for_each(|(b, o)| sequence(b, o))));
-            first = end;
-        }
-        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err(Error::invalid("reference thread", "no panic", "a panic"))))
-    })?;
+        o.iter_mut().for_each(|o| *o /= denom);
+    });
+    if let Some(at) = out.iter().position(|x| !x.is_finite()) {
+        let r = at / dv;
+        let (b, i, h) = (r / (ql * hq), r / hq % ql, r % hq);
+        return Err(Error::invalid(format!("reference row (sequence {b}, new token {i}, query head {h})"), "finite attention (finite Q and rows)", out[at]));
+    }
     Ok(out)
+}
+
+/// Runs `work` on every job on up to `threads` scoped threads, the jobs
+/// handed out in order, about an equal `cost` a thread; each thread's
+/// `work` gets one scratch vector for its jobs.
+fn on_threads<J: Send>(jobs: &mut [J], threads: usize, cost: impl Fn(&J) -> u64, work: impl Fn(&mut J, &mut Vec<f64>) + Sync) {
+    let total: u64 = jobs.iter().map(&cost).sum();
+    let per_thread = total.div_ceil(threads.max(1) as u64).max(1);
+    std::thread::scope(|s| {
+        let mut rest = jobs;
+        while !rest.is_empty() {
+            let (mut take, mut spent) = (0, 0u64);
+            while take < rest.len() && spent < per_thread {
+                spent += cost(&rest[take]);
+                take += 1;
+            }
+            let (mine, tail) = rest.split_at_mut(take);
+            rest = tail;
+            let work = &work;
+            s.spawn(move || {
+                let mut scratch = Vec::new();
+                mine.iter_mut().for_each(|j| work(j, &mut scratch));
+            });
+        }
+    });
 }
 
 /// How far an output is from the reference.

@@ -121,8 +121,8 @@ pub(crate) fn global_merge_work(seq_lens: &[u32], starts: &[u32], chunk_keys: u3
 
 /// Work items, merge items and partial-slot count of a balanced plan
 /// (`heuristics::mla_balanced`): the sequences' stages (keys `starts[b] ..
-/// seq_lens[b]`, in order) cut into `lanes` runs of about equal stages,
-/// run `l` ending at stage `⌈(l + 1) · total / lanes⌉` of them all (so no
+/// seq_lens[b]`, in order) cut into `runs` runs of about equal stages,
+/// run `l` ending at stage `⌈(l + 1) · total / runs⌉` of them all (so no
 /// run's rounding adds to the next), no piece shorter than `min_stages`
 /// where the sequence is longer (a cut that would leave one moves to the
 /// sequence's end or the run's next sequence). A sequence cut into pieces
@@ -130,18 +130,18 @@ pub(crate) fn global_merge_work(seq_lens: &[u32], starts: &[u32], chunk_keys: u3
 /// the hardware hands each next block to the first SM free, so the short
 /// pieces fill the tail that whole sequences would leave (docs/perf.md,
 /// "MLA balanced pieces").
-pub(crate) fn balanced_work(seq_lens: &[u32], starts: &[u32], lanes: u32, keys_per_stage: u32, min_stages: u32) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
+pub(crate) fn balanced_work(seq_lens: &[u32], starts: &[u32], runs: u32, keys_per_stage: u32, min_stages: u32) -> (Vec<WorkItem>, Vec<MergeItem>, u32) {
     let kps = keys_per_stage.max(1) as u64;
-    let lanes = lanes.max(1) as u64;
+    let runs = runs.max(1) as u64;
     let min = min_stages.max(1) as u64;
     let stages: Vec<u64> = seq_lens.iter().zip(starts).map(|(&l, &f)| (l.saturating_sub(f) as u64).div_ceil(kps)).collect();
     let total: u64 = stages.iter().sum();
     // The pieces: (sequence, first stage, end stage), in sequence order.
-    let mut pieces: Vec<(usize, u64, u64)> = Vec::with_capacity(seq_lens.len() + lanes as usize);
+    let mut pieces: Vec<(usize, u64, u64)> = Vec::with_capacity(seq_lens.len() + runs as usize);
     let (mut b, mut pos, mut done) = (0usize, 0u64, 0u64);
-    for l in 0..lanes {
-        let last = l + 1 == lanes;
-        let end = ((l + 1) * total).div_ceil(lanes);
+    for l in 0..runs {
+        let last = l + 1 == runs;
+        let end = ((l + 1) * total).div_ceil(runs);
         while b < stages.len() && (last || done < end) {
             let left = stages[b] - pos;
             let room = if last { left } else { end - done };
