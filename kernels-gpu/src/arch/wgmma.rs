@@ -597,8 +597,14 @@ pub unsafe fn mla_pv_regs(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64, f16:
 /// One `m64n16k16` step of the transposed MLA form's scores (A the keys'
 /// tile, B Q's, both K-major from shared memory), into `s0 .. s7`.
 macro_rules! mla_t_score {
-    ($ty:literal, $($ops:literal),+) => {
-        concat!("wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}}}, ", $($ops),+, ", 1, 1, 0, 0;\n")
+    ($ty:literal, $d:expr, $($ops:literal),+) => {
+        concat!("wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " ", $d, ", ", $($ops),+, ", 1, 1, 0, 0;\n")
+    };
+}
+/// The transposed scores' accumulator (`s0 .. s7`).
+macro_rules! t_s {
+    () => {
+        "{{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}}}"
     };
 }
 // The wait for column block `c` of the stage (its barrier `8 c` bytes on)
@@ -606,13 +612,13 @@ macro_rules! mla_t_score {
 // rows × 128 bytes), Q's `128 c` (16 rows × 128 bytes); the fence after
 // the wait as in `mla_block`.
 macro_rules! mla_t_block {
-    ($ty:literal, $label:literal, $bar:literal, $k_at:literal, $q_at:literal, $first:literal) => {
+    ($ty:literal, $d:expr, $label:literal, $bar:literal, $k_at:literal, $q_at:literal, $first:literal) => {
         concat!(
             "add.u32 ba, {bars}, ", $bar, ";\n", $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra ", $label, ";\nwgmma.fence.sync.aligned;\n",
-            "add.u32 kb, kl, ", $k_at, ";\nadd.u32 qb, ql, ", $q_at, ";\nmov.b64 kd, {{kb, kh}};\nmov.b64 qd, {{qb, qh}};\n", mla_t_score!($ty, "kd, qd, ", $first),
-            "add.u32 ka, kb, 2;\nadd.u32 qa, qb, 2;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, "kd, qd, acc"),
-            "add.u32 ka, kb, 4;\nadd.u32 qa, qb, 4;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, "kd, qd, acc"),
-            "add.u32 ka, kb, 6;\nadd.u32 qa, qb, 6;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, "kd, qd, acc"),
+            "add.u32 kb, kl, ", $k_at, ";\nadd.u32 qb, ql, ", $q_at, ";\nmov.b64 kd, {{kb, kh}};\nmov.b64 qd, {{qb, qh}};\n", mla_t_score!($ty, $d, "kd, qd, ", $first),
+            "add.u32 ka, kb, 2;\nadd.u32 qa, qb, 2;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, $d, "kd, qd, acc"),
+            "add.u32 ka, kb, 4;\nadd.u32 qa, qb, 4;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, $d, "kd, qd, acc"),
+            "add.u32 ka, kb, 6;\nadd.u32 qa, qb, 6;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, $d, "kd, qd, acc"),
         )
     };
 }
@@ -627,39 +633,46 @@ macro_rules! mla_t_block {
 /// element `e` is key `16 (warp % 4) + g + 8 ((e / 2) % 2)` of row
 /// `8 (e / 4) + c2 + e % 2` (`g = lane / 4`, `c2 = 2 (lane % 4)`).
 ///
+/// Q and the keys are bf16, or f16 where `f16` (`decode::mla`'s `f16_mma`).
+///
 /// # Safety
 /// As [`mla_scores64`].
 #[allow(named_asm_labels)]
 #[inline(always)]
-pub unsafe fn mla_t_scores(k: u64, q: u64, bars: u32, parity: u32) -> [f32; 8] {
+pub unsafe fn mla_t_scores(k: u64, q: u64, bars: u32, parity: u32, f16: bool) -> [f32; 8] {
     let mut s = [0f32; 8];
-    core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
-            "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
-            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            mla_t_block!("bf16", "T0", "0", "0", "0", "first"),
-            mla_t_block!("bf16", "T1", "8", "512", "128", "acc"),
-            mla_t_block!("bf16", "T2", "16", "1024", "256", "acc"),
-            mla_t_block!("bf16", "T3", "24", "1536", "384", "acc"),
-            mla_t_block!("bf16", "T4", "32", "2048", "512", "acc"),
-            mla_t_block!("bf16", "T5", "40", "2560", "640", "acc"),
-            mla_t_block!("bf16", "T6", "48", "3072", "768", "acc"),
-            mla_t_block!("bf16", "T7", "56", "3584", "896", "acc"),
-            mla_t_block!("bf16", "T8", "64", "4096", "1024", "acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
-        ),
-        q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
-        s0 = out(reg32) s[0],
-        s1 = out(reg32) s[1],
-        s2 = out(reg32) s[2],
-        s3 = out(reg32) s[3],
-        s4 = out(reg32) s[4],
-        s5 = out(reg32) s[5],
-        s6 = out(reg32) s[6],
-        s7 = out(reg32) s[7],
-        options(nostack)
-    );
+    macro_rules! BODY {
+        ($ty:literal) => {
+            core::arch::asm!(
+                concat!(
+                    "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
+                    "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
+                    "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+                    mla_t_block!($ty, t_s!(), "T0", "0", "0", "0", "first"),
+                    mla_t_block!($ty, t_s!(), "T1", "8", "512", "128", "acc"),
+                    mla_t_block!($ty, t_s!(), "T2", "16", "1024", "256", "acc"),
+                    mla_t_block!($ty, t_s!(), "T3", "24", "1536", "384", "acc"),
+                    mla_t_block!($ty, t_s!(), "T4", "32", "2048", "512", "acc"),
+                    mla_t_block!($ty, t_s!(), "T5", "40", "2560", "640", "acc"),
+                    mla_t_block!($ty, t_s!(), "T6", "48", "3072", "768", "acc"),
+                    mla_t_block!($ty, t_s!(), "T7", "56", "3584", "896", "acc"),
+                    mla_t_block!($ty, t_s!(), "T8", "64", "4096", "1024", "acc"),
+                    "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
+                ),
+                q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
+                s0 = out(reg32) s[0],
+                s1 = out(reg32) s[1],
+                s2 = out(reg32) s[2],
+                s3 = out(reg32) s[3],
+                s4 = out(reg32) s[4],
+                s5 = out(reg32) s[5],
+                s6 = out(reg32) s[6],
+                s7 = out(reg32) s[7],
+                options(nostack)
+            )
+        };
+    }
+    with_type!(f16, BODY);
     s
 }
 
@@ -667,10 +680,10 @@ pub unsafe fn mla_t_scores(k: u64, q: u64, bars: u32, parity: u32) -> [f32; 8] {
 /// accumulator list, V's tile `$v` descriptor units on (read transposed:
 /// dims along M), Pᵀ's k16 step `$p` units on.
 macro_rules! mla_t_pv_step {
-    ($d:literal, $v:literal, $p:literal) => {
+    ($ty:literal, $d:literal, $v:literal, $p:literal) => {
         concat!(
             "add.u32 va, vl, ", $v, ";\nadd.u32 pa, pl, ", $p, ";\nmov.b64 vd, {{va, vh}};\nmov.b64 pd, {{pa, ph}};\n",
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 ", $d, ", vd, pd, acc, 1, 1, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " ", $d, ", vd, pd, acc, 1, 1, 1, 0;\n"
         )
     };
 }
@@ -682,49 +695,51 @@ macro_rules! mla_t_pv_step {
 /// each k16 step 16 keys × 128 bytes on), `p` the Pᵀ tile (16 rows × 64
 /// keys, K-major, one swizzled column block; each k16 step 32 bytes on).
 /// `o[j]` is M-tile `j`'s accumulator, laid out as [`mla_t_scores`]'s
-/// (dims for keys).
+/// (dims for keys). P and V are bf16, or f16 where `f16`.
 ///
 /// # Safety
 /// As [`mla_pv`].
 #[inline(always)]
-pub unsafe fn mla_t_pv(o: &mut [[f32; 8]; 8], p: u64, v: u64) {
+pub unsafe fn mla_t_pv(o: &mut [[f32; 8]; 8], p: u64, v: u64, f16: bool) {
+    macro_rules! BODY {
+        ($ty:literal) => {
     core::arch::asm!(
         concat!(
             "{{\n.reg .pred acc;\n.reg .b64 pd, vd;\n.reg .b32 pl, ph, vl, vh, pa, va;\n",
             "mov.b64 {{pl, ph}}, {p};\nmov.b64 {{vl, vh}}, {v};\n",
             "setp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            mla_t_pv_step!("{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "0", "0"),
-            mla_t_pv_step!("{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "128", "2"),
-            mla_t_pv_step!("{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "256", "4"),
-            mla_t_pv_step!("{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "384", "6"),
-            mla_t_pv_step!("{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "512", "0"),
-            mla_t_pv_step!("{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "640", "2"),
-            mla_t_pv_step!("{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "768", "4"),
-            mla_t_pv_step!("{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "896", "6"),
-            mla_t_pv_step!("{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1024", "0"),
-            mla_t_pv_step!("{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1152", "2"),
-            mla_t_pv_step!("{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1280", "4"),
-            mla_t_pv_step!("{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1408", "6"),
-            mla_t_pv_step!("{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1536", "0"),
-            mla_t_pv_step!("{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1664", "2"),
-            mla_t_pv_step!("{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1792", "4"),
-            mla_t_pv_step!("{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1920", "6"),
-            mla_t_pv_step!("{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2048", "0"),
-            mla_t_pv_step!("{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2176", "2"),
-            mla_t_pv_step!("{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2304", "4"),
-            mla_t_pv_step!("{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2432", "6"),
-            mla_t_pv_step!("{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2560", "0"),
-            mla_t_pv_step!("{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2688", "2"),
-            mla_t_pv_step!("{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2816", "4"),
-            mla_t_pv_step!("{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2944", "6"),
-            mla_t_pv_step!("{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3072", "0"),
-            mla_t_pv_step!("{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3200", "2"),
-            mla_t_pv_step!("{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3328", "4"),
-            mla_t_pv_step!("{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3456", "6"),
-            mla_t_pv_step!("{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3584", "0"),
-            mla_t_pv_step!("{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3712", "2"),
-            mla_t_pv_step!("{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3840", "4"),
-            mla_t_pv_step!("{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3968", "6"),
+            mla_t_pv_step!($ty, "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "0", "0"),
+            mla_t_pv_step!($ty, "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "128", "2"),
+            mla_t_pv_step!($ty, "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "256", "4"),
+            mla_t_pv_step!($ty, "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "384", "6"),
+            mla_t_pv_step!($ty, "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "512", "0"),
+            mla_t_pv_step!($ty, "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "640", "2"),
+            mla_t_pv_step!($ty, "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "768", "4"),
+            mla_t_pv_step!($ty, "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "896", "6"),
+            mla_t_pv_step!($ty, "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1024", "0"),
+            mla_t_pv_step!($ty, "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1152", "2"),
+            mla_t_pv_step!($ty, "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1280", "4"),
+            mla_t_pv_step!($ty, "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "1408", "6"),
+            mla_t_pv_step!($ty, "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1536", "0"),
+            mla_t_pv_step!($ty, "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1664", "2"),
+            mla_t_pv_step!($ty, "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1792", "4"),
+            mla_t_pv_step!($ty, "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "1920", "6"),
+            mla_t_pv_step!($ty, "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2048", "0"),
+            mla_t_pv_step!($ty, "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2176", "2"),
+            mla_t_pv_step!($ty, "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2304", "4"),
+            mla_t_pv_step!($ty, "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "2432", "6"),
+            mla_t_pv_step!($ty, "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2560", "0"),
+            mla_t_pv_step!($ty, "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2688", "2"),
+            mla_t_pv_step!($ty, "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2816", "4"),
+            mla_t_pv_step!($ty, "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2944", "6"),
+            mla_t_pv_step!($ty, "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3072", "0"),
+            mla_t_pv_step!($ty, "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3200", "2"),
+            mla_t_pv_step!($ty, "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3328", "4"),
+            mla_t_pv_step!($ty, "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "3456", "6"),
+            mla_t_pv_step!($ty, "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3584", "0"),
+            mla_t_pv_step!($ty, "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3712", "2"),
+            mla_t_pv_step!($ty, "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3840", "4"),
+            mla_t_pv_step!($ty, "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "3968", "6"),
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
         ),
         p = in(reg64) p, v = in(reg64) v, z = in(reg32) 0u32,
@@ -737,5 +752,8 @@ pub unsafe fn mla_t_pv(o: &mut [[f32; 8]; 8], p: u64, v: u64) {
         o48 = inout(reg32) o[6][0], o49 = inout(reg32) o[6][1], o50 = inout(reg32) o[6][2], o51 = inout(reg32) o[6][3], o52 = inout(reg32) o[6][4], o53 = inout(reg32) o[6][5], o54 = inout(reg32) o[6][6], o55 = inout(reg32) o[6][7],
         o56 = inout(reg32) o[7][0], o57 = inout(reg32) o[7][1], o58 = inout(reg32) o[7][2], o59 = inout(reg32) o[7][3], o60 = inout(reg32) o[7][4], o61 = inout(reg32) o[7][5], o62 = inout(reg32) o[7][6], o63 = inout(reg32) o[7][7],
         options(nostack)
-    );
+    )
+        };
+    }
+    with_type!(f16, BODY);
 }

@@ -502,13 +502,13 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
 /// conversion (`cvt.rn.f16x2.e4m3x2`) but a bf16 in four (docs/perf.md,
 /// "MLA fp8 in f16").
 #[inline(always)]
-fn f16_mma<F: KvFormat>() -> bool {
+pub(super) fn f16_mma<F: KvFormat>() -> bool {
     matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead)
 }
 
 /// A bf16 pair times `factor` (a power of two), as an f16 pair.
 #[inline(always)]
-fn scaled_f16x2(x: u32, factor: f32) -> u32 {
+pub(super) fn scaled_f16x2(x: u32, factor: f32) -> u32 {
     let (lo, hi) = unpack_bf16x2(x);
     pack_f16x2(lo * factor, hi * factor)
 }
