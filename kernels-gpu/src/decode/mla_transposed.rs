@@ -65,8 +65,6 @@ const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
 /// The 16-byte chunks of e4m3 latent bytes (512 a key) a thread loads of
 /// an fp8 stage (`fetch_raw`).
 const RAW_CHUNKS: usize = 16;
-/// Chunks of a key's e4m3 latent bytes.
-const KEY_CHUNKS: u32 = decode_attn_abi::DS_MLA_LATENT / 16;
 
 /// `$body` for each chunk `$j` of a thread's fp8 chunks, unrolled: held in
 /// a loop, the chunks' array went to local memory (the loops are past
@@ -355,21 +353,44 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     }
 }
 
+/// Thread `pt`'s (0..128) fp8 chunk `j` (0..16) of a stage: (its key, its
+/// 16-byte chunk of the key's 512 e4m3 latent bytes).
+/// - `Fp8PerHead`: each 8 lanes take one column block's 4 chunks of two
+///   neighbouring keys, so that the conversion's 16-byte stores of 8
+///   lanes (`store_converted`: chunk `2 (c % 4)` or the one after, of an
+///   even and an odd row of the 128-byte swizzle) fall in 8 bank groups;
+///   a warp's key of 32 chunks put them in 4 (2-way conflicts): 9 %
+///   faster (docs/perf.md, "MLA fp8 at 16 heads in f16").
+/// - `Fp8DsMla`: a warp a key (32 chunks), which was 2 % faster there
+///   than the form above: its rows are 656 bytes apart, so that 64-byte
+///   pieces of odd keys take three 32-byte sectors, 512 bytes seventeen.
+#[inline(always)]
+fn raw_chunk(pt: u32, j: u32, ds: bool) -> (u32, u32) {
+    if ds {
+        let i = pt + 128 * j;
+        return (i / 32, i % 32);
+    }
+    let (warp, lane) = (pt / 32, pt % 32);
+    let key = 2 * (warp + 4 * (j / 2)) + (lane / 4) % 2;
+    let block = 2 * (lane / 8) + j % 2;
+    (key, 4 * block + lane % 4)
+}
+
 /// Stage `t`'s e4m3 latent bytes for one warpgroup's thread `pt`
-/// (0..128): 16-byte chunks `pt + 128 j` of the stage's 64 × 512 (a key's
-/// 32 consecutive), and for the first 64 threads key `pt`'s scales (its
-/// one, or `Fp8DsMla`'s four groups'). Keys past the item's end read
-/// nothing: zeros, scale 0.
+/// (0..128): its 16-byte chunks of the stage's 64 × 512 (`raw_chunk`),
+/// and for the first 64 threads key `pt`'s scales (its one, or
+/// `Fp8DsMla`'s four groups'). Keys past the item's end read nothing:
+/// zeros, scale 0.
 #[inline(always)]
 unsafe fn fetch_raw<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> ([[u32; 4]; RAW_CHUNKS], [f32; 4]) {
     let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
     let key0 = item.kv_start + t * MLA_KEYS;
     let mut words = [[0; 4]; RAW_CHUNKS];
     each_chunk!(J => {
-        let i = pt + 128 * J as u32;
-        let key = key0 + i / KEY_CHUNKS;
+        let (k, c) = raw_chunk(pt, J as u32, ds);
+        let key = key0 + k;
         if key < item.kv_end {
-            words[J] = memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + 16 * (i % KEY_CHUNKS) as u64).map(f32::to_bits);
+            words[J] = memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + 16 * c as u64).map(f32::to_bits);
         }
     });
     let key = key0 + pt;
@@ -430,8 +451,7 @@ unsafe fn store_converted(w: [u32; 4], scale: Option<f32>, at: u32, key: u32, fi
 unsafe fn convert_raw<F: KvFormat>(words: &[[u32; 4]; RAW_CHUNKS], rope: &[[u32; 4]; 2], buf: u32, bars: u32, table: u32, pt: u32) {
     let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
     each_chunk!(J => {
-        let i = pt + 128 * J as u32;
-        let (key, c) = (i / KEY_CHUNKS, i % KEY_CHUNKS);
+        let (key, c) = raw_chunk(pt, J as u32, ds);
         // (A chunk is 16 values: a quarter of a column block's 64 dims.)
         let scale = ds.then(|| shared::ld_shared_f32(table + KEY_ENTRY * key + 16 + 4 * ((16 * c) / DS_MLA_GROUP)));
         store_converted(words[J], scale, buf + (c / 4) * BLOCK_BYTES, key, 2 * (c % 4));
