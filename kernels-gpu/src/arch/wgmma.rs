@@ -597,14 +597,8 @@ pub unsafe fn mla_pv_regs(o: &mut [[f32; 4]; 32], a: [[u32; 4]; 4], v: u64, f16:
 /// One `m64n16k16` step of the transposed MLA form's scores (A the keys'
 /// tile, B Q's, both K-major from shared memory), into `s0 .. s7`.
 macro_rules! mla_t_score {
-    ($ty:literal, $d:expr, $($ops:literal),+) => {
-        concat!("wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " ", $d, ", ", $($ops),+, ", 1, 1, 0, 0;\n")
-    };
-}
-/// The transposed scores' accumulator (`s0 .. s7`).
-macro_rules! t_s {
-    () => {
-        "{{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}}}"
+    ($ty:literal, $($ops:literal),+) => {
+        concat!("wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}}}, ", $($ops),+, ", 1, 1, 0, 0;\n")
     };
 }
 // The wait for column block `c` of the stage (its barrier `8 c` bytes on)
@@ -612,13 +606,13 @@ macro_rules! t_s {
 // rows × 128 bytes), Q's `128 c` (16 rows × 128 bytes); the fence after
 // the wait as in `mla_block`.
 macro_rules! mla_t_block {
-    ($ty:literal, $d:expr, $label:literal, $bar:literal, $k_at:literal, $q_at:literal, $first:literal) => {
+    ($ty:literal, $label:literal, $bar:literal, $k_at:literal, $q_at:literal, $first:literal) => {
         concat!(
             "add.u32 ba, {bars}, ", $bar, ";\n", $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [ba], {parity};\n@!ready bra ", $label, ";\nwgmma.fence.sync.aligned;\n",
-            "add.u32 kb, kl, ", $k_at, ";\nadd.u32 qb, ql, ", $q_at, ";\nmov.b64 kd, {{kb, kh}};\nmov.b64 qd, {{qb, qh}};\n", mla_t_score!($ty, $d, "kd, qd, ", $first),
-            "add.u32 ka, kb, 2;\nadd.u32 qa, qb, 2;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, $d, "kd, qd, acc"),
-            "add.u32 ka, kb, 4;\nadd.u32 qa, qb, 4;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, $d, "kd, qd, acc"),
-            "add.u32 ka, kb, 6;\nadd.u32 qa, qb, 6;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, $d, "kd, qd, acc"),
+            "add.u32 kb, kl, ", $k_at, ";\nadd.u32 qb, ql, ", $q_at, ";\nmov.b64 kd, {{kb, kh}};\nmov.b64 qd, {{qb, qh}};\n", mla_t_score!($ty, "kd, qd, ", $first),
+            "add.u32 ka, kb, 2;\nadd.u32 qa, qb, 2;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, "kd, qd, acc"),
+            "add.u32 ka, kb, 4;\nadd.u32 qa, qb, 4;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, "kd, qd, acc"),
+            "add.u32 ka, kb, 6;\nadd.u32 qa, qb, 6;\nmov.b64 kd, {{ka, kh}};\nmov.b64 qd, {{qa, qh}};\n", mla_t_score!($ty, "kd, qd, acc"),
         )
     };
 }
@@ -648,15 +642,15 @@ pub unsafe fn mla_t_scores(k: u64, q: u64, bars: u32, parity: u32, f16: bool) ->
                     "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd, kd;\n.reg .b32 ql, qh, kl, kh, qa, ka, qb, kb, ba;\n",
                     "mov.b64 {{ql, qh}}, {q};\nmov.b64 {{kl, kh}}, {k};\n",
                     "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-                    mla_t_block!($ty, t_s!(), "T0", "0", "0", "0", "first"),
-                    mla_t_block!($ty, t_s!(), "T1", "8", "512", "128", "acc"),
-                    mla_t_block!($ty, t_s!(), "T2", "16", "1024", "256", "acc"),
-                    mla_t_block!($ty, t_s!(), "T3", "24", "1536", "384", "acc"),
-                    mla_t_block!($ty, t_s!(), "T4", "32", "2048", "512", "acc"),
-                    mla_t_block!($ty, t_s!(), "T5", "40", "2560", "640", "acc"),
-                    mla_t_block!($ty, t_s!(), "T6", "48", "3072", "768", "acc"),
-                    mla_t_block!($ty, t_s!(), "T7", "56", "3584", "896", "acc"),
-                    mla_t_block!($ty, t_s!(), "T8", "64", "4096", "1024", "acc"),
+                    mla_t_block!($ty, "T0", "0", "0", "0", "first"),
+                    mla_t_block!($ty, "T1", "8", "512", "128", "acc"),
+                    mla_t_block!($ty, "T2", "16", "1024", "256", "acc"),
+                    mla_t_block!($ty, "T3", "24", "1536", "384", "acc"),
+                    mla_t_block!($ty, "T4", "32", "2048", "512", "acc"),
+                    mla_t_block!($ty, "T5", "40", "2560", "640", "acc"),
+                    mla_t_block!($ty, "T6", "48", "3072", "768", "acc"),
+                    mla_t_block!($ty, "T7", "56", "3584", "896", "acc"),
+                    mla_t_block!($ty, "T8", "64", "4096", "1024", "acc"),
                     "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n}}"
                 ),
                 q = in(reg64) q, k = in(reg64) k, z = in(reg32) 0u32, bars = in(reg32) bars, parity = in(reg32) parity,
