@@ -114,8 +114,8 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     let lses = finals(2);
     let bars = lses + 4 * MLA_T_ROWS;
     let full = |b: u32| bars + 8 * BLOCKS * b;
-    // fp8: a warpgroup's table of its stage's keys (`key_entry`, 32 bytes
-    // a key), then (`Fp8PerHead`) its buffer's barrier of a stage's RoPE
+    // fp8: a warpgroup's table of its stage's keys (`write_key_entry`, 32
+    // bytes a key), then (`Fp8PerHead`) its buffer's barrier of a stage's RoPE
     // bytes (`issue_rope`), then Q's rows' f16 factors and their inverses
     // (`q_to_f16`).
     let key_table = |b: u32| bars + 8 * BLOCKS * 2 + KEY_ENTRY * MLA_KEYS * b;
@@ -195,7 +195,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
                 write_key_entry(key_table(own) + KEY_ENTRY * pt, staged.1, ds);
             }
             // (`Fp8PerHead`'s RoPE bytes read before the barrier: their
-            // bf16 values overwrite them.)
+            // f16 values overwrite them.)
             let rope = if ds { [[0; 4]; 2] } else { read_rope(buf, rope_bar(own), use_count & 1, pt) };
             thread::sync_named(group_bar, 128);
             convert_raw::<F>(&staged.0, &rope, buf, full(own), key_table(own), pt);
