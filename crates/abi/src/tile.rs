@@ -320,9 +320,10 @@ pub const MLA_T_P_BYTES: u32 = MLA_T_ROWS * MLA_KEYS * 2;
 /// (two stages' slots × 4 warps × 16 rows), then its rows' maxima and its
 /// warps' sums at the end (1 + 4 f32 a row), the rows' log-sum-exps, the
 /// two buffers' 9 column-block mbarriers, then (fp8 caches) each
-/// warpgroup's table of its stage's keys (32 bytes a key: the key's scale,
-/// its exponent, its four groups' factors), its mbarrier of a stage's RoPE
-/// bytes, and the Q rows' f16 factors and their inverses.
+/// warpgroup's table of its stage's keys (32 bytes a key: fp8 per token's
+/// scale and its exponent, or fp8-ds-mla's four group scales 16 bytes on),
+/// its mbarrier of a stage's RoPE bytes, and the Q rows' f16 factors and
+/// their inverses.
 pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + 2 * 9 * 8 + 2 * 32 * MLA_KEYS + 2 * 8 + 2 * 4 * MLA_T_ROWS;
 
 /// Dynamic shared memory of a transposed MLA block (`decode::mla_transposed`

@@ -506,6 +506,13 @@ pub(super) fn f16_mma<F: KvFormat>() -> bool {
     matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead)
 }
 
+/// The larger magnitude of a bf16 pair as f32 bits, which compare as
+/// their values (a row's largest for `q_row_scale`).
+#[inline(always)]
+pub(super) fn bf16x2_magnitude(x: u32) -> u32 {
+    ((x & 0x7FFF) << 16).max(x & 0x7FFF_0000)
+}
+
 /// A bf16 pair times `factor` (a power of two), as an f16 pair.
 #[inline(always)]
 pub(super) fn scaled_f16x2(x: u32, factor: f32) -> u32 {
@@ -541,13 +548,11 @@ unsafe fn q_rows_to_f16(q_rope: [[u32; 4]; 2], q_tile: u32, factors: u32, tid: u
         let chunks: [u32; 8] = core::array::from_fn(|j| q_tile + TILE.at(local, lane8 + 8 * j as u32, 0));
         let words = chunks.map(|at| shared::ld_shared_v4_u32(at));
         let rope = q_rope[pass as usize];
-        // (A bf16 pair's magnitudes as f32 bits, which compare as their values.)
-        let magnitude = |x: u32| ((x & 0x7FFF) << 16).max(x & 0x7FFF_0000);
         let mut largest = 0;
         for j in 0..9 {
             let w = if j < 8 { words[j] } else { rope };
             for i in 0..4 {
-                largest = largest.max(magnitude(w[i]));
+                largest = largest.max(bf16x2_magnitude(w[i]));
             }
         }
         let (factor, inverse) = q_row_scale(warp::octet_max(f32::from_bits(largest)));

@@ -51,7 +51,7 @@
 use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_ROPE_AT, DS_MLA_SCALES_AT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use super::mla::{issue_blocks, q_row, row_address, scale_address, scaled_f16x2, stage_sources, BLOCKS, BLOCK_BYTES, QK_DIM, TILE, V_DIM};
+use super::mla::{bf16x2_magnitude, issue_blocks, q_row, row_address, scale_address, scaled_f16x2, stage_sources, BLOCKS, BLOCK_BYTES, QK_DIM, TILE, V_DIM};
 use super::query::q_row_scale;
 use crate::arch::math::{ex2, f16x4_from_e4m3x4, pack_bf16x2, pack_f16x2};
 use crate::arch::wgmma::{descriptor, mla_t_pv, mla_t_scores};
@@ -406,7 +406,10 @@ unsafe fn fetch_raw<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &Wor
     (words, scales)
 }
 
-/// Bytes of a key's entry in a warpgroup's key table (`write_key_entry`).
+/// Bytes of a key's entry in a warpgroup's key table (`write_key_entry`):
+/// 32, `Fp8DsMla`'s scales in its second half. (16 bytes, its scales at
+/// the start, were 2.5 % slower for `Fp8DsMla` in one call, the same
+/// instructions at other addresses: kept as measured.)
 const KEY_ENTRY: u32 = 32;
 
 /// A key's entry at `at` from its scales (`fetch_raw`): `Fp8PerHead`'s
@@ -481,12 +484,10 @@ unsafe fn q_to_f16(q_tile: u32, factors: u32, tid: u32) {
     let at = |j: u32| q_tile + TILE16.at(row, lane16 + 16 * j, 0);
     let live = |j: u32| lane16 + 16 * j < chunks;
     let words: [[u32; 4]; 5] = core::array::from_fn(|j| if live(j as u32) { shared::ld_shared_v4_u32(at(j as u32)) } else { [0; 4] });
-    // (A bf16 pair's magnitudes as f32 bits, which compare as their values.)
-    let magnitude = |x: u32| ((x & 0x7FFF) << 16).max(x & 0x7FFF_0000);
     let mut largest = 0;
     for w in words.iter() {
         for &x in w.iter() {
-            largest = largest.max(magnitude(x));
+            largest = largest.max(bf16x2_magnitude(x));
         }
     }
     // (The 16 lanes' maximum: the octet's, then the other octet's.)
