@@ -326,11 +326,31 @@ pub const MLA_T_P_BYTES: u32 = MLA_T_ROWS * MLA_KEYS * 2;
 /// their inverses.
 pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + 2 * 9 * 8 + 2 * 32 * MLA_KEYS + 2 * 8 + 2 * 4 * MLA_T_ROWS;
 
-/// Dynamic shared memory of a transposed MLA block (`decode::mla_transposed`
-/// lays it out in this order): the two stage buffers, the Q tile, the two
-/// P tiles, the exchange, then [`ITEM_SMEM_BYTES`].
+/// Slots of the transposed form's ring of raw fp8 stages
+/// (`decode::mla_t_ring`, fp8 a scale per token): 64 keys' e4m3 rows
+/// each, as the cache holds them.
+pub const MLA_T_RING_SLOTS: u32 = 5;
+/// Bytes from one key's row to the next in a ring slot: its 576 e4m3
+/// bytes, its f32 scale at byte 576, padding to 608 (152 words ≡ 24 mod
+/// 32 banks, so that the scores' 16-byte loads of keys two apart and the
+/// P·V's 4-byte loads of four consecutive keys are free of bank conflicts).
+pub const MLA_T_RING_ROW: u32 = 608;
+/// Bytes of one ring slot (64 keys).
+pub const MLA_T_RING_SLOT_BYTES: u32 = MLA_KEYS * MLA_T_RING_ROW;
+/// Bytes of the ring form's exchange: the stage maxima, rows' maxima and
+/// sums and log-sum-exps as [`MLA_T_EXCHANGE_BYTES`], the slots'
+/// mbarriers, the Q rows' f16 factors and their inverses.
+pub const MLA_T_RING_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + MLA_T_RING_SLOTS * 8 + 2 * 4 * MLA_T_ROWS;
+
+/// Dynamic shared memory of a transposed MLA block: the larger of its two
+/// layouts, then [`ITEM_SMEM_BYTES`]. `decode::mla_transposed` (bf16,
+/// fp8-ds-mla): the two stage buffers, the Q tile, the two P tiles, the
+/// exchange; `decode::mla_t_ring` (fp8 a scale per token): the Q tile,
+/// the two P tiles, the ring's slots, its exchange.
 pub const fn mla_transposed_smem_bytes() -> u32 {
-    (MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES).next_multiple_of(16) + ITEM_SMEM_BYTES
+    let buffers = MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES;
+    let ring = MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES + MLA_T_RING_EXCHANGE_BYTES;
+    (if ring > buffers { ring } else { buffers }).next_multiple_of(16) + ITEM_SMEM_BYTES
 }
 
 /// Bytes at the end of an attention block's shared memory where it keeps

@@ -751,3 +751,197 @@ pub unsafe fn mla_t_pv(o: &mut [[f32; 8]; 8], p: u64, v: u64, f16: bool) {
     }
     with_type!(f16, BODY);
 }
+
+/// Two raw e4m3 keys' 16-byte chunks (`$x0 .. $x3` key `g`'s, `$x4 ..
+/// $x7` key `g + 8`'s) of a J block of [`mla_t_scores_e4m3`], `$o0` and
+/// `$o1` bytes past the thread's first key.
+macro_rules! t_e4m3_load {
+    ($x:literal, $o0:literal, $o1:literal) => {
+        concat!(
+            "ld.shared.v4.b32 {{", $x, "0, ", $x, "1, ", $x, "2, ", $x, "3}}, [kp+", $o0, "];\n",
+            "ld.shared.v4.b32 {{", $x, "4, ", $x, "5, ", $x, "6, ", $x, "7}}, [kp+", $o1, "];\n"
+        )
+    };
+}
+/// Step `$s`'s A fragment `$a0 .. $a3` from words `$s` (key `g`) and `$s4`
+/// (key `g + 8`) of the raw set `$x`: each word's low e4m3 pair the
+/// fragment's first two dims, its high pair the two eight on.
+macro_rules! t_e4m3_a {
+    ($x:literal, $s:literal, $s4:literal, $a:literal) => {
+        concat!(
+            "mov.b32 {{hl, hh}}, ", $x, $s, ";\ncvt.rn.f16x2.e4m3x2 ", $a, "0, hl;\ncvt.rn.f16x2.e4m3x2 ", $a, "2, hh;\n",
+            "mov.b32 {{hl, hh}}, ", $x, $s4, ";\ncvt.rn.f16x2.e4m3x2 ", $a, "1, hl;\ncvt.rn.f16x2.e4m3x2 ", $a, "3, hh;\n"
+        )
+    };
+}
+/// One `m64n16k16` score step with A from registers `$a0 .. $a3`, Q's
+/// step `$q` descriptor units on.
+macro_rules! t_e4m3_mma {
+    ($a:literal, $q:literal, $pred:literal) => {
+        concat!(
+            "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}}}, {{",
+            $a, "0, ", $a, "1, ", $a, "2, ", $a, "3}}, qd, ", $pred, ", 1, 1, 0;\n"
+        )
+    };
+}
+/// A J block (64 dims, four k16 steps) of [`mla_t_scores_e4m3`]: the raw
+/// set `$x` converted into the A sets `$a0 .. $a3`, the four MMAs
+/// committed as a group, then the wait for the group before (whose A
+/// registers the next block rewrites).
+macro_rules! t_e4m3_j {
+    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal) => {
+        concat!(
+            t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
+            "wgmma.fence.sync.aligned;\n",
+            t_e4m3_mma!($a0, $q0, $first), t_e4m3_mma!($a1, $q1, "acc"), t_e4m3_mma!($a2, $q2, "acc"), t_e4m3_mma!($a3, $q3, "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+        )
+    };
+}
+
+/// `Sᵀ = K·Qᵀ` of the transposed form's ring kernel (`decode::mla_t_ring`,
+/// fp8 a scale per token) for one stage's 64 keys, the keys' e4m3 bytes
+/// read from their ring slot and converted into `wgmma`'s A registers (f16,
+/// exactly): 36 `m64n16k16` steps in 9 groups of four, a group's bytes
+/// loaded and converted while the group before runs.
+///
+/// The contraction's order is the Q tile's: the thread's A fragment of
+/// step `4 J + s` (dims `2c, 2c + 1, 2c + 8, 2c + 9`, `c = lane % 4`) is
+/// bytes `64 J + 16 c + 4 s ..+4` of its keys' rows, so `k` is the
+/// thread's first key's row plus `16 c`, its second key's row
+/// `MLA_T_RING_ROW` (608) bytes on; Q's tile holds its dims in that order
+/// (`mla_t_ring::q_to_f16_permuted`). The stage is waited for on the
+/// mbarrier at `bar` (phase `parity`). Returns the accumulator as
+/// [`mla_t_scores`]'s, its M rows the thread's two keys.
+///
+/// # Safety
+/// As [`mla_scores64`]; `k .. k + 608 + 576` in the block's shared memory.
+#[allow(named_asm_labels)]
+#[inline(always)]
+pub unsafe fn mla_t_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 8] {
+    let mut s = [0f32; 8];
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n",
+            ".reg .b32 ql, qh, qa, kp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
+            "mov.b32 kp, {k};\nmov.b64 {{ql, qh}}, {q};\n",
+            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
+            "R0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra R0;\nwgmma.fence.sync.aligned;\n",
+            t_e4m3_load!("xa", "0", "608"),
+            t_e4m3_load!("xb", "64", "672"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
+            t_e4m3_load!("xa", "128", "736"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc"),
+            t_e4m3_load!("xb", "192", "800"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "acc"),
+            t_e4m3_load!("xa", "256", "864"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc"),
+            t_e4m3_load!("xb", "320", "928"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "acc"),
+            t_e4m3_load!("xa", "384", "992"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc"),
+            t_e4m3_load!("xb", "448", "1056"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "acc"),
+            t_e4m3_load!("xa", "512", "1120"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc"),
+            t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["1024", "1026", "1028", "1030"], "acc"),
+            "wgmma.wait_group.sync.aligned 0;\n}}"
+        ),
+        k = in(reg32) k, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
+        s0 = out(reg32) s[0],
+        s1 = out(reg32) s[1],
+        s2 = out(reg32) s[2],
+        s3 = out(reg32) s[3],
+        s4 = out(reg32) s[4],
+        s5 = out(reg32) s[5],
+        s6 = out(reg32) s[6],
+        s7 = out(reg32) s[7],
+        options(nostack)
+    );
+    s
+}
+
+/// The four words (4 e4m3 dims each) of one k16 step's keys `c`, `c + 4`,
+/// `c + 8`, `c + 12` for one M-tile pair of [`mla_t_pv_e4m3`], `$o0 ..
+/// $o3` bytes past the thread's first.
+macro_rules! t_pv_load {
+    ($w:literal, $o0:literal, $o1:literal, $o2:literal, $o3:literal) => {
+        concat!(
+            "ld.shared.b32 ", $w, "0, [vp+", $o0, "];\nld.shared.b32 ", $w, "1, [vp+", $o1, "];\n",
+            "ld.shared.b32 ", $w, "2, [vp+", $o2, "];\nld.shared.b32 ", $w, "3, [vp+", $o3, "];\n"
+        )
+    };
+}
+/// The e4m3 pair of byte `lo` of two words (`prmt` selector `$sel`:
+/// bytes `b` of `$w0` and `$w1`, then bytes `b + 1`) as the f16 pairs `$lo`
+/// (dim `b`) and `$hi` (dim `b + 1`).
+macro_rules! t_pv_pair {
+    ($w0:expr, $w1:expr, $sel:literal, $lo:expr, $hi:expr) => {
+        concat!("prmt.b32 pr, ", $w0, ", ", $w1, ", ", $sel, ";\nmov.b32 {{hl, hh}}, pr;\ncvt.rn.f16x2.e4m3x2 ", $lo, ", hl;\ncvt.rn.f16x2.e4m3x2 ", $hi, ", hh;\n")
+    };
+}
+/// An M-tile pair and k16 step of [`mla_t_pv_e4m3`]: the words `$w0 ..
+/// $w3` as the A fragments `$t` (the pair's first M-tile: the words'
+/// bytes 0, 1) and `$u` (bytes 2, 3), the two MMAs against Pᵀ's step `$p`
+/// descriptor units on, committed as a group, then the wait for the group
+/// before.
+macro_rules! t_pv_j {
+    ($w:literal, $t:literal, $u:literal, $d0:literal, $d1:literal, $p:literal) => {
+        concat!(
+            t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x5140", concat!($t, "0"), concat!($t, "1")),
+            t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x5140", concat!($t, "2"), concat!($t, "3")),
+            t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x7362", concat!($u, "0"), concat!($u, "1")),
+            t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x7362", concat!($u, "2"), concat!($u, "3")),
+            "wgmma.fence.sync.aligned;\nadd.u32 pa, pl, ", $p, ";\nmov.b64 pd, {{pa, ph}};\n",
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 ", $d0, ", {{", $t, "0, ", $t, "1, ", $t, "2, ", $t, "3}}, pd, acc, 1, 1, 0;\n",
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 ", $d1, ", {{", $u, "0, ", $u, "1, ", $u, "2, ", $u, "3}}, pd, acc, 1, 1, 0;\n",
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+        )
+    };
+}
+
+/// `Oᵀ += Vᵀ·Pᵀ` of the transposed form's ring kernel for one stage: Vᵀ's
+/// fragments from the keys' e4m3 bytes in their ring slot, converted in
+/// registers (f16, exactly), 32 `m64n16k16` steps in 16 groups of an
+/// M-tile pair and a k16 step. The thread (warp `w` of its warpgroup, `g =
+/// lane / 4`, `c = lane % 4`) reads 4 bytes a key at `v` = its step's key
+/// `c` row + `32 w + 4 g` (`+ 128 i` for the pair `i`): M-tile `2 i + t`'s
+/// rows `g`, `g + 8` are dims `128 i + 32 w + 4 g + 2 t` and one on, and
+/// a k16 step's K columns `2c, 2c + 1, 2c + 8, 2c + 9` are its keys `c`,
+/// `c + 4`, `c + 8`, `c + 12`: Pᵀ's tile (`p`, as [`mla_t_pv`]'s) holds its
+/// keys in that order, and O's dims come out in this one
+/// (`mla_t_ring::ring_dim`). P is f16.
+///
+/// # Safety
+/// As [`mla_pv`]; the stage's slot in the block's shared memory.
+#[inline(always)]
+pub unsafe fn mla_t_pv_e4m3(o: &mut [[f32; 8]; 8], p: u64, v: u32) {
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
+            ".reg .b32 pl, ph, pa, vp, pr, wa<4>, wb<4>, ta<4>, tb<4>, ua<4>, ub<4>;\n",
+            "mov.b32 vp, {v};\nmov.b64 {{pl, ph}}, {p};\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+            t_pv_load!("wa", "0", "2432", "4864", "7296"),
+            t_pv_load!("wb", "128", "2560", "4992", "7424"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "0"),
+            t_pv_load!("wa", "256", "2688", "5120", "7552"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "0"),
+            t_pv_load!("wb", "384", "2816", "5248", "7680"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "0"),
+            t_pv_load!("wa", "9728", "12160", "14592", "17024"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "0"),
+            t_pv_load!("wb", "9856", "12288", "14720", "17152"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "2"),
+            t_pv_load!("wa", "9984", "12416", "14848", "17280"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "2"),
+            t_pv_load!("wb", "10112", "12544", "14976", "17408"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2"),
+            t_pv_load!("wa", "19456", "21888", "24320", "26752"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "2"),
+            t_pv_load!("wb", "19584", "22016", "24448", "26880"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "4"),
+            t_pv_load!("wa", "19712", "22144", "24576", "27008"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "4"),
+            t_pv_load!("wb", "19840", "22272", "24704", "27136"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "4"),
+            t_pv_load!("wa", "29184", "31616", "34048", "36480"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "4"),
+            t_pv_load!("wb", "29312", "31744", "34176", "36608"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "6"),
+            t_pv_load!("wa", "29440", "31872", "34304", "36736"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "6"),
+            t_pv_load!("wb", "29568", "32000", "34432", "36864"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "6"),
+            t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "6"),
+            "wgmma.wait_group.sync.aligned 0;\n}}"
+        ),
+        p = in(reg64) p, v = in(reg32) v, z = in(reg32) 0u32,
+        o0 = inout(reg32) o[0][0], o1 = inout(reg32) o[0][1], o2 = inout(reg32) o[0][2], o3 = inout(reg32) o[0][3], o4 = inout(reg32) o[0][4], o5 = inout(reg32) o[0][5], o6 = inout(reg32) o[0][6], o7 = inout(reg32) o[0][7],
+        o8 = inout(reg32) o[1][0], o9 = inout(reg32) o[1][1], o10 = inout(reg32) o[1][2], o11 = inout(reg32) o[1][3], o12 = inout(reg32) o[1][4], o13 = inout(reg32) o[1][5], o14 = inout(reg32) o[1][6], o15 = inout(reg32) o[1][7],
+        o16 = inout(reg32) o[2][0], o17 = inout(reg32) o[2][1], o18 = inout(reg32) o[2][2], o19 = inout(reg32) o[2][3], o20 = inout(reg32) o[2][4], o21 = inout(reg32) o[2][5], o22 = inout(reg32) o[2][6], o23 = inout(reg32) o[2][7],
+        o24 = inout(reg32) o[3][0], o25 = inout(reg32) o[3][1], o26 = inout(reg32) o[3][2], o27 = inout(reg32) o[3][3], o28 = inout(reg32) o[3][4], o29 = inout(reg32) o[3][5], o30 = inout(reg32) o[3][6], o31 = inout(reg32) o[3][7],
+        o32 = inout(reg32) o[4][0], o33 = inout(reg32) o[4][1], o34 = inout(reg32) o[4][2], o35 = inout(reg32) o[4][3], o36 = inout(reg32) o[4][4], o37 = inout(reg32) o[4][5], o38 = inout(reg32) o[4][6], o39 = inout(reg32) o[4][7],
+        o40 = inout(reg32) o[5][0], o41 = inout(reg32) o[5][1], o42 = inout(reg32) o[5][2], o43 = inout(reg32) o[5][3], o44 = inout(reg32) o[5][4], o45 = inout(reg32) o[5][5], o46 = inout(reg32) o[5][6], o47 = inout(reg32) o[5][7],
+        o48 = inout(reg32) o[6][0], o49 = inout(reg32) o[6][1], o50 = inout(reg32) o[6][2], o51 = inout(reg32) o[6][3], o52 = inout(reg32) o[6][4], o53 = inout(reg32) o[6][5], o54 = inout(reg32) o[6][6], o55 = inout(reg32) o[6][7],
+        o56 = inout(reg32) o[7][0], o57 = inout(reg32) o[7][1], o58 = inout(reg32) o[7][2], o59 = inout(reg32) o[7][3], o60 = inout(reg32) o[7][4], o61 = inout(reg32) o[7][5], o62 = inout(reg32) o[7][6], o63 = inout(reg32) o[7][7],
+        options(nostack)
+    );
+}

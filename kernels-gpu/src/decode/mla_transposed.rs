@@ -91,6 +91,9 @@ const O_ROW_WORDS: u32 = V_DIM + 4;
 #[inline(always)]
 pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     const { assert!(F::FORMAT.holds_latent()) };
+    if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
+        return super::mla_t_ring::decode_mla_t_ring::<F, PAGED>(p);
+    }
     let fp8 = F::FORMAT.bits() != 16;
     let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
     let f16 = super::mla::f16_mma::<F>();

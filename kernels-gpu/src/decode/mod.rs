@@ -26,6 +26,7 @@ pub(crate) mod block;
 mod cluster;
 mod epilogue;
 mod mla;
+mod mla_t_ring;
 mod mla_transposed;
 mod narrow;
 mod pipeline;
