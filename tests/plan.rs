@@ -1066,13 +1066,14 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
         let p = with(heads, q_len, KvFormat::Bf16, TransposeChoice::Auto).unwrap();
         assert!(p.transposed() && p.kernel_id().form == Form::Transposed, "{heads} heads q_len {q_len}");
         assert!(p.kernel_name().contains("_mla_transposed_"), "{}", p.kernel_name());
-        assert_eq!((p.rows_per_block(), p.row_chunks(), p.block_threads(), p.smem_bytes()), (MLA_T_ROWS, 1, 256, mla_smem_bytes(true)));
+        assert_eq!((p.rows_per_block(), p.row_chunks(), p.block_threads(), p.smem_bytes()), (MLA_T_ROWS, 1, 256, mla_smem_bytes(KvFormat::Bf16, true)));
         let plain = with(heads, q_len, KvFormat::Bf16, TransposeChoice::Never).unwrap();
         assert!(!plain.transposed() && plain.kernel_id().form == Form::Plain);
-        assert_eq!((plain.rows_per_block(), plain.smem_bytes()), (64, mla_smem_bytes(false)));
+        assert_eq!((plain.rows_per_block(), plain.smem_bytes()), (64, mla_smem_bytes(KvFormat::Bf16, false)));
     }
     for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
         assert!(with(16, 1, format, TransposeChoice::Auto).unwrap().transposed(), "{format:?}");
+        assert_eq!(with(16, 1, format, TransposeChoice::Auto).unwrap().smem_bytes(), mla_smem_bytes(format, true), "{format:?}");
         assert!(!with(16, 1, format, TransposeChoice::Never).unwrap().transposed(), "{format:?}");
     }
     assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());

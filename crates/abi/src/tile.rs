@@ -302,9 +302,9 @@ pub const MLA_EXCHANGE_BYTES: u32 = 3 * MLA_ROWS * 4 + 2 * MLA_ROWS * 4 + 2 * 9 
 /// tile, the exchange, then [`ITEM_SMEM_BYTES`] (`decode::mla` in
 /// `kernels-gpu` lays it out in this order); of the transposed form's
 /// ([`mla_transposed_smem_bytes`]) where `transposed`.
-pub const fn mla_smem_bytes(transposed: bool) -> u32 {
+pub const fn mla_smem_bytes(format: KvFormat, transposed: bool) -> u32 {
     if transposed {
-        return mla_transposed_smem_bytes();
+        return mla_transposed_smem_bytes(format);
     }
     ((1 + MLA_STAGES) * MLA_TILE_BYTES + MLA_P_BYTES + MLA_EXCHANGE_BYTES).next_multiple_of(16) + ITEM_SMEM_BYTES
 }
@@ -342,15 +342,21 @@ pub const MLA_T_RING_SLOT_BYTES: u32 = MLA_KEYS * MLA_T_RING_ROW;
 /// mbarriers, the Q rows' f16 factors and their inverses.
 pub const MLA_T_RING_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + MLA_T_RING_SLOTS * 8 + 2 * 4 * MLA_T_ROWS;
 
-/// Dynamic shared memory of a transposed MLA block: the larger of its two
-/// layouts, then [`ITEM_SMEM_BYTES`]. `decode::mla_transposed` (bf16,
-/// fp8-ds-mla): the two stage buffers, the Q tile, the two P tiles, the
-/// exchange; `decode::mla_t_ring` (fp8 a scale per token): the Q tile,
-/// the two P tiles, the ring's slots, its exchange.
-pub const fn mla_transposed_smem_bytes() -> u32 {
-    let buffers = MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES;
-    let ring = MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES + MLA_T_RING_EXCHANGE_BYTES;
-    (if ring > buffers { ring } else { buffers }).next_multiple_of(16) + ITEM_SMEM_BYTES
+/// Dynamic shared memory of a transposed MLA block of `format`, then
+/// [`ITEM_SMEM_BYTES`]: `decode::mla_t_ring`'s for fp8 a scale per token
+/// (the Q tile, the two P tiles, the ring's slots, its exchange),
+/// `decode::mla_transposed`'s for the others (the two stage buffers, the
+/// Q tile, the two P tiles, the exchange). Each its own: the ring's 219 KB
+/// for every format left fp8-ds-mla's loads (into registers, through L1)
+/// 14 % slower at 16 heads (docs/perf.md, "MLA fp8 at 16 heads in
+/// registers").
+pub const fn mla_transposed_smem_bytes(format: KvFormat) -> u32 {
+    let bytes = if matches!(format, KvFormat::Fp8PerHead) {
+        MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES + MLA_T_RING_EXCHANGE_BYTES
+    } else {
+        MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES
+    };
+    bytes.next_multiple_of(16) + ITEM_SMEM_BYTES
 }
 
 /// Bytes at the end of an attention block's shared memory where it keeps
@@ -369,7 +375,7 @@ pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, wa
     if matches!(family, Family::Mla) {
         // (The transposed form's blocks are one row tile, its warps along
         // the keys.)
-        return mla_smem_bytes(warps_m == 1);
+        return mla_smem_bytes(format, warps_m == 1);
     }
     let q_bytes = if matches!(family, Family::Wgmma) { wgmma_prefix_bytes(format, head_dim, specialized) } else { q_tile_bytes(format, head_dim, warps_m, family) };
     let pipe = stage_region_bytes(format, head_dim, family, page_shift, stages) + q_bytes;
