@@ -319,12 +319,10 @@ pub const MLA_T_P_BYTES: u32 = MLA_T_ROWS * MLA_KEYS * 2;
 /// Bytes of the transposed form's exchange: each warpgroup's stage maxima
 /// (two stages' slots × 4 warps × 16 rows), then its rows' maxima and its
 /// warps' sums at the end (1 + 4 f32 a row), the rows' log-sum-exps, the
-/// two buffers' 9 column-block mbarriers, then (fp8 caches) each
-/// warpgroup's table of its stage's keys (32 bytes a key: fp8 per token's
-/// scale and its exponent, or fp8-ds-mla's four group scales 16 bytes on),
-/// its mbarrier of a stage's RoPE bytes, and the Q rows' f16 factors and
-/// their inverses.
-pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + 2 * 9 * 8 + 2 * 32 * MLA_KEYS + 2 * 8 + 2 * 4 * MLA_T_ROWS;
+/// two buffers' 9 column-block mbarriers, then (fp8-ds-mla) each
+/// warpgroup's table of its stage's keys (32 bytes a key, the four group
+/// scales 16 bytes on).
+pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + 2 * 9 * 8 + 2 * 32 * MLA_KEYS;
 
 /// Slots of the transposed form's ring of raw fp8 stages
 /// (`decode::mla_t_ring`, fp8 a scale per token): 64 keys' e4m3 rows

@@ -627,13 +627,14 @@ macro_rules! mla_t_block {
 /// element `e` is key `16 (warp % 4) + g + 8 ((e / 2) % 2)` of row
 /// `8 (e / 4) + c2 + e % 2` (`g = lane / 4`, `c2 = 2 (lane % 4)`).
 ///
-/// Q and the keys are bf16, or f16 where `f16` (`decode::mla`'s `f16_mma`).
+/// Q and the keys are bf16 (fp8 per token's f16 MMAs are
+/// [`mla_t_scores_e4m3`]'s).
 ///
 /// # Safety
 /// As [`mla_scores64`].
 #[allow(named_asm_labels)]
 #[inline(always)]
-pub unsafe fn mla_t_scores(k: u64, q: u64, bars: u32, parity: u32, f16: bool) -> [f32; 8] {
+pub unsafe fn mla_t_scores(k: u64, q: u64, bars: u32, parity: u32) -> [f32; 8] {
     let mut s = [0f32; 8];
     macro_rules! BODY {
         ($ty:literal) => {
@@ -666,7 +667,7 @@ pub unsafe fn mla_t_scores(k: u64, q: u64, bars: u32, parity: u32, f16: bool) ->
             )
         };
     }
-    with_type!(f16, BODY);
+    BODY!("bf16");
     s
 }
 
@@ -689,12 +690,12 @@ macro_rules! mla_t_pv_step {
 /// each k16 step 16 keys × 128 bytes on), `p` the Pᵀ tile (16 rows × 64
 /// keys, K-major, one swizzled column block; each k16 step 32 bytes on).
 /// `o[j]` is M-tile `j`'s accumulator, laid out as [`mla_t_scores`]'s
-/// (dims for keys). P and V are bf16, or f16 where `f16`.
+/// (dims for keys). P and V are bf16.
 ///
 /// # Safety
 /// As [`mla_pv`].
 #[inline(always)]
-pub unsafe fn mla_t_pv(o: &mut [[f32; 8]; 8], p: u64, v: u64, f16: bool) {
+pub unsafe fn mla_t_pv(o: &mut [[f32; 8]; 8], p: u64, v: u64) {
     macro_rules! BODY {
         ($ty:literal) => {
             core::arch::asm!(
@@ -749,7 +750,7 @@ pub unsafe fn mla_t_pv(o: &mut [[f32; 8]; 8], p: u64, v: u64, f16: bool) {
             )
         };
     }
-    with_type!(f16, BODY);
+    BODY!("bf16");
 }
 
 /// Two raw e4m3 keys' 16-byte chunks (`$x0 .. $x3` key `g`'s, `$x4 ..

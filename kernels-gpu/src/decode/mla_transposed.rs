@@ -21,39 +21,32 @@
 //! block writes its rows (or a split's partials) as `decode::mla` does.
 //! A quarter of the 64-row kernel's MMAs at 16 rows.
 //!
-//! fp8 latent caches: each thread loads its share of a stage's 512 e4m3
-//! latent bytes a key (and the keys' scales) into registers two stages
-//! ahead (`fetch_raw`), and converts them into the stage's 16-bit rows
-//! once the buffer is free (`convert_raw`), arriving on the column blocks'
-//! barriers as the copies do:
-//! - `Fp8PerHead`: the e4m3 values as f16, exactly (one instruction a
-//!   pair), the MMAs f16 (`f16_mma`, as the 64-row kernel's): each key's
-//!   scale multiplies its scores and P, its exponent in the rows' softmax
-//!   base (`state::scale_exponent`) so that `P · scale` stays within f16,
-//!   and Q's rows are f16, each times a power of two (`q_to_f16`);
-//! - `Fp8DsMla`: `bf16(e4m3 · its group's scale)`, the format's value
-//!   (exact for V3.2's powers of two), the MMAs bf16 (docs/perf.md, "MLA
-//!   fp8 at 16 heads in f16": f16 rows times each group's factor were
-//!   slower).
-//!
-//! The RoPE column block is copied into the buffer once its scores are
-//! done (`issue_rope`; no P·V reads it): `Fp8DsMla`'s bf16 values in place,
-//! `Fp8PerHead`'s e4m3 bytes to be converted with the rest. The loads are
-//! in flight while the warpgroup runs the stage before: the 64-row
-//! kernel's fp8 stages land in the part of a buffer its readers free,
-//! which leaves no room to load ahead (docs/perf.md, "MLA at 16 heads").
+//! fp8 latent caches with a scale per token (`Fp8PerHead`) run a body of
+//! their own, `decode::mla_t_ring` (e4m3 rows converted in the MMAs' A
+//! registers). DeepSeek V3.2's rows (`Fp8DsMla`): each thread loads its
+//! share of a stage's 512 e4m3 latent bytes a key (and the keys' four
+//! group scales) into registers two stages ahead (`fetch_raw`), and
+//! converts them into the stage's bf16 rows, `bf16(e4m3 · its group's
+//! scale)` (the format's value, exact for V3.2's powers of two), once the
+//! buffer is free (`convert_raw`), arriving on the column blocks' barriers
+//! as the copies do; the MMAs bf16 (docs/perf.md, "MLA fp8 at 16 heads in
+//! f16": f16 rows times each group's factor were slower). Its bf16 RoPE
+//! column block is copied into the buffer once the scores are done
+//! (`issue_rope`; no P·V reads it). The loads are in flight while the
+//! warpgroup runs the stage before: the 64-row kernel's fp8 stages land in
+//! the part of a buffer its readers free, which leaves no room to load
+//! ahead (docs/perf.md, "MLA at 16 heads").
 //!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`): the
 //! two buffers, the Q tile, the two P tiles, the exchange (stage maxima,
 //! the rows' final maxima, sums and log-sum-exps, the buffers' barriers,
-//! fp8's key tables, RoPE barriers and Q's row factors), the work item.
+//! fp8-ds-mla's key tables), the work item.
 
 use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_ROPE_AT, DS_MLA_SCALES_AT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use super::mla::{bf16x2_magnitude, issue_blocks, q_row, row_address, scale_address, scaled_f16x2, stage_sources, BLOCKS, BLOCK_BYTES, QK_DIM, TILE, V_DIM};
-use super::query::q_row_scale;
-use crate::arch::math::{ex2, f16x4_from_e4m3x4, pack_bf16x2, pack_f16x2};
+use super::mla::{issue_blocks, q_row, row_address, stage_sources, BLOCKS, BLOCK_BYTES, QK_DIM, TILE, V_DIM};
+use crate::arch::math::{ex2, pack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_t_pv, mla_t_scores};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
@@ -94,9 +87,8 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
         return super::mla_t_ring::decode_mla_t_ring::<F, PAGED>(p);
     }
+    // (fp8 here is `Fp8DsMla`: `Fp8PerHead` returned above.)
     let fp8 = F::FORMAT.bits() != 16;
-    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
-    let f16 = super::mla::f16_mma::<F>();
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -118,12 +110,8 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     let bars = lses + 4 * MLA_T_ROWS;
     let full = |b: u32| bars + 8 * BLOCKS * b;
     // fp8: a warpgroup's table of its stage's keys (`write_key_entry`, 32
-    // bytes a key), then (`Fp8PerHead`) its buffer's barrier of a stage's RoPE
-    // bytes (`issue_rope`), then Q's rows' f16 factors and their inverses
-    // (`q_to_f16`).
+    // bytes a key).
     let key_table = |b: u32| bars + 8 * BLOCKS * 2 + KEY_ENTRY * MLA_KEYS * b;
-    let rope_bar = |b: u32| key_table(2) + 8 * b;
-    let q_factors = rope_bar(2);
     // A warpgroup's own named barrier (0 is the block's).
     let group_bar = 1 + own;
 
@@ -132,7 +120,6 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             for c in 0..BLOCKS {
                 mbarrier::init_count(full(b) + 8 * c, 128);
             }
-            mbarrier::init_count(rope_bar(b), 128);
         }
         mbarrier::fence_init();
     }
@@ -151,23 +138,18 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
     // Warpgroup `own`'s first stage into its buffer (fp8: into its
-    // registers, and `Fp8DsMla`'s RoPE block into the buffer).
+    // registers, its RoPE block into the buffer).
     let mut staged = ([[0u32; 4]; RAW_CHUNKS], [0f32; 4]);
     if own < n_tiles {
         if fp8 {
-            staged = fetch_raw::<F, PAGED>(p, &item, own, pt);
-            issue_rope::<F, PAGED>(p, &item, own, buffer(own), full(own), rope_bar(own), pt);
+            staged = fetch_raw::<PAGED>(p, &item, own, pt);
+            issue_rope::<PAGED>(p, &item, own, buffer(own), full(own), pt);
         } else {
             issue_blocks::<0, BLOCKS>(buffer(own), full(own), pt, &stage_sources::<PAGED>(p, &item, own, pt));
         }
     }
     memory::cp_async_wait::<0>();
     thread::sync_threads();
-    if f16 {
-        q_to_f16(q_tile, q_factors, tid);
-        shared::fence_proxy_async_shared();
-        thread::sync_threads();
-    }
 
     // The thread's rows (the scores' N columns `c2, c2 + 1, c2 + 8, c2 + 9`)
     // and keys of a stage (its M rows `16 warp_m + g`, `+ 8`).
@@ -176,9 +158,6 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     let mask_from = mask_from::<Standard>(p, &item, seq_len);
     let q_desc = descriptor(q_tile, 16, 1024);
     let scale = p.score_scale;
-    // f16: each of the thread's rows' scores is its Q factor times too
-    // large (`q_to_f16`).
-    let row_inverse: [f32; 4] = if f16 { locals.map(|local| shared::ld_shared_f32(q_factors + 4 * (MLA_T_ROWS + local))) } else { [1.0; 4] };
     // Element `e` of an accumulator: key `16 warp_m + g + 8 key_half(e)`,
     // row `locals[row_of(e)]`.
     let key_half = |e: usize| (e / 2) % 2;
@@ -195,41 +174,31 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             // The stage's rows from the registers (the buffer is free: the
             // barrier after the last P·V), then the stage two on loaded.
             if pt < MLA_KEYS {
-                write_key_entry(key_table(own) + KEY_ENTRY * pt, staged.1, ds);
+                shared::st_shared_v4_f32(key_table(own) + KEY_ENTRY * pt + 16, staged.1);
             }
-            // (`Fp8PerHead`'s RoPE bytes read before the barrier: their
-            // f16 values overwrite them.)
-            let rope = if ds { [[0; 4]; 2] } else { read_rope(buf, rope_bar(own), use_count & 1, pt) };
             thread::sync_named(group_bar, 128);
-            convert_raw::<F>(&staged.0, &rope, buf, full(own), key_table(own), pt);
+            convert_raw(&staged.0, buf, full(own), key_table(own), pt);
             if t + 2 < n_tiles {
-                staged = fetch_raw::<F, PAGED>(p, &item, t + 2, pt);
+                staged = fetch_raw::<PAGED>(p, &item, t + 2, pt);
             }
         }
-        let raw = mla_t_scores(descriptor(buf, 16, 1024), q_desc, full(own), use_count & 1, f16);
+        let raw = mla_t_scores(descriptor(buf, 16, 1024), q_desc, full(own), use_count & 1);
         let key0 = item.kv_start + t * MLA_KEYS + 16 * warp_m + g;
         let masked = item.kv_start + (t + 1) * MLA_KEYS > mask_from;
-        // f16: the thread's two keys' scales and exponents (`write_key_entry`).
-        let entries: [[f32; 2]; 2] = if f16 { core::array::from_fn(|h| shared::ld_shared_v2_f32(key_table(own) + KEY_ENTRY * (16 * warp_m + g + 8 * h as u32))) } else { [[1.0, 0.0]; 2] };
         let s: [f32; 8] = core::array::from_fn(|e| {
             let key = key0 + 8 * key_half(e) as u32;
-            let key_scale = entries[key_half(e)][0];
             if masked && key >= rows[row_of(e)].limit {
                 f32::NEG_INFINITY
-            } else if f16 {
-                raw[e] * (scale * row_inverse[row_of(e)]) * key_scale
             } else {
                 raw[e] * scale
             }
         });
-        // The stage's maximum of each row (f16: of its scores plus their
-        // keys' exponents, the softmax base that keeps `P · scale` within
-        // f16): the thread's 2 keys, its warp's 16, then the warpgroup's
-        // 64 (two slots: a slot is rewritten two stages on, after the next
-        // stage's barrier).
+        // The stage's maximum of each row: the thread's 2 keys, its warp's
+        // 16, then the warpgroup's 64 (two slots: a slot is rewritten two
+        // stages on, after the next stage's barrier).
         let warp_max: [f32; 4] = core::array::from_fn(|r| {
             let e = 4 * (r / 2) + r % 2;
-            warp::column_max(if f16 { (s[e] + entries[0][1]).max(s[e + 2] + entries[1][1]) } else { s[e].max(s[e + 2]) })
+            warp::column_max(s[e].max(s[e + 2]))
         });
         let slot = stage_maxima(own, use_count & 1);
         if g == 0 {
@@ -244,7 +213,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         // after the P·V, they were waited for at the next stage's start:
         // docs/perf.md, "MLA fp8 at 16 heads in f16").
         if fp8 && t + 2 < n_tiles {
-            issue_rope::<F, PAGED>(p, &item, t + 2, buf, full(own), rope_bar(own), pt);
+            issue_rope::<PAGED>(p, &item, t + 2, buf, full(own), pt);
         }
         let m_new: [f32; 4] = core::array::from_fn(|r| {
             let at = |w: u32| shared::ld_shared_f32(slot + 4 * (MLA_T_ROWS * w + locals[r]));
@@ -265,7 +234,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         for e in 0..8 {
             let key = 16 * warp_m + g + 8 * key_half(e) as u32;
             let at = tile + TILE16.at(locals[row_of(e)], key / 8, 0) + 2 * (key % 8);
-            shared::st_shared_u16(at, if f16 { pack_f16x2(pv[e] * entries[key_half(e)][0], 0.0) } else { pack_bf16x2(pv[e], 0.0) });
+            shared::st_shared_u16(at, pack_bf16x2(pv[e], 0.0));
         }
         shared::fence_proxy_async_shared();
         for acc in o.iter_mut() {
@@ -274,7 +243,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             }
         }
         thread::sync_named(group_bar, 128);
-        mla_t_pv(&mut o, descriptor(tile, 16, 1024), descriptor(buf, 8192, 1024), f16);
+        mla_t_pv(&mut o, descriptor(tile, 16, 1024), descriptor(buf, 8192, 1024));
         // The buffer is read (every warp's MMAs done: the barrier), refill it
         // (fp8: its other blocks are the next stage's conversion).
         thread::sync_named(group_bar, 128);
@@ -301,7 +270,6 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             for c in 0..BLOCKS {
                 mbarrier::inval(full(b) + 8 * c);
             }
-            mbarrier::inval(rope_bar(b));
         }
     }
     // Each thread's rows' weight of its warpgroup's O: `2^(m_own − M) / L`,
@@ -357,40 +325,28 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
 }
 
 /// Thread `pt`'s (0..128) fp8 chunk `j` (0..16) of a stage: (its key, its
-/// 16-byte chunk of the key's 512 e4m3 latent bytes).
-/// - `Fp8PerHead`: each 8 lanes take one column block's 4 chunks of two
-///   neighbouring keys, so that the conversion's 16-byte stores of 8
-///   lanes (`store_converted`: chunk `2 (c % 4)` or the one after, of an
-///   even and an odd row of the 128-byte swizzle) fall in 8 bank groups;
-///   a warp's key of 32 chunks put them in 4 (2-way conflicts): 9 %
-///   faster (docs/perf.md, "MLA fp8 at 16 heads in f16").
-/// - `Fp8DsMla`: a warp a key (32 chunks), which was 2 % faster there
-///   than the form above: its rows are 656 bytes apart, so that 64-byte
-///   pieces of odd keys take three 32-byte sectors, 512 bytes seventeen.
+/// 16-byte chunk of the key's 512 e4m3 latent bytes): a warp a key (32
+/// chunks). (Each 8 lanes one column block of two neighbouring keys, which
+/// kept fp8 per token's conversion stores free of bank conflicts when it
+/// ran here, was 2 % slower for `Fp8DsMla`: its rows are 656 bytes apart,
+/// so that 64-byte pieces of odd keys take three 32-byte sectors;
+/// docs/perf.md, "MLA fp8 at 16 heads in f16".)
 #[inline(always)]
-fn raw_chunk(pt: u32, j: u32, ds: bool) -> (u32, u32) {
-    if ds {
-        let i = pt + 128 * j;
-        return (i / 32, i % 32);
-    }
-    let (warp, lane) = (pt / 32, pt % 32);
-    let key = 2 * (warp + 4 * (j / 2)) + (lane / 4) % 2;
-    let block = 2 * (lane / 8) + j % 2;
-    (key, 4 * block + lane % 4)
+fn raw_chunk(pt: u32, j: u32) -> (u32, u32) {
+    let i = pt + 128 * j;
+    (i / 32, i % 32)
 }
 
 /// Stage `t`'s e4m3 latent bytes for one warpgroup's thread `pt`
 /// (0..128): its 16-byte chunks of the stage's 64 × 512 (`raw_chunk`),
-/// and for the first 64 threads key `pt`'s scales (its one, or
-/// `Fp8DsMla`'s four groups'). Keys past the item's end read nothing:
-/// zeros, scale 0.
+/// and for the first 64 threads key `pt`'s four group scales. Keys past
+/// the item's end read nothing: zeros, scales 0.
 #[inline(always)]
-unsafe fn fetch_raw<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> ([[u32; 4]; RAW_CHUNKS], [f32; 4]) {
-    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+unsafe fn fetch_raw<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> ([[u32; 4]; RAW_CHUNKS], [f32; 4]) {
     let key0 = item.kv_start + t * MLA_KEYS;
     let mut words = [[0; 4]; RAW_CHUNKS];
     each_chunk!(J => {
-        let (k, c) = raw_chunk(pt, J as u32, ds);
+        let (k, c) = raw_chunk(pt, J as u32);
         let key = key0 + k;
         if key < item.kv_end {
             words[J] = memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + 16 * c as u64).map(f32::to_bits);
@@ -398,167 +354,63 @@ unsafe fn fetch_raw<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &Wor
     });
     let key = key0 + pt;
     let scales = if pt < MLA_KEYS && key < item.kv_end {
-        if ds {
-            memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + DS_MLA_SCALES_AT as u64)
-        } else {
-            [memory::ld_global_nc_f32(scale_address::<PAGED>(p, item.batch, key)), 0.0, 0.0, 0.0]
-        }
+        memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + DS_MLA_SCALES_AT as u64)
     } else {
         [0.0; 4]
     };
     (words, scales)
 }
 
-/// Bytes of a key's entry in a warpgroup's key table (`write_key_entry`):
-/// 32, `Fp8DsMla`'s scales in its second half. (16 bytes, its scales at
-/// the start, were 2.5 % slower for `Fp8DsMla` in one call, the same
-/// instructions at other addresses: kept as measured.)
+/// Bytes of a key's entry in a warpgroup's key table: 32, its four group
+/// scales in the second half. (16 bytes, the scales at the start, were
+/// 2.5 % slower in one call, the same instructions at other addresses:
+/// kept as measured.)
 const KEY_ENTRY: u32 = 32;
 
-/// A key's entry at `at` from its scales (`fetch_raw`): `Fp8PerHead`'s
-/// scale and its exponent (`state::scale_exponent`), which the key's
-/// scores, P and softmax base take (its f16 rows are the e4m3 values);
-/// `Fp8DsMla`'s four group scales 16 bytes on, which its conversion
-/// multiplies.
-#[inline(always)]
-unsafe fn write_key_entry(at: u32, scales: [f32; 4], ds: bool) {
-    if ds {
-        shared::st_shared_v4_f32(at + 16, scales);
-    } else {
-        shared::st_shared_v4_f32(at, [scales[0], state::scale_exponent(scales[0]), 0.0, 0.0]);
-    }
-}
-
-/// 16 e4m3 values (a 16-byte chunk) as 16-bit values into the two 16-byte
+/// 16 e4m3 values (a 16-byte chunk) times their group's `scale` as bf16
+/// values (`bf16(e4m3 · scale)`, the format's value) into the two 16-byte
 /// chunks of the stage buffer at `at` that hold their dims (`first`,
-/// `first + 1` of the row's column block): f16 exactly, or with a group
-/// scale `bf16(e4m3 · scale)` (`Fp8DsMla`'s value).
+/// `first + 1` of the row's column block).
 #[inline(always)]
-unsafe fn store_converted(w: [u32; 4], scale: Option<f32>, at: u32, key: u32, first: u32) {
-    let v: [u32; 8] = match scale {
-        None => {
-            let [a, b, c, d] = w.map(f16x4_from_e4m3x4);
-            [a[0], a[1], b[0], b[1], c[0], c[1], d[0], d[1]]
-        }
-        Some(scale) => core::array::from_fn(|h| crate::quant::ds_mla_pair((w[h / 2] >> (16 * (h % 2))) & 0xFFFF, scale)),
-    };
+unsafe fn store_converted(w: [u32; 4], scale: f32, at: u32, key: u32, first: u32) {
+    let v: [u32; 8] = core::array::from_fn(|h| crate::quant::ds_mla_pair((w[h / 2] >> (16 * (h % 2))) & 0xFFFF, scale));
     shared::st_shared_v4_u32(at + TILE.at(key, first, 0), [v[0], v[1], v[2], v[3]]);
     shared::st_shared_v4_u32(at + TILE.at(key, first + 1, 0), [v[4], v[5], v[6], v[7]]);
 }
 
-/// The thread's chunks of a stage (`fetch_raw`; `Fp8PerHead`: and its two
-/// RoPE chunks, `read_rope`) as 16-bit rows in the stage buffer at `buf`
-/// (`store_converted`: `Fp8DsMla`'s with its group's scale from the
-/// warpgroup's key table at `table`); then the thread's arrival on each
-/// converted column block's barrier (`bars + 8 c`: 128 arrivals a phase,
-/// as a stage's copies), once its stores are visible to the MMAs' async
-/// proxy.
+/// The thread's chunks of a stage (`fetch_raw`) as bf16 rows in the stage
+/// buffer at `buf` (`store_converted`, each with its group's scale from
+/// the warpgroup's key table at `table`); then the thread's arrival on each
+/// latent column block's barrier (`bars + 8 c`: 128 arrivals a phase, as a
+/// stage's copies), once its stores are visible to the MMAs' async proxy.
 #[inline(always)]
-unsafe fn convert_raw<F: KvFormat>(words: &[[u32; 4]; RAW_CHUNKS], rope: &[[u32; 4]; 2], buf: u32, bars: u32, table: u32, pt: u32) {
-    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+unsafe fn convert_raw(words: &[[u32; 4]; RAW_CHUNKS], buf: u32, bars: u32, table: u32, pt: u32) {
     each_chunk!(J => {
-        let (key, c) = raw_chunk(pt, J as u32, ds);
+        let (key, c) = raw_chunk(pt, J as u32);
         // (A chunk is 16 values: a quarter of a column block's 64 dims.)
-        let scale = ds.then(|| shared::ld_shared_f32(table + KEY_ENTRY * key + 16 + 4 * ((16 * c) / DS_MLA_GROUP)));
+        let scale = shared::ld_shared_f32(table + KEY_ENTRY * key + 16 + 4 * ((16 * c) / DS_MLA_GROUP));
         store_converted(words[J], scale, buf + (c / 4) * BLOCK_BYTES, key, 2 * (c % 4));
     });
-    if !ds {
-        for (h, &w) in rope.iter().enumerate() {
-            let (key, c) = rope_chunk(pt, h as u32);
-            store_converted(w, None, buf + (BLOCKS - 1) * BLOCK_BYTES, key, 2 * c);
-        }
-    }
     shared::fence_proxy_async_shared();
-    let converted = if ds { BLOCKS - 1 } else { BLOCKS };
-    for c in 0..converted {
+    for c in 0..BLOCKS - 1 {
         mbarrier::arrive(bars + 8 * c);
     }
 }
 
-/// The Q tile's bf16 rows (landed) as f16 rows (`f16_mma`), each times the
-/// power of two that `query::q_row_scale` gives its largest magnitude
-/// (`[2^13, 2^14)`), by 16 threads a row. The factor goes to `factors + 4
-/// row`, its inverse to `factors + 4 (16 + row)` (1 and 1 for a zero row).
-/// An f16 holds every bf16 within 2^27 of the row's largest exactly.
+/// Stage `t`'s bf16 RoPE column block into the buffer at `buf` once free,
+/// by one warpgroup's thread `pt` (8 threads a key, 16 keys a pass) in its
+/// place, arriving on the block's barrier (`bars + 64`) once landed. Keys
+/// past the item's end are zero-filled.
 #[inline(always)]
-unsafe fn q_to_f16(q_tile: u32, factors: u32, tid: u32) {
-    let (row, lane16) = (tid / 16, tid % 16);
-    let chunks = QK_DIM / 8;
-    let at = |j: u32| q_tile + TILE16.at(row, lane16 + 16 * j, 0);
-    let live = |j: u32| lane16 + 16 * j < chunks;
-    let words: [[u32; 4]; 5] = core::array::from_fn(|j| if live(j as u32) { shared::ld_shared_v4_u32(at(j as u32)) } else { [0; 4] });
-    let mut largest = 0;
-    for w in words.iter() {
-        for &x in w.iter() {
-            largest = largest.max(bf16x2_magnitude(x));
-        }
-    }
-    // (The 16 lanes' maximum: the octet's, then the other octet's.)
-    let amax = warp::octet_max(f32::from_bits(largest));
-    let amax = amax.max(warp::shfl_xor_f32(amax, 8));
-    let (factor, inverse) = q_row_scale(amax);
-    for (j, w) in words.iter().enumerate() {
-        if live(j as u32) {
-            shared::st_shared_v4_u32(at(j as u32), w.map(|x| scaled_f16x2(x, factor)));
-        }
-    }
-    if lane16 == 0 {
-        shared::st_shared_f32(factors + 4 * row, factor);
-        shared::st_shared_f32(factors + 4 * (MLA_T_ROWS + row), inverse);
-    }
-}
-
-/// `Fp8PerHead`'s RoPE chunk `h` (0, 1) of thread `pt`: (its key, its
-/// 16-byte chunk of the key's 64 RoPE bytes).
-#[inline(always)]
-fn rope_chunk(pt: u32, h: u32) -> (u32, u32) {
-    let i = pt + 128 * h;
-    (i / 4, i % 4)
-}
-
-/// Stage `t`'s RoPE column block into the buffer at `buf` once free, by
-/// one warpgroup's thread `pt`: `Fp8DsMla`'s bf16 values (8 threads a key,
-/// 16 keys a pass) in their place, arriving on the block's barrier
-/// (`bars + 64`) once landed; `Fp8PerHead`'s e4m3 bytes (64 a key, in key
-/// order from the block's start: `read_rope`), arriving on `rope_bar`.
-/// Keys past the item's end are zero-filled.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn issue_rope<F: KvFormat, const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, bars: u32, rope_bar: u32, pt: u32) {
-    let ds = matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla);
+unsafe fn issue_rope<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, bars: u32, pt: u32) {
     let key0 = item.kv_start + t * MLA_KEYS;
     let block = buf + (BLOCKS - 1) * BLOCK_BYTES;
-    let source = |k: u32| {
+    let (sub, c) = (pt / 8, pt % 8);
+    for pass in 0..4 {
+        let k = sub + 16 * pass;
         let live = key0 + k < item.kv_end;
-        (row_address::<PAGED>(p, item.batch, if live { key0 + k } else { item.kv_start }), if live { 16 } else { 0 })
-    };
-    if ds {
-        let (sub, c) = (pt / 8, pt % 8);
-        for pass in 0..4 {
-            let k = sub + 16 * pass;
-            let (row, bytes) = source(k);
-            memory::cp_async_16(block + TILE.at(k, c, 0), row + DS_MLA_ROPE_AT as u64 + 16 * c as u64, bytes);
-        }
-        mbarrier::cp_async_arrive_noinc(bars + 8 * (BLOCKS - 1));
-    } else {
-        for h in 0..2 {
-            let (k, c) = rope_chunk(pt, h);
-            let (row, bytes) = source(k);
-            memory::cp_async_16(block + 16 * (4 * k + c), row + (V_DIM + 16 * c) as u64, bytes);
-        }
-        mbarrier::cp_async_arrive_noinc(rope_bar);
+        let row = row_address::<PAGED>(p, item.batch, if live { key0 + k } else { item.kv_start });
+        memory::cp_async_16(block + TILE.at(k, c, 0), row + DS_MLA_ROPE_AT as u64 + 16 * c as u64, if live { 16 } else { 0 });
     }
-}
-
-/// `Fp8PerHead`: the thread's two chunks of its stage's RoPE bytes
-/// (`issue_rope`) in the buffer at `buf`, once landed (`rope_bar`, phase
-/// `parity`).
-#[inline(always)]
-unsafe fn read_rope(buf: u32, rope_bar: u32, parity: u32, pt: u32) -> [[u32; 4]; 2] {
-    mbarrier::wait_parity(rope_bar, parity);
-    let block = buf + (BLOCKS - 1) * BLOCK_BYTES;
-    core::array::from_fn(|h| {
-        let (k, c) = rope_chunk(pt, h as u32);
-        shared::ld_shared_v4_u32(block + 16 * (4 * k + c))
-    })
+    mbarrier::cp_async_arrive_noinc(bars + 8 * (BLOCKS - 1));
 }
