@@ -35,12 +35,13 @@
 //! (stage maxima, the rows' final maxima, sums and log-sum-exps, the slots'
 //! mbarriers, Q's row factors), the work item.
 
-use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_RING_ROW, MLA_T_RING_SLOTS, MLA_T_RING_SLOT_BYTES, MLA_T_ROWS};
+use decode_attn_abi::{DecodeParams, WorkItem, MLA_KEYS, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_RING_ROW, MLA_T_RING_SLOTS, MLA_T_RING_SLOT_BYTES, MLA_T_ROWS};
 
-use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use super::mla::{bf16x2_magnitude, q_row, row_address, scale_address, scaled_f16x2, QK_DIM, V_DIM};
+use super::block::{block_work_at, keep_item, mask_from, row_info};
+use super::mla::{bf16x2_magnitude, row_address, scale_address, scaled_f16x2, QK_DIM};
+use super::mla_transposed::{finish_rows, issue_q_tile, stage_softmax, TransposedSmem};
 use super::query::q_row_scale;
-use crate::arch::math::{ex2, pack_bf16x2, pack_f16x2};
+use crate::arch::math::pack_f16x2;
 use crate::arch::wgmma::{descriptor, mla_t_pv_e4m3, mla_t_scores_e4m3};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
@@ -49,9 +50,6 @@ use crate::variant::Standard;
 
 /// The 16-row tiles' layout (Q's, and the P tiles').
 const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
-/// Words (f32) a row of the epilogue's O tiles takes (as
-/// `decode::mla_transposed`'s).
-const O_ROW_WORDS: u32 = V_DIM + 4;
 /// Bytes of the ring's slots.
 const RING_BYTES: u32 = MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES;
 
@@ -90,15 +88,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         }
         mbarrier::fence_init();
     }
-    // Q's 16 rows (rows past the block's last zero-filled).
-    for pass in 0..(MLA_T_ROWS * QK_DIM / 8).div_ceil(256) {
-        let i = tid + 256 * pass;
-        if i < MLA_T_ROWS * QK_DIM / 8 {
-            let (row, ch) = (i / (QK_DIM / 8), i % (QK_DIM / 8));
-            let src = q_row(p, item.batch, row);
-            memory::cp_async_16(q_tile + TILE16.at(row, ch, 0), src.unwrap_or(p.q) + 16 * ch as u64, if src.is_some() { 16 } else { 0 });
-        }
-    }
+    issue_q_tile(p, item.batch, q_tile, tid);
     memory::cp_async_commit();
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
@@ -175,18 +165,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
             }
         }
         thread::sync_named(group_bar, 128);
-        let m_new: [f32; 4] = core::array::from_fn(|r| {
-            let at = |w: u32| shared::ld_shared_f32(maxima + 4 * (MLA_T_ROWS * w + locals[r]));
-            m[r].max(at(0).max(at(1)).max(at(2).max(at(3))))
-        });
-        let alpha: [f32; 4] = core::array::from_fn(|r| state::rescale(m[r], m_new[r]));
-        m = m_new;
-        let base = m.map(state::safe_max);
-        let pv: [f32; 8] = core::array::from_fn(|e| ex2(s[e] - base[row_of(e)]));
-        for r in 0..4 {
-            let e = 4 * (r / 2) + r % 2;
-            l[r] = l[r] * alpha[r] + (pv[e] + pv[e + 2]);
-        }
+        let (alpha, pv) = stage_softmax(&s, &mut m, &mut l, maxima, &locals);
         // Pᵀ as the P·V's B operand, its keys in the P·V's order (the
         // previous stage's P·V, which read the tile, is done: every thread
         // waited for it before this stage's barrier).
@@ -219,72 +198,14 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         }
     }
 
-    // The two warpgroups' states: each row's maximum and its warps' sums.
-    let sums = l.map(warp::column_sum);
-    if g == 0 {
-        for r in 0..4 {
-            if warp_m == 0 {
-                shared::st_shared_f32(finals(own) + 4 * locals[r], m[r]);
-            }
-            shared::st_shared_f32(finals(own) + 4 * (MLA_T_ROWS * (1 + warp_m) + locals[r]), sums[r]);
-        }
-    }
-    thread::sync_threads();
-    if tid == 0 {
+    // The epilogue's O tiles in the ring (free: every stage was read
+    // before the end's barrier; the stage maxima's first word is the
+    // merge's scratch, read before it).
+    finish_rows(p, &item, &o, m, l, TransposedSmem { o_tiles: ring, finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| ring_dim(j as u32, warp_m, g, key_half(e)), || {
         for s in 0..MLA_T_RING_SLOTS {
             mbarrier::inval(slot_bar(s));
         }
-    }
-    // Each thread's rows' weight of its warpgroup's O: `2^(m_own − M) / L`,
-    // M the larger maximum, L the two sums at M (`state::finish`).
-    let weight: [f32; 4] = core::array::from_fn(|r| {
-        let at = |b: u32, k: u32| shared::ld_shared_f32(finals(b) + 4 * (MLA_T_ROWS * k + locals[r]));
-        let (m0, m1) = (at(0, 0), at(1, 0));
-        let total = |b: u32| (at(b, 1) + at(b, 2)) + (at(b, 3) + at(b, 4));
-        let top = m0.max(m1);
-        let (f0, f1) = (state::rescale(m0, top), state::rescale(m1, top));
-        let (inv_l, lse) = state::finish(top, total(0) * f0 + total(1) * f1);
-        if own == 0 && warp_m == 0 && g == 0 {
-            shared::st_shared_f32(lses + 4 * locals[r], lse);
-        }
-        (if own == 0 { f0 } else { f1 }) * inv_l
     });
-    // Each warpgroup's weighted Oᵀ as rows × dims into the ring (free: every
-    // stage was read before the barrier above), then both summed a row at a
-    // time by the block's threads, two dims each.
-    let o_tile = |b: u32| ring + 4 * MLA_T_ROWS * O_ROW_WORDS * b;
-    for (j, acc) in o.iter().enumerate() {
-        for (e, &x) in acc.iter().enumerate() {
-            let dim = ring_dim(j as u32, warp_m, g, key_half(e));
-            shared::st_shared_f32(o_tile(own) + 4 * (O_ROW_WORDS * locals[row_of(e)] + dim), x * weight[row_of(e)]);
-        }
-    }
-    thread::sync_threads();
-    let (batch, partial) = (item.batch, item.partial_slot);
-    let here = rows_here(p, 0);
-    thread::launch_dependents();
-    let col = 2 * tid;
-    for r in 0..here {
-        let at = 4 * (O_ROW_WORDS * r + col);
-        let (a, b) = (shared::ld_shared_v2_f32(o_tile(0) + at), shared::ld_shared_v2_f32(o_tile(1) + at));
-        let v = [a[0] + b[0], a[1] + b[1]];
-        let (token, head) = token_head(p, 0, r);
-        if partial == DIRECT_OUTPUT {
-            let out = qo_row_addr::<{ V_DIM as usize }>(p.o, p, batch, token, head);
-            memory::st_global_u32(out + 2 * col as u64, pack_bf16x2(v[0], v[1]));
-        } else {
-            let row = (partial as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
-            memory::st_global_v2_u32(p.partial_o + 4 * (row * V_DIM as u64 + col as u64), [v[0].to_bits(), v[1].to_bits()]);
-            if tid == 0 {
-                memory::st_global_f32(p.partial_lse + 4 * row, shared::ld_shared_f32(lses + 4 * r));
-            }
-        }
-    }
-    if partial != DIRECT_OUTPUT && p.merge_counters != 0 {
-        // (The stage maxima's first word is free: read before the barriers
-        // above.)
-        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, stage_maxima(0, 0));
-    }
 }
 
 /// Stage `t`'s 64 keys into the ring slot at `slot`, by one warpgroup's

@@ -123,16 +123,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         }
         mbarrier::fence_init();
     }
-    // Q's 16 rows (rows past the block's last zero-filled): 72 chunks of
-    // 16 bytes a row, consecutive threads a row's consecutive chunks.
-    for pass in 0..(MLA_T_ROWS * QK_DIM / 8).div_ceil(256) {
-        let i = tid + 256 * pass;
-        if i < MLA_T_ROWS * QK_DIM / 8 {
-            let (row, c) = (i / (QK_DIM / 8), i % (QK_DIM / 8));
-            let src = q_row(p, item.batch, row);
-            memory::cp_async_16(q_tile + TILE16.at(row, c, 0), src.unwrap_or(p.q) + 16 * c as u64, if src.is_some() { 16 } else { 0 });
-        }
-    }
+    issue_q_tile(p, item.batch, q_tile, tid);
     memory::cp_async_commit();
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
@@ -215,18 +206,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         if fp8 && t + 2 < n_tiles {
             issue_rope::<PAGED>(p, &item, t + 2, buf, full(own), pt);
         }
-        let m_new: [f32; 4] = core::array::from_fn(|r| {
-            let at = |w: u32| shared::ld_shared_f32(slot + 4 * (MLA_T_ROWS * w + locals[r]));
-            m[r].max(at(0).max(at(1)).max(at(2).max(at(3))))
-        });
-        let alpha: [f32; 4] = core::array::from_fn(|r| state::rescale(m[r], m_new[r]));
-        m = m_new;
-        let base = m.map(state::safe_max);
-        let pv: [f32; 8] = core::array::from_fn(|e| ex2(s[e] - base[row_of(e)]));
-        for r in 0..4 {
-            let e = 4 * (r / 2) + r % 2;
-            l[r] = l[r] * alpha[r] + (pv[e] + pv[e + 2]);
-        }
+        let (alpha, pv) = stage_softmax(&s, &mut m, &mut l, slot, &locals);
         // Pᵀ as the P·V's B operand: the P tile's rows are the block's rows,
         // its 64 keys K-major (the previous stage's P·V, which read it, is
         // done: every thread waited for it before this stage's barrier).
@@ -254,7 +234,86 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         use_count += 1;
     }
 
-    // The two warpgroups' states: each row's maximum and its warps' sums.
+    // The epilogue's O tiles in the first buffer (free: every stage was
+    // read before the end's barrier; the stage maxima's first word is the
+    // merge's scratch, read before it).
+    finish_rows(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
+        for b in 0..2 {
+            for c in 0..BLOCKS {
+                mbarrier::inval(full(b) + 8 * c);
+            }
+        }
+    });
+}
+
+/// Q's 16 rows of sequence `batch` into the Q tile (rows past the block's
+/// last zero-filled) by the block's 256 threads: 72 chunks of 16 bytes a
+/// row, consecutive threads a row's consecutive chunks (`cp.async`, not
+/// committed).
+#[inline(always)]
+pub(super) unsafe fn issue_q_tile(p: &DecodeParams, batch: u32, q_tile: u32, tid: u32) {
+    for pass in 0..(MLA_T_ROWS * QK_DIM / 8).div_ceil(256) {
+        let i = tid + 256 * pass;
+        if i < MLA_T_ROWS * QK_DIM / 8 {
+            let (row, c) = (i / (QK_DIM / 8), i % (QK_DIM / 8));
+            let src = q_row(p, batch, row);
+            memory::cp_async_16(q_tile + TILE16.at(row, c, 0), src.unwrap_or(p.q) + 16 * c as u64, if src.is_some() { 16 } else { 0 });
+        }
+    }
+}
+
+/// The end of one stage's online softmax for the thread's 8 scores `s`
+/// (element `e`: key half `(e / 2) % 2`, row `locals[2 (e / 4) + e % 2]`),
+/// once its warpgroup's warps have written their stage maxima to `maxima`
+/// (4 warps × 16 rows) and met at their barrier: the rows' new maxima `m`
+/// and sums `l`. Returns the rows' rescale factors and the scores'
+/// `2^(s − m)`.
+#[inline(always)]
+pub(super) unsafe fn stage_softmax(s: &[f32; 8], m: &mut [f32; 4], l: &mut [f32; 4], maxima: u32, locals: &[u32; 4]) -> ([f32; 4], [f32; 8]) {
+    let row_of = |e: usize| 2 * (e / 4) + e % 2;
+    let m_new: [f32; 4] = core::array::from_fn(|r| {
+        let at = |w: u32| shared::ld_shared_f32(maxima + 4 * (MLA_T_ROWS * w + locals[r]));
+        m[r].max(at(0).max(at(1)).max(at(2).max(at(3))))
+    });
+    let alpha: [f32; 4] = core::array::from_fn(|r| state::rescale(m[r], m_new[r]));
+    *m = m_new;
+    let base = m.map(state::safe_max);
+    let pv: [f32; 8] = core::array::from_fn(|e| ex2(s[e] - base[row_of(e)]));
+    for r in 0..4 {
+        let e = 4 * (r / 2) + r % 2;
+        l[r] = l[r] * alpha[r] + (pv[e] + pv[e + 2]);
+    }
+    (alpha, pv)
+}
+
+/// Where a transposed block's end works in shared memory: the two
+/// warpgroups' O tiles (16 rows × `O_ROW_WORDS` f32 each, from
+/// `o_tiles`), their rows' maxima and warps' sums (`finals`, 5 × 16 f32 a
+/// warpgroup), the rows' log-sum-exps (`lses`) and the split merge's
+/// scratch word.
+pub(super) struct TransposedSmem {
+    pub o_tiles: u32,
+    pub finals: u32,
+    pub lses: u32,
+    pub scratch: u32,
+}
+
+/// A transposed block's end: the two warpgroups' states (`o`, `m`, `l`)
+/// merged through shared memory (`smem`) and its rows written, or a
+/// split's partials and log-sum-exps and the merge of the last chunk
+/// (`merge::merge_chunk_if_last`). Element `e` of `o[j]` is dim `dim(j,
+/// e)` of the thread's row `2 (e / 4) + e % 2`; `inval` runs on thread 0
+/// once every thread is past its stages (the mbarriers' end).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn finish_rows(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
+    let tid = thread::thread_idx_x();
+    let lane = tid % 32;
+    let (own, warp_m, g, c2) = (tid / 128, (tid / 32) % 4, lane / 4, (lane % 4) * 2);
+    let locals: [u32; 4] = [c2, c2 + 1, c2 + 8, c2 + 9];
+    let row_of = |e: usize| 2 * (e / 4) + e % 2;
+    let finals = |b: u32| smem.finals + 4 * MLA_T_ROWS * 5 * b;
+    // Each row's maximum and its warps' sums.
     let sums = l.map(warp::column_sum);
     if g == 0 {
         for r in 0..4 {
@@ -266,11 +325,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     }
     thread::sync_threads();
     if tid == 0 {
-        for b in 0..2 {
-            for c in 0..BLOCKS {
-                mbarrier::inval(full(b) + 8 * c);
-            }
-        }
+        inval();
     }
     // Each thread's rows' weight of its warpgroup's O: `2^(m_own − M) / L`,
     // M the larger maximum, L the two sums at M (`state::finish`).
@@ -282,18 +337,16 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         let (f0, f1) = (state::rescale(m0, top), state::rescale(m1, top));
         let (inv_l, lse) = state::finish(top, total(0) * f0 + total(1) * f1);
         if own == 0 && warp_m == 0 && g == 0 {
-            shared::st_shared_f32(lses + 4 * locals[r], lse);
+            shared::st_shared_f32(smem.lses + 4 * locals[r], lse);
         }
         (if own == 0 { f0 } else { f1 }) * inv_l
     });
-    // Each warpgroup's weighted Oᵀ as rows × dims into its buffer (free:
-    // the barrier above follows every MMA), then both summed a row at a
-    // time by the block's threads, two dims each.
-    let o_tile = |b: u32| buffer(b);
+    // Each warpgroup's weighted Oᵀ as rows × dims into its O tile, then
+    // both summed a row at a time by the block's threads, two dims each.
+    let o_tile = |b: u32| smem.o_tiles + 4 * MLA_T_ROWS * O_ROW_WORDS * b;
     for (j, acc) in o.iter().enumerate() {
         for (e, &x) in acc.iter().enumerate() {
-            let dim = 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32;
-            shared::st_shared_f32(o_tile(own) + 4 * (O_ROW_WORDS * locals[row_of(e)] + dim), x * weight[row_of(e)]);
+            shared::st_shared_f32(o_tile(own) + 4 * (O_ROW_WORDS * locals[row_of(e)] + dim(j, e)), x * weight[row_of(e)]);
         }
     }
     thread::sync_threads();
@@ -313,14 +366,12 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             let row = (slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
             memory::st_global_v2_u32(p.partial_o + 4 * (row * V_DIM as u64 + col as u64), [v[0].to_bits(), v[1].to_bits()]);
             if tid == 0 {
-                memory::st_global_f32(p.partial_lse + 4 * row, shared::ld_shared_f32(lses + 4 * r));
+                memory::st_global_f32(p.partial_lse + 4 * row, shared::ld_shared_f32(smem.lses + 4 * r));
             }
         }
     }
     if slot != DIRECT_OUTPUT && p.merge_counters != 0 {
-        // (The stage maxima's first word is free: read before the barriers
-        // above.)
-        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, stage_maxima(0, 0));
+        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, smem.scratch);
     }
 }
 
