@@ -1055,8 +1055,8 @@ fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
 #[test]
 fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     use decode_attn::TransposeChoice;
-    use decode_attn_abi::{mla_smem_bytes, MLA_T_ROWS};
-    let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 255 };
+    use decode_attn_abi::{mla_smem_bytes, mla_transposed_threads, MLA_T_ROWS};
+    let kernel = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
     let dev = &DeviceInfo::H100_SXM;
     let with = |heads: u32, q_len: u32, format: KvFormat, transpose: TransposeChoice| {
         let shape = DecodeShape { kv_format: format, ..DecodeShape::latent(4, heads, q_len, 4096) };
@@ -1072,10 +1072,19 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
         assert_eq!((plain.rows_per_block(), plain.smem_bytes()), (64, mla_smem_bytes(KvFormat::Bf16, false)));
     }
     for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
-        assert!(with(16, 1, format, TransposeChoice::Auto).unwrap().transposed(), "{format:?}");
-        assert_eq!(with(16, 1, format, TransposeChoice::Auto).unwrap().smem_bytes(), mla_smem_bytes(format, true), "{format:?}");
+        let p = with(16, 1, format, TransposeChoice::Auto).unwrap();
+        assert!(p.transposed(), "{format:?}");
+        // fp8 a scale per token: the ring kernel's three warpgroups.
+        assert_eq!((p.smem_bytes(), p.block_threads()), (mla_smem_bytes(format, true), mla_transposed_threads(format)), "{format:?}");
         assert!(!with(16, 1, format, TransposeChoice::Never).unwrap().transposed(), "{format:?}");
     }
+    assert_eq!(mla_transposed_threads(KvFormat::Fp8PerHead), 384);
+    // A build whose ring kernel took more registers than 384 threads allow
+    // is refused by name, not launched.
+    let small = KernelInfo { max_threads_per_block: 256, regs_per_thread: 168 };
+    let shape = DecodeShape { kv_format: KvFormat::Fp8PerHead, ..DecodeShape::latent(4, 16, 1, 4096) };
+    let err = plan(&shape, &[4096, 8, 70, 4000], dev, &small, &PlanOptions::default()).unwrap_err().to_string();
+    assert!(err.contains("384 threads"), "{err}");
     assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
     let why = |r: decode_attn::Result<decode_attn::Plan>| r.unwrap_err().to_string();
     assert!(why(with(16, 2, KvFormat::Bf16, TransposeChoice::Always)).contains("at most 16 query rows"));

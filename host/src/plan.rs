@@ -962,7 +962,7 @@ fn make_plan_for(
         }
         // Two warpgroups (`decode_attn_abi::MLA_THREADS`): of four row-tile
         // warps, or (transposed) one row tile, the warps along the keys.
-        Family::Mla if transposed => (1, MLA_THREADS / 32, MLA_T_ROWS),
+        Family::Mla if transposed => (1, decode_attn_abi::mla_transposed_threads(format) / 32, MLA_T_ROWS),
         Family::Mla => (MLA_ROWS / MMA_M, MLA_THREADS / (32 * (MLA_ROWS / MMA_M)), MLA_ROWS),
         Family::Wide => {
             let (m, k) = heuristics::block_shape(rows, tile.keys_per_stage, kernel);
@@ -987,7 +987,7 @@ fn make_plan_for(
     let warps_k = match opts.warps_k {
         None => warps_k,
         Some(w) if family == Family::Mla => {
-            ensure(w == warps_k, "warps_k", format!("{warps_k} (the MLA kernels' two warpgroups) or none"), w)?;
+            ensure(w == warps_k, "warps_k", format!("{warps_k} (the MLA kernel's warpgroups' warps) or none"), w)?;
             w
         }
         Some(w) => {

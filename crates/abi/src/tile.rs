@@ -335,10 +335,24 @@ pub const MLA_T_RING_SLOTS: u32 = 5;
 pub const MLA_T_RING_ROW: u32 = 608;
 /// Bytes of one ring slot (64 keys).
 pub const MLA_T_RING_SLOT_BYTES: u32 = MLA_KEYS * MLA_T_RING_ROW;
-/// Bytes of the ring form's exchange: the stage maxima, rows' maxima and
-/// sums and log-sum-exps as [`MLA_T_EXCHANGE_BYTES`], the slots'
-/// mbarriers, the Q rows' f16 factors and their inverses.
-pub const MLA_T_RING_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + MLA_T_RING_SLOTS * 8 + 2 * 4 * MLA_T_ROWS;
+/// Warpgroups of a ring block (`decode::mla_t_ring`), each taking every
+/// third stage: its 166 registers a thread let three share an SM's file.
+pub const MLA_T_RING_GROUPS: u32 = 3;
+/// Bytes of the ring form's exchange: each warpgroup's stage maxima, rows'
+/// maxima and sums as [`MLA_T_EXCHANGE_BYTES`], the rows' log-sum-exps,
+/// the slots' mbarriers, the Q rows' f16 factors and their inverses.
+pub const MLA_T_RING_EXCHANGE_BYTES: u32 = MLA_T_RING_GROUPS * (2 * 4 * MLA_T_ROWS * 4 + 5 * MLA_T_ROWS * 4) + MLA_T_ROWS * 4 + MLA_T_RING_SLOTS * 8 + 2 * 4 * MLA_T_ROWS;
+
+/// Threads of a transposed MLA block of `format`: the ring's
+/// [`MLA_T_RING_GROUPS`] warpgroups for fp8 a scale per token, two
+/// ([`MLA_THREADS`]) for the others.
+pub const fn mla_transposed_threads(format: KvFormat) -> u32 {
+    if matches!(format, KvFormat::Fp8PerHead) {
+        128 * MLA_T_RING_GROUPS
+    } else {
+        MLA_THREADS
+    }
+}
 
 /// Dynamic shared memory of a transposed MLA block of `format`, then
 /// [`ITEM_SMEM_BYTES`]: `decode::mla_t_ring`'s for fp8 a scale per token
@@ -350,7 +364,7 @@ pub const MLA_T_RING_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * 
 /// registers").
 pub const fn mla_transposed_smem_bytes(format: KvFormat) -> u32 {
     let bytes = if matches!(format, KvFormat::Fp8PerHead) {
-        MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES + MLA_T_RING_EXCHANGE_BYTES
+        MLA_T_Q_BYTES + MLA_T_RING_GROUPS * MLA_T_P_BYTES + MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES + MLA_T_RING_EXCHANGE_BYTES
     } else {
         MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES
     };

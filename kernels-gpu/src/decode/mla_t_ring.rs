@@ -35,7 +35,7 @@
 //! (stage maxima, the rows' final maxima, sums and log-sum-exps, the slots'
 //! mbarriers, Q's row factors), the work item.
 
-use decode_attn_abi::{DecodeParams, WorkItem, MLA_KEYS, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_RING_ROW, MLA_T_RING_SLOTS, MLA_T_RING_SLOT_BYTES, MLA_T_ROWS};
+use decode_attn_abi::{DecodeParams, WorkItem, MLA_KEYS, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_RING_GROUPS, MLA_T_RING_ROW, MLA_T_RING_SLOTS, MLA_T_RING_SLOT_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, row_info};
 use super::mla::{bf16x2_magnitude, row_address, scale_address, scaled_f16x2, QK_DIM};
@@ -52,6 +52,9 @@ use crate::variant::Standard;
 const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
 /// Bytes of the ring's slots.
 const RING_BYTES: u32 = MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES;
+/// The block's warpgroups (`MLA_T_RING_GROUPS`): warpgroup `w` takes
+/// stages `w, w + GROUPS, …`.
+const GROUPS: u32 = MLA_T_RING_GROUPS;
 
 /// # Safety
 /// As `decode_mla_transposed`, for `Fp8PerHead` latent caches.
@@ -70,13 +73,13 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let smem = shared::dynamic_smem_base();
     let q_tile = smem;
     let p_tile = |b: u32| q_tile + MLA_T_Q_BYTES + MLA_T_P_BYTES * b;
-    let ring = p_tile(2);
+    let ring = p_tile(GROUPS);
     let slot_at = |s: u32| ring + MLA_T_RING_SLOT_BYTES * s;
     // A warpgroup's stage maxima: two stages' slots of 4 warps × 16 rows.
     let stage_maxima = |b: u32, slot: u32| ring + RING_BYTES + 4 * MLA_T_ROWS * (4 * (2 * b + slot));
     // The end: each warpgroup's rows' maxima, then its warps' row sums.
-    let finals = |b: u32| stage_maxima(2, 0) + 4 * MLA_T_ROWS * 5 * b;
-    let lses = finals(2);
+    let finals = |b: u32| stage_maxima(GROUPS, 0) + 4 * MLA_T_ROWS * 5 * b;
+    let lses = finals(GROUPS);
     let slot_bar = |s: u32| lses + 4 * MLA_T_ROWS + 8 * s;
     let q_factors = slot_bar(MLA_T_RING_SLOTS);
     // A warpgroup's own named barrier (0 is the block's).
@@ -88,7 +91,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         }
         mbarrier::fence_init();
     }
-    issue_q_tile(p, item.batch, q_tile, tid);
+    if tid < 256 {
+        issue_q_tile(p, item.batch, q_tile, tid);
+    }
     memory::cp_async_commit();
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
@@ -97,11 +102,13 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let mut first = own;
     while first < MLA_T_RING_SLOTS && first < n_tiles {
         issue_stage::<PAGED>(p, &item, first, slot_at(first), slot_bar(first), pt);
-        first += 2;
+        first += GROUPS;
     }
     memory::cp_async_wait::<0>();
     thread::sync_threads();
-    q_to_f16_permuted(q_tile, q_factors, tid);
+    if tid < 256 {
+        q_to_f16_permuted(q_tile, q_factors, tid);
+    }
     shared::fence_proxy_async_shared();
     thread::sync_threads();
 
@@ -189,9 +196,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         if t + MLA_T_RING_SLOTS < n_tiles {
             issue_stage::<PAGED>(p, &item, t + MLA_T_RING_SLOTS, at, slot_bar(slot), pt);
         }
-        t += 2;
+        t += GROUPS;
         use_count += 1;
-        slot += 2;
+        slot += GROUPS;
         if slot >= MLA_T_RING_SLOTS {
             slot -= MLA_T_RING_SLOTS;
             parity ^= 1;
@@ -201,7 +208,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // The epilogue's O tiles in the ring (free: every stage was read
     // before the end's barrier; the stage maxima's first word is the
     // merge's scratch, read before it).
-    finish_rows(p, &item, &o, m, l, TransposedSmem { o_tiles: ring, finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| ring_dim(j as u32, warp_m, g, key_half(e)), || {
+    finish_rows::<GROUPS>(p, &item, &o, m, l, TransposedSmem { o_tiles: ring, finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| ring_dim(j as u32, warp_m, g, key_half(e)), || {
         for s in 0..MLA_T_RING_SLOTS {
             mbarrier::inval(slot_bar(s));
         }

@@ -237,7 +237,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     // The epilogue's O tiles in the first buffer (free: every stage was
     // read before the end's barrier; the stage maxima's first word is the
     // merge's scratch, read before it).
-    finish_rows(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
+    finish_rows::<2>(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
         for b in 0..2 {
             for c in 0..BLOCKS {
                 mbarrier::inval(full(b) + 8 * c);
@@ -286,7 +286,7 @@ pub(super) unsafe fn stage_softmax(s: &[f32; 8], m: &mut [f32; 4], l: &mut [f32;
     (alpha, pv)
 }
 
-/// Where a transposed block's end works in shared memory: the two
+/// Where a transposed block's end works in shared memory: the
 /// warpgroups' O tiles (16 rows × `O_ROW_WORDS` f32 each, from
 /// `o_tiles`), their rows' maxima and warps' sums (`finals`, 5 × 16 f32 a
 /// warpgroup), the rows' log-sum-exps (`lses`) and the split merge's
@@ -298,7 +298,7 @@ pub(super) struct TransposedSmem {
     pub scratch: u32,
 }
 
-/// A transposed block's end: the two warpgroups' states (`o`, `m`, `l`)
+/// A transposed block's end: its `G` warpgroups' states (`o`, `m`, `l`)
 /// merged through shared memory (`smem`) and its rows written, or a
 /// split's partials and log-sum-exps and the merge of the last chunk
 /// (`merge::merge_chunk_if_last`). Element `e` of `o[j]` is dim `dim(j,
@@ -306,7 +306,7 @@ pub(super) struct TransposedSmem {
 /// once every thread is past its stages (the mbarriers' end).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn finish_rows(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
+pub(super) unsafe fn finish_rows<const G: u32>(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let (own, warp_m, g, c2) = (tid / 128, (tid / 32) % 4, lane / 4, (lane % 4) * 2);
@@ -328,21 +328,32 @@ pub(super) unsafe fn finish_rows(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8
         inval();
     }
     // Each thread's rows' weight of its warpgroup's O: `2^(m_own − M) / L`,
-    // M the larger maximum, L the two sums at M (`state::finish`).
+    // M the largest maximum, L the sums at M (`state::finish`).
     let weight: [f32; 4] = core::array::from_fn(|r| {
         let at = |b: u32, k: u32| shared::ld_shared_f32(finals(b) + 4 * (MLA_T_ROWS * k + locals[r]));
-        let (m0, m1) = (at(0, 0), at(1, 0));
         let total = |b: u32| (at(b, 1) + at(b, 2)) + (at(b, 3) + at(b, 4));
-        let top = m0.max(m1);
-        let (f0, f1) = (state::rescale(m0, top), state::rescale(m1, top));
-        let (inv_l, lse) = state::finish(top, total(0) * f0 + total(1) * f1);
+        let mut top = at(0, 0);
+        for b in 1..G {
+            top = top.max(at(b, 0));
+        }
+        let mut sum = 0.0;
+        let mut mine = 0.0;
+        for b in 0..G {
+            let f = state::rescale(at(b, 0), top);
+            sum = if b == 0 { total(b) * f } else { sum + total(b) * f };
+            if b == own {
+                mine = f;
+            }
+        }
+        let (inv_l, lse) = state::finish(top, sum);
         if own == 0 && warp_m == 0 && g == 0 {
             shared::st_shared_f32(smem.lses + 4 * locals[r], lse);
         }
-        (if own == 0 { f0 } else { f1 }) * inv_l
+        mine * inv_l
     });
     // Each warpgroup's weighted Oᵀ as rows × dims into its O tile, then
-    // both summed a row at a time by the block's threads, two dims each.
+    // all summed a row at a time by 256 of the block's threads, two dims
+    // each.
     let o_tile = |b: u32| smem.o_tiles + 4 * MLA_T_ROWS * O_ROW_WORDS * b;
     for (j, acc) in o.iter().enumerate() {
         for (e, &x) in acc.iter().enumerate() {
@@ -354,10 +365,13 @@ pub(super) unsafe fn finish_rows(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8
     let here = rows_here(p, 0);
     thread::launch_dependents();
     let col = 2 * tid;
-    for r in 0..here {
+    for r in if G == 2 || tid < 256 { 0..here } else { 0..0 } {
         let at = 4 * (O_ROW_WORDS * r + col);
-        let (a, b) = (shared::ld_shared_v2_f32(o_tile(0) + at), shared::ld_shared_v2_f32(o_tile(1) + at));
-        let v = [a[0] + b[0], a[1] + b[1]];
+        let mut v = shared::ld_shared_v2_f32(o_tile(0) + at);
+        for b in 1..G {
+            let w = shared::ld_shared_v2_f32(o_tile(b) + at);
+            v = [v[0] + w[0], v[1] + w[1]];
+        }
         let (token, head) = token_head(p, 0, r);
         if slot == DIRECT_OUTPUT {
             let out = qo_row_addr::<{ V_DIM as usize }>(p.o, p, batch, token, head);
