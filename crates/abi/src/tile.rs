@@ -336,7 +336,9 @@ pub const MLA_T_RING_ROW: u32 = 608;
 /// Bytes of one ring slot (64 keys).
 pub const MLA_T_RING_SLOT_BYTES: u32 = MLA_KEYS * MLA_T_RING_ROW;
 /// Warpgroups of a ring block (`decode::mla_t_ring`), each taking every
-/// third stage: its 166 registers a thread let three share an SM's file.
+/// third stage: its 164 registers a thread let three share an SM's 64 K
+/// (two ran 16 heads 32 × 32K 18 % slower: docs/perf.md, "MLA fp8 at 16
+/// heads in registers").
 pub const MLA_T_RING_GROUPS: u32 = 3;
 /// Bytes of the ring form's exchange: each warpgroup's stage maxima, rows'
 /// maxima and sums as [`MLA_T_EXCHANGE_BYTES`], the rows' log-sum-exps,

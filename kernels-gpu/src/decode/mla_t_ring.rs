@@ -13,8 +13,13 @@
 //!   mbarrier (128 arrivals: a key's copy and its scale's). Keys past the
 //!   item's end are zero-filled (an e4m3 byte may be a NaN, and 0 · NaN is
 //!   one). The warpgroup that finishes a stage's P·V refills its slot with
-//!   the stage `SLOTS` on (the other warpgroup's): four stages in flight an
-//!   SM beside the two being read, against one in registers before.
+//!   the stage `SLOTS` on (another warpgroup's).
+//! - **Three warpgroups** (`MLA_T_RING_GROUPS`, 384 threads), warpgroup `w`
+//!   taking stages `w, w + 3, …`, each with its own softmax state: a
+//!   warpgroup's stage is a chain of MMA groups whose latency two chains
+//!   an SM did not hide (docs/perf.md, "MLA fp8 at 16 heads in
+//!   registers"); at 164 registers a thread, three share the register
+//!   file. (The plan refuses a build whose kernel allows fewer threads.)
 //! - **Scores** (`mla_t_scores_e4m3`): the keys along M, the thread's keys
 //!   `16 w + 2 g` and one on (rows two apart: the 16-byte loads of a
 //!   quarter-warp fall in 32 banks); the contraction runs in the order the
@@ -27,11 +32,11 @@
 //!   a pair.
 //! - Each key's scale multiplies its scores and P and its exponent is in
 //!   the rows' softmax base, Q's rows are f16 times a power of two, as the
-//!   64-row kernel's `f16_mma`; the softmax, the two warpgroups' merge and
+//!   64-row kernel's `f16_mma`; the softmax's end, the warpgroups' merge and
 //!   the epilogue are `decode::mla_transposed`'s.
 //!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`, the
-//! ring's layout): the Q tile, the two P tiles, the slots, the exchange
+//! ring's layout): the Q tile, the three P tiles, the slots, the exchange
 //! (stage maxima, the rows' final maxima, sums and log-sum-exps, the slots'
 //! mbarriers, Q's row factors), the work item.
 
