@@ -1074,17 +1074,20 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
         let p = with(16, 1, format, TransposeChoice::Auto).unwrap();
         assert!(p.transposed(), "{format:?}");
-        // fp8 a scale per token: the ring kernel's three warpgroups.
-        assert_eq!((p.smem_bytes(), p.block_threads()), (mla_smem_bytes(format, true), mla_transposed_threads(format)), "{format:?}");
+        // Both fp8 formats: the ring kernel's three warpgroups.
+        assert_eq!((p.smem_bytes(), p.block_threads()), (mla_smem_bytes(format, true), 384), "{format:?}");
+        assert!(mla_smem_bytes(format, true) <= dev.max_smem_per_block, "{format:?}");
         assert!(!with(16, 1, format, TransposeChoice::Never).unwrap().transposed(), "{format:?}");
     }
-    assert_eq!(mla_transposed_threads(KvFormat::Fp8PerHead), 384);
+    assert_eq!(mla_transposed_threads(KvFormat::Bf16), 256);
     // A build whose ring kernel took more registers than 384 threads allow
     // is refused by name, not launched.
     let small = KernelInfo { max_threads_per_block: 256, regs_per_thread: 168 };
-    let shape = DecodeShape { kv_format: KvFormat::Fp8PerHead, ..DecodeShape::latent(4, 16, 1, 4096) };
-    let err = plan(&shape, &[4096, 8, 70, 4000], dev, &small, &PlanOptions::default()).unwrap_err().to_string();
-    assert!(err.contains("384 threads"), "{err}");
+    for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
+        let shape = DecodeShape { kv_format: format, ..DecodeShape::latent(4, 16, 1, 4096) };
+        let err = plan(&shape, &[4096, 8, 70, 4000], dev, &small, &PlanOptions::default()).unwrap_err().to_string();
+        assert!(err.contains("384 threads"), "{err}");
+    }
     assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
     let why = |r: decode_attn::Result<decode_attn::Plan>| r.unwrap_err().to_string();
     assert!(why(with(16, 2, KvFormat::Bf16, TransposeChoice::Always)).contains("at most 16 query rows"));

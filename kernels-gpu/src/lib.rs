@@ -43,7 +43,7 @@ macro_rules! decode_kernels {
     ($($name:ident => ($arch:literal, $arch_id:ident, $f:ident, $q:ident, $d:literal, $dv:literal, $fam:ident, $a:ident, $m:ident, $form:ident, $v:ident, $kv:ty);)*) => {$(
         /// Attention over one point of the kernel set (`decode_attn_abi::KernelId`):
         /// see `decode::decode_wide`, `decode::decode_narrow`, `decode::decode_wgmma`
-        /// `decode::decode_mla` and `decode::decode_mla_transposed`. (All but the MLA body read V rows of
+        /// `decode::decode_mla` and `decode::decode_mla_t`. (All but the MLA body read V rows of
         /// Q·K's head dim: the set holds no other, `KernelId::exists`.)
         ///
         /// # Safety
@@ -79,7 +79,7 @@ macro_rules! decode_body {
         decode::decode_wgmma::<$t, $v, $d, $paged, $cluster, { Form::$form.is_specialized() }>($p)
     };
     (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, Transposed, $p:expr) => {
-        decode::decode_mla_transposed::<$t, $paged>($p)
+        decode::decode_mla_t::<$t, $paged>($p)
     };
     (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:ident, $p:expr) => {
         decode::decode_mla::<$t, $paged>($p)

@@ -1,7 +1,7 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::axes::{q_in_smem, Family, KvFormat};
+use crate::axes::{q_in_smem, Family, KvFormat, DS_MLA_SCALES_AT};
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
@@ -319,56 +319,83 @@ pub const MLA_T_P_BYTES: u32 = MLA_T_ROWS * MLA_KEYS * 2;
 /// Bytes of the transposed form's exchange: each warpgroup's stage maxima
 /// (two stages' slots × 4 warps × 16 rows), then its rows' maxima and its
 /// warps' sums at the end (1 + 4 f32 a row), the rows' log-sum-exps, the
-/// two buffers' 9 column-block mbarriers, then (fp8-ds-mla) each
-/// warpgroup's table of its stage's keys (32 bytes a key, the four group
-/// scales 16 bytes on).
-pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + 2 * 9 * 8 + 2 * 32 * MLA_KEYS;
+/// two buffers' 9 column-block mbarriers.
+pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T_ROWS * 4 + MLA_T_ROWS * 4 + 2 * 9 * 8;
 
-/// Slots of the transposed form's ring of raw fp8 stages
-/// (`decode::mla_t_ring`, fp8 a scale per token): 64 keys' e4m3 rows
-/// each, as the cache holds them.
-pub const MLA_T_RING_SLOTS: u32 = 5;
-/// Bytes from one key's row to the next in a ring slot: its 576 e4m3
-/// bytes, its f32 scale at byte 576, padding to 608 (152 words ≡ 24 mod
-/// 32 banks, so that the scores' 16-byte loads of keys two apart and the
-/// P·V's 4-byte loads of four consecutive keys are free of bank conflicts).
-pub const MLA_T_RING_ROW: u32 = 608;
-/// Bytes of one ring slot (64 keys).
-pub const MLA_T_RING_SLOT_BYTES: u32 = MLA_KEYS * MLA_T_RING_ROW;
-/// Warpgroups of a ring block (`decode::mla_t_ring`), each taking every
-/// third stage: its 164 registers a thread let three share an SM's 64 K
-/// (two ran 16 heads 32 × 32K 18 % slower: docs/perf.md, "MLA fp8 at 16
-/// heads in registers").
-pub const MLA_T_RING_GROUPS: u32 = 3;
+/// The transposed form's ring of raw fp8 stages (`decode::mla_t_ring`,
+/// both fp8 latent formats): its slots hold 64 keys' rows as the cache
+/// holds them, `row` bytes apart, a key's scales `scales` bytes into its
+/// row; `groups` warpgroups a block, warpgroup `w` taking stages `w, w +
+/// groups, …`, each with `p_tiles` P tiles (one a scale group of V's
+/// dims).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlaRing {
+    pub row: u32,
+    pub slots: u32,
+    pub scales: u32,
+    pub p_tiles: u32,
+    pub groups: u32,
+}
+
+impl MlaRing {
+    /// Bytes of one slot (64 keys).
+    pub const fn slot_bytes(self) -> u32 {
+        MLA_KEYS * self.row
+    }
+}
+
+/// The ring of `format`, for the fp8 latent formats (`None` for the
+/// others, whose transposed blocks copy bf16 stages):
+/// - fp8 a scale per token: five slots, rows 608 bytes apart (576 e4m3
+///   bytes, the f32 scale at byte 576 by a copy of its own, padding); three
+///   warpgroups (164 registers a thread: three share an SM's 64 K; two ran
+///   16 heads 32 × 32K 18 % slower, docs/perf.md, "MLA fp8 at 16 heads in
+///   registers");
+/// - fp8-ds-mla: four slots, rows 672 bytes apart (the 656-byte row, its
+///   four scales at byte 512, padding), a P tile a scale group; two
+///   warpgroups (its scores' group accumulators take it to 195
+///   registers).
+///
+/// Rows are 32 bytes past a multiple of 64 in 128 (608 ≡ 96, 672 ≡ 32
+/// mod 128), so that the scores' 16-byte loads of keys two apart and the
+/// P·V's 4-byte loads of four consecutive keys are free of bank conflicts
+/// (docs/perf.md, "MLA fp8 at 16 heads in registers"). fp8-ds-mla's
+/// fifth slot and its four P tiles a warpgroup do not fit beside the Q
+/// tile.
+pub const fn mla_t_ring(format: KvFormat) -> Option<MlaRing> {
+    match format {
+        KvFormat::Fp8PerHead => Some(MlaRing { row: 608, slots: 5, scales: 576, p_tiles: 1, groups: 3 }),
+        KvFormat::Fp8DsMla => Some(MlaRing { row: 672, slots: 4, scales: DS_MLA_SCALES_AT, p_tiles: 4, groups: 2 }),
+        _ => None,
+    }
+}
 /// Bytes of the ring form's exchange: each warpgroup's stage maxima, rows'
 /// maxima and sums as [`MLA_T_EXCHANGE_BYTES`], the rows' log-sum-exps,
 /// the slots' mbarriers, the Q rows' f16 factors and their inverses.
-pub const MLA_T_RING_EXCHANGE_BYTES: u32 = MLA_T_RING_GROUPS * (2 * 4 * MLA_T_ROWS * 4 + 5 * MLA_T_ROWS * 4) + MLA_T_ROWS * 4 + MLA_T_RING_SLOTS * 8 + 2 * 4 * MLA_T_ROWS;
+pub const fn mla_t_ring_exchange_bytes(ring: MlaRing) -> u32 {
+    ring.groups * (2 * 4 * MLA_T_ROWS * 4 + 5 * MLA_T_ROWS * 4) + MLA_T_ROWS * 4 + ring.slots * 8 + 2 * 4 * MLA_T_ROWS
+}
 
 /// Threads of a transposed MLA block of `format`: the ring's
-/// [`MLA_T_RING_GROUPS`] warpgroups for fp8 a scale per token, two
-/// ([`MLA_THREADS`]) for the others.
+/// ring's warpgroups for the fp8 formats ([`mla_t_ring`]), two
+/// ([`MLA_THREADS`]) for bf16.
 pub const fn mla_transposed_threads(format: KvFormat) -> u32 {
-    if matches!(format, KvFormat::Fp8PerHead) {
-        128 * MLA_T_RING_GROUPS
-    } else {
-        MLA_THREADS
+    match mla_t_ring(format) {
+        Some(ring) => 128 * ring.groups,
+        None => MLA_THREADS,
     }
 }
 
 /// Dynamic shared memory of a transposed MLA block of `format`, then
-/// [`ITEM_SMEM_BYTES`]: `decode::mla_t_ring`'s for fp8 a scale per token
-/// (the Q tile, the two P tiles, the ring's slots, its exchange),
-/// `decode::mla_transposed`'s for the others (the two stage buffers, the
-/// Q tile, the two P tiles, the exchange). Each its own: the ring's 219 KB
-/// for every format left fp8-ds-mla's loads (into registers, through L1)
-/// 14 % slower at 16 heads (docs/perf.md, "MLA fp8 at 16 heads in
-/// registers").
+/// [`ITEM_SMEM_BYTES`]: `decode::mla_t_ring`'s for the fp8 formats (the Q
+/// tile, the warpgroups' P tiles, the ring's slots, its exchange),
+/// `decode::mla_transposed`'s for bf16 (the two stage buffers, the Q tile,
+/// the two P tiles, the exchange). Each its own: a bf16 block given the
+/// ring's carve-out loses L1 for nothing.
 pub const fn mla_transposed_smem_bytes(format: KvFormat) -> u32 {
-    let bytes = if matches!(format, KvFormat::Fp8PerHead) {
-        MLA_T_Q_BYTES + MLA_T_RING_GROUPS * MLA_T_P_BYTES + MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES + MLA_T_RING_EXCHANGE_BYTES
-    } else {
-        MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES
+    let bytes = match mla_t_ring(format) {
+        Some(ring) => MLA_T_Q_BYTES + ring.groups * ring.p_tiles * MLA_T_P_BYTES + ring.slots * ring.slot_bytes() + mla_t_ring_exchange_bytes(ring),
+        None => MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES,
     };
     bytes.next_multiple_of(16) + ITEM_SMEM_BYTES
 }

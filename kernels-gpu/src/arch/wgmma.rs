@@ -855,14 +855,129 @@ pub unsafe fn mla_t_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 
     s
 }
 
-/// The four words (4 e4m3 dims each) of one k16 step's keys `c`, `c + 4`,
-/// `c + 8`, `c + 12` for one M-tile pair of [`mla_t_pv_e4m3`], `$o0 ..
-/// $o3` bytes past the thread's first.
-macro_rules! t_pv_load {
-    ($w:literal, $o0:literal, $o1:literal, $o2:literal, $o3:literal) => {
+/// One `m64n16k16` score step of [`mla_t_scores_ds`] into the accumulator
+/// `$d` with A from registers `$a0 .. $a3` (or the list `$a`), Q's step
+/// `$q` descriptor units on.
+macro_rules! t_ds_mma {
+    ($ty:literal, $d:literal, $a:expr, $q:literal, $pred:literal) => {
         concat!(
-            "ld.shared.b32 ", $w, "0, [vp+", $o0, "];\nld.shared.b32 ", $w, "1, [vp+", $o1, "];\n",
-            "ld.shared.b32 ", $w, "2, [vp+", $o2, "];\nld.shared.b32 ", $w, "3, [vp+", $o3, "];\n"
+            "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
+            "wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " ", $d, ", ", $a, ", qd, ", $pred, ", 1, 1, 0;\n"
+        )
+    };
+}
+/// A J block (64 latent dims, four k16 steps) of [`mla_t_scores_ds`] into
+/// the accumulator `$d`: the raw set `$x` converted into the A sets `$a0
+/// .. $a3`, the four MMAs committed as a group, then the wait for the
+/// group before.
+macro_rules! t_ds_j {
+    ($x:literal, $d:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal) => {
+        concat!(
+            t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
+            "wgmma.fence.sync.aligned;\n",
+            t_ds_mma!("f16", $d, concat!("{{", $a0, "0, ", $a0, "1, ", $a0, "2, ", $a0, "3}}"), $q0, $first),
+            t_ds_mma!("f16", $d, concat!("{{", $a1, "0, ", $a1, "1, ", $a1, "2, ", $a1, "3}}"), $q1, "acc"),
+            t_ds_mma!("f16", $d, concat!("{{", $a2, "0, ", $a2, "1, ", $a2, "2, ", $a2, "3}}"), $q2, "acc"),
+            t_ds_mma!("f16", $d, concat!("{{", $a3, "0, ", $a3, "1, ", $a3, "2, ", $a3, "3}}"), $q3, "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+        )
+    };
+}
+/// The scores `s0 .. s7` plus (`fma`) or as (`mul`) the complete scale
+/// group in the accumulator `$g` times its keys' scales: the thread's first
+/// key's at `sp + $o0`, its second's at `sp + $o1` (elements 0, 1, 4, 5
+/// are the first key's, 2, 3, 6, 7 the second's).
+macro_rules! t_ds_fold {
+    ($g:literal, $o0:literal, $o1:literal, mul) => {
+        concat!(
+            "ld.shared.f32 sa, [sp+", $o0, "];\nld.shared.f32 sb, [sp+", $o1, "];\n",
+            "mul.rn.f32 {s0}, ", $g, "0, sa;\nmul.rn.f32 {s1}, ", $g, "1, sa;\nmul.rn.f32 {s2}, ", $g, "2, sb;\nmul.rn.f32 {s3}, ", $g, "3, sb;\n",
+            "mul.rn.f32 {s4}, ", $g, "4, sa;\nmul.rn.f32 {s5}, ", $g, "5, sa;\nmul.rn.f32 {s6}, ", $g, "6, sb;\nmul.rn.f32 {s7}, ", $g, "7, sb;\n"
+        )
+    };
+    ($g:literal, $o0:literal, $o1:literal, fma) => {
+        concat!(
+            "ld.shared.f32 sa, [sp+", $o0, "];\nld.shared.f32 sb, [sp+", $o1, "];\n",
+            "fma.rn.f32 {s0}, ", $g, "0, sa, {s0};\nfma.rn.f32 {s1}, ", $g, "1, sa, {s1};\nfma.rn.f32 {s2}, ", $g, "2, sb, {s2};\nfma.rn.f32 {s3}, ", $g, "3, sb, {s3};\n",
+            "fma.rn.f32 {s4}, ", $g, "4, sa, {s4};\nfma.rn.f32 {s5}, ", $g, "5, sa, {s5};\nfma.rn.f32 {s6}, ", $g, "6, sb, {s6};\nfma.rn.f32 {s7}, ", $g, "7, sb, {s7};\n"
+        )
+    };
+}
+
+/// `Sᵀ = K·Qᵀ` of the transposed form's ring kernel for fp8-ds-mla
+/// (`decode::mla_t_ring`: DeepSeek V3.2's rows, 672 bytes apart in the
+/// ring) for one stage's 64 keys: as [`mla_t_scores_e4m3`] over the 512
+/// e4m3 latent dims (`k` the thread's first key's row plus `16 c`), each
+/// scale group's 128 dims (two J blocks) into an accumulator of its own,
+/// alternately `ga` and `gb`, which the group after's first J block leaves
+/// to be multiplied by its keys' scales (`sp`: the first key's four f32
+/// scales, the row's byte 512) and summed; then the 64 bf16 RoPE dims
+/// (`rp`: the first key's row's byte `528 + 32 c`, 16 dims a thread a
+/// key, the contraction in the latent blocks' order) by four bf16 MMAs
+/// against Q's RoPE block (bf16, permuted as the others), unscaled.
+/// Returns `Σ_g s_g · (Q·e4m3)_g + Q·RoPE` as [`mla_t_scores`]'s
+/// accumulator.
+///
+/// # Safety
+/// As [`mla_t_scores_e4m3`], for rows 672 bytes apart.
+#[allow(named_asm_labels)]
+#[inline(always)]
+pub unsafe fn mla_t_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity: u32) -> [f32; 8] {
+    let mut s = [0f32; 8];
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n.reg .f32 sa, sb, ga<8>, gb<8>;\n",
+            ".reg .b32 ql, qh, qa, kp, sp, rp, xa<8>, xb<8>, xc<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
+            "mov.b32 kp, {k};\nmov.b32 sp, {sp};\nmov.b32 rp, {rp};\nmov.b64 {{ql, qh}}, {q};\n",
+            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
+            "D0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra D0;\nwgmma.fence.sync.aligned;\n",
+            t_e4m3_load!("xa", "0", "672"),
+            t_e4m3_load!("xb", "64", "736"), t_ds_j!("xa", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
+            t_e4m3_load!("xa", "128", "800"), t_ds_j!("xb", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc"),
+            t_e4m3_load!("xb", "192", "864"), t_ds_j!("xa", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "first"),
+            t_ds_fold!("ga", "0", "672", mul),
+            t_e4m3_load!("xa", "256", "928"), t_ds_j!("xb", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc"),
+            t_e4m3_load!("xb", "320", "992"), t_ds_j!("xa", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first"),
+            t_ds_fold!("gb", "4", "676", fma),
+            t_e4m3_load!("xa", "384", "1056"), t_ds_j!("xb", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc"),
+            t_e4m3_load!("xb", "448", "1120"), t_ds_j!("xa", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "first"),
+            t_ds_fold!("ga", "8", "680", fma),
+            "ld.shared.v4.b32 {{xa0, xa1, xa2, xa3}}, [rp];\nld.shared.v4.b32 {{xa4, xa5, xa6, xa7}}, [rp+16];\n",
+            "ld.shared.v4.b32 {{xc0, xc1, xc2, xc3}}, [rp+672];\nld.shared.v4.b32 {{xc4, xc5, xc6, xc7}}, [rp+688];\n",
+            t_ds_j!("xb", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc"),
+            "wgmma.fence.sync.aligned;\n",
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa0, xc0, xa1, xc1}}", "1024", "first"),
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa2, xc2, xa3, xc3}}", "1026", "acc"),
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa4, xc4, xa5, xc5}}", "1028", "acc"),
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa6, xc6, xa7, xc7}}", "1030", "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n",
+            t_ds_fold!("gb", "12", "684", fma),
+            "wgmma.wait_group.sync.aligned 0;\n",
+            "add.f32 {s0}, {s0}, ga0;\nadd.f32 {s1}, {s1}, ga1;\nadd.f32 {s2}, {s2}, ga2;\nadd.f32 {s3}, {s3}, ga3;\n",
+            "add.f32 {s4}, {s4}, ga4;\nadd.f32 {s5}, {s5}, ga5;\nadd.f32 {s6}, {s6}, ga6;\nadd.f32 {s7}, {s7}, ga7;\n}}"
+        ),
+        k = in(reg32) k, sp = in(reg32) sp, rp = in(reg32) rp, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
+        s0 = out(reg32) s[0],
+        s1 = out(reg32) s[1],
+        s2 = out(reg32) s[2],
+        s3 = out(reg32) s[3],
+        s4 = out(reg32) s[4],
+        s5 = out(reg32) s[5],
+        s6 = out(reg32) s[6],
+        s7 = out(reg32) s[7],
+        options(nostack)
+    );
+    s
+}
+
+/// The four words (4 e4m3 dims each) of one k16 step's keys `c`, `c + 4`,
+/// `c + 8`, `c + 12` for one M-tile pair of [`mla_t_pv_e4m3`]: the step's
+/// base register `$v` plus the offsets `$o0 .. $o3` (operands).
+macro_rules! t_pv_load {
+    ($w:literal, $v:literal, $o0:literal, $o1:literal, $o2:literal, $o3:literal) => {
+        concat!(
+            "ld.shared.b32 ", $w, "0, [", $v, "+", $o0, "];\nld.shared.b32 ", $w, "1, [", $v, "+", $o1, "];\n",
+            "ld.shared.b32 ", $w, "2, [", $v, "+", $o2, "];\nld.shared.b32 ", $w, "3, [", $v, "+", $o3, "];\n"
         )
     };
 }
@@ -876,9 +991,9 @@ macro_rules! t_pv_pair {
 }
 /// An M-tile pair and k16 step of [`mla_t_pv_e4m3`]: the words `$w0 ..
 /// $w3` as the A fragments `$t` (the pair's first M-tile: the words'
-/// bytes 0, 1) and `$u` (bytes 2, 3), the two MMAs against Pᵀ's step `$p`
-/// descriptor units on, committed as a group, then the wait for the group
-/// before.
+/// bytes 0, 1) and `$u` (bytes 2, 3), the two MMAs against the P tile's
+/// step `$p` descriptor units on (an operand), committed as a group, then
+/// the wait for the group before.
 macro_rules! t_pv_j {
     ($w:literal, $t:literal, $u:literal, $d0:literal, $d1:literal, $p:literal) => {
         concat!(
@@ -895,46 +1010,58 @@ macro_rules! t_pv_j {
 }
 
 /// `Oᵀ += Vᵀ·Pᵀ` of the transposed form's ring kernel for one stage: Vᵀ's
-/// fragments from the keys' e4m3 bytes in their ring slot, converted in
-/// registers (f16, exactly), 32 `m64n16k16` steps in 16 groups of an
-/// M-tile pair and a k16 step. The thread (warp `w` of its warpgroup, `g =
-/// lane / 4`, `c = lane % 4`) reads 4 bytes a key at `v` = its step's key
-/// `c` row + `32 w + 4 g` (`+ 128 i` for the pair `i`): M-tile `2 i + t`'s
-/// rows `g`, `g + 8` are dims `128 i + 32 w + 4 g + 2 t` and one on, and
-/// a k16 step's K columns `2c, 2c + 1, 2c + 8, 2c + 9` are its keys `c`,
-/// `c + 4`, `c + 8`, `c + 12`: Pᵀ's tile (`p`, as [`mla_t_pv`]'s) holds its
-/// keys in that order, and O's dims come out in this one
-/// (`mla_t_ring::ring_dim`). P is f16.
+/// fragments from the keys' e4m3 bytes in their ring slot (rows `ROW`
+/// bytes apart), converted in registers (f16, exactly), 32 `m64n16k16`
+/// steps in 16 groups of an M-tile pair and a k16 step. The thread (warp
+/// `w` of its warpgroup, `g = lane / 4`, `c = lane % 4`) reads 4 bytes a
+/// key at `v` = its step's key `c` row + `32 w + 4 g` (`+ 128 i` for the
+/// pair `i`): M-tile `2 i + t`'s rows `g`, `g + 8` are dims `128 i + 32 w +
+/// 4 g + 2 t` and one on, and a k16 step's K columns `2c, 2c + 1, 2c + 8,
+/// 2c + 9` are its keys `c`, `c + 4`, `c + 8`, `c + 12`: Pᵀ's tile (`p`, as
+/// [`mla_t_pv`]'s) holds its keys in that order, and O's dims come out in
+/// this one (`mla_t_ring::ring_dim`). P is f16. Where `GROUPED`, the pair
+/// `i` (dims `128 i ..`: fp8-ds-mla's scale group `i`) reads its own P
+/// tile, `i` tiles (2048 bytes each) past `p`'s.
 ///
 /// # Safety
 /// As [`mla_pv`]; the stage's slot in the block's shared memory.
 #[inline(always)]
-pub unsafe fn mla_t_pv_e4m3(o: &mut [[f32; 8]; 8], p: u64, v: u32) {
+pub unsafe fn mla_t_pv_e4m3<const ROW: u32, const GROUPED: bool>(o: &mut [[f32; 8]; 8], p: u64, v: u32) {
     core::arch::asm!(
         concat!(
             "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
-            ".reg .b32 pl, ph, pa, vp, pr, wa<4>, wb<4>, ta<4>, tb<4>, ua<4>, ub<4>;\n",
-            "mov.b32 vp, {v};\nmov.b64 {{pl, ph}}, {p};\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            t_pv_load!("wa", "0", "2432", "4864", "7296"),
-            t_pv_load!("wb", "128", "2560", "4992", "7424"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "0"),
-            t_pv_load!("wa", "256", "2688", "5120", "7552"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "0"),
-            t_pv_load!("wb", "384", "2816", "5248", "7680"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "0"),
-            t_pv_load!("wa", "9728", "12160", "14592", "17024"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "0"),
-            t_pv_load!("wb", "9856", "12288", "14720", "17152"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "2"),
-            t_pv_load!("wa", "9984", "12416", "14848", "17280"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "2"),
-            t_pv_load!("wb", "10112", "12544", "14976", "17408"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "2"),
-            t_pv_load!("wa", "19456", "21888", "24320", "26752"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "2"),
-            t_pv_load!("wb", "19584", "22016", "24448", "26880"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "4"),
-            t_pv_load!("wa", "19712", "22144", "24576", "27008"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "4"),
-            t_pv_load!("wb", "19840", "22272", "24704", "27136"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "4"),
-            t_pv_load!("wa", "29184", "31616", "34048", "36480"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "4"),
-            t_pv_load!("wb", "29312", "31744", "34176", "36608"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "6"),
-            t_pv_load!("wa", "29440", "31872", "34304", "36736"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "6"),
-            t_pv_load!("wb", "29568", "32000", "34432", "36864"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "6"),
-            t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "6"),
+            ".reg .b32 pl, ph, pa, v0, v1, v2, v3, pr, wa<4>, wb<4>, ta<4>, tb<4>, ua<4>, ub<4>;\n",
+            "mov.b32 v0, {v};\nadd.u32 v1, v0, {s1};\nadd.u32 v2, v0, {s2};\nadd.u32 v3, v0, {s3};\n",
+            "mov.b64 {{pl, ph}}, {p};\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+            t_pv_load!("wa", "v0", "{a00}", "{a01}", "{a02}", "{a03}"),
+            t_pv_load!("wb", "v0", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p00}"),
+            t_pv_load!("wa", "v0", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p10}"),
+            t_pv_load!("wb", "v0", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p20}"),
+            t_pv_load!("wa", "v1", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p30}"),
+            t_pv_load!("wb", "v1", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p01}"),
+            t_pv_load!("wa", "v1", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p11}"),
+            t_pv_load!("wb", "v1", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p21}"),
+            t_pv_load!("wa", "v2", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p31}"),
+            t_pv_load!("wb", "v2", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p02}"),
+            t_pv_load!("wa", "v2", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p12}"),
+            t_pv_load!("wb", "v2", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p22}"),
+            t_pv_load!("wa", "v3", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p32}"),
+            t_pv_load!("wb", "v3", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p03}"),
+            t_pv_load!("wa", "v3", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p13}"),
+            t_pv_load!("wb", "v3", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p23}"),
+            t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p33}"),
             "wgmma.wait_group.sync.aligned 0;\n}}"
         ),
         p = in(reg64) p, v = in(reg32) v, z = in(reg32) 0u32,
+        s1 = const 16 * ROW, s2 = const 32 * ROW, s3 = const 48 * ROW,
+        a00 = const 128 * 0 + 0 * ROW, a01 = const 128 * 0 + 4 * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + 12 * ROW,
+        a10 = const 128 * 1 + 0 * ROW, a11 = const 128 * 1 + 4 * ROW, a12 = const 128 * 1 + 8 * ROW, a13 = const 128 * 1 + 12 * ROW,
+        a20 = const 128 * 2 + 0 * ROW, a21 = const 128 * 2 + 4 * ROW, a22 = const 128 * 2 + 8 * ROW, a23 = const 128 * 2 + 12 * ROW,
+        a30 = const 128 * 3 + 0 * ROW, a31 = const 128 * 3 + 4 * ROW, a32 = const 128 * 3 + 8 * ROW, a33 = const 128 * 3 + 12 * ROW,
+        p00 = const if GROUPED { 128 * 0 } else { 0 } + 0, p01 = const if GROUPED { 128 * 0 } else { 0 } + 2, p02 = const if GROUPED { 128 * 0 } else { 0 } + 4, p03 = const if GROUPED { 128 * 0 } else { 0 } + 6,
+        p10 = const if GROUPED { 128 * 1 } else { 0 } + 0, p11 = const if GROUPED { 128 * 1 } else { 0 } + 2, p12 = const if GROUPED { 128 * 1 } else { 0 } + 4, p13 = const if GROUPED { 128 * 1 } else { 0 } + 6,
+        p20 = const if GROUPED { 128 * 2 } else { 0 } + 0, p21 = const if GROUPED { 128 * 2 } else { 0 } + 2, p22 = const if GROUPED { 128 * 2 } else { 0 } + 4, p23 = const if GROUPED { 128 * 2 } else { 0 } + 6,
+        p30 = const if GROUPED { 128 * 3 } else { 0 } + 0, p31 = const if GROUPED { 128 * 3 } else { 0 } + 2, p32 = const if GROUPED { 128 * 3 } else { 0 } + 4, p33 = const if GROUPED { 128 * 3 } else { 0 } + 6,
         o0 = inout(reg32) o[0][0], o1 = inout(reg32) o[0][1], o2 = inout(reg32) o[0][2], o3 = inout(reg32) o[0][3], o4 = inout(reg32) o[0][4], o5 = inout(reg32) o[0][5], o6 = inout(reg32) o[0][6], o7 = inout(reg32) o[0][7],
         o8 = inout(reg32) o[1][0], o9 = inout(reg32) o[1][1], o10 = inout(reg32) o[1][2], o11 = inout(reg32) o[1][3], o12 = inout(reg32) o[1][4], o13 = inout(reg32) o[1][5], o14 = inout(reg32) o[1][6], o15 = inout(reg32) o[1][7],
         o16 = inout(reg32) o[2][0], o17 = inout(reg32) o[2][1], o18 = inout(reg32) o[2][2], o19 = inout(reg32) o[2][3], o20 = inout(reg32) o[2][4], o21 = inout(reg32) o[2][5], o22 = inout(reg32) o[2][6], o23 = inout(reg32) o[2][7],

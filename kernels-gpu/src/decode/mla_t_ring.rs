@@ -1,25 +1,27 @@
 //! The transposed MLA form (`decode::mla_transposed`, at most 16 query
-//! rows) for fp8 latent caches with a scale per token (`Fp8PerHead`): the
-//! stages' e4m3 rows are not converted into a 16-bit stage buffer but read
-//! from a ring of raw slots straight into `wgmma`'s A registers and
-//! converted there (f16, exactly), for the scores and for the P·V alike
-//! (docs/perf.md, "MLA fp8 at 16 heads in registers";
-//! design/mla-fp8-registers.md).
+//! rows) for the fp8 latent caches (`Fp8PerHead`, a scale per token, and
+//! `Fp8DsMla`, DeepSeek V3.2's rows): the stages' e4m3 rows are not
+//! converted into a 16-bit stage buffer but read from a ring of raw slots
+//! straight into `wgmma`'s A registers and converted there (f16, exactly),
+//! for the scores and for the P·V alike (docs/perf.md, "MLA fp8 at 16
+//! heads in registers"; design/mla-fp8-registers.md).
 //!
-//! - **The ring**: `MLA_T_RING_SLOTS` slots of 64 keys, a key's 576 e4m3
-//!   bytes as the cache holds them (one `cp.async.bulk` a key) and its f32
-//!   scale at byte 576 (a 4-byte `cp.async`), rows `MLA_T_RING_ROW` bytes
-//!   apart; stage `t` in slot `t % SLOTS`, complete on the slot's
-//!   mbarrier (128 arrivals: a key's copy and its scale's). Keys past the
-//!   item's end are zero-filled (an e4m3 byte may be a NaN, and 0 · NaN is
-//!   one). The warpgroup that finishes a stage's P·V refills its slot with
-//!   the stage `SLOTS` on (another warpgroup's).
-//! - **Three warpgroups** (`MLA_T_RING_GROUPS`, 384 threads), warpgroup `w`
-//!   taking stages `w, w + 3, …`, each with its own softmax state: a
-//!   warpgroup's stage is a chain of MMA groups whose latency two chains
-//!   an SM did not hide (docs/perf.md, "MLA fp8 at 16 heads in
-//!   registers"); at 164 registers a thread, three share the register
-//!   file. (The plan refuses a build whose kernel allows fewer threads.)
+//! - **The ring** (`decode_attn_abi::mla_t_ring`): `SLOTS` slots of 64
+//!   keys, a key's row as the cache holds it; stage `t` in slot `t %
+//!   SLOTS`, complete on the slot's mbarrier (128 arrivals, two copies a
+//!   key). Per token: the 576 e4m3 bytes (one `cp.async.bulk`) and the f32
+//!   scale at byte 576 (a 4-byte `cp.async`); fp8-ds-mla: the row's first
+//!   528 bytes (latent and scales) and its 128 RoPE bytes, two bulk copies.
+//!   Keys past the item's end are zero-filled (an e4m3 byte may be a NaN,
+//!   and 0 · NaN is one). The warpgroup that finishes a stage's P·V
+//!   refills its slot with the stage `SLOTS` on (another warpgroup's).
+//! - **Warpgroups** (the ring's `groups`: three per token, two for
+//!   fp8-ds-mla), warpgroup `w` taking stages `w, w + GROUPS, …`, each with
+//!   its own softmax state: a warpgroup's stage is a chain of MMA groups
+//!   whose latency two chains an SM did not hide for fp8 per token
+//!   (docs/perf.md, "MLA fp8 at 16 heads in registers"); at 164
+//!   registers a thread, three share the register file. (The plan refuses
+//!   a build whose kernel allows fewer threads.)
 //! - **Scores** (`mla_t_scores_e4m3`): the keys along M, the thread's keys
 //!   `16 w + 2 g` and one on (rows two apart: the 16-byte loads of a
 //!   quarter-warp fall in 32 banks); the contraction runs in the order the
@@ -34,20 +36,30 @@
 //!   the rows' softmax base, Q's rows are f16 times a power of two, as the
 //!   64-row kernel's `f16_mma`; the softmax's end, the warpgroups' merge and
 //!   the epilogue are `decode::mla_transposed`'s.
+//! - **fp8-ds-mla**: a key has a scale a group of 128 latent dims. The
+//!   scores keep each group in an accumulator of its own and sum them times
+//!   their keys' scales, the RoPE dims bf16 MMAs against Q's RoPE block kept
+//!   bf16 (`mla_t_scores_ds`); the P·V's M-tile pair `i` is group `i`'s
+//!   dims, so it reads P tile `i`, `P · s_i` (`mla_t_pv_e4m3`'s `GROUPED`).
+//!   The softmax base takes the exponent of the key's largest scale: a
+//!   group 2^14 below its key's largest reaches the P tiles among f16's
+//!   subnormals (DeepSeek's scales span the groups' magnitudes, a few
+//!   powers of two). Each latent value is `e4m3 · s` in f32, the format's
+//!   `bf16(e4m3 · s)` exactly for power-of-two scales (DeepSeek's).
 //!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`, the
 //! ring's layout): the Q tile, the three P tiles, the slots, the exchange
 //! (stage maxima, the rows' final maxima, sums and log-sum-exps, the slots'
 //! mbarriers, Q's row factors), the work item.
 
-use decode_attn_abi::{DecodeParams, WorkItem, MLA_KEYS, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_RING_GROUPS, MLA_T_RING_ROW, MLA_T_RING_SLOTS, MLA_T_RING_SLOT_BYTES, MLA_T_ROWS};
+use decode_attn_abi::{mla_t_ring, DecodeParams, MlaRing, WorkItem, DS_MLA_LATENT, DS_MLA_ROPE_AT, MLA_KEYS, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, row_info};
 use super::mla::{bf16x2_magnitude, row_address, scale_address, scaled_f16x2, QK_DIM};
 use super::mla_transposed::{finish_rows, issue_q_tile, stage_softmax, TransposedSmem};
 use super::query::q_row_scale;
-use crate::arch::math::pack_f16x2;
-use crate::arch::wgmma::{descriptor, mla_t_pv_e4m3, mla_t_scores_e4m3};
+use crate::arch::math::{pack_bf16x2, pack_f16x2, unpack_bf16x2};
+use crate::arch::wgmma::{descriptor, mla_t_pv_e4m3, mla_t_scores_ds, mla_t_scores_e4m3};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
 use crate::format::{KvFormat, Swizzle128, TileLayout};
 use crate::state;
@@ -55,17 +67,29 @@ use crate::variant::Standard;
 
 /// The 16-row tiles' layout (Q's, and the P tiles').
 const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
-/// Bytes of the ring's slots.
-const RING_BYTES: u32 = MLA_T_RING_SLOTS * MLA_T_RING_SLOT_BYTES;
-/// The block's warpgroups (`MLA_T_RING_GROUPS`): warpgroup `w` takes
-/// stages `w, w + GROUPS, …`.
-const GROUPS: u32 = MLA_T_RING_GROUPS;
+
+/// The ring of `format` (an fp8 latent format; `decode::decode_mla_t`
+/// sends no other here, whose body is only compiled, as per token's).
+const fn ring_of(format: decode_attn_abi::KvFormat) -> MlaRing {
+    match mla_t_ring(format) {
+        Some(ring) => ring,
+        None => ring_of(decode_attn_abi::KvFormat::Fp8PerHead),
+    }
+}
 
 /// # Safety
-/// As `decode_mla_transposed`, for `Fp8PerHead` latent caches.
+/// As `decode_mla_transposed`, for the fp8 latent caches, with
+/// `mla_transposed_threads` threads and `mla_transposed_smem_bytes` of
+/// shared memory.
 #[inline(always)]
 pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     const { assert!(F::FORMAT.holds_latent()) };
+    let ring = const { ring_of(F::FORMAT) };
+    let ds = const { matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla) };
+    // Warpgroup `w` takes stages `w, w + GROUPS, …`.
+    let (row_bytes, slots) = (ring.row, ring.slots);
+    #[allow(non_snake_case)]
+    let GROUPS: u32 = const { ring_of(F::FORMAT).groups };
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -77,21 +101,22 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
 
     let smem = shared::dynamic_smem_base();
     let q_tile = smem;
-    let p_tile = |b: u32| q_tile + MLA_T_Q_BYTES + MLA_T_P_BYTES * b;
-    let ring = p_tile(GROUPS);
-    let slot_at = |s: u32| ring + MLA_T_RING_SLOT_BYTES * s;
+    // Warpgroup `b`'s P tiles (`ring.p_tiles` each, one a scale group).
+    let p_tile = |b: u32| q_tile + MLA_T_Q_BYTES + MLA_T_P_BYTES * ring.p_tiles * b;
+    let slots_at = p_tile(GROUPS);
+    let slot_at = |s: u32| slots_at + ring.slot_bytes() * s;
     // A warpgroup's stage maxima: two stages' slots of 4 warps × 16 rows.
-    let stage_maxima = |b: u32, slot: u32| ring + RING_BYTES + 4 * MLA_T_ROWS * (4 * (2 * b + slot));
+    let stage_maxima = |b: u32, slot: u32| slot_at(slots) + 4 * MLA_T_ROWS * (4 * (2 * b + slot));
     // The end: each warpgroup's rows' maxima, then its warps' row sums.
     let finals = |b: u32| stage_maxima(GROUPS, 0) + 4 * MLA_T_ROWS * 5 * b;
     let lses = finals(GROUPS);
     let slot_bar = |s: u32| lses + 4 * MLA_T_ROWS + 8 * s;
-    let q_factors = slot_bar(MLA_T_RING_SLOTS);
+    let q_factors = slot_bar(slots);
     // A warpgroup's own named barrier (0 is the block's).
     let group_bar = 1 + own;
 
     if tid == 0 {
-        for s in 0..MLA_T_RING_SLOTS {
+        for s in 0..slots {
             mbarrier::init_count(slot_bar(s), 2 * MLA_KEYS);
         }
         mbarrier::fence_init();
@@ -105,14 +130,14 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
     // The ring's first stages, each by the warpgroup that reads it.
     let mut first = own;
-    while first < MLA_T_RING_SLOTS && first < n_tiles {
-        issue_stage::<PAGED>(p, &item, first, slot_at(first), slot_bar(first), pt);
+    while first < slots && first < n_tiles {
+        issue_stage::<PAGED>(p, &item, ring, ds, first, slot_at(first), slot_bar(first), pt);
         first += GROUPS;
     }
     memory::cp_async_wait::<0>();
     thread::sync_threads();
     if tid < 256 {
-        q_to_f16_permuted(q_tile, q_factors, tid);
+        q_to_f16_permuted(q_tile, q_factors, tid, ds);
     }
     shared::fence_proxy_async_shared();
     thread::sync_threads();
@@ -135,8 +160,12 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // The thread's places in a slot: its first key's row at its 16 bytes
     // of each 64 (the scores), its step's first key's row at its 4 bytes
     // of each 128 (the P·V).
-    let score_at = MLA_T_RING_ROW * my_key(0) + 16 * c;
-    let pv_at = MLA_T_RING_ROW * c + 32 * warp_m + 4 * g;
+    let score_at = row_bytes * my_key(0) + 16 * c;
+    let pv_at = row_bytes * c + 32 * warp_m + 4 * g;
+    // fp8-ds-mla: the first key's scales and its RoPE bytes (the thread's
+    // 16 dims, 32 bytes).
+    let scales_at = row_bytes * my_key(0) + ring.scales;
+    let rope_at = row_bytes * my_key(0) + DS_MLA_ROPE_AT + 32 * c;
 
     let mut o = [[0f32; 8]; 8];
     let mut m = [f32::NEG_INFINITY; 4];
@@ -148,15 +177,26 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let mut parity = 0u32;
     while t < n_tiles {
         let at = slot_at(slot);
-        let raw = mla_t_scores_e4m3(at + score_at, q_desc, slot_bar(slot), parity);
         let key0 = item.kv_start + t * MLA_KEYS;
         let masked = key0 + MLA_KEYS > mask_from;
-        let key_scale: [f32; 2] = core::array::from_fn(|h| shared::ld_shared_f32(at + MLA_T_RING_ROW * my_key(h as u32) + QK_DIM));
+        // The thread's keys' scales: per token one, fp8-ds-mla four (the
+        // scores are summed over the groups times theirs already).
+        let (raw, group_scale, key_scale) = if ds {
+            let raw = mla_t_scores_ds(at + score_at, at + scales_at, at + rope_at, q_desc, slot_bar(slot), parity);
+            let groups: [[f32; 4]; 2] = core::array::from_fn(|h| shared::ld_shared_v4_f32(at + scales_at + row_bytes * h as u32));
+            (raw, groups, groups.map(|x| x[0].max(x[1]).max(x[2].max(x[3]))))
+        } else {
+            let raw = mla_t_scores_e4m3(at + score_at, q_desc, slot_bar(slot), parity);
+            let key_scale: [f32; 2] = core::array::from_fn(|h| shared::ld_shared_f32(at + row_bytes * my_key(h as u32) + ring.scales));
+            (raw, key_scale.map(|x| [x; 4]), key_scale)
+        };
         let key_exponent = key_scale.map(state::scale_exponent);
         let s: [f32; 8] = core::array::from_fn(|e| {
             let key = key0 + my_key(key_half(e));
             if masked && key >= rows[row_of(e)].limit {
                 f32::NEG_INFINITY
+            } else if ds {
+                raw[e] * (scale * row_inverse[row_of(e)])
             } else {
                 raw[e] * (scale * row_inverse[row_of(e)]) * key_scale[key_half(e) as usize]
             }
@@ -178,14 +218,17 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         }
         thread::sync_named(group_bar, 128);
         let (alpha, pv) = stage_softmax(&s, &mut m, &mut l, maxima, &locals);
-        // Pᵀ as the P·V's B operand, its keys in the P·V's order (the
-        // previous stage's P·V, which read the tile, is done: every thread
-        // waited for it before this stage's barrier).
+        // Pᵀ as the P·V's B operand (times the keys' scales: a tile a
+        // group for fp8-ds-mla), its keys in the P·V's order (the previous
+        // stage's P·V, which read the tiles, is done: every thread waited
+        // for it before this stage's barrier).
         let tile = p_tile(own);
         for e in 0..8 {
             let col = p_column(my_key(key_half(e)));
             let at = tile + TILE16.at(locals[row_of(e)], col / 8, 0) + 2 * (col % 8);
-            shared::st_shared_u16(at, pack_f16x2(pv[e] * key_scale[key_half(e) as usize], 0.0));
+            for i in 0..ring.p_tiles {
+                shared::st_shared_u16(at + MLA_T_P_BYTES * i, pack_f16x2(pv[e] * group_scale[key_half(e) as usize][i as usize], 0.0));
+            }
         }
         shared::fence_proxy_async_shared();
         for acc in o.iter_mut() {
@@ -194,18 +237,22 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
             }
         }
         thread::sync_named(group_bar, 128);
-        mla_t_pv_e4m3(&mut o, descriptor(tile, 16, 1024), at + pv_at);
+        if ds {
+            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8DsMla).row }, true>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
+        } else {
+            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8PerHead).row }, false>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
+        }
         // The slot is read (every warp's MMAs and scale loads done: the
         // barrier): the stage `SLOTS` on into it.
         thread::sync_named(group_bar, 128);
-        if t + MLA_T_RING_SLOTS < n_tiles {
-            issue_stage::<PAGED>(p, &item, t + MLA_T_RING_SLOTS, at, slot_bar(slot), pt);
+        if t + slots < n_tiles {
+            issue_stage::<PAGED>(p, &item, ring, ds, t + slots, at, slot_bar(slot), pt);
         }
         t += GROUPS;
         use_count += 1;
         slot += GROUPS;
-        if slot >= MLA_T_RING_SLOTS {
-            slot -= MLA_T_RING_SLOTS;
+        if slot >= slots {
+            slot -= slots;
             parity ^= 1;
         }
     }
@@ -213,37 +260,55 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // The epilogue's O tiles in the ring (free: every stage was read
     // before the end's barrier; the stage maxima's first word is the
     // merge's scratch, read before it).
-    finish_rows::<GROUPS>(p, &item, &o, m, l, TransposedSmem { o_tiles: ring, finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| ring_dim(j as u32, warp_m, g, key_half(e)), || {
-        for s in 0..MLA_T_RING_SLOTS {
+    let smem = TransposedSmem { o_tiles: slots_at, finals: finals(0), lses, scratch: stage_maxima(0, 0) };
+    let dim = |j: usize, e: usize| ring_dim(j as u32, warp_m, g, key_half(e));
+    let inval = || {
+        for s in 0..slots {
             mbarrier::inval(slot_bar(s));
         }
-    });
+    };
+    if GROUPS == 3 {
+        finish_rows::<3>(p, &item, &o, m, l, smem, dim, inval);
+    } else {
+        finish_rows::<2>(p, &item, &o, m, l, smem, dim, inval);
+    }
 }
 
 /// Stage `t`'s 64 keys into the ring slot at `slot`, by one warpgroup's
-/// thread `pt` (0..128): threads 0..64 each a key's 576 e4m3 bytes (one
-/// bulk copy, its bytes announced on `bar`), threads 64..128 each its
-/// scale (a 4-byte `cp.async`, arriving on `bar` once landed). A key past
-/// the item's end is zeros, its scale 0.
+/// thread `pt` (0..128), each copy announced on `bar` (a bulk copy's
+/// bytes, a `cp.async`'s arrival once landed): per token, threads 0..64
+/// each a key's 576 e4m3 bytes (one bulk copy), threads 64..128 each its
+/// scale (a 4-byte `cp.async`); fp8-ds-mla (`ds`), threads 0..64 each a
+/// key's first 528 bytes (latent and scales), threads 64..128 each its 128
+/// RoPE bytes (bulk copies). A key past the item's end is zeros (its
+/// scales 0).
 #[inline(always)]
-unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, slot: u32, bar: u32, pt: u32) {
+#[allow(clippy::too_many_arguments)]
+unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, ds: bool, t: u32, slot: u32, bar: u32, pt: u32) {
     let k = pt % MLA_KEYS;
     let key = item.kv_start + t * MLA_KEYS + k;
-    let row = slot + MLA_T_RING_ROW * k;
+    let row = slot + ring.row * k;
     let live = key < item.kv_end;
-    if pt < MLA_KEYS {
+    let half = pt / MLA_KEYS;
+    if ds || half == 0 {
+        // This thread's piece of the row: (its first byte, its bytes).
+        let (from, bytes) = match (ds, half) {
+            (true, 0) => (0, DS_MLA_ROPE_AT),
+            (true, _) => (DS_MLA_ROPE_AT, 2 * (QK_DIM - DS_MLA_LATENT)),
+            (false, _) => (0, QK_DIM),
+        };
         if live {
-            mbarrier::arrive_expect_tx(bar, QK_DIM);
-            mbarrier::bulk_copy(row, row_address::<PAGED>(p, item.batch, key), QK_DIM, bar);
+            mbarrier::arrive_expect_tx(bar, bytes);
+            mbarrier::bulk_copy(row + from, row_address::<PAGED>(p, item.batch, key) + from as u64, bytes, bar);
         } else {
-            for i in 0..QK_DIM / 16 {
-                shared::st_shared_v4_u32(row + 16 * i, [0; 4]);
+            for i in 0..bytes / 16 {
+                shared::st_shared_v4_u32(row + from + 16 * i, [0; 4]);
             }
             mbarrier::arrive(bar);
         }
     } else {
         let at = scale_address::<PAGED>(p, item.batch, if live { key } else { item.kv_start });
-        memory::cp_async_4(row + QK_DIM, at, if live { 4 } else { 0 });
+        memory::cp_async_4(row + ring.scales, at, if live { 4 } else { 0 });
         mbarrier::cp_async_arrive_noinc(bar);
     }
 }
@@ -271,9 +336,11 @@ fn ring_dim(j: u32, warp_m: u32, g: u32, half: u32) -> u32 {
 /// into the scores' contraction order (`mla_t_scores_e4m3`): the pair of
 /// dims at word `8 c + 2 s + h` of the block to word `8 s + c + 4 h` (`c`
 /// a quarter of the block, `s` its k16 step, `h` the half). A thread a
-/// row's column block (9 of 16 threads a row).
+/// row's column block (9 of 16 threads a row). fp8-ds-mla (`ds`): the
+/// RoPE block (block 8) stays bf16, times the same power of two (exactly),
+/// for `mla_t_scores_ds`'s bf16 MMAs against the keys' bf16 RoPE values.
 #[inline(always)]
-unsafe fn q_to_f16_permuted(q_tile: u32, factors: u32, tid: u32) {
+unsafe fn q_to_f16_permuted(q_tile: u32, factors: u32, tid: u32, ds: bool) {
     let (row, block) = (tid / 16, tid % 16);
     let live = block < QK_DIM / 64;
     let at = |ch: u32| q_tile + TILE16.at(row, 8 * block + ch, 0);
@@ -292,7 +359,13 @@ unsafe fn q_to_f16_permuted(q_tile: u32, factors: u32, tid: u32) {
         let word = |i: usize| words[i / 4][i % 4];
         let out: [u32; 32] = core::array::from_fn(|lw| {
             let (s, quarter, half) = (lw / 8, lw % 4, (lw % 8) / 4);
-            scaled_f16x2(word(8 * quarter + 2 * s + half), factor)
+            let x = word(8 * quarter + 2 * s + half);
+            if ds && block == DS_MLA_LATENT / 64 {
+                let (lo, hi) = unpack_bf16x2(x);
+                pack_bf16x2(lo * factor, hi * factor)
+            } else {
+                scaled_f16x2(x, factor)
+            }
         });
         for ch in 0..8 {
             shared::st_shared_v4_u32(at(ch as u32), [out[4 * ch], out[4 * ch + 1], out[4 * ch + 2], out[4 * ch + 3]]);

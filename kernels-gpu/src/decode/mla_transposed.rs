@@ -21,31 +21,18 @@
 //! block writes its rows (or a split's partials) as `decode::mla` does.
 //! A quarter of the 64-row kernel's MMAs at 16 rows.
 //!
-//! fp8 latent caches with a scale per token (`Fp8PerHead`) run a body of
-//! their own, `decode::mla_t_ring` (e4m3 rows converted in the MMAs' A
-//! registers). DeepSeek V3.2's rows (`Fp8DsMla`): each thread loads its
-//! share of a stage's 512 e4m3 latent bytes a key (and the keys' four
-//! group scales) into registers two stages ahead (`fetch_raw`), and
-//! converts them into the stage's bf16 rows, `bf16(e4m3 · its group's
-//! scale)` (the format's value, exact for V3.2's powers of two), once the
-//! buffer is free (`convert_raw`), arriving on the column blocks' barriers
-//! as the copies do; the MMAs bf16 (docs/perf.md, "MLA fp8 at 16 heads in
-//! f16": f16 rows times each group's factor were slower). Its bf16 RoPE
-//! column block is copied into the buffer once the scores are done
-//! (`issue_rope`; no P·V reads it). The loads are in flight while the
-//! warpgroup runs the stage before: the 64-row kernel's fp8 stages land in
-//! the part of a buffer its readers free, which leaves no room to load
-//! ahead (docs/perf.md, "MLA at 16 heads").
+//! The fp8 latent caches run a body of their own, `decode::mla_t_ring`
+//! (e4m3 rows converted in the MMAs' A registers): this one is bf16's.
 //!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`): the
 //! two buffers, the Q tile, the two P tiles, the exchange (stage maxima,
-//! the rows' final maxima, sums and log-sum-exps, the buffers' barriers,
-//! fp8-ds-mla's key tables), the work item.
+//! the rows' final maxima, sums and log-sum-exps, the buffers' barriers),
+//! the work item.
 
-use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_ROPE_AT, DS_MLA_SCALES_AT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
+use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
-use super::mla::{issue_blocks, q_row, row_address, stage_sources, BLOCKS, BLOCK_BYTES, QK_DIM, TILE, V_DIM};
+use super::mla::{issue_blocks, q_row, stage_sources, BLOCKS, QK_DIM, V_DIM};
 use crate::arch::math::{ex2, pack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_t_pv, mla_t_scores};
 use crate::arch::{mbarrier, memory, shared, thread, warp};
@@ -55,24 +42,6 @@ use crate::variant::Standard;
 
 /// The 16-row tiles' layout (Q's, and the P tiles').
 const TILE16: Swizzle128 = Swizzle128 { rows: MLA_T_ROWS };
-/// The 16-byte chunks of e4m3 latent bytes (512 a key) a thread loads of
-/// an fp8 stage (`fetch_raw`).
-const RAW_CHUNKS: usize = 16;
-
-/// `$body` for each chunk `$j` of a thread's fp8 chunks, unrolled: held in
-/// a loop, the chunks' array went to local memory (the loops are past
-/// LLVM's unrolling threshold).
-macro_rules! each_chunk {
-    ($j:ident => $body:block) => {
-        each_chunk!(@ $j $body 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
-    };
-    (@ $j:ident $body:block $($n:literal)*) => {
-        $({
-            const $j: usize = $n;
-            $body
-        })*
-    };
-}
 /// Words (f32) a row of the epilogue's O tiles takes: 4 past V's 512, so
 /// that a warp's stores (8 dims × 4 row pairs) fall in 32 banks.
 const O_ROW_WORDS: u32 = V_DIM + 4;
@@ -80,15 +49,11 @@ const O_ROW_WORDS: u32 = V_DIM + 4;
 /// # Safety
 /// Launched by the host with the planner's grid (x: work items), 256
 /// threads and `mla_transposed_smem_bytes` of shared memory, on buffers it
-/// validated, for at most 16 query rows (`group × q_len`).
+/// validated, for at most 16 query rows (`group × q_len`), a bf16 latent
+/// cache.
 #[inline(always)]
 pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     const { assert!(F::FORMAT.holds_latent()) };
-    if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
-        return super::mla_t_ring::decode_mla_t_ring::<F, PAGED>(p);
-    }
-    // (fp8 here is `Fp8DsMla`: `Fp8PerHead` returned above.)
-    let fp8 = F::FORMAT.bits() != 16;
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -109,9 +74,6 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     let lses = finals(2);
     let bars = lses + 4 * MLA_T_ROWS;
     let full = |b: u32| bars + 8 * BLOCKS * b;
-    // fp8: a warpgroup's table of its stage's keys (`write_key_entry`, 32
-    // bytes a key).
-    let key_table = |b: u32| bars + 8 * BLOCKS * 2 + KEY_ENTRY * MLA_KEYS * b;
     // A warpgroup's own named barrier (0 is the block's).
     let group_bar = 1 + own;
 
@@ -128,16 +90,9 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
     let n_tiles = (item.kv_end - item.kv_start).div_ceil(MLA_KEYS);
-    // Warpgroup `own`'s first stage into its buffer (fp8: into its
-    // registers, its RoPE block into the buffer).
-    let mut staged = ([[0u32; 4]; RAW_CHUNKS], [0f32; 4]);
+    // Warpgroup `own`'s first stage into its buffer.
     if own < n_tiles {
-        if fp8 {
-            staged = fetch_raw::<PAGED>(p, &item, own, pt);
-            issue_rope::<PAGED>(p, &item, own, buffer(own), full(own), pt);
-        } else {
-            issue_blocks::<0, BLOCKS>(buffer(own), full(own), pt, &stage_sources::<PAGED>(p, &item, own, pt));
-        }
+        issue_blocks::<0, BLOCKS>(buffer(own), full(own), pt, &stage_sources::<PAGED>(p, &item, own, pt));
     }
     memory::cp_async_wait::<0>();
     thread::sync_threads();
@@ -161,18 +116,6 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     let mut use_count = 0u32;
     while t < n_tiles {
         let buf = buffer(own);
-        if fp8 {
-            // The stage's rows from the registers (the buffer is free: the
-            // barrier after the last P·V), then the stage two on loaded.
-            if pt < MLA_KEYS {
-                shared::st_shared_v4_f32(key_table(own) + KEY_ENTRY * pt + 16, staged.1);
-            }
-            thread::sync_named(group_bar, 128);
-            convert_raw(&staged.0, buf, full(own), key_table(own), pt);
-            if t + 2 < n_tiles {
-                staged = fetch_raw::<PAGED>(p, &item, t + 2, pt);
-            }
-        }
         let raw = mla_t_scores(descriptor(buf, 16, 1024), q_desc, full(own), use_count & 1);
         let key0 = item.kv_start + t * MLA_KEYS + 16 * warp_m + g;
         let masked = item.kv_start + (t + 1) * MLA_KEYS > mask_from;
@@ -198,14 +141,6 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             }
         }
         thread::sync_named(group_bar, 128);
-        // fp8: the RoPE column block is read (every warp's scores are
-        // done: the barrier) and no P·V reads it: stage two on's RoPE
-        // bytes now, a P·V earlier than the buffer's other blocks (issued
-        // after the P·V, they were waited for at the next stage's start:
-        // docs/perf.md, "MLA fp8 at 16 heads in f16").
-        if fp8 && t + 2 < n_tiles {
-            issue_rope::<PAGED>(p, &item, t + 2, buf, full(own), pt);
-        }
         let (alpha, pv) = stage_softmax(&s, &mut m, &mut l, slot, &locals);
         // Pᵀ as the P·V's B operand: the P tile's rows are the block's rows,
         // its 64 keys K-major (the previous stage's P·V, which read it, is
@@ -224,10 +159,9 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         }
         thread::sync_named(group_bar, 128);
         mla_t_pv(&mut o, descriptor(tile, 16, 1024), descriptor(buf, 8192, 1024));
-        // The buffer is read (every warp's MMAs done: the barrier), refill it
-        // (fp8: its other blocks are the next stage's conversion).
+        // The buffer is read (every warp's MMAs done: the barrier): refill it.
         thread::sync_named(group_bar, 128);
-        if !fp8 && t + 2 < n_tiles {
+        if t + 2 < n_tiles {
             issue_blocks::<0, BLOCKS>(buf, full(own), pt, &stage_sources::<PAGED>(p, &item, t + 2, pt));
         }
         t += 2;
@@ -387,95 +321,4 @@ pub(super) unsafe fn finish_rows<const G: u32>(p: &DecodeParams, item: &WorkItem
     if slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, smem.scratch);
     }
-}
-
-/// Thread `pt`'s (0..128) fp8 chunk `j` (0..16) of a stage: (its key, its
-/// 16-byte chunk of the key's 512 e4m3 latent bytes): a warp a key (32
-/// chunks). (Each 8 lanes one column block of two neighbouring keys, which
-/// kept fp8 per token's conversion stores free of bank conflicts when it
-/// ran here, was 2 % slower for `Fp8DsMla`: its rows are 656 bytes apart,
-/// so that 64-byte pieces of odd keys take three 32-byte sectors;
-/// docs/perf.md, "MLA fp8 at 16 heads in f16".)
-#[inline(always)]
-fn raw_chunk(pt: u32, j: u32) -> (u32, u32) {
-    let i = pt + 128 * j;
-    (i / 32, i % 32)
-}
-
-/// Stage `t`'s e4m3 latent bytes for one warpgroup's thread `pt`
-/// (0..128): its 16-byte chunks of the stage's 64 × 512 (`raw_chunk`),
-/// and for the first 64 threads key `pt`'s four group scales. Keys past
-/// the item's end read nothing: zeros, scales 0.
-#[inline(always)]
-unsafe fn fetch_raw<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, pt: u32) -> ([[u32; 4]; RAW_CHUNKS], [f32; 4]) {
-    let key0 = item.kv_start + t * MLA_KEYS;
-    let mut words = [[0; 4]; RAW_CHUNKS];
-    each_chunk!(J => {
-        let (k, c) = raw_chunk(pt, J as u32);
-        let key = key0 + k;
-        if key < item.kv_end {
-            words[J] = memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + 16 * c as u64).map(f32::to_bits);
-        }
-    });
-    let key = key0 + pt;
-    let scales = if pt < MLA_KEYS && key < item.kv_end {
-        memory::ld_global_nc_v4_f32(row_address::<PAGED>(p, item.batch, key) + DS_MLA_SCALES_AT as u64)
-    } else {
-        [0.0; 4]
-    };
-    (words, scales)
-}
-
-/// Bytes of a key's entry in a warpgroup's key table: 32, its four group
-/// scales in the second half. (16 bytes, the scales at the start, were
-/// 2.5 % slower in one call, the same instructions at other addresses:
-/// kept as measured.)
-const KEY_ENTRY: u32 = 32;
-
-/// 16 e4m3 values (a 16-byte chunk) times their group's `scale` as bf16
-/// values (`bf16(e4m3 · scale)`, the format's value) into the two 16-byte
-/// chunks of the stage buffer at `at` that hold their dims (`first`,
-/// `first + 1` of the row's column block).
-#[inline(always)]
-unsafe fn store_converted(w: [u32; 4], scale: f32, at: u32, key: u32, first: u32) {
-    let v: [u32; 8] = core::array::from_fn(|h| crate::quant::ds_mla_pair((w[h / 2] >> (16 * (h % 2))) & 0xFFFF, scale));
-    shared::st_shared_v4_u32(at + TILE.at(key, first, 0), [v[0], v[1], v[2], v[3]]);
-    shared::st_shared_v4_u32(at + TILE.at(key, first + 1, 0), [v[4], v[5], v[6], v[7]]);
-}
-
-/// The thread's chunks of a stage (`fetch_raw`) as bf16 rows in the stage
-/// buffer at `buf` (`store_converted`, each with its group's scale from
-/// the warpgroup's key table at `table`); then the thread's arrival on each
-/// latent column block's barrier (`bars + 8 c`: 128 arrivals a phase, as a
-/// stage's copies), once its stores are visible to the MMAs' async proxy.
-#[inline(always)]
-unsafe fn convert_raw(words: &[[u32; 4]; RAW_CHUNKS], buf: u32, bars: u32, table: u32, pt: u32) {
-    each_chunk!(J => {
-        let (key, c) = raw_chunk(pt, J as u32);
-        // (A chunk is 16 values: a quarter of a column block's 64 dims.)
-        let scale = shared::ld_shared_f32(table + KEY_ENTRY * key + 16 + 4 * ((16 * c) / DS_MLA_GROUP));
-        store_converted(words[J], scale, buf + (c / 4) * BLOCK_BYTES, key, 2 * (c % 4));
-    });
-    shared::fence_proxy_async_shared();
-    for c in 0..BLOCKS - 1 {
-        mbarrier::arrive(bars + 8 * c);
-    }
-}
-
-/// Stage `t`'s bf16 RoPE column block into the buffer at `buf` once free,
-/// by one warpgroup's thread `pt` (8 threads a key, 16 keys a pass) in its
-/// place, arriving on the block's barrier (`bars + 64`) once landed. Keys
-/// past the item's end are zero-filled.
-#[inline(always)]
-unsafe fn issue_rope<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, t: u32, buf: u32, bars: u32, pt: u32) {
-    let key0 = item.kv_start + t * MLA_KEYS;
-    let block = buf + (BLOCKS - 1) * BLOCK_BYTES;
-    let (sub, c) = (pt / 8, pt % 8);
-    for pass in 0..4 {
-        let k = sub + 16 * pass;
-        let live = key0 + k < item.kv_end;
-        let row = row_address::<PAGED>(p, item.batch, if live { key0 + k } else { item.kv_start });
-        memory::cp_async_16(block + TILE.at(k, c, 0), row + DS_MLA_ROPE_AT as u64 + 16 * c as u64, if live { 16 } else { 0 });
-    }
-    mbarrier::cp_async_arrive_noinc(bars + 8 * (BLOCKS - 1));
 }

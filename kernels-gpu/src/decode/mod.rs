@@ -35,7 +35,23 @@ mod wgmma;
 mod wide;
 
 pub use mla::decode_mla;
-pub use mla_transposed::decode_mla_transposed;
 pub use narrow::decode_narrow;
 pub use wgmma::decode_wgmma;
 pub use wide::decode_wide;
+
+/// The MLA family's transposed form (blocks of at most 16 query rows):
+/// the ring of raw e4m3 slots for the fp8 latent formats
+/// (`mla_t_ring`), bf16 stages for bf16 (`mla_transposed`).
+///
+/// # Safety
+/// Launched by the host with the planner's grid, `mla_transposed_threads`
+/// threads and `mla_transposed_smem_bytes` of shared memory, on buffers it
+/// validated, for at most 16 query rows.
+#[inline(always)]
+pub unsafe fn decode_mla_t<F: crate::format::KvFormat, const PAGED: bool>(p: &decode_attn_abi::DecodeParams) {
+    if decode_attn_abi::mla_t_ring(F::FORMAT).is_some() {
+        mla_t_ring::decode_mla_t_ring::<F, PAGED>(p)
+    } else {
+        mla_transposed::decode_mla_transposed::<F, PAGED>(p)
+    }
+}
