@@ -335,6 +335,11 @@ pub struct MlaRing {
     pub scales: u32,
     pub p_tiles: u32,
     pub groups: u32,
+    /// Registers a thread the kernel is compiled within, where its
+    /// warpgroups would not fit an SM's 64 K without it (a cap where the
+    /// kernel fits anyway changed ptxas's allocation: fp8 per token, 164
+    /// registers uncapped, spilled 12 bytes at 168).
+    pub register_cap: Option<u32>,
 }
 
 impl MlaRing {
@@ -364,8 +369,8 @@ impl MlaRing {
 /// tile.
 pub const fn mla_t_ring(format: KvFormat) -> Option<MlaRing> {
     match format {
-        KvFormat::Fp8PerHead => Some(MlaRing { row: 608, slots: 5, scales: 576, p_tiles: 1, groups: 3 }),
-        KvFormat::Fp8DsMla => Some(MlaRing { row: 672, slots: 4, scales: DS_MLA_SCALES_AT, p_tiles: 4, groups: 2 }),
+        KvFormat::Fp8PerHead => Some(MlaRing { row: 608, slots: 5, scales: 576, p_tiles: 1, groups: 3, register_cap: None }),
+        KvFormat::Fp8DsMla => Some(MlaRing { row: 672, slots: 4, scales: DS_MLA_SCALES_AT, p_tiles: 4, groups: 3, register_cap: Some(168) }),
         _ => None,
     }
 }

@@ -867,19 +867,20 @@ macro_rules! t_ds_mma {
     };
 }
 /// A J block (64 latent dims, four k16 steps) of [`mla_t_scores_ds`] into
-/// the accumulator `$d`: the raw set `$x` converted into the A sets `$a0
-/// .. $a3`, the four MMAs committed as a group, then the wait for the
-/// group before.
+/// the accumulator `ga`: the raw set `$x` converted into the A sets `$a0
+/// .. $a3`, the four MMAs committed as a group, then the wait until at
+/// most `$wait` groups are pending (0 where the group's accumulator is
+/// folded next).
 macro_rules! t_ds_j {
-    ($x:literal, $d:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal) => {
+    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal, $wait:literal) => {
         concat!(
             t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
             "wgmma.fence.sync.aligned;\n",
-            t_ds_mma!("f16", $d, concat!("{{", $a0, "0, ", $a0, "1, ", $a0, "2, ", $a0, "3}}"), $q0, $first),
-            t_ds_mma!("f16", $d, concat!("{{", $a1, "0, ", $a1, "1, ", $a1, "2, ", $a1, "3}}"), $q1, "acc"),
-            t_ds_mma!("f16", $d, concat!("{{", $a2, "0, ", $a2, "1, ", $a2, "2, ", $a2, "3}}"), $q2, "acc"),
-            t_ds_mma!("f16", $d, concat!("{{", $a3, "0, ", $a3, "1, ", $a3, "2, ", $a3, "3}}"), $q3, "acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a0, "0, ", $a0, "1, ", $a0, "2, ", $a0, "3}}"), $q0, $first),
+            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a1, "0, ", $a1, "1, ", $a1, "2, ", $a1, "3}}"), $q1, "acc"),
+            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a2, "0, ", $a2, "1, ", $a2, "2, ", $a2, "3}}"), $q2, "acc"),
+            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a3, "0, ", $a3, "1, ", $a3, "2, ", $a3, "3}}"), $q3, "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned ", $wait, ";\n"
         )
     };
 }
@@ -908,15 +909,15 @@ macro_rules! t_ds_fold {
 /// (`decode::mla_t_ring`: DeepSeek V3.2's rows, 672 bytes apart in the
 /// ring) for one stage's 64 keys: as [`mla_t_scores_e4m3`] over the 512
 /// e4m3 latent dims (`k` the thread's first key's row plus `16 c`), each
-/// scale group's 128 dims (two J blocks) into an accumulator of its own,
-/// alternately `ga` and `gb`, which the group after's first J block leaves
-/// to be multiplied by its keys' scales (`sp`: the first key's four f32
-/// scales, the row's byte 512) and summed; then the 64 bf16 RoPE dims
-/// (`rp`: the first key's row's byte `528 + 32 c`, 16 dims a thread a
-/// key, the contraction in the latent blocks' order) by four bf16 MMAs
-/// against Q's RoPE block (bf16, permuted as the others), unscaled.
-/// Returns `Σ_g s_g · (Q·e4m3)_g + Q·RoPE` as [`mla_t_scores`]'s
-/// accumulator.
+/// scale group's 128 dims (two J blocks) into the accumulator `ga`, which
+/// is waited for, multiplied by its keys' scales (`sp`: the first key's
+/// four f32 scales, the row's byte 512) and summed before the next group
+/// starts (one accumulator, not two: the registers of a third warpgroup);
+/// then the 64 bf16 RoPE dims (`rp`: the first key's row's byte `528 + 32
+/// c`, 16 dims a thread a key, the contraction in the latent blocks'
+/// order) by four bf16 MMAs against Q's RoPE block (bf16, permuted as the
+/// others), unscaled. Returns `Σ_g s_g · (Q·e4m3)_g + Q·RoPE` as
+/// [`mla_t_scores`]'s accumulator.
 ///
 /// # Safety
 /// As [`mla_t_scores_e4m3`], for rows 672 bytes apart.
@@ -926,33 +927,32 @@ pub unsafe fn mla_t_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity
     let mut s = [0f32; 8];
     core::arch::asm!(
         concat!(
-            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n.reg .f32 sa, sb, ga<8>, gb<8>;\n",
-            ".reg .b32 ql, qh, qa, kp, sp, rp, xa<8>, xb<8>, xc<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n.reg .f32 sa, sb, ga<8>;\n",
+            ".reg .b32 ql, qh, qa, kp, sp, rp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
             "mov.b32 kp, {k};\nmov.b32 sp, {sp};\nmov.b32 rp, {rp};\nmov.b64 {{ql, qh}}, {q};\n",
             "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
             "D0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra D0;\nwgmma.fence.sync.aligned;\n",
             t_e4m3_load!("xa", "0", "672"),
-            t_e4m3_load!("xb", "64", "736"), t_ds_j!("xa", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
-            t_e4m3_load!("xa", "128", "800"), t_ds_j!("xb", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc"),
-            t_e4m3_load!("xb", "192", "864"), t_ds_j!("xa", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "first"),
+            t_e4m3_load!("xb", "64", "736"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first", "1"),
+            t_e4m3_load!("xa", "128", "800"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc", "0"),
             t_ds_fold!("ga", "0", "672", mul),
-            t_e4m3_load!("xa", "256", "928"), t_ds_j!("xb", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc"),
-            t_e4m3_load!("xb", "320", "992"), t_ds_j!("xa", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first"),
-            t_ds_fold!("gb", "4", "676", fma),
-            t_e4m3_load!("xa", "384", "1056"), t_ds_j!("xb", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc"),
-            t_e4m3_load!("xb", "448", "1120"), t_ds_j!("xa", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "first"),
+            t_e4m3_load!("xb", "192", "864"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "first", "1"),
+            t_e4m3_load!("xa", "256", "928"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc", "0"),
+            t_ds_fold!("ga", "4", "676", fma),
+            t_e4m3_load!("xb", "320", "992"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first", "1"),
+            t_e4m3_load!("xa", "384", "1056"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc", "0"),
             t_ds_fold!("ga", "8", "680", fma),
+            t_e4m3_load!("xb", "448", "1120"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "first", "1"),
+            t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc", "0"),
+            t_ds_fold!("ga", "12", "684", fma),
             "ld.shared.v4.b32 {{xa0, xa1, xa2, xa3}}, [rp];\nld.shared.v4.b32 {{xa4, xa5, xa6, xa7}}, [rp+16];\n",
-            "ld.shared.v4.b32 {{xc0, xc1, xc2, xc3}}, [rp+672];\nld.shared.v4.b32 {{xc4, xc5, xc6, xc7}}, [rp+688];\n",
-            t_ds_j!("xb", "{{gb0, gb1, gb2, gb3, gb4, gb5, gb6, gb7}}", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc"),
+            "ld.shared.v4.b32 {{xb0, xb1, xb2, xb3}}, [rp+672];\nld.shared.v4.b32 {{xb4, xb5, xb6, xb7}}, [rp+688];\n",
             "wgmma.fence.sync.aligned;\n",
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa0, xc0, xa1, xc1}}", "1024", "first"),
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa2, xc2, xa3, xc3}}", "1026", "acc"),
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa4, xc4, xa5, xc5}}", "1028", "acc"),
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa6, xc6, xa7, xc7}}", "1030", "acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n",
-            t_ds_fold!("gb", "12", "684", fma),
-            "wgmma.wait_group.sync.aligned 0;\n",
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa0, xb0, xa1, xb1}}", "1024", "first"),
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa2, xb2, xa3, xb3}}", "1026", "acc"),
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa4, xb4, xa5, xb5}}", "1028", "acc"),
+            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa6, xb6, xa7, xb7}}", "1030", "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n",
             "add.f32 {s0}, {s0}, ga0;\nadd.f32 {s1}, {s1}, ga1;\nadd.f32 {s2}, {s2}, ga2;\nadd.f32 {s3}, {s3}, ga3;\n",
             "add.f32 {s4}, {s4}, ga4;\nadd.f32 {s5}, {s5}, ga5;\nadd.f32 {s6}, {s6}, ga6;\nadd.f32 {s7}, {s7}, ga7;\n}}"
         ),
