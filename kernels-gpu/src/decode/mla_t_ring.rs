@@ -10,8 +10,9 @@
 //!   keys, a key's row as the cache holds it; stage `t` in slot `t %
 //!   SLOTS`, complete on the slot's mbarrier (128 arrivals, two copies a
 //!   key). Per token: the 576 e4m3 bytes (one `cp.async.bulk`) and the f32
-//!   scale at byte 576 (a 4-byte `cp.async`); fp8-ds-mla: the row's first
-//!   528 bytes (latent and scales) and its 128 RoPE bytes, two bulk copies.
+//!   scale at byte 576 (a 4-byte `cp.async`); fp8-ds-mla: the row's 656
+//!   bytes, one bulk copy (two, the RoPE bytes apart, were 6 % slower:
+//!   docs/perf.md, "MLA fp8-ds-mla in the ring").
 //!   Keys past the item's end are zero-filled (an e4m3 byte may be a NaN,
 //!   and 0 · NaN is one). The warpgroup that finishes a stage's P·V
 //!   refills its slot with the stage `SLOTS` on (another warpgroup's).
@@ -276,12 +277,11 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
 
 /// Stage `t`'s 64 keys into the ring slot at `slot`, by one warpgroup's
 /// thread `pt` (0..128), each copy announced on `bar` (a bulk copy's
-/// bytes, a `cp.async`'s arrival once landed): per token, threads 0..64
-/// each a key's 576 e4m3 bytes (one bulk copy), threads 64..128 each its
-/// scale (a 4-byte `cp.async`); fp8-ds-mla (`ds`), threads 0..64 each a
-/// key's first 528 bytes (latent and scales), threads 64..128 each its 128
-/// RoPE bytes (bulk copies). A key past the item's end is zeros (its
-/// scales 0).
+/// bytes, a `cp.async`'s arrival once landed): threads 0..64 each a key's
+/// row (one bulk copy: per token its 576 e4m3 bytes, fp8-ds-mla (`ds`) all
+/// 656), threads 64..128 per token each its scale (a 4-byte `cp.async`),
+/// fp8-ds-mla an arrival. A key past the item's end is zeros (its scales
+/// 0).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, ds: bool, t: u32, slot: u32, bar: u32, pt: u32) {
@@ -290,13 +290,11 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring
     let row = slot + ring.row * k;
     let live = key < item.kv_end;
     let half = pt / MLA_KEYS;
-    if ds || half == 0 {
-        // This thread's piece of the row: (its first byte, its bytes).
-        let (from, bytes) = match (ds, half) {
-            (true, 0) => (0, DS_MLA_ROPE_AT),
-            (true, _) => (DS_MLA_ROPE_AT, 2 * (QK_DIM - DS_MLA_LATENT)),
-            (false, _) => (0, QK_DIM),
-        };
+    if ds && half == 1 {
+        mbarrier::arrive(bar);
+    } else if half == 0 {
+        // The row's bytes: per token its e4m3 values, fp8-ds-mla all 656.
+        let (from, bytes) = if ds { (0, DS_MLA_ROPE_AT + 2 * (QK_DIM - DS_MLA_LATENT)) } else { (0, QK_DIM) };
         if live {
             mbarrier::arrive_expect_tx(bar, bytes);
             mbarrier::bulk_copy(row + from, row_address::<PAGED>(p, item.batch, key) + from as u64, bytes, bar);
