@@ -811,7 +811,7 @@ macro_rules! t_e4m3_j {
 /// step `4 J + s` (dims `2c, 2c + 1, 2c + 8, 2c + 9`, `c = lane % 4`) is
 /// bytes `64 J + 16 c + 4 s ..+4` of its keys' rows, so `k` is the
 /// thread's first key's row plus `16 c`, its second key's row
-/// `MLA_T_RING_ROW` (608) bytes on; Q's tile holds its dims in that order
+/// the per-token ring's row (608 bytes) on; Q's tile holds its dims in that order
 /// (`mla_t_ring::q_to_f16_permuted`). The stage is waited for on the
 /// mbarrier at `bar` (phase `parity`). Returns the accumulator as
 /// [`mla_t_scores`]'s, its M rows the thread's two keys.
