@@ -17,7 +17,7 @@
 //!   and 0 · NaN is one). The warpgroup that finishes a stage's P·V
 //!   refills its slot with the stage `SLOTS` on (another warpgroup's).
 //! - **Warpgroups** (the ring's `groups`: three per token, two for
-//!   fp8-ds-mla), warpgroup `w` taking stages `w, w + GROUPS, …`, each with
+//!   fp8-ds-mla), warpgroup `w` taking stages `w, w + groups, …`, each with
 //!   its own softmax state: a warpgroup's stage is a chain of MMA groups
 //!   whose latency two chains an SM did not hide for fp8 per token
 //!   (docs/perf.md, "MLA fp8 at 16 heads in registers"); at 164
@@ -87,10 +87,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     const { assert!(F::FORMAT.holds_latent()) };
     let ring = const { ring_of(F::FORMAT) };
     let ds = const { matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla) };
-    // Warpgroup `w` takes stages `w, w + GROUPS, …`.
+    // Warpgroup `w` takes stages `w, w + groups, …`.
     let (row_bytes, slots) = (ring.row, ring.slots);
-    #[allow(non_snake_case)]
-    let GROUPS: u32 = const { ring_of(F::FORMAT).groups };
+    let groups = const { ring_of(F::FORMAT).groups };
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -104,13 +103,13 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let q_tile = smem;
     // Warpgroup `b`'s P tiles (`ring.p_tiles` each, one a scale group).
     let p_tile = |b: u32| q_tile + MLA_T_Q_BYTES + MLA_T_P_BYTES * ring.p_tiles * b;
-    let slots_at = p_tile(GROUPS);
+    let slots_at = p_tile(groups);
     let slot_at = |s: u32| slots_at + ring.slot_bytes() * s;
     // A warpgroup's stage maxima: two stages' slots of 4 warps × 16 rows.
     let stage_maxima = |b: u32, slot: u32| slot_at(slots) + 4 * MLA_T_ROWS * (4 * (2 * b + slot));
     // The end: each warpgroup's rows' maxima, then its warps' row sums.
-    let finals = |b: u32| stage_maxima(GROUPS, 0) + 4 * MLA_T_ROWS * 5 * b;
-    let lses = finals(GROUPS);
+    let finals = |b: u32| stage_maxima(groups, 0) + 4 * MLA_T_ROWS * 5 * b;
+    let lses = finals(groups);
     let slot_bar = |s: u32| lses + 4 * MLA_T_ROWS + 8 * s;
     let q_factors = slot_bar(slots);
     // A warpgroup's own named barrier (0 is the block's).
@@ -133,7 +132,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let mut first = own;
     while first < slots && first < n_tiles {
         issue_stage::<PAGED>(p, &item, ring, ds, first, slot_at(first), slot_bar(first), pt);
-        first += GROUPS;
+        first += groups;
     }
     memory::cp_async_wait::<0>();
     thread::sync_threads();
@@ -184,8 +183,8 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         // scores are summed over the groups times theirs already).
         let (raw, group_scale, key_scale) = if ds {
             let raw = mla_t_scores_ds(at + score_at, at + scales_at, at + rope_at, q_desc, slot_bar(slot), parity);
-            let groups: [[f32; 4]; 2] = core::array::from_fn(|h| shared::ld_shared_v4_f32(at + scales_at + row_bytes * h as u32));
-            (raw, groups, groups.map(|x| x[0].max(x[1]).max(x[2].max(x[3]))))
+            let scales: [[f32; 4]; 2] = core::array::from_fn(|h| shared::ld_shared_v4_f32(at + scales_at + row_bytes * h as u32));
+            (raw, scales, scales.map(|x| x[0].max(x[1]).max(x[2].max(x[3]))))
         } else {
             let raw = mla_t_scores_e4m3(at + score_at, q_desc, slot_bar(slot), parity);
             let key_scale: [f32; 2] = core::array::from_fn(|h| shared::ld_shared_f32(at + row_bytes * my_key(h as u32) + ring.scales));
@@ -249,9 +248,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         if t + slots < n_tiles {
             issue_stage::<PAGED>(p, &item, ring, ds, t + slots, at, slot_bar(slot), pt);
         }
-        t += GROUPS;
+        t += groups;
         use_count += 1;
-        slot += GROUPS;
+        slot += groups;
         if slot >= slots {
             slot -= slots;
             parity ^= 1;
@@ -268,7 +267,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
             mbarrier::inval(slot_bar(s));
         }
     };
-    if GROUPS == 3 {
+    if groups == 3 {
         finish_rows::<3>(p, &item, &o, m, l, smem, dim, inval);
     } else {
         finish_rows::<2>(p, &item, &o, m, l, smem, dim, inval);
@@ -294,13 +293,13 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring
         mbarrier::arrive(bar);
     } else if half == 0 {
         // The row's bytes: per token its e4m3 values, fp8-ds-mla all 656.
-        let (from, bytes) = if ds { (0, DS_MLA_ROPE_AT + 2 * (QK_DIM - DS_MLA_LATENT)) } else { (0, QK_DIM) };
+        let bytes = if ds { const { decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM) } } else { QK_DIM };
         if live {
             mbarrier::arrive_expect_tx(bar, bytes);
-            mbarrier::bulk_copy(row + from, row_address::<PAGED>(p, item.batch, key) + from as u64, bytes, bar);
+            mbarrier::bulk_copy(row, row_address::<PAGED>(p, item.batch, key), bytes, bar);
         } else {
             for i in 0..bytes / 16 {
-                shared::st_shared_v4_u32(row + from + 16 * i, [0; 4]);
+                shared::st_shared_v4_u32(row + 16 * i, [0; 4]);
             }
             mbarrier::arrive(bar);
         }
