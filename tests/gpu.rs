@@ -471,7 +471,7 @@ fn main() {
             .collect(),
         part,
     );
-    let code_tests = mla::CODE_TESTS.iter().filter(|(name, _)| first_part && filter.as_ref().is_none_or(|f| name.contains(f.as_str()))).count();
+    let code_tests = mla::CODE_TESTS.iter().map(|t| t.0).chain(mla::SPREAD_TESTS.iter().map(|t| t.0)).filter(|name| first_part && filter.as_ref().is_none_or(|f| name.contains(f.as_str()))).count();
     let _ctx = match init_cuda(0) {
         Ok(ctx) => ctx,
         Err(why) => {
@@ -534,6 +534,13 @@ fn main() {
             continue;
         }
         let ok = outcome(name, KvFormat::Fp8PerHead, Family::Mla, &|| mla::every_code(&attn, &stream, split, 15500 + i as u64), &mut worst);
+        if ok { passed += 1 } else { failed += 1 }
+    }
+    for (i, (name, transpose, step, each_group)) in mla::SPREAD_TESTS.into_iter().enumerate() {
+        if filter.as_ref().is_some_and(|f| !name.contains(f.as_str())) || !first_part {
+            continue;
+        }
+        let ok = outcome(name, KvFormat::Fp8DsMla, Family::Mla, &|| mla::spread_groups(&attn, &stream, transpose, step, each_group, 15600 + i as u64), &mut worst);
         if ok { passed += 1 } else { failed += 1 }
     }
     for (i, case) in tree_cases.iter().enumerate() {

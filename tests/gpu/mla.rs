@@ -309,6 +309,95 @@ pub fn every_code(attn: &DecodeAttention, stream: &Stream, split: SplitPolicy, s
     Ok((0.0, plan.max_splits()))
 }
 
+/// The scale-spread tests (`spread_groups`): a name, the kernel, the
+/// exponent step between a key's groups, and whether each group's dims
+/// must hold the bound on their own (else the rows' norm).
+#[allow(dead_code)] // (the fuzzer runs none)
+pub const SPREAD_TESTS: [(&str, TransposeChoice, i32, bool); 4] = [
+    ("mla/fp8-ds-mla/groups-2^8-apart/each-group/transposed", TransposeChoice::Always, 8, true),
+    ("mla/fp8-ds-mla/groups-2^8-apart/each-group/64-row", TransposeChoice::Never, 8, true),
+    ("mla/fp8-ds-mla/groups-2^14-apart/rows/transposed", TransposeChoice::Always, 14, false),
+    ("mla/fp8-ds-mla/groups-2^14-apart/rows/64-row", TransposeChoice::Never, 14, false),
+];
+
+/// fp8-ds-mla keys whose four scale groups lie far apart: group `i` of
+/// every key is `2^(-step · i)` times group 0 (and the RoPE part group
+/// 0's size), so the transposed ring kernel's P tiles, `P · s_i` in f16
+/// with the exponent of the key's largest scale in the softmax base
+/// (docs/formats.md, "fp8-ds-mla in the transposed kernel"), carry
+/// group 3 `2^(3 · step)` below group 0. At `step` 8 (group 3 2^24 below)
+/// each group's dims must keep the bound on their own (the relative L2 of
+/// the dims of that group of every output row), which holds while the
+/// tiles stay in f16's normal range; at 14 (2^42, the last groups among
+/// f16's subnormals or flushed) the error must still keep the bound in
+/// the rows' norm, where those dims weigh nothing. Random rows never show
+/// this: their groups are within a few powers of two.
+#[allow(dead_code)]
+pub fn spread_groups(attn: &DecodeAttention, stream: &Stream, transpose: TransposeChoice, step: i32, each_group: bool, seed: u64) -> Result<(f64, u32), String> {
+    let (dq, dv, heads) = (MLA_DIMS.qk as usize, MLA_DIMS.v as usize, 16u32);
+    let group = decode_attn_abi::DS_MLA_GROUP as usize;
+    let seq_lens = vec![700u32, 130];
+    let (batch, cap) = (seq_lens.len() as u32, 700u32);
+    let shape = DecodeShape { scale: Some(1.0 / 192f32.sqrt()), kv_format: KvFormat::Fp8DsMla, ..DecodeShape::latent(batch, heads, 1, cap) };
+    let mut rng = Rng::new(seed);
+    let q = round(random_values(&mut rng, (batch * heads) as usize * dq, dq, Distribution::Normal));
+    let mut rows = random_values(&mut rng, (batch * cap) as usize * dq, dq, Distribution::Normal);
+    for (i, x) in rows.iter_mut().enumerate() {
+        let dim = i % dq;
+        if dim < 4 * group {
+            *x *= 2f32.powi(-step * (dim / group) as i32);
+        }
+    }
+    let rows = round(rows);
+    let (bytes, _) = quantize_cache(&shape, &seq_lens, &rows).map_err(err)?;
+    let seen = dequantize_cache(&shape, &seq_lens, &bytes, &[]).map_err(err)?;
+    let latent = LatentShape { batch, num_q_heads: heads, q_len: 1, max_seq_len: cap, dims: MLA_DIMS, scale: shape.scale.unwrap_or(1.0) };
+    let reference = latent_attention(&latent, &seq_lens, &q, &seen).map_err(err)?;
+    let plan = attn.plan(&shape, &seq_lens, &PlanOptions { transpose, ..Default::default() }).map_err(err)?;
+    if plan.transposed() != matches!(transpose, TransposeChoice::Always) {
+        return Err(format!("planned the {} kernel", if plan.transposed() { "transposed" } else { "64-row" }));
+    }
+    let kv = DeviceBuffer::from_slice(&bytes).map_err(err)?;
+    let q_dev = DeviceBuffer::from_slice(&to_bf16(&q)).map_err(err)?;
+    let mut ws = Workspace::for_plan(&plan).map_err(err)?;
+    let n_o = (batch * heads) as usize * dv;
+    let mut o = DeviceBuffer::from_slice(&vec![bf16::from_bits(0x7FFF); n_o]).map_err(err)?;
+    let mut outs = Vec::new();
+    for _ in 0..2 {
+        o.copy_from(&vec![bf16::from_bits(0x7FFF); n_o]).map_err(err)?;
+        attn.run(&plan, &q_dev, &KvCache::latent(&kv), &mut o, &mut ws, stream).map_err(err)?;
+        stream.synchronize().map_err(|e| format!("kernel failed: {e}"))?;
+        let mut host = vec![bf16::ZERO; n_o];
+        o.copy_to(&mut host).map_err(err)?;
+        outs.push(host.iter().map(|x| x.to_f32()).collect::<Vec<f32>>());
+    }
+    if outs[0].iter().zip(&outs[1]).any(|(a, b)| a.to_bits() != b.to_bits()) {
+        return Err("two runs on the same inputs differ (a race?)".into());
+    }
+    if !each_group {
+        let cmp = decode_attn::reference::relative_l2_error(&outs[0], &reference).map_err(err)?;
+        if cmp.nonfinite {
+            return Err(format!("non-finite output; rel_l2={:.2e}", cmp.rel_l2));
+        }
+        return Ok((cmp.rel_l2, plan.max_splits()));
+    }
+    // Group `i`'s dims of every row, compared on their own.
+    let mut worst = 0f64;
+    for i in 0..4 {
+        let pick = |x: &[f32]| -> Vec<f32> { x.iter().enumerate().filter(|(at, _)| (at % dv) / group == i).map(|(_, &v)| v).collect() };
+        let theirs: Vec<f64> = reference.iter().enumerate().filter(|(at, _)| (at % dv) / group == i).map(|(_, &v)| v).collect();
+        let cmp = decode_attn::reference::relative_l2_error(&pick(&outs[0]), &theirs).map_err(err)?;
+        if cmp.nonfinite {
+            return Err(format!("non-finite output in group {i}"));
+        }
+        if cmp.rel_l2 > 1e-2 {
+            return Err(format!("group {i} (2^{} below group 0): rel_l2 {:.2e} on its own dims", step * i as i32, cmp.rel_l2));
+        }
+        worst = worst.max(cmp.rel_l2);
+    }
+    Ok((worst, plan.max_splits()))
+}
+
 fn page_shift(s: &DecodeShape) -> u32 {
     match s.kv_layout {
         KvLayout::Paged { page_size, .. } => page_size.trailing_zeros(),

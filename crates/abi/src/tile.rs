@@ -335,6 +335,11 @@ pub struct MlaRing {
     pub scales: u32,
     pub p_tiles: u32,
     pub groups: u32,
+    /// The slot's rows back to back at the cache's own row size (`row` is
+    /// the format's row bytes): the keys of a stage that are back to back
+    /// in the cache come in one bulk copy, and a thread's keys are spread
+    /// so that its loads stay free of bank conflicts at that pitch.
+    pub packed: bool,
     /// Registers a thread the kernel is compiled within, where its
     /// warpgroups would not fit an SM's 64 K without it (a cap where the
     /// kernel fits anyway changed ptxas's allocation: fp8 per token, 164
@@ -355,22 +360,21 @@ impl MlaRing {
 ///   bytes, the f32 scale at byte 576 by a copy of its own, padding); three
 ///   warpgroups (164 registers a thread: three share an SM's 64 K; two ran
 ///   16 heads 32 × 32K 18 % slower, docs/perf.md, "MLA fp8 at 16 heads in
-///   registers");
-/// - fp8-ds-mla: four slots, rows 672 bytes apart (the 656-byte row, its
-///   four scales at byte 512, padding), a P tile a scale group; two
-///   warpgroups (its scores' group accumulators take it to 195
-///   registers).
-///
-/// Rows are 32 bytes past a multiple of 64 in 128 (608 ≡ 96, 672 ≡ 32
-/// mod 128), so that the scores' 16-byte loads of keys two apart and the
-/// P·V's 4-byte loads of four consecutive keys are free of bank conflicts
-/// (docs/perf.md, "MLA fp8 at 16 heads in registers"). fp8-ds-mla's
-/// fifth slot and its four P tiles a warpgroup do not fit beside the Q
-/// tile.
+///   registers"). Rows 32 bytes past a multiple of 64 in 128 (608 ≡ 96
+///   mod 128) keep the scores' 16-byte loads of keys two apart and the
+///   P·V's 4-byte loads of four consecutive keys free of bank conflicts;
+///   576 back to back cannot (every row ≡ 0 or 64: four keys' P·V loads
+///   meet in two 32-byte places).
+/// - fp8-ds-mla: four slots of the 656-byte rows back to back (`packed`;
+///   656 ≡ 16 mod 128: the scores' keys 4 apart and the P·V's keys 2
+///   apart are conflict-free), a P tile a scale group; three warpgroups
+///   at a 168-register cap (docs/perf.md, "MLA fp8-ds-mla in the ring").
+///   A fifth slot and four P tiles a warpgroup do not fit beside the Q
+///   tile.
 pub const fn mla_t_ring(format: KvFormat) -> Option<MlaRing> {
     match format {
-        KvFormat::Fp8PerHead => Some(MlaRing { row: 608, slots: 5, scales: 576, p_tiles: 1, groups: 3, register_cap: None }),
-        KvFormat::Fp8DsMla => Some(MlaRing { row: 672, slots: 4, scales: DS_MLA_SCALES_AT, p_tiles: 4, groups: 3, register_cap: Some(168) }),
+        KvFormat::Fp8PerHead => Some(MlaRing { row: 608, slots: 5, scales: 576, p_tiles: 1, groups: 3, packed: false, register_cap: None }),
+        KvFormat::Fp8DsMla => Some(MlaRing { row: KvFormat::Fp8DsMla.row_bytes(crate::axes::MLA_DIMS.qk), slots: 4, scales: DS_MLA_SCALES_AT, p_tiles: 4, groups: 3, packed: true, register_cap: Some(168) }),
         _ => None,
     }
 }

@@ -905,10 +905,19 @@ macro_rules! t_ds_fold {
     };
 }
 
+/// The bytes from a thread's first key's row to its second's in
+/// fp8-ds-mla's ring: the keys of its accumulator rows `g`, `g + 8` are 8
+/// apart (`decode::mla_t_ring`'s key order for back-to-back rows).
+const DS_KEY2: u32 = 8 * match decode_attn_abi::mla_t_ring(decode_attn_abi::KvFormat::Fp8DsMla) {
+    Some(ring) => ring.row,
+    None => 0,
+};
+
 /// `Sᵀ = K·Qᵀ` of the transposed form's ring kernel for fp8-ds-mla
-/// (`decode::mla_t_ring`: DeepSeek V3.2's rows, 672 bytes apart in the
-/// ring) for one stage's 64 keys: as [`mla_t_scores_e4m3`] over the 512
-/// e4m3 latent dims (`k` the thread's first key's row plus `16 c`), each
+/// (`decode::mla_t_ring`: DeepSeek V3.2's 656-byte rows back to back in
+/// the ring) for one stage's 64 keys: as [`mla_t_scores_e4m3`] over the
+/// 512 e4m3 latent dims (`k` the thread's first key's row plus `16 c`, its
+/// second key 8 rows on, [`DS_KEY2`]), each
 /// scale group's 128 dims (two J blocks) into the accumulator `ga`, which
 /// is waited for, multiplied by its keys' scales (`sp`: the first key's
 /// four f32 scales, the row's byte 512) and summed before the next group
@@ -920,7 +929,7 @@ macro_rules! t_ds_fold {
 /// [`mla_t_scores`]'s accumulator.
 ///
 /// # Safety
-/// As [`mla_t_scores_e4m3`], for rows 672 bytes apart.
+/// As [`mla_t_scores_e4m3`], for the ring's fp8-ds-mla rows.
 #[allow(named_asm_labels)]
 #[inline(always)]
 pub unsafe fn mla_t_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity: u32) -> [f32; 8] {
@@ -932,21 +941,21 @@ pub unsafe fn mla_t_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity
             "mov.b32 kp, {k};\nmov.b32 sp, {sp};\nmov.b32 rp, {rp};\nmov.b64 {{ql, qh}}, {q};\n",
             "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
             "D0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra D0;\nwgmma.fence.sync.aligned;\n",
-            t_e4m3_load!("xa", "0", "672"),
-            t_e4m3_load!("xb", "64", "736"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first", "1"),
-            t_e4m3_load!("xa", "128", "800"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc", "0"),
-            t_ds_fold!("ga", "0", "672", mul),
-            t_e4m3_load!("xb", "192", "864"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "first", "1"),
-            t_e4m3_load!("xa", "256", "928"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc", "0"),
-            t_ds_fold!("ga", "4", "676", fma),
-            t_e4m3_load!("xb", "320", "992"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first", "1"),
-            t_e4m3_load!("xa", "384", "1056"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc", "0"),
-            t_ds_fold!("ga", "8", "680", fma),
-            t_e4m3_load!("xb", "448", "1120"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "first", "1"),
+            t_e4m3_load!("xa", "0", "{n0}"),
+            t_e4m3_load!("xb", "64", "{n1}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first", "1"),
+            t_e4m3_load!("xa", "128", "{n2}"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc", "0"),
+            t_ds_fold!("ga", "0", "{n0}", mul),
+            t_e4m3_load!("xb", "192", "{n3}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "first", "1"),
+            t_e4m3_load!("xa", "256", "{n4}"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc", "0"),
+            t_ds_fold!("ga", "4", "{f1}", fma),
+            t_e4m3_load!("xb", "320", "{n5}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first", "1"),
+            t_e4m3_load!("xa", "384", "{n6}"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc", "0"),
+            t_ds_fold!("ga", "8", "{f2}", fma),
+            t_e4m3_load!("xb", "448", "{n7}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "first", "1"),
             t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc", "0"),
-            t_ds_fold!("ga", "12", "684", fma),
+            t_ds_fold!("ga", "12", "{f3}", fma),
             "ld.shared.v4.b32 {{xa0, xa1, xa2, xa3}}, [rp];\nld.shared.v4.b32 {{xa4, xa5, xa6, xa7}}, [rp+16];\n",
-            "ld.shared.v4.b32 {{xb0, xb1, xb2, xb3}}, [rp+672];\nld.shared.v4.b32 {{xb4, xb5, xb6, xb7}}, [rp+688];\n",
+            "ld.shared.v4.b32 {{xb0, xb1, xb2, xb3}}, [rp+{n0}];\nld.shared.v4.b32 {{xb4, xb5, xb6, xb7}}, [rp+{r1}];\n",
             "wgmma.fence.sync.aligned;\n",
             t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa0, xb0, xa1, xb1}}", "1024", "first"),
             t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa2, xb2, xa3, xb3}}", "1026", "acc"),
@@ -956,6 +965,8 @@ pub unsafe fn mla_t_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity
             "add.f32 {s0}, {s0}, ga0;\nadd.f32 {s1}, {s1}, ga1;\nadd.f32 {s2}, {s2}, ga2;\nadd.f32 {s3}, {s3}, ga3;\n",
             "add.f32 {s4}, {s4}, ga4;\nadd.f32 {s5}, {s5}, ga5;\nadd.f32 {s6}, {s6}, ga6;\nadd.f32 {s7}, {s7}, ga7;\n}}"
         ),
+        n0 = const DS_KEY2, n1 = const DS_KEY2 + 64, n2 = const DS_KEY2 + 128, n3 = const DS_KEY2 + 192, n4 = const DS_KEY2 + 256, n5 = const DS_KEY2 + 320, n6 = const DS_KEY2 + 384, n7 = const DS_KEY2 + 448,
+        f1 = const DS_KEY2 + 4, f2 = const DS_KEY2 + 8, f3 = const DS_KEY2 + 12, r1 = const DS_KEY2 + 16,
         k = in(reg32) k, sp = in(reg32) sp, rp = in(reg32) rp, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
         s0 = out(reg32) s[0],
         s1 = out(reg32) s[1],
@@ -1021,12 +1032,16 @@ macro_rules! t_pv_j {
 /// [`mla_t_pv`]'s) holds its keys in that order, and O's dims come out in
 /// this one (`mla_t_ring::ring_dim`). P is f16. Where `GROUPED`, the pair
 /// `i` (dims `128 i ..`: fp8-ds-mla's scale group `i`) reads its own P
-/// tile, `i` tiles (2048 bytes each) past `p`'s.
+/// tile, `i` tiles (2048 bytes each) past `p`'s. Where `SPREAD` (rows back
+/// to back, 16 bytes past a multiple of 128: fp8-ds-mla's), `v` is the
+/// step's key `2 c` row and its K columns `2c, 2c + 1, 2c + 8, 2c + 9`
+/// are those keys themselves: the four rows a load reads lie 32 bytes
+/// apart in the banks.
 ///
 /// # Safety
 /// As [`mla_pv`]; the stage's slot in the block's shared memory.
 #[inline(always)]
-pub unsafe fn mla_t_pv_e4m3<const ROW: u32, const GROUPED: bool>(o: &mut [[f32; 8]; 8], p: u64, v: u32) {
+pub unsafe fn mla_t_pv_e4m3<const ROW: u32, const GROUPED: bool, const SPREAD: bool>(o: &mut [[f32; 8]; 8], p: u64, v: u32) {
     core::arch::asm!(
         concat!(
             "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
@@ -1054,10 +1069,10 @@ pub unsafe fn mla_t_pv_e4m3<const ROW: u32, const GROUPED: bool>(o: &mut [[f32; 
         ),
         p = in(reg64) p, v = in(reg32) v, z = in(reg32) 0u32,
         s1 = const 16 * ROW, s2 = const 32 * ROW, s3 = const 48 * ROW,
-        a00 = const 128 * 0 + 0 * ROW, a01 = const 128 * 0 + 4 * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + 12 * ROW,
-        a10 = const 128 * 1 + 0 * ROW, a11 = const 128 * 1 + 4 * ROW, a12 = const 128 * 1 + 8 * ROW, a13 = const 128 * 1 + 12 * ROW,
-        a20 = const 128 * 2 + 0 * ROW, a21 = const 128 * 2 + 4 * ROW, a22 = const 128 * 2 + 8 * ROW, a23 = const 128 * 2 + 12 * ROW,
-        a30 = const 128 * 3 + 0 * ROW, a31 = const 128 * 3 + 4 * ROW, a32 = const 128 * 3 + 8 * ROW, a33 = const 128 * 3 + 12 * ROW,
+        a00 = const 128 * 0, a01 = const 128 * 0 + (if SPREAD { 1 } else { 4 }) * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + (if SPREAD { 9 } else { 12 }) * ROW,
+        a10 = const 128 * 1, a11 = const 128 * 1 + (if SPREAD { 1 } else { 4 }) * ROW, a12 = const 128 * 1 + 8 * ROW, a13 = const 128 * 1 + (if SPREAD { 9 } else { 12 }) * ROW,
+        a20 = const 128 * 2, a21 = const 128 * 2 + (if SPREAD { 1 } else { 4 }) * ROW, a22 = const 128 * 2 + 8 * ROW, a23 = const 128 * 2 + (if SPREAD { 9 } else { 12 }) * ROW,
+        a30 = const 128 * 3, a31 = const 128 * 3 + (if SPREAD { 1 } else { 4 }) * ROW, a32 = const 128 * 3 + 8 * ROW, a33 = const 128 * 3 + (if SPREAD { 9 } else { 12 }) * ROW,
         p00 = const if GROUPED { 128 * 0 } else { 0 } + 0, p01 = const if GROUPED { 128 * 0 } else { 0 } + 2, p02 = const if GROUPED { 128 * 0 } else { 0 } + 4, p03 = const if GROUPED { 128 * 0 } else { 0 } + 6,
         p10 = const if GROUPED { 128 * 1 } else { 0 } + 0, p11 = const if GROUPED { 128 * 1 } else { 0 } + 2, p12 = const if GROUPED { 128 * 1 } else { 0 } + 4, p13 = const if GROUPED { 128 * 1 } else { 0 } + 6,
         p20 = const if GROUPED { 128 * 2 } else { 0 } + 0, p21 = const if GROUPED { 128 * 2 } else { 0 } + 2, p22 = const if GROUPED { 128 * 2 } else { 0 } + 4, p23 = const if GROUPED { 128 * 2 } else { 0 } + 6,

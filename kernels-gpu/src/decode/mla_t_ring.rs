@@ -8,29 +8,31 @@
 //!
 //! - **The ring** (`decode_attn_abi::mla_t_ring`): `SLOTS` slots of 64
 //!   keys, a key's row as the cache holds it; stage `t` in slot `t %
-//!   SLOTS`, complete on the slot's mbarrier (128 arrivals, two copies a
-//!   key). Per token: the 576 e4m3 bytes (one `cp.async.bulk`) and the f32
-//!   scale at byte 576 (a 4-byte `cp.async`); fp8-ds-mla: the row's 656
-//!   bytes, one bulk copy (two, the RoPE bytes apart, were 6 % slower:
-//!   docs/perf.md, "MLA fp8-ds-mla in the ring").
+//!   SLOTS`, complete on the slot's mbarrier (128 arrivals). Per token:
+//!   the 576 e4m3 bytes (one `cp.async.bulk` a key) and the f32 scale at
+//!   byte 576 (a 4-byte `cp.async`), rows 608 bytes apart; fp8-ds-mla:
+//!   the 656-byte rows back to back (a `packed` ring), one bulk copy for
+//!   each run of keys back to back in the cache (a stage's 64 where the
+//!   cache's rows are and a page holds the stage; fewer copies were
+//!   faster: docs/perf.md, "MLA fp8-ds-mla in the ring").
 //!   Keys past the item's end are zero-filled (an e4m3 byte may be a NaN,
 //!   and 0 · NaN is one). The warpgroup that finishes a stage's P·V
 //!   refills its slot with the stage `SLOTS` on (another warpgroup's).
-//! - **Warpgroups** (the ring's `groups`: three per token, two for
-//!   fp8-ds-mla), warpgroup `w` taking stages `w, w + groups, …`, each with
+//! - **Warpgroups** (the ring's `groups`: three), warpgroup `w` taking stages `w, w + groups, …`, each with
 //!   its own softmax state: a warpgroup's stage is a chain of MMA groups
 //!   whose latency two chains an SM did not hide for fp8 per token
-//!   (docs/perf.md, "MLA fp8 at 16 heads in registers"); at 164
-//!   registers a thread, three share the register file. (The plan refuses
+//!   (docs/perf.md, "MLA fp8 at 16 heads in registers"); at 168
+//!   registers a thread (fp8-ds-mla's a cap), three share the register
+//!   file. (The plan refuses
 //!   a build whose kernel allows fewer threads.)
 //! - **Scores** (`mla_t_scores_e4m3`): the keys along M, the thread's keys
-//!   `16 w + 2 g` and one on (rows two apart: the 16-byte loads of a
-//!   quarter-warp fall in 32 banks); the contraction runs in the order the
+//!   `16 w + key_of(g, h)` (a quarter-warp's two keys' 16-byte loads fall
+//!   in 32 banks at the ring's row pitch); the contraction runs in the order the
 //!   raw bytes give each thread (`q_to_f16_permuted` lays Q's tile out in
 //!   it), one `F2FP` a pair.
 //! - **P·V** (`mla_t_pv_e4m3`): Vᵀ as A from registers, a thread's 4 keys
-//!   of a k16 step `c, c + 4, c + 8, c + 12` (Pᵀ's columns written in that
-//!   order, `p_column`) and its M rows adjacent bytes (O's dims come out
+//!   of a k16 step `c, c + 4, c + 8, c + 12`, packed `2c, 2c + 1, 2c + 8,
+//!   2c + 9` (Pᵀ's columns written in that order, `p_column`) and its M rows adjacent bytes (O's dims come out
 //!   permuted, `ring_dim`): one 4-byte load a key, a `PRMT` and an `F2FP`
 //!   a pair.
 //! - Each key's scale multiplies its scores and P and its exponent is in
@@ -42,10 +44,12 @@
 //!   their keys' scales, the RoPE dims bf16 MMAs against Q's RoPE block kept
 //!   bf16 (`mla_t_scores_ds`); the P·V's M-tile pair `i` is group `i`'s
 //!   dims, so it reads P tile `i`, `P · s_i` (`mla_t_pv_e4m3`'s `GROUPED`).
-//!   The softmax base takes the exponent of the key's largest scale: a
-//!   group 2^14 below its key's largest reaches the P tiles among f16's
-//!   subnormals (DeepSeek's scales span the groups' magnitudes, a few
-//!   powers of two). Each latent value is `e4m3 · s` in f32, the format's
+//!   The softmax base takes the exponent of the key's largest scale less
+//!   14, so that key's largest `P · s` is in [2^14, 2^15): a group's P
+//!   tile entries reach f16's subnormals only 2^28 below (times P), and
+//!   keep the bound on the group's own dims to 2^24 below (tested:
+//!   `tests/gpu/mla.rs`, `spread_groups`; DeepSeek's groups lie within a
+//!   few powers of two). Each latent value is `e4m3 · s` in f32, the format's
 //!   `bf16(e4m3 · s)` exactly for power-of-two scales (DeepSeek's).
 //!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`, the
@@ -92,6 +96,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // read off the local `ring`, one build's per-token kernel took 186
     // registers at ptxas, not 164.)
     let groups = const { ring_of(F::FORMAT).groups };
+    let packed = const { ring_of(F::FORMAT).packed };
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -158,12 +163,12 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // `locals[row_of(e)]`.
     let key_half = |e: usize| ((e / 2) % 2) as u32;
     let row_of = |e: usize| 2 * (e / 4) + e % 2;
-    let my_key = |h: u32| 16 * warp_m + 2 * g + h;
+    let my_key = |h: u32| 16 * warp_m + key_of(g, h, packed);
     // The thread's places in a slot: its first key's row at its 16 bytes
     // of each 64 (the scores), its step's first key's row at its 4 bytes
     // of each 128 (the P·V).
     let score_at = row_bytes * my_key(0) + 16 * c;
-    let pv_at = row_bytes * c + 32 * warp_m + 4 * g;
+    let pv_at = row_bytes * if packed { 2 * c } else { c } + 32 * warp_m + 4 * g;
     // fp8-ds-mla: the first key's scales and its RoPE bytes (the thread's
     // 16 dims, 32 bytes).
     let scales_at = row_bytes * my_key(0) + ring.scales;
@@ -185,7 +190,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         // scores are summed over the groups times theirs already).
         let (raw, group_scale, key_scale) = if ds {
             let raw = mla_t_scores_ds(at + score_at, at + scales_at, at + rope_at, q_desc, slot_bar(slot), parity);
-            let scales: [[f32; 4]; 2] = core::array::from_fn(|h| shared::ld_shared_v4_f32(at + scales_at + row_bytes * h as u32));
+            let scales: [[f32; 4]; 2] = core::array::from_fn(|h| shared::ld_shared_v4_f32(at + row_bytes * my_key(h as u32) + ring.scales));
             (raw, scales, scales.map(|x| x[0].max(x[1]).max(x[2].max(x[3]))))
         } else {
             let raw = mla_t_scores_e4m3(at + score_at, q_desc, slot_bar(slot), parity);
@@ -226,7 +231,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         // for it before this stage's barrier).
         let tile = p_tile(own);
         for e in 0..8 {
-            let col = p_column(my_key(key_half(e)));
+            let col = p_column(my_key(key_half(e)), packed);
             let at = tile + TILE16.at(locals[row_of(e)], col / 8, 0) + 2 * (col % 8);
             for i in 0..ring.p_tiles {
                 shared::st_shared_u16(at + MLA_T_P_BYTES * i, pack_f16x2(pv[e] * group_scale[key_half(e) as usize][i as usize], 0.0));
@@ -240,9 +245,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         }
         thread::sync_named(group_bar, 128);
         if ds {
-            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8DsMla).row }, true>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
+            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8DsMla).row }, true, { ring_of(decode_attn_abi::KvFormat::Fp8DsMla).packed }>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
         } else {
-            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8PerHead).row }, false>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
+            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8PerHead).row }, false, { ring_of(decode_attn_abi::KvFormat::Fp8PerHead).packed }>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
         }
         // The slot is read (every warp's MMAs and scale loads done: the
         // barrier): the stage `SLOTS` on into it.
@@ -278,11 +283,14 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
 
 /// Stage `t`'s 64 keys into the ring slot at `slot`, by one warpgroup's
 /// thread `pt` (0..128), each copy announced on `bar` (a bulk copy's
-/// bytes, a `cp.async`'s arrival once landed): threads 0..64 each a key's
-/// row (one bulk copy: per token its 576 e4m3 bytes, fp8-ds-mla (`ds`) all
-/// 656), threads 64..128 per token each its scale (a 4-byte `cp.async`),
-/// fp8-ds-mla an arrival. A key past the item's end is zeros (its scales
-/// 0).
+/// bytes, a `cp.async`'s arrival once landed): threads 0..64 a key each,
+/// per token its row's 576 e4m3 bytes (one bulk copy), fp8-ds-mla (a
+/// `packed` ring) the 656-byte rows of each run of keys back to back in
+/// the cache by the run's first key's thread (one bulk copy a stage where
+/// the cache's rows are back to back and a page holds the stage), the
+/// others an arrival; threads 64..128 per token each its scale (a 4-byte
+/// `cp.async`), fp8-ds-mla an arrival. A key past the item's end is zeros
+/// (its scales 0).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, ds: bool, t: u32, slot: u32, bar: u32, pt: u32) {
@@ -296,7 +304,25 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring
     } else if half == 0 {
         // The row's bytes: per token its e4m3 values, fp8-ds-mla all 656.
         let bytes = if ds { const { decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM) } } else { QK_DIM };
-        if live {
+        if live && ring.packed {
+            // A run of keys whose rows lie back to back in the cache, one
+            // bulk copy: from the stage's first key, a page's first, or
+            // any key where the cache's rows are not back to back (padded
+            // rows: a copy a key), to the next such key or the item's end.
+            let dense = p.k_stride_token == bytes as u64;
+            let page = if PAGED { 1u32 << p.page_shift } else { 0 };
+            if k == 0 || !dense || (PAGED && key % page == 0) {
+                let mut end = if dense { (key - k + MLA_KEYS).min(item.kv_end) } else { key + 1 };
+                if PAGED {
+                    end = end.min(key - key % page + page);
+                }
+                let run = bytes * (end - key);
+                mbarrier::arrive_expect_tx(bar, run);
+                mbarrier::bulk_copy(row, row_address::<PAGED>(p, item.batch, key), run, bar);
+            } else {
+                mbarrier::arrive(bar);
+            }
+        } else if live {
             mbarrier::arrive_expect_tx(bar, bytes);
             mbarrier::bulk_copy(row, row_address::<PAGED>(p, item.batch, key), bytes, bar);
         } else {
@@ -314,12 +340,30 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring
 
 /// The column of Pᵀ's tile (its K order, `mla_t_pv_e4m3`'s) that holds key
 /// `key` (0..64) of a stage: k16 step `key / 16`, whose K columns `2c,
-/// 2c + 1, 2c + 8, 2c + 9` are its keys `c, c + 4, c + 8, c + 12`.
+/// 2c + 1, 2c + 8, 2c + 9` are its keys `c, c + 4, c + 8, c + 12`, or in
+/// a `packed` ring the keys `2c, 2c + 1, 2c + 8, 2c + 9` themselves.
 #[inline(always)]
-fn p_column(key: u32) -> u32 {
+fn p_column(key: u32, packed: bool) -> u32 {
+    if packed {
+        return key;
+    }
     let (step, r) = (key / 16, key % 16);
     let (c, x) = (r % 4, r / 4);
     16 * step + 2 * c + x + if x >= 2 { 6 } else { 0 }
+}
+
+/// The key (of the warp's 16) that a thread of quad `g` holds in its
+/// accumulators' rows `g + 8 h`: `2 g + h`, rows two apart (608 ≡ 96 mod
+/// 128: a quarter-warp's two keys 64 bytes apart in the banks); in a
+/// `packed` ring (656 ≡ 16) `g / 2 + 4 (g % 2) + 8 h`, so that quads `2j`,
+/// `2j + 1` hold keys four apart, again 64 bytes apart.
+#[inline(always)]
+fn key_of(g: u32, h: u32, packed: bool) -> u32 {
+    if packed {
+        g / 2 + 4 * (g % 2) + 8 * h
+    } else {
+        2 * g + h
+    }
 }
 
 /// The dim of V that row `g + 8 half` of M-tile `j` of warp `warp_m`'s
