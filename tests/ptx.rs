@@ -246,7 +246,7 @@ fn no_unresolved_external_functions() {
 /// on sm_89 the narrow fp8-per-head masked and
 /// soft-cap ones at head_dim 128, 16 stored and 28 loaded at their
 /// 128-register cap. The fp8-ds-mla ring kernels (`decode::mla_t_ring`) at
-/// their 168-register cap: 16 bytes of stack, 28 stored and 28 loaded (a
+/// their 168-register cap: 8 bytes of stack, 16 stored and 8 loaded (a
 /// few `STL`/`LDL` a stage; three warpgroups at 168 ran 16 heads 128 × 32K
 /// 17 % faster than two uncapped at 178: docs/perf.md, "MLA fp8-ds-mla in
 /// the ring"). Every other kernel: none.
@@ -277,8 +277,8 @@ const KNOWN_SPILLS: [(&str, u32); 28] = [
     ("decode_wgmma_kv_int4g128_q_f16_d128", 8),
     ("decode_cluster_wgmma_kv_int8_q_bf16_d128", 8),
     ("decode_cluster_wgmma_kv_int8_q_f16_d128", 8),
-    ("decode_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 28),
-    ("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 28),
+    ("decode_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 16),
+    ("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 16),
 ];
 
 /// On the portable architectures ptxas schedules the same kernels at the

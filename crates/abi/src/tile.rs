@@ -380,9 +380,10 @@ pub const fn mla_t_ring(format: KvFormat) -> Option<MlaRing> {
 }
 /// Bytes of the ring form's exchange: each warpgroup's stage maxima, rows'
 /// maxima and sums as [`MLA_T_EXCHANGE_BYTES`], the rows' log-sum-exps,
-/// the slots' mbarriers, the Q rows' f16 factors and their inverses.
+/// the slots' mbarriers, the Q rows' f16 factors and their inverses, the
+/// number of the stage last issued into each slot.
 pub const fn mla_t_ring_exchange_bytes(ring: MlaRing) -> u32 {
-    ring.groups * (2 * 4 * MLA_T_ROWS * 4 + 5 * MLA_T_ROWS * 4) + MLA_T_ROWS * 4 + ring.slots * 8 + 2 * 4 * MLA_T_ROWS
+    ring.groups * (2 * 4 * MLA_T_ROWS * 4 + 5 * MLA_T_ROWS * 4) + MLA_T_ROWS * 4 + ring.slots * 8 + 2 * 4 * MLA_T_ROWS + ring.slots * 4
 }
 
 /// Threads of a transposed MLA block of `format`: the ring's

@@ -124,6 +124,30 @@ pub unsafe fn st_shared_u32(addr: u32, v: u32) {
     core::arch::asm!("st.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
 }
 
+/// `ld.acquire.cta.shared.b32`: a word another thread of the block
+/// published with [`st_release_u32`]; what that thread did before the
+/// store is visible to this one after the load (a loop may spin on it: the
+/// load is never hoisted).
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn ld_acquire_u32(addr: u32) -> u32 {
+    let v: u32;
+    core::arch::asm!("ld.acquire.cta.shared.b32 {v}, [{a}];", v = out(reg32) v, a = in(reg32) addr, options(nostack));
+    v
+}
+
+/// `st.release.cta.shared.b32`: publishes `v` after everything this thread
+/// did before ([`ld_acquire_u32`]).
+///
+/// # Safety
+/// `addr` must be a 4-byte aligned shared address of the block.
+#[inline(always)]
+pub unsafe fn st_release_u32(addr: u32, v: u32) {
+    core::arch::asm!("st.release.cta.shared.b32 [{a}], {v};", a = in(reg32) addr, v = in(reg32) v, options(nostack));
+}
+
 /// `ld.shared.v4.b32`.
 ///
 /// # Safety

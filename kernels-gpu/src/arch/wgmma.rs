@@ -907,9 +907,9 @@ macro_rules! t_ds_fold {
 
 /// The bytes from a thread's first key's row to its second's in
 /// fp8-ds-mla's ring: the keys of its accumulator rows `g`, `g + 8` are 8
-/// apart (`decode::mla_t_ring`'s key order for back-to-back rows).
-const DS_KEY2: u32 = 8 * match decode_attn_abi::mla_t_ring(decode_attn_abi::KvFormat::Fp8DsMla) {
-    Some(ring) => ring.row,
+/// apart in a packed ring, else adjacent (`decode::mla_t_ring::key_of`).
+const DS_KEY2: u32 = match decode_attn_abi::mla_t_ring(decode_attn_abi::KvFormat::Fp8DsMla) {
+    Some(ring) => ring.row * if ring.packed { 8 } else { 1 },
     None => 0,
 };
 

@@ -119,12 +119,15 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let lses = finals(groups);
     let slot_bar = |s: u32| lses + 4 * MLA_T_ROWS + 8 * s;
     let q_factors = slot_bar(slots);
+    // The number of the stage last issued into each slot.
+    let issued = |s: u32| q_factors + 8 * MLA_T_ROWS + 4 * s;
     // A warpgroup's own named barrier (0 is the block's).
     let group_bar = 1 + own;
 
     if tid == 0 {
         for s in 0..slots {
             mbarrier::init_count(slot_bar(s), 2 * MLA_KEYS);
+            shared::st_shared_u32(issued(s), s);
         }
         mbarrier::fence_init();
     }
@@ -184,6 +187,13 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     let mut parity = 0u32;
     while t < n_tiles {
         let at = slot_at(slot);
+        // Stage `t` issued into its slot, before its barrier is waited for:
+        // the barrier tells its phases apart by parity alone, and this
+        // warpgroup may reach stage `t` before stage `t - SLOTS` (another
+        // warpgroup's) has landed, when waiting on the parity of `t` would
+        // pass at once on the phase before (docs/perf.md, "The ring's
+        // issued stages").
+        while shared::ld_acquire_u32(issued(slot)) != t {}
         let key0 = item.kv_start + t * MLA_KEYS;
         let masked = key0 + MLA_KEYS > mask_from;
         // The thread's keys' scales: per token one, fp8-ds-mla four (the
@@ -253,6 +263,12 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         // barrier): the stage `SLOTS` on into it.
         thread::sync_named(group_bar, 128);
         if t + slots < n_tiles {
+            // (Published before the copies: the slot's phase of stage `t`
+            // is complete, so the next phase is the new stage's, and this
+            // thread has no load the release must wait for.)
+            if pt == 0 {
+                shared::st_release_u32(issued(slot), t + slots);
+            }
             issue_stage::<PAGED>(p, &item, ring, ds, t + slots, at, slot_bar(slot), pt);
         }
         t += groups;
