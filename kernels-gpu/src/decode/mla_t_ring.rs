@@ -14,7 +14,7 @@
 //!   the 656-byte rows back to back (a `packed` ring), one bulk copy for
 //!   each run of keys back to back in the cache (a stage's 64 where the
 //!   cache's rows are and a page holds the stage; fewer copies were
-//!   faster: docs/perf.md, "MLA fp8-ds-mla in the ring").
+//!   faster: docs/perf.md, "fp8-ds-mla rows back to back in the ring").
 //!   Keys past the item's end are zero-filled (an e4m3 byte may be a NaN,
 //!   and 0 · NaN is one). The warpgroup that finishes a stage's P·V
 //!   refills its slot with the stage `SLOTS` on (another warpgroup's).
