@@ -324,10 +324,11 @@ pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T
 
 /// The transposed form's ring of raw fp8 stages (`decode::mla_t_ring`,
 /// both fp8 latent formats): its slots hold 64 keys' rows as the cache
-/// holds them, `row` bytes apart, a key's scales `scales` bytes into its
-/// row; `groups` warpgroups a block, warpgroup `w` taking stages `w, w +
-/// groups, …`, each with `p_tiles` P tiles (one a scale group of V's
-/// dims).
+/// holds them, back to back (`row` bytes: the keys of a stage that lie
+/// back to back in the cache come in one bulk copy), key `k`'s scales at
+/// `scales + scale_stride · k` bytes into the slot; `groups` warpgroups a
+/// block, warpgroup `w` taking stages `w, w + groups, …`, each with
+/// `p_tiles` P tiles (one a scale group of V's dims).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MlaRing {
     pub row: u32,
@@ -335,11 +336,12 @@ pub struct MlaRing {
     pub scales: u32,
     pub p_tiles: u32,
     pub groups: u32,
-    /// The slot's rows back to back at the cache's own row size (`row` is
-    /// the format's row bytes): the keys of a stage that are back to back
-    /// in the cache come in one bulk copy, and a thread's keys are spread
-    /// so that its loads stay free of bank conflicts at that pitch.
-    pub packed: bool,
+    pub scale_stride: u32,
+    /// A thread's keys spread for the banks at a row 16 bytes past a
+    /// multiple of 128 (`decode::mla_t_ring::key_of`): its two score keys
+    /// 4 apart in a quarter-warp, its P·V keys `2c, 2c + 1, 2c + 8, 2c +
+    /// 9`; else adjacent score keys and P·V keys `c, c + 4, c + 8, c + 12`.
+    pub spread: bool,
     /// Registers a thread the kernel is compiled within, where its
     /// warpgroups would not fit an SM's 64 K without it (a cap where the
     /// kernel fits anyway changed ptxas's allocation: fp8 per token, 164
@@ -348,33 +350,35 @@ pub struct MlaRing {
 }
 
 impl MlaRing {
-    /// Bytes of one slot (64 keys).
+    /// Bytes of one slot (64 keys' rows, then their scales where those
+    /// are not inside the rows).
     pub const fn slot_bytes(self) -> u32 {
-        MLA_KEYS * self.row
+        MLA_KEYS * self.row + if self.scale_stride == self.row { 0 } else { MLA_KEYS * self.scale_stride }
     }
 }
 
 /// The ring of `format`, for the fp8 latent formats (`None` for the
-/// others, whose transposed blocks copy bf16 stages):
-/// - fp8 a scale per token: five slots, rows 608 bytes apart (576 e4m3
-///   bytes, the f32 scale at byte 576 by a copy of its own, padding); three
-///   warpgroups (164 registers a thread: three share an SM's 64 K; two ran
-///   16 heads 32 × 32K 18 % slower, docs/perf.md, "MLA fp8 at 16 heads in
-///   registers"). Rows 32 bytes past a multiple of 64 in 128 (608 ≡ 96
-///   mod 128) keep the scores' 16-byte loads of keys two apart and the
-///   P·V's 4-byte loads of four consecutive keys free of bank conflicts;
-///   576 back to back cannot (every row ≡ 0 or 64: four keys' P·V loads
-///   meet in two 32-byte places).
-/// - fp8-ds-mla: four slots of the 656-byte rows back to back (`packed`;
-///   656 ≡ 16 mod 128: the scores' keys 4 apart and the P·V's keys 2
-///   apart are conflict-free), a P tile a scale group; three warpgroups
-///   at a 168-register cap (docs/perf.md, "MLA fp8-ds-mla in the ring").
-///   A fifth slot and four P tiles a warpgroup do not fit beside the Q
-///   tile.
+/// others, whose transposed blocks copy bf16 stages), rows back to back
+/// (docs/perf.md, "fp8-ds-mla rows back to back in the ring"):
+/// - fp8 a scale per token: five slots of 576-byte rows, the keys' f32
+///   scales after them (a copy of their own); three warpgroups (164
+///   registers a thread: three share an SM's 64 K; two ran 16 heads 32 ×
+///   32K 18 % slower, docs/perf.md, "MLA fp8 at 16 heads in registers").
+///   At 576 ≡ 64 mod 128 the scores' two keys of a quarter-warp are
+///   adjacent (64 bytes apart in the banks); the P·V's four keys of a
+///   load meet in two 32-byte places whatever keys it takes (a 2-way
+///   conflict, cheaper than a copy a key).
+/// - fp8-ds-mla: four slots of its 656-byte rows, their four scales
+///   inside (656 ≡ 16 mod 128: keys `spread`, conflict-free), a P tile a
+///   scale group; three warpgroups at a 168-register cap (docs/perf.md,
+///   "MLA fp8-ds-mla in the ring"). A fifth slot and four P tiles a
+///   warpgroup do not fit beside the Q tile.
 pub const fn mla_t_ring(format: KvFormat) -> Option<MlaRing> {
+    const PER_TOKEN_ROW: u32 = KvFormat::Fp8PerHead.row_bytes(crate::axes::MLA_DIMS.qk);
+    const DS_ROW: u32 = KvFormat::Fp8DsMla.row_bytes(crate::axes::MLA_DIMS.qk);
     match format {
-        KvFormat::Fp8PerHead => Some(MlaRing { row: 608, slots: 5, scales: 576, p_tiles: 1, groups: 3, packed: false, register_cap: None }),
-        KvFormat::Fp8DsMla => Some(MlaRing { row: KvFormat::Fp8DsMla.row_bytes(crate::axes::MLA_DIMS.qk), slots: 4, scales: DS_MLA_SCALES_AT, p_tiles: 4, groups: 3, packed: true, register_cap: Some(168) }),
+        KvFormat::Fp8PerHead => Some(MlaRing { row: PER_TOKEN_ROW, slots: 5, scales: MLA_KEYS * PER_TOKEN_ROW, scale_stride: 4, p_tiles: 1, groups: 3, spread: false, register_cap: Some(168) }),
+        KvFormat::Fp8DsMla => Some(MlaRing { row: DS_ROW, slots: 4, scales: DS_MLA_SCALES_AT, scale_stride: DS_ROW, p_tiles: 4, groups: 3, spread: true, register_cap: Some(168) }),
         _ => None,
     }
 }

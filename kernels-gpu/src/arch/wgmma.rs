@@ -810,14 +810,14 @@ macro_rules! t_e4m3_j {
 /// The contraction's order is the Q tile's: the thread's A fragment of
 /// step `4 J + s` (dims `2c, 2c + 1, 2c + 8, 2c + 9`, `c = lane % 4`) is
 /// bytes `64 J + 16 c + 4 s ..+4` of its keys' rows, so `k` is the
-/// thread's first key's row plus `16 c`, its second key's row
-/// the per-token ring's row (608 bytes) on; Q's tile holds its dims in that order
+/// thread's first key's row plus `16 c`, its second key's row 8 rows on
+/// ([`PT_KEY2`]); Q's tile holds its dims in that order
 /// (`mla_t_ring::q_to_f16_permuted`). The stage is waited for on the
 /// mbarrier at `bar` (phase `parity`). Returns the accumulator as
 /// [`mla_t_scores`]'s, its M rows the thread's two keys.
 ///
 /// # Safety
-/// As [`mla_scores64`]; `k .. k + 608 + 576` in the block's shared memory.
+/// As [`mla_scores64`]; `k .. k + PT_KEY2 + 576` in the block's shared memory.
 #[allow(named_asm_labels)]
 #[inline(always)]
 pub unsafe fn mla_t_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 8] {
@@ -829,18 +829,19 @@ pub unsafe fn mla_t_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 
             "mov.b32 kp, {k};\nmov.b64 {{ql, qh}}, {q};\n",
             "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
             "R0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra R0;\nwgmma.fence.sync.aligned;\n",
-            t_e4m3_load!("xa", "0", "608"),
-            t_e4m3_load!("xb", "64", "672"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
-            t_e4m3_load!("xa", "128", "736"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc"),
-            t_e4m3_load!("xb", "192", "800"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "acc"),
-            t_e4m3_load!("xa", "256", "864"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc"),
-            t_e4m3_load!("xb", "320", "928"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "acc"),
-            t_e4m3_load!("xa", "384", "992"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc"),
-            t_e4m3_load!("xb", "448", "1056"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "acc"),
-            t_e4m3_load!("xa", "512", "1120"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc"),
+            t_e4m3_load!("xa", "0", "{n0}"),
+            t_e4m3_load!("xb", "64", "{n1}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
+            t_e4m3_load!("xa", "128", "{n2}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc"),
+            t_e4m3_load!("xb", "192", "{n3}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "acc"),
+            t_e4m3_load!("xa", "256", "{n4}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc"),
+            t_e4m3_load!("xb", "320", "{n5}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "acc"),
+            t_e4m3_load!("xa", "384", "{n6}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc"),
+            t_e4m3_load!("xb", "448", "{n7}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "acc"),
+            t_e4m3_load!("xa", "512", "{n8}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc"),
             t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["1024", "1026", "1028", "1030"], "acc"),
             "wgmma.wait_group.sync.aligned 0;\n}}"
         ),
+        n0 = const PT_KEY2, n1 = const PT_KEY2 + 64, n2 = const PT_KEY2 + 128, n3 = const PT_KEY2 + 192, n4 = const PT_KEY2 + 256, n5 = const PT_KEY2 + 320, n6 = const PT_KEY2 + 384, n7 = const PT_KEY2 + 448, n8 = const PT_KEY2 + 512,
         k = in(reg32) k, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
         s0 = out(reg32) s[0],
         s1 = out(reg32) s[1],
@@ -905,13 +906,17 @@ macro_rules! t_ds_fold {
     };
 }
 
-/// The bytes from a thread's first key's row to its second's in
-/// fp8-ds-mla's ring: the keys of its accumulator rows `g`, `g + 8` are 8
-/// apart in a packed ring, else adjacent (`decode::mla_t_ring::key_of`).
-const DS_KEY2: u32 = match decode_attn_abi::mla_t_ring(decode_attn_abi::KvFormat::Fp8DsMla) {
-    Some(ring) => ring.row * if ring.packed { 8 } else { 1 },
-    None => 0,
-};
+/// The bytes from a thread's first key's row to its second's in the ring
+/// of `format`: the keys of its accumulator rows `g`, `g + 8` are 8 apart
+/// (`decode::mla_t_ring::key_of`).
+const fn second_key(format: decode_attn_abi::KvFormat) -> u32 {
+    match decode_attn_abi::mla_t_ring(format) {
+        Some(ring) => 8 * ring.row,
+        None => 0,
+    }
+}
+const DS_KEY2: u32 = second_key(decode_attn_abi::KvFormat::Fp8DsMla);
+const PT_KEY2: u32 = second_key(decode_attn_abi::KvFormat::Fp8PerHead);
 
 /// `Sᵀ = K·Qᵀ` of the transposed form's ring kernel for fp8-ds-mla
 /// (`decode::mla_t_ring`: DeepSeek V3.2's 656-byte rows back to back in

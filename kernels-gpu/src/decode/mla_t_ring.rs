@@ -96,7 +96,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // read off the local `ring`, one build's per-token kernel took 186
     // registers at ptxas, not 164.)
     let groups = const { ring_of(F::FORMAT).groups };
-    let packed = const { ring_of(F::FORMAT).packed };
+    let spread = const { ring_of(F::FORMAT).spread };
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let warp = tid / 32;
@@ -166,15 +166,15 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // `locals[row_of(e)]`.
     let key_half = |e: usize| ((e / 2) % 2) as u32;
     let row_of = |e: usize| 2 * (e / 4) + e % 2;
-    let my_key = |h: u32| 16 * warp_m + key_of(g, h, packed);
+    let my_key = |h: u32| 16 * warp_m + key_of(g, h, spread);
     // The thread's places in a slot: its first key's row at its 16 bytes
     // of each 64 (the scores), its step's first key's row at its 4 bytes
     // of each 128 (the P·V).
     let score_at = row_bytes * my_key(0) + 16 * c;
-    let pv_at = row_bytes * if packed { 2 * c } else { c } + 32 * warp_m + 4 * g;
+    let pv_at = row_bytes * if spread { 2 * c } else { c } + 32 * warp_m + 4 * g;
     // fp8-ds-mla: the first key's scales and its RoPE bytes (the thread's
     // 16 dims, 32 bytes).
-    let scales_at = row_bytes * my_key(0) + ring.scales;
+    let scales_at = ring.scales + ring.scale_stride * my_key(0);
     let rope_at = row_bytes * my_key(0) + DS_MLA_ROPE_AT + 32 * c;
 
     let mut o = [[0f32; 8]; 8];
@@ -200,11 +200,11 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         // scores are summed over the groups times theirs already).
         let (raw, group_scale, key_scale) = if ds {
             let raw = mla_t_scores_ds(at + score_at, at + scales_at, at + rope_at, q_desc, slot_bar(slot), parity);
-            let scales: [[f32; 4]; 2] = core::array::from_fn(|h| shared::ld_shared_v4_f32(at + row_bytes * my_key(h as u32) + ring.scales));
+            let scales: [[f32; 4]; 2] = core::array::from_fn(|h| shared::ld_shared_v4_f32(at + ring.scales + ring.scale_stride * my_key(h as u32)));
             (raw, scales, scales.map(|x| x[0].max(x[1]).max(x[2].max(x[3]))))
         } else {
             let raw = mla_t_scores_e4m3(at + score_at, q_desc, slot_bar(slot), parity);
-            let key_scale: [f32; 2] = core::array::from_fn(|h| shared::ld_shared_f32(at + row_bytes * my_key(h as u32) + ring.scales));
+            let key_scale: [f32; 2] = core::array::from_fn(|h| shared::ld_shared_f32(at + ring.scales + ring.scale_stride * my_key(h as u32)));
             (raw, key_scale.map(|x| [x; 4]), key_scale)
         };
         let key_exponent = key_scale.map(state::scale_exponent);
@@ -241,7 +241,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         // for it before this stage's barrier).
         let tile = p_tile(own);
         for e in 0..8 {
-            let col = p_column(my_key(key_half(e)), packed);
+            let col = p_column(my_key(key_half(e)), spread);
             let at = tile + TILE16.at(locals[row_of(e)], col / 8, 0) + 2 * (col % 8);
             for i in 0..ring.p_tiles {
                 shared::st_shared_u16(at + MLA_T_P_BYTES * i, pack_f16x2(pv[e] * group_scale[key_half(e) as usize][i as usize], 0.0));
@@ -255,9 +255,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         }
         thread::sync_named(group_bar, 128);
         if ds {
-            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8DsMla).row }, true, { ring_of(decode_attn_abi::KvFormat::Fp8DsMla).packed }>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
+            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8DsMla).row }, true, { ring_of(decode_attn_abi::KvFormat::Fp8DsMla).spread }>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
         } else {
-            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8PerHead).row }, false, { ring_of(decode_attn_abi::KvFormat::Fp8PerHead).packed }>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
+            mla_t_pv_e4m3::<{ ring_of(decode_attn_abi::KvFormat::Fp8PerHead).row }, false, { ring_of(decode_attn_abi::KvFormat::Fp8PerHead).spread }>(&mut o, descriptor(tile, 16, 1024), at + pv_at);
         }
         // The slot is read (every warp's MMAs and scale loads done: the
         // barrier): the stage `SLOTS` on into it.
@@ -299,68 +299,82 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
 
 /// Stage `t`'s 64 keys into the ring slot at `slot`, by one warpgroup's
 /// thread `pt` (0..128), each copy announced on `bar` (a bulk copy's
-/// bytes, a `cp.async`'s arrival once landed): threads 0..64 a key each,
-/// per token its row's 576 e4m3 bytes (one bulk copy), fp8-ds-mla (a
-/// `packed` ring) the 656-byte rows of each run of keys back to back in
-/// the cache by the run's first key's thread (one bulk copy a stage where
-/// the cache's rows are back to back and a page holds the stage), the
-/// others an arrival; threads 64..128 per token each its scale (a 4-byte
-/// `cp.async`), fp8-ds-mla an arrival. A key past the item's end is zeros
-/// (its scales 0).
+/// bytes, a `cp.async`'s arrival once landed): threads 0..64 the keys'
+/// rows (per token 576 e4m3 bytes, fp8-ds-mla (`ds`) 656), threads
+/// 64..128 per token their scales (fp8-ds-mla's are in the rows: an
+/// arrival). Keys whose rows (scales) lie back to back in the cache come
+/// in one bulk copy a run, by the thread of the run's first key, the
+/// others arriving; a run ends at the stage's, the item's or a page's
+/// end, and where the cache's rows are not back to back every key is a
+/// run. A run of scales not 16-byte aligned in address or length (a
+/// bulk copy's rule) is a 4-byte `cp.async` a key. A key past the item's
+/// end is zeros (its scales 0).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, ds: bool, t: u32, slot: u32, bar: u32, pt: u32) {
     let k = pt % MLA_KEYS;
-    let key = item.kv_start + t * MLA_KEYS + k;
-    let row = slot + ring.row * k;
+    let first = item.kv_start + t * MLA_KEYS;
+    let key = first + k;
     let live = key < item.kv_end;
     let half = pt / MLA_KEYS;
+    // The run holding `key` where a stride of `bytes` is back to back.
+    let run = |stride: u64, bytes: u32| -> (u32, u32) {
+        if stride != bytes as u64 {
+            return (key, key + 1);
+        }
+        let (mut start, mut end) = (first, (first + MLA_KEYS).min(item.kv_end));
+        if PAGED {
+            let page = 1u32 << p.page_shift;
+            start = start.max(key - key % page);
+            end = end.min(key - key % page + page);
+        }
+        (start, end)
+    };
     if ds && half == 1 {
         mbarrier::arrive(bar);
-    } else if half == 0 {
-        // The row's bytes: per token its e4m3 values, fp8-ds-mla all 656.
-        let bytes = if ds { const { decode_attn_abi::KvFormat::Fp8DsMla.row_bytes(QK_DIM) } } else { QK_DIM };
-        if live && ring.packed {
-            // A run of keys whose rows lie back to back in the cache, one
-            // bulk copy: from the stage's first key, a page's first, or
-            // any key where the cache's rows are not back to back (padded
-            // rows: a copy a key), to the next such key or the item's end.
-            let dense = p.k_stride_token == bytes as u64;
-            let page = if PAGED { 1u32 << p.page_shift } else { 0 };
-            if k == 0 || !dense || (PAGED && key % page == 0) {
-                let mut end = if dense { (key - k + MLA_KEYS).min(item.kv_end) } else { key + 1 };
-                if PAGED {
-                    end = end.min(key - key % page + page);
-                }
-                let run = bytes * (end - key);
-                mbarrier::arrive_expect_tx(bar, run);
-                mbarrier::bulk_copy(row, row_address::<PAGED>(p, item.batch, key), run, bar);
-            } else {
-                mbarrier::arrive(bar);
+    } else if !live {
+        if half == 0 {
+            for i in 0..ring.row / 16 {
+                shared::st_shared_v4_u32(slot + ring.row * k + 16 * i, [0; 4]);
             }
-        } else if live {
-            mbarrier::arrive_expect_tx(bar, bytes);
-            mbarrier::bulk_copy(row, row_address::<PAGED>(p, item.batch, key), bytes, bar);
         } else {
-            for i in 0..bytes / 16 {
-                shared::st_shared_v4_u32(row + 16 * i, [0; 4]);
-            }
+            shared::st_shared_u32(slot + ring.scales + 4 * k, 0);
+        }
+        mbarrier::arrive(bar);
+    } else if half == 0 {
+        let (start, end) = run(p.k_stride_token, ring.row);
+        if key == start {
+            let bytes = ring.row * (end - start);
+            mbarrier::arrive_expect_tx(bar, bytes);
+            mbarrier::bulk_copy(slot + ring.row * k, row_address::<PAGED>(p, item.batch, key), bytes, bar);
+        } else {
             mbarrier::arrive(bar);
         }
     } else {
-        let at = scale_address::<PAGED>(p, item.batch, if live { key } else { item.kv_start });
-        memory::cp_async_4(row + ring.scales, at, if live { 4 } else { 0 });
-        mbarrier::cp_async_arrive_noinc(bar);
+        let (start, end) = run(p.scale_stride_token, 4);
+        let from = scale_address::<PAGED>(p, item.batch, start);
+        if from % 16 == 0 && (end - start) % 4 == 0 {
+            if key == start {
+                let bytes = 4 * (end - start);
+                mbarrier::arrive_expect_tx(bar, bytes);
+                mbarrier::bulk_copy(slot + ring.scales + 4 * k, from, bytes, bar);
+            } else {
+                mbarrier::arrive(bar);
+            }
+        } else {
+            memory::cp_async_4(slot + ring.scales + 4 * k, scale_address::<PAGED>(p, item.batch, key), 4);
+            mbarrier::cp_async_arrive_noinc(bar);
+        }
     }
 }
 
 /// The column of Pᵀ's tile (its K order, `mla_t_pv_e4m3`'s) that holds key
 /// `key` (0..64) of a stage: k16 step `key / 16`, whose K columns `2c,
 /// 2c + 1, 2c + 8, 2c + 9` are its keys `c, c + 4, c + 8, c + 12`, or in
-/// a `packed` ring the keys `2c, 2c + 1, 2c + 8, 2c + 9` themselves.
+/// a `spread` ring the keys `2c, 2c + 1, 2c + 8, 2c + 9` themselves.
 #[inline(always)]
-fn p_column(key: u32, packed: bool) -> u32 {
-    if packed {
+fn p_column(key: u32, spread: bool) -> u32 {
+    if spread {
         return key;
     }
     let (step, r) = (key / 16, key % 16);
@@ -369,17 +383,13 @@ fn p_column(key: u32, packed: bool) -> u32 {
 }
 
 /// The key (of the warp's 16) that a thread of quad `g` holds in its
-/// accumulators' rows `g + 8 h`: `2 g + h`, rows two apart (608 ≡ 96 mod
-/// 128: a quarter-warp's two keys 64 bytes apart in the banks); in a
-/// `packed` ring (656 ≡ 16) `g / 2 + 4 (g % 2) + 8 h`, so that quads `2j`,
-/// `2j + 1` hold keys four apart, again 64 bytes apart.
+/// accumulators' rows `g + 8 h`: `g + 8 h` (576 ≡ 64 mod 128: a
+/// quarter-warp's two keys 64 bytes apart in the banks), in a `spread`
+/// ring (656 ≡ 16) `g / 2 + 4 (g % 2) + 8 h`, so that quads `2j`, `2j + 1`
+/// hold keys four apart, again 64 bytes apart.
 #[inline(always)]
-fn key_of(g: u32, h: u32, packed: bool) -> u32 {
-    if packed {
-        g / 2 + 4 * (g % 2) + 8 * h
-    } else {
-        2 * g + h
-    }
+fn key_of(g: u32, h: u32, spread: bool) -> u32 {
+    8 * h + if spread { g / 2 + 4 * (g % 2) } else { g }
 }
 
 /// The dim of V that row `g + 8 half` of M-tile `j` of warp `warp_m`'s
