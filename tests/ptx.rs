@@ -189,22 +189,22 @@ fn every_kernel_the_host_names_is_an_entry_of_its_module() {
 
 /// The narrow kernels of the quantized formats (head dims ≤ 128) are
 /// compiled within 128 registers and the wide ones within 168, and the
-/// fp8-ds-mla ring kernels (three warpgroups of 128 threads) within 168 —
-/// not fp8 per token's, which fits uncapped: `.maxnreg` right after their
-/// parameter list, and nowhere else.
+/// MLA ring kernels of both fp8 formats (three warpgroups of 128 threads)
+/// within 168: `.maxnreg` right after their parameter list, and nowhere
+/// else.
 #[test]
 fn register_caps_are_in_the_ptx() {
-    let ds_ring = |name: &str| name.contains("_mla_transposed_kv_fp8dsmla_");
-    assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.id.dims.qk <= 128 || ds_ring(k.name)));
+    let ring = |name: &str| name.contains("_mla_transposed_kv_fp8dsmla_") || name.contains("_mla_transposed_kv_fp8ph_");
+    assert!(DECODE_KERNELS.iter().all(|k| k.register_cap().is_none() || k.id.dims.qk <= 128 || ring(k.name)));
     for arch in Arch::ALL {
         let capped: Vec<_> = DECODE_KERNELS.iter().filter(|k| k.id.arch == arch).filter_map(|k| Some((k.name, k.register_cap()?))).collect();
         if arch != Arch::Sm89 {
             assert!(capped.iter().any(|(n, _)| *n == "decode_narrow_kv_int8_q_bf16_d128"));
             assert!(capped.iter().any(|(n, r)| *n == "decode_paged_kv_bf16_q_bf16_d128" && *r == 168));
         }
-        if DECODE_KERNELS.iter().any(|k| k.id.arch == arch && ds_ring(k.name)) {
-            assert!(capped.iter().filter(|(n, _)| n.contains("_mla_")).all(|(n, r)| ds_ring(n) && *r == 168), "{capped:?}");
-            assert_eq!(capped.iter().filter(|(n, _)| ds_ring(n)).count(), 2);
+        if DECODE_KERNELS.iter().any(|k| k.id.arch == arch && ring(k.name)) {
+            assert!(capped.iter().filter(|(n, _)| n.contains("_mla_")).all(|(n, r)| ring(n) && *r == 168), "{capped:?}");
+            assert_eq!(capped.iter().filter(|(n, _)| ring(n)).count(), 4);
         }
         let text = ptx(arch);
         for (name, regs) in &capped {
@@ -245,12 +245,14 @@ fn no_unresolved_external_functions() {
 /// stored and 4 loaded at 255 (on sm_80 also the 16-bit ones, 12 and 8);
 /// on sm_89 the narrow fp8-per-head masked and
 /// soft-cap ones at head_dim 128, 16 stored and 28 loaded at their
-/// 128-register cap. The fp8-ds-mla ring kernels (`decode::mla_t_ring`) at
-/// their 168-register cap: 8 bytes of stack, 16 stored and 8 loaded (a
-/// few `STL`/`LDL` a stage; three warpgroups at 168 ran 16 heads 128 × 32K
-/// 17 % faster than two uncapped at 178: docs/perf.md, "MLA fp8-ds-mla in
-/// the ring"). Every other kernel: none.
-const KNOWN_SPILLS: [(&str, u32); 28] = [
+/// 128-register cap. The MLA ring kernels (`decode::mla_t_ring`) at
+/// their 168-register cap: fp8-ds-mla's 8 bytes of stack, 16 stored and 8
+/// loaded (a few `STL`/`LDL` a stage; three warpgroups at 168 ran 16
+/// heads 128 × 32K 17 % faster than two uncapped at 178: docs/perf.md,
+/// "MLA fp8-ds-mla in the ring"), fp8 per token's unpaged one 8 and 4
+/// (its paged one, 180 registers uncapped, does not spill at 168).
+/// Every other kernel: none.
+const KNOWN_SPILLS: [(&str, u32); 29] = [
     ("decode_paged_masked_tree_kv_bf16_q_bf16_d128", 36),
     ("decode_paged_masked_tree_kv_f16_q_f16_d128", 36),
     ("decode_paged_softcap_tree_kv_bf16_q_bf16_d128", 36),
@@ -278,6 +280,7 @@ const KNOWN_SPILLS: [(&str, u32); 28] = [
     ("decode_cluster_wgmma_kv_int8_q_bf16_d128", 8),
     ("decode_cluster_wgmma_kv_int8_q_f16_d128", 8),
     ("decode_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 16),
+    ("decode_mla_transposed_kv_fp8ph_q_bf16_d576v512", 8),
     ("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 16),
 ];
 

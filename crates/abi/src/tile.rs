@@ -342,10 +342,9 @@ pub struct MlaRing {
     /// 4 apart in a quarter-warp, its P·V keys `2c, 2c + 1, 2c + 8, 2c +
     /// 9`; else adjacent score keys and P·V keys `c, c + 4, c + 8, c + 12`.
     pub spread: bool,
-    /// Registers a thread the kernel is compiled within, where its
-    /// warpgroups would not fit an SM's 64 K without it (a cap where the
-    /// kernel fits anyway changed ptxas's allocation: fp8 per token, 164
-    /// registers uncapped, spilled 12 bytes at 168).
+    /// Registers a thread the kernel is compiled within, so that its
+    /// warpgroups fit an SM's 64 K (both rings: fp8 per token's paged
+    /// kernel takes 180 uncapped, fp8-ds-mla's 178).
     pub register_cap: Option<u32>,
 }
 

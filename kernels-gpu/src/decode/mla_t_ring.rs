@@ -7,34 +7,35 @@
 //! heads in registers"; design/mla-fp8-registers.md).
 //!
 //! - **The ring** (`decode_attn_abi::mla_t_ring`): `SLOTS` slots of 64
-//!   keys, a key's row as the cache holds it; stage `t` in slot `t %
-//!   SLOTS`, complete on the slot's mbarrier (128 arrivals). Per token:
-//!   the 576 e4m3 bytes (one `cp.async.bulk` a key) and the f32 scale at
-//!   byte 576 (a 4-byte `cp.async`), rows 608 bytes apart; fp8-ds-mla:
-//!   the 656-byte rows back to back (a `packed` ring), one bulk copy for
-//!   each run of keys back to back in the cache (a stage's 64 where the
-//!   cache's rows are and a page holds the stage; fewer copies were
-//!   faster: docs/perf.md, "fp8-ds-mla rows back to back in the ring").
-//!   Keys past the item's end are zero-filled (an e4m3 byte may be a NaN,
-//!   and 0 · NaN is one). The warpgroup that finishes a stage's P·V
-//!   refills its slot with the stage `SLOTS` on (another warpgroup's).
-//! - **Warpgroups** (the ring's `groups`: three), warpgroup `w` taking stages `w, w + groups, …`, each with
-//!   its own softmax state: a warpgroup's stage is a chain of MMA groups
-//!   whose latency two chains an SM did not hide for fp8 per token
-//!   (docs/perf.md, "MLA fp8 at 16 heads in registers"); at 168
-//!   registers a thread (fp8-ds-mla's a cap), three share the register
-//!   file. (The plan refuses
-//!   a build whose kernel allows fewer threads.)
+//!   keys, the rows back to back as the cache holds them (576 e4m3 bytes
+//!   per token, its scales in an array after them; fp8-ds-mla's 656-byte
+//!   rows, scales inside); stage `t` in slot `t % SLOTS`, complete on the
+//!   slot's mbarrier (128 arrivals). Each run of keys back to back in the
+//!   cache (a stage's 64 where the cache's rows are and a page holds the
+//!   stage) is one bulk copy, and so are its scales: one copy a key was
+//!   16-25 % slower (docs/perf.md, "fp8-ds-mla rows back to back in the
+//!   ring"). A stage is waited for only once issued into its slot
+//!   (`issued`; docs/perf.md, "The ring's issued stages"). Keys past the
+//!   item's end are zero-filled (an e4m3 byte may be a NaN, and 0 · NaN is
+//!   one). The warpgroup that finishes a stage's P·V refills its slot with
+//!   the stage `SLOTS` on (another warpgroup's).
+//! - **Warpgroups** (the ring's `groups`: three), warpgroup `w` taking
+//!   stages `w, w + groups, …`, each with its own softmax state: a
+//!   warpgroup's stage is a chain of MMA groups whose latency two chains
+//!   an SM did not hide for fp8 per token (docs/perf.md, "MLA fp8 at 16
+//!   heads in registers"); at a 168-register cap, three share the
+//!   register file. (The plan refuses a build whose kernel allows fewer
+//!   threads.)
 //! - **Scores** (`mla_t_scores_e4m3`): the keys along M, the thread's keys
 //!   `16 w + key_of(g, h)` (a quarter-warp's two keys' 16-byte loads fall
-//!   in 32 banks at the ring's row pitch); the contraction runs in the order the
-//!   raw bytes give each thread (`q_to_f16_permuted` lays Q's tile out in
+//!   in 32 banks at the ring's row pitch); the contraction runs in the
+//!   order the raw bytes give each thread (`q_to_f16_permuted` lays Q's tile out in
 //!   it), one `F2FP` a pair.
 //! - **P·V** (`mla_t_pv_e4m3`): Vᵀ as A from registers, a thread's 4 keys
-//!   of a k16 step `c, c + 4, c + 8, c + 12`, packed `2c, 2c + 1, 2c + 8,
-//!   2c + 9` (Pᵀ's columns written in that order, `p_column`) and its M rows adjacent bytes (O's dims come out
-//!   permuted, `ring_dim`): one 4-byte load a key, a `PRMT` and an `F2FP`
-//!   a pair.
+//!   of a k16 step `c, c + 4, c + 8, c + 12` (a `spread` ring's `2c, 2c +
+//!   1, 2c + 8, 2c + 9`; Pᵀ's columns written in that order, `p_column`)
+//!   and its M rows adjacent bytes (O's dims come out permuted,
+//!   `ring_dim`): one 4-byte load a key, a `PRMT` and an `F2FP` a pair.
 //! - Each key's scale multiplies its scores and P and its exponent is in
 //!   the rows' softmax base, Q's rows are f16 times a power of two, as the
 //!   64-row kernel's `f16_mma`; the softmax's end, the warpgroups' merge and
