@@ -358,7 +358,7 @@ impl MlaRing {
 
 /// The ring of `format`, for the fp8 latent formats (`None` for the
 /// others, whose transposed blocks copy bf16 stages), rows back to back
-/// (docs/perf.md, "fp8-ds-mla rows back to back in the ring"):
+/// (docs/perf.md, "MLA fp8 rows back to back in the ring"):
 /// - fp8 a scale per token: five slots of 576-byte rows, the keys' f32
 ///   scales after them (a copy of their own); three warpgroups (164
 ///   registers a thread: three share an SM's 64 K; two ran 16 heads 32 ×

@@ -13,7 +13,7 @@
 //!   slot's mbarrier (128 arrivals). Each run of keys back to back in the
 //!   cache (a stage's 64 where the cache's rows are and a page holds the
 //!   stage) is one bulk copy, and so are its scales: one copy a key was
-//!   16-25 % slower (docs/perf.md, "fp8-ds-mla rows back to back in the
+//!   16-25 % slower (docs/perf.md, "MLA fp8 rows back to back in the
 //!   ring"). A stage is waited for only once issued into its slot
 //!   (`issued`; docs/perf.md, "The ring's issued stages"). Keys past the
 //!   item's end are zero-filled (an e4m3 byte may be a NaN, and 0 · NaN is
