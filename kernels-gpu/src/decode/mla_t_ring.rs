@@ -352,6 +352,13 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring
             mbarrier::arrive(bar);
         }
     } else {
+        // (The run's place in the slot, `4 (start - first)`, is 16-byte
+        // aligned where its length is a multiple of 4 keys: an MLA item
+        // starts at a stage boundary (the shape refuses windows and key
+        // ranges at head_dim 576; chunks and balanced pieces are whole
+        // stages), and a run starts there or at a page's first key, a
+        // multiple of the page's power-of-two size; runs of pages of 1 or
+        // 2 keys take the `cp.async`s.)
         let (start, end) = run(p.scale_stride_token, 4);
         let from = scale_address::<PAGED>(p, item.batch, start);
         if from % 16 == 0 && (end - start) % 4 == 0 {
