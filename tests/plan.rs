@@ -1096,6 +1096,32 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     assert!(heuristics::mla_transposed(16) && !heuristics::mla_transposed(17));
 }
 
+/// Every MLA work item starts at a stage boundary (a multiple of 64
+/// keys): whole sequences, chunks of any requested size (rounded up to
+/// stages), balanced pieces, in every latent format. The fp8 ring kernel
+/// lands a run of scales 16-byte aligned in its slot only so
+/// (`decode::mla_t_ring::issue_stage`), and the latent shape refuses the
+/// variants (windows, key ranges) that start items elsewhere.
+#[test]
+fn mla_work_items_start_at_stage_boundaries() {
+    let kernel = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
+    let dev = &DeviceInfo::H100_SXM;
+    let ragged: Vec<u32> = (0..150u32).map(|b| 700 - (b * 7919 + 13) % 140).collect();
+    let long: Vec<u32> = (0..20u32).map(|b| 2000 + (b * 7919) % 30000).collect();
+    for format in [KvFormat::Bf16, KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
+        for heads in [16, 64, 128] {
+            for (lens, split) in [(&ragged, SplitPolicy::Auto), (&long, SplitPolicy::Auto), (&long, SplitPolicy::ChunkKeys(100)), (&long, SplitPolicy::ChunkKeys(1000)), (&ragged, SplitPolicy::Never)] {
+                let cap = lens.iter().copied().max().unwrap_or(1);
+                let shape = DecodeShape { kv_format: format, ..DecodeShape::latent(lens.len() as u32, heads, 1, cap) };
+                let p = plan(&shape, lens, dev, &kernel, &opts(split)).unwrap();
+                assert!(p.work().iter().all(|w| w.kv_start % 64 == 0), "{format:?} {heads} heads {split:?}: {:?}", p.work().iter().find(|w| w.kv_start % 64 != 0));
+            }
+        }
+        let windowed = DecodeShape { kv_format: format, variant: VariantSpec { window: Some(100), ..VariantSpec::STANDARD }, ..DecodeShape::latent(1, 16, 1, 4096) };
+        assert!(plan(&windowed, &[4096], dev, &kernel, &opts(SplitPolicy::Auto)).unwrap_err().to_string().contains("variant"));
+    }
+}
+
 /// An MLA item's two row chunks (128 heads at q_len 1) launch as one
 /// 2-block cluster where the driver launches clusters and the grid is
 /// more than a wave (132 SMs, a block each: 67 sequences and more); a
