@@ -142,7 +142,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     // The ring's first stages, each by the warpgroup that reads it.
     let mut first = own;
     while first < slots && first < n_tiles {
-        issue_stage::<PAGED>(p, &item, ring, ds, first, slot_at(first), slot_bar(first), pt);
+        issue_stage::<PAGED>(p, &item, ring, first, slot_at(first), slot_bar(first), pt);
         first += groups;
     }
     memory::cp_async_wait::<0>();
@@ -270,7 +270,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
             if pt == 0 {
                 shared::st_release_u32(issued(slot), t + slots);
             }
-            issue_stage::<PAGED>(p, &item, ring, ds, t + slots, at, slot_bar(slot), pt);
+            issue_stage::<PAGED>(p, &item, ring, t + slots, at, slot_bar(slot), pt);
         }
         t += groups;
         use_count += 1;
@@ -301,7 +301,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
 /// Stage `t`'s 64 keys into the ring slot at `slot`, by one warpgroup's
 /// thread `pt` (0..128), each copy announced on `bar` (a bulk copy's
 /// bytes, a `cp.async`'s arrival once landed): threads 0..64 the keys'
-/// rows (per token 576 e4m3 bytes, fp8-ds-mla (`ds`) 656), threads
+/// rows (per token 576 e4m3 bytes, fp8-ds-mla 656), threads
 /// 64..128 per token their scales (fp8-ds-mla's are in the rows: an
 /// arrival). Keys whose rows (scales) lie back to back in the cache come
 /// in one bulk copy a run, by the thread of the run's first key, the
@@ -311,8 +311,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
 /// bulk copy's rule) is a 4-byte `cp.async` a key. A key past the item's
 /// end is zeros (its scales 0).
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, ds: bool, t: u32, slot: u32, bar: u32, pt: u32) {
+unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, t: u32, slot: u32, bar: u32, pt: u32) {
     let k = pt % MLA_KEYS;
     let first = item.kv_start + t * MLA_KEYS;
     let key = first + k;
@@ -331,7 +330,8 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring
         }
         (start, end)
     };
-    if ds && half == 1 {
+    // (Scales inside the rows, fp8-ds-mla's: nothing of their own to copy.)
+    if ring.scale_stride == ring.row && half == 1 {
         mbarrier::arrive(bar);
     } else if !live {
         if half == 0 {
