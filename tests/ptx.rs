@@ -246,11 +246,12 @@ fn no_unresolved_external_functions() {
 /// on sm_89 the narrow fp8-per-head masked and
 /// soft-cap ones at head_dim 128, 16 stored and 28 loaded at their
 /// 128-register cap. The MLA ring kernels (`decode::mla_t_ring`) at
-/// their 168-register cap: fp8-ds-mla's 8 bytes of stack, 16 stored and 8
-/// loaded (a few `STL`/`LDL` a stage; three warpgroups at 168 ran 16
-/// heads 128 × 32K 17 % faster than two uncapped at 178: docs/perf.md,
-/// "MLA fp8-ds-mla in the ring"), fp8 per token's unpaged one 8 and 4
-/// (its paged one, 180 registers uncapped, does not spill at 168).
+/// their 168-register cap, 8 bytes of stack each: fp8-ds-mla's paged one
+/// 20 stored and 36 loaded (a few `LDL` a stage, in its page lookups;
+/// three warpgroups at 168 ran 16 heads 128 × 32K 17 % faster than two
+/// uncapped at 178: docs/perf.md, "MLA fp8-ds-mla in the ring"), the
+/// unpaged ones of both formats 8 and 4 (fp8 per token's paged one, 180
+/// registers uncapped, does not spill at 168).
 /// Every other kernel: none.
 const KNOWN_SPILLS: [(&str, u32); 29] = [
     ("decode_paged_masked_tree_kv_bf16_q_bf16_d128", 36),
@@ -279,9 +280,9 @@ const KNOWN_SPILLS: [(&str, u32); 29] = [
     ("decode_wgmma_kv_int4g128_q_f16_d128", 8),
     ("decode_cluster_wgmma_kv_int8_q_bf16_d128", 8),
     ("decode_cluster_wgmma_kv_int8_q_f16_d128", 8),
-    ("decode_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 16),
+    ("decode_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 8),
     ("decode_mla_transposed_kv_fp8ph_q_bf16_d576v512", 8),
-    ("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 16),
+    ("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 36),
 ];
 
 /// On the portable architectures ptxas schedules the same kernels at the

@@ -147,9 +147,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
     }
     memory::cp_async_wait::<0>();
     thread::sync_threads();
-    if tid < 256 {
-        q_to_f16_permuted(q_tile, q_factors, tid, ds);
-    }
+    q_to_f16_permuted(q_tile, q_factors, stage_maxima(0, 0), tid, ds);
     shared::fence_proxy_async_shared();
     thread::sync_threads();
 
@@ -292,9 +290,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams
         }
     };
     if groups == 3 {
-        finish_rows::<3>(p, &item, &o, m, l, smem, dim, inval);
+        finish_rows::<3, true>(p, &item, &o, m, l, smem, dim, inval);
     } else {
-        finish_rows::<2>(p, &item, &o, m, l, smem, dim, inval);
+        finish_rows::<2, true>(p, &item, &o, m, l, smem, dim, inval);
     }
 }
 
@@ -413,13 +411,22 @@ fn ring_dim(j: u32, warp_m: u32, g: u32, half: u32) -> u32 {
 /// into the scores' contraction order (`mla_t_scores_e4m3`): the pair of
 /// dims at word `8 c + 2 s + h` of the block to word `8 s + c + 4 h` (`c`
 /// a quarter of the block, `s` its k16 step, `h` the half). A thread a
-/// row's column block (9 of 16 threads a row). fp8-ds-mla (`ds`): the
-/// RoPE block (block 8) stays bf16, times the same power of two (exactly),
-/// for `mla_t_scores_ds`'s bf16 MMAs against the keys' bf16 RoPE values.
+/// row's column block, a warp's lanes the 16 rows of two blocks (warps 0
+/// to 4), so that each 16-byte load and store of a warp falls in 32 banks
+/// (a row's blocks in a warp's lanes were 9-way conflicts: the
+/// conversion took 1.6 µs a block; docs/perf.md, "MLA blocks' start and
+/// end"); the rows' maxima meet in `scratch` (5 warps × 16 rows of f32).
+/// Every thread of the block calls it (a block barrier). fp8-ds-mla
+/// (`ds`): the RoPE block (block 8) stays bf16, times the same power of
+/// two (exactly), for `mla_t_scores_ds`'s bf16 MMAs against the keys'
+/// bf16 RoPE values.
 #[inline(always)]
-unsafe fn q_to_f16_permuted(q_tile: u32, factors: u32, tid: u32, ds: bool) {
-    let (row, block) = (tid / 16, tid % 16);
-    let live = block < QK_DIM / 64;
+unsafe fn q_to_f16_permuted(q_tile: u32, factors: u32, scratch: u32, tid: u32, ds: bool) {
+    const BLOCKS: u32 = QK_DIM / 64;
+    const WARPS: u32 = BLOCKS.div_ceil(2);
+    let (warp, lane) = (tid / 32, tid % 32);
+    let (row, block) = (lane % MLA_T_ROWS, 2 * warp + lane / MLA_T_ROWS);
+    let live = warp < WARPS && block < BLOCKS;
     let at = |ch: u32| q_tile + TILE16.at(row, 8 * block + ch, 0);
     let words: [[u32; 4]; 8] = core::array::from_fn(|ch| if live { shared::ld_shared_v4_u32(at(ch as u32)) } else { [0; 4] });
     let mut largest = 0;
@@ -428,25 +435,34 @@ unsafe fn q_to_f16_permuted(q_tile: u32, factors: u32, tid: u32, ds: bool) {
             largest = largest.max(bf16x2_magnitude(x));
         }
     }
-    // (The 16 lanes' maximum: the octet's, then the other octet's.)
-    let amax = warp::octet_max(f32::from_bits(largest));
-    let amax = amax.max(warp::shfl_xor_f32(amax, 8));
+    // (The warp's two blocks of a row, then the warps'.)
+    let pair = f32::from_bits(largest);
+    let pair = pair.max(warp::shfl_xor_f32(pair, MLA_T_ROWS));
+    if warp < WARPS && lane < MLA_T_ROWS {
+        shared::st_shared_f32(scratch + 4 * (MLA_T_ROWS * warp + row), pair);
+    }
+    thread::sync_threads();
+    if !live {
+        return;
+    }
+    let mut amax = 0f32;
+    for w in 0..WARPS {
+        amax = amax.max(shared::ld_shared_f32(scratch + 4 * (MLA_T_ROWS * w + row)));
+    }
     let (factor, inverse) = q_row_scale(amax);
-    if live {
-        let word = |i: usize| words[i / 4][i % 4];
-        let out: [u32; 32] = core::array::from_fn(|lw| {
-            let (s, quarter, half) = (lw / 8, lw % 4, (lw % 8) / 4);
-            let x = word(8 * quarter + 2 * s + half);
-            if ds && block == DS_MLA_LATENT / 64 {
-                let (lo, hi) = unpack_bf16x2(x);
-                pack_bf16x2(lo * factor, hi * factor)
-            } else {
-                scaled_f16x2(x, factor)
-            }
-        });
-        for ch in 0..8 {
-            shared::st_shared_v4_u32(at(ch as u32), [out[4 * ch], out[4 * ch + 1], out[4 * ch + 2], out[4 * ch + 3]]);
+    let word = |i: usize| words[i / 4][i % 4];
+    let out: [u32; 32] = core::array::from_fn(|lw| {
+        let (s, quarter, half) = (lw / 8, lw % 4, (lw % 8) / 4);
+        let x = word(8 * quarter + 2 * s + half);
+        if ds && block == DS_MLA_LATENT / 64 {
+            let (lo, hi) = unpack_bf16x2(x);
+            pack_bf16x2(lo * factor, hi * factor)
+        } else {
+            scaled_f16x2(x, factor)
         }
+    });
+    for ch in 0..8 {
+        shared::st_shared_v4_u32(at(ch as u32), [out[4 * ch], out[4 * ch + 1], out[4 * ch + 2], out[4 * ch + 3]]);
     }
     if block == 0 {
         shared::st_shared_f32(factors + 4 * row, factor);

@@ -171,7 +171,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     // The epilogue's O tiles in the first buffer (free: every stage was
     // read before the end's barrier; the stage maxima's first word is the
     // merge's scratch, read before it).
-    finish_rows::<2>(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
+    finish_rows::<2, false>(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
         for b in 0..2 {
             for c in 0..BLOCKS {
                 mbarrier::inval(full(b) + 8 * c);
@@ -236,11 +236,15 @@ pub(super) struct TransposedSmem {
 /// merged through shared memory (`smem`) and its rows written, or a
 /// split's partials and log-sum-exps and the merge of the last chunk
 /// (`merge::merge_chunk_if_last`). Element `e` of `o[j]` is dim `dim(j,
-/// e)` of the thread's row `2 (e / 4) + e % 2`; `inval` runs on thread 0
-/// once every thread is past its stages (the mbarriers' end).
+/// e)` of the thread's row `2 (e / 4) + e % 2`; `QUADS`: the dims of
+/// `o[2i]` and `o[2i + 1]` at a row's two key halves are 4 in a row
+/// (`dim(2i, e)` the first), stored as one 16-byte word (the ring's
+/// permuted dims: scalar stores were 4-way bank conflicts, 1.6 µs a
+/// block; docs/perf.md, "MLA blocks' start and end"). `inval` runs on
+/// thread 0 once every thread is past its stages (the mbarriers' end).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn finish_rows<const G: u32>(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
+pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool>(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let (own, warp_m, g, c2) = (tid / 128, (tid / 32) % 4, lane / 4, (lane % 4) * 2);
@@ -286,37 +290,52 @@ pub(super) unsafe fn finish_rows<const G: u32>(p: &DecodeParams, item: &WorkItem
         mine * inv_l
     });
     // Each warpgroup's weighted Oᵀ as rows × dims into its O tile, then
-    // all summed a row at a time by 256 of the block's threads, two dims
-    // each.
+    // all summed by every thread, 4 dims of a row at a time (a row's 128
+    // quads by a warpgroup, the warpgroups a row each in turn).
     let o_tile = |b: u32| smem.o_tiles + 4 * MLA_T_ROWS * O_ROW_WORDS * b;
-    for (j, acc) in o.iter().enumerate() {
-        for (e, &x) in acc.iter().enumerate() {
-            shared::st_shared_f32(o_tile(own) + 4 * (O_ROW_WORDS * locals[row_of(e)] + dim(j, e)), x * weight[row_of(e)]);
+    if QUADS {
+        // Element of row `r` (of the thread's 4) at key half `h`.
+        let element = |r: usize, h: usize| 4 * (r / 2) + 2 * h + r % 2;
+        for r in 0..4 {
+            for i in 0..4 {
+                let (e0, e1) = (element(r, 0), element(r, 1));
+                let w = weight[r];
+                let quad = [o[2 * i][e0] * w, o[2 * i][e1] * w, o[2 * i + 1][e0] * w, o[2 * i + 1][e1] * w];
+                shared::st_shared_v4_f32(o_tile(own) + 4 * (O_ROW_WORDS * locals[r] + dim(2 * i, e0)), quad);
+            }
+        }
+    } else {
+        for (j, acc) in o.iter().enumerate() {
+            for (e, &x) in acc.iter().enumerate() {
+                shared::st_shared_f32(o_tile(own) + 4 * (O_ROW_WORDS * locals[row_of(e)] + dim(j, e)), x * weight[row_of(e)]);
+            }
         }
     }
     thread::sync_threads();
     let (batch, slot) = (item.batch, item.partial_slot);
     let here = rows_here(p, 0);
     thread::launch_dependents();
-    let col = 2 * tid;
-    for r in if G == 2 || tid < 256 { 0..here } else { 0..0 } {
+    let col = 4 * (tid % 128);
+    let mut r = own;
+    while r < here {
         let at = 4 * (O_ROW_WORDS * r + col);
-        let mut v = shared::ld_shared_v2_f32(o_tile(0) + at);
+        let mut v = shared::ld_shared_v4_f32(o_tile(0) + at);
         for b in 1..G {
-            let w = shared::ld_shared_v2_f32(o_tile(b) + at);
-            v = [v[0] + w[0], v[1] + w[1]];
+            let w = shared::ld_shared_v4_f32(o_tile(b) + at);
+            v = core::array::from_fn(|k| v[k] + w[k]);
         }
         let (token, head) = token_head(p, 0, r);
         if slot == DIRECT_OUTPUT {
             let out = qo_row_addr::<{ V_DIM as usize }>(p.o, p, batch, token, head);
-            memory::st_global_u32(out + 2 * col as u64, pack_bf16x2(v[0], v[1]));
+            memory::st_global_v2_u32(out + 2 * col as u64, [pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3])]);
         } else {
             let row = (slot as u64 * p.q_len as u64 + token as u64) * p.num_q_heads as u64 + head as u64;
-            memory::st_global_v2_u32(p.partial_o + 4 * (row * V_DIM as u64 + col as u64), [v[0].to_bits(), v[1].to_bits()]);
-            if tid == 0 {
+            memory::st_global_v4_f32(p.partial_o + 4 * (row * V_DIM as u64 + col as u64), v);
+            if col == 0 {
                 memory::st_global_f32(p.partial_lse + 4 * row, shared::ld_shared_f32(smem.lses + 4 * r));
             }
         }
+        r += G;
     }
     if slot != DIRECT_OUTPUT && p.merge_counters != 0 {
         crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, smem.scratch);
