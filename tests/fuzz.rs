@@ -791,8 +791,9 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 }
 
 /// A random MLA case of `mla::run`: 1-128 query heads (the shards' 8, 16,
-/// 32, 64, 128 a third of the time, at most 16 rows a third: the
-/// transposed kernel's), q_len 1-8, 1-4 sequences of 1 key to a few
+/// 32, 64, 128 a quarter of the time, at most 16 rows a quarter: the
+/// transposed kernel's, 17-32 rows where q_len allows a quarter: its row
+/// chunks'), q_len 1-8, 1-4 sequences of 1 key to a few
 /// thousand (`q_len` exactly, a stage ± 1, any), contiguous, padded or
 /// paged (1-256-token pages), host lengths or a capacity plan, every
 /// split policy, normal or heavy-tailed values; case `i` in latent format
@@ -802,11 +803,14 @@ fn soak(gpu: &Gpu, n: u32, seed: u64) -> i32 {
 fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
     use decode_attn::testing::Distribution;
     let q_len = 1 + rng.below(8) as u32;
-    // (A third of the cases at most 16 rows: the transposed kernel's.)
-    let heads = match rng.below(3) {
+    // (A quarter of the cases at most 16 rows, the transposed kernel's,
+    // and a quarter 17 to 32 where q_len allows, its row chunks' for the
+    // fp8 formats.)
+    let heads = match rng.below(4) {
         0 => [8, 16, 32, 64, 128][rng.below(5) as usize],
         1 => 1 + rng.below(128) as u32,
-        _ => 1 + rng.below((16 / q_len) as u64) as u32,
+        2 => 1 + rng.below((16 / q_len) as u64) as u32,
+        _ => ((17 + rng.below(16) as u32) / q_len).max(1),
     };
     let batch = 1 + rng.below(4) as u32;
     let budget = ((1u64 << 15) / (heads as u64 * q_len as u64 * batch as u64)).max(q_len as u64 + 1) as u32;

@@ -1049,9 +1049,12 @@ fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
 
 /// An MLA plan of at most 16 query rows runs the transposed kernel
 /// (`Form::Transposed`: one 16-row tile, eight warps along the keys, its
-/// own shared memory) in every latent format; `Never` keeps the 64-row
-/// kernel; `Always` is an `Err` naming why wherever it cannot serve (more
-/// rows, another family).
+/// own shared memory) in every latent format; of 17 to 32 rows of an fp8
+/// latent cache, its row-chunk form (`Form::TransposedRows`: a block a
+/// chunk of 16 rows, a work item's chunks consecutive blocks); `Never`
+/// keeps the 64-row kernel; `Always` takes the row chunks at any row
+/// count of an fp8 cache, and is an `Err` naming why past 16 rows of a
+/// bf16 one and for another family.
 #[test]
 fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     use decode_attn::TransposeChoice;
@@ -1088,12 +1091,29 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
         let err = plan(&shape, &[4096, 8, 70, 4000], dev, &small, &PlanOptions::default()).unwrap_err().to_string();
         assert!(err.contains("384 threads"), "{err}");
     }
-    assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
     let why = |r: decode_attn::Result<decode_attn::Plan>| r.unwrap_err().to_string();
+    assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
     assert!(why(with(16, 2, KvFormat::Bf16, TransposeChoice::Always)).contains("at most 16 query rows"));
+    for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
+        for (heads, q_len, chunks, transpose) in [(16, 2, 2, TransposeChoice::Auto), (17, 1, 2, TransposeChoice::Auto), (8, 3, 2, TransposeChoice::Auto), (128, 1, 8, TransposeChoice::Always)] {
+            let p = with(heads, q_len, format, transpose).unwrap();
+            assert!(p.transposed() && p.kernel_id().form == Form::TransposedRows, "{format:?} {heads} heads q_len {q_len}");
+            assert!(p.kernel_name().contains("_mla_transposed_rows_"), "{}", p.kernel_name());
+            assert_eq!((p.rows_per_block(), p.row_chunks(), p.grid(), p.block_threads()), (MLA_T_ROWS, chunks, (p.work_items() * chunks, 1, 1), 384));
+            assert_eq!(p.smem_bytes(), mla_smem_bytes(format, true));
+        }
+        // Past 32 rows `Auto` keeps the 64-row kernel (not measured there).
+        assert!(!with(64, 1, format, TransposeChoice::Auto).unwrap().transposed(), "{format:?}");
+        assert!(!with(16, 2, format, TransposeChoice::Never).unwrap().transposed(), "{format:?}");
+    }
     let gqa = plan(&DecodeShape::bf16(1, 16, 1, 128, 1, 256), &[256], dev, &KERNEL, &PlanOptions { transpose: TransposeChoice::Always, ..Default::default() });
     assert!(why(gqa).contains("MLA family alone"));
     assert!(heuristics::mla_transposed(16) && !heuristics::mla_transposed(17));
+    for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
+        assert!(heuristics::mla_transposed_rows(17, format) && heuristics::mla_transposed_rows(32, format), "{format:?}");
+        assert!(!heuristics::mla_transposed_rows(16, format) && !heuristics::mla_transposed_rows(33, format), "{format:?}");
+    }
+    assert!(!heuristics::mla_transposed_rows(32, KvFormat::Bf16));
 }
 
 /// Every MLA work item starts at a stage boundary (a multiple of 64

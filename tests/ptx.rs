@@ -59,7 +59,7 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
                             assert_eq!(k(Form::Capacity, v).is_some(), twin, "capacity twin of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?} / {v:?}");
                             let pair = has_head_pair_form(f, d, fam, m.is_cluster()) && v == Variant::Standard;
                             assert_eq!(k(Form::HeadPair, v).is_some(), pair, "head pair of {f:?} / {q:?} / d{d} / {fam:?} / {a:?} / {m:?} / {v:?}");
-                            assert!(k(Form::Transposed, v).is_none(), "a transposed kernel outside the MLA family: {f:?} / d{d} / {fam:?}");
+                            assert!(k(Form::Transposed, v).is_none() && k(Form::TransposedRows, v).is_none(), "a transposed kernel outside the MLA family: {f:?} / d{d} / {fam:?}");
                         }
                     }
                 }
@@ -69,7 +69,7 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
     // MLA's latent rows: bf16 queries over a bf16, fp8-per-head or
     // fp8-ds-mla cache, both addressings, global merge, standard variant,
     // Hopper's module alone, each plain and transposed (blocks of at most
-    // 16 rows); merges of V's 512; the cache kernels of a 576-value row for
+    // 16 rows), the fp8 ones in row chunks too (`TransposedRows`); merges of V's 512; the cache kernels of a 576-value row for
     // those three formats alone, and fp8-ds-mla's of no other row, from
     // bf16 rows alone.
     let mla = |arch, format, dtype, addressing, merge, variant| KernelId { arch, format, dtype, dims: MLA_DIMS, family: Family::Mla, addressing, merge, form: Form::Plain, variant };
@@ -80,6 +80,9 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
             assert_eq!(decode_kernel_name(&mla(Arch::Sm90a, format, Dtype::Bf16, a, Merge::Global, Variant::Standard)).is_some(), latent, "MLA kernel of {format:?}, {a:?}");
             let transposed = KernelId { form: Form::Transposed, ..mla(Arch::Sm90a, format, Dtype::Bf16, a, Merge::Global, Variant::Standard) };
             assert_eq!(decode_kernel_name(&transposed).is_some(), latent, "transposed MLA kernel of {format:?}, {a:?}");
+            let rows = KernelId { form: Form::TransposedRows, ..transposed };
+            assert_eq!(decode_kernel_name(&rows).is_some(), latent && format != KvFormat::Bf16, "row-chunk MLA kernel of {format:?}, {a:?}");
+            assert_eq!(decode_attn_abi::has_transposed_rows_form(format, Family::Mla), decode_attn_abi::mla_t_ring(format).is_some(), "the row-chunk form is the ring's: {format:?}");
             for form in [Form::Specialized, Form::Capacity, Form::HeadPair] {
                 assert!(decode_kernel_name(&KernelId { form, ..transposed }).is_none(), "{form:?} MLA kernel of {format:?}");
             }
@@ -94,7 +97,7 @@ fn the_kernel_set_is_the_product_of_its_axes_filtered_by_its_rules() {
     let ds: Vec<_> = QUANT_KERNELS.iter().filter(|k| k.id.format == KvFormat::Fp8DsMla).map(|k| k.id).collect();
     assert!(!ds.is_empty() && ds.iter().all(|k| k.head_dim == MLA_DIMS.qk && k.dtype == Dtype::Bf16), "fp8-ds-mla's cache kernels: {ds:?}");
     assert!(DECODE_KERNELS.iter().filter(|k| k.id.format == KvFormat::Fp8DsMla).all(|k| k.id.family == Family::Mla));
-    assert_eq!(DECODE_KERNELS.iter().filter(|k| k.id.family == Family::Mla).count(), 12);
+    assert_eq!(DECODE_KERNELS.iter().filter(|k| k.id.family == Family::Mla).count(), 16);
     assert!(DECODE_KERNELS.iter().all(|k| k.id.dims.is_square() != (k.id.family == Family::Mla)));
     for dtype in Dtype::ALL {
         assert!(merge_kernel_name(Arch::Sm90a, dtype, MLA_DIMS.v, false).is_some() && merge_kernel_name(Arch::Sm80, dtype, MLA_DIMS.v, false).is_none());
@@ -171,6 +174,7 @@ fn a_kernel_symbol_spells_its_identity() {
     assert_eq!(named("decode_paged_narrow_pair_kv_int8_q_f16_d128").unwrap().form, Form::HeadPair);
     let k = named("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512").unwrap();
     assert_eq!((k.format, k.family, k.addressing, k.form, k.dims), (KvFormat::Fp8DsMla, Family::Mla, Addressing::Paged, Form::Transposed, MLA_DIMS));
+    assert_eq!(named("decode_mla_transposed_rows_kv_fp8ph_q_bf16_d576v512").unwrap().form, Form::TransposedRows);
     assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm80, format: KvFormat::Int4G64, dtype: Dtype::Bf16, head_dim: 64, direction: QuantDirection::Dequantize }), Some("dequantize_int4g64_to_bf16_d64"));
     assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm90a, format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Store }), Some("store_f16_d128"));
     assert_eq!(quant_kernel_name(&QuantKernelId { arch: Arch::Sm90a, format: KvFormat::F16, dtype: Dtype::F16, head_dim: 128, direction: QuantDirection::Dequantize }), None);
@@ -251,9 +255,13 @@ fn no_unresolved_external_functions() {
 /// three warpgroups at 168 ran 16 heads 128 × 32K 17 % faster than two
 /// uncapped at 178: docs/perf.md, "MLA fp8-ds-mla in the ring"), the
 /// unpaged ones of both formats 8 and 4 (fp8 per token's paged one, 180
-/// registers uncapped, does not spill at 168).
+/// registers uncapped, does not spill at 168). Their row-chunk form
+/// (`Form::TransposedRows`, 16 heads × q_len 2), the same body with the
+/// chunk's first row: up to 24 bytes of stack, 32 stored and 48 loaded
+/// (paged fp8-ds-mla), measured with them (docs/perf.md, "MLA 16 heads ×
+/// q_len 2 in row chunks").
 /// Every other kernel: none.
-const KNOWN_SPILLS: [(&str, u32); 29] = [
+const KNOWN_SPILLS: [(&str, u32); 33] = [
     ("decode_paged_masked_tree_kv_bf16_q_bf16_d128", 36),
     ("decode_paged_masked_tree_kv_f16_q_f16_d128", 36),
     ("decode_paged_softcap_tree_kv_bf16_q_bf16_d128", 36),
@@ -283,6 +291,10 @@ const KNOWN_SPILLS: [(&str, u32); 29] = [
     ("decode_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 8),
     ("decode_mla_transposed_kv_fp8ph_q_bf16_d576v512", 8),
     ("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 36),
+    ("decode_mla_transposed_rows_kv_fp8dsmla_q_bf16_d576v512", 16),
+    ("decode_mla_transposed_rows_kv_fp8ph_q_bf16_d576v512", 28),
+    ("decode_paged_mla_transposed_rows_kv_fp8dsmla_q_bf16_d576v512", 48),
+    ("decode_paged_mla_transposed_rows_kv_fp8ph_q_bf16_d576v512", 12),
 ];
 
 /// On the portable architectures ptxas schedules the same kernels at the

@@ -71,20 +71,24 @@ pub enum HeadPairChoice {
     Always,
 }
 
-/// Whether an MLA plan of at most [`decode_attn_abi::MLA_T_ROWS`] query
-/// rows (`group × q_len`: 16 heads at q_len 1, 8 at q_len 2) runs the
-/// transposed kernel (`decode_attn_abi::Form::Transposed`: keys along the
-/// MMAs' M, a quarter of the 64-row kernel's MMAs) or the 64-row one.
+/// Whether an MLA plan runs a transposed kernel or the 64-row one: of at
+/// most [`decode_attn_abi::MLA_T_ROWS`] query rows (`group × q_len`: 16
+/// heads at q_len 1, 8 at q_len 2) the transposed kernel
+/// (`decode_attn_abi::Form::Transposed`: keys along the MMAs' M, a quarter
+/// of the 64-row kernel's MMAs), of more rows, for the fp8 latent caches,
+/// its row-chunk form (`decode_attn_abi::Form::TransposedRows`: a block a
+/// chunk of 16 rows).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum TransposeChoice {
-    /// The transposed kernel where the plan allows it
-    /// ([`crate::heuristics::mla_transposed`]).
+    /// A transposed kernel where the rules take it
+    /// ([`crate::heuristics::mla_transposed`],
+    /// [`crate::heuristics::mla_transposed_rows`]).
     #[default]
     Auto,
     /// The 64-row kernel.
     Never,
-    /// The transposed kernel; an `Err` where none serves the plan (not
-    /// the MLA family, or more than 16 rows).
+    /// A transposed kernel; an `Err` where none serves the plan (not the
+    /// MLA family, or more than 16 rows of a bf16 cache).
     Always,
 }
 

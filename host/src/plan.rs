@@ -261,8 +261,9 @@ impl Plan {
     pub fn warp_specialized(&self) -> bool {
         self.specialized
     }
-    /// Whether the plan runs the MLA family's transposed kernel
-    /// ([`TransposeChoice`]: blocks of at most 16 query rows).
+    /// Whether the plan runs one of the MLA family's transposed kernels
+    /// ([`TransposeChoice`]: blocks of 16 query rows; more rows in row
+    /// chunks, `Form::TransposedRows`).
     pub fn transposed(&self) -> bool {
         self.transposed
     }
@@ -291,6 +292,8 @@ impl Plan {
     fn planned_kernel_id(&self) -> KernelId {
         let form = if self.specialized {
             Form::Specialized
+        } else if self.transposed && self.row_chunks > 1 {
+            Form::TransposedRows
         } else if self.transposed {
             Form::Transposed
         } else if self.heads_per_block > 1 {
@@ -586,6 +589,8 @@ struct FamilyKernels {
     capacity: Option<KernelInfo>,
     /// The MLA family's transposed form, where the set has one.
     transposed: Option<KernelInfo>,
+    /// Its row-chunk form (more than 16 rows), where the set has one.
+    transposed_rows: Option<KernelInfo>,
 }
 
 impl FamilyKernels {
@@ -613,6 +618,7 @@ impl FamilyKernels {
             specialized: kernels.limits(&id(Form::Specialized)),
             capacity: kernels.limits(&id(Form::Capacity)),
             transposed: kernels.limits(&id(Form::Transposed)),
+            transposed_rows: kernels.limits(&id(Form::TransposedRows)),
         })
     }
 
@@ -842,22 +848,28 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_par
 }
 
 /// The limits of the MLA family's transposed kernel where the plan runs it
-/// (`choice`, `Auto`: [`heuristics::mla_transposed`]), else `None`; an
-/// `Err` where `Always` cannot be honoured.
+/// (`choice`, `Auto`: [`heuristics::mla_transposed`] to 16 rows,
+/// [`heuristics::mla_transposed_rows`] past them), else `None`; an `Err`
+/// where `Always` cannot be honoured. Past 16 rows the kernel is the row-
+/// chunk form (`Form::TransposedRows`), the plan's `row_chunks` blocks an
+/// item.
 fn transposed_kernel(shape: &DecodeShape, kernels: &FamilyKernels, choice: TransposeChoice) -> Result<Option<KernelInfo>> {
     let rows = rows_of(shape);
     let available = if kernels.family != Family::Mla {
         Err("the MLA family alone has a transposed kernel".to_owned())
     } else if rows > MLA_T_ROWS {
-        Err(format!("the transposed MLA kernel serves at most {MLA_T_ROWS} query rows (group × q_len); this shape has {rows}"))
+        kernels.transposed_rows.ok_or_else(|| {
+            format!("the transposed MLA kernel serves at most {MLA_T_ROWS} query rows (group × q_len) of a {} cache (more in row chunks for the fp8 latent caches only); this shape has {rows}", shape.kv_format.name())
+        })
     } else {
         kernels.transposed.ok_or_else(|| format!("no transposed MLA kernel for a {} cache in this build", shape.kv_format.name()))
     };
+    let auto = if rows > MLA_T_ROWS { heuristics::mla_transposed_rows(rows, shape.kv_format) } else { heuristics::mla_transposed(rows) };
     match (choice, available) {
         (TransposeChoice::Never, _) => Ok(None),
         (TransposeChoice::Always, Err(why)) => Err(Error::Unsupported(why)),
         (TransposeChoice::Always, Ok(info)) => Ok(Some(info)),
-        (TransposeChoice::Auto, Ok(info)) if heuristics::mla_transposed(rows) => Ok(Some(info)),
+        (TransposeChoice::Auto, Ok(info)) if auto => Ok(Some(info)),
         (TransposeChoice::Auto, _) => Ok(None),
     }
 }

@@ -81,6 +81,9 @@ macro_rules! decode_body {
     (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, Transposed, $p:expr) => {
         decode::decode_mla_t::<$t, $paged>($p)
     };
+    (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, TransposedRows, $p:expr) => {
+        decode::decode_mla_t_rows::<$t, $paged>($p)
+    };
     (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:ident, $p:expr) => {
         decode::decode_mla::<$t, $paged>($p)
     };

@@ -51,9 +51,9 @@ pub struct Case {
     pub deepseek_scale: bool,
     /// `Bf16`, `Fp8PerHead` or `Fp8DsMla`.
     pub format: KvFormat,
-    /// `Always`: the transposed kernel (at most 16 rows), `Never`:
-    /// the 64-row one, `Auto`: the planner's rule (asserted: transposed
-    /// exactly where `mla_transposed` and the set say).
+    /// `Always`: a transposed kernel (16 rows a block), `Never`: the
+    /// 64-row one, `Auto`: the planner's rule (asserted: transposed
+    /// exactly where `mla_transposed` or `mla_transposed_rows` say).
     pub transpose: TransposeChoice,
 }
 
@@ -61,9 +61,12 @@ pub struct Case {
 /// DeepSeek layer (128) and an odd one; q_len 1 (decode), 2 (multi-token
 /// prediction), 3 and 8 (speculative steps); lengths below, at and past a
 /// stage (64) and a chunk, ragged; every layout; split and not; each in
-/// every latent format. A case of at most 16 rows runs on both kernels: the transposed (`…/transposed`) and the 64-row one
-/// (`…/64-row`); the `t-…` cases are the transposed kernel's edges (1,
-/// 15 and 16 rows, one stage per warpgroup or an odd count).
+/// every latent format. A case of at most 16 rows (32 of an fp8 cache)
+/// runs on both kernels: the transposed (`…/transposed`, 16 rows a block;
+/// past 16, the row-chunk form, an item's chunks consecutive blocks) and
+/// the 64-row one (`…/64-row`); the `t-…` cases are the transposed
+/// kernels' edges (1, 15, 16, 17, 24, 32, 36 and 128 rows, one stage per
+/// warpgroup or an odd count).
 /// `n` ragged lengths of at most `most` keys (down to four fifths of it).
 pub fn balanced_lens(n: u32, most: u32) -> Vec<u32> {
     (0..n).map(|b| most - (b * 7919 + 13) % (most / 5)).collect()
@@ -79,7 +82,8 @@ pub fn cases() -> Vec<Case> {
         let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
         for format in LATENT_FORMATS {
             let tag = format!("mla/{}/{name}/h{heads}/q{q_len}/{layout:?}/{}/{split:?}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
-            let both = heads * q_len <= MLA_T_ROWS;
+            // (Past 16 rows the transposed kernel is the fp8 formats' row chunks.)
+            let both = heads * q_len <= MLA_T_ROWS || (heads * q_len <= 2 * MLA_T_ROWS && format != KvFormat::Bf16);
             let kernels: &[(TransposeChoice, &str)] = if both { &[(TransposeChoice::Always, "/transposed"), (TransposeChoice::Never, "/64-row")] } else { &[(TransposeChoice::Auto, "")] };
             for &(transpose, suffix) in kernels {
                 out.push(Case { name: format!("{tag}{suffix}"), heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format, transpose });
@@ -119,6 +123,21 @@ pub fn cases() -> Vec<Case> {
     add("t-long", 16, 1, vec![4097, 2048, 65], Auto, Padded, false, Normal);
     add("t-odd-stages", 16, 1, vec![192, 320], ChunkKeys(192), Paged(16), false, Heavy);
     add("t-capacity", 16, 1, vec![2000, 64], Auto, Paged(64), true, Normal);
+    // Two row chunks: the second's rows 16.. (a token's causal limit, the
+    // output's and the partials' rows), its blocks beside the first's.
+    add("t-rows17", 17, 1, vec![300, 64, 1], ChunkKeys(128), Contiguous, false, Heavy);
+    add("t-rows24", 8, 3, vec![1000, 70], Auto, Paged(16), false, Normal);
+    add("t-rows32", 16, 2, vec![2500, 3], Auto, Padded, false, Heavy);
+    add("t-rows32-capacity", 16, 2, vec![700, 130], ChunkKeys(256), Paged(64), true, Normal);
+    // `Always` past 32 rows (not `Auto`'s): three and eight row chunks of
+    // the fp8 formats, split, the last chunk partly padding.
+    for (name, heads, q_len, seq_lens, split) in [("t-rows36", 12, 3, vec![900, 65, 3], ChunkKeys(256)), ("t-rows128", 128, 1, vec![1500, 64], Auto)] {
+        for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
+            let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
+            let name = format!("mla/{}/{name}/h{heads}/q{q_len}/Contiguous/lengths/{split:?}/Heavy/transposed", format.name());
+            out.push(Case { name, heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout: Contiguous, capacity: false, dist: Heavy, deepseek_scale: true, format, transpose: TransposeChoice::Always });
+        }
+    }
     out
 }
 
@@ -213,7 +232,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     let transposed = match case.transpose {
         TransposeChoice::Always => true,
         TransposeChoice::Never => false,
-        TransposeChoice::Auto => case.heads * case.q_len <= MLA_T_ROWS,
+        TransposeChoice::Auto => decode_attn::heuristics::mla_transposed(case.heads * case.q_len) || decode_attn::heuristics::mla_transposed_rows(case.heads * case.q_len, case.format),
     };
     if plan.transposed() != transposed {
         return Err(format!("planned the {} kernel", if plan.transposed() { "transposed" } else { "64-row" }));

@@ -598,15 +598,25 @@ pub enum Form {
     /// its MMAs transposed: keys along M, the rows along N
     /// ([`has_transposed_form`]).
     Transposed = 4,
+    /// The transposed MLA form for more than [`crate::MLA_T_ROWS`] query
+    /// rows: a work item's rows in chunks of 16, each chunk a block of its
+    /// own, the chunks consecutive blocks ([`has_transposed_rows_form`]).
+    /// A kernel of its own, so that the one-chunk kernels keep their
+    /// registers.
+    TransposedRows = 5,
 }
 
 impl Form {
-    pub const ALL: [Form; 5] = [Form::Plain, Form::Specialized, Form::Capacity, Form::HeadPair, Form::Transposed];
+    pub const ALL: [Form; 6] = [Form::Plain, Form::Specialized, Form::Capacity, Form::HeadPair, Form::Transposed, Form::TransposedRows];
     pub const fn is_specialized(self) -> bool {
         matches!(self, Form::Specialized)
     }
     pub const fn is_capacity(self) -> bool {
         matches!(self, Form::Capacity)
+    }
+    /// Either transposed MLA form.
+    pub const fn is_transposed(self) -> bool {
+        matches!(self, Form::Transposed | Form::TransposedRows)
     }
     /// Kv heads one block reads: 2 for [`Form::HeadPair`], else 1.
     pub const fn heads_per_block(self) -> u32 {
@@ -821,6 +831,18 @@ pub const fn has_capacity_twin(format: KvFormat, head_dim: u32, family: Family, 
 /// `kernels-gpu`; docs/perf.md, "MLA at 16 heads").
 pub const fn has_transposed_form(format: KvFormat, family: Family) -> bool {
     matches!(family, Family::Mla) && format.holds_latent()
+}
+
+/// Whether an MLA kernel has the row-chunk form of its transposed one
+/// ([`Form::TransposedRows`]): the fp8 latent caches' (`decode::mla_t_ring`
+/// in `kernels-gpu`), strided and paged. Their 64-row blocks convert each
+/// stage through shared memory; 16-row blocks that read the keys once a
+/// chunk were 1.2-1.36× faster at 32 rows (docs/perf.md, "MLA 16 heads ×
+/// q_len 2 in row chunks"). bf16's 64-row kernel is the faster from
+/// B = 32 there, and has no such form.
+pub const fn has_transposed_rows_form(format: KvFormat, family: Family) -> bool {
+    // (The formats of `tile::mla_t_ring`, which `tests/ptx.rs` checks.)
+    matches!(family, Family::Mla) && matches!(format, KvFormat::Fp8PerHead | KvFormat::Fp8DsMla)
 }
 
 /// Whether a narrow kernel has a head-pair form ([`Form::HeadPair`]):

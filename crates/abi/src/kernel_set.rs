@@ -10,7 +10,7 @@
 
 use core::fmt::{self, Write};
 
-use crate::axes::{has_capacity_twin, has_head_pair_form, has_transposed_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, CACHE_DIMS, KERNEL_DIMS, MLA_DIMS, V_HEAD_DIMS};
+use crate::axes::{has_capacity_twin, has_head_pair_form, has_transposed_form, has_transposed_rows_form, wgmma_specializable, Addressing, Arch, Dtype, Family, Form, HeadDims, KvFormat, Merge, Variant, CACHE_DIMS, KERNEL_DIMS, MLA_DIMS, V_HEAD_DIMS};
 
 /// One attention kernel: the architecture of its module, its KV format,
 /// Q/O dtype, head dims, family, addressing, merge, form and attention
@@ -58,10 +58,11 @@ impl KernelId {
             Form::Capacity => has_capacity_twin(self.format, head_dim, self.family, paged, cluster),
             Form::HeadPair => has_head_pair_form(self.format, head_dim, self.family, cluster),
             Form::Transposed => has_transposed_form(self.format, self.family),
+            Form::TransposedRows => has_transposed_rows_form(self.format, self.family),
         };
         let latent = self.family.is_latent();
         // (bf16 queries: the MMAs take the fp8 cache's rows as bf16.)
-        let mla_ok = !latent || (matches!(self.form, Form::Plain | Form::Transposed) && matches!(self.variant, Variant::Standard) && !cluster && matches!(self.dtype, Dtype::Bf16));
+        let mla_ok = !latent || (matches!(self.form, Form::Plain | Form::Transposed | Form::TransposedRows) && matches!(self.variant, Variant::Standard) && !cluster && matches!(self.dtype, Dtype::Bf16));
         self.dims.is_square() != latent
             && mla_ok
             && self.format.supports_head_dim(head_dim)
@@ -102,7 +103,7 @@ impl KernelId {
     }
 
     /// The entry point's symbol:
-    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma|_mla][_ws|_pair|_transposed][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>[v<V's head_dim>]`,
+    /// `decode[_cluster][_capacity][_paged][_narrow|_wgmma|_mla][_ws|_pair|_transposed|_transposed_rows][_softcap|_masked|_alibi|_masked_tree|_softcap_tree]_kv_<format>_q_<dtype>_d<head_dim>[v<V's head_dim>]`,
     /// e.g. `decode_paged_narrow_kv_int8_q_bf16_d128`.
     pub fn write_symbol(&self, w: &mut impl Write) -> fmt::Result {
         w.write_str("decode")?;
@@ -125,6 +126,7 @@ impl KernelId {
             Form::Specialized => w.write_str("_ws")?,
             Form::HeadPair => w.write_str("_pair")?,
             Form::Transposed => w.write_str("_transposed")?,
+            Form::TransposedRows => w.write_str("_transposed_rows")?,
             Form::Plain | Form::Capacity => {}
         }
         if !matches!(self.variant, Variant::Standard) {

@@ -29,7 +29,7 @@
 //! the rows' final maxima, sums and log-sum-exps, the buffers' barriers),
 //! the work item.
 
-use decode_attn_abi::{DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
+use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, MLA_KEYS, MLA_TILE_BYTES, MLA_T_P_BYTES, MLA_T_Q_BYTES, MLA_T_ROWS};
 
 use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use super::mla::{issue_blocks, q_row, stage_sources, BLOCKS, QK_DIM, V_DIM};
@@ -85,7 +85,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         }
         mbarrier::fence_init();
     }
-    issue_q_tile(p, item.batch, q_tile, tid);
+    issue_q_tile(p, item.batch, 0, q_tile, tid);
     memory::cp_async_commit();
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
@@ -171,7 +171,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     // The epilogue's O tiles in the first buffer (free: every stage was
     // read before the end's barrier; the stage maxima's first word is the
     // merge's scratch, read before it).
-    finish_rows::<2, false>(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
+    finish_rows::<2, false, false>(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
         for b in 0..2 {
             for c in 0..BLOCKS {
                 mbarrier::inval(full(b) + 8 * c);
@@ -185,12 +185,12 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
 /// row, consecutive threads a row's consecutive chunks (`cp.async`, not
 /// committed).
 #[inline(always)]
-pub(super) unsafe fn issue_q_tile(p: &DecodeParams, batch: u32, q_tile: u32, tid: u32) {
+pub(super) unsafe fn issue_q_tile(p: &DecodeParams, batch: u32, row0: u32, q_tile: u32, tid: u32) {
     for pass in 0..(MLA_T_ROWS * QK_DIM / 8).div_ceil(256) {
         let i = tid + 256 * pass;
         if i < MLA_T_ROWS * QK_DIM / 8 {
             let (row, c) = (i / (QK_DIM / 8), i % (QK_DIM / 8));
-            let src = q_row(p, batch, row);
+            let src = q_row(p, batch, row0 + row);
             memory::cp_async_16(q_tile + TILE16.at(row, c, 0), src.unwrap_or(p.q) + 16 * c as u64, if src.is_some() { 16 } else { 0 });
         }
     }
@@ -220,6 +220,17 @@ pub(super) unsafe fn stage_softmax(s: &[f32; 8], m: &mut [f32; 4], l: &mut [f32;
     (alpha, pv)
 }
 
+/// A row-chunk block's work item (its index in the list) and first query
+/// row (`Form::TransposedRows`): an item's rows in chunks of
+/// `MLA_T_ROWS`, its chunks consecutive blocks (grid x), as the 64-row
+/// kernel's.
+#[inline(always)]
+pub(super) fn row_chunk_of_block(p: &DecodeParams) -> (u32, u32) {
+    let chunks = (p.group * p.q_len).div_ceil(MLA_T_ROWS);
+    let (x, chunk) = div_rem(thread::block_idx_x(), chunks);
+    (x, chunk * MLA_T_ROWS)
+}
+
 /// Where a transposed block's end works in shared memory: the
 /// warpgroups' O tiles (16 rows × `O_ROW_WORDS` f32 each, from
 /// `o_tiles`), their rows' maxima and warps' sums (`finals`, 5 × 16 f32 a
@@ -244,12 +255,15 @@ pub(super) struct TransposedSmem {
 /// thread 0 once every thread is past its stages (the mbarriers' end).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool>(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
+pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool, const CHUNKED: bool>(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let (own, warp_m, g, c2) = (tid / 128, (tid / 32) % 4, lane / 4, (lane % 4) * 2);
     let locals: [u32; 4] = [c2, c2 + 1, c2 + 8, c2 + 9];
     let row_of = |e: usize| 2 * (e / 4) + e % 2;
+    // The block's first row: its row chunk's (`CHUNKED`), found again from
+    // the grid here rather than kept through the stages' loop.
+    let row0 = if CHUNKED { row_chunk_of_block(p).1 } else { 0 };
     let finals = |b: u32| smem.finals + 4 * MLA_T_ROWS * 5 * b;
     // Each row's maximum and its warps' sums.
     let sums = l.map(warp::column_sum);
@@ -313,7 +327,7 @@ pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool>(p: &DecodePara
     }
     thread::sync_threads();
     let (batch, slot) = (item.batch, item.partial_slot);
-    let here = rows_here(p, 0);
+    let here = rows_here(p, row0);
     thread::launch_dependents();
     let col = 4 * (tid % 128);
     let mut r = own;
@@ -324,7 +338,7 @@ pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool>(p: &DecodePara
             let w = shared::ld_shared_v4_f32(o_tile(b) + at);
             v = core::array::from_fn(|k| v[k] + w[k]);
         }
-        let (token, head) = token_head(p, 0, r);
+        let (token, head) = token_head(p, 0, row0 + r);
         if slot == DIRECT_OUTPUT {
             let out = qo_row_addr::<{ V_DIM as usize }>(p.o, p, batch, token, head);
             memory::st_global_v2_u32(out + 2 * col as u64, [pack_bf16x2(v[0], v[1]), pack_bf16x2(v[2], v[3])]);
@@ -338,6 +352,7 @@ pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool>(p: &DecodePara
         r += G;
     }
     if slot != DIRECT_OUTPUT && p.merge_counters != 0 {
-        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, 0, 1, here, smem.scratch);
+        let chunks = if CHUNKED { (p.group * p.q_len).div_ceil(MLA_T_ROWS) } else { 1 };
+        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, row0 / MLA_T_ROWS, chunks, here, smem.scratch);
     }
 }

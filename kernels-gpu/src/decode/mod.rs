@@ -50,8 +50,19 @@ pub use wide::decode_wide;
 #[inline(always)]
 pub unsafe fn decode_mla_t<F: crate::format::KvFormat, const PAGED: bool>(p: &decode_attn_abi::DecodeParams) {
     if decode_attn_abi::mla_t_ring(F::FORMAT).is_some() {
-        mla_t_ring::decode_mla_t_ring::<F, PAGED>(p)
+        mla_t_ring::decode_mla_t_ring::<F, PAGED, false>(p)
     } else {
         mla_transposed::decode_mla_transposed::<F, PAGED>(p)
     }
+}
+
+/// The transposed form in row chunks of 16 (`Form::TransposedRows`): more
+/// than 16 query rows of an fp8 latent cache, a work item's chunks
+/// consecutive blocks (`mla_t_ring`).
+///
+/// # Safety
+/// As [`decode_mla_t`], for an fp8 latent cache and any row count.
+#[inline(always)]
+pub unsafe fn decode_mla_t_rows<F: crate::format::KvFormat, const PAGED: bool>(p: &decode_attn_abi::DecodeParams) {
+    mla_t_ring::decode_mla_t_ring::<F, PAGED, true>(p)
 }
