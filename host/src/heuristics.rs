@@ -501,14 +501,14 @@ pub fn mla_transposed(rows: u32) -> bool {
 /// `decode_attn_abi::has_transposed_rows_form`) of at most 32 query rows
 /// (16 heads × q_len 2: DeepSeek's multi-token prediction) runs the
 /// transposed kernel in row chunks of 16, whose blocks each read the keys
-/// (from HBM: a 2-block cluster of an item's chunks ran no faster) but
-/// convert them in registers, where the 64-row kernel converts each stage
-/// through shared memory and half its rows are padding. Both kernels
-/// alternating twice in one call on the H200, 16 heads q_len 2
-/// (docs/perf.md, "MLA 16 heads × q_len 2 in row chunks"): fp8 per token
-/// 1.18-1.24× faster from B = 32 (128 × 32K 1367 → 1130 µs), fp8-ds-mla
-/// 1.22-1.45×, batch 1 1.16-1.3×. Not measured past 32 rows, where the
-/// keys' reads grow with the chunks.
+/// (a 2-block cluster of an item's chunks ran no faster) but convert them
+/// in registers, where the 64-row kernel converts each stage through
+/// shared memory and half its rows are padding. Both kernels alternating
+/// twice in one call on the H200, 16 heads q_len 2 (docs/perf.md, "MLA 16
+/// heads × q_len 2 in row chunks"): fp8 per token 1.18-1.28× faster on
+/// every grid F row (128 × 32K 1362-1369 → 1126-1129 µs), fp8-ds-mla
+/// 1.14-1.49×. Not measured past 32 rows, where the keys' reads grow with
+/// the chunks.
 pub fn mla_transposed_rows(rows: u32, format: KvFormat) -> bool {
     rows > decode_attn_abi::MLA_T_ROWS && rows <= 2 * decode_attn_abi::MLA_T_ROWS && decode_attn_abi::has_transposed_rows_form(format, Family::Mla)
 }
