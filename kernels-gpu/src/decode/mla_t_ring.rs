@@ -53,6 +53,12 @@
 //!   few powers of two). Each latent value is `e4m3 · s` in f32, the format's
 //!   `bf16(e4m3 · s)` exactly for power-of-two scales (DeepSeek's).
 //!
+//! - **Row chunks** (`Form::TransposedRows`: 17 rows and more, 16 heads ×
+//!   q_len 2 under `Auto`): the same body, a block a chunk of 16 of an
+//!   item's rows, the chunks consecutive blocks; each reads the item's keys
+//!   (the second mostly from L2) at the one-chunk kernel's rate
+//!   (docs/perf.md, "MLA 16 heads × q_len 2 in row chunks").
+//!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`, the
 //! ring's layout): the Q tile, the three P tiles, the slots, the exchange
 //! (stage maxima, the rows' final maxima, sums and log-sum-exps, the slots'
