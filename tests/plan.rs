@@ -1058,7 +1058,7 @@ fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
 #[test]
 fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     use decode_attn::TransposeChoice;
-    use decode_attn_abi::{mla_smem_bytes, mla_transposed_threads, MLA_T_ROWS};
+    use decode_attn_abi::{mla_rows_per_block, mla_smem_bytes, mla_transposed_threads, MLA_T_ROWS};
     let kernel = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
     let dev = &DeviceInfo::H100_SXM;
     let with = |heads: u32, q_len: u32, format: KvFormat, transpose: TransposeChoice| {
@@ -1069,20 +1069,22 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
         let p = with(heads, q_len, KvFormat::Bf16, TransposeChoice::Auto).unwrap();
         assert!(p.transposed() && p.kernel_id().form == Form::Transposed, "{heads} heads q_len {q_len}");
         assert!(p.kernel_name().contains("_mla_transposed_"), "{}", p.kernel_name());
-        assert_eq!((p.rows_per_block(), p.row_chunks(), p.block_threads(), p.smem_bytes()), (MLA_T_ROWS, 1, 256, mla_smem_bytes(KvFormat::Bf16, true)));
+        assert_eq!((p.rows_per_block(), p.row_chunks(), p.block_threads(), p.smem_bytes()), (MLA_T_ROWS, 1, 256, mla_smem_bytes(KvFormat::Bf16, Form::Transposed)));
         let plain = with(heads, q_len, KvFormat::Bf16, TransposeChoice::Never).unwrap();
         assert!(!plain.transposed() && plain.kernel_id().form == Form::Plain);
-        assert_eq!((plain.rows_per_block(), plain.smem_bytes()), (64, mla_smem_bytes(KvFormat::Bf16, false)));
+        assert_eq!((plain.rows_per_block(), plain.smem_bytes()), (64, mla_smem_bytes(KvFormat::Bf16, Form::Plain)));
     }
     for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
         let p = with(16, 1, format, TransposeChoice::Auto).unwrap();
         assert!(p.transposed(), "{format:?}");
         // Both fp8 formats: the ring kernel's three warpgroups.
-        assert_eq!((p.smem_bytes(), p.block_threads()), (mla_smem_bytes(format, true), 384), "{format:?}");
-        assert!(mla_smem_bytes(format, true) <= dev.max_smem_per_block, "{format:?}");
+        assert_eq!((p.smem_bytes(), p.block_threads()), (mla_smem_bytes(format, Form::Transposed), 384), "{format:?}");
+        for form in [Form::Transposed, Form::TransposedRows] {
+            assert!(mla_smem_bytes(format, form) <= dev.max_smem_per_block, "{format:?} {form:?}");
+        }
         assert!(!with(16, 1, format, TransposeChoice::Never).unwrap().transposed(), "{format:?}");
     }
-    assert_eq!(mla_transposed_threads(KvFormat::Bf16), 256);
+    assert_eq!(mla_transposed_threads(KvFormat::Bf16, Form::Transposed), 256);
     // A build whose ring kernel took more registers than 384 threads allow
     // is refused by name, not launched.
     let small = KernelInfo { max_threads_per_block: 256, regs_per_thread: 168 };
@@ -1094,13 +1096,19 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     let why = |r: decode_attn::Result<decode_attn::Plan>| r.unwrap_err().to_string();
     assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
     assert!(why(with(16, 2, KvFormat::Bf16, TransposeChoice::Always)).contains("at most 16 query rows"));
-    for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
-        for (heads, q_len, chunks, transpose) in [(16, 2, 2, TransposeChoice::Auto), (17, 1, 2, TransposeChoice::Auto), (8, 3, 2, TransposeChoice::Auto), (128, 1, 8, TransposeChoice::Always)] {
-            let p = with(heads, q_len, format, transpose).unwrap();
+    // Past 16 rows: fp8 a scale per token's blocks of 32 rows (two
+    // warpgroups), fp8-ds-mla's chunks of 16 (three).
+    let wide = KernelInfo { max_threads_per_block: 384, regs_per_thread: 255 };
+    for (format, block_rows, threads) in [(KvFormat::Fp8PerHead, 32, 256), (KvFormat::Fp8DsMla, MLA_T_ROWS, 384)] {
+        assert_eq!((mla_rows_per_block(format, Form::TransposedRows), mla_transposed_threads(format, Form::TransposedRows)), (block_rows, threads));
+        for (heads, q_len, transpose) in [(16, 2, TransposeChoice::Auto), (17, 1, TransposeChoice::Auto), (8, 3, TransposeChoice::Auto), (128, 1, TransposeChoice::Always)] {
+            let shape = DecodeShape { kv_format: format, ..DecodeShape::latent(4, heads, q_len, 4096) };
+            let p = plan(&shape, &[4096, 8, 70, 4000], dev, if threads == 256 { &wide } else { &kernel }, &PlanOptions { transpose, ..Default::default() }).unwrap();
+            let chunks = (heads * q_len).div_ceil(block_rows);
             assert!(p.transposed() && p.kernel_id().form == Form::TransposedRows, "{format:?} {heads} heads q_len {q_len}");
             assert!(p.kernel_name().contains("_mla_transposed_rows_"), "{}", p.kernel_name());
-            assert_eq!((p.rows_per_block(), p.row_chunks(), p.grid(), p.block_threads()), (MLA_T_ROWS, chunks, (p.work_items() * chunks, 1, 1), 384));
-            assert_eq!(p.smem_bytes(), mla_smem_bytes(format, true));
+            assert_eq!((p.rows_per_block(), p.row_chunks(), p.grid(), p.block_threads()), (block_rows, chunks, (p.work_items() * chunks, 1, 1), threads));
+            assert_eq!(p.smem_bytes(), mla_smem_bytes(format, Form::TransposedRows));
         }
         // Past 32 rows `Auto` keeps the 64-row kernel (not measured there).
         assert!(!with(64, 1, format, TransposeChoice::Auto).unwrap().transposed(), "{format:?}");

@@ -108,6 +108,8 @@ pub struct Plan {
     pub(crate) specialized: bool,
     /// Runs the MLA family's transposed kernel ([`TransposeChoice`]).
     pub(crate) transposed: bool,
+    /// The transposed kernel is its row-chunk form (`Form::TransposedRows`).
+    pub(crate) transposed_rows: bool,
     /// Kv heads per block: 2 for head pairs ([`HeadPairChoice`]), whose
     /// `warps_k` warps split evenly over the two heads.
     pub(crate) heads_per_block: u32,
@@ -292,7 +294,7 @@ impl Plan {
     fn planned_kernel_id(&self) -> KernelId {
         let form = if self.specialized {
             Form::Specialized
-        } else if self.transposed && self.row_chunks > 1 {
+        } else if self.transposed_rows {
             Form::TransposedRows
         } else if self.transposed {
             Form::Transposed
@@ -561,7 +563,7 @@ fn pair_heads(mut plan: Plan, dev: &DeviceInfo, kernel: &KernelInfo, choice: Hea
         let stages = stages_for(s.kv_format, s.head_dim, Family::Narrow, false, longest.saturating_mul(2));
         if stages != plan.stages {
             let page_shift = s.page_geometry().map(|(shift, _)| shift);
-            let smem = decode_smem_bytes(s.kv_format, s.head_dim, plan.warps_m, plan.warps_k, Family::Narrow, page_shift, stages, false);
+            let smem = decode_smem_bytes(s.kv_format, s.head_dim, plan.warps_m, plan.warps_k, Family::Narrow, page_shift, stages, Form::HeadPair);
             let per_sm = blocks_per_sm(dev, kernel, plan.block_threads(), smem);
             if smem > dev.max_smem_per_block || per_sm == 0 {
                 return match choice {
@@ -823,8 +825,8 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_par
     let ranges = key_ranges(shape, seq_lens, seq_starts, window_align(shape, family));
     let transposed = transposed_kernel(shape, kernels, opts.transpose)?;
     let make = |block_table, specialized| {
-        let info = transposed.unwrap_or_else(|| kernels.limits(specialized, capacity));
-        make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &info, opts, family, PlanForm { specialized, transposed: transposed.is_some() })
+        let info = transposed.map(|(info, _)| info).unwrap_or_else(|| kernels.limits(specialized, capacity));
+        make_plan_for(shape, seq_lens, &ranges, lens_param, block_table, dev, &info, opts, family, PlanForm { specialized, transposed: transposed.map(|(_, form)| form) })
     };
     match opts.specialize {
         SpecializeChoice::Never => make(block_table, false),
@@ -847,22 +849,23 @@ fn make_plan(shape: &DecodeShape, seq_lens: &[u32], seq_starts: &[u32], lens_par
     }
 }
 
-/// The limits of the MLA family's transposed kernel where the plan runs it
-/// (`choice`, `Auto`: [`heuristics::mla_transposed`] to 16 rows,
-/// [`heuristics::mla_transposed_rows`] past them), else `None`; an `Err`
-/// where `Always` cannot be honoured. Past 16 rows the kernel is the row-
-/// chunk form (`Form::TransposedRows`), the plan's `row_chunks` blocks an
-/// item.
-fn transposed_kernel(shape: &DecodeShape, kernels: &FamilyKernels, choice: TransposeChoice) -> Result<Option<KernelInfo>> {
+/// The limits and form of the MLA family's transposed kernel where the
+/// plan runs it (`choice`, `Auto`: [`heuristics::mla_transposed`] to 16
+/// rows, [`heuristics::mla_transposed_rows`] past them), else `None`; an
+/// `Err` where `Always` cannot be honoured. Past 16 rows the kernel is the
+/// row-chunk form (`Form::TransposedRows`: blocks of
+/// `decode_attn_abi::mla_rows_per_block` rows, the plan's `row_chunks`
+/// blocks an item).
+fn transposed_kernel(shape: &DecodeShape, kernels: &FamilyKernels, choice: TransposeChoice) -> Result<Option<(KernelInfo, Form)>> {
     let rows = rows_of(shape);
     let available = if kernels.family != Family::Mla {
         Err("the MLA family alone has a transposed kernel".to_owned())
     } else if rows > MLA_T_ROWS {
-        kernels.transposed_rows.ok_or_else(|| {
+        kernels.transposed_rows.map(|info| (info, Form::TransposedRows)).ok_or_else(|| {
             format!("the transposed MLA kernel serves at most {MLA_T_ROWS} query rows (group × q_len) of a {} cache (more in row chunks for the fp8 latent caches only); this shape has {rows}", shape.kv_format.name())
         })
     } else {
-        kernels.transposed.ok_or_else(|| format!("no transposed MLA kernel for a {} cache in this build", shape.kv_format.name()))
+        kernels.transposed.map(|info| (info, Form::Transposed)).ok_or_else(|| format!("no transposed MLA kernel for a {} cache in this build", shape.kv_format.name()))
     };
     let auto = if rows > MLA_T_ROWS { heuristics::mla_transposed_rows(rows, shape.kv_format) } else { heuristics::mla_transposed(rows) };
     match (choice, available) {
@@ -879,7 +882,8 @@ fn transposed_kernel(shape: &DecodeShape, kernels: &FamilyKernels, choice: Trans
 #[derive(Clone, Copy)]
 struct PlanForm {
     specialized: bool,
-    transposed: bool,
+    /// The MLA family's transposed form the plan runs, if one.
+    transposed: Option<Form>,
 }
 
 /// What each sequence's work reads: keys `starts[b] .. seq_lens[b]`,
@@ -944,7 +948,9 @@ fn make_plan_for(
     family: Family,
     form: PlanForm,
 ) -> Result<Plan> {
-    let PlanForm { specialized, transposed } = form;
+    let PlanForm { specialized, transposed: transposed_form } = form;
+    let transposed = transposed_form.is_some();
+    let kernel_form = transposed_form.unwrap_or(if specialized { Form::Specialized } else { Form::Plain });
     kernel.validate()?;
     // validate() bounds num_q_heads × q_len (≥ group × q_len) to 32 bits.
     let rows = shape.rows_per_kv_head().ok_or_else(|| Error::invalid("num_q_heads", "group × q_len within 32 bits", shape.num_q_heads))?;
@@ -974,14 +980,14 @@ fn make_plan_for(
         }
         // Two warpgroups (`decode_attn_abi::MLA_THREADS`): of four row-tile
         // warps, or (transposed) one row tile, the warps along the keys.
-        Family::Mla if transposed => (1, decode_attn_abi::mla_transposed_threads(format) / 32, MLA_T_ROWS),
+        Family::Mla if transposed => (1, decode_attn_abi::mla_transposed_threads(format, kernel_form) / 32, decode_attn_abi::mla_rows_per_block(format, kernel_form)),
         Family::Mla => (MLA_ROWS / MMA_M, MLA_THREADS / (32 * (MLA_ROWS / MMA_M)), MLA_ROWS),
         Family::Wide => {
             let (m, k) = heuristics::block_shape(rows, tile.keys_per_stage, kernel);
             (m, k, m * MMA_M)
         }
         Family::Narrow => {
-            let smem = |w| decode_smem_bytes(format, d, 1, w, family, page_shift, stages, false);
+            let smem = |w| decode_smem_bytes(format, d, 1, w, family, page_shift, stages, Form::Plain);
             let larger = heuristics::narrow_warps_k(tile.keys_per_stage, dev, kernel, smem, true);
             let splits = match opts.split {
                 SplitPolicy::Never => false,
@@ -1020,7 +1026,7 @@ fn make_plan_for(
         format!("at most {} query rows per kv head (group × q_len), the grid's z limit", MAX_GRID_YZ as u64 * rows_per_block as u64),
         rows,
     )?;
-    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, family, page_shift, stages, specialized);
+    let smem_bytes = decode_smem_bytes(format, d, warps_m, warps_k, family, page_shift, stages, kernel_form);
     if smem_bytes > dev.max_smem_per_block {
         return Err(Error::Unsupported(format!(
             "head_dim {} needs {smem_bytes} bytes of shared memory per block; this device allows {}",
@@ -1117,6 +1123,7 @@ fn make_plan_for(
         row_cluster,
         specialized,
         transposed,
+        transposed_rows: transposed_form == Some(Form::TransposedRows),
         heads_per_block: 1,
         uniform,
         window_align: ranges.align,

@@ -56,7 +56,7 @@ impl DecodeKernel {
             Family::Wgmma if id.form.is_specialized() || !standard => Some(168),
             Family::Wgmma => Some(128),
             // The MLA ring's (`tile::MlaRing::register_cap`).
-            Family::Mla if id.form.is_transposed() => match crate::tile::mla_t_ring(id.format) {
+            Family::Mla if id.form.is_transposed() => match crate::tile::mla_form_ring(id.format, id.form) {
                 Some(ring) => ring.register_cap,
                 None => None,
             },

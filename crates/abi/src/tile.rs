@@ -1,7 +1,7 @@
 //! Tile geometry: one `const fn` used by the kernel (to lay out shared
 //! memory) and by the planner (to size it and the grid).
 
-use crate::axes::{q_in_smem, Family, KvFormat, DS_MLA_SCALES_AT};
+use crate::axes::{q_in_smem, Family, Form, KvFormat, DS_MLA_SCALES_AT};
 
 /// Rows of one mma tile (m16n8k16).
 pub const MMA_M: u32 = 16;
@@ -301,10 +301,10 @@ pub const MLA_EXCHANGE_BYTES: u32 = 3 * MLA_ROWS * 4 + 2 * MLA_ROWS * 4 + 2 * 9 
 /// Dynamic shared memory of an MLA block: the Q tile, the stages, the P
 /// tile, the exchange, then [`ITEM_SMEM_BYTES`] (`decode::mla` in
 /// `kernels-gpu` lays it out in this order); of the transposed form's
-/// ([`mla_transposed_smem_bytes`]) where `transposed`.
-pub const fn mla_smem_bytes(format: KvFormat, transposed: bool) -> u32 {
-    if transposed {
-        return mla_transposed_smem_bytes(format);
+/// ([`mla_transposed_smem_bytes`]) where `form` is a transposed one.
+pub const fn mla_smem_bytes(format: KvFormat, form: Form) -> u32 {
+    if form.is_transposed() {
+        return mla_transposed_smem_bytes(format, form);
     }
     ((1 + MLA_STAGES) * MLA_TILE_BYTES + MLA_P_BYTES + MLA_EXCHANGE_BYTES).next_multiple_of(16) + ITEM_SMEM_BYTES
 }
@@ -331,6 +331,9 @@ pub const MLA_T_EXCHANGE_BYTES: u32 = 2 * 2 * 4 * MLA_T_ROWS * 4 + 2 * 5 * MLA_T
 /// `p_tiles` P tiles (one a scale group of V's dims).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MlaRing {
+    /// Query rows of a block (the MMAs' N: 16, or 32 where a block takes
+    /// two tokens' 16 heads).
+    pub rows: u32,
     pub row: u32,
     pub slots: u32,
     pub scales: u32,
@@ -354,6 +357,14 @@ impl MlaRing {
     pub const fn slot_bytes(self) -> u32 {
         MLA_KEYS * self.row + if self.scale_stride == self.row { 0 } else { MLA_KEYS * self.scale_stride }
     }
+    /// Bytes of the block's Q tile (`rows` × 576 bf16 values).
+    pub const fn q_bytes(self) -> u32 {
+        self.rows * 576 * 2
+    }
+    /// Bytes of one P tile (`rows` × 64 keys, f16).
+    pub const fn p_bytes(self) -> u32 {
+        self.rows * MLA_KEYS * 2
+    }
 }
 
 /// The ring of `format`, for the fp8 latent formats (`None` for the
@@ -376,38 +387,67 @@ pub const fn mla_t_ring(format: KvFormat) -> Option<MlaRing> {
     const PER_TOKEN_ROW: u32 = KvFormat::Fp8PerHead.row_bytes(crate::axes::MLA_DIMS.qk);
     const DS_ROW: u32 = KvFormat::Fp8DsMla.row_bytes(crate::axes::MLA_DIMS.qk);
     match format {
-        KvFormat::Fp8PerHead => Some(MlaRing { row: PER_TOKEN_ROW, slots: 5, scales: MLA_KEYS * PER_TOKEN_ROW, scale_stride: 4, p_tiles: 1, groups: 3, spread: false, register_cap: Some(168) }),
-        KvFormat::Fp8DsMla => Some(MlaRing { row: DS_ROW, slots: 4, scales: DS_MLA_SCALES_AT, scale_stride: DS_ROW, p_tiles: 4, groups: 3, spread: true, register_cap: Some(168) }),
+        KvFormat::Fp8PerHead => Some(MlaRing { rows: MLA_T_ROWS, row: PER_TOKEN_ROW, slots: 5, scales: MLA_KEYS * PER_TOKEN_ROW, scale_stride: 4, p_tiles: 1, groups: 3, spread: false, register_cap: Some(168) }),
+        KvFormat::Fp8DsMla => Some(MlaRing { rows: MLA_T_ROWS, row: DS_ROW, slots: 4, scales: DS_MLA_SCALES_AT, scale_stride: DS_ROW, p_tiles: 4, groups: 3, spread: true, register_cap: Some(168) }),
         _ => None,
     }
 }
-/// Bytes of the ring form's exchange: each warpgroup's stage maxima, rows'
-/// maxima and sums as [`MLA_T_EXCHANGE_BYTES`], the rows' log-sum-exps,
-/// the slots' mbarriers, the Q rows' f16 factors and their inverses, the
-/// number of the stage last issued into each slot.
-pub const fn mla_t_ring_exchange_bytes(ring: MlaRing) -> u32 {
-    ring.groups * (2 * 4 * MLA_T_ROWS * 4 + 5 * MLA_T_ROWS * 4) + MLA_T_ROWS * 4 + ring.slots * 8 + 2 * 4 * MLA_T_ROWS + ring.slots * 4
+/// The ring of `format`'s transposed form `form` (`None` for bf16 and the
+/// other forms): [`mla_t_ring`]'s for `Form::Transposed`; for
+/// `Form::TransposedRows` fp8 a scale per token's blocks of 32 rows
+/// (`decode::mla_t_ring32`: each key converted once for two tokens' 16
+/// heads, `wgmma m64n32k16`), four slots and two warpgroups (Oᵀ is 128
+/// f32 a thread: three warpgroups do not fit the register file; a fifth
+/// slot does not fit beside the 36 KB Q tile), and fp8-ds-mla's 16-row
+/// chunks of the one-chunk ring.
+pub const fn mla_form_ring(format: KvFormat, form: Form) -> Option<MlaRing> {
+    match (form, mla_t_ring(format)) {
+        (Form::Transposed, ring) => ring,
+        (Form::TransposedRows, Some(ring)) if matches!(format, KvFormat::Fp8PerHead) => Some(MlaRing { rows: 2 * MLA_T_ROWS, slots: 4, groups: 2, register_cap: None, ..ring }),
+        (Form::TransposedRows, ring) => ring,
+        _ => None,
+    }
 }
 
-/// Threads of a transposed MLA block of `format`: the ring's
-/// ring's warpgroups for the fp8 formats ([`mla_t_ring`]), two
+/// Query rows of a block of the MLA family's form `form` of `format`: the
+/// ring's ([`mla_form_ring`]), [`MLA_T_ROWS`] for bf16's transposed form,
+/// [`MLA_ROWS`] for the 64-row kernel.
+pub const fn mla_rows_per_block(format: KvFormat, form: Form) -> u32 {
+    match mla_form_ring(format, form) {
+        Some(ring) => ring.rows,
+        None if form.is_transposed() => MLA_T_ROWS,
+        None => MLA_ROWS,
+    }
+}
+
+/// Bytes of the ring form's exchange: each warpgroup's stage maxima (two
+/// stages' slots × 4 warps × the rows), its rows' maxima and its warps'
+/// sums at the end (1 + 4 f32 a row), the rows' log-sum-exps, the slots'
+/// mbarriers, the Q rows' f16 factors and their inverses, the number of
+/// the stage last issued into each slot.
+pub const fn mla_t_ring_exchange_bytes(ring: MlaRing) -> u32 {
+    ring.groups * (2 * 4 * ring.rows * 4 + 5 * ring.rows * 4) + ring.rows * 4 + ring.slots * 8 + 2 * 4 * ring.rows + ring.slots * 4
+}
+
+/// Threads of a block of `format`'s transposed form `form`: the ring's
+/// warpgroups for the fp8 formats ([`mla_form_ring`]), two
 /// ([`MLA_THREADS`]) for bf16.
-pub const fn mla_transposed_threads(format: KvFormat) -> u32 {
-    match mla_t_ring(format) {
+pub const fn mla_transposed_threads(format: KvFormat, form: Form) -> u32 {
+    match mla_form_ring(format, form) {
         Some(ring) => 128 * ring.groups,
         None => MLA_THREADS,
     }
 }
 
-/// Dynamic shared memory of a transposed MLA block of `format`, then
-/// [`ITEM_SMEM_BYTES`]: `decode::mla_t_ring`'s for the fp8 formats (the Q
-/// tile, the warpgroups' P tiles, the ring's slots, its exchange),
-/// `decode::mla_transposed`'s for bf16 (the two stage buffers, the Q tile,
-/// the two P tiles, the exchange). Each its own: a bf16 block given the
-/// ring's carve-out loses L1 for nothing.
-pub const fn mla_transposed_smem_bytes(format: KvFormat) -> u32 {
-    let bytes = match mla_t_ring(format) {
-        Some(ring) => MLA_T_Q_BYTES + ring.groups * ring.p_tiles * MLA_T_P_BYTES + ring.slots * ring.slot_bytes() + mla_t_ring_exchange_bytes(ring),
+/// Dynamic shared memory of a block of `format`'s transposed form `form`,
+/// then [`ITEM_SMEM_BYTES`]: `decode::mla_t_ring`'s (`mla_t_ring32`'s) for
+/// the fp8 formats (the Q tile, the warpgroups' P tiles, the ring's slots,
+/// its exchange), `decode::mla_transposed`'s for bf16 (the two stage
+/// buffers, the Q tile, the two P tiles, the exchange). Each its own: a
+/// bf16 block given the ring's carve-out loses L1 for nothing.
+pub const fn mla_transposed_smem_bytes(format: KvFormat, form: Form) -> u32 {
+    let bytes = match mla_form_ring(format, form) {
+        Some(ring) => ring.q_bytes() + ring.groups * ring.p_tiles * ring.p_bytes() + ring.slots * ring.slot_bytes() + mla_t_ring_exchange_bytes(ring),
         None => MLA_STAGES * MLA_TILE_BYTES + MLA_T_Q_BYTES + 2 * MLA_T_P_BYTES + MLA_T_EXCHANGE_BYTES,
     };
     bytes.next_multiple_of(16) + ITEM_SMEM_BYTES
@@ -422,15 +462,14 @@ pub const ITEM_SMEM_BYTES: u32 = 16;
 /// pipeline (stages, page-id ring, Q tile) and the epilogue's buffers, then
 /// [`ITEM_SMEM_BYTES`].
 /// `page_shift`: log2 of the page size of a paged cache (`None`: strided);
-/// `stages`: the pipeline stages it holds ([`stages_for`]); `specialized`:
-/// a warp-specialised wgmma kernel.
+/// `stages`: the pipeline stages it holds ([`stages_for`]); `form`: the
+/// kernel's form (a warp-specialised wgmma kernel, an MLA form).
 #[allow(clippy::too_many_arguments)]
-pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, family: Family, page_shift: Option<u32>, stages: u32, specialized: bool) -> u32 {
+pub const fn decode_smem_bytes(format: KvFormat, head_dim: u32, warps_m: u32, warps_k: u32, family: Family, page_shift: Option<u32>, stages: u32, form: Form) -> u32 {
     if matches!(family, Family::Mla) {
-        // (The transposed form's blocks are one row tile, its warps along
-        // the keys.)
-        return mla_smem_bytes(format, warps_m == 1);
+        return mla_smem_bytes(format, form);
     }
+    let specialized = form.is_specialized();
     let q_bytes = if matches!(family, Family::Wgmma) { wgmma_prefix_bytes(format, head_dim, specialized) } else { q_tile_bytes(format, head_dim, warps_m, family) };
     let pipe = stage_region_bytes(format, head_dim, family, page_shift, stages) + q_bytes;
     let epi = epilogue_bytes(head_dim, warps_m, warps_k);

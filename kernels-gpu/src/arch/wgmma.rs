@@ -1093,3 +1093,155 @@ pub unsafe fn mla_t_pv_e4m3<const ROW: u32, const GROUPED: bool, const SPREAD: b
         options(nostack)
     );
 }
+
+/// One `m64n32k16` score step of [`mla_t32_scores_e4m3`] with A from
+/// registers `$a0 .. $a3`, Q's step `$q` descriptor units on.
+macro_rules! t32_e4m3_mma {
+    ($a:literal, $q:literal, $pred:literal) => {
+        concat!(
+            "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, {{",
+            $a, "0, ", $a, "1, ", $a, "2, ", $a, "3}}, qd, ", $pred, ", 1, 1, 0;\n"
+        )
+    };
+}
+/// A J block of [`mla_t32_scores_e4m3`], as [`mla_t_scores_e4m3`]'s.
+macro_rules! t32_e4m3_j {
+    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal) => {
+        concat!(
+            t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
+            "wgmma.fence.sync.aligned;\n",
+            t32_e4m3_mma!($a0, $q0, $first), t32_e4m3_mma!($a1, $q1, "acc"), t32_e4m3_mma!($a2, $q2, "acc"), t32_e4m3_mma!($a3, $q3, "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+        )
+    };
+}
+
+/// `Sᵀ = K·Qᵀ` of the 32-row ring kernel (`decode::mla_t_ring32`, fp8 a
+/// scale per token) for one stage's 64 keys: [`mla_t_scores_e4m3`] at
+/// `m64n32k16`, each key's bytes converted once for the 32 rows of the
+/// Q tile (`q`: a J block 4 KB, 256 descriptor units, on). Returns the
+/// accumulator: element `e` is key half `(e / 2) % 2` (the thread's keys
+/// as [`mla_t_scores_e4m3`]'s) of row `8 (e / 4) + 2c + e % 2`.
+///
+/// # Safety
+/// As [`mla_t_scores_e4m3`].
+#[allow(named_asm_labels)]
+#[inline(always)]
+pub unsafe fn mla_t32_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 16] {
+    let mut s = [0f32; 16];
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n",
+            ".reg .b32 ql, qh, qa, kp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
+            "mov.b32 kp, {k};\nmov.b64 {{ql, qh}}, {q};\n",
+            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
+            "W0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra W0;\nwgmma.fence.sync.aligned;\n",
+            t_e4m3_load!("xa", "0", "{n0}"),
+            t_e4m3_load!("xb", "64", "{n1}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
+            t_e4m3_load!("xa", "128", "{n2}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["256", "258", "260", "262"], "acc"),
+            t_e4m3_load!("xb", "192", "{n3}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "acc"),
+            t_e4m3_load!("xa", "256", "{n4}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["768", "770", "772", "774"], "acc"),
+            t_e4m3_load!("xb", "320", "{n5}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["1024", "1026", "1028", "1030"], "acc"),
+            t_e4m3_load!("xa", "384", "{n6}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1280", "1282", "1284", "1286"], "acc"),
+            t_e4m3_load!("xb", "448", "{n7}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["1536", "1538", "1540", "1542"], "acc"),
+            t_e4m3_load!("xa", "512", "{n8}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1792", "1794", "1796", "1798"], "acc"),
+            t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["2048", "2050", "2052", "2054"], "acc"),
+            "wgmma.wait_group.sync.aligned 0;\n}}"
+        ),
+        n0 = const PT_KEY2, n1 = const PT_KEY2 + 64, n2 = const PT_KEY2 + 128, n3 = const PT_KEY2 + 192, n4 = const PT_KEY2 + 256, n5 = const PT_KEY2 + 320, n6 = const PT_KEY2 + 384, n7 = const PT_KEY2 + 448, n8 = const PT_KEY2 + 512,
+        k = in(reg32) k, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
+        s0 = out(reg32) s[0],
+        s1 = out(reg32) s[1],
+        s2 = out(reg32) s[2],
+        s3 = out(reg32) s[3],
+        s4 = out(reg32) s[4],
+        s5 = out(reg32) s[5],
+        s6 = out(reg32) s[6],
+        s7 = out(reg32) s[7],
+        s8 = out(reg32) s[8],
+        s9 = out(reg32) s[9],
+        s10 = out(reg32) s[10],
+        s11 = out(reg32) s[11],
+        s12 = out(reg32) s[12],
+        s13 = out(reg32) s[13],
+        s14 = out(reg32) s[14],
+        s15 = out(reg32) s[15],
+        options(nostack)
+    );
+    s
+}
+
+/// An M-tile pair and k16 step of [`mla_t32_pv_e4m3`]: [`t_pv_j`] at
+/// `m64n32k16`.
+macro_rules! t32_pv_j {
+    ($w:literal, $t:literal, $u:literal, $d0:literal, $d1:literal, $p:literal) => {
+        concat!(
+            t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x5140", concat!($t, "0"), concat!($t, "1")),
+            t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x5140", concat!($t, "2"), concat!($t, "3")),
+            t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x7362", concat!($u, "0"), concat!($u, "1")),
+            t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x7362", concat!($u, "2"), concat!($u, "3")),
+            "wgmma.fence.sync.aligned;\nadd.u32 pa, pl, ", $p, ";\nmov.b64 pd, {{pa, ph}};\n",
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 ", $d0, ", {{", $t, "0, ", $t, "1, ", $t, "2, ", $t, "3}}, pd, acc, 1, 1, 0;\n",
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 ", $d1, ", {{", $u, "0, ", $u, "1, ", $u, "2, ", $u, "3}}, pd, acc, 1, 1, 0;\n",
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+        )
+    };
+}
+
+/// `Oᵀ += Vᵀ·Pᵀ` of the 32-row ring kernel (`decode::mla_t_ring32`, fp8
+/// a scale per token, rows `ROW` bytes apart): [`mla_t_pv_e4m3`] at
+/// `m64n32k16` against a 32-row P tile, each key's bytes converted once
+/// for the 32 rows; element `e` of `o[j]` is M row `g + 8 ((e / 2) % 2)`
+/// (dims as [`mla_t_pv_e4m3`]'s) of row `8 (e / 4) + 2c + e % 2`.
+///
+/// # Safety
+/// As [`mla_t_pv_e4m3`].
+#[inline(always)]
+pub unsafe fn mla_t32_pv_e4m3<const ROW: u32>(o: &mut [[f32; 16]; 8], p: u64, v: u32) {
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
+            ".reg .b32 pl, ph, pa, v0, v1, v2, v3, pr, wa<4>, wb<4>, ta<4>, tb<4>, ua<4>, ub<4>;\n",
+            "mov.b32 v0, {v};\nadd.u32 v1, v0, {s1};\nadd.u32 v2, v0, {s2};\nadd.u32 v3, v0, {s3};\n",
+            "mov.b64 {{pl, ph}}, {p};\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+            t_pv_load!("wa", "v0", "{a00}", "{a01}", "{a02}", "{a03}"),
+            t_pv_load!("wb", "v0", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p00}"),
+            t_pv_load!("wa", "v0", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p10}"),
+            t_pv_load!("wb", "v0", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p20}"),
+            t_pv_load!("wa", "v1", "{a00}", "{a01}", "{a02}", "{a03}"), t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p30}"),
+            t_pv_load!("wb", "v1", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p01}"),
+            t_pv_load!("wa", "v1", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p11}"),
+            t_pv_load!("wb", "v1", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p21}"),
+            t_pv_load!("wa", "v2", "{a00}", "{a01}", "{a02}", "{a03}"), t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p31}"),
+            t_pv_load!("wb", "v2", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p02}"),
+            t_pv_load!("wa", "v2", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p12}"),
+            t_pv_load!("wb", "v2", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p22}"),
+            t_pv_load!("wa", "v3", "{a00}", "{a01}", "{a02}", "{a03}"), t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p32}"),
+            t_pv_load!("wb", "v3", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p03}"),
+            t_pv_load!("wa", "v3", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p13}"),
+            t_pv_load!("wb", "v3", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p23}"),
+            t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p33}"),
+            "wgmma.wait_group.sync.aligned 0;\n}}"
+        ),
+        p = in(reg64) p, v = in(reg32) v, z = in(reg32) 0u32,
+        s1 = const 16 * ROW, s2 = const 32 * ROW, s3 = const 48 * ROW,
+        a00 = const 128 * 0, a01 = const 128 * 0 + 4 * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + 12 * ROW,
+        a10 = const 128 * 1, a11 = const 128 * 1 + 4 * ROW, a12 = const 128 * 1 + 8 * ROW, a13 = const 128 * 1 + 12 * ROW,
+        a20 = const 128 * 2, a21 = const 128 * 2 + 4 * ROW, a22 = const 128 * 2 + 8 * ROW, a23 = const 128 * 2 + 12 * ROW,
+        a30 = const 128 * 3, a31 = const 128 * 3 + 4 * ROW, a32 = const 128 * 3 + 8 * ROW, a33 = const 128 * 3 + 12 * ROW,
+        p00 = const 0, p01 = const 2, p02 = const 4, p03 = const 6,
+        p10 = const 0, p11 = const 2, p12 = const 4, p13 = const 6,
+        p20 = const 0, p21 = const 2, p22 = const 4, p23 = const 6,
+        p30 = const 0, p31 = const 2, p32 = const 4, p33 = const 6,
+        o0 = inout(reg32) o[0][0], o1 = inout(reg32) o[0][1], o2 = inout(reg32) o[0][2], o3 = inout(reg32) o[0][3], o4 = inout(reg32) o[0][4], o5 = inout(reg32) o[0][5], o6 = inout(reg32) o[0][6], o7 = inout(reg32) o[0][7], o8 = inout(reg32) o[0][8], o9 = inout(reg32) o[0][9], o10 = inout(reg32) o[0][10], o11 = inout(reg32) o[0][11], o12 = inout(reg32) o[0][12], o13 = inout(reg32) o[0][13], o14 = inout(reg32) o[0][14], o15 = inout(reg32) o[0][15],
+        o16 = inout(reg32) o[1][0], o17 = inout(reg32) o[1][1], o18 = inout(reg32) o[1][2], o19 = inout(reg32) o[1][3], o20 = inout(reg32) o[1][4], o21 = inout(reg32) o[1][5], o22 = inout(reg32) o[1][6], o23 = inout(reg32) o[1][7], o24 = inout(reg32) o[1][8], o25 = inout(reg32) o[1][9], o26 = inout(reg32) o[1][10], o27 = inout(reg32) o[1][11], o28 = inout(reg32) o[1][12], o29 = inout(reg32) o[1][13], o30 = inout(reg32) o[1][14], o31 = inout(reg32) o[1][15],
+        o32 = inout(reg32) o[2][0], o33 = inout(reg32) o[2][1], o34 = inout(reg32) o[2][2], o35 = inout(reg32) o[2][3], o36 = inout(reg32) o[2][4], o37 = inout(reg32) o[2][5], o38 = inout(reg32) o[2][6], o39 = inout(reg32) o[2][7], o40 = inout(reg32) o[2][8], o41 = inout(reg32) o[2][9], o42 = inout(reg32) o[2][10], o43 = inout(reg32) o[2][11], o44 = inout(reg32) o[2][12], o45 = inout(reg32) o[2][13], o46 = inout(reg32) o[2][14], o47 = inout(reg32) o[2][15],
+        o48 = inout(reg32) o[3][0], o49 = inout(reg32) o[3][1], o50 = inout(reg32) o[3][2], o51 = inout(reg32) o[3][3], o52 = inout(reg32) o[3][4], o53 = inout(reg32) o[3][5], o54 = inout(reg32) o[3][6], o55 = inout(reg32) o[3][7], o56 = inout(reg32) o[3][8], o57 = inout(reg32) o[3][9], o58 = inout(reg32) o[3][10], o59 = inout(reg32) o[3][11], o60 = inout(reg32) o[3][12], o61 = inout(reg32) o[3][13], o62 = inout(reg32) o[3][14], o63 = inout(reg32) o[3][15],
+        o64 = inout(reg32) o[4][0], o65 = inout(reg32) o[4][1], o66 = inout(reg32) o[4][2], o67 = inout(reg32) o[4][3], o68 = inout(reg32) o[4][4], o69 = inout(reg32) o[4][5], o70 = inout(reg32) o[4][6], o71 = inout(reg32) o[4][7], o72 = inout(reg32) o[4][8], o73 = inout(reg32) o[4][9], o74 = inout(reg32) o[4][10], o75 = inout(reg32) o[4][11], o76 = inout(reg32) o[4][12], o77 = inout(reg32) o[4][13], o78 = inout(reg32) o[4][14], o79 = inout(reg32) o[4][15],
+        o80 = inout(reg32) o[5][0], o81 = inout(reg32) o[5][1], o82 = inout(reg32) o[5][2], o83 = inout(reg32) o[5][3], o84 = inout(reg32) o[5][4], o85 = inout(reg32) o[5][5], o86 = inout(reg32) o[5][6], o87 = inout(reg32) o[5][7], o88 = inout(reg32) o[5][8], o89 = inout(reg32) o[5][9], o90 = inout(reg32) o[5][10], o91 = inout(reg32) o[5][11], o92 = inout(reg32) o[5][12], o93 = inout(reg32) o[5][13], o94 = inout(reg32) o[5][14], o95 = inout(reg32) o[5][15],
+        o96 = inout(reg32) o[6][0], o97 = inout(reg32) o[6][1], o98 = inout(reg32) o[6][2], o99 = inout(reg32) o[6][3], o100 = inout(reg32) o[6][4], o101 = inout(reg32) o[6][5], o102 = inout(reg32) o[6][6], o103 = inout(reg32) o[6][7], o104 = inout(reg32) o[6][8], o105 = inout(reg32) o[6][9], o106 = inout(reg32) o[6][10], o107 = inout(reg32) o[6][11], o108 = inout(reg32) o[6][12], o109 = inout(reg32) o[6][13], o110 = inout(reg32) o[6][14], o111 = inout(reg32) o[6][15],
+        o112 = inout(reg32) o[7][0], o113 = inout(reg32) o[7][1], o114 = inout(reg32) o[7][2], o115 = inout(reg32) o[7][3], o116 = inout(reg32) o[7][4], o117 = inout(reg32) o[7][5], o118 = inout(reg32) o[7][6], o119 = inout(reg32) o[7][7], o120 = inout(reg32) o[7][8], o121 = inout(reg32) o[7][9], o122 = inout(reg32) o[7][10], o123 = inout(reg32) o[7][11], o124 = inout(reg32) o[7][12], o125 = inout(reg32) o[7][13], o126 = inout(reg32) o[7][14], o127 = inout(reg32) o[7][15],
+        options(nostack)
+    );
+}

@@ -120,7 +120,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
     // (The row chunk's parts where each is used, not a local: one made
     // ptxas allocate the one-chunk kernels differently, spilling in their
     // stages' loop.)
-    let Some((item, seq_len, _)) = block_work_at::<Standard>(p, if CHUNKED { row_chunk_of_block(p).0 } else { thread::block_idx_x() }) else { return };
+    let Some((item, seq_len, _)) = block_work_at::<Standard>(p, if CHUNKED { row_chunk_of_block::<MLA_T_ROWS>(p).0 } else { thread::block_idx_x() }) else { return };
     keep_item(p, &item, tid);
 
     let smem = shared::dynamic_smem_base();
@@ -149,7 +149,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
         mbarrier::fence_init();
     }
     if tid < 256 {
-        issue_q_tile(p, item.batch, if CHUNKED { row_chunk_of_block(p).1 } else { 0 }, q_tile, tid);
+        issue_q_tile::<MLA_T_ROWS>(p, item.batch, if CHUNKED { row_chunk_of_block::<MLA_T_ROWS>(p).1 } else { 0 }, q_tile, tid);
     }
     memory::cp_async_commit();
     // (The barriers' initialisation is visible to every thread.)
@@ -171,7 +171,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
     // and keys of a stage (its M rows `g`, `g + 8`: keys `16 warp_m + 2 g`
     // and one on).
     let locals: [u32; 4] = [2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9];
-    let rows = locals.map(|local| row_info(p, &item, seq_len, 0, if CHUNKED { row_chunk_of_block(p).1 } else { 0 }, local));
+    let rows = locals.map(|local| row_info(p, &item, seq_len, 0, if CHUNKED { row_chunk_of_block::<MLA_T_ROWS>(p).1 } else { 0 }, local));
     let mask_from = mask_from::<Standard>(p, &item, seq_len);
     let q_desc = descriptor(q_tile, 16, 1024);
     let scale = p.score_scale;
@@ -249,7 +249,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
             }
         }
         thread::sync_named(group_bar, 128);
-        let (alpha, pv) = stage_softmax(&s, &mut m, &mut l, maxima, &locals);
+        let (alpha, pv) = stage_softmax::<4, 8, MLA_T_ROWS>(&s, &mut m, &mut l, maxima, &locals);
         // Pᵀ as the P·V's B operand (times the keys' scales: a tile a
         // group for fp8-ds-mla), its keys in the P·V's order (the previous
         // stage's P·V, which read the tiles, is done: every thread waited
@@ -306,9 +306,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
         }
     };
     if groups == 3 {
-        finish_rows::<3, true, CHUNKED>(p, &item, &o, m, l, smem, dim, inval);
+        finish_rows::<3, true, CHUNKED, 4, 8, MLA_T_ROWS>(p, &item, &o, m, l, smem, dim, inval);
     } else {
-        finish_rows::<2, true, CHUNKED>(p, &item, &o, m, l, smem, dim, inval);
+        finish_rows::<2, true, CHUNKED, 4, 8, MLA_T_ROWS>(p, &item, &o, m, l, smem, dim, inval);
     }
 }
 
@@ -325,7 +325,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
 /// bulk copy's rule) is a 4-byte `cp.async` a key. A key past the item's
 /// end is zeros (its scales 0).
 #[inline(always)]
-unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, t: u32, slot: u32, bar: u32, pt: u32) {
+pub(super) unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring: MlaRing, t: u32, slot: u32, bar: u32, pt: u32) {
     let k = pt % MLA_KEYS;
     let first = item.kv_start + t * MLA_KEYS;
     let key = first + k;
@@ -395,7 +395,7 @@ unsafe fn issue_stage<const PAGED: bool>(p: &DecodeParams, item: &WorkItem, ring
 /// 2c + 1, 2c + 8, 2c + 9` are its keys `c, c + 4, c + 8, c + 12`, or in
 /// a `spread` ring the keys `2c, 2c + 1, 2c + 8, 2c + 9` themselves.
 #[inline(always)]
-fn p_column(key: u32, spread: bool) -> u32 {
+pub(super) fn p_column(key: u32, spread: bool) -> u32 {
     if spread {
         return key;
     }
@@ -410,7 +410,7 @@ fn p_column(key: u32, spread: bool) -> u32 {
 /// ring (656 ≡ 16) `g / 2 + 4 (g % 2) + 8 h`, so that quads `2j`, `2j + 1`
 /// hold keys four apart, again 64 bytes apart.
 #[inline(always)]
-fn key_of(g: u32, h: u32, spread: bool) -> u32 {
+pub(super) fn key_of(g: u32, h: u32, spread: bool) -> u32 {
     8 * h + if spread { g / 2 + 4 * (g % 2) } else { g }
 }
 
@@ -418,7 +418,7 @@ fn key_of(g: u32, h: u32, spread: bool) -> u32 {
 /// P·V holds (`mla_t_pv_e4m3`: an M-tile pair's rows are a 4-byte word's
 /// bytes).
 #[inline(always)]
-fn ring_dim(j: u32, warp_m: u32, g: u32, half: u32) -> u32 {
+pub(super) fn ring_dim(j: u32, warp_m: u32, g: u32, half: u32) -> u32 {
     128 * (j / 2) + 32 * warp_m + 4 * g + 2 * (j % 2) + half
 }
 

@@ -85,7 +85,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
         }
         mbarrier::fence_init();
     }
-    issue_q_tile(p, item.batch, 0, q_tile, tid);
+    issue_q_tile::<MLA_T_ROWS>(p, item.batch, 0, q_tile, tid);
     memory::cp_async_commit();
     // (The barriers' initialisation is visible to every thread.)
     thread::sync_threads();
@@ -141,7 +141,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
             }
         }
         thread::sync_named(group_bar, 128);
-        let (alpha, pv) = stage_softmax(&s, &mut m, &mut l, slot, &locals);
+        let (alpha, pv) = stage_softmax::<4, 8, MLA_T_ROWS>(&s, &mut m, &mut l, slot, &locals);
         // Pᵀ as the P·V's B operand: the P tile's rows are the block's rows,
         // its 64 keys K-major (the previous stage's P·V, which read it, is
         // done: every thread waited for it before this stage's barrier).
@@ -171,7 +171,7 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     // The epilogue's O tiles in the first buffer (free: every stage was
     // read before the end's barrier; the stage maxima's first word is the
     // merge's scratch, read before it).
-    finish_rows::<2, false, false>(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
+    finish_rows::<2, false, false, 4, 8, MLA_T_ROWS>(p, &item, &o, m, l, TransposedSmem { o_tiles: buffer(0), finals: finals(0), lses, scratch: stage_maxima(0, 0) }, |j, e| 64 * j as u32 + 16 * warp_m + g + 8 * key_half(e) as u32, || {
         for b in 0..2 {
             for c in 0..BLOCKS {
                 mbarrier::inval(full(b) + 8 * c);
@@ -180,40 +180,42 @@ pub unsafe fn decode_mla_transposed<F: KvFormat, const PAGED: bool>(p: &DecodePa
     });
 }
 
-/// Q's 16 rows of sequence `batch` into the Q tile (rows past the block's
-/// last zero-filled) by the block's 256 threads: 72 chunks of 16 bytes a
-/// row, consecutive threads a row's consecutive chunks (`cp.async`, not
-/// committed).
+/// Q's `R` rows (16 or 32) of sequence `batch` into the Q tile (rows past
+/// the block's last zero-filled) by the block's first 256 threads: 72
+/// chunks of 16 bytes a row, consecutive threads a row's consecutive
+/// chunks (`cp.async`, not committed).
 #[inline(always)]
-pub(super) unsafe fn issue_q_tile(p: &DecodeParams, batch: u32, row0: u32, q_tile: u32, tid: u32) {
-    for pass in 0..(MLA_T_ROWS * QK_DIM / 8).div_ceil(256) {
+pub(super) unsafe fn issue_q_tile<const R: u32>(p: &DecodeParams, batch: u32, row0: u32, q_tile: u32, tid: u32) {
+    let tile = Swizzle128 { rows: R };
+    for pass in 0..(R * QK_DIM / 8).div_ceil(256) {
         let i = tid + 256 * pass;
-        if i < MLA_T_ROWS * QK_DIM / 8 {
+        if i < R * QK_DIM / 8 {
             let (row, c) = (i / (QK_DIM / 8), i % (QK_DIM / 8));
             let src = q_row(p, batch, row0 + row);
-            memory::cp_async_16(q_tile + TILE16.at(row, c, 0), src.unwrap_or(p.q) + 16 * c as u64, if src.is_some() { 16 } else { 0 });
+            memory::cp_async_16(q_tile + tile.at(row, c, 0), src.unwrap_or(p.q) + 16 * c as u64, if src.is_some() { 16 } else { 0 });
         }
     }
 }
 
-/// The end of one stage's online softmax for the thread's 8 scores `s`
-/// (element `e`: key half `(e / 2) % 2`, row `locals[2 (e / 4) + e % 2]`),
-/// once its warpgroup's warps have written their stage maxima to `maxima`
-/// (4 warps × 16 rows) and met at their barrier: the rows' new maxima `m`
-/// and sums `l`. Returns the rows' rescale factors and the scores'
-/// `2^(s − m)`.
+/// The end of one stage's online softmax for the thread's `NE` scores `s`
+/// (8, or 16 in a 32-row tile; element `e`: key half `(e / 2) % 2`, row
+/// `locals[2 (e / 4) + e % 2]` of its `NR`), once its warpgroup's warps
+/// have written their stage maxima to `maxima` (4 warps × `R` rows) and
+/// met at their barrier: the rows' new maxima `m` and sums `l`. Returns
+/// the rows' rescale factors and the scores' `2^(s − m)`.
 #[inline(always)]
-pub(super) unsafe fn stage_softmax(s: &[f32; 8], m: &mut [f32; 4], l: &mut [f32; 4], maxima: u32, locals: &[u32; 4]) -> ([f32; 4], [f32; 8]) {
+pub(super) unsafe fn stage_softmax<const NR: usize, const NE: usize, const R: u32>(s: &[f32; NE], m: &mut [f32; NR], l: &mut [f32; NR], maxima: u32, locals: &[u32; NR]) -> ([f32; NR], [f32; NE]) {
+    const { assert!(NE == 2 * NR && R as usize == 4 * NR) };
     let row_of = |e: usize| 2 * (e / 4) + e % 2;
-    let m_new: [f32; 4] = core::array::from_fn(|r| {
-        let at = |w: u32| shared::ld_shared_f32(maxima + 4 * (MLA_T_ROWS * w + locals[r]));
+    let m_new: [f32; NR] = core::array::from_fn(|r| {
+        let at = |w: u32| shared::ld_shared_f32(maxima + 4 * (R * w + locals[r]));
         m[r].max(at(0).max(at(1)).max(at(2).max(at(3))))
     });
-    let alpha: [f32; 4] = core::array::from_fn(|r| state::rescale(m[r], m_new[r]));
+    let alpha: [f32; NR] = core::array::from_fn(|r| state::rescale(m[r], m_new[r]));
     *m = m_new;
     let base = m.map(state::safe_max);
-    let pv: [f32; 8] = core::array::from_fn(|e| ex2(s[e] - base[row_of(e)]));
-    for r in 0..4 {
+    let pv: [f32; NE] = core::array::from_fn(|e| ex2(s[e] - base[row_of(e)]));
+    for r in 0..NR {
         let e = 4 * (r / 2) + r % 2;
         l[r] = l[r] * alpha[r] + (pv[e] + pv[e + 2]);
     }
@@ -221,20 +223,19 @@ pub(super) unsafe fn stage_softmax(s: &[f32; 8], m: &mut [f32; 4], l: &mut [f32;
 }
 
 /// A row-chunk block's work item (its index in the list) and first query
-/// row (`Form::TransposedRows`): an item's rows in chunks of
-/// `MLA_T_ROWS`, its chunks consecutive blocks (grid x), as the 64-row
-/// kernel's.
+/// row (`Form::TransposedRows`): an item's rows in chunks of `R`, its
+/// chunks consecutive blocks (grid x), as the 64-row kernel's.
 #[inline(always)]
-pub(super) fn row_chunk_of_block(p: &DecodeParams) -> (u32, u32) {
-    let chunks = (p.group * p.q_len).div_ceil(MLA_T_ROWS);
+pub(super) fn row_chunk_of_block<const R: u32>(p: &DecodeParams) -> (u32, u32) {
+    let chunks = (p.group * p.q_len).div_ceil(R);
     let (x, chunk) = div_rem(thread::block_idx_x(), chunks);
-    (x, chunk * MLA_T_ROWS)
+    (x, chunk * R)
 }
 
 /// Where a transposed block's end works in shared memory: the
-/// warpgroups' O tiles (16 rows × `O_ROW_WORDS` f32 each, from
-/// `o_tiles`), their rows' maxima and warps' sums (`finals`, 5 × 16 f32 a
-/// warpgroup), the rows' log-sum-exps (`lses`) and the split merge's
+/// warpgroups' O tiles (the block's rows × `O_ROW_WORDS` f32 each, from
+/// `o_tiles`), their rows' maxima and warps' sums (`finals`, 5 f32 a row
+/// a warpgroup), the rows' log-sum-exps (`lses`) and the split merge's
 /// scratch word.
 pub(super) struct TransposedSmem {
     pub o_tiles: u32,
@@ -246,8 +247,10 @@ pub(super) struct TransposedSmem {
 /// A transposed block's end: its `G` warpgroups' states (`o`, `m`, `l`)
 /// merged through shared memory (`smem`) and its rows written, or a
 /// split's partials and log-sum-exps and the merge of the last chunk
-/// (`merge::merge_chunk_if_last`). Element `e` of `o[j]` is dim `dim(j,
-/// e)` of the thread's row `2 (e / 4) + e % 2`; `QUADS`: the dims of
+/// (`merge::merge_chunk_if_last`). The block's tile is `R` rows (16, or
+/// 32: `NR` rows and `NE` elements an accumulator a thread, as
+/// [`stage_softmax`]'s). Element `e` of `o[j]` is dim `dim(j, e)` of the
+/// thread's row `2 (e / 4) + e % 2`; `QUADS`: the dims of
 /// `o[2i]` and `o[2i + 1]` at a row's two key halves are 4 in a row
 /// (`dim(2i, e)` the first), stored as one 16-byte word (the ring's
 /// permuted dims: scalar stores were 4-way bank conflicts, 1.6 µs a
@@ -255,24 +258,25 @@ pub(super) struct TransposedSmem {
 /// thread 0 once every thread is past its stages (the mbarriers' end).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool, const CHUNKED: bool>(p: &DecodeParams, item: &WorkItem, o: &[[f32; 8]; 8], m: [f32; 4], l: [f32; 4], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
+pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool, const CHUNKED: bool, const NR: usize, const NE: usize, const R: u32>(p: &DecodeParams, item: &WorkItem, o: &[[f32; NE]; 8], m: [f32; NR], l: [f32; NR], smem: TransposedSmem, dim: impl Fn(usize, usize) -> u32, inval: impl FnOnce()) {
+    const { assert!(NE == 2 * NR && R as usize == 4 * NR) };
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
     let (own, warp_m, g, c2) = (tid / 128, (tid / 32) % 4, lane / 4, (lane % 4) * 2);
-    let locals: [u32; 4] = [c2, c2 + 1, c2 + 8, c2 + 9];
+    let locals: [u32; NR] = core::array::from_fn(|r| 8 * (r / 2) as u32 + c2 + (r % 2) as u32);
     let row_of = |e: usize| 2 * (e / 4) + e % 2;
     // The block's first row: its row chunk's (`CHUNKED`), found again from
     // the grid here rather than kept through the stages' loop.
-    let row0 = if CHUNKED { row_chunk_of_block(p).1 } else { 0 };
-    let finals = |b: u32| smem.finals + 4 * MLA_T_ROWS * 5 * b;
+    let row0 = if CHUNKED { row_chunk_of_block::<R>(p).1 } else { 0 };
+    let finals = |b: u32| smem.finals + 4 * R * 5 * b;
     // Each row's maximum and its warps' sums.
     let sums = l.map(warp::column_sum);
     if g == 0 {
-        for r in 0..4 {
+        for r in 0..NR {
             if warp_m == 0 {
                 shared::st_shared_f32(finals(own) + 4 * locals[r], m[r]);
             }
-            shared::st_shared_f32(finals(own) + 4 * (MLA_T_ROWS * (1 + warp_m) + locals[r]), sums[r]);
+            shared::st_shared_f32(finals(own) + 4 * (R * (1 + warp_m) + locals[r]), sums[r]);
         }
     }
     thread::sync_threads();
@@ -281,8 +285,8 @@ pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool, const CHUNKED:
     }
     // Each thread's rows' weight of its warpgroup's O: `2^(m_own − M) / L`,
     // M the largest maximum, L the sums at M (`state::finish`).
-    let weight: [f32; 4] = core::array::from_fn(|r| {
-        let at = |b: u32, k: u32| shared::ld_shared_f32(finals(b) + 4 * (MLA_T_ROWS * k + locals[r]));
+    let weight: [f32; NR] = core::array::from_fn(|r| {
+        let at = |b: u32, k: u32| shared::ld_shared_f32(finals(b) + 4 * (R * k + locals[r]));
         let total = |b: u32| (at(b, 1) + at(b, 2)) + (at(b, 3) + at(b, 4));
         let mut top = at(0, 0);
         for b in 1..G {
@@ -306,11 +310,11 @@ pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool, const CHUNKED:
     // Each warpgroup's weighted Oᵀ as rows × dims into its O tile, then
     // all summed by every thread, 4 dims of a row at a time (a row's 128
     // quads by a warpgroup, the warpgroups a row each in turn).
-    let o_tile = |b: u32| smem.o_tiles + 4 * MLA_T_ROWS * O_ROW_WORDS * b;
+    let o_tile = |b: u32| smem.o_tiles + 4 * R * O_ROW_WORDS * b;
     if QUADS {
-        // Element of row `r` (of the thread's 4) at key half `h`.
+        // Element of row `r` (of the thread's `NR`) at key half `h`.
         let element = |r: usize, h: usize| 4 * (r / 2) + 2 * h + r % 2;
-        for r in 0..4 {
+        for r in 0..NR {
             for i in 0..4 {
                 let (e0, e1) = (element(r, 0), element(r, 1));
                 let w = weight[r];
@@ -352,7 +356,7 @@ pub(super) unsafe fn finish_rows<const G: u32, const QUADS: bool, const CHUNKED:
         r += G;
     }
     if slot != DIRECT_OUTPUT && p.merge_counters != 0 {
-        let chunks = if CHUNKED { (p.group * p.q_len).div_ceil(MLA_T_ROWS) } else { 1 };
-        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, row0 / MLA_T_ROWS, chunks, here, smem.scratch);
+        let chunks = if CHUNKED { (p.group * p.q_len).div_ceil(R) } else { 1 };
+        crate::merge::merge_chunk_if_last::<crate::format::Bf16, Standard, { V_DIM as usize }>(p, batch, 0, row0 / R, chunks, here, smem.scratch);
     }
 }

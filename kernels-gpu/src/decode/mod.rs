@@ -27,6 +27,7 @@ mod cluster;
 mod epilogue;
 mod mla;
 mod mla_t_ring;
+mod mla_t_ring32;
 mod mla_transposed;
 mod narrow;
 mod pipeline;
@@ -56,13 +57,19 @@ pub unsafe fn decode_mla_t<F: crate::format::KvFormat, const PAGED: bool>(p: &de
     }
 }
 
-/// The transposed form in row chunks of 16 (`Form::TransposedRows`): more
-/// than 16 query rows of an fp8 latent cache, a work item's chunks
-/// consecutive blocks (`mla_t_ring`).
+/// The transposed form in row chunks (`Form::TransposedRows`): more than
+/// 16 query rows of an fp8 latent cache, a work item's chunks consecutive
+/// blocks: fp8 a scale per token's of 32 rows (`mla_t_ring32`),
+/// fp8-ds-mla's of 16 (`mla_t_ring`).
 ///
 /// # Safety
-/// As [`decode_mla_t`], for an fp8 latent cache and any row count.
+/// As [`decode_mla_t`], for an fp8 latent cache and any row count, with
+/// the form's threads and shared memory.
 #[inline(always)]
 pub unsafe fn decode_mla_t_rows<F: crate::format::KvFormat, const PAGED: bool>(p: &decode_attn_abi::DecodeParams) {
-    mla_t_ring::decode_mla_t_ring::<F, PAGED, true>(p)
+    if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
+        mla_t_ring32::decode_mla_t_ring32::<F, PAGED>(p)
+    } else {
+        mla_t_ring::decode_mla_t_ring::<F, PAGED, true>(p)
+    }
 }
