@@ -1096,14 +1096,14 @@ fn mla_plans_of_16_rows_run_the_transposed_kernel() {
     let why = |r: decode_attn::Result<decode_attn::Plan>| r.unwrap_err().to_string();
     assert!(!with(16, 2, KvFormat::Bf16, TransposeChoice::Auto).unwrap().transposed());
     assert!(why(with(16, 2, KvFormat::Bf16, TransposeChoice::Always)).contains("at most 16 query rows"));
-    // Past 16 rows: fp8 a scale per token's blocks of 32 rows (two
-    // warpgroups), fp8-ds-mla's chunks of 16 (three).
-    let wide = KernelInfo { max_threads_per_block: 384, regs_per_thread: 255 };
-    for (format, block_rows, threads) in [(KvFormat::Fp8PerHead, 32, 256), (KvFormat::Fp8DsMla, MLA_T_ROWS, 384)] {
+    // Past 16 rows: blocks of 32 rows (two warpgroups), the chunks
+    // consecutive blocks.
+    let wide = KernelInfo { max_threads_per_block: 256, regs_per_thread: 255 };
+    for (format, block_rows, threads) in [(KvFormat::Fp8PerHead, 32, 256), (KvFormat::Fp8DsMla, 32, 256)] {
         assert_eq!((mla_rows_per_block(format, Form::TransposedRows), mla_transposed_threads(format, Form::TransposedRows)), (block_rows, threads));
         for (heads, q_len, transpose) in [(16, 2, TransposeChoice::Auto), (17, 1, TransposeChoice::Auto), (8, 3, TransposeChoice::Auto), (128, 1, TransposeChoice::Always)] {
             let shape = DecodeShape { kv_format: format, ..DecodeShape::latent(4, heads, q_len, 4096) };
-            let p = plan(&shape, &[4096, 8, 70, 4000], dev, if threads == 256 { &wide } else { &kernel }, &PlanOptions { transpose, ..Default::default() }).unwrap();
+            let p = plan(&shape, &[4096, 8, 70, 4000], dev, &wide, &PlanOptions { transpose, ..Default::default() }).unwrap();
             let chunks = (heads * q_len).div_ceil(block_rows);
             assert!(p.transposed() && p.kernel_id().form == Form::TransposedRows, "{format:?} {heads} heads q_len {q_len}");
             assert!(p.kernel_name().contains("_mla_transposed_rows_"), "{}", p.kernel_name());

@@ -500,19 +500,13 @@ pub fn mla_transposed(rows: u32) -> bool {
 /// of an fp8 latent cache (the formats with the row-chunk form,
 /// `decode_attn_abi::has_transposed_rows_form`) of at most 32 query rows
 /// (16 heads × q_len 2: DeepSeek's multi-token prediction) runs the
-/// transposed kernel in row chunks (fp8-ds-mla's of 16, whose blocks each
-/// read the keys — a 2-block cluster of an item's chunks ran no faster;
-/// fp8 per token's one block of 32 rows, each key converted once), which
-/// convert the keys in registers, where the 64-row kernel converts each
-/// stage through shared memory and half its rows are padding. fp8 per
-/// token's 32-row block against the 16-row chunks, alternating twice in
-/// one call (docs/perf.md, "MLA 16 heads × q_len 2 in one block"):
-/// 1.15-1.48× faster from B = 32, batch 1 1.4-2.6 µs slower. Both kernels alternating
-/// twice in one call on the H200, 16 heads q_len 2 (docs/perf.md, "MLA 16
-/// heads × q_len 2 in row chunks"): fp8 per token 1.18-1.28× faster on
-/// every grid F row (128 × 32K 1362-1369 → 1126-1129 µs), fp8-ds-mla
-/// 1.14-1.49×. Not measured past 32 rows, where the keys' reads grow with
-/// the chunks.
+/// transposed kernel's row-chunk form (one block of 32 rows, each key
+/// converted once for both tokens, in registers), where the 64-row kernel
+/// converts each stage through shared memory and half its rows are
+/// padding. Measured against 16-row chunks (each reading and converting
+/// the keys) and the 64-row kernel in docs/perf.md, "MLA 16 heads × q_len
+/// 2 in row chunks" and "MLA 16 heads × q_len 2 in one block". Not
+/// measured past 32 rows, where the keys' reads grow with the chunks.
 pub fn mla_transposed_rows(rows: u32, format: KvFormat) -> bool {
     rows > decode_attn_abi::MLA_T_ROWS && rows <= 2 * decode_attn_abi::MLA_T_ROWS && decode_attn_abi::has_transposed_rows_form(format, Family::Mla)
 }

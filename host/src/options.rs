@@ -77,7 +77,7 @@ pub enum HeadPairChoice {
 /// (`decode_attn_abi::Form::Transposed`: keys along the MMAs' M, a quarter
 /// of the 64-row kernel's MMAs), of more rows, for the fp8 latent caches,
 /// its row-chunk form (`decode_attn_abi::Form::TransposedRows`: a block a
-/// chunk of 32 rows for fp8 a scale per token, 16 for fp8-ds-mla).
+/// chunk of 32 rows).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum TransposeChoice {
     /// A transposed kernel where the rules take it

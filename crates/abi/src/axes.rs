@@ -599,9 +599,8 @@ pub enum Form {
     /// ([`has_transposed_form`]).
     Transposed = 4,
     /// The transposed MLA form for more than [`crate::MLA_T_ROWS`] query
-    /// rows: a work item's rows in chunks (of 32 for fp8 a scale per
-    /// token, 16 for fp8-ds-mla: `tile::mla_form_ring`), each chunk a block
-    /// of its own, the chunks consecutive blocks
+    /// rows: a work item's rows in chunks of 32 (`tile::mla_form_ring`),
+    /// each chunk a block of its own, the chunks consecutive blocks
     /// ([`has_transposed_rows_form`]). A kernel of its own, so that the
     /// one-chunk kernels keep their registers.
     TransposedRows = 5,
@@ -836,12 +835,12 @@ pub const fn has_transposed_form(format: KvFormat, family: Family) -> bool {
 
 /// Whether an MLA kernel has the row-chunk form of its transposed one
 /// ([`Form::TransposedRows`]): the fp8 latent caches' (`decode::mla_t_ring32`
-/// and `decode::mla_t_ring` in `kernels-gpu`), strided and paged. Their
-/// 64-row blocks convert each stage through shared memory; 16-row blocks
-/// that read the keys once a chunk were 1.2-1.36× faster at 32 rows
-/// (docs/perf.md, "MLA 16 heads × q_len 2 in row chunks"), fp8 per
-/// token's 32-row blocks another 1.15-1.48× (docs/perf.md, "MLA 16 heads
-/// × q_len 2 in one block"). bf16's 64-row kernel is the faster from
+/// in `kernels-gpu`), strided and paged. Their 64-row blocks convert each
+/// stage through shared memory; 16-row blocks that read the keys once a
+/// chunk were 1.14-1.49× faster at 32 rows (docs/perf.md, "MLA 16 heads ×
+/// q_len 2 in row chunks"), 32-row blocks that convert each key once
+/// faster again from B = 32 (docs/perf.md, "MLA 16 heads × q_len 2 in one
+/// block"). bf16's 64-row kernel is the faster from
 /// B = 32 there, and has no such form.
 pub const fn has_transposed_rows_form(format: KvFormat, family: Family) -> bool {
     // (The formats of `tile::mla_t_ring`, which `tests/ptx.rs` checks.)

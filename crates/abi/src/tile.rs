@@ -394,17 +394,19 @@ pub const fn mla_t_ring(format: KvFormat) -> Option<MlaRing> {
 }
 /// The ring of `format`'s transposed form `form` (`None` for bf16 and the
 /// other forms): [`mla_t_ring`]'s for `Form::Transposed`; for
-/// `Form::TransposedRows` fp8 a scale per token's blocks of 32 rows
-/// (`decode::mla_t_ring32`: each key converted once for two tokens' 16
-/// heads, `wgmma m64n32k16`), four slots and two warpgroups (Oᵀ is 128
-/// f32 a thread: three warpgroups do not fit the register file; a fifth
-/// slot does not fit beside the 36 KB Q tile), and fp8-ds-mla's 16-row
-/// chunks of the one-chunk ring.
+/// `Form::TransposedRows` blocks of 32 rows (`decode::mla_t_ring32`: each
+/// key converted once for two tokens' 16 heads, `wgmma m64n32k16`) and
+/// two warpgroups (Oᵀ is 128 f32 a thread: three warpgroups do not fit
+/// the register file), with as many slots as fit beside the 36 KB Q tile
+/// and the 32-row P tiles: fp8 per token four, fp8-ds-mla (four P tiles
+/// a warpgroup, 32 KB) three.
 pub const fn mla_form_ring(format: KvFormat, form: Form) -> Option<MlaRing> {
     match (form, mla_t_ring(format)) {
         (Form::Transposed, ring) => ring,
-        (Form::TransposedRows, Some(ring)) if matches!(format, KvFormat::Fp8PerHead) => Some(MlaRing { rows: 2 * MLA_T_ROWS, slots: 4, groups: 2, register_cap: None, ..ring }),
-        (Form::TransposedRows, ring) => ring,
+        (Form::TransposedRows, Some(ring)) => {
+            let slots = if matches!(format, KvFormat::Fp8DsMla) { 3 } else { 4 };
+            Some(MlaRing { rows: 2 * MLA_T_ROWS, slots, groups: 2, register_cap: None, ..ring })
+        }
         _ => None,
     }
 }

@@ -1189,16 +1189,17 @@ macro_rules! t32_pv_j {
     };
 }
 
-/// `Oᵀ += Vᵀ·Pᵀ` of the 32-row ring kernel (`decode::mla_t_ring32`, fp8
-/// a scale per token, rows `ROW` bytes apart): [`mla_t_pv_e4m3`] at
-/// `m64n32k16` against a 32-row P tile, each key's bytes converted once
-/// for the 32 rows; element `e` of `o[j]` is M row `g + 8 ((e / 2) % 2)`
-/// (dims as [`mla_t_pv_e4m3`]'s) of row `8 (e / 4) + 2c + e % 2`.
+/// `Oᵀ += Vᵀ·Pᵀ` of the 32-row ring kernel (`decode::mla_t_ring32`, rows
+/// `ROW` bytes apart): [`mla_t_pv_e4m3`] at `m64n32k16` against 32-row P
+/// tiles (`GROUPED`: pair `i` reads tile `i`, 4096 bytes each, past `p`'s;
+/// `SPREAD` as there), each key's bytes converted once for the 32 rows;
+/// element `e` of `o[j]` is M row `g + 8 ((e / 2) % 2)` (dims as
+/// [`mla_t_pv_e4m3`]'s) of row `8 (e / 4) + 2c + e % 2`.
 ///
 /// # Safety
 /// As [`mla_t_pv_e4m3`].
 #[inline(always)]
-pub unsafe fn mla_t32_pv_e4m3<const ROW: u32>(o: &mut [[f32; 16]; 8], p: u64, v: u32) {
+pub unsafe fn mla_t32_pv_e4m3<const ROW: u32, const GROUPED: bool, const SPREAD: bool>(o: &mut [[f32; 16]; 8], p: u64, v: u32) {
     core::arch::asm!(
         concat!(
             "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
@@ -1226,14 +1227,14 @@ pub unsafe fn mla_t32_pv_e4m3<const ROW: u32>(o: &mut [[f32; 16]; 8], p: u64, v:
         ),
         p = in(reg64) p, v = in(reg32) v, z = in(reg32) 0u32,
         s1 = const 16 * ROW, s2 = const 32 * ROW, s3 = const 48 * ROW,
-        a00 = const 128 * 0, a01 = const 128 * 0 + 4 * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + 12 * ROW,
-        a10 = const 128 * 1, a11 = const 128 * 1 + 4 * ROW, a12 = const 128 * 1 + 8 * ROW, a13 = const 128 * 1 + 12 * ROW,
-        a20 = const 128 * 2, a21 = const 128 * 2 + 4 * ROW, a22 = const 128 * 2 + 8 * ROW, a23 = const 128 * 2 + 12 * ROW,
-        a30 = const 128 * 3, a31 = const 128 * 3 + 4 * ROW, a32 = const 128 * 3 + 8 * ROW, a33 = const 128 * 3 + 12 * ROW,
-        p00 = const 0, p01 = const 2, p02 = const 4, p03 = const 6,
-        p10 = const 0, p11 = const 2, p12 = const 4, p13 = const 6,
-        p20 = const 0, p21 = const 2, p22 = const 4, p23 = const 6,
-        p30 = const 0, p31 = const 2, p32 = const 4, p33 = const 6,
+        a00 = const 128 * 0, a01 = const 128 * 0 + (if SPREAD { 1 } else { 4 }) * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + (if SPREAD { 9 } else { 12 }) * ROW,
+        a10 = const 128 * 1, a11 = const 128 * 1 + (if SPREAD { 1 } else { 4 }) * ROW, a12 = const 128 * 1 + 8 * ROW, a13 = const 128 * 1 + (if SPREAD { 9 } else { 12 }) * ROW,
+        a20 = const 128 * 2, a21 = const 128 * 2 + (if SPREAD { 1 } else { 4 }) * ROW, a22 = const 128 * 2 + 8 * ROW, a23 = const 128 * 2 + (if SPREAD { 9 } else { 12 }) * ROW,
+        a30 = const 128 * 3, a31 = const 128 * 3 + (if SPREAD { 1 } else { 4 }) * ROW, a32 = const 128 * 3 + 8 * ROW, a33 = const 128 * 3 + (if SPREAD { 9 } else { 12 }) * ROW,
+        p00 = const if GROUPED { 256 * 0 } else { 0 } + 0, p01 = const if GROUPED { 256 * 0 } else { 0 } + 2, p02 = const if GROUPED { 256 * 0 } else { 0 } + 4, p03 = const if GROUPED { 256 * 0 } else { 0 } + 6,
+        p10 = const if GROUPED { 256 * 1 } else { 0 } + 0, p11 = const if GROUPED { 256 * 1 } else { 0 } + 2, p12 = const if GROUPED { 256 * 1 } else { 0 } + 4, p13 = const if GROUPED { 256 * 1 } else { 0 } + 6,
+        p20 = const if GROUPED { 256 * 2 } else { 0 } + 0, p21 = const if GROUPED { 256 * 2 } else { 0 } + 2, p22 = const if GROUPED { 256 * 2 } else { 0 } + 4, p23 = const if GROUPED { 256 * 2 } else { 0 } + 6,
+        p30 = const if GROUPED { 256 * 3 } else { 0 } + 0, p31 = const if GROUPED { 256 * 3 } else { 0 } + 2, p32 = const if GROUPED { 256 * 3 } else { 0 } + 4, p33 = const if GROUPED { 256 * 3 } else { 0 } + 6,
         o0 = inout(reg32) o[0][0], o1 = inout(reg32) o[0][1], o2 = inout(reg32) o[0][2], o3 = inout(reg32) o[0][3], o4 = inout(reg32) o[0][4], o5 = inout(reg32) o[0][5], o6 = inout(reg32) o[0][6], o7 = inout(reg32) o[0][7], o8 = inout(reg32) o[0][8], o9 = inout(reg32) o[0][9], o10 = inout(reg32) o[0][10], o11 = inout(reg32) o[0][11], o12 = inout(reg32) o[0][12], o13 = inout(reg32) o[0][13], o14 = inout(reg32) o[0][14], o15 = inout(reg32) o[0][15],
         o16 = inout(reg32) o[1][0], o17 = inout(reg32) o[1][1], o18 = inout(reg32) o[1][2], o19 = inout(reg32) o[1][3], o20 = inout(reg32) o[1][4], o21 = inout(reg32) o[1][5], o22 = inout(reg32) o[1][6], o23 = inout(reg32) o[1][7], o24 = inout(reg32) o[1][8], o25 = inout(reg32) o[1][9], o26 = inout(reg32) o[1][10], o27 = inout(reg32) o[1][11], o28 = inout(reg32) o[1][12], o29 = inout(reg32) o[1][13], o30 = inout(reg32) o[1][14], o31 = inout(reg32) o[1][15],
         o32 = inout(reg32) o[2][0], o33 = inout(reg32) o[2][1], o34 = inout(reg32) o[2][2], o35 = inout(reg32) o[2][3], o36 = inout(reg32) o[2][4], o37 = inout(reg32) o[2][5], o38 = inout(reg32) o[2][6], o39 = inout(reg32) o[2][7], o40 = inout(reg32) o[2][8], o41 = inout(reg32) o[2][9], o42 = inout(reg32) o[2][10], o43 = inout(reg32) o[2][11], o44 = inout(reg32) o[2][12], o45 = inout(reg32) o[2][13], o46 = inout(reg32) o[2][14], o47 = inout(reg32) o[2][15],
@@ -1244,4 +1245,99 @@ pub unsafe fn mla_t32_pv_e4m3<const ROW: u32>(o: &mut [[f32; 16]; 8], p: u64, v:
         o112 = inout(reg32) o[7][0], o113 = inout(reg32) o[7][1], o114 = inout(reg32) o[7][2], o115 = inout(reg32) o[7][3], o116 = inout(reg32) o[7][4], o117 = inout(reg32) o[7][5], o118 = inout(reg32) o[7][6], o119 = inout(reg32) o[7][7], o120 = inout(reg32) o[7][8], o121 = inout(reg32) o[7][9], o122 = inout(reg32) o[7][10], o123 = inout(reg32) o[7][11], o124 = inout(reg32) o[7][12], o125 = inout(reg32) o[7][13], o126 = inout(reg32) o[7][14], o127 = inout(reg32) o[7][15],
         options(nostack)
     );
+}
+
+/// One `m64n32k16` score step of [`mla_t32_scores_ds`] into the
+/// accumulator `ga` (16 registers), as [`t_ds_mma`]'s.
+macro_rules! t32_ds_mma {
+    ($ty:literal, $a:expr, $q:literal, $pred:literal) => {
+        concat!(
+            "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
+            "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7, ga8, ga9, ga10, ga11, ga12, ga13, ga14, ga15}}, ", $a, ", qd, ", $pred, ", 1, 1, 0;\n"
+        )
+    };
+}
+/// A J block of [`mla_t32_scores_ds`], as [`t_ds_j`]'s.
+macro_rules! t32_ds_j {
+    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal, $wait:literal) => {
+        concat!(
+            t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
+            "wgmma.fence.sync.aligned;\n",
+            t32_ds_mma!("f16", concat!("{{", $a0, "0, ", $a0, "1, ", $a0, "2, ", $a0, "3}}"), $q0, $first),
+            t32_ds_mma!("f16", concat!("{{", $a1, "0, ", $a1, "1, ", $a1, "2, ", $a1, "3}}"), $q1, "acc"),
+            t32_ds_mma!("f16", concat!("{{", $a2, "0, ", $a2, "1, ", $a2, "2, ", $a2, "3}}"), $q2, "acc"),
+            t32_ds_mma!("f16", concat!("{{", $a3, "0, ", $a3, "1, ", $a3, "2, ", $a3, "3}}"), $q3, "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned ", $wait, ";\n"
+        )
+    };
+}
+
+/// `Sᵀ = K·Qᵀ` of the 32-row ring kernel for fp8-ds-mla
+/// (`decode::mla_t_ring32`): [`mla_t_scores_ds`] at `m64n32k16` against
+/// the 32-row Q tile (a J block 256 descriptor units on, the RoPE block at
+/// 2048), each key's bytes converted once for the 32 rows. Returns the
+/// accumulator as [`mla_t32_scores_e4m3`]'s.
+///
+/// # Safety
+/// As [`mla_t_scores_ds`].
+#[allow(named_asm_labels)]
+#[inline(always)]
+pub unsafe fn mla_t32_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity: u32) -> [f32; 16] {
+    let mut s = [0f32; 16];
+    core::arch::asm!(
+        concat!(
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n.reg .f32 sa, sb, ga<16>;\n",
+            ".reg .b32 ql, qh, qa, kp, sp, rp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
+            "mov.b32 kp, {k};\nmov.b32 sp, {sp};\nmov.b32 rp, {rp};\nmov.b64 {{ql, qh}}, {q};\n",
+            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
+            "X0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra X0;\nwgmma.fence.sync.aligned;\n",
+            t_e4m3_load!("xa", "0", "{n0}"),
+            t_e4m3_load!("xb", "64", "{n1}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first", "1"),
+            t_e4m3_load!("xa", "128", "{n2}"), t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["256", "258", "260", "262"], "acc", "0"),
+            "ld.shared.f32 sa, [sp+0];\nld.shared.f32 sb, [sp+{n0}];\n",
+            "mul.rn.f32 {s0}, ga0, sa;\nmul.rn.f32 {s1}, ga1, sa;\nmul.rn.f32 {s2}, ga2, sb;\nmul.rn.f32 {s3}, ga3, sb;\nmul.rn.f32 {s4}, ga4, sa;\nmul.rn.f32 {s5}, ga5, sa;\nmul.rn.f32 {s6}, ga6, sb;\nmul.rn.f32 {s7}, ga7, sb;\nmul.rn.f32 {s8}, ga8, sa;\nmul.rn.f32 {s9}, ga9, sa;\nmul.rn.f32 {s10}, ga10, sb;\nmul.rn.f32 {s11}, ga11, sb;\nmul.rn.f32 {s12}, ga12, sa;\nmul.rn.f32 {s13}, ga13, sa;\nmul.rn.f32 {s14}, ga14, sb;\nmul.rn.f32 {s15}, ga15, sb;\n",
+            t_e4m3_load!("xb", "192", "{n3}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first", "1"),
+            t_e4m3_load!("xa", "256", "{n4}"), t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["768", "770", "772", "774"], "acc", "0"),
+            "ld.shared.f32 sa, [sp+4];\nld.shared.f32 sb, [sp+{f1}];\n",
+            "fma.rn.f32 {s0}, ga0, sa, {s0};\nfma.rn.f32 {s1}, ga1, sa, {s1};\nfma.rn.f32 {s2}, ga2, sb, {s2};\nfma.rn.f32 {s3}, ga3, sb, {s3};\nfma.rn.f32 {s4}, ga4, sa, {s4};\nfma.rn.f32 {s5}, ga5, sa, {s5};\nfma.rn.f32 {s6}, ga6, sb, {s6};\nfma.rn.f32 {s7}, ga7, sb, {s7};\nfma.rn.f32 {s8}, ga8, sa, {s8};\nfma.rn.f32 {s9}, ga9, sa, {s9};\nfma.rn.f32 {s10}, ga10, sb, {s10};\nfma.rn.f32 {s11}, ga11, sb, {s11};\nfma.rn.f32 {s12}, ga12, sa, {s12};\nfma.rn.f32 {s13}, ga13, sa, {s13};\nfma.rn.f32 {s14}, ga14, sb, {s14};\nfma.rn.f32 {s15}, ga15, sb, {s15};\n",
+            t_e4m3_load!("xb", "320", "{n5}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["1024", "1026", "1028", "1030"], "first", "1"),
+            t_e4m3_load!("xa", "384", "{n6}"), t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1280", "1282", "1284", "1286"], "acc", "0"),
+            "ld.shared.f32 sa, [sp+8];\nld.shared.f32 sb, [sp+{f2}];\n",
+            "fma.rn.f32 {s0}, ga0, sa, {s0};\nfma.rn.f32 {s1}, ga1, sa, {s1};\nfma.rn.f32 {s2}, ga2, sb, {s2};\nfma.rn.f32 {s3}, ga3, sb, {s3};\nfma.rn.f32 {s4}, ga4, sa, {s4};\nfma.rn.f32 {s5}, ga5, sa, {s5};\nfma.rn.f32 {s6}, ga6, sb, {s6};\nfma.rn.f32 {s7}, ga7, sb, {s7};\nfma.rn.f32 {s8}, ga8, sa, {s8};\nfma.rn.f32 {s9}, ga9, sa, {s9};\nfma.rn.f32 {s10}, ga10, sb, {s10};\nfma.rn.f32 {s11}, ga11, sb, {s11};\nfma.rn.f32 {s12}, ga12, sa, {s12};\nfma.rn.f32 {s13}, ga13, sa, {s13};\nfma.rn.f32 {s14}, ga14, sb, {s14};\nfma.rn.f32 {s15}, ga15, sb, {s15};\n",
+            t_e4m3_load!("xb", "448", "{n7}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["1536", "1538", "1540", "1542"], "first", "1"),
+            t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1792", "1794", "1796", "1798"], "acc", "0"),
+            "ld.shared.f32 sa, [sp+12];\nld.shared.f32 sb, [sp+{f3}];\n",
+            "fma.rn.f32 {s0}, ga0, sa, {s0};\nfma.rn.f32 {s1}, ga1, sa, {s1};\nfma.rn.f32 {s2}, ga2, sb, {s2};\nfma.rn.f32 {s3}, ga3, sb, {s3};\nfma.rn.f32 {s4}, ga4, sa, {s4};\nfma.rn.f32 {s5}, ga5, sa, {s5};\nfma.rn.f32 {s6}, ga6, sb, {s6};\nfma.rn.f32 {s7}, ga7, sb, {s7};\nfma.rn.f32 {s8}, ga8, sa, {s8};\nfma.rn.f32 {s9}, ga9, sa, {s9};\nfma.rn.f32 {s10}, ga10, sb, {s10};\nfma.rn.f32 {s11}, ga11, sb, {s11};\nfma.rn.f32 {s12}, ga12, sa, {s12};\nfma.rn.f32 {s13}, ga13, sa, {s13};\nfma.rn.f32 {s14}, ga14, sb, {s14};\nfma.rn.f32 {s15}, ga15, sb, {s15};\n",
+            "ld.shared.v4.b32 {{xa0, xa1, xa2, xa3}}, [rp];\nld.shared.v4.b32 {{xa4, xa5, xa6, xa7}}, [rp+16];\n",
+            "ld.shared.v4.b32 {{xb0, xb1, xb2, xb3}}, [rp+{n0}];\nld.shared.v4.b32 {{xb4, xb5, xb6, xb7}}, [rp+{r1}];\n",
+            "wgmma.fence.sync.aligned;\n",
+            t32_ds_mma!("bf16", "{{xa0, xb0, xa1, xb1}}", "2048", "first"),
+            t32_ds_mma!("bf16", "{{xa2, xb2, xa3, xb3}}", "2050", "acc"),
+            t32_ds_mma!("bf16", "{{xa4, xb4, xa5, xb5}}", "2052", "acc"),
+            t32_ds_mma!("bf16", "{{xa6, xb6, xa7, xb7}}", "2054", "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n",
+            "add.f32 {s0}, {s0}, ga0;\nadd.f32 {s1}, {s1}, ga1;\nadd.f32 {s2}, {s2}, ga2;\nadd.f32 {s3}, {s3}, ga3;\nadd.f32 {s4}, {s4}, ga4;\nadd.f32 {s5}, {s5}, ga5;\nadd.f32 {s6}, {s6}, ga6;\nadd.f32 {s7}, {s7}, ga7;\nadd.f32 {s8}, {s8}, ga8;\nadd.f32 {s9}, {s9}, ga9;\nadd.f32 {s10}, {s10}, ga10;\nadd.f32 {s11}, {s11}, ga11;\nadd.f32 {s12}, {s12}, ga12;\nadd.f32 {s13}, {s13}, ga13;\nadd.f32 {s14}, {s14}, ga14;\nadd.f32 {s15}, {s15}, ga15;\n}}"
+        ),
+        n0 = const DS_KEY2, n1 = const DS_KEY2 + 64, n2 = const DS_KEY2 + 128, n3 = const DS_KEY2 + 192, n4 = const DS_KEY2 + 256, n5 = const DS_KEY2 + 320, n6 = const DS_KEY2 + 384, n7 = const DS_KEY2 + 448,
+        f1 = const DS_KEY2 + 4, f2 = const DS_KEY2 + 8, f3 = const DS_KEY2 + 12, r1 = const DS_KEY2 + 16,
+        k = in(reg32) k, sp = in(reg32) sp, rp = in(reg32) rp, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
+        s0 = out(reg32) s[0],
+        s1 = out(reg32) s[1],
+        s2 = out(reg32) s[2],
+        s3 = out(reg32) s[3],
+        s4 = out(reg32) s[4],
+        s5 = out(reg32) s[5],
+        s6 = out(reg32) s[6],
+        s7 = out(reg32) s[7],
+        s8 = out(reg32) s[8],
+        s9 = out(reg32) s[9],
+        s10 = out(reg32) s[10],
+        s11 = out(reg32) s[11],
+        s12 = out(reg32) s[12],
+        s13 = out(reg32) s[13],
+        s14 = out(reg32) s[14],
+        s15 = out(reg32) s[15],
+        options(nostack)
+    );
+    s
 }

@@ -53,11 +53,8 @@
 //!   few powers of two). Each latent value is `e4m3 · s` in f32, the format's
 //!   `bf16(e4m3 · s)` exactly for power-of-two scales (DeepSeek's).
 //!
-//! - **Row chunks** (`Form::TransposedRows`: 17 rows and more, 16 heads ×
-//!   q_len 2 under `Auto`): the same body, a block a chunk of 16 of an
-//!   item's rows, the chunks consecutive blocks; each reads the item's keys
-//!   (the second mostly from L2) at the one-chunk kernel's rate
-//!   (docs/perf.md, "MLA 16 heads × q_len 2 in row chunks").
+//! - More rows (`Form::TransposedRows`: 16 heads × q_len 2) run the ring
+//!   at 32 rows a block (`decode::mla_t_ring32`).
 //!
 //! The shared memory (`decode_attn_abi::mla_transposed_smem_bytes`, the
 //! ring's layout): the Q tile, the three P tiles, the slots, the exchange
@@ -68,7 +65,7 @@ use decode_attn_abi::{mla_t_ring, DecodeParams, MlaRing, WorkItem, DS_MLA_LATENT
 
 use super::block::{block_work_at, keep_item, mask_from, row_info};
 use super::mla::{bf16x2_magnitude, row_address, scale_address, scaled_f16x2, QK_DIM};
-use super::mla_transposed::{finish_rows, issue_q_tile, row_chunk_of_block, stage_softmax, TransposedSmem};
+use super::mla_transposed::{finish_rows, issue_q_tile, stage_softmax, TransposedSmem};
 use super::query::q_row_scale;
 use crate::arch::math::{pack_bf16x2, pack_f16x2, unpack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_t_pv_e4m3, mla_t_scores_ds, mla_t_scores_e4m3};
@@ -89,19 +86,14 @@ const fn ring_of(format: decode_attn_abi::KvFormat) -> MlaRing {
     }
 }
 
-/// `CHUNKED` (`Form::TransposedRows`, any row count): the block's row
-/// chunk of 16 from the grid (`row_chunk_of_block`), a kernel of its own:
-/// the chunk's first row took the one-chunk kernel a register more
-/// through its loop, a stack load a stage, 2 % slower (docs/perf.md, "MLA
-/// 16 heads × q_len 2 in row chunks"). Else rows 0.. of an item, a block
-/// an item.
+/// Rows 0.. of an item, a block an item.
 ///
 /// # Safety
 /// As `decode_mla_transposed`, for the fp8 latent caches, with
 /// `mla_transposed_threads` threads and `mla_transposed_smem_bytes` of
-/// shared memory; at most 16 query rows unless `CHUNKED`.
+/// shared memory; at most 16 query rows.
 #[inline(always)]
-pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: bool>(p: &DecodeParams) {
+pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     const { assert!(F::FORMAT.holds_latent()) };
     let ring = const { ring_of(F::FORMAT) };
     let ds = const { matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8DsMla) };
@@ -117,10 +109,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
     let (own, warp_m) = (warp / 4, warp % 4);
     let (g, c) = (lane / 4, lane % 4);
     let pt = tid % 128;
-    // (The row chunk's parts where each is used, not a local: one made
-    // ptxas allocate the one-chunk kernels differently, spilling in their
-    // stages' loop.)
-    let Some((item, seq_len, _)) = block_work_at::<Standard>(p, if CHUNKED { row_chunk_of_block::<MLA_T_ROWS>(p).0 } else { thread::block_idx_x() }) else { return };
+    let Some((item, seq_len, _)) = block_work_at::<Standard>(p, thread::block_idx_x()) else { return };
     keep_item(p, &item, tid);
 
     let smem = shared::dynamic_smem_base();
@@ -149,7 +138,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
         mbarrier::fence_init();
     }
     if tid < 256 {
-        issue_q_tile::<MLA_T_ROWS>(p, item.batch, if CHUNKED { row_chunk_of_block::<MLA_T_ROWS>(p).1 } else { 0 }, q_tile, tid);
+        issue_q_tile::<MLA_T_ROWS>(p, item.batch, 0, q_tile, tid);
     }
     memory::cp_async_commit();
     // (The barriers' initialisation is visible to every thread.)
@@ -171,7 +160,7 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
     // and keys of a stage (its M rows `g`, `g + 8`: keys `16 warp_m + 2 g`
     // and one on).
     let locals: [u32; 4] = [2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9];
-    let rows = locals.map(|local| row_info(p, &item, seq_len, 0, if CHUNKED { row_chunk_of_block::<MLA_T_ROWS>(p).1 } else { 0 }, local));
+    let rows = locals.map(|local| row_info(p, &item, seq_len, 0, 0, local));
     let mask_from = mask_from::<Standard>(p, &item, seq_len);
     let q_desc = descriptor(q_tile, 16, 1024);
     let scale = p.score_scale;
@@ -306,9 +295,9 @@ pub unsafe fn decode_mla_t_ring<F: KvFormat, const PAGED: bool, const CHUNKED: b
         }
     };
     if groups == 3 {
-        finish_rows::<3, true, CHUNKED, 4, 8, MLA_T_ROWS>(p, &item, &o, m, l, smem, dim, inval);
+        finish_rows::<3, true, false, 4, 8, MLA_T_ROWS>(p, &item, &o, m, l, smem, dim, inval);
     } else {
-        finish_rows::<2, true, CHUNKED, 4, 8, MLA_T_ROWS>(p, &item, &o, m, l, smem, dim, inval);
+        finish_rows::<2, true, false, 4, 8, MLA_T_ROWS>(p, &item, &o, m, l, smem, dim, inval);
     }
 }
 

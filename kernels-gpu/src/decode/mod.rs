@@ -51,25 +51,20 @@ pub use wide::decode_wide;
 #[inline(always)]
 pub unsafe fn decode_mla_t<F: crate::format::KvFormat, const PAGED: bool>(p: &decode_attn_abi::DecodeParams) {
     if decode_attn_abi::mla_t_ring(F::FORMAT).is_some() {
-        mla_t_ring::decode_mla_t_ring::<F, PAGED, false>(p)
+        mla_t_ring::decode_mla_t_ring::<F, PAGED>(p)
     } else {
         mla_transposed::decode_mla_transposed::<F, PAGED>(p)
     }
 }
 
 /// The transposed form in row chunks (`Form::TransposedRows`): more than
-/// 16 query rows of an fp8 latent cache, a work item's chunks consecutive
-/// blocks: fp8 a scale per token's of 32 rows (`mla_t_ring32`),
-/// fp8-ds-mla's of 16 (`mla_t_ring`).
+/// 16 query rows of an fp8 latent cache in blocks of 32 (`mla_t_ring32`),
+/// a work item's chunks consecutive blocks.
 ///
 /// # Safety
 /// As [`decode_mla_t`], for an fp8 latent cache and any row count, with
 /// the form's threads and shared memory.
 #[inline(always)]
 pub unsafe fn decode_mla_t_rows<F: crate::format::KvFormat, const PAGED: bool>(p: &decode_attn_abi::DecodeParams) {
-    if matches!(F::FORMAT, decode_attn_abi::KvFormat::Fp8PerHead) {
-        mla_t_ring32::decode_mla_t_ring32::<F, PAGED>(p)
-    } else {
-        mla_t_ring::decode_mla_t_ring::<F, PAGED, true>(p)
-    }
+    mla_t_ring32::decode_mla_t_ring32::<F, PAGED>(p)
 }
