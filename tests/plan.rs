@@ -1051,7 +1051,7 @@ fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
 /// (`Form::Transposed`: one 16-row tile, eight warps along the keys, its
 /// own shared memory) in every latent format; of 17 to 32 rows of an fp8
 /// latent cache, its row-chunk form (`Form::TransposedRows`: a block a
-/// chunk of 16 rows, a work item's chunks consecutive blocks); `Never`
+/// chunk of 32 rows, a work item's chunks consecutive blocks); `Never`
 /// keeps the 64-row kernel; `Always` takes the row chunks at any row
 /// count of an fp8 cache, and is an `Err` naming why past 16 rows of a
 /// bf16 one and for another family.
