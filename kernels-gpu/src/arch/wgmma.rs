@@ -775,13 +775,14 @@ macro_rules! t_e4m3_a {
         )
     };
 }
-/// One `m64n16k16` score step with A from registers `$a0 .. $a3`, Q's
-/// step `$q` descriptor units on.
+/// One score step of shape `$shape` (`m64n16k16`, `m64n32k16`) into the
+/// accumulator list `$acc`, A from registers `$a0 .. $a3`, Q's step `$q`
+/// descriptor units on.
 macro_rules! t_e4m3_mma {
-    ($a:literal, $q:literal, $pred:literal) => {
+    ($shape:literal, $acc:literal, $a:literal, $q:literal, $pred:literal) => {
         concat!(
             "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}}}, {{",
+            "wgmma.mma_async.sync.aligned.", $shape, ".f32.f16.f16 ", $acc, ", {{",
             $a, "0, ", $a, "1, ", $a, "2, ", $a, "3}}, qd, ", $pred, ", 1, 1, 0;\n"
         )
     };
@@ -791,12 +792,37 @@ macro_rules! t_e4m3_mma {
 /// committed as a group, then the wait for the group before (whose A
 /// registers the next block rewrites).
 macro_rules! t_e4m3_j {
-    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal) => {
+    ($shape:literal, $acc:literal, $x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal) => {
         concat!(
             t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
             "wgmma.fence.sync.aligned;\n",
-            t_e4m3_mma!($a0, $q0, $first), t_e4m3_mma!($a1, $q1, "acc"), t_e4m3_mma!($a2, $q2, "acc"), t_e4m3_mma!($a3, $q3, "acc"),
+            t_e4m3_mma!($shape, $acc, $a0, $q0, $first), t_e4m3_mma!($shape, $acc, $a1, $q1, "acc"), t_e4m3_mma!($shape, $acc, $a2, $q2, "acc"), t_e4m3_mma!($shape, $acc, $a3, $q3, "acc"),
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+        )
+    };
+}
+/// The body of [`mla_t_scores_e4m3`] (`m64n16k16`) and
+/// [`mla_t32_scores_e4m3`] (`m64n32k16`): the stage's barrier (label
+/// `$label`), then nine J blocks, J block `j`'s Q steps at `$qj`.
+macro_rules! t_e4m3_scores {
+    ($shape:literal, $acc:literal, $label:literal, $q0:tt, $q1:tt, $q2:tt, $q3:tt, $q4:tt, $q5:tt, $q6:tt, $q7:tt, $q8:tt) => {
+        concat!(
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n",
+            ".reg .b32 ql, qh, qa, kp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
+            "mov.b32 kp, {k};\nmov.b64 {{ql, qh}}, {q};\n",
+            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
+            $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra ", $label, ";\nwgmma.fence.sync.aligned;\n",
+            t_e4m3_load!("xa", "0", "{n0}"),
+            t_e4m3_load!("xb", "64", "{n1}"), t_e4m3_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q0, "first"),
+            t_e4m3_load!("xa", "128", "{n2}"), t_e4m3_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q1, "acc"),
+            t_e4m3_load!("xb", "192", "{n3}"), t_e4m3_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q2, "acc"),
+            t_e4m3_load!("xa", "256", "{n4}"), t_e4m3_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q3, "acc"),
+            t_e4m3_load!("xb", "320", "{n5}"), t_e4m3_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q4, "acc"),
+            t_e4m3_load!("xa", "384", "{n6}"), t_e4m3_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q5, "acc"),
+            t_e4m3_load!("xb", "448", "{n7}"), t_e4m3_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q6, "acc"),
+            t_e4m3_load!("xa", "512", "{n8}"), t_e4m3_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q7, "acc"),
+            t_e4m3_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q8, "acc"),
+            "wgmma.wait_group.sync.aligned 0;\n}}"
         )
     };
 }
@@ -823,24 +849,7 @@ macro_rules! t_e4m3_j {
 pub unsafe fn mla_t_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 8] {
     let mut s = [0f32; 8];
     core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n",
-            ".reg .b32 ql, qh, qa, kp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
-            "mov.b32 kp, {k};\nmov.b64 {{ql, qh}}, {q};\n",
-            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
-            "R0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra R0;\nwgmma.fence.sync.aligned;\n",
-            t_e4m3_load!("xa", "0", "{n0}"),
-            t_e4m3_load!("xb", "64", "{n1}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
-            t_e4m3_load!("xa", "128", "{n2}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc"),
-            t_e4m3_load!("xb", "192", "{n3}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "acc"),
-            t_e4m3_load!("xa", "256", "{n4}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc"),
-            t_e4m3_load!("xb", "320", "{n5}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "acc"),
-            t_e4m3_load!("xa", "384", "{n6}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc"),
-            t_e4m3_load!("xb", "448", "{n7}"), t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "acc"),
-            t_e4m3_load!("xa", "512", "{n8}"), t_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc"),
-            t_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["1024", "1026", "1028", "1030"], "acc"),
-            "wgmma.wait_group.sync.aligned 0;\n}}"
-        ),
+        t_e4m3_scores!("m64n16k16", "{{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}}}", "R0", ["0", "2", "4", "6"], ["128", "130", "132", "134"], ["256", "258", "260", "262"], ["384", "386", "388", "390"], ["512", "514", "516", "518"], ["640", "642", "644", "646"], ["768", "770", "772", "774"], ["896", "898", "900", "902"], ["1024", "1026", "1028", "1030"]),
         n0 = const PT_KEY2, n1 = const PT_KEY2 + 64, n2 = const PT_KEY2 + 128, n3 = const PT_KEY2 + 192, n4 = const PT_KEY2 + 256, n5 = const PT_KEY2 + 320, n6 = const PT_KEY2 + 384, n7 = const PT_KEY2 + 448, n8 = const PT_KEY2 + 512,
         k = in(reg32) k, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
         s0 = out(reg32) s[0],
@@ -855,53 +864,104 @@ pub unsafe fn mla_t_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 
     );
     s
 }
-
-/// One `m64n16k16` score step of [`mla_t_scores_ds`] into the accumulator
-/// `$d` with A from registers `$a0 .. $a3` (or the list `$a`), Q's step
-/// `$q` descriptor units on.
+/// One score step of [`mla_t_scores_ds`] / [`mla_t32_scores_ds`] (shape
+/// `$shape`, type `$ty`) into the accumulator list `$d` with A from the
+/// register list `$a`, Q's step `$q` descriptor units on.
 macro_rules! t_ds_mma {
-    ($ty:literal, $d:literal, $a:expr, $q:literal, $pred:literal) => {
+    ($shape:literal, $ty:literal, $d:literal, $a:expr, $q:literal, $pred:literal) => {
         concat!(
             "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.", $ty, ".", $ty, " ", $d, ", ", $a, ", qd, ", $pred, ", 1, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty, " ", $d, ", ", $a, ", qd, ", $pred, ", 1, 1, 0;\n"
         )
     };
 }
-/// A J block (64 latent dims, four k16 steps) of [`mla_t_scores_ds`] into
-/// the accumulator `ga`: the raw set `$x` converted into the A sets `$a0
-/// .. $a3`, the four MMAs committed as a group, then the wait until at
-/// most `$wait` groups are pending (0 where the group's accumulator is
-/// folded next).
+/// A J block (64 latent dims, four k16 steps) into the accumulator list
+/// `$acc` (`ga`): the raw set `$x` converted into the A sets `$a0 ..
+/// $a3`, the four MMAs committed as a group, then the wait until at most
+/// `$wait` groups are pending (0 where the group's accumulator is folded
+/// next).
 macro_rules! t_ds_j {
-    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal, $wait:literal) => {
+    ($shape:literal, $acc:literal, $x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal, $wait:literal) => {
         concat!(
             t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
             "wgmma.fence.sync.aligned;\n",
-            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a0, "0, ", $a0, "1, ", $a0, "2, ", $a0, "3}}"), $q0, $first),
-            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a1, "0, ", $a1, "1, ", $a1, "2, ", $a1, "3}}"), $q1, "acc"),
-            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a2, "0, ", $a2, "1, ", $a2, "2, ", $a2, "3}}"), $q2, "acc"),
-            t_ds_mma!("f16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", concat!("{{", $a3, "0, ", $a3, "1, ", $a3, "2, ", $a3, "3}}"), $q3, "acc"),
+            t_ds_mma!($shape, "f16", $acc, concat!("{{", $a0, "0, ", $a0, "1, ", $a0, "2, ", $a0, "3}}"), $q0, $first),
+            t_ds_mma!($shape, "f16", $acc, concat!("{{", $a1, "0, ", $a1, "1, ", $a1, "2, ", $a1, "3}}"), $q1, "acc"),
+            t_ds_mma!($shape, "f16", $acc, concat!("{{", $a2, "0, ", $a2, "1, ", $a2, "2, ", $a2, "3}}"), $q2, "acc"),
+            t_ds_mma!($shape, "f16", $acc, concat!("{{", $a3, "0, ", $a3, "1, ", $a3, "2, ", $a3, "3}}"), $q3, "acc"),
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned ", $wait, ";\n"
         )
     };
 }
-/// The scores `s0 .. s7` plus (`fma`) or as (`mul`) the complete scale
-/// group in the accumulator `$g` times its keys' scales: the thread's first
-/// key's at `sp + $o0`, its second's at `sp + $o1` (elements 0, 1, 4, 5
-/// are the first key's, 2, 3, 6, 7 the second's).
-macro_rules! t_ds_fold {
-    ($g:literal, $o0:literal, $o1:literal, mul) => {
+/// Scores `s$e0 .. s$e3` (an n8 column group's four elements: the first
+/// two the thread's first key's, the others its second's) times (`mul`)
+/// or plus times (`fma`) the accumulator `$g`'s and the keys' scales `sa`,
+/// `sb`.
+macro_rules! t_ds_fold4 {
+    ($g:literal, [$e0:literal, $e1:literal, $e2:literal, $e3:literal], mul) => {
         concat!(
-            "ld.shared.f32 sa, [sp+", $o0, "];\nld.shared.f32 sb, [sp+", $o1, "];\n",
-            "mul.rn.f32 {s0}, ", $g, "0, sa;\nmul.rn.f32 {s1}, ", $g, "1, sa;\nmul.rn.f32 {s2}, ", $g, "2, sb;\nmul.rn.f32 {s3}, ", $g, "3, sb;\n",
-            "mul.rn.f32 {s4}, ", $g, "4, sa;\nmul.rn.f32 {s5}, ", $g, "5, sa;\nmul.rn.f32 {s6}, ", $g, "6, sb;\nmul.rn.f32 {s7}, ", $g, "7, sb;\n"
+            "mul.rn.f32 {s", $e0, "}, ", $g, $e0, ", sa;\nmul.rn.f32 {s", $e1, "}, ", $g, $e1, ", sa;\n",
+            "mul.rn.f32 {s", $e2, "}, ", $g, $e2, ", sb;\nmul.rn.f32 {s", $e3, "}, ", $g, $e3, ", sb;\n"
         )
     };
-    ($g:literal, $o0:literal, $o1:literal, fma) => {
+    ($g:literal, [$e0:literal, $e1:literal, $e2:literal, $e3:literal], fma) => {
         concat!(
-            "ld.shared.f32 sa, [sp+", $o0, "];\nld.shared.f32 sb, [sp+", $o1, "];\n",
-            "fma.rn.f32 {s0}, ", $g, "0, sa, {s0};\nfma.rn.f32 {s1}, ", $g, "1, sa, {s1};\nfma.rn.f32 {s2}, ", $g, "2, sb, {s2};\nfma.rn.f32 {s3}, ", $g, "3, sb, {s3};\n",
-            "fma.rn.f32 {s4}, ", $g, "4, sa, {s4};\nfma.rn.f32 {s5}, ", $g, "5, sa, {s5};\nfma.rn.f32 {s6}, ", $g, "6, sb, {s6};\nfma.rn.f32 {s7}, ", $g, "7, sb, {s7};\n"
+            "fma.rn.f32 {s", $e0, "}, ", $g, $e0, ", sa, {s", $e0, "};\nfma.rn.f32 {s", $e1, "}, ", $g, $e1, ", sa, {s", $e1, "};\n",
+            "fma.rn.f32 {s", $e2, "}, ", $g, $e2, ", sb, {s", $e2, "};\nfma.rn.f32 {s", $e3, "}, ", $g, $e3, ", sb, {s", $e3, "};\n"
+        )
+    };
+}
+/// The scores (the column groups `$groups`) plus (`fma`) or as (`mul`)
+/// the complete scale group in the accumulator `$g` times its keys'
+/// scales: the thread's first key's at `sp + $o0`, its second's at `sp +
+/// $o1`.
+macro_rules! t_ds_fold {
+    ($g:literal, $o0:literal, $o1:literal, $op:ident, [$($group:tt),*]) => {
+        concat!("ld.shared.f32 sa, [sp+", $o0, "];\nld.shared.f32 sb, [sp+", $o1, "];\n", $(t_ds_fold4!($g, $group, $op)),*)
+    };
+}
+/// `s$e += ga$e` for the column groups `$groups`.
+macro_rules! t_ds_sum {
+    ([$([$e0:literal, $e1:literal, $e2:literal, $e3:literal]),*]) => {
+        concat!($("add.f32 {s", $e0, "}, {s", $e0, "}, ga", $e0, ";\nadd.f32 {s", $e1, "}, {s", $e1, "}, ga", $e1, ";\nadd.f32 {s", $e2, "}, {s", $e2, "}, ga", $e2, ";\nadd.f32 {s", $e3, "}, {s", $e3, "}, ga", $e3, ";\n"),*)
+    };
+}
+/// The body of [`mla_t_scores_ds`] (`m64n16k16`) and
+/// [`mla_t32_scores_ds`] (`m64n32k16`): the accumulator list `$acc`
+/// (declared `$ga`) of the column groups `$groups`, the barrier's label
+/// `$label`, the eight latent J blocks' Q steps `$q0 .. $q7` and the RoPE
+/// block's `$r`.
+macro_rules! t_ds_scores {
+    ($shape:literal, $acc:literal, $ga:literal, $label:literal, $groups:tt, $q0:tt, $q1:tt, $q2:tt, $q3:tt, $q4:tt, $q5:tt, $q6:tt, $q7:tt, [$r0:literal, $r1:literal, $r2:literal, $r3:literal]) => {
+        concat!(
+            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n.reg .f32 sa, sb, ", $ga, ";\n",
+            ".reg .b32 ql, qh, qa, kp, sp, rp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
+            "mov.b32 kp, {k};\nmov.b32 sp, {sp};\nmov.b32 rp, {rp};\nmov.b64 {{ql, qh}}, {q};\n",
+            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
+            $label, ":\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra ", $label, ";\nwgmma.fence.sync.aligned;\n",
+            t_e4m3_load!("xa", "0", "{n0}"),
+            t_e4m3_load!("xb", "64", "{n1}"), t_ds_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q0, "first", "1"),
+            t_e4m3_load!("xa", "128", "{n2}"), t_ds_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q1, "acc", "0"),
+            t_ds_fold!("ga", "0", "{n0}", mul, $groups),
+            t_e4m3_load!("xb", "192", "{n3}"), t_ds_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q2, "first", "1"),
+            t_e4m3_load!("xa", "256", "{n4}"), t_ds_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q3, "acc", "0"),
+            t_ds_fold!("ga", "4", "{f1}", fma, $groups),
+            t_e4m3_load!("xb", "320", "{n5}"), t_ds_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q4, "first", "1"),
+            t_e4m3_load!("xa", "384", "{n6}"), t_ds_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q5, "acc", "0"),
+            t_ds_fold!("ga", "8", "{f2}", fma, $groups),
+            t_e4m3_load!("xb", "448", "{n7}"), t_ds_j!($shape, $acc, "xa", ["paa", "pab", "pac", "pad"], $q6, "first", "1"),
+            t_ds_j!($shape, $acc, "xb", ["pba", "pbb", "pbc", "pbd"], $q7, "acc", "0"),
+            t_ds_fold!("ga", "12", "{f3}", fma, $groups),
+            "ld.shared.v4.b32 {{xa0, xa1, xa2, xa3}}, [rp];\nld.shared.v4.b32 {{xa4, xa5, xa6, xa7}}, [rp+16];\n",
+            "ld.shared.v4.b32 {{xb0, xb1, xb2, xb3}}, [rp+{n0}];\nld.shared.v4.b32 {{xb4, xb5, xb6, xb7}}, [rp+{r1}];\n",
+            "wgmma.fence.sync.aligned;\n",
+            t_ds_mma!($shape, "bf16", $acc, "{{xa0, xb0, xa1, xb1}}", $r0, "first"),
+            t_ds_mma!($shape, "bf16", $acc, "{{xa2, xb2, xa3, xb3}}", $r1, "acc"),
+            t_ds_mma!($shape, "bf16", $acc, "{{xa4, xb4, xa5, xb5}}", $r2, "acc"),
+            t_ds_mma!($shape, "bf16", $acc, "{{xa6, xb6, xa7, xb7}}", $r3, "acc"),
+            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n",
+            t_ds_sum!($groups),
+            "}}"
         )
     };
 }
@@ -940,36 +1000,7 @@ const PT_KEY2: u32 = second_key(decode_attn_abi::KvFormat::Fp8PerHead);
 pub unsafe fn mla_t_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity: u32) -> [f32; 8] {
     let mut s = [0f32; 8];
     core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n.reg .f32 sa, sb, ga<8>;\n",
-            ".reg .b32 ql, qh, qa, kp, sp, rp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
-            "mov.b32 kp, {k};\nmov.b32 sp, {sp};\nmov.b32 rp, {rp};\nmov.b64 {{ql, qh}}, {q};\n",
-            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
-            "D0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra D0;\nwgmma.fence.sync.aligned;\n",
-            t_e4m3_load!("xa", "0", "{n0}"),
-            t_e4m3_load!("xb", "64", "{n1}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first", "1"),
-            t_e4m3_load!("xa", "128", "{n2}"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["128", "130", "132", "134"], "acc", "0"),
-            t_ds_fold!("ga", "0", "{n0}", mul),
-            t_e4m3_load!("xb", "192", "{n3}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["256", "258", "260", "262"], "first", "1"),
-            t_e4m3_load!("xa", "256", "{n4}"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["384", "386", "388", "390"], "acc", "0"),
-            t_ds_fold!("ga", "4", "{f1}", fma),
-            t_e4m3_load!("xb", "320", "{n5}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first", "1"),
-            t_e4m3_load!("xa", "384", "{n6}"), t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["640", "642", "644", "646"], "acc", "0"),
-            t_ds_fold!("ga", "8", "{f2}", fma),
-            t_e4m3_load!("xb", "448", "{n7}"), t_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["768", "770", "772", "774"], "first", "1"),
-            t_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["896", "898", "900", "902"], "acc", "0"),
-            t_ds_fold!("ga", "12", "{f3}", fma),
-            "ld.shared.v4.b32 {{xa0, xa1, xa2, xa3}}, [rp];\nld.shared.v4.b32 {{xa4, xa5, xa6, xa7}}, [rp+16];\n",
-            "ld.shared.v4.b32 {{xb0, xb1, xb2, xb3}}, [rp+{n0}];\nld.shared.v4.b32 {{xb4, xb5, xb6, xb7}}, [rp+{r1}];\n",
-            "wgmma.fence.sync.aligned;\n",
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa0, xb0, xa1, xb1}}", "1024", "first"),
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa2, xb2, xa3, xb3}}", "1026", "acc"),
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa4, xb4, xa5, xb5}}", "1028", "acc"),
-            t_ds_mma!("bf16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "{{xa6, xb6, xa7, xb7}}", "1030", "acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n",
-            "add.f32 {s0}, {s0}, ga0;\nadd.f32 {s1}, {s1}, ga1;\nadd.f32 {s2}, {s2}, ga2;\nadd.f32 {s3}, {s3}, ga3;\n",
-            "add.f32 {s4}, {s4}, ga4;\nadd.f32 {s5}, {s5}, ga5;\nadd.f32 {s6}, {s6}, ga6;\nadd.f32 {s7}, {s7}, ga7;\n}}"
-        ),
+        t_ds_scores!("m64n16k16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7}}", "ga<8>", "D0", [["0", "1", "2", "3"], ["4", "5", "6", "7"]], ["0", "2", "4", "6"], ["128", "130", "132", "134"], ["256", "258", "260", "262"], ["384", "386", "388", "390"], ["512", "514", "516", "518"], ["640", "642", "644", "646"], ["768", "770", "772", "774"], ["896", "898", "900", "902"], ["1024", "1026", "1028", "1030"]),
         n0 = const DS_KEY2, n1 = const DS_KEY2 + 64, n2 = const DS_KEY2 + 128, n3 = const DS_KEY2 + 192, n4 = const DS_KEY2 + 256, n5 = const DS_KEY2 + 320, n6 = const DS_KEY2 + 384, n7 = const DS_KEY2 + 448,
         f1 = const DS_KEY2 + 4, f2 = const DS_KEY2 + 8, f3 = const DS_KEY2 + 12, r1 = const DS_KEY2 + 16,
         k = in(reg32) k, sp = in(reg32) sp, rp = in(reg32) rp, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
@@ -1011,16 +1042,48 @@ macro_rules! t_pv_pair {
 /// step `$p` descriptor units on (an operand), committed as a group, then
 /// the wait for the group before.
 macro_rules! t_pv_j {
-    ($w:literal, $t:literal, $u:literal, $d0:literal, $d1:literal, $p:literal) => {
+    ($shape:literal, $w:literal, $t:literal, $u:literal, $d0:literal, $d1:literal, $p:literal) => {
         concat!(
             t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x5140", concat!($t, "0"), concat!($t, "1")),
             t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x5140", concat!($t, "2"), concat!($t, "3")),
             t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x7362", concat!($u, "0"), concat!($u, "1")),
             t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x7362", concat!($u, "2"), concat!($u, "3")),
             "wgmma.fence.sync.aligned;\nadd.u32 pa, pl, ", $p, ";\nmov.b64 pd, {{pa, ph}};\n",
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 ", $d0, ", {{", $t, "0, ", $t, "1, ", $t, "2, ", $t, "3}}, pd, acc, 1, 1, 0;\n",
-            "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 ", $d1, ", {{", $u, "0, ", $u, "1, ", $u, "2, ", $u, "3}}, pd, acc, 1, 1, 0;\n",
+            "wgmma.mma_async.sync.aligned.", $shape, ".f32.f16.f16 ", $d0, ", {{", $t, "0, ", $t, "1, ", $t, "2, ", $t, "3}}, pd, acc, 1, 1, 0;\n",
+            "wgmma.mma_async.sync.aligned.", $shape, ".f32.f16.f16 ", $d1, ", {{", $u, "0, ", $u, "1, ", $u, "2, ", $u, "3}}, pd, acc, 1, 1, 0;\n",
             "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
+        )
+    };
+}
+/// The body of [`mla_t_pv_e4m3`] (`m64n16k16`) and [`mla_t32_pv_e4m3`]
+/// (`m64n32k16`): 16 groups of an M-tile pair `i` (accumulator lists
+/// `$d(2i)`, `$d(2i + 1)`) and a k16 step, each pair's words loaded while
+/// the group before runs.
+macro_rules! t_pv_body {
+    ($shape:literal, $d0:literal, $d1:literal, $d2:literal, $d3:literal, $d4:literal, $d5:literal, $d6:literal, $d7:literal) => {
+        concat!(
+            "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
+            ".reg .b32 pl, ph, pa, v0, v1, v2, v3, pr, wa<4>, wb<4>, ta<4>, tb<4>, ua<4>, ub<4>;\n",
+            "mov.b32 v0, {v};\nadd.u32 v1, v0, {s1};\nadd.u32 v2, v0, {s2};\nadd.u32 v3, v0, {s3};\n",
+            "mov.b64 {{pl, ph}}, {p};\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
+            t_pv_load!("wa", "v0", "{a00}", "{a01}", "{a02}", "{a03}"),
+            t_pv_load!("wb", "v0", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!($shape, "wa", "ta", "ua", $d0, $d1, "{p00}"),
+            t_pv_load!("wa", "v0", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!($shape, "wb", "tb", "ub", $d2, $d3, "{p10}"),
+            t_pv_load!("wb", "v0", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!($shape, "wa", "ta", "ua", $d4, $d5, "{p20}"),
+            t_pv_load!("wa", "v1", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!($shape, "wb", "tb", "ub", $d6, $d7, "{p30}"),
+            t_pv_load!("wb", "v1", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!($shape, "wa", "ta", "ua", $d0, $d1, "{p01}"),
+            t_pv_load!("wa", "v1", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!($shape, "wb", "tb", "ub", $d2, $d3, "{p11}"),
+            t_pv_load!("wb", "v1", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!($shape, "wa", "ta", "ua", $d4, $d5, "{p21}"),
+            t_pv_load!("wa", "v2", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!($shape, "wb", "tb", "ub", $d6, $d7, "{p31}"),
+            t_pv_load!("wb", "v2", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!($shape, "wa", "ta", "ua", $d0, $d1, "{p02}"),
+            t_pv_load!("wa", "v2", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!($shape, "wb", "tb", "ub", $d2, $d3, "{p12}"),
+            t_pv_load!("wb", "v2", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!($shape, "wa", "ta", "ua", $d4, $d5, "{p22}"),
+            t_pv_load!("wa", "v3", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!($shape, "wb", "tb", "ub", $d6, $d7, "{p32}"),
+            t_pv_load!("wb", "v3", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!($shape, "wa", "ta", "ua", $d0, $d1, "{p03}"),
+            t_pv_load!("wa", "v3", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!($shape, "wb", "tb", "ub", $d2, $d3, "{p13}"),
+            t_pv_load!("wb", "v3", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!($shape, "wa", "ta", "ua", $d4, $d5, "{p23}"),
+            t_pv_j!($shape, "wb", "tb", "ub", $d6, $d7, "{p33}"),
+            "wgmma.wait_group.sync.aligned 0;\n}}"
         )
     };
 }
@@ -1048,30 +1111,7 @@ macro_rules! t_pv_j {
 #[inline(always)]
 pub unsafe fn mla_t_pv_e4m3<const ROW: u32, const GROUPED: bool, const SPREAD: bool>(o: &mut [[f32; 8]; 8], p: u64, v: u32) {
     core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
-            ".reg .b32 pl, ph, pa, v0, v1, v2, v3, pr, wa<4>, wb<4>, ta<4>, tb<4>, ua<4>, ub<4>;\n",
-            "mov.b32 v0, {v};\nadd.u32 v1, v0, {s1};\nadd.u32 v2, v0, {s2};\nadd.u32 v3, v0, {s3};\n",
-            "mov.b64 {{pl, ph}}, {p};\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            t_pv_load!("wa", "v0", "{a00}", "{a01}", "{a02}", "{a03}"),
-            t_pv_load!("wb", "v0", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p00}"),
-            t_pv_load!("wa", "v0", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p10}"),
-            t_pv_load!("wb", "v0", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p20}"),
-            t_pv_load!("wa", "v1", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p30}"),
-            t_pv_load!("wb", "v1", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p01}"),
-            t_pv_load!("wa", "v1", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p11}"),
-            t_pv_load!("wb", "v1", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p21}"),
-            t_pv_load!("wa", "v2", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p31}"),
-            t_pv_load!("wb", "v2", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p02}"),
-            t_pv_load!("wa", "v2", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p12}"),
-            t_pv_load!("wb", "v2", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p22}"),
-            t_pv_load!("wa", "v3", "{a00}", "{a01}", "{a02}", "{a03}"), t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p32}"),
-            t_pv_load!("wb", "v3", "{a10}", "{a11}", "{a12}", "{a13}"), t_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{p03}"),
-            t_pv_load!("wa", "v3", "{a20}", "{a21}", "{a22}", "{a23}"), t_pv_j!("wb", "tb", "ub", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p13}"),
-            t_pv_load!("wb", "v3", "{a30}", "{a31}", "{a32}", "{a33}"), t_pv_j!("wa", "ta", "ua", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{p23}"),
-            t_pv_j!("wb", "tb", "ub", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p33}"),
-            "wgmma.wait_group.sync.aligned 0;\n}}"
-        ),
+        t_pv_body!("m64n16k16", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}}}", "{{{o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}}}", "{{{o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}}}", "{{{o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}}}", "{{{o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}"),
         p = in(reg64) p, v = in(reg32) v, z = in(reg32) 0u32,
         s1 = const 16 * ROW, s2 = const 32 * ROW, s3 = const 48 * ROW,
         a00 = const 128 * 0, a01 = const 128 * 0 + (if SPREAD { 1 } else { 4 }) * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + (if SPREAD { 9 } else { 12 }) * ROW,
@@ -1094,28 +1134,6 @@ pub unsafe fn mla_t_pv_e4m3<const ROW: u32, const GROUPED: bool, const SPREAD: b
     );
 }
 
-/// One `m64n32k16` score step of [`mla_t32_scores_e4m3`] with A from
-/// registers `$a0 .. $a3`, Q's step `$q` descriptor units on.
-macro_rules! t32_e4m3_mma {
-    ($a:literal, $q:literal, $pred:literal) => {
-        concat!(
-            "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}, {{",
-            $a, "0, ", $a, "1, ", $a, "2, ", $a, "3}}, qd, ", $pred, ", 1, 1, 0;\n"
-        )
-    };
-}
-/// A J block of [`mla_t32_scores_e4m3`], as [`mla_t_scores_e4m3`]'s.
-macro_rules! t32_e4m3_j {
-    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal) => {
-        concat!(
-            t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
-            "wgmma.fence.sync.aligned;\n",
-            t32_e4m3_mma!($a0, $q0, $first), t32_e4m3_mma!($a1, $q1, "acc"), t32_e4m3_mma!($a2, $q2, "acc"), t32_e4m3_mma!($a3, $q3, "acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
-        )
-    };
-}
 
 /// `Sᵀ = K·Qᵀ` of the 32-row ring kernel (`decode::mla_t_ring32`, fp8 a
 /// scale per token) for one stage's 64 keys: [`mla_t_scores_e4m3`] at
@@ -1131,63 +1149,16 @@ macro_rules! t32_e4m3_j {
 pub unsafe fn mla_t32_scores_e4m3(k: u32, q: u64, bar: u32, parity: u32) -> [f32; 16] {
     let mut s = [0f32; 16];
     core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n",
-            ".reg .b32 ql, qh, qa, kp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
-            "mov.b32 kp, {k};\nmov.b64 {{ql, qh}}, {q};\n",
-            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
-            "W0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra W0;\nwgmma.fence.sync.aligned;\n",
-            t_e4m3_load!("xa", "0", "{n0}"),
-            t_e4m3_load!("xb", "64", "{n1}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first"),
-            t_e4m3_load!("xa", "128", "{n2}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["256", "258", "260", "262"], "acc"),
-            t_e4m3_load!("xb", "192", "{n3}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "acc"),
-            t_e4m3_load!("xa", "256", "{n4}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["768", "770", "772", "774"], "acc"),
-            t_e4m3_load!("xb", "320", "{n5}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["1024", "1026", "1028", "1030"], "acc"),
-            t_e4m3_load!("xa", "384", "{n6}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1280", "1282", "1284", "1286"], "acc"),
-            t_e4m3_load!("xb", "448", "{n7}"), t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["1536", "1538", "1540", "1542"], "acc"),
-            t_e4m3_load!("xa", "512", "{n8}"), t32_e4m3_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1792", "1794", "1796", "1798"], "acc"),
-            t32_e4m3_j!("xa", ["paa", "pab", "pac", "pad"], ["2048", "2050", "2052", "2054"], "acc"),
-            "wgmma.wait_group.sync.aligned 0;\n}}"
-        ),
+        t_e4m3_scores!("m64n32k16", "{{{s0}, {s1}, {s2}, {s3}, {s4}, {s5}, {s6}, {s7}, {s8}, {s9}, {s10}, {s11}, {s12}, {s13}, {s14}, {s15}}}", "W0", ["0", "2", "4", "6"], ["256", "258", "260", "262"], ["512", "514", "516", "518"], ["768", "770", "772", "774"], ["1024", "1026", "1028", "1030"], ["1280", "1282", "1284", "1286"], ["1536", "1538", "1540", "1542"], ["1792", "1794", "1796", "1798"], ["2048", "2050", "2052", "2054"]),
         n0 = const PT_KEY2, n1 = const PT_KEY2 + 64, n2 = const PT_KEY2 + 128, n3 = const PT_KEY2 + 192, n4 = const PT_KEY2 + 256, n5 = const PT_KEY2 + 320, n6 = const PT_KEY2 + 384, n7 = const PT_KEY2 + 448, n8 = const PT_KEY2 + 512,
         k = in(reg32) k, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
-        s0 = out(reg32) s[0],
-        s1 = out(reg32) s[1],
-        s2 = out(reg32) s[2],
-        s3 = out(reg32) s[3],
-        s4 = out(reg32) s[4],
-        s5 = out(reg32) s[5],
-        s6 = out(reg32) s[6],
-        s7 = out(reg32) s[7],
-        s8 = out(reg32) s[8],
-        s9 = out(reg32) s[9],
-        s10 = out(reg32) s[10],
-        s11 = out(reg32) s[11],
-        s12 = out(reg32) s[12],
-        s13 = out(reg32) s[13],
-        s14 = out(reg32) s[14],
-        s15 = out(reg32) s[15],
+        s0 = out(reg32) s[0], s1 = out(reg32) s[1], s2 = out(reg32) s[2], s3 = out(reg32) s[3], s4 = out(reg32) s[4], s5 = out(reg32) s[5], s6 = out(reg32) s[6], s7 = out(reg32) s[7],
+        s8 = out(reg32) s[8], s9 = out(reg32) s[9], s10 = out(reg32) s[10], s11 = out(reg32) s[11], s12 = out(reg32) s[12], s13 = out(reg32) s[13], s14 = out(reg32) s[14], s15 = out(reg32) s[15],
         options(nostack)
     );
     s
 }
 
-/// An M-tile pair and k16 step of [`mla_t32_pv_e4m3`]: [`t_pv_j`] at
-/// `m64n32k16`.
-macro_rules! t32_pv_j {
-    ($w:literal, $t:literal, $u:literal, $d0:literal, $d1:literal, $p:literal) => {
-        concat!(
-            t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x5140", concat!($t, "0"), concat!($t, "1")),
-            t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x5140", concat!($t, "2"), concat!($t, "3")),
-            t_pv_pair!(concat!($w, "0"), concat!($w, "1"), "0x7362", concat!($u, "0"), concat!($u, "1")),
-            t_pv_pair!(concat!($w, "2"), concat!($w, "3"), "0x7362", concat!($u, "2"), concat!($u, "3")),
-            "wgmma.fence.sync.aligned;\nadd.u32 pa, pl, ", $p, ";\nmov.b64 pd, {{pa, ph}};\n",
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 ", $d0, ", {{", $t, "0, ", $t, "1, ", $t, "2, ", $t, "3}}, pd, acc, 1, 1, 0;\n",
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 ", $d1, ", {{", $u, "0, ", $u, "1, ", $u, "2, ", $u, "3}}, pd, acc, 1, 1, 0;\n",
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 1;\n"
-        )
-    };
-}
 
 /// `Oᵀ += Vᵀ·Pᵀ` of the 32-row ring kernel (`decode::mla_t_ring32`, rows
 /// `ROW` bytes apart): [`mla_t_pv_e4m3`] at `m64n32k16` against 32-row P
@@ -1201,30 +1172,7 @@ macro_rules! t32_pv_j {
 #[inline(always)]
 pub unsafe fn mla_t32_pv_e4m3<const ROW: u32, const GROUPED: bool, const SPREAD: bool>(o: &mut [[f32; 16]; 8], p: u64, v: u32) {
     core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred acc;\n.reg .b64 pd;\n.reg .b16 hl, hh;\n",
-            ".reg .b32 pl, ph, pa, v0, v1, v2, v3, pr, wa<4>, wb<4>, ta<4>, tb<4>, ua<4>, ub<4>;\n",
-            "mov.b32 v0, {v};\nadd.u32 v1, v0, {s1};\nadd.u32 v2, v0, {s2};\nadd.u32 v3, v0, {s3};\n",
-            "mov.b64 {{pl, ph}}, {p};\nsetp.eq.b32 acc, {z}, 0;\nwgmma.fence.sync.aligned;\n",
-            t_pv_load!("wa", "v0", "{a00}", "{a01}", "{a02}", "{a03}"),
-            t_pv_load!("wb", "v0", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p00}"),
-            t_pv_load!("wa", "v0", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p10}"),
-            t_pv_load!("wb", "v0", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p20}"),
-            t_pv_load!("wa", "v1", "{a00}", "{a01}", "{a02}", "{a03}"), t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p30}"),
-            t_pv_load!("wb", "v1", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p01}"),
-            t_pv_load!("wa", "v1", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p11}"),
-            t_pv_load!("wb", "v1", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p21}"),
-            t_pv_load!("wa", "v2", "{a00}", "{a01}", "{a02}", "{a03}"), t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p31}"),
-            t_pv_load!("wb", "v2", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p02}"),
-            t_pv_load!("wa", "v2", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p12}"),
-            t_pv_load!("wb", "v2", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p22}"),
-            t_pv_load!("wa", "v3", "{a00}", "{a01}", "{a02}", "{a03}"), t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p32}"),
-            t_pv_load!("wb", "v3", "{a10}", "{a11}", "{a12}", "{a13}"), t32_pv_j!("wa", "ta", "ua", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{p03}"),
-            t_pv_load!("wa", "v3", "{a20}", "{a21}", "{a22}", "{a23}"), t32_pv_j!("wb", "tb", "ub", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{p13}"),
-            t_pv_load!("wb", "v3", "{a30}", "{a31}", "{a32}", "{a33}"), t32_pv_j!("wa", "ta", "ua", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{p23}"),
-            t32_pv_j!("wb", "tb", "ub", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}", "{p33}"),
-            "wgmma.wait_group.sync.aligned 0;\n}}"
-        ),
+        t_pv_body!("m64n32k16", "{{{o0}, {o1}, {o2}, {o3}, {o4}, {o5}, {o6}, {o7}, {o8}, {o9}, {o10}, {o11}, {o12}, {o13}, {o14}, {o15}}}", "{{{o16}, {o17}, {o18}, {o19}, {o20}, {o21}, {o22}, {o23}, {o24}, {o25}, {o26}, {o27}, {o28}, {o29}, {o30}, {o31}}}", "{{{o32}, {o33}, {o34}, {o35}, {o36}, {o37}, {o38}, {o39}, {o40}, {o41}, {o42}, {o43}, {o44}, {o45}, {o46}, {o47}}}", "{{{o48}, {o49}, {o50}, {o51}, {o52}, {o53}, {o54}, {o55}, {o56}, {o57}, {o58}, {o59}, {o60}, {o61}, {o62}, {o63}}}", "{{{o64}, {o65}, {o66}, {o67}, {o68}, {o69}, {o70}, {o71}, {o72}, {o73}, {o74}, {o75}, {o76}, {o77}, {o78}, {o79}}}", "{{{o80}, {o81}, {o82}, {o83}, {o84}, {o85}, {o86}, {o87}, {o88}, {o89}, {o90}, {o91}, {o92}, {o93}, {o94}, {o95}}}", "{{{o96}, {o97}, {o98}, {o99}, {o100}, {o101}, {o102}, {o103}, {o104}, {o105}, {o106}, {o107}, {o108}, {o109}, {o110}, {o111}}}", "{{{o112}, {o113}, {o114}, {o115}, {o116}, {o117}, {o118}, {o119}, {o120}, {o121}, {o122}, {o123}, {o124}, {o125}, {o126}, {o127}}}"),
         p = in(reg64) p, v = in(reg32) v, z = in(reg32) 0u32,
         s1 = const 16 * ROW, s2 = const 32 * ROW, s3 = const 48 * ROW,
         a00 = const 128 * 0, a01 = const 128 * 0 + (if SPREAD { 1 } else { 4 }) * ROW, a02 = const 128 * 0 + 8 * ROW, a03 = const 128 * 0 + (if SPREAD { 9 } else { 12 }) * ROW,
@@ -1247,30 +1195,6 @@ pub unsafe fn mla_t32_pv_e4m3<const ROW: u32, const GROUPED: bool, const SPREAD:
     );
 }
 
-/// One `m64n32k16` score step of [`mla_t32_scores_ds`] into the
-/// accumulator `ga` (16 registers), as [`t_ds_mma`]'s.
-macro_rules! t32_ds_mma {
-    ($ty:literal, $a:expr, $q:literal, $pred:literal) => {
-        concat!(
-            "add.u32 qa, ql, ", $q, ";\nmov.b64 qd, {{qa, qh}};\n",
-            "wgmma.mma_async.sync.aligned.m64n32k16.f32.", $ty, ".", $ty, " {{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7, ga8, ga9, ga10, ga11, ga12, ga13, ga14, ga15}}, ", $a, ", qd, ", $pred, ", 1, 1, 0;\n"
-        )
-    };
-}
-/// A J block of [`mla_t32_scores_ds`], as [`t_ds_j`]'s.
-macro_rules! t32_ds_j {
-    ($x:literal, [$a0:literal, $a1:literal, $a2:literal, $a3:literal], [$q0:literal, $q1:literal, $q2:literal, $q3:literal], $first:literal, $wait:literal) => {
-        concat!(
-            t_e4m3_a!($x, "0", "4", $a0), t_e4m3_a!($x, "1", "5", $a1), t_e4m3_a!($x, "2", "6", $a2), t_e4m3_a!($x, "3", "7", $a3),
-            "wgmma.fence.sync.aligned;\n",
-            t32_ds_mma!("f16", concat!("{{", $a0, "0, ", $a0, "1, ", $a0, "2, ", $a0, "3}}"), $q0, $first),
-            t32_ds_mma!("f16", concat!("{{", $a1, "0, ", $a1, "1, ", $a1, "2, ", $a1, "3}}"), $q1, "acc"),
-            t32_ds_mma!("f16", concat!("{{", $a2, "0, ", $a2, "1, ", $a2, "2, ", $a2, "3}}"), $q2, "acc"),
-            t32_ds_mma!("f16", concat!("{{", $a3, "0, ", $a3, "1, ", $a3, "2, ", $a3, "3}}"), $q3, "acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned ", $wait, ";\n"
-        )
-    };
-}
 
 /// `Sᵀ = K·Qᵀ` of the 32-row ring kernel for fp8-ds-mla
 /// (`decode::mla_t_ring32`): [`mla_t_scores_ds`] at `m64n32k16` against
@@ -1285,58 +1209,12 @@ macro_rules! t32_ds_j {
 pub unsafe fn mla_t32_scores_ds(k: u32, sp: u32, rp: u32, q: u64, bar: u32, parity: u32) -> [f32; 16] {
     let mut s = [0f32; 16];
     core::arch::asm!(
-        concat!(
-            "{{\n.reg .pred first, acc, ready;\n.reg .b64 qd;\n.reg .b16 hl, hh;\n.reg .f32 sa, sb, ga<16>;\n",
-            ".reg .b32 ql, qh, qa, kp, sp, rp, xa<8>, xb<8>, paa<4>, pab<4>, pac<4>, pad<4>, pba<4>, pbb<4>, pbc<4>, pbd<4>;\n",
-            "mov.b32 kp, {k};\nmov.b32 sp, {sp};\nmov.b32 rp, {rp};\nmov.b64 {{ql, qh}}, {q};\n",
-            "setp.ne.b32 first, {z}, 0;\nsetp.eq.b32 acc, {z}, 0;\n",
-            "X0:\nmbarrier.try_wait.parity.shared::cta.b64 ready, [{bar}], {parity};\n@!ready bra X0;\nwgmma.fence.sync.aligned;\n",
-            t_e4m3_load!("xa", "0", "{n0}"),
-            t_e4m3_load!("xb", "64", "{n1}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["0", "2", "4", "6"], "first", "1"),
-            t_e4m3_load!("xa", "128", "{n2}"), t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["256", "258", "260", "262"], "acc", "0"),
-            "ld.shared.f32 sa, [sp+0];\nld.shared.f32 sb, [sp+{n0}];\n",
-            "mul.rn.f32 {s0}, ga0, sa;\nmul.rn.f32 {s1}, ga1, sa;\nmul.rn.f32 {s2}, ga2, sb;\nmul.rn.f32 {s3}, ga3, sb;\nmul.rn.f32 {s4}, ga4, sa;\nmul.rn.f32 {s5}, ga5, sa;\nmul.rn.f32 {s6}, ga6, sb;\nmul.rn.f32 {s7}, ga7, sb;\nmul.rn.f32 {s8}, ga8, sa;\nmul.rn.f32 {s9}, ga9, sa;\nmul.rn.f32 {s10}, ga10, sb;\nmul.rn.f32 {s11}, ga11, sb;\nmul.rn.f32 {s12}, ga12, sa;\nmul.rn.f32 {s13}, ga13, sa;\nmul.rn.f32 {s14}, ga14, sb;\nmul.rn.f32 {s15}, ga15, sb;\n",
-            t_e4m3_load!("xb", "192", "{n3}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["512", "514", "516", "518"], "first", "1"),
-            t_e4m3_load!("xa", "256", "{n4}"), t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["768", "770", "772", "774"], "acc", "0"),
-            "ld.shared.f32 sa, [sp+4];\nld.shared.f32 sb, [sp+{f1}];\n",
-            "fma.rn.f32 {s0}, ga0, sa, {s0};\nfma.rn.f32 {s1}, ga1, sa, {s1};\nfma.rn.f32 {s2}, ga2, sb, {s2};\nfma.rn.f32 {s3}, ga3, sb, {s3};\nfma.rn.f32 {s4}, ga4, sa, {s4};\nfma.rn.f32 {s5}, ga5, sa, {s5};\nfma.rn.f32 {s6}, ga6, sb, {s6};\nfma.rn.f32 {s7}, ga7, sb, {s7};\nfma.rn.f32 {s8}, ga8, sa, {s8};\nfma.rn.f32 {s9}, ga9, sa, {s9};\nfma.rn.f32 {s10}, ga10, sb, {s10};\nfma.rn.f32 {s11}, ga11, sb, {s11};\nfma.rn.f32 {s12}, ga12, sa, {s12};\nfma.rn.f32 {s13}, ga13, sa, {s13};\nfma.rn.f32 {s14}, ga14, sb, {s14};\nfma.rn.f32 {s15}, ga15, sb, {s15};\n",
-            t_e4m3_load!("xb", "320", "{n5}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["1024", "1026", "1028", "1030"], "first", "1"),
-            t_e4m3_load!("xa", "384", "{n6}"), t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1280", "1282", "1284", "1286"], "acc", "0"),
-            "ld.shared.f32 sa, [sp+8];\nld.shared.f32 sb, [sp+{f2}];\n",
-            "fma.rn.f32 {s0}, ga0, sa, {s0};\nfma.rn.f32 {s1}, ga1, sa, {s1};\nfma.rn.f32 {s2}, ga2, sb, {s2};\nfma.rn.f32 {s3}, ga3, sb, {s3};\nfma.rn.f32 {s4}, ga4, sa, {s4};\nfma.rn.f32 {s5}, ga5, sa, {s5};\nfma.rn.f32 {s6}, ga6, sb, {s6};\nfma.rn.f32 {s7}, ga7, sb, {s7};\nfma.rn.f32 {s8}, ga8, sa, {s8};\nfma.rn.f32 {s9}, ga9, sa, {s9};\nfma.rn.f32 {s10}, ga10, sb, {s10};\nfma.rn.f32 {s11}, ga11, sb, {s11};\nfma.rn.f32 {s12}, ga12, sa, {s12};\nfma.rn.f32 {s13}, ga13, sa, {s13};\nfma.rn.f32 {s14}, ga14, sb, {s14};\nfma.rn.f32 {s15}, ga15, sb, {s15};\n",
-            t_e4m3_load!("xb", "448", "{n7}"), t32_ds_j!("xa", ["paa", "pab", "pac", "pad"], ["1536", "1538", "1540", "1542"], "first", "1"),
-            t32_ds_j!("xb", ["pba", "pbb", "pbc", "pbd"], ["1792", "1794", "1796", "1798"], "acc", "0"),
-            "ld.shared.f32 sa, [sp+12];\nld.shared.f32 sb, [sp+{f3}];\n",
-            "fma.rn.f32 {s0}, ga0, sa, {s0};\nfma.rn.f32 {s1}, ga1, sa, {s1};\nfma.rn.f32 {s2}, ga2, sb, {s2};\nfma.rn.f32 {s3}, ga3, sb, {s3};\nfma.rn.f32 {s4}, ga4, sa, {s4};\nfma.rn.f32 {s5}, ga5, sa, {s5};\nfma.rn.f32 {s6}, ga6, sb, {s6};\nfma.rn.f32 {s7}, ga7, sb, {s7};\nfma.rn.f32 {s8}, ga8, sa, {s8};\nfma.rn.f32 {s9}, ga9, sa, {s9};\nfma.rn.f32 {s10}, ga10, sb, {s10};\nfma.rn.f32 {s11}, ga11, sb, {s11};\nfma.rn.f32 {s12}, ga12, sa, {s12};\nfma.rn.f32 {s13}, ga13, sa, {s13};\nfma.rn.f32 {s14}, ga14, sb, {s14};\nfma.rn.f32 {s15}, ga15, sb, {s15};\n",
-            "ld.shared.v4.b32 {{xa0, xa1, xa2, xa3}}, [rp];\nld.shared.v4.b32 {{xa4, xa5, xa6, xa7}}, [rp+16];\n",
-            "ld.shared.v4.b32 {{xb0, xb1, xb2, xb3}}, [rp+{n0}];\nld.shared.v4.b32 {{xb4, xb5, xb6, xb7}}, [rp+{r1}];\n",
-            "wgmma.fence.sync.aligned;\n",
-            t32_ds_mma!("bf16", "{{xa0, xb0, xa1, xb1}}", "2048", "first"),
-            t32_ds_mma!("bf16", "{{xa2, xb2, xa3, xb3}}", "2050", "acc"),
-            t32_ds_mma!("bf16", "{{xa4, xb4, xa5, xb5}}", "2052", "acc"),
-            t32_ds_mma!("bf16", "{{xa6, xb6, xa7, xb7}}", "2054", "acc"),
-            "wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n",
-            "add.f32 {s0}, {s0}, ga0;\nadd.f32 {s1}, {s1}, ga1;\nadd.f32 {s2}, {s2}, ga2;\nadd.f32 {s3}, {s3}, ga3;\nadd.f32 {s4}, {s4}, ga4;\nadd.f32 {s5}, {s5}, ga5;\nadd.f32 {s6}, {s6}, ga6;\nadd.f32 {s7}, {s7}, ga7;\nadd.f32 {s8}, {s8}, ga8;\nadd.f32 {s9}, {s9}, ga9;\nadd.f32 {s10}, {s10}, ga10;\nadd.f32 {s11}, {s11}, ga11;\nadd.f32 {s12}, {s12}, ga12;\nadd.f32 {s13}, {s13}, ga13;\nadd.f32 {s14}, {s14}, ga14;\nadd.f32 {s15}, {s15}, ga15;\n}}"
-        ),
+        t_ds_scores!("m64n32k16", "{{ga0, ga1, ga2, ga3, ga4, ga5, ga6, ga7, ga8, ga9, ga10, ga11, ga12, ga13, ga14, ga15}}", "ga<16>", "X0", [["0", "1", "2", "3"], ["4", "5", "6", "7"], ["8", "9", "10", "11"], ["12", "13", "14", "15"]], ["0", "2", "4", "6"], ["256", "258", "260", "262"], ["512", "514", "516", "518"], ["768", "770", "772", "774"], ["1024", "1026", "1028", "1030"], ["1280", "1282", "1284", "1286"], ["1536", "1538", "1540", "1542"], ["1792", "1794", "1796", "1798"], ["2048", "2050", "2052", "2054"]),
         n0 = const DS_KEY2, n1 = const DS_KEY2 + 64, n2 = const DS_KEY2 + 128, n3 = const DS_KEY2 + 192, n4 = const DS_KEY2 + 256, n5 = const DS_KEY2 + 320, n6 = const DS_KEY2 + 384, n7 = const DS_KEY2 + 448,
         f1 = const DS_KEY2 + 4, f2 = const DS_KEY2 + 8, f3 = const DS_KEY2 + 12, r1 = const DS_KEY2 + 16,
         k = in(reg32) k, sp = in(reg32) sp, rp = in(reg32) rp, q = in(reg64) q, z = in(reg32) 0u32, bar = in(reg32) bar, parity = in(reg32) parity,
-        s0 = out(reg32) s[0],
-        s1 = out(reg32) s[1],
-        s2 = out(reg32) s[2],
-        s3 = out(reg32) s[3],
-        s4 = out(reg32) s[4],
-        s5 = out(reg32) s[5],
-        s6 = out(reg32) s[6],
-        s7 = out(reg32) s[7],
-        s8 = out(reg32) s[8],
-        s9 = out(reg32) s[9],
-        s10 = out(reg32) s[10],
-        s11 = out(reg32) s[11],
-        s12 = out(reg32) s[12],
-        s13 = out(reg32) s[13],
-        s14 = out(reg32) s[14],
-        s15 = out(reg32) s[15],
+        s0 = out(reg32) s[0], s1 = out(reg32) s[1], s2 = out(reg32) s[2], s3 = out(reg32) s[3], s4 = out(reg32) s[4], s5 = out(reg32) s[5], s6 = out(reg32) s[6], s7 = out(reg32) s[7],
+        s8 = out(reg32) s[8], s9 = out(reg32) s[9], s10 = out(reg32) s[10], s11 = out(reg32) s[11], s12 = out(reg32) s[12], s13 = out(reg32) s[13], s14 = out(reg32) s[14], s15 = out(reg32) s[15],
         options(nostack)
     );
     s
