@@ -106,10 +106,10 @@ pub struct Plan {
     pub(crate) row_cluster: u32,
     /// Runs the warp-specialised wgmma kernel ([`SpecializeChoice`]).
     pub(crate) specialized: bool,
-    /// Runs the MLA family's transposed kernel ([`TransposeChoice`]).
-    pub(crate) transposed: bool,
-    /// The transposed kernel is its row-chunk form (`Form::TransposedRows`).
-    pub(crate) transposed_rows: bool,
+    /// The MLA family's transposed kernel the plan runs, if one
+    /// ([`TransposeChoice`]): `Form::Transposed`, or its 32-row form
+    /// `Form::TransposedRows`.
+    pub(crate) transposed: Option<Form>,
     /// Kv heads per block: 2 for head pairs ([`HeadPairChoice`]), whose
     /// `warps_k` warps split evenly over the two heads.
     pub(crate) heads_per_block: u32,
@@ -267,7 +267,7 @@ impl Plan {
     /// ([`TransposeChoice`]: blocks of 16 query rows; more rows in row
     /// chunks, `Form::TransposedRows`).
     pub fn transposed(&self) -> bool {
-        self.transposed
+        self.transposed.is_some()
     }
     /// Kv heads per block (2: head pairs, [`HeadPairChoice`]).
     pub fn heads_per_block(&self) -> u32 {
@@ -294,10 +294,8 @@ impl Plan {
     fn planned_kernel_id(&self) -> KernelId {
         let form = if self.specialized {
             Form::Specialized
-        } else if self.transposed_rows {
-            Form::TransposedRows
-        } else if self.transposed {
-            Form::Transposed
+        } else if let Some(form) = self.transposed {
+            form
         } else if self.heads_per_block > 1 {
             Form::HeadPair
         } else if self.runs_capacity_twin() {
@@ -1122,8 +1120,7 @@ fn make_plan_for(
         cluster,
         row_cluster,
         specialized,
-        transposed,
-        transposed_rows: transposed_form == Some(Form::TransposedRows),
+        transposed: transposed_form,
         heads_per_block: 1,
         uniform,
         window_align: ranges.align,
