@@ -835,7 +835,7 @@ fn random_mla_case(rng: &mut decode_attn::testing::Rng, i: u32) -> mla::Case {
     let (capacity, dist) = (rng.below(4) == 0, if rng.below(2) == 0 { Distribution::Normal } else { Distribution::HeavyTailed });
     let format = mla::LATENT_FORMATS[(i % 3) as usize];
     let name = format!("mla-fuzz/{i}/{}/h{heads}/q{q_len}/{seq_lens:?}/cap{cap}/{layout:?}/{split:?}/{}/{dist:?}", format.name(), if capacity { "capacity" } else { "lengths" });
-    mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0, format, transpose: decode_attn::TransposeChoice::Auto }
+    mla::Case { name, heads, q_len, seq_lens, cap, split, layout, capacity, dist, deepseek_scale: rng.below(2) == 0, format, transpose: decode_attn::TransposeChoice::Auto, merge: decode_attn::MergeChoice::Auto }
 }
 
 /// `--mla N`: N random MLA cases (`random_mla_case`, case `i` from seed

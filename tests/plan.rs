@@ -3,7 +3,7 @@
 use decode_attn::heuristics::{self, block_shape};
 use decode_attn::plan::{plan, stage_keys, Plan};
 use decode_attn::{DecodeShape, VariantSpec, DeviceInfo, Dtype, KernelInfo, KernelLimits, KvFormat, KvLayout, MergeChoice, MergeMode, PageOrder, PlanOptions, SpecializeChoice, SplitPolicy, Family, FamilyChoice};
-use decode_attn_abi::{Arch, Form, KernelId, MAX_WARPS, PIPELINE_STAGES};
+use decode_attn_abi::{Arch, Form, KernelId, Merge, MAX_WARPS, PIPELINE_STAGES};
 use proptest::prelude::*;
 
 #[path = "common/coverage.rs"]
@@ -1026,6 +1026,49 @@ proptest! {
     }
 }
 
+/// An MLA plan of an fp8-ds-mla cache on the 64-row kernel whose
+/// sequences split in two merges each sequence's chunks in a 2-block
+/// cluster (`heuristics::mla_cluster_max`): no merge kernel, no partials,
+/// the kernel's cluster form, a cluster a row chunk's chunks. The other
+/// formats merge globally unless asked; `MergeChoice::Cluster` takes up
+/// to the device's largest cluster, and the transposed kernels (no
+/// cluster form) refuse it.
+#[test]
+fn mla_ds_sequences_split_in_two_merge_in_a_cluster_on_the_64_row_kernel() {
+    let kernel = KernelInfo { max_threads_per_block: 384, regs_per_thread: 168 };
+    let dev = &DeviceInfo::H100_SXM;
+    let latent = |format: KvFormat, heads: u32, split: SplitPolicy, merge: MergeChoice| plan(&DecodeShape { kv_format: format, ..DecodeShape::latent(32, heads, 1, 4096) }, &[4096; 32], dev, &kernel, &PlanOptions { merge, ..opts(split) });
+    let ds = KvFormat::Fp8DsMla;
+    let two = latent(ds, 128, SplitPolicy::ChunkKeys(2048), MergeChoice::Auto).unwrap();
+    assert_eq!((two.cluster(), two.launch_cluster(), two.merge_grid(), two.kernel_id().merge), (2, 2, None, Merge::Cluster));
+    assert!(two.kernel_name().starts_with("decode_cluster_mla_"), "{}", two.kernel_name());
+    assert_eq!((two.grid(), two.max_splits(), two.merge_mode()), ((32 * 2 * 2, 1, 1), 2, MergeMode::Cluster));
+    for format in [KvFormat::Bf16, KvFormat::Fp8PerHead] {
+        let global = latent(format, 128, SplitPolicy::ChunkKeys(2048), MergeChoice::Auto).unwrap();
+        assert_eq!((global.cluster(), global.kernel_id().merge), (0, Merge::Global), "{format:?}");
+        let forced = latent(format, 128, SplitPolicy::ChunkKeys(2048), MergeChoice::Cluster).unwrap();
+        assert_eq!((forced.cluster(), forced.merge_grid()), (2, None), "{format:?}");
+    }
+    // Four chunks: `Auto` merges globally (clusters of 4 one-block-per-SM
+    // blocks do not fill the GPU); `Cluster` asks for them.
+    let four = latent(ds, 128, SplitPolicy::ChunkKeys(1024), MergeChoice::Auto).unwrap();
+    assert_eq!((four.cluster(), four.kernel_id().merge), (0, Merge::Global));
+    assert!(four.merge_grid().is_some());
+    let forced = latent(ds, 128, SplitPolicy::ChunkKeys(1024), MergeChoice::Cluster).unwrap();
+    assert_eq!((forced.cluster(), forced.merge_grid()), (4, None));
+    // 16 heads run the transposed kernel: merged globally, or refused.
+    assert_eq!(latent(ds, 16, SplitPolicy::ChunkKeys(2048), MergeChoice::Auto).unwrap().cluster(), 0);
+    match latent(ds, 16, SplitPolicy::ChunkKeys(2048), MergeChoice::Cluster) {
+        Err(decode_attn::Error::Unsupported(m)) => assert!(m.contains("transposed") && m.contains("TransposeChoice::Never"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let never = plan(&DecodeShape { kv_format: ds, ..DecodeShape::latent(32, 16, 1, 4096) }, &[4096; 32], dev, &kernel, &PlanOptions { merge: MergeChoice::Cluster, transpose: decode_attn::TransposeChoice::Never, ..opts(SplitPolicy::ChunkKeys(2048)) }).unwrap();
+    assert_eq!((never.transposed(), never.cluster()), (false, 2));
+    // A capacity plan: every sequence's chunks at capacity one cluster.
+    let cap = decode_attn::plan::plan_capacity(&DecodeShape { kv_format: ds, ..DecodeShape::latent(4, 128, 1, 4000) }, dev, &kernel, &opts(SplitPolicy::ChunkKeys(2048))).unwrap();
+    assert_eq!((cap.cluster(), cap.merge_grid(), cap.grid()), (2, None, (4 * 2 * 2, 1, 1)));
+}
+
 /// An MLA merge kernel (rows of 512 values) runs blocks of 512 threads
 /// where its grid fits one block a SM, else of 128 like every other merge
 /// (`heuristics::merge_threads`); plans without a merge kernel have none.
@@ -1037,8 +1080,9 @@ fn mla_merges_take_512_threads_a_block_where_the_grid_fits_the_sms() {
     // 16 heads, one sequence of 32K in 512-key chunks: 64 slots, 16 one-row merge blocks.
     let one = latent(1, 16, 32768, SplitPolicy::ChunkKeys(512));
     assert_eq!((one.max_splits(), one.merge_grid(), one.merge_threads()), (64, Some((1, 16, 1)), 512));
-    // 128 heads, 32 sequences of 4K in halves: 2 slots, 32 × 32 blocks of 4 rows.
-    let many = latent(32, 128, 4096, SplitPolicy::ChunkKeys(2048));
+    // 128 heads, 32 sequences of 4K in halves, merged globally (`Auto`
+    // merges them in clusters): 2 slots, 32 × 32 blocks of 4 rows.
+    let many = plan(&DecodeShape::latent(32, 128, 1, 4096), &[4096; 32], dev, &kernel, &PlanOptions { merge: MergeChoice::Global, ..opts(SplitPolicy::ChunkKeys(2048)) }).unwrap();
     assert_eq!((many.max_splits(), many.merge_grid(), many.merge_threads()), (2, Some((32, 32, 1)), 128));
     // Grid B's rows (128 values) keep 128 threads; unsplit plans launch no merge.
     let b = plan(&DecodeShape::bf16(2, 16, 1, 128, 3, 131072), &[131072; 2], dev, &KERNEL, &PlanOptions::default()).unwrap();
@@ -1154,16 +1198,18 @@ fn mla_work_items_start_at_stage_boundaries() {
 /// 2-block cluster where the driver launches clusters and the grid is
 /// more than a wave (132 SMs, a block each: 67 sequences and more); a
 /// grid of one wave or less, one row chunk, four, the transposed kernel
-/// or a device without clusters: no cluster.
+/// or a device without clusters: no cluster. (Split sequences merged
+/// globally: a cluster merge's clusters are a row chunk's chunks.)
 #[test]
 fn mla_row_chunk_pairs_launch_as_clusters_past_a_wave() {
     let kernel = KernelInfo { max_threads_per_block: 256, regs_per_thread: 246 };
     let latent = |batch: u32, heads: u32, q_len: u32| DecodeShape::latent(batch, heads, q_len, 4096);
-    let plan_of = |batch: u32, heads: u32, q_len: u32, dev: &DeviceInfo| plan(&latent(batch, heads, q_len), &vec![4096; batch as usize], dev, &kernel, &PlanOptions::default()).unwrap();
+    let global = PlanOptions { merge: MergeChoice::Global, ..Default::default() };
+    let plan_of = |batch: u32, heads: u32, q_len: u32, dev: &DeviceInfo| plan(&latent(batch, heads, q_len), &vec![4096; batch as usize], dev, &kernel, &global).unwrap();
     let h100 = &DeviceInfo::H100_SXM;
     assert_eq!((plan_of(67, 128, 1, h100).launch_cluster(), plan_of(128, 128, 1, h100).launch_cluster()), (2, 2));
     assert_eq!(plan_of(128, 128, 1, h100).grid().0 % 2, 0);
-    assert_eq!(decode_attn::plan::plan_capacity(&latent(128, 128, 1), h100, &kernel, &PlanOptions::default()).unwrap().launch_cluster(), 2);
+    assert_eq!(decode_attn::plan::plan_capacity(&latent(128, 128, 1), h100, &kernel, &global).unwrap().launch_cluster(), 2);
     assert!(plan_of(66, 128, 1, h100).launch_cluster() <= 1 && plan_of(32, 128, 1, h100).launch_cluster() <= 1 && plan_of(1, 128, 1, h100).launch_cluster() <= 1);
     assert!(plan_of(200, 64, 1, h100).launch_cluster() <= 1 && plan_of(200, 128, 2, h100).launch_cluster() <= 1 && plan_of(200, 16, 1, h100).launch_cluster() <= 1);
     let no_clusters = DeviceInfo { max_cluster: 0, ..*h100 };

@@ -134,23 +134,51 @@ pub fn auto_cluster_max(format: KvFormat, t: &Tuning) -> u32 {
 /// chunks: the power of two at or above `chunks` (the kernels find their
 /// item with shifts; ranks past a sequence's chunks exit at once) when the
 /// sequences split, `choice` allows a cluster that large, the device has
-/// one and the shape's variant has cluster kernels; else 0 (merge through
-/// global memory).
-pub fn cluster_size(chunks: u32, shape: &DecodeShape, max_cluster: u32, choice: MergeChoice, t: &Tuning) -> u32 {
-    // (The MLA family merges globally alone: `KernelId::exists`.)
-    if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) || shape.is_latent() {
+/// one and the plan's kernel has a cluster form (`mla_64_rows`: an MLA
+/// plan on the 64-row kernel, whose cluster limit is [`mla_cluster_max`];
+/// the transposed MLA kernels merge globally alone, as the variants
+/// other than the standard one); else 0 (merge through global memory).
+pub fn cluster_size(chunks: u32, shape: &DecodeShape, mla_64_rows: bool, max_cluster: u32, choice: MergeChoice, t: &Tuning) -> u32 {
+    let most = if shape.is_latent() {
+        if !mla_64_rows {
+            return 0;
+        }
+        mla_cluster_max(choice, shape.kv_format, max_cluster)
+    } else if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) {
         return 0;
-    }
-    let most = match choice {
-        MergeChoice::Auto => auto_cluster_max(shape.kv_format, t).min(max_cluster),
-        MergeChoice::Global => 0,
-        MergeChoice::Cluster => max_cluster,
+    } else {
+        match choice {
+            MergeChoice::Auto => auto_cluster_max(shape.kv_format, t).min(max_cluster),
+            MergeChoice::Global => 0,
+            MergeChoice::Cluster => max_cluster,
+        }
     };
     let size = chunks.checked_next_power_of_two().unwrap_or(u32::MAX);
     if chunks > 1 && size <= most {
         size
     } else {
         0
+    }
+}
+
+/// Most chunks per sequence an MLA plan on the 64-row kernel merges in a
+/// cluster: `Auto` 2 for `fp8-ds-mla` caches, none for the others; the
+/// device's largest cluster where asked. Measured on the H200, one build,
+/// 128 heads merged globally and in clusters alternating twice in one call
+/// (docs/perf.md, "MLA cluster merge"): fp8-ds-mla 32 × 4K 132.0 → 127.6
+/// µs, 32 × 32K 820.9 → 801.6 (q_len 1); bf16 77.0 → 78.7 and 462.7 →
+/// 473.6, fp8 per token 105.2 → 107.7 (the merge kernel, launched as the
+/// attention blocks end, costs them less than a cluster's end); the rows
+/// of more than a wave within ±0.4 %. Larger clusters would cost a wave:
+/// the blocks run one an SM, and the H200's driver places 66 clusters of
+/// 2 such blocks (all 132 SMs) but 30 of 4 and 15 of 8
+/// (`cuOccupancyMaxActiveClusters`; 128 blocks of a 40 µs kernel ran 47.5
+/// µs unclustered and as clusters of 2, 87.8 as clusters of 4).
+pub fn mla_cluster_max(choice: MergeChoice, format: KvFormat, max_cluster: u32) -> u32 {
+    match choice {
+        MergeChoice::Auto if format == KvFormat::Fp8DsMla => 2.min(max_cluster),
+        MergeChoice::Auto | MergeChoice::Global => 0,
+        MergeChoice::Cluster => max_cluster,
     }
 }
 

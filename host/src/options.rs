@@ -97,14 +97,16 @@ pub enum TransposeChoice {
 pub enum MergeChoice {
     /// In a thread-block cluster (`MergeMode::Cluster`) when
     /// the device has clusters and no sequence has more than
-    /// `auto_cluster_max` chunks (the device's table); else through global memory
-    /// (`merge_mode`).
+    /// `auto_cluster_max` chunks (the device's table; MLA:
+    /// `heuristics::mla_cluster_max`, two chunks of an fp8-ds-mla cache on
+    /// the 64-row kernel); else through global memory (`merge_mode`).
     #[default]
     Auto,
     /// In a cluster whenever sequences split; an `Err` where they cannot
     /// be (a sequence with more chunks than the device's largest cluster,
-    /// `DeviceInfo::max_cluster`, a device without clusters, or a variant
-    /// without cluster-merge kernels).
+    /// `DeviceInfo::max_cluster`, a device without clusters, a variant
+    /// without cluster-merge kernels, or an MLA plan on a transposed
+    /// kernel).
     Cluster,
     /// Through fp32 partials in global memory, never in a cluster.
     Global,

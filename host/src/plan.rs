@@ -770,8 +770,8 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // power of two: the chunks past the capacity, like those past a step's
     // lengths, exit at once).
     let chunks = chunks_of(keys, chunk_keys);
-    let cluster = heuristics::cluster_size(chunks, shape, dev.max_cluster, opts.merge, &dev.tuning);
-    cluster_honoured(opts.merge, chunks, cluster, shape, dev)?;
+    let cluster = heuristics::cluster_size(chunks, shape, planned.transposed.is_none(), dev.max_cluster, opts.merge, &dev.tuning);
+    cluster_honoured(opts.merge, chunks, cluster, shape, planned.transposed.is_some(), dev)?;
     let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
     ensure_work_items(work, shape, "split.chunk_keys", "at capacity")?;
@@ -1070,8 +1070,8 @@ fn make_plan_for(
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
     let max_chunks = keys.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
-    let cluster = heuristics::cluster_size(max_chunks, shape, dev.max_cluster, opts.merge, &dev.tuning);
-    cluster_honoured(opts.merge, max_chunks, cluster, shape, dev)?;
+    let cluster = heuristics::cluster_size(max_chunks, shape, !transposed, dev.max_cluster, opts.merge, &dev.tuning);
+    cluster_honoured(opts.merge, max_chunks, cluster, shape, transposed, dev)?;
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;
         ensure_work_items(items, shape, param, "(batch × chunks per cluster)")?;
@@ -1095,7 +1095,9 @@ fn make_plan_for(
     // uniform plan's params do not carry.)
     let uniform = if cluster > 1 || shape.variant.key_ranges { None } else { uniform_work(seq_lens, &work, &merges, chunk_keys, shape.q_len, (shape.window_param(), ranges.align)) };
 
-    let row_cluster = heuristics::mla_row_cluster(family, transposed, row_chunks, dev.max_cluster, work.len() as u64 * row_chunks as u64, dev.sm_count as u64 * blocks_per_sm as u64);
+    // (A cluster merge's clusters are a row chunk's chunks, not an item's
+    // row chunks.)
+    let row_cluster = if cluster > 1 { 0 } else { heuristics::mla_row_cluster(family, transposed, row_chunks, dev.max_cluster, work.len() as u64 * row_chunks as u64, dev.sm_count as u64 * blocks_per_sm as u64) };
 
     Ok(Plan {
         id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
@@ -1160,12 +1162,12 @@ pub fn stage_keys_for(format: decode_attn_abi::KvFormat, head_dim: u32, family: 
 /// `MergeChoice::Cluster` asked for a cluster merge: an `Err` naming why
 /// when sequences split into `chunks` and the plan merges them otherwise
 /// (`cluster` 0), rather than a global merge the caller did not ask for.
-fn cluster_honoured(choice: MergeChoice, chunks: u32, cluster: u32, shape: &DecodeShape, dev: &DeviceInfo) -> Result<()> {
+fn cluster_honoured(choice: MergeChoice, chunks: u32, cluster: u32, shape: &DecodeShape, transposed: bool, dev: &DeviceInfo) -> Result<()> {
     if choice != MergeChoice::Cluster || chunks <= 1 || cluster > 1 {
         return Ok(());
     }
-    let why = if shape.is_latent() {
-        "the MLA family has no cluster-merge kernels".to_owned()
+    let why = if shape.is_latent() && transposed {
+        "the MLA family's transposed kernels have no cluster-merge form (the 64-row kernel has: TransposeChoice::Never)".to_owned()
     } else if !shape.kernel_variant().builds(Merge::Cluster, Form::Plain) {
         format!("the {} variant has no cluster-merge kernels", shape.kernel_variant().name())
     } else if dev.arch.module_for(Merge::Cluster.needs()).is_none() {

@@ -85,7 +85,7 @@ macro_rules! decode_body {
         decode::decode_mla_t_rows::<$t, $paged>($p)
     };
     (Mla, $t:ty, $v:ty, $d:literal, $paged:expr, $cluster:expr, $form:ident, $p:expr) => {
-        decode::decode_mla::<$t, $paged>($p)
+        decode::decode_mla::<$t, $paged, $cluster>($p)
     };
 }
 

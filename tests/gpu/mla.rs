@@ -17,7 +17,7 @@ use decode_attn::half::bf16;
 use decode_attn::reference::{latent_attention, LatentShape};
 use decode_attn::testing::{random_values, Distribution, Rng};
 use decode_attn::quant::{dequantize_cache, quantize_cache, quantize_ds_mla_row, quantize_fp8_row};
-use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvLayout, KvMut, PageOrder, PlanOptions, SplitPolicy, StepInputs, TransposeChoice, Workspace};
+use decode_attn::{DecodeAttention, DecodeShape, KvCache, KvFormat, KvLayout, KvMut, MergeChoice, PageOrder, PlanOptions, SplitPolicy, StepInputs, TransposeChoice, Workspace};
 use decode_attn_abi::{MLA_DIMS, MLA_T_ROWS};
 
 use crate::common::err;
@@ -55,6 +55,10 @@ pub struct Case {
     /// 64-row one, `Auto`: the planner's rule (asserted: transposed
     /// exactly where `mla_transposed` or `mla_transposed_rows` say).
     pub transpose: TransposeChoice,
+    /// `Cluster`: a split sequence's chunks merged in a thread-block
+    /// cluster (the 64-row kernel's cluster form; asserted), else the
+    /// planner's rule.
+    pub merge: MergeChoice,
 }
 
 /// The cases: head counts of tensor-parallel shards (8, 16) to a whole
@@ -86,7 +90,7 @@ pub fn cases() -> Vec<Case> {
             let both = heads * q_len <= MLA_T_ROWS || (heads * q_len <= 2 * MLA_T_ROWS && format != KvFormat::Bf16);
             let kernels: &[(TransposeChoice, &str)] = if both { &[(TransposeChoice::Always, "/transposed"), (TransposeChoice::Never, "/64-row")] } else { &[(TransposeChoice::Auto, "")] };
             for &(transpose, suffix) in kernels {
-                out.push(Case { name: format!("{tag}{suffix}"), heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format, transpose });
+                out.push(Case { name: format!("{tag}{suffix}"), heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist, deepseek_scale: heads % 2 == 0, format, transpose, merge: MergeChoice::Auto });
             }
         }
     };
@@ -135,7 +139,24 @@ pub fn cases() -> Vec<Case> {
         for format in [KvFormat::Fp8PerHead, KvFormat::Fp8DsMla] {
             let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
             let name = format!("mla/{}/{name}/h{heads}/q{q_len}/Contiguous/lengths/{split:?}/Heavy/transposed", format.name());
-            out.push(Case { name, heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout: Contiguous, capacity: false, dist: Heavy, deepseek_scale: true, format, transpose: TransposeChoice::Always });
+            out.push(Case { name, heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout: Contiguous, capacity: false, dist: Heavy, deepseek_scale: true, format, transpose: TransposeChoice::Always, merge: MergeChoice::Auto });
+        }
+    }
+    // The cluster merge (the 64-row kernel): a sequence's chunks one
+    // cluster of 2, 4 or 8 blocks, a row chunk's (128 heads: two row
+    // chunks of clusters); shorter sequences' ranks past their chunks
+    // empty; capacity plans (the chunks past a step's lengths).
+    for (name, heads, q_len, seq_lens, split, layout, capacity) in [
+        ("cluster2", 128, 1, vec![3000, 1000, 5], ChunkKeys(2048), Contiguous, false),
+        ("cluster4", 64, 2, vec![4097, 2000, 64, 2], ChunkKeys(1100), Paged(64), false),
+        ("cluster4-capacity", 128, 1, vec![2500, 70, 1], ChunkKeys(1024), Padded, true),
+        ("cluster8", 16, 1, vec![8000, 3, 1500], ChunkKeys(1024), Paged(16), false),
+        ("cluster2-rows36", 12, 3, vec![900, 65, 3], ChunkKeys(512), Contiguous, false),
+    ] {
+        for format in LATENT_FORMATS {
+            let cap = seq_lens.iter().copied().max().unwrap_or(1) + 3;
+            let name = format!("mla/{}/{name}/h{heads}/q{q_len}/{layout:?}/{}/{split:?}/Heavy/64-row", format.name(), if capacity { "capacity" } else { "lengths" });
+            out.push(Case { name, heads, q_len, seq_lens: seq_lens.clone(), cap, split, layout, capacity, dist: Heavy, deepseek_scale: true, format, transpose: TransposeChoice::Never, merge: MergeChoice::Cluster });
         }
     }
     out
@@ -219,7 +240,7 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
             }
         }
     }
-    let opts = PlanOptions { split: case.split, transpose: case.transpose, ..Default::default() };
+    let opts = PlanOptions { split: case.split, transpose: case.transpose, merge: case.merge, ..Default::default() };
     let plan = match (case.capacity, table.is_empty()) {
         (true, _) => attn.plan_capacity(&shape, &opts),
         (false, true) => attn.plan(&shape, &case.seq_lens, &opts),
@@ -236,6 +257,9 @@ pub fn run(attn: &DecodeAttention, stream: &Stream, case: &Case, seed: u64) -> R
     };
     if plan.transposed() != transposed {
         return Err(format!("planned the {} kernel", if plan.transposed() { "transposed" } else { "64-row" }));
+    }
+    if case.merge == MergeChoice::Cluster && (plan.cluster() < 2 || plan.kernel_id().merge != decode_attn_abi::Merge::Cluster) {
+        return Err(format!("planned no cluster merge (cluster {})", plan.cluster()));
     }
     let q_dev = DeviceBuffer::from_slice(&to_bf16(&q)).map_err(err)?;
     let table_dev = DeviceBuffer::from_slice(if table.is_empty() { &[0i32][..] } else { &table }).map_err(err)?;

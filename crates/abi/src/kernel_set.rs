@@ -34,7 +34,8 @@ impl KernelId {
     /// - V's rows are as long as K's, but in the MLA family, whose rows are
     ///   [`crate::MLA_DIMS`]'s (`Family::serves`); its kernels have bf16
     ///   queries, a bf16 or fp8 cache ([`KvFormat::holds_latent`]), are
-    ///   plain or transposed, of the standard variant and merge globally;
+    ///   plain or transposed, of the standard variant, and merge globally
+    ///   or (the plain 64-row kernel) in a cluster;
     /// - the format has rows of `head_dim` values and computes with `dtype`
     ///   (16-bit caches with their own type, quantized ones with either);
     /// - the family serves the format and head dim ([`Family::serves`]);
@@ -62,7 +63,7 @@ impl KernelId {
         };
         let latent = self.family.is_latent();
         // (bf16 queries: the MMAs take the fp8 cache's rows as bf16.)
-        let mla_ok = !latent || (matches!(self.form, Form::Plain | Form::Transposed | Form::TransposedRows) && matches!(self.variant, Variant::Standard) && !cluster && matches!(self.dtype, Dtype::Bf16));
+        let mla_ok = !latent || (matches!(self.form, Form::Plain | Form::Transposed | Form::TransposedRows) && matches!(self.variant, Variant::Standard) && (!cluster || matches!(self.form, Form::Plain)) && matches!(self.dtype, Dtype::Bf16));
         self.dims.is_square() != latent
             && mla_ok
             && self.format.supports_head_dim(head_dim)

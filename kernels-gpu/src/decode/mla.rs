@@ -44,10 +44,17 @@
 //! two buffers, the P0 tile, the rows' maxima and factors, the rows' sums,
 //! the buffers' barriers, (fp8) the keys' scales (and exponents) and the
 //! e4m3 bytes' barriers, the work item.
+//!
+//! A split sequence's chunks write fp32 partials for the merge kernel, or
+//! (`CLUSTER`, `Merge::Cluster`) are one thread-block cluster a row chunk
+//! and merge their rows through distributed shared memory at the end,
+//! over the free buffers (`decode::cluster`; docs/perf.md, "MLA cluster
+//! merge").
 
-use decode_attn_abi::{div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
+use decode_attn_abi::{decode_block_item, decode_block_kv_head, div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
-use super::block::{block_work_at, keep_item, mask_from, qo_row_addr, row_info, rows_here, token_head};
+use super::cluster::{merge_in_cluster, BlockRows};
+use super::block::{block_work_at, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use super::query::q_row_scale;
 use crate::arch::math::{ex2, f16x4_from_e4m3x4, fma, pack_bf16x2, pack_f16x2, unpack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_pv, mla_pv_regs, mla_scores64, ScoreOrder};
@@ -66,6 +73,10 @@ pub(super) const BLOCKS: u32 = QK_DIM / 64;
 pub(super) const BLOCK_BYTES: u32 = MLA_ROWS * 128;
 /// The 64-row tiles' layout (Q's and the stages').
 pub(super) const TILE: Swizzle128 = Swizzle128 { rows: MLA_ROWS };
+/// f32 words a row of the cluster merge's rows in shared memory: V's 512
+/// and 4 more, so that the 8 rows a warp stores at once start 4 banks
+/// apart (16-byte aligned for `merge_in_cluster`'s loads).
+const CLUSTER_PITCH: u32 = V_DIM + 4;
 /// Where an `Fp8DsMla` row's four scales and its RoPE values start.
 const DS_SCALES_AT: u64 = decode_attn_abi::DS_MLA_SCALES_AT as u64;
 const DS_ROPE_AT: u64 = decode_attn_abi::DS_MLA_ROPE_AT as u64;
@@ -83,7 +94,7 @@ const CONVERT: u32 = 5;
 /// chunks of 64), 256 threads and `mla_smem_bytes` of shared memory, on
 /// buffers it validated.
 #[inline(always)]
-pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
+pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool, const CLUSTER: bool>(p: &DecodeParams) {
     const { assert!(F::FORMAT.holds_latent()) };
     let tid = thread::thread_idx_x();
     let lane = tid % 32;
@@ -95,10 +106,21 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     // the same keys at about the same time (one from HBM, the others from
     // L2; with the chunks along z, 128 heads read every key from HBM twice:
     // docs/perf.md, "MLA kernel").
+    // With a cluster merge (`CLUSTER`) a cluster's blocks are one row
+    // chunk's chunks of a sequence instead, the row chunk the next index
+    // (`decode_attn_abi::decode_block_item`, the row chunks as kv heads).
     let chunks = (p.group * p.q_len).div_ceil(MLA_ROWS);
-    let (x, chunk) = div_rem(thread::block_idx_x(), chunks);
+    let (x, chunk) = if CLUSTER {
+        let bx = thread::block_idx_x();
+        (decode_block_item(bx, chunks, p.cluster_log2), decode_block_kv_head(bx, chunks, p.cluster_log2))
+    } else {
+        div_rem(thread::block_idx_x(), chunks)
+    };
     let Some((item, seq_len, _)) = block_work_at::<Standard>(p, x) else { return };
     keep_item(p, &item, tid);
+    // (The cluster merge's count of live chunks reads it after the loop:
+    // held there, it spilled fp8 per token's kernel.)
+    keep_seq_len::<CLUSTER>(p, seq_len, tid);
     let row0 = chunk * MLA_ROWS;
 
     let smem = shared::dynamic_smem_base();
@@ -462,6 +484,26 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool>(p: &DecodeParams) {
     let (batch, slot) = (item.batch, item.partial_slot);
     let here = rows_here(p, row0);
     thread::launch_dependents();
+    if CLUSTER {
+        // The rows, each divided by its sum, and `(1, lse)` into the
+        // buffers (every stage read: the barrier above), then merged over
+        // the cluster's chunks (`decode::cluster`).
+        let rows = BlockRows { acc: smem, pitch: CLUSTER_PITCH, fin: smem + 4 * CLUSTER_PITCH * MLA_ROWS, row0, rows_here: here, kvh: 0, batch };
+        for r in 0..2 {
+            let local = locals[r];
+            let total = shared::ld_shared_f32(sums + 4 * local) + shared::ld_shared_f32(sums + 4 * (MLA_ROWS + local));
+            let (inv_l, lse) = state::finish(m[r], total);
+            let at = rows.acc + 4 * (CLUSTER_PITCH * local + 256 * own + c2);
+            for (j, acc) in o.iter().enumerate() {
+                shared::st_shared_v2_f32(at + 32 * j as u32, [acc[2 * r] * inv_l, acc[2 * r + 1] * inv_l]);
+            }
+            if own == 0 && c2 == 0 {
+                shared::st_shared_v2_f32(rows.fin + 8 * local, [1.0, lse]);
+            }
+        }
+        merge_in_cluster::<crate::format::Bf16, { V_DIM as usize }>(p, &rows, shared::ld_shared_u32(smem + p.item_smem + 8));
+        return;
+    }
     for r in 0..2 {
         let local = locals[r];
         if local >= here {
