@@ -265,14 +265,9 @@ fn no_unresolved_external_functions() {
 /// (`Form::TransposedRows`, 16 heads × q_len 2), the 32-row ring
 /// (`decode::mla_t_ring32`, two warpgroups, 255 registers uncapped):
 /// fp8-ds-mla's paged one 8 bytes of stack, 16 stored and 8 loaded
-/// (docs/perf.md, "MLA 16 heads × q_len 2 in one block"). The 64-row
-/// kernel's cluster-merge form of fp8 per token (255 registers
-/// uncapped), 16 bytes of stack, 12 stored and loaded (paged: 24, 20
-/// and 20), a few `LDL` a stage pair; it runs only where
-/// `MergeChoice::Cluster` is forced (`Auto` clusters fp8-ds-mla alone:
-/// docs/perf.md, "MLA cluster merge").
+/// (docs/perf.md, "MLA 16 heads × q_len 2 in one block").
 /// Every other kernel: none.
-const KNOWN_SPILLS: [(&str, u32); 32] = [
+const KNOWN_SPILLS: [(&str, u32); 30] = [
     ("decode_paged_masked_tree_kv_bf16_q_bf16_d128", 36),
     ("decode_paged_masked_tree_kv_f16_q_f16_d128", 36),
     ("decode_paged_softcap_tree_kv_bf16_q_bf16_d128", 36),
@@ -303,8 +298,6 @@ const KNOWN_SPILLS: [(&str, u32); 32] = [
     ("decode_mla_transposed_kv_fp8ph_q_bf16_d576v512", 8),
     ("decode_paged_mla_transposed_kv_fp8dsmla_q_bf16_d576v512", 36),
     ("decode_paged_mla_transposed_rows_kv_fp8dsmla_q_bf16_d576v512", 16),
-    ("decode_cluster_mla_kv_fp8ph_q_bf16_d576v512", 16),
-    ("decode_cluster_paged_mla_kv_fp8ph_q_bf16_d576v512", 24),
 ];
 
 /// On the portable architectures ptxas schedules the same kernels at the

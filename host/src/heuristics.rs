@@ -163,17 +163,16 @@ pub fn cluster_size(chunks: u32, shape: &DecodeShape, mla_64_rows: bool, max_clu
 
 /// Most chunks per sequence an MLA plan on the 64-row kernel merges in a
 /// cluster: `Auto` 2 for `fp8-ds-mla` caches, none for the others; the
-/// device's largest cluster where asked. Measured on the H200, one build,
-/// 128 heads merged globally and in clusters alternating twice in one call
-/// (docs/perf.md, "MLA cluster merge"): fp8-ds-mla 32 × 4K 132.0 → 127.6
-/// µs, 32 × 32K 820.9 → 801.6 (q_len 1); bf16 77.0 → 78.7 and 462.7 →
-/// 473.6, fp8 per token 105.2 → 107.7 (the merge kernel, launched as the
-/// attention blocks end, costs them less than a cluster's end); the rows
-/// of more than a wave within ±0.4 %. Larger clusters would cost a wave:
-/// the blocks run one an SM, and the H200's driver places 66 clusters of
-/// 2 such blocks (all 132 SMs) but 30 of 4 and 15 of 8
-/// (`cuOccupancyMaxActiveClusters`; 128 blocks of a 40 µs kernel ran 47.5
-/// µs unclustered and as clusters of 2, 87.8 as clusters of 4).
+/// device's largest cluster where asked. Measured on the H200, 128 heads
+/// merged globally and in clusters alternating twice in one call
+/// (docs/perf.md, "MLA cluster merge"), q_len 1: fp8-ds-mla 32 × 4K 131.2
+/// → 126.1 µs, 32 × 32K 816.1 → 800.5; bf16 76.8 → 77.7 and 466.7 →
+/// 478.0; fp8 per token within 1 % (105.4 → 105.5, 705.3 → 698.2).
+/// Larger clusters would cost a wave: the blocks run one an SM, and the
+/// H200's driver places 66 clusters of 2 such blocks (all 132 SMs) but
+/// 30 of 4 and 15 of 8 (`cuOccupancyMaxActiveClusters`; 128 blocks of a
+/// 40 µs kernel ran 47.5 µs unclustered and as clusters of 2, 87.8 as
+/// clusters of 4).
 pub fn mla_cluster_max(choice: MergeChoice, format: KvFormat, max_cluster: u32) -> u32 {
     match choice {
         MergeChoice::Auto if format == KvFormat::Fp8DsMla => 2.min(max_cluster),

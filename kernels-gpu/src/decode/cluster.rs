@@ -89,3 +89,62 @@ pub(crate) unsafe fn merge_in_cluster<H: Half, const D: usize>(p: &DecodeParams,
     // No block exits (freeing its shared memory) while another still reads it.
     cluster::sync();
 }
+
+/// [`merge_in_cluster`] for blocks of many rows (the MLA family's 64 rows
+/// of 512 values: 16 outputs a thread of each block of a 2-block cluster):
+/// `K` outputs a thread at a time, each chunk's loads of all `K` in flight
+/// together and merged online, so that a thread waits `K` times fewer
+/// round trips through distributed shared memory (one output at a time,
+/// the loop's loads wait in turn behind the stores: docs/perf.md, "MLA
+/// cluster merge").
+///
+/// # Safety
+/// As [`merge_in_cluster`].
+#[inline(always)]
+pub(crate) unsafe fn merge_in_cluster_wide<H: Half, const D: usize, const K: usize>(p: &DecodeParams, rows: &BlockRows, seq_len: u32) {
+    let cluster = 1 << p.cluster_log2;
+    let live = seq_len.div_ceil(p.chunk_keys).min(cluster);
+    let rank = thread::block_idx_x_fresh() & (cluster - 1);
+    cluster::sync();
+    let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
+    let quads = (D / 4) as u32;
+    let outputs = rows.rows_here * quads;
+    let stride = nthreads * live;
+    let mut first = tid * live + rank;
+    while first < outputs {
+        let out: [u32; K] = core::array::from_fn(|k| first + k as u32 * stride);
+        let mut st = [Merged::EMPTY; K];
+        for j in 0..live {
+            let mut lse = [f32::NEG_INFINITY; K];
+            let mut vals = [[0f32; 4]; K];
+            #[allow(clippy::needless_range_loop)] // constant indices keep the arrays in registers
+            for k in 0..K {
+                if out[k] < outputs {
+                    let (r, c) = (out[k] / quads, (out[k] % quads) * 4);
+                    let fin = cluster::ld_v2_f32(cluster::map_shared(rows.fin + 8 * r, j));
+                    let v = cluster::ld_v4_f32(cluster::map_shared(rows.acc + 4 * (r * rows.pitch + c), j));
+                    lse[k] = fin[1];
+                    vals[k] = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
+                }
+            }
+            for k in 0..K {
+                st[k].add(&lse[k..k + 1], &vals[k..k + 1]);
+            }
+        }
+        for k in 0..K {
+            if out[k] < outputs {
+                let (r, c) = (out[k] / quads, (out[k] % quads) * 4);
+                // Chunk 0 holds key 0, visible to every row: l > 0.
+                let inv = rcp(st[k].l);
+                let a = st[k].acc;
+                let global = rows.row0 + r;
+                let (token, head) = (global / p.group, rows.kvh * p.group + global % p.group);
+                let dst = qo_row_addr::<D>(p.o, p, rows.batch, token, head) + 2 * c as u64;
+                memory::st_global_v2_u32(dst, [H::pack(a[0] * inv, a[1] * inv), H::pack(a[2] * inv, a[3] * inv)]);
+            }
+        }
+        first += K as u32 * stride;
+    }
+    // No block exits (freeing its shared memory) while another still reads it.
+    cluster::sync();
+}

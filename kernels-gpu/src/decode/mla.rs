@@ -53,7 +53,7 @@
 
 use decode_attn_abi::{decode_block_item, decode_block_kv_head, div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
-use super::cluster::{merge_in_cluster, BlockRows};
+use super::cluster::{merge_in_cluster_wide, BlockRows};
 use super::block::{block_work_at, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use super::query::q_row_scale;
 use crate::arch::math::{ex2, f16x4_from_e4m3x4, fma, pack_bf16x2, pack_f16x2, unpack_bf16x2};
@@ -501,7 +501,7 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool, const CLUSTER: bool>(p:
                 shared::st_shared_v2_f32(rows.fin + 8 * local, [1.0, lse]);
             }
         }
-        merge_in_cluster::<crate::format::Bf16, { V_DIM as usize }>(p, &rows, shared::ld_shared_u32(smem + p.item_smem + 8));
+        merge_in_cluster_wide::<crate::format::Bf16, { V_DIM as usize }, 8>(p, &rows, shared::ld_shared_u32(smem + p.item_smem + 8));
         return;
     }
     for r in 0..2 {
