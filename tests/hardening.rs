@@ -1304,13 +1304,19 @@ fn latent_shapes_name_each_rule_and_v_must_be_k() {
     // Two warpgroups splitting O's columns, and the flops of 576 + 512.
     assert_eq!((p.rows_per_block(), p.block_threads()), (64, 256));
     assert_eq!(p.flops(), 302 * 32 * 2 * (576 + 512));
-    for (family, merge) in [(FamilyChoice::Force(Family::Wide), MergeChoice::Auto), (FamilyChoice::Auto, MergeChoice::Cluster)] {
-        let opts = PlanOptions { split: SplitPolicy::ChunkKeys(64), family, merge, ..Default::default() };
-        match plan(&s, &[300, 2], &DEV, &KERNEL, &opts) {
-            Err(Error::Unsupported(why)) => assert!(why.contains("576") || why.contains("MLA"), "{why}"),
-            other => panic!("expected Unsupported, got {other:?}"),
-        }
-    }
+    // Another family serves no latent rows; a cluster merge runs on the
+    // 64-row kernel (five chunks: clusters of 8), and a transposed kernel
+    // refuses it, naming the choice that serves it.
+    let unsupported = |opts: &PlanOptions, shape: &DecodeShape, needle: &str| match plan(shape, &[300, 2], &DEV, &KERNEL, opts) {
+        Err(Error::Unsupported(why)) => assert!(why.contains(needle), "{why}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    };
+    let split = |family, merge| PlanOptions { split: SplitPolicy::ChunkKeys(64), family, merge, ..Default::default() };
+    unsupported(&split(FamilyChoice::Force(Family::Wide), MergeChoice::Auto), &s, "576");
+    let clustered = plan(&s, &[300, 2], &DEV, &KERNEL, &split(FamilyChoice::Auto, MergeChoice::Cluster)).unwrap();
+    assert_eq!((clustered.transposed(), clustered.cluster(), clustered.kernel_name()), (false, 8, "decode_cluster_mla_kv_bf16_q_bf16_d576v512"));
+    let sixteen = DecodeShape::latent(2, 16, 1, 300);
+    unsupported(&split(FamilyChoice::Auto, MergeChoice::Cluster), &sixteen, "TransposeChoice::Never");
 
     let o_elems = s.o_elems_checked().unwrap() as usize;
     assert_eq!(o_elems, 2 * 2 * 16 * 512);
