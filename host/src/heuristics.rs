@@ -134,13 +134,13 @@ pub fn auto_cluster_max(format: KvFormat, t: &Tuning) -> u32 {
 /// chunks: the power of two at or above `chunks` (the kernels find their
 /// item with shifts; ranks past a sequence's chunks exit at once) when the
 /// sequences split, `choice` allows a cluster that large, the device has
-/// one and the plan's kernel has a cluster form (`mla_64_rows`: an MLA
-/// plan on the 64-row kernel, whose cluster limit is [`mla_cluster_max`];
-/// the transposed MLA kernels merge globally alone, as the variants
-/// other than the standard one); else 0 (merge through global memory).
-pub fn cluster_size(chunks: u32, shape: &DecodeShape, mla_64_rows: bool, max_cluster: u32, choice: MergeChoice, t: &Tuning) -> u32 {
+/// one and the plan's kernel has a cluster form (an MLA plan's 64-row
+/// kernel, whose cluster limit is [`mla_cluster_max`]; the `transposed`
+/// MLA kernels merge globally alone, as the variants other than the
+/// standard one); else 0 (merge through global memory).
+pub fn cluster_size(chunks: u32, shape: &DecodeShape, transposed: bool, max_cluster: u32, choice: MergeChoice, t: &Tuning) -> u32 {
     let most = if shape.is_latent() {
-        if !mla_64_rows {
+        if transposed {
             return 0;
         }
         mla_cluster_max(choice, shape.kv_format, max_cluster)

@@ -770,7 +770,7 @@ pub fn plan_capacity(shape: &DecodeShape, dev: &DeviceInfo, kernel: &impl Kernel
     // power of two: the chunks past the capacity, like those past a step's
     // lengths, exit at once).
     let chunks = chunks_of(keys, chunk_keys);
-    let cluster = heuristics::cluster_size(chunks, shape, planned.transposed.is_none(), dev.max_cluster, opts.merge, &dev.tuning);
+    let cluster = heuristics::cluster_size(chunks, shape, planned.transposed.is_some(), dev.max_cluster, opts.merge, &dev.tuning);
     cluster_honoured(opts.merge, chunks, cluster, shape, planned.transposed.is_some(), dev)?;
     let chunks_per_seq = if cluster > 1 { cluster } else { chunks };
     let work = shape.batch as u64 * chunks_per_seq as u64;
@@ -1070,7 +1070,7 @@ fn make_plan_for(
     ensure_work_items(total_items, shape, param, "(Σ ⌈len / chunk⌉)")?;
 
     let max_chunks = keys.iter().map(|&l| chunks_of(l, chunk_keys)).max().unwrap_or(1);
-    let cluster = heuristics::cluster_size(max_chunks, shape, !transposed, dev.max_cluster, opts.merge, &dev.tuning);
+    let cluster = heuristics::cluster_size(max_chunks, shape, transposed, dev.max_cluster, opts.merge, &dev.tuning);
     cluster_honoured(opts.merge, max_chunks, cluster, shape, transposed, dev)?;
     let (work, merges, num_slots) = if cluster > 1 {
         let items = seq_lens.len() as u64 * cluster as u64;

@@ -160,6 +160,12 @@ pub(crate) unsafe fn keep_seq_len<const CLUSTER: bool>(p: &DecodeParams, seq_len
     }
 }
 
+/// The sequence length [`keep_seq_len`] kept (after a block barrier).
+#[inline(always)]
+pub(crate) unsafe fn kept_seq_len(p: &DecodeParams) -> u32 {
+    shared::ld_shared_u32(shared::dynamic_smem_base() + p.item_smem + 8)
+}
+
 /// This block's kv head (`decode_attn_abi::decode_block_kv_head`), computed
 /// afresh at each call: callers after the key loop call it again rather
 /// than keep the value live through the loop (held, it cost the tightest

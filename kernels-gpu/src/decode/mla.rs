@@ -54,7 +54,7 @@
 use decode_attn_abi::{decode_block_item, decode_block_kv_head, div_rem, DecodeParams, WorkItem, DIRECT_OUTPUT, DS_MLA_GROUP, DS_MLA_LATENT, MLA_KEYS, MLA_P_BYTES, MLA_ROWS, MLA_TILE_BYTES};
 
 use super::cluster::{merge_in_cluster_wide, BlockRows};
-use super::block::{block_work_at, keep_item, keep_seq_len, mask_from, qo_row_addr, row_info, rows_here, token_head};
+use super::block::{block_work_at, keep_item, keep_seq_len, kept_seq_len, mask_from, qo_row_addr, row_info, rows_here, token_head};
 use super::query::q_row_scale;
 use crate::arch::math::{ex2, f16x4_from_e4m3x4, fma, pack_bf16x2, pack_f16x2, unpack_bf16x2};
 use crate::arch::wgmma::{descriptor, mla_pv, mla_pv_regs, mla_scores64, ScoreOrder};
@@ -488,20 +488,20 @@ pub unsafe fn decode_mla<F: KvFormat, const PAGED: bool, const CLUSTER: bool>(p:
         // The rows, each divided by its sum, and `(1, lse)` into the
         // buffers (every stage read: the barrier above), then merged over
         // the cluster's chunks (`decode::cluster`).
-        let rows = BlockRows { acc: smem, pitch: CLUSTER_PITCH, fin: smem + 4 * CLUSTER_PITCH * MLA_ROWS, row0, rows_here: here, kvh: 0, batch };
+        let block_rows = BlockRows { acc: smem, pitch: CLUSTER_PITCH, fin: smem + 4 * CLUSTER_PITCH * MLA_ROWS, row0, rows_here: here, kvh: 0, batch };
         for r in 0..2 {
             let local = locals[r];
             let total = shared::ld_shared_f32(sums + 4 * local) + shared::ld_shared_f32(sums + 4 * (MLA_ROWS + local));
             let (inv_l, lse) = state::finish(m[r], total);
-            let at = rows.acc + 4 * (CLUSTER_PITCH * local + 256 * own + c2);
+            let at = block_rows.acc + 4 * (CLUSTER_PITCH * local + 256 * own + c2);
             for (j, acc) in o.iter().enumerate() {
                 shared::st_shared_v2_f32(at + 32 * j as u32, [acc[2 * r] * inv_l, acc[2 * r + 1] * inv_l]);
             }
             if own == 0 && c2 == 0 {
-                shared::st_shared_v2_f32(rows.fin + 8 * local, [1.0, lse]);
+                shared::st_shared_v2_f32(block_rows.fin + 8 * local, [1.0, lse]);
             }
         }
-        merge_in_cluster_wide::<crate::format::Bf16, { V_DIM as usize }, 8>(p, &rows, shared::ld_shared_u32(smem + p.item_smem + 8));
+        merge_in_cluster_wide::<crate::format::Bf16, { V_DIM as usize }, 8>(p, &block_rows, kept_seq_len(p));
         return;
     }
     for r in 0..2 {
