@@ -41,39 +41,6 @@ pub(crate) struct BlockRows {
 /// Chunks a cluster merges at most ([`decode_attn_abi::MAX_CLUSTER`]).
 const MAX_CHUNKS: usize = decode_attn_abi::MAX_CLUSTER as usize;
 
-/// This block's rank in its cluster and how many of the cluster's chunks
-/// have keys, once every live block's rows are in its shared memory.
-#[inline(always)]
-unsafe fn cluster_start(p: &DecodeParams, seq_len: u32) -> (u32, u32) {
-    let cluster = 1 << p.cluster_log2;
-    let live = seq_len.div_ceil(p.chunk_keys).min(cluster);
-    let rank = thread::block_idx_x_fresh() & (cluster - 1);
-    // Every live block's rows are in its shared memory.
-    cluster::sync();
-    (live, rank)
-}
-
-/// Chunk `j`'s four values of row `r` from column `c`, as the global merge
-/// reads them (the row normalized by its own sum), and the row's lse.
-#[inline(always)]
-unsafe fn chunk_values(rows: &BlockRows, r: u32, c: u32, j: u32) -> (f32, [f32; 4]) {
-    let fin = cluster::ld_v2_f32(cluster::map_shared(rows.fin + 8 * r, j));
-    let v = cluster::ld_v4_f32(cluster::map_shared(rows.acc + 4 * (r * rows.pitch + c), j));
-    (fin[1], [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]])
-}
-
-/// Writes the merged state of row `r`'s four outputs from column `c`.
-#[inline(always)]
-unsafe fn store_merged<H: Half, const D: usize>(p: &DecodeParams, rows: &BlockRows, r: u32, c: u32, st: &Merged) {
-    // Chunk 0 holds key 0, visible to every row: l > 0.
-    let inv = rcp(st.l);
-    let a = st.acc;
-    let global = rows.row0 + r;
-    let (token, head) = (global / p.group, rows.kvh * p.group + global % p.group);
-    let dst = qo_row_addr::<D>(p.o, p, rows.batch, token, head) + 2 * c as u64;
-    memory::st_global_v2_u32(dst, [H::pack(a[0] * inv, a[1] * inv), H::pack(a[2] * inv, a[3] * inv)]);
-}
-
 /// Merges this block's share of a split sequence's rows over the cluster
 /// and writes them as the final output. Every thread of every live block of
 /// the cluster calls it, after its rows are in shared memory.
@@ -84,7 +51,11 @@ unsafe fn store_merged<H: Half, const D: usize>(p: &DecodeParams, rows: &BlockRo
 /// [`BlockRows`] documents.
 #[inline(always)]
 pub(crate) unsafe fn merge_in_cluster<H: Half, const D: usize>(p: &DecodeParams, rows: &BlockRows, seq_len: u32) {
-    let (live, rank) = cluster_start(p, seq_len);
+    let cluster = 1 << p.cluster_log2;
+    let live = seq_len.div_ceil(p.chunk_keys).min(cluster);
+    let rank = thread::block_idx_x_fresh() & (cluster - 1);
+    // Every live block's rows are in its shared memory.
+    cluster::sync();
     let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
     let quads = (D / 4) as u32;
     let outputs = rows.rows_here * quads;
@@ -97,12 +68,22 @@ pub(crate) unsafe fn merge_in_cluster<H: Half, const D: usize>(p: &DecodeParams,
         #[allow(clippy::needless_range_loop)] // constant indices keep the arrays in registers
         for j in 0..MAX_CHUNKS {
             if (j as u32) < live {
-                (lse[j], vals[j]) = chunk_values(rows, r, c, j as u32);
+                let fin = cluster::ld_v2_f32(cluster::map_shared(rows.fin + 8 * r, j as u32));
+                let v = cluster::ld_v4_f32(cluster::map_shared(rows.acc + 4 * (r * rows.pitch + c), j as u32));
+                // As the global merge reads it: the row normalized by its own sum.
+                lse[j] = fin[1];
+                vals[j] = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
             }
         }
         let mut st = Merged::EMPTY;
         st.add(&lse, &vals);
-        store_merged::<H, D>(p, rows, r, c, &st);
+        // Chunk 0 holds key 0, visible to every row: l > 0.
+        let inv = rcp(st.l);
+        let a = st.acc;
+        let global = rows.row0 + r;
+        let (token, head) = (global / p.group, rows.kvh * p.group + global % p.group);
+        let dst = qo_row_addr::<D>(p.o, p, rows.batch, token, head) + 2 * c as u64;
+        memory::st_global_v2_u32(dst, [H::pack(a[0] * inv, a[1] * inv), H::pack(a[2] * inv, a[3] * inv)]);
         out += nthreads * live;
     }
     // No block exits (freeing its shared memory) while another still reads it.
@@ -121,7 +102,10 @@ pub(crate) unsafe fn merge_in_cluster<H: Half, const D: usize>(p: &DecodeParams,
 /// As [`merge_in_cluster`].
 #[inline(always)]
 pub(crate) unsafe fn merge_in_cluster_wide<H: Half, const D: usize, const K: usize>(p: &DecodeParams, rows: &BlockRows, seq_len: u32) {
-    let (live, rank) = cluster_start(p, seq_len);
+    let cluster = 1 << p.cluster_log2;
+    let live = seq_len.div_ceil(p.chunk_keys).min(cluster);
+    let rank = thread::block_idx_x_fresh() & (cluster - 1);
+    cluster::sync();
     let (tid, nthreads) = (thread::thread_idx_x(), thread::block_dim_x());
     let quads = (D / 4) as u32;
     let outputs = rows.rows_here * quads;
@@ -137,7 +121,10 @@ pub(crate) unsafe fn merge_in_cluster_wide<H: Half, const D: usize, const K: usi
             for k in 0..K {
                 if out[k] < outputs {
                     let (r, c) = (out[k] / quads, (out[k] % quads) * 4);
-                    (lse[k], vals[k]) = chunk_values(rows, r, c, j);
+                    let fin = cluster::ld_v2_f32(cluster::map_shared(rows.fin + 8 * r, j));
+                    let v = cluster::ld_v4_f32(cluster::map_shared(rows.acc + 4 * (r * rows.pitch + c), j));
+                    lse[k] = fin[1];
+                    vals[k] = [v[0] * fin[0], v[1] * fin[0], v[2] * fin[0], v[3] * fin[0]];
                 }
             }
             for k in 0..K {
@@ -147,7 +134,13 @@ pub(crate) unsafe fn merge_in_cluster_wide<H: Half, const D: usize, const K: usi
         for k in 0..K {
             if out[k] < outputs {
                 let (r, c) = (out[k] / quads, (out[k] % quads) * 4);
-                store_merged::<H, D>(p, rows, r, c, &st[k]);
+                // Chunk 0 holds key 0, visible to every row: l > 0.
+                let inv = rcp(st[k].l);
+                let a = st[k].acc;
+                let global = rows.row0 + r;
+                let (token, head) = (global / p.group, rows.kvh * p.group + global % p.group);
+                let dst = qo_row_addr::<D>(p.o, p, rows.batch, token, head) + 2 * c as u64;
+                memory::st_global_v2_u32(dst, [H::pack(a[0] * inv, a[1] * inv), H::pack(a[2] * inv, a[3] * inv)]);
             }
         }
         first += K as u32 * stride;
